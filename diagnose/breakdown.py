@@ -1,0 +1,525 @@
+"""Stage 4: attribute every microsecond of every step, in two views.
+
+Contract: ``compute_breakdown(timeline) -> Breakdown``; pure, no torch, no I/O.
+
+1. Phases: what the host (main) thread is doing. Each instant of a step belongs to exactly one
+   phase, by priority when annotations nest:
+   data_wait > h2d_copy > optimizer > backward > forward > other.
+2. Exposed time: what limits the step. Each instant is either "GPU busy with kernels of phase P"
+   (``gpu_forward`` ...), or "GPU idle (or only copying) while the host is in state S"
+   (``data_wait``, ``h2d_copy``, ``sync``, ``host_forward`` ...). Time the host spends behind
+   busy GPU work is hidden: it is not a bottleneck. The exposed view sums to the step's wall time.
+
+A kernel belongs to the phase in which the host launched it (found through the launch's
+correlation id), not to the phase during which it happens to run.
+
+On a CPU-only trace there is no GPU activity, so every instant is "host in state S": the exposed
+view is then the phase view with synchronisations split out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+
+from diagnose import patterns as P
+from diagnose.timeline import HostOp, Interval, Timeline
+
+PHASES = ("data_wait", "h2d_copy", "forward", "backward", "optimizer", "other")
+
+#: Exposed categories, in display order. Host-side first (GPU idle), then GPU busy.
+EXPOSED = (
+    "data_wait",
+    "h2d_copy",
+    "sync",
+    "host_forward",
+    "host_backward",
+    "host_optimizer",
+    "host_other",
+    "communication",
+    "gpu_forward",
+    "gpu_backward",
+    "gpu_optimizer",
+    "gpu_other",
+)
+HOST_EXPOSED = EXPOSED[:7]
+GPU_EXPOSED = EXPOSED[7:]
+#: GPU idle while the host runs model code: on a GPU this is launch and Python overhead.
+LAUNCH_EXPOSED = ("host_forward", "host_backward", "host_optimizer")
+
+# Host labels in priority order; the phase view skips "sync" (a sync belongs to its phase).
+_HOST_LABELS = ("data_wait", "h2d_copy", "sync", "optimizer", "backward", "forward")
+_STATE_TO_EXPOSED = {
+    "data_wait": "data_wait",
+    "h2d_copy": "h2d_copy",
+    "sync": "sync",
+    "optimizer": "host_optimizer",
+    "backward": "host_backward",
+    "forward": "host_forward",
+    None: "host_other",
+}
+_PHASE_OF_LABEL = {
+    "data_wait": "data_wait",
+    "h2d_copy": "h2d_copy",
+    "optimizer": "optimizer",
+    "backward": "backward",
+    "forward": "forward",
+}
+# GPU labels: compute kernels by launch phase, then the non-compute activities.
+_GPU_COMPUTE = ("gpu_forward", "gpu_backward", "gpu_optimizer", "gpu_other")
+_GPU_LABELS = (*_GPU_COMPUTE, "communication", "copy_h2d", "copy_d2h", "copy_other")
+
+
+@dataclass
+class StepBreakdown:
+    """One step: times in microseconds, bytes in bytes."""
+
+    number: int
+    start_us: float
+    duration_us: float
+    phases: dict[str, float]
+    exposed: dict[str, float]
+    gpu_busy_us: float = 0.0
+    kernel_count: int = 0
+    kernel_time_us: float = 0.0
+    median_kernel_us: float | None = None
+    h2d_pageable_bytes: int = 0
+    h2d_pinned_bytes: int = 0
+    h2d_copies: int = 0
+    #: GPU time of the host-to-device copies (they may overlap kernels)
+    h2d_copy_us: float = 0.0
+    d2h_bytes: int = 0
+    sync_count: int = 0
+    sync_blocked_us: float = 0.0
+    sync_idle_after_us: float = 0.0
+    syncs_by_kind: dict[str, int] = field(default_factory=dict)
+    #: GPU kernel time by matmul precision (fp32, tf32, bf16, fp16, fp8, unknown)
+    matmul_us: dict[str, float] = field(default_factory=dict)
+    conv_us: float = 0.0
+    transpose_us: float = 0.0
+    triton_us: float = 0.0
+    communication_us: float = 0.0
+    optimizer_kernels: int = 0
+    multi_tensor_kernels: int = 0
+    graph_launches: int = 0
+
+
+@dataclass
+class Breakdown:
+    steps: list[StepBreakdown]
+    has_gpu: bool
+    has_step_marks: bool
+    #: share of the window's wall time per exposed category (sums to 1.0)
+    exposed_share: dict[str, float]
+    #: share of the window's wall time per host phase (sums to 1.0)
+    phase_share: dict[str, float]
+    #: per category: how much of the host phase was hidden behind GPU work (share of window time)
+    hidden_share: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+    #: DataLoader iterator kinds the trace shows ("single" / "multi" process)
+    dataloader_kinds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_us(self) -> float:
+        return sum(s.duration_us for s in self.steps)
+
+    def median(self, attr: str) -> float | None:
+        values = [getattr(s, attr) for s in self.steps if getattr(s, attr) is not None]
+        return statistics.median(values) if values else None
+
+    def median_of(self, view: str, key: str) -> float:
+        """Median over steps of one phase (``view='phases'``) or exposed category, in µs."""
+        values = [getattr(s, view).get(key, 0.0) for s in self.steps]
+        return statistics.median(values) if values else 0.0
+
+
+# --- host intervals -------------------------------------------------------------------------------
+
+
+def merge(intervals: list[Interval]) -> list[Interval]:
+    """Union of intervals as a sorted list of disjoint intervals."""
+    out: list[Interval] = []
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def _contains(merged: list[Interval], t: float) -> bool:
+    i = bisect_right(merged, (t, float("inf"))) - 1
+    return i >= 0 and merged[i][0] <= t < merged[i][1]
+
+
+def backward_spans(backward_ops: list[Interval], forward_starts: list[float]) -> list[Interval]:
+    """Group autograd-engine events into one span per ``backward()`` call.
+
+    Consecutive backward events belong to one call unless a forward operator starts between
+    them (gradient accumulation: forward, backward, forward, backward ...). The span covers the
+    gaps inside one call, during which the main thread is blocked in ``backward()``.
+    """
+    spans: list[Interval] = []
+    for start, end in backward_ops:
+        if spans:
+            cur_start, cur_end = spans[-1]
+            k = bisect_right(forward_starts, cur_end)
+            forward_between = k < len(forward_starts) and forward_starts[k] < start
+            if not forward_between:
+                spans[-1] = (cur_start, max(cur_end, end))
+                continue
+        spans.append((start, end))
+    return spans
+
+
+def forward_spans(forward_ops: list[Interval], backward: list[Interval], steps: list[Interval]) -> list[Interval]:
+    """Forward passes: from the first forward operator (one that recorded autograd history)
+    after the previous backward to the start of the next backward. Forward operators with no
+    backward after them (inference with grad enabled) form one span per step."""
+    spans: list[Interval] = []
+    i, n = 0, len(forward_ops)
+    prev_end = float("-inf")
+    for b_start, b_end in backward:
+        while i < n and forward_ops[i][0] < prev_end:
+            i += 1
+        if i < n and forward_ops[i][0] < b_start:
+            spans.append((forward_ops[i][0], b_start))
+        while i < n and forward_ops[i][0] < b_end:
+            i += 1
+        prev_end = b_end
+    rest = [op for op in forward_ops[i:] if op[0] >= prev_end]
+    for s_start, s_end in steps:
+        inside = [op for op in rest if s_start <= op[0] < s_end]
+        if inside:
+            spans.append((inside[0][0], max(op[1] for op in inside)))
+    return spans
+
+
+def h2d_host_ops(timeline: Timeline) -> list[Interval]:
+    """Host intervals of the copies that launched host-to-device memcpys: the enclosing top-level
+    operator (``aten::to`` ...) where there is one, else the runtime call itself."""
+    host = timeline.host_ops
+    starts = [op.start for op in host]
+    out: list[Interval] = []
+    for m in timeline.memcpys:
+        if not m.kind.startswith("HtoD"):
+            continue
+        launch = timeline.launches.get(m.correlation)
+        if launch is None:
+            continue
+        op = _enclosing(host, starts, launch[0])
+        out.append((op.start, op.end) if op is not None else launch)
+    return out
+
+
+def _enclosing(host: list[HostOp], starts: list[float], t: float) -> HostOp | None:
+    i = bisect_right(starts, t) - 1
+    if i >= 0 and host[i].start <= t < host[i].end:
+        return host[i]
+    return None
+
+
+# --- the sweep ------------------------------------------------------------------------------------
+
+
+def compute_breakdown(timeline: Timeline) -> Breakdown:
+    steps = timeline.steps
+    step_bounds = [(s.start, s.end) for s in steps]
+    forward_starts = [op[0] for op in timeline.forward_ops]
+    backward = backward_spans(timeline.backward_ops, forward_starts)
+    forward = forward_spans(timeline.forward_ops, backward, step_bounds)
+    h2d = h2d_host_ops(timeline)
+    host_starts = [op.start for op in timeline.host_ops]
+    h2d_merged = merge(h2d)
+
+    # Syncs inside an H2D copy are the copy's own staging, not a user read-back.
+    user_syncs = [s for s in timeline.syncs if not _contains(h2d_merged, s.start)]
+
+    host_intervals: dict[str, list[Interval]] = {
+        "data_wait": merge(timeline.data_waits),
+        "h2d_copy": h2d_merged,
+        "sync": merge([(s.start, s.end) for s in user_syncs]),
+        "optimizer": merge(timeline.optimizer_spans),
+        "backward": merge(backward),
+        "forward": merge(forward),
+    }
+
+    gpu_intervals, kernel_labels = _gpu_intervals(timeline, host_intervals)
+
+    per_step_phases, per_step_exposed, per_step_busy = _sweep(step_bounds, host_intervals, gpu_intervals)
+
+    result_steps: list[StepBreakdown] = []
+    for index, mark in enumerate(steps):
+        result_steps.append(
+            StepBreakdown(
+                number=mark.number,
+                start_us=mark.start,
+                duration_us=mark.end - mark.start,
+                phases=per_step_phases[index],
+                exposed=per_step_exposed[index],
+                gpu_busy_us=per_step_busy[index],
+            )
+        )
+    _kernel_stats(timeline, result_steps, kernel_labels)
+    _copy_stats(timeline, result_steps)
+    _sync_stats(timeline, result_steps, user_syncs, host_starts)
+
+    total = sum(s.duration_us for s in result_steps) or 1.0
+    exposed_share = {k: sum(s.exposed[k] for s in result_steps) / total for k in EXPOSED}
+    phase_share = {k: sum(s.phases[k] for s in result_steps) / total for k in PHASES}
+    hidden_share = _hidden(phase_share, exposed_share)
+    notes: list[str] = []
+    if not timeline.has_step_marks:
+        notes.append("the trace has no ProfilerStep marks: analysed as one window")
+    if timeline.meta.unknown_categories:
+        cats = ", ".join(f"{k} ({v})" for k, v in sorted(timeline.meta.unknown_categories.items()))
+        notes.append(f"ignored event categories this version does not know: {cats}")
+    return Breakdown(
+        steps=result_steps,
+        has_gpu=timeline.has_gpu,
+        has_step_marks=timeline.has_step_marks,
+        exposed_share=exposed_share,
+        phase_share=phase_share,
+        hidden_share=hidden_share,
+        notes=notes,
+        dataloader_kinds=dict(timeline.dataloader_kinds),
+    )
+
+
+def _hidden(phase_share: dict[str, float], exposed_share: dict[str, float]) -> dict[str, float]:
+    """Host time per phase that ran while the GPU was busy (and so cost nothing)."""
+    exposed_of_phase = {
+        "data_wait": exposed_share["data_wait"],
+        "h2d_copy": exposed_share["h2d_copy"],
+        "forward": exposed_share["host_forward"],
+        "backward": exposed_share["host_backward"],
+        "optimizer": exposed_share["host_optimizer"],
+        "other": exposed_share["host_other"] + exposed_share["sync"],
+    }
+    return {k: max(0.0, phase_share[k] - exposed_of_phase[k]) for k in PHASES}
+
+
+def _launch_phase(t: float, host_intervals: dict[str, list[Interval]]) -> str:
+    for label, gpu_label in (("optimizer", "gpu_optimizer"), ("backward", "gpu_backward"), ("forward", "gpu_forward")):
+        if _contains(host_intervals[label], t):
+            return gpu_label
+    return "gpu_other"
+
+
+def _gpu_intervals(
+    timeline: Timeline, host_intervals: dict[str, list[Interval]]
+) -> tuple[dict[str, list[Interval]], list[str]]:
+    """GPU activity by label, and each kernel's label (in ``timeline.kernels`` order)."""
+    out: dict[str, list[Interval]] = {label: [] for label in _GPU_LABELS}
+    kernel_labels: list[str] = []
+    launches = timeline.launches
+    classify = P.classify_kernel
+    phase_of_correlation: dict[int, str] = {}
+    for k in timeline.kernels:
+        if classify(k.name).communication:
+            label = "communication"
+        else:
+            label = phase_of_correlation.get(k.correlation)  # CUDA graph replays share one launch
+            if label is None:
+                launch = launches.get(k.correlation)
+                label = _launch_phase(launch[0], host_intervals) if launch else "gpu_other"
+                phase_of_correlation[k.correlation] = label
+        out[label].append((k.start, k.end))
+        kernel_labels.append(label)
+    for m in timeline.memcpys:
+        if m.kind.startswith("HtoD"):
+            out["copy_h2d"].append((m.start, m.end))
+        elif m.kind == "DtoH":
+            out["copy_d2h"].append((m.start, m.end))
+        else:
+            out["copy_other"].append((m.start, m.end))
+    out["copy_other"].extend(timeline.memsets)
+    return out, kernel_labels
+
+
+def _sweep(
+    step_bounds: list[Interval],
+    host_intervals: dict[str, list[Interval]],
+    gpu_intervals: dict[str, list[Interval]],
+) -> tuple[list[dict[str, float]], list[dict[str, float]], list[float]]:
+    """One sweep over all interval boundaries; per elementary segment decide phase and cause."""
+    host_index = {label: i for i, label in enumerate(_HOST_LABELS)}
+    gpu_index = {label: i for i, label in enumerate(_GPU_LABELS)}
+    events: list[tuple[float, int, int, int]] = []  # (time, kind, index, delta); kind 0 host, 1 gpu
+    for label, intervals in host_intervals.items():
+        i = host_index[label]
+        for start, end in intervals:
+            events.append((start, 0, i, 1))
+            events.append((end, 0, i, -1))
+    for label, intervals in gpu_intervals.items():
+        i = gpu_index[label]
+        for start, end in intervals:
+            if end > start:
+                events.append((start, 1, i, 1))
+                events.append((end, 1, i, -1))
+    events.sort()
+
+    phases = [dict.fromkeys(PHASES, 0.0) for _ in step_bounds]
+    exposed = [dict.fromkeys(EXPOSED, 0.0) for _ in step_bounds]
+    busy = [0.0 for _ in step_bounds]
+    host_count = [0] * len(_HOST_LABELS)
+    gpu_count = [0] * len(_GPU_LABELS)
+    n_compute = len(_GPU_COMPUTE)
+    i_comm, i_h2d, i_d2h, i_other = (gpu_index[x] for x in ("communication", "copy_h2d", "copy_d2h", "copy_other"))
+    pos, n_events = 0, len(events)
+
+    for step_i, (s_start, s_end) in enumerate(step_bounds):
+        while pos < n_events and events[pos][0] <= s_start:  # state at the step's first instant
+            _, kind, idx, delta = events[pos]
+            (host_count if kind == 0 else gpu_count)[idx] += delta
+            pos += 1
+        ph, ex = phases[step_i], exposed[step_i]
+        t_prev = s_start
+        while True:
+            t_next = events[pos][0] if pos < n_events and events[pos][0] < s_end else s_end
+            width = t_next - t_prev
+            if width > 0:
+                _attribute(width, host_count, gpu_count, n_compute, i_comm, i_h2d, i_d2h, i_other, ph, ex)
+                if any(gpu_count):
+                    busy[step_i] += width
+            if t_next >= s_end:
+                break
+            while pos < n_events and events[pos][0] == t_next:
+                _, kind, idx, delta = events[pos]
+                (host_count if kind == 0 else gpu_count)[idx] += delta
+                pos += 1
+            t_prev = t_next
+    return phases, exposed, busy
+
+
+def _attribute(
+    width: float,
+    host_count: list[int],
+    gpu_count: list[int],
+    n_compute: int,
+    i_comm: int,
+    i_h2d: int,
+    i_d2h: int,
+    i_other: int,
+    phases: dict[str, float],
+    exposed: dict[str, float],
+) -> None:
+    state = None
+    for i, label in enumerate(_HOST_LABELS):
+        if host_count[i] > 0:
+            state = label
+            break
+    phase = state
+    if phase == "sync":  # a sync belongs to the phase around it
+        phase = None
+        for i in range(3, len(_HOST_LABELS)):
+            if host_count[i] > 0:
+                phase = _HOST_LABELS[i]
+                break
+    phases[_PHASE_OF_LABEL.get(phase, "other") if phase else "other"] += width
+
+    active = [i for i in range(n_compute) if gpu_count[i] > 0]
+    if active:
+        share = width / len(active)
+        for i in active:
+            exposed[_GPU_COMPUTE[i]] += share
+    elif gpu_count[i_comm] > 0:
+        exposed["communication"] += width
+    elif gpu_count[i_h2d] > 0:
+        exposed["h2d_copy"] += width
+    elif gpu_count[i_d2h] > 0:
+        exposed["sync"] += width
+    elif gpu_count[i_other] > 0:
+        exposed["gpu_other"] += width
+    else:
+        exposed[_STATE_TO_EXPOSED[state]] += width
+
+
+# --- per-step counters ----------------------------------------------------------------------------
+
+
+def _step_of(step_starts: list[float], steps: list[StepBreakdown], t: float) -> int | None:
+    i = bisect_right(step_starts, t) - 1
+    if i >= 0 and t < steps[i].start_us + steps[i].duration_us:
+        return i
+    return None
+
+
+def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels: list[str]) -> None:
+    starts = [s.start_us for s in steps]
+    durations: list[list[float]] = [[] for _ in steps]
+    classify = P.classify_kernel
+    for k, label in zip(timeline.kernels, kernel_labels):
+        i = _step_of(starts, steps, k.start)
+        if i is None:
+            continue
+        step = steps[i]
+        dur = k.end - k.start
+        durations[i].append(dur)
+        step.kernel_count += 1
+        step.kernel_time_us += dur
+        cls = classify(k.name)
+        if cls.precision is not None:
+            step.matmul_us[cls.precision] = step.matmul_us.get(cls.precision, 0.0) + dur
+            if cls.convolution:
+                step.conv_us += dur
+        if cls.layout_transpose:
+            step.transpose_us += dur
+        if cls.triton:
+            step.triton_us += dur
+        if cls.communication:
+            step.communication_us += dur
+        if label == "gpu_optimizer":
+            step.optimizer_kernels += 1
+            if cls.multi_tensor:
+                step.multi_tensor_kernels += 1
+    for step, durs in zip(steps, durations):
+        step.median_kernel_us = statistics.median(durs) if durs else None
+
+
+def _copy_stats(timeline: Timeline, steps: list[StepBreakdown]) -> None:
+    starts = [s.start_us for s in steps]
+    for m in timeline.memcpys:
+        launch = timeline.launches.get(m.correlation)
+        i = _step_of(starts, steps, launch[0] if launch else m.start)
+        if i is None:
+            continue
+        step = steps[i]
+        if m.kind.startswith("HtoD"):
+            if m.kind == "HtoD-pageable":
+                step.h2d_pageable_bytes += m.nbytes
+            else:
+                step.h2d_pinned_bytes += m.nbytes
+            step.h2d_copies += 1
+            step.h2d_copy_us += m.end - m.start
+        elif m.kind == "DtoH":
+            step.d2h_bytes += m.nbytes
+
+
+def _sync_stats(timeline: Timeline, steps: list[StepBreakdown], user_syncs: list, host_starts: list[float]) -> None:
+    starts = [s.start_us for s in steps]
+    gpu_starts = sorted([k.start for k in timeline.kernels] + [m.start for m in timeline.memcpys])
+    for sync in user_syncs:
+        i = _step_of(starts, steps, sync.start)
+        if i is None:
+            continue
+        step = steps[i]
+        step.sync_count += 1
+        step.sync_blocked_us += sync.end - sync.start
+        op = _enclosing(timeline.host_ops, host_starts, sync.start)
+        kind = P.SYNC_OP_KINDS.get(op.name, "other op") if op is not None else "synchronize"
+        step.syncs_by_kind[kind] = step.syncs_by_kind.get(kind, 0) + 1
+        # After a sync the GPU queue is empty: it idles until the host launches the next work.
+        k = bisect_left(gpu_starts, sync.end)
+        step_end = step.start_us + step.duration_us
+        next_gpu = gpu_starts[k] if k < len(gpu_starts) else step_end
+        if timeline.has_gpu:
+            step.sync_idle_after_us += max(0.0, min(next_gpu, step_end) - sync.end)
+    for t in timeline.graph_launches:
+        i = _step_of(starts, steps, t)
+        if i is not None:
+            steps[i].graph_launches += 1

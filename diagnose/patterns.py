@@ -1,0 +1,223 @@
+"""Names that classify trace events, kept as data rather than buried in code.
+
+Every pattern here was read off real torch.profiler traces (torch 2.11, NVIDIA H200; torch 2.13 on
+CPU). When a newer torch renames something, this is the one file to change, and the tests in
+tests/test_patterns.py say which real names each pattern must match.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+# --- host annotations (category user_annotation) -------------------------------------------------
+
+PROFILER_STEP_PREFIX = "ProfilerStep#"
+DATALOADER_PREFIX = "enumerate(DataLoader)#"
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+OPTIMIZER_ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
+BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
+
+# --- CUDA runtime / driver calls ------------------------------------------------------------------
+
+#: Calls that block the host until the GPU (or a stream) has caught up.
+SYNC_CALLS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH_v2",
+        "cuMemcpyHtoD_v2",
+    }
+)
+
+#: Host-side ops whose sync is a scalar or tensor read-back, by what the user wrote.
+SYNC_OP_KINDS: dict[str, str] = {
+    "aten::item": "item",
+    "aten::_local_scalar_dense": "item",
+    "aten::nonzero": "data-dependent shape",
+    "aten::masked_select": "data-dependent shape",
+    "aten::unique": "data-dependent shape",
+    "aten::_unique2": "data-dependent shape",
+    "aten::index": "data-dependent shape",
+    "aten::to": "copy to host",
+    "aten::_to_copy": "copy to host",
+    "aten::copy_": "copy to host",
+    "aten::cpu": "copy to host",
+    "aten::tolist": "copy to host",
+    "aten::equal": "item",
+    "aten::is_nonzero": "item",
+}
+
+#: Host ops that copy a tensor (an H2D copy is one of these that launched a host-to-device memcpy).
+COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_pin_memory"})
+
+# --- GPU activity ---------------------------------------------------------------------------------
+
+GPU_KERNEL_CATEGORIES = frozenset({"kernel"})
+GPU_MEMCPY_CATEGORIES = frozenset({"gpu_memcpy"})
+GPU_MEMSET_CATEGORIES = frozenset({"gpu_memset"})
+
+#: Older torch versions (< 1.10) used other category names; map them onto today's.
+LEGACY_CATEGORIES: dict[str, str] = {
+    "Operator": "cpu_op",
+    "operator": "cpu_op",
+    "Kernel": "kernel",
+    "Runtime": "cuda_runtime",
+    "runtime": "cuda_runtime",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "Driver": "cuda_driver",
+    "User Annotation": "user_annotation",
+    "gpu_user_annotation": "gpu_user_annotation",
+}
+
+#: Categories the analysis reads or knowingly skips; anything else is counted as unknown.
+KNOWN_CATEGORIES = frozenset(
+    {
+        "cpu_op",
+        "user_annotation",
+        "gpu_user_annotation",
+        "cuda_runtime",
+        "cuda_driver",
+        "kernel",
+        "gpu_memcpy",
+        "gpu_memset",
+        "ac2g",
+        "fwdbwd",
+        "cpu_instant_event",
+        "overhead",
+        "python_function",
+        "Trace",
+        "cuda_profiler_range",
+        "privateuse1_runtime",
+        "privateuse1_driver",
+        "mtia_runtime",
+        "xpu_runtime",
+        "xpu_driver",
+        "Mtia_runtime",
+    }
+)
+
+
+def memcpy_kind(name: str) -> str:
+    """'HtoD-pageable', 'HtoD-pinned', 'HtoD', 'DtoH', 'DtoD', 'PtoP' or 'other', from a memcpy name.
+
+    Names look like ``Memcpy HtoD (Pageable -> Device)`` or ``Memcpy DtoH (Device -> Pinned)``.
+    """
+    if "HtoD" in name:
+        if "Pageable" in name:
+            return "HtoD-pageable"
+        if "Pinned" in name:
+            return "HtoD-pinned"
+        return "HtoD"
+    if "DtoH" in name:
+        return "DtoH"
+    if "DtoD" in name:
+        return "DtoD"
+    if "PtoP" in name:
+        return "PtoP"
+    return "other"
+
+
+# --- kernel classes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelPattern:
+    """A named class of GPU kernels: the name matches ``regex`` (searched, case-sensitive)."""
+
+    name: str
+    regex: re.Pattern[str]
+    why: str
+
+
+def _p(name: str, pattern: str, why: str) -> KernelPattern:
+    return KernelPattern(name, re.compile(pattern), why)
+
+
+#: Communication kernels (NCCL collectives): time spent here is communication, not compute.
+COMMUNICATION = _p("communication", r"nccl|ncclDevKernel|ncclKernel", "NCCL collective kernels")
+
+#: Matrix-multiply and convolution kernels (cuBLAS, cuBLASLt nvjet, CUTLASS, cuDNN, attention).
+MATMUL = _p(
+    "matmul",
+    r"gemm|gemv|xmma|nvjet|cutlass|sgemm|hgemm|Gemm|wgrad|dgrad|fprop|implicit_gemm|fmha|flash|sdpa"
+    r"|conv2d|convolve|wgrad_alg|winograd|cudnn_generated",
+    "cuBLAS/cuBLASLt/CUTLASS/cuDNN matrix and convolution kernels",
+)
+
+#: The convolution subset of MATMUL.
+CONVOLUTION = _p(
+    "convolution",
+    r"fprop|dgrad|wgrad|implicit_gemm|implicit_convolve|conv2d|convolve|winograd|wgrad_alg|ImplicitGemmConv",
+    "cuDNN / CUTLASS convolution kernels",
+)
+
+#: Layout transposes that cuDNN inserts when convolutions run NCHW under reduced precision.
+LAYOUT_TRANSPOSE = _p(
+    "layout transpose", r"nchwToNhwc|nhwcToNchw|NchwToNhwc|NhwcToNchw", "cuDNN NCHW<->NHWC conversions"
+)
+
+#: Attention kernels (flash / memory-efficient / cuDNN SDPA): matmul-like, never convolutions.
+ATTENTION = _p("attention", r"fmha|flash|sdpa|attention|Attention", "scaled-dot-product attention kernels")
+
+#: Kernels of multi-tensor (foreach / fused) optimizers.
+MULTI_TENSOR = _p("multi-tensor", r"multi_tensor_apply|FusedOptimizer|fused_adam|FusedAdam", "foreach/fused ops")
+
+#: Compiled kernels from Inductor (Triton).
+TRITON = _p("triton", r"^triton_|triton__", "Triton kernels generated by torch.compile / Inductor")
+
+# Precision of a matmul kernel, in the order the tests must be tried. fp32 on CUDA cores ("ffma",
+# "sgemm", "simt") is what the fp32-on-Tensor-Core rule looks for.
+_PRECISION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("fp8", re.compile(r"e4m3|e5m2|fp8|nvjet_(?:sm\d+_)?[ef]")),
+    ("tf32", re.compile(r"tf32|_xf32|nvjet_(?:sm\d+_)?x")),
+    ("bf16", re.compile(r"bf16|bfloat16|BFloat16|nvjet_(?:sm\d+_)?t")),
+    ("fp16", re.compile(r"f16|fp16|half|hgemm|h884|h1688|h16816|Half|nvjet_(?:sm\d+_)?h|s161616|s16816")),
+    ("fp32", re.compile(r"f32f32_f32f32|ffma|sgemm|simt|gemmSN|gemv2T|gemv2N|<float|_f32_|_fp32|nvjet_(?:sm\d+_)?s")),
+)
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    """What the analysis needs to know about one kernel name."""
+
+    precision: str | None  # None: not a matmul/conv kernel
+    convolution: bool
+    layout_transpose: bool
+    triton: bool
+    communication: bool
+    multi_tensor: bool
+
+
+@lru_cache(maxsize=65536)
+def classify_kernel(name: str) -> KernelClass:
+    """Classify a kernel by name (cached: a trace repeats a few hundred names thousands of times)."""
+    communication = bool(COMMUNICATION.regex.search(name))
+    is_matmul = not communication and bool(MATMUL.regex.search(name))
+    return KernelClass(
+        precision=matmul_precision(name) if is_matmul else None,
+        convolution=is_matmul and not ATTENTION.regex.search(name) and bool(CONVOLUTION.regex.search(name)),
+        layout_transpose=bool(LAYOUT_TRANSPOSE.regex.search(name)),
+        triton=bool(TRITON.regex.search(name)),
+        communication=communication,
+        multi_tensor=bool(MULTI_TENSOR.regex.search(name)),
+    )
+
+
+def matmul_precision(name: str) -> str:
+    """The arithmetic a matmul/conv kernel runs in: fp8, tf32, bf16, fp16, fp32 or 'unknown'.
+
+    fp32 means plain single precision on CUDA cores (no Tensor Cores), the slow path that
+    ``torch.backends.cuda.matmul.allow_tf32`` or autocast avoids.
+    """
+    for precision, regex in _PRECISION_PATTERNS:
+        if regex.search(name):
+            return precision
+    return "unknown"

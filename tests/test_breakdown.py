@@ -1,0 +1,227 @@
+"""The attribution arithmetic on hand-written traces, with exact microseconds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from diagnose.breakdown import EXPOSED, PHASES, backward_spans, compute_breakdown, forward_spans, merge
+from diagnose.timeline import build_timeline
+from tests.tracebuilder import (
+    AUTOGRAD,
+    BF16_GEMM,
+    ELEMENTWISE,
+    FP32_GEMM,
+    MAIN,
+    NCCL_ALLREDUCE,
+    TraceBuilder,
+    one_gpu_step,
+)
+
+
+def analyse(builder: TraceBuilder):
+    return compute_breakdown(build_timeline(builder.to_dict()))
+
+
+def test_reference_gpu_step_exposed_view_to_the_microsecond() -> None:
+    step = analyse(one_gpu_step()).steps[0]
+    assert step.number == 7
+    assert step.duration_us == 1000
+    assert step.exposed == {
+        "data_wait": 300,  # [0,300): GPU idle, host in the DataLoader
+        "h2d_copy": 50,  # [300,350): host copying, GPU idle or only copying
+        "sync": 51,  # [904,906) read-back memcpy + [906,955) blocked with the GPU idle
+        "host_forward": 20,  # [350,360) and [600,610): GPU idle while the host runs forward
+        "host_backward": 10,  # [610,620)
+        "host_optimizer": 30,  # [850,880)
+        "host_other": 69,  # [880,904) + [955,1000)
+        "communication": 0,
+        "gpu_forward": 240,  # two forward kernels [360,600)
+        "gpu_backward": 180,  # a backward kernel [620,800), partly under the optimizer
+        "gpu_optimizer": 50,  # [800,850)
+        "gpu_other": 0,
+    }
+    assert sum(step.exposed.values()) == step.duration_us
+
+
+def test_reference_gpu_step_phase_view() -> None:
+    step = analyse(one_gpu_step()).steps[0]
+    assert step.phases == {
+        "data_wait": 300,
+        "h2d_copy": 50,
+        "forward": 260,  # first forward op (350) to the start of backward (610)
+        "backward": 90,
+        "optimizer": 180,
+        "other": 120,  # [880,1000), the .item() sync included
+    }
+
+
+def test_reference_gpu_step_counters() -> None:
+    step = analyse(one_gpu_step()).steps[0]
+    assert step.gpu_busy_us == 30 + (600 - 360) + (850 - 620) + 2  # copies + kernel union + read-back
+    assert step.kernel_count == 4
+    assert step.kernel_time_us == 140 + 100 + 180 + 50
+    assert step.median_kernel_us == 120
+    assert (step.h2d_pageable_bytes, step.h2d_pinned_bytes, step.h2d_copies, step.d2h_bytes) == (4096, 0, 1, 4)
+    # the staging sync inside the pageable copy is part of the copy, not a user sync
+    assert step.sync_count == 1
+    assert step.syncs_by_kind == {"item": 1}
+    assert step.sync_blocked_us == 50
+    assert step.sync_idle_after_us == 45  # nothing reaches the GPU after the sync until the step ends
+    assert step.matmul_us == {"fp32": 140, "bf16": 100}
+    assert (step.optimizer_kernels, step.multi_tensor_kernels) == (1, 1)
+
+
+def test_window_shares_sum_to_one_and_hidden_is_the_rest_of_each_phase() -> None:
+    b = one_gpu_step()
+    # a second, GPU-bound step: data wait entirely hidden behind a long kernel
+    b.step(8, 1000, 500)
+    b.data_wait(1000, 200, workers=True)
+    b.op("aten::linear", 1200, 10, forward=True)
+    b.kernel(FP32_GEMM, 1000, 500, launch_ts=950)  # launched during step 7's "other" time
+    breakdown = analyse(b)
+    assert sum(breakdown.exposed_share.values()) == pytest.approx(1.0)
+    assert sum(breakdown.phase_share.values()) == pytest.approx(1.0)
+    second = breakdown.steps[1]
+    assert second.exposed["data_wait"] == 0
+    assert second.exposed["gpu_other"] == 500
+    assert second.phases["data_wait"] == 200
+    assert breakdown.hidden_share["data_wait"] == pytest.approx(200 / 1500)
+
+
+@dataclass
+class CpuCase:
+    name: str
+    ops: list[tuple[str, float, float, bool]]
+    backward: list[tuple[float, float]]
+    expected_phases: dict[str, float]
+    data: list[tuple[float, float]] = field(default_factory=list)
+    optimizer: list[tuple[float, float]] = field(default_factory=list)
+
+
+CPU_CASES = [
+    CpuCase(
+        name="gradient accumulation: two forward/backward pairs per step",
+        data=[(0, 100)],
+        ops=[("aten::linear", 100, 10, True), ("aten::relu", 200, 10, True), ("aten::linear", 450, 10, True)],
+        backward=[(300, 350), (350, 400), (500, 600)],
+        optimizer=[(650, 800)],
+        expected_phases={"data_wait": 100, "h2d_copy": 0, "forward": 250, "backward": 200, "optimizer": 150, "other": 300},
+    ),
+    CpuCase(
+        name="preprocessing between the batch and the model is other host work, not forward",
+        data=[(0, 100)],
+        ops=[("aten::mul", 100, 300, False), ("aten::linear", 400, 10, True)],
+        backward=[(600, 700)],
+        optimizer=[(700, 900)],
+        expected_phases={"data_wait": 100, "h2d_copy": 0, "forward": 200, "backward": 100, "optimizer": 200, "other": 400},
+    ),
+    CpuCase(
+        name="inference: forward operators and no backward",
+        data=[(0, 400)],
+        ops=[("aten::linear", 500, 100, True), ("aten::relu", 600, 100, True)],
+        backward=[],
+        expected_phases={"data_wait": 400, "h2d_copy": 0, "forward": 200, "backward": 0, "optimizer": 0, "other": 400},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.name)
+def test_cpu_only_steps(case: CpuCase) -> None:
+    b = TraceBuilder(device=False)
+    b.step(0, 0, 1000)
+    for ts, end in case.data:
+        b.data_wait(ts, end - ts)
+    for name, ts, dur, fwd in case.ops:
+        b.op(name, ts, dur, forward=fwd)
+    for ts, end in case.backward:
+        b.backward_op(ts, end - ts, tid=MAIN)  # CPU autograd runs on the calling thread
+    for ts, end in case.optimizer:
+        b.optimizer(ts, end - ts)
+    breakdown = analyse(b)
+    assert not breakdown.has_gpu
+    step = breakdown.steps[0]
+    assert step.phases == case.expected_phases
+    # with no GPU every instant is host time: the exposed view mirrors the phases
+    assert step.exposed["data_wait"] == case.expected_phases["data_wait"]
+    assert step.exposed["host_forward"] == case.expected_phases["forward"]
+    assert step.exposed["host_backward"] == case.expected_phases["backward"]
+    assert step.exposed["host_optimizer"] == case.expected_phases["optimizer"]
+    assert step.exposed["host_other"] == case.expected_phases["other"]
+    assert step.gpu_busy_us == 0 and step.kernel_count == 0
+
+
+def test_overlapping_streams_split_equally_between_phases() -> None:
+    b = TraceBuilder()
+    b.step(0, 0, 100)
+    b.op("aten::linear", 0, 10, forward=True)
+    b.backward_op(40, 10)
+    b.kernel(ELEMENTWISE, 10, 60, launch_ts=5)  # forward kernel [10,70)
+    b.kernel(ELEMENTWISE, 50, 50, launch_ts=45, tid=AUTOGRAD, stream=8)  # backward kernel [50,100)
+    step = analyse(b).steps[0]
+    assert step.exposed["gpu_forward"] == 40 + 10  # [10,50) alone, half of [50,70)
+    assert step.exposed["gpu_backward"] == 10 + 30
+    assert step.exposed["host_forward"] == 10
+    assert step.gpu_busy_us == 90
+
+
+def test_communication_is_exposed_only_when_no_compute_runs() -> None:
+    b = TraceBuilder()
+    b.step(0, 0, 100)
+    b.backward_op(0, 50)
+    b.kernel(ELEMENTWISE, 0, 40, launch_ts=0, tid=AUTOGRAD)
+    b.kernel(NCCL_ALLREDUCE, 20, 60, launch_ts=10, tid=AUTOGRAD, stream=20)  # [20,80)
+    step = analyse(b).steps[0]
+    assert step.exposed["gpu_backward"] == 40
+    assert step.exposed["communication"] == 40  # [40,80): overlapped part [20,40) is hidden
+    assert step.communication_us == 60
+
+
+def test_trace_without_step_marks_is_one_window() -> None:
+    b = TraceBuilder(device=False)
+    b.op("aten::linear", 10, 20, forward=True)
+    b.op("aten::relu", 50, 40, forward=True)
+    breakdown = analyse(b)
+    assert not breakdown.has_step_marks
+    assert [(s.start_us, s.duration_us) for s in breakdown.steps] == [(10, 80)]
+    assert "no ProfilerStep" in breakdown.notes[0]
+
+
+def test_unknown_and_legacy_categories() -> None:
+    b = TraceBuilder(device=False)
+    b.step(0, 0, 100)
+    b.x("Operator", "aten::linear", 10, 20)  # torch < 1.10 spelling of cpu_op
+    b.x("quantum_op", "teleport", 10, 20)
+    timeline = build_timeline(b.to_dict())
+    assert [op.name for op in timeline.host_ops] == ["aten::linear"]
+    assert timeline.meta.unknown_categories == {"quantum_op": 1}
+    assert "quantum_op (1)" in compute_breakdown(timeline).notes[0]
+
+
+def test_steps_that_overlap_are_clipped_to_tile_the_time_line() -> None:
+    b = TraceBuilder(device=False)
+    b.step(1, 0, 120)
+    b.step(2, 100, 100)
+    timeline = build_timeline(b.to_dict())
+    assert [(s.start, s.end) for s in timeline.steps] == [(0, 100), (100, 200)]
+
+
+def test_interval_helpers() -> None:
+    assert merge([(5, 10), (0, 3), (2, 4), (10, 12), (20, 20)]) == [(0, 4), (5, 12)]
+    assert backward_spans([(0, 5), (5, 9), (20, 30)], forward_starts=[12]) == [(0, 9), (20, 30)]
+    assert backward_spans([(0, 5), (20, 30)], forward_starts=[]) == [(0, 30)]
+    assert forward_spans([(0, 1), (3, 4), (12, 13)], [(5, 9), (20, 30)], [(0, 40)]) == [(0, 5), (12, 20)]
+
+
+def test_category_names_are_the_documented_ones() -> None:
+    assert PHASES == ("data_wait", "h2d_copy", "forward", "backward", "optimizer", "other")
+    assert set(EXPOSED) >= {"data_wait", "h2d_copy", "sync", "gpu_forward", "communication", "host_other"}
+
+
+def test_bf16_gemm_name_is_classified() -> None:
+    b = TraceBuilder()
+    b.step(0, 0, 100)
+    b.op("aten::linear", 0, 5, forward=True)
+    b.kernel(BF16_GEMM, 10, 20, launch_ts=2)
+    assert analyse(b).steps[0].matmul_us == {"bf16": 20}
