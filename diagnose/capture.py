@@ -1,0 +1,201 @@
+"""Stage 2: the profiling window. Warm up, profile a few steps, time more without the profiler,
+then stop the script.
+
+Contract: a ``CaptureSession`` receives step boundaries (from ``instrument.StepClock``) and
+drives ``torch.profiler`` with a schedule, so that the trace carries ``ProfilerStep#N`` marks
+numbered like the script's steps (``N`` counts from the first step diagnose saw). Steps:
+
+    0 .. warmup-1            warm-up (the last one is the profiler's own warm-up)
+    warmup .. warmup+steps-1 profiled: the trace
+    warmup+steps             absorbs the trace export, not measured
+    first_timed .. +timed    timed with plain clocks, profiler off: the steady-state figures
+
+Only what the analysis needs is collected: no shapes, stacks, memory events or FLOPs, which
+make traces 5-20x larger.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from diagnose.progress import Progress
+from diagnose.record import WindowPlan
+
+
+class StopScript(BaseException):
+    """Raised inside the script's own call stack once diagnose has measured enough.
+
+    A BaseException, so that a script's ``except Exception`` does not swallow it."""
+
+
+def trace_file_name(worker: str | None = None) -> str:
+    """``<worker>.<ms>.pt.trace.json.gz``: the name torch-tb-profiler and ``diagnose analyze``
+    look for; the worker part tells ranks apart."""
+    worker = worker or f"{socket.gethostname()}_{os.getpid()}"
+    return f"{worker}.{int(time.time() * 1000)}.pt.trace.json.gz"
+
+
+class CaptureSession:
+    def __init__(
+        self,
+        plan: WindowPlan,
+        run_dir: Path,
+        progress: Progress,
+        on_window_end: Callable[[], None],
+        worker: str | None = None,
+    ) -> None:
+        self.plan = plan
+        self.run_dir = run_dir
+        self.progress = progress
+        self.on_window_end = on_window_end
+        self.worker = worker
+        self.boundaries: list[float] = []
+        self.trace_files: list[str] = []
+        self.timed_start: float | None = None
+        self.timed_end: float | None = None
+        self.window_closed = False
+        self.finished = False
+        self.mode: str | None = None
+        self._profiler: Any = None
+        self._discard_trace = False
+        self._cuda = False
+
+    # --- called by the StepClock ----------------------------------------------------------------
+
+    def on_reset(self, mode: str) -> None:
+        """A stronger step signal appeared: start counting again in that mode."""
+        self.mode = mode
+        self._drop_profiler()
+        self.boundaries = []
+        self.timed_start = self.timed_end = None
+        self.window_closed = False
+
+    def on_boundary(self, now: float) -> None:
+        if self.finished:
+            return
+        k = len(self.boundaries)
+        self.boundaries.append(now)
+        plan = self.plan
+        last_profiled = plan.warmup + plan.steps
+        if k == 0:
+            self._start_profiler()
+        elif self._profiler is not None and k <= last_profiled:
+            self._profiler.step()
+            if k == last_profiled:
+                self._close_window()
+        if k == plan.first_timed:
+            self._synchronize()
+            self.timed_start = time.perf_counter()
+        if k == plan.last_boundary:
+            self._synchronize()
+            self.timed_end = time.perf_counter()
+            self.finished = True
+            self.progress.phase(f"measured {plan.timed} steps without the profiler")
+            if plan.stop:
+                raise StopScript()
+            self.progress.phase("--no-stop: the script runs on to its end")
+            return
+        self._report(k)
+
+    # --- profiler -------------------------------------------------------------------------------
+
+    def _start_profiler(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        self._cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
+        plan = self.plan
+        self._discard_trace = False
+        self._profiler = profile(
+            activities=activities,
+            schedule=schedule(wait=max(plan.warmup - 1, 0), warmup=1 if plan.warmup else 0, active=plan.steps, repeat=1),
+            on_trace_ready=self._save_trace,
+            record_shapes=False,
+            profile_memory=False,
+            with_stack=False,
+            with_flops=False,
+            with_modules=False,
+        )
+        self._profiler.start()
+
+    def _save_trace(self, prof: Any) -> None:
+        if self._discard_trace:
+            return
+        path = self.run_dir / trace_file_name(self.worker)
+        self.progress.phase("writing the trace")
+        raw = path.with_name(path.name[: -len(".gz")])
+        prof.export_chrome_trace(str(raw))
+        # torch would gzip at level 9 (seconds for a large trace); level 6 is 3x faster and
+        # within a few percent of the size.
+        with raw.open("rb") as src, gzip.open(path, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
+        raw.unlink()
+        self.trace_files.append(path.name)
+
+    def _close_window(self) -> None:
+        """The last profiled step just ended (the trace is saved): stop the profiler for good."""
+        self._stop_profiler()
+        self.window_closed = True
+        self.on_window_end()
+
+    def _stop_profiler(self) -> None:
+        if self._profiler is None:
+            return
+        profiler, self._profiler = self._profiler, None
+        profiler.stop()
+
+    def _drop_profiler(self) -> None:
+        self._discard_trace = True
+        self._stop_profiler()
+        self._discard_trace = False
+
+    def finish(self) -> None:
+        """The script ended (or failed) early: save what the window captured so far."""
+        if self._profiler is not None:
+            in_window = len(self.boundaries) > self.plan.warmup
+            if not in_window:
+                self._discard_trace = True
+            self._stop_profiler()
+            self._discard_trace = False
+            if in_window and not self.window_closed:
+                self.window_closed = True
+                self.on_window_end()
+        self.progress.done()
+
+    def _synchronize(self) -> None:
+        if self._cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+    # --- progress -------------------------------------------------------------------------------
+
+    def _report(self, k: int) -> None:
+        plan = self.plan
+        if k < plan.warmup:
+            if k == 0:
+                self.progress.phase(f"warm-up: {plan.warmup} steps (steps found by {self.mode})")
+            self.progress.step(f"warm-up step {k + 1}/{plan.warmup}")
+        elif k < plan.warmup + plan.steps:
+            if k == plan.warmup:
+                self.progress.phase(f"profiling steps {plan.warmup}-{plan.warmup + plan.steps - 1}")
+            self.progress.step(f"profiling step {k - plan.warmup + 1}/{plan.steps}")
+        elif k >= plan.first_timed:
+            if k == plan.first_timed:
+                self.progress.phase(f"timing {plan.timed} steps with the profiler off")
+            self.progress.step(f"timed step {k - plan.first_timed + 1}/{plan.timed}")
+
+    # --- results --------------------------------------------------------------------------------
+
+    def profiled_steps(self) -> int:
+        """Steps inside the profiled window that completed."""
+        completed = max(0, len(self.boundaries) - 1)
+        return max(0, min(completed, self.plan.warmup + self.plan.steps) - self.plan.warmup)

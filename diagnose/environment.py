@@ -1,0 +1,97 @@
+"""The machine and software a run used: device, driver, torch, Python, CPUs."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from typing import Any
+
+
+def cpu_count() -> int:
+    """CPUs this process may use (the affinity mask, which containers and SLURM narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def nvidia_driver_version() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.splitlines()[0].strip() if out else None
+
+
+def describe_environment() -> dict[str, Any]:
+    """Versions and the device. Imports torch: call it from the runner, never from the analysis."""
+    import torch
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_count": cpu_count(),
+        "cpu_count_total": os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "device": "cpu",
+        "device_name": platform.processor() or platform.machine(),
+        "gpu_count": 0,
+    }
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        env.update(
+            device="cuda",
+            device_name=props.name,
+            gpu_count=torch.cuda.device_count(),
+            compute_capability=f"{props.major}.{props.minor}",
+            multiprocessors=props.multi_processor_count,
+            device_memory_bytes=int(props.total_memory),
+            driver=nvidia_driver_version(),
+        )
+    return env
+
+
+def describe_flags() -> dict[str, Any]:
+    """The global switches that change which kernels run."""
+    import torch
+
+    return {
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "grad_enabled": torch.is_grad_enabled(),
+    }
+
+
+def describe_memory() -> dict[str, Any]:
+    """Peak memory of the run so far against the device's capacity."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    return {
+        "peak_allocated_bytes": int(torch.cuda.max_memory_allocated()),
+        "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()),
+        "capacity_bytes": int(total),
+        "free_bytes_at_window_end": int(free),
+    }

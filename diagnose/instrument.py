@@ -1,0 +1,392 @@
+"""Hooks that find training steps in an unmodified script, and record what it configured.
+
+This is the runner's hook registry: the only module-level mutable state in the project lives in
+an ``Instrumentation`` instance, installed before the script runs and removed after it.
+
+Step boundaries, without edits to the script, from the strongest signal seen so far:
+
+1. optimizer steps (``torch.optim.optimizer.register_optimizer_step_post_hook``). When the loop
+   draws batches from a DataLoader, the boundary is the first fetch after the step, so that a
+   step is "fetch, forward, backward, step" and several optimizers (a GAN) or gradient
+   accumulation still make one step per iteration;
+2. DataLoader fetches, for loops with no optimizer (inference, evaluation);
+3. calls of the outermost module, for loops with neither.
+
+A stronger signal restarts the count: warm-up steps are counted in the final mode only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from diagnose.record import DataLoaderInfo, ModelInfo, OptimizerInfo
+
+MODES = ("forward", "dataloader", "optimizer")  # weakest to strongest
+
+BoundaryCallback = Callable[[float], None]
+ResetCallback = Callable[[str], None]
+
+
+class StepClock:
+    """Turns hook calls into step boundaries and reports them to the capture session."""
+
+    def __init__(self, on_boundary: BoundaryCallback, on_reset: ResetCallback) -> None:
+        self.mode: str | None = None
+        self._on_boundary = on_boundary
+        self._on_reset = on_reset
+        self._pending = False
+        self._fetches_since_step = 0
+        self._fetched_last_iteration = False
+        self._lead_optimizer: int | None = None
+        self._lead_module: int | None = None
+        self.samples_this_step = 0
+        self.samples_per_step: list[int] = []
+
+    def _use_mode(self, mode: str) -> bool:
+        """Switch to ``mode`` if it is stronger; return whether signals of ``mode`` count."""
+        if self.mode == mode:
+            return True
+        if self.mode is None or MODES.index(mode) > MODES.index(self.mode):
+            self.mode = mode
+            self.samples_per_step = []
+            self._on_reset(mode)
+            return True
+        return False
+
+    def _boundary(self) -> None:
+        self.samples_per_step.append(self.samples_this_step)
+        self.samples_this_step = 0
+        self._on_boundary(time.perf_counter())
+
+    # --- signals ------------------------------------------------------------------------------
+
+    def optimizer_stepped(self, optimizer_id: int) -> None:
+        self._use_mode("optimizer")
+        if self._lead_optimizer is None:
+            self._lead_optimizer = optimizer_id
+            self._fetched_last_iteration = self._fetches_since_step > 0
+        uses_loader = self._fetches_since_step > 0 or self._fetched_last_iteration
+        self._fetched_last_iteration = self._fetches_since_step > 0
+        self._fetches_since_step = 0
+        if uses_loader:
+            self._pending = True  # the boundary is the next fetch
+        elif optimizer_id == self._lead_optimizer:
+            self._boundary()
+
+    def batch_requested(self) -> None:
+        """Called before the DataLoader produces a batch."""
+        self._fetches_since_step += 1
+        if self.mode == "optimizer":
+            if self._pending:
+                self._pending = False
+                self._boundary()
+        elif self._use_mode("dataloader"):
+            self._boundary()
+
+    def batch_delivered(self, samples: int) -> None:
+        self.samples_this_step += samples
+
+    def module_called(self, module_id: int) -> None:
+        if self.mode is not None and self.mode != "forward":
+            return
+        if self._lead_module is None:
+            self._lead_module = module_id
+        if module_id == self._lead_module and self._use_mode("forward"):
+            self._boundary()
+
+
+def leading_dim(batch: Any, depth: int = 0) -> int:
+    """Samples in a batch: the first dimension of the first tensor found in it."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else 1
+    if depth < 3:
+        if isinstance(batch, (list, tuple)) and batch:
+            return leading_dim(batch[0], depth + 1)
+        if isinstance(batch, dict) and batch:
+            return leading_dim(next(iter(batch.values())), depth + 1)
+    return 0
+
+
+def user_frame(skip_prefixes: tuple[str, ...]) -> str | None:
+    """``file:line`` of the innermost caller outside torch, the standard library and diagnose."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(skip_prefixes) and not filename.startswith("<"):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def library_prefixes() -> tuple[str, ...]:
+    """Path prefixes of code that is not the user's: torch, site-packages, stdlib, diagnose."""
+    import sysconfig
+
+    import torch
+
+    prefixes = {
+        os.path.dirname(torch.__file__),
+        os.path.dirname(os.path.dirname(__file__)) + os.sep + "diagnose",
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    }
+    return tuple(sorted(p for p in prefixes if p))
+
+
+class Instrumentation:
+    """Installs and removes every hook; collects DataLoader, optimizer and model facts."""
+
+    def __init__(self, clock: StepClock, knobs: Any | None = None) -> None:
+        self.clock = clock
+        self.knobs = knobs
+        self.dataloaders: dict[int, DataLoaderInfo] = {}
+        self.optimizers: dict[int, OptimizerInfo] = {}
+        self.in_window = False
+        self._undo: list[Callable[[], None]] = []
+        self._forward_hook: Any = None
+        self._prefixes: tuple[str, ...] = ()
+
+    # --- install / remove ---------------------------------------------------------------------
+
+    def install(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.utils.data import DataLoader
+        from torch.utils.data import dataloader as dl_module
+
+        self._prefixes = library_prefixes()
+        handle = register_optimizer_step_post_hook(self._optimizer_post_hook)
+        self._undo.append(handle.remove)
+        self._patch(DataLoader, "__init__", self._wrap_loader_init)
+        self._patch(DataLoader, "__iter__", self._wrap_loader_iter)
+        self._patch(dl_module._BaseDataLoaderIter, "__init__", self._wrap_iter_init)
+        self._patch(dl_module._BaseDataLoaderIter, "__next__", self._wrap_next)
+        self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._forward_pre_hook)
+        # torch.compile warns once that a global hook exists; it is ours and harmless.
+        warnings.filterwarnings("ignore", message=r".*global hooks on modules.*")
+
+    def remove(self) -> None:
+        self.drop_forward_hook(force=True)
+        while self._undo:
+            self._undo.pop()()
+
+    def drop_forward_hook(self, force: bool = False) -> None:
+        """The forward hook only finds steps in loops with no optimizer and no DataLoader. Remove
+        it once a stronger signal exists, unless torch.compile already compiled code while it was
+        installed (removing it would invalidate a guard and recompile the model)."""
+        if self._forward_hook is None:
+            return
+        if not force and _dynamo_compiled_something():
+            return
+        self._forward_hook.remove()
+        self._forward_hook = None
+
+    def _patch(self, owner: Any, name: str, wrapper_factory: Callable[[Any], Any]) -> None:
+        original = owner.__dict__[name]
+        setattr(owner, name, wrapper_factory(original))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    # --- hooks ----------------------------------------------------------------------------------
+
+    def _optimizer_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        key = id(optimizer)
+        if key not in self.optimizers:
+            self.optimizers[key] = describe_optimizer(optimizer)
+        self.clock.optimizer_stepped(key)
+        if self._forward_hook is not None and self.clock.mode == "optimizer":
+            self.drop_forward_hook()
+
+    def _forward_pre_hook(self, module: Any, args: Any) -> None:
+        import torch
+
+        if torch.compiler.is_compiling():
+            return
+        if self.knobs is not None and self.knobs.compile_mode() is not None:
+            self.knobs.maybe_compile(module)
+        if self.clock.mode in (None, "forward"):
+            self.clock.module_called(id(module))
+
+    def _wrap_loader_init(self, original: Callable[..., None]) -> Callable[..., None]:
+        instrumentation = self
+
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            applied: dict[str, Any] = {}
+            if instrumentation.knobs is not None:
+                args, kwargs, applied = instrumentation.knobs.apply_to_dataloader(original, loader, args, kwargs)
+            original(loader, *args, **kwargs)
+            instrumentation._record_loader(loader, applied)
+
+        return __init__
+
+    def _record_loader(self, loader: Any, applied: dict[str, Any]) -> None:
+        dataset = getattr(loader, "dataset", None)
+        try:
+            length = len(dataset)  # type: ignore[arg-type]
+        except Exception:
+            length = None
+        self.dataloaders[id(loader)] = DataLoaderInfo(
+            loader_id=id(loader),
+            created_at=user_frame(self._prefixes),
+            dataset=type(dataset).__name__,
+            dataset_len=length,
+            batch_size=loader.batch_size,
+            num_workers=int(loader.num_workers),
+            pin_memory=bool(loader.pin_memory),
+            prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
+            persistent_workers=bool(loader.persistent_workers),
+            drop_last=bool(loader.drop_last),
+            knobs_applied=applied,
+        )
+
+    def _wrap_loader_iter(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        instrumentation = self
+
+        def __iter__(loader: Any) -> Any:
+            info = instrumentation.dataloaders.get(id(loader))
+            start = time.perf_counter()
+            iterator = original(loader)
+            if info is not None:
+                info.iterators_created += iterator.__dict__.pop("_diagnose_new", 0)
+                iterator._diagnose_epoch_start = start
+            return iterator
+
+        return __iter__
+
+    def _wrap_iter_init(self, original: Callable[..., None]) -> Callable[..., None]:
+        def __init__(iterator: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
+            original(iterator, loader, *args, **kwargs)
+            iterator._diagnose_loader = id(loader)
+            iterator._diagnose_new = 1  # a fresh iterator: with workers, fresh processes
+
+        return __init__
+
+    def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        instrumentation = self
+        clock = self.clock
+
+        def __next__(iterator: Any) -> Any:
+            clock.batch_requested()
+            batch = original(iterator)
+            clock.batch_delivered(leading_dim(batch))
+            info = instrumentation.dataloaders.get(getattr(iterator, "_diagnose_loader", -1))
+            if info is not None:
+                started = iterator.__dict__.pop("_diagnose_epoch_start", None)
+                if started is not None:
+                    info.first_batch_wait_s.append(time.perf_counter() - started)
+                if instrumentation.in_window:
+                    info.fetches_in_window += 1
+            return batch
+
+        return __next__
+
+    # --- facts collected at the end of the profiled window -------------------------------------
+
+    def describe_models(self) -> list[ModelInfo]:
+        return describe_models()
+
+
+def _dynamo_compiled_something() -> bool:
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    if dynamo_utils is None:
+        return False
+    counters = getattr(dynamo_utils, "counters", {})
+    return bool(counters.get("stats", {}).get("unique_graphs", 0))
+
+
+def describe_optimizer(optimizer: Any) -> OptimizerInfo:
+    """Class, parameter tensors and the implementation (fused / foreach / for-loop) that
+    ``optimizer.step()`` really uses, including torch's own default choice."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    defaults = getattr(optimizer, "defaults", {})
+    if defaults.get("fused"):
+        implementation = "fused"
+    elif "foreach" not in defaults:
+        implementation = "custom"  # not a torch.optim optimizer with a foreach option
+    elif defaults["foreach"]:
+        implementation = "foreach"
+    elif defaults["foreach"] is False:
+        implementation = "for-loop"
+    else:
+        implementation = _default_implementation(params, defaults)
+    lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+    try:
+        lr = float(lr) if lr is not None else None
+    except (TypeError, ValueError):
+        lr = None
+    return OptimizerInfo(
+        name=type(optimizer).__name__,
+        param_tensors=len(params),
+        params=sum(p.numel() for p in params),
+        implementation=implementation,
+        lr=lr,
+    )
+
+
+def _default_implementation(params: list[Any], defaults: dict[str, Any]) -> str:
+    try:
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+
+        fused, foreach = _default_to_fused_or_foreach(params, bool(defaults.get("differentiable")), use_fused=False)
+    except Exception:  # a private helper: if torch changes it, fall back to torch's documented rule
+        foreach = bool(params) and all(getattr(p, "is_cuda", False) for p in params)
+        fused = False
+    return "fused" if fused else "foreach" if foreach else "for-loop"
+
+
+def describe_models() -> list[ModelInfo]:
+    """The outermost modules alive in the process (found through the garbage collector)."""
+    import gc
+
+    import torch
+    from torch import nn
+
+    with warnings.catch_warnings():  # isinstance() wakes lazy torch objects that warn when touched
+        warnings.simplefilter("ignore")
+        modules = [o for o in gc.get_objects() if isinstance(o, nn.Module)]
+    children: set[int] = set()
+    for m in modules:
+        for c in m.children():
+            children.add(id(c))
+        orig = getattr(m, "_orig_mod", None)  # torch.compile's wrapper
+        if orig is not None:
+            children.add(id(orig))
+    compiled_cls = _optimized_module_class()
+    out: list[ModelInfo] = []
+    for m in modules:
+        if id(m) in children:
+            continue
+        params = list(m.parameters())
+        if not params:
+            continue
+        inner = getattr(m, "_orig_mod", m)
+        convs = [x for x in inner.modules() if isinstance(x, nn.modules.conv._ConvNd)]
+        channels_last = bool(convs) and all(
+            c.weight.dim() == 4 and c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs
+        )
+        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+        out.append(
+            ModelInfo(
+                name=type(inner).__name__,
+                params=sum(p.numel() for p in params),
+                param_dtype="/".join(dtypes),
+                conv_layers=len(convs),
+                channels_last=channels_last,
+                compiled=compiled_cls is not None and isinstance(m, compiled_cls),
+                data_parallel=isinstance(m, nn.DataParallel),
+                distributed_data_parallel=isinstance(m, nn.parallel.DistributedDataParallel),
+            )
+        )
+    out.sort(key=lambda info: -info.params)
+    return out[:8]
+
+
+def _optimized_module_class() -> type | None:
+    module = sys.modules.get("torch._dynamo.eval_frame")
+    return getattr(module, "OptimizedModule", None) if module is not None else None

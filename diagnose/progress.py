@@ -1,0 +1,51 @@
+"""A progress line on stderr while the script runs: which phase, which step.
+
+On a terminal one line is rewritten in place; elsewhere (CI logs, pipes) only the phase changes
+are printed, one line each, so logs stay readable. stdout belongs to the script.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+class Progress:
+    def __init__(self, stream: TextIO | None = None, enabled: bool = True) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.interactive = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._phase: str | None = None
+        self._last_draw = 0.0
+        self._line_open = False
+
+    def phase(self, text: str) -> None:
+        """A new phase: always printed on a line of its own."""
+        if not self.enabled or text == self._phase:
+            return
+        self._phase = text
+        self._clear()
+        self.stream.write(f"diagnose ▸ {text}\n")
+        self.stream.flush()
+
+    def step(self, text: str) -> None:
+        """Where we are inside the phase: drawn in place on a terminal, at most 10 times a second."""
+        if not self.interactive:
+            return
+        now = time.monotonic()
+        if now - self._last_draw < 0.1:
+            return
+        self._last_draw = now
+        self.stream.write(f"\r\x1b[2Kdiagnose ▸ {text}")
+        self.stream.flush()
+        self._line_open = True
+
+    def done(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
+        if self._line_open:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self._line_open = False

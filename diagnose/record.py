@@ -1,0 +1,165 @@
+"""What the runner saw, as a plain value saved to ``run.json`` (stage 1's output).
+
+Everything here is JSON-ready data: the analysis (``diagnose analyze RUN_DIR``) reads it back
+without torch and without running the script again.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+RUN_SCHEMA = "diagnose.run/1"
+
+#: How a run ended. "stopped" means diagnose stopped the script on purpose after measuring.
+STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps")
+
+
+@dataclass
+class WindowPlan:
+    """Which steps are warm-up, profiled and timed; whether to stop the script afterwards."""
+
+    warmup: int = 5
+    steps: int = 10
+    timed: int = 20
+    stop: bool = True
+
+    @property
+    def first_profiled(self) -> int:
+        return self.warmup
+
+    @property
+    def first_timed(self) -> int:
+        # one step between the window and the timing absorbs the trace export
+        return self.warmup + self.steps + 1
+
+    @property
+    def last_boundary(self) -> int:
+        return self.first_timed + self.timed
+
+
+@dataclass
+class DataLoaderInfo:
+    loader_id: int
+    created_at: str | None
+    dataset: str
+    dataset_len: int | None
+    batch_size: int | None
+    num_workers: int
+    pin_memory: bool
+    prefetch_factor: int | None
+    persistent_workers: bool
+    drop_last: bool
+    iterators_created: int = 0
+    #: seconds from ``iter(loader)`` to its first batch, one value per iterator
+    first_batch_wait_s: list[float] = field(default_factory=list)
+    fetches_in_window: int = 0
+    knobs_applied: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OptimizerInfo:
+    name: str
+    param_tensors: int
+    params: int
+    implementation: str  # "fused", "foreach" or "for-loop"
+    lr: float | None = None
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    params: int
+    param_dtype: str
+    conv_layers: int
+    channels_last: bool
+    compiled: bool
+    data_parallel: bool
+    distributed_data_parallel: bool
+
+
+@dataclass
+class RunRecord:
+    schema: str = RUN_SCHEMA
+    target: dict[str, Any] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+    started_at: str = ""
+    ended_at: str = ""
+    wall_s: float = 0.0
+    status: str = "completed"
+    exit_code: int = 0
+    error: dict[str, Any] | None = None
+    plan: dict[str, Any] = field(default_factory=dict)
+    step_mode: str | None = None
+    #: ``time.perf_counter()`` at each step boundary: step k runs from boundary k to k+1
+    boundaries_s: list[float] = field(default_factory=list)
+    samples_per_step: list[int] = field(default_factory=list)
+    profiled_steps: int = 0
+    timed_steps: int = 0
+    timed_seconds: float | None = None
+    timed_samples: int | None = None
+    trace_files: list[str] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    dataloaders: list[DataLoaderInfo] = field(default_factory=list)
+    optimizers: list[OptimizerInfo] = field(default_factory=list)
+    models: list[ModelInfo] = field(default_factory=list)
+    flags: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, Any] = field(default_factory=dict)
+    sync_sites: list[dict[str, Any]] = field(default_factory=list)
+    host_samples: dict[str, Any] = field(default_factory=dict)
+    worker_samples: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    # --- derived figures ----------------------------------------------------------------------
+
+    def step_durations(self) -> list[float]:
+        b = self.boundaries_s
+        return [b[i + 1] - b[i] for i in range(len(b) - 1)]
+
+    def completed_steps(self) -> int:
+        return max(0, len(self.boundaries_s) - 1)
+
+    def durations_between(self, first: int, count: int) -> list[float]:
+        return self.step_durations()[first : first + count]
+
+    def train_loader(self) -> DataLoaderInfo | None:
+        """The DataLoader the profiled steps drew from (the most fetches in the window)."""
+        if not self.dataloaders:
+            return None
+        best = max(self.dataloaders, key=lambda d: d.fetches_in_window)
+        if best.fetches_in_window == 0:
+            iterated = [d for d in self.dataloaders if d.iterators_created]
+            return iterated[0] if iterated else self.dataloaders[0]
+        return best
+
+    def batch_size(self) -> float | None:
+        """Samples per step, found from the data (median over steps that fetched any)."""
+        seen = [n for n in self.samples_per_step if n > 0]
+        return statistics.median(seen) if seen else None
+
+    # --- persistence --------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        data = dict(data)
+        data["dataloaders"] = [DataLoaderInfo(**d) for d in data.get("dataloaders", [])]
+        data["optimizers"] = [OptimizerInfo(**o) for o in data.get("optimizers", [])]
+        data["models"] = [ModelInfo(**m) for m in data.get("models", [])]
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> RunRecord:
+        return cls.from_dict(json.loads(path.read_text()))

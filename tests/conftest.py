@@ -1,0 +1,60 @@
+"""Shared fixtures. The autouse guard fails a test that leaves global torch state behind (hooks,
+patched DataLoader methods, a running profiler): the runner must always clean up after itself."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _torch_state() -> tuple | None:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    from torch.nn.modules import module as nn_module
+    from torch.optim import optimizer as optim_module
+    from torch.utils.data import dataloader as dl_module
+
+    return (
+        dl_module.DataLoader.__dict__["__init__"],
+        dl_module.DataLoader.__dict__["__iter__"],
+        dl_module._BaseDataLoaderIter.__dict__["__next__"],
+        dict(optim_module._global_optimizer_post_hooks),
+        dict(nn_module._global_forward_pre_hooks),
+        torch.Tensor.__dict__.get("to"),
+        torch.autograd.backward,
+        torch.autograd.profiler._is_profiler_enabled,
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_global_state_left_behind() -> Iterator[None]:
+    before = _torch_state()
+    argv, path0 = list(sys.argv), sys.path[0]
+    yield
+    after = _torch_state()
+    if before is not None and after is not None:
+        assert after == before, "a test left torch hooks or patches installed"
+    elif after is not None:
+        assert not after[3] and not after[4] and after[5] is None and not after[7]
+    assert sys.argv == argv and sys.path[0] == path0
+
+
+@pytest.fixture
+def write_script(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write a training script (dedented) into the test's temp folder."""
+
+    def write(body: str, name: str = "train.py") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(body).lstrip())
+        return path
+
+    return write

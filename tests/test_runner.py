@@ -1,0 +1,234 @@
+"""The runner in-process on tiny scripts: step finding, the window, the record, clean-up."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from diagnose.errors import UsageError
+from diagnose.progress import Progress
+from diagnose.record import RunRecord, WindowPlan
+from diagnose.runner import RUN_JSON, resolve_target, run_target
+from tests.scripts import MLP_TRAIN
+
+SMALL = WindowPlan(warmup=2, steps=3, timed=4)
+
+
+def run(script: Path, args: list[str] | None = None, plan: WindowPlan = SMALL, tmp: Path | None = None) -> RunRecord:
+    run_dir = (tmp or script.parent) / "run"
+    run_dir.mkdir(exist_ok=True)
+    record = run_target(resolve_target(str(script), None, args or []), plan, run_dir, progress=Progress(enabled=False))
+    assert (run_dir / RUN_JSON).is_file()
+    assert RunRecord.load(run_dir / RUN_JSON).status == record.status
+    return record
+
+
+def test_training_script_is_profiled_then_stopped(write_script) -> None:
+    script = write_script(MLP_TRAIN)
+    record = run(script, ["--batch-size", "8"])
+    assert record.status == "stopped" and record.exit_code == 0
+    assert record.step_mode == "optimizer"
+    # boundaries: warm-up 2, profiled 3, one for the export, timed 4, and the last one
+    assert len(record.boundaries_s) == 2 + 3 + 1 + 4 + 1
+    assert record.profiled_steps == 3
+    assert record.timed_steps == 4 and record.timed_seconds > 0
+    assert record.batch_size() == 8
+    assert record.timed_samples == 4 * 8
+    (loader,) = record.dataloaders
+    assert (loader.num_workers, loader.batch_size, loader.pin_memory) == (0, 8, False)
+    assert loader.created_at.endswith("train.py:11")
+    assert loader.fetches_in_window == 3
+    (opt,) = record.optimizers
+    assert (opt.name, opt.param_tensors, opt.implementation) == ("SGD", 4, "for-loop")
+    assert record.models and record.models[0].name == "Sequential"
+    (trace,) = record.trace_files
+    assert trace.endswith(".pt.trace.json.gz")
+    assert (script.parent / "run" / trace).stat().st_size > 1000
+
+
+def test_script_runs_as_main_with_its_argv_path_and_our_cwd(write_script, tmp_path: Path) -> None:
+    script = write_script(
+        """
+        import os, sys
+        assert __name__ == "__main__"
+        assert sys.argv == [__file__, "--x", "1"], sys.argv
+        assert sys.path[0] == os.path.dirname(__file__), sys.path[0]
+        with open("cwd.txt", "w") as f:
+            f.write(os.getcwd())
+        import helper  # a module beside the script
+        """,
+        name="sub/train.py",
+    )
+    write_script("VALUE = 1\n", name="sub/helper.py")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        record = run(script, ["--x", "1"])
+    finally:
+        os.chdir(cwd)
+    assert record.status == "no_steps", record.error
+    assert (tmp_path / "cwd.txt").read_text() == str(tmp_path)
+
+
+def test_two_optimizers_per_iteration_make_one_step(write_script) -> None:
+    script = write_script(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        og, od = torch.optim.SGD(g.parameters(), lr=0.1), torch.optim.SGD(d.parameters(), lr=0.1)
+        dl = DataLoader(TensorDataset(torch.randn(400, 4)), batch_size=4)
+        iterations = 0
+        for (x,) in dl:
+            d(g(x).detach()).mean().backward(); od.step(); od.zero_grad()
+            d(g(x)).mean().backward(); og.step(); og.zero_grad()
+            iterations += 1
+        """
+    )
+    record = run(script)
+    assert record.status == "stopped"
+    assert record.completed_steps() == 2 + 3 + 1 + 4
+    # one step per iteration (one batch of 4), not one per optimizer
+    assert record.samples_per_step[: record.completed_steps()] == [4] * record.completed_steps()
+
+
+def test_gradient_accumulation_is_one_step_per_optimizer_step(write_script) -> None:
+    script = write_script(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        dl = DataLoader(TensorDataset(torch.randn(400, 4)), batch_size=4)
+        for i, (x,) in enumerate(dl):
+            m(x).mean().backward()
+            if (i + 1) % 4 == 0:
+                opt.step(); opt.zero_grad()
+        """
+    )
+    record = run(script)
+    assert record.step_mode == "optimizer"
+    assert record.status == "stopped"
+    assert record.batch_size() == 16  # four micro-batches of 4 samples per step
+
+
+def test_inference_loop_without_optimizer_counts_batches(write_script) -> None:
+    script = write_script(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        m = torch.nn.Linear(4, 1)
+        with torch.no_grad():
+            for (x,) in DataLoader(TensorDataset(torch.randn(200, 4)), batch_size=4):
+                m(x)
+        """
+    )
+    record = run(script)
+    assert record.step_mode == "dataloader"
+    assert record.status == "stopped"
+
+
+def test_loop_without_optimizer_or_dataloader_counts_model_calls(write_script) -> None:
+    script = write_script(
+        """
+        import torch
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        x = torch.randn(8, 4)
+        with torch.no_grad():
+            for _ in range(100):
+                m(x)
+        """
+    )
+    record = run(script)
+    assert record.step_mode == "forward"
+    assert record.status == "stopped"
+    assert record.profiled_steps == 3
+
+
+def test_script_that_ends_inside_the_window_is_analysed(write_script) -> None:
+    script = write_script(MLP_TRAIN)
+    record = run(script, ["--batch-size", "128", "--epochs", "1"], plan=WindowPlan(warmup=1, steps=10, timed=4))
+    assert record.status == "completed"
+    # 512/128 = 4 batches. Steps start at the fetch after an optimizer step, so iterations
+    # 2-4 are steps 0-2 (the last one ends at the fetch that finds the loader exhausted):
+    # one warm-up step, two profiled
+    assert record.completed_steps() == 3
+    assert record.profiled_steps == 2
+    assert record.trace_files, "what the window captured is saved"
+
+
+def test_script_failure_is_recorded_with_its_traceback(write_script, capsys) -> None:
+    script = write_script(MLP_TRAIN.replace("opt.step()", "opt.step()\n        if epoch == 2: raise ValueError('boom')"))
+    record = run(script, ["--batch-size", "256"])
+    assert record.status == "failed" and record.exit_code == 1
+    assert record.error["type"] == "ValueError"
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ValueError: boom" in err
+    assert "runpy" not in err and "diagnose/runner.py" not in err  # starts in the script
+    assert record.trace_files
+
+
+def test_sys_exit_code_is_kept(write_script) -> None:
+    script = write_script("import sys\nsys.exit(3)\n")
+    record = run(script)
+    assert (record.status, record.exit_code) == ("exited", 3)
+
+
+def test_keyboard_interrupt_mid_window_saves_the_capture(write_script) -> None:
+    script = write_script(MLP_TRAIN.replace("opt.step()", "opt.step()\n        if epoch == 0 and x.sum() > 1e9: pass\n        steps = globals().setdefault('n', [0]); steps[0] += 1\n        if steps[0] == 5: raise KeyboardInterrupt"))
+    record = run(script, ["--batch-size", "8"], plan=WindowPlan(warmup=1, steps=10, timed=4))
+    assert record.status == "interrupted" and record.exit_code == 130
+    assert record.trace_files
+
+
+def test_knobs_reach_the_dataloader_and_optimizer(write_script, tmp_path: Path) -> None:
+    from diagnose.knobs import Knobs
+
+    script = write_script(MLP_TRAIN.replace("torch.optim.SGD(model.parameters(), lr=0.1)", "torch.optim.Adam(model.parameters(), lr=0.1)"))
+    knobs = Knobs.parse(["num_workers=2", "batch_size=32", "optimizer=foreach", "persistent_workers=true"])
+    run_dir = tmp_path / "knobs"
+    run_dir.mkdir()
+    record = run_target(resolve_target(str(script), None, []), SMALL, run_dir, knobs=knobs, progress=Progress(enabled=False))
+    (loader,) = record.dataloaders
+    assert (loader.num_workers, loader.batch_size, loader.persistent_workers) == (2, 32, True)
+    assert loader.knobs_applied == {"num_workers": 2, "batch_size": 32, "persistent_workers": True}
+    assert record.optimizers[0].implementation == "foreach"
+    assert record.batch_size() == 32
+    assert record.knobs["num_workers"] == 2
+
+
+@pytest.mark.parametrize(
+    ("script", "module", "message"),
+    [
+        ("missing.py", None, "no such script"),
+        (".", None, "is a folder, not a Python script"),
+        (None, "no_such_module_xyz", "no module named"),
+    ],
+)
+def test_bad_targets_are_clear_errors(script, module, message, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=message):
+        resolve_target(script, module, [])
+
+
+def test_not_python_is_a_clear_error(tmp_path: Path) -> None:
+    binary = tmp_path / "model.pt"
+    binary.write_bytes(b"\x80\x02\x00\x00garbage")
+    with pytest.raises(UsageError, match="not (valid Python|a Python source)"):
+        resolve_target(str(binary), None, [])
+
+
+def test_python_dash_m_module(write_script, tmp_path: Path, monkeypatch) -> None:
+    write_script("", name="pkg/__init__.py")
+    write_script(MLP_TRAIN, name="pkg/train.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = run_target(resolve_target(None, "pkg.train", ["--batch-size", "4"]), SMALL, run_dir, progress=Progress(enabled=False))
+    assert record.status == "stopped"
+    assert record.batch_size() == 4
+    sys.modules.pop("pkg", None)
