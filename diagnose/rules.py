@@ -1,0 +1,497 @@
+"""Stage 6: rules as data. One TOML file per rule in ``rules/``; this module loads and checks them.
+
+Contract: ``load_rules(extra_dirs) -> list[Rule]``; ``Rule.fires(symptoms) -> bool``. A rule is
+an id, a title, conditions over symptoms, texts with ``{symptom}`` placeholders, a gain bound, a
+knob for ``diagnose verify`` and its own examples that must and must not fire (the test suite
+runs them all; docs/rules.md is generated from the files).
+
+Conditions and gains use a small grammar, never ``eval``::
+
+    condition := expr ("<" | "<=" | ">" | ">=" | "==" | "!=") expr
+    expr      := term (("+" | "-") term)*
+    term      := factor (("*" | "/") factor)*
+    factor    := NUMBER | "true" | "false" | SYMPTOM | FUNC "(" expr ("," expr)* ")" | "(" expr ")" | "-" factor
+    FUNC      := min | max | ceil | floor
+
+A symptom the run did not measure makes its condition false and its gain unknown.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from diagnose.errors import RuleError
+from diagnose.symptoms import CATALOG
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+RULE_KINDS = ("problem", "next")
+_ID_RE = re.compile(r"^[A-Z]{2,8}\d{3}$")
+
+
+# --- expressions ----------------------------------------------------------------------------------
+
+
+class MissingSymptom(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+Node = Union[float, str, tuple[Any, ...]]  # number, symptom name, or (op, *children)
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
+    r"|(?P<op><=|>=|==|!=|[-+*/(),<>]))"
+)
+_COMPARISONS: dict[str, Callable[[float, float], bool]] = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12),
+    "!=": lambda a, b: not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12),
+}
+_FUNCS: dict[str, Callable[..., float]] = {
+    "min": min,
+    "max": max,
+    "ceil": lambda x: float(math.ceil(x)),
+    "floor": lambda x: float(math.floor(x)),
+}
+
+
+class ExprError(ValueError):
+    pass
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, str]] = []
+        pos = 0
+        text = text.rstrip()
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                raise ExprError(f"unexpected {text[pos:].strip()[:20]!r} in {self.text!r}")
+            kind = m.lastgroup or ""
+            self.tokens.append((kind, m.group(kind)))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self, value: str | None = None) -> tuple[str, str]:
+        tok = self.peek()
+        if tok is None:
+            raise ExprError(f"{self.text!r} ends too early")
+        if value is not None and tok[1] != value:
+            raise ExprError(f"expected {value!r} but found {tok[1]!r} in {self.text!r}")
+        self.i += 1
+        return tok
+
+    def done(self) -> None:
+        if self.peek() is not None:
+            raise ExprError(f"unexpected {self.peek()[1]!r} in {self.text!r}")  # type: ignore[index]
+
+    def expr(self) -> Node:
+        node = self.term()
+        while (tok := self.peek()) is not None and tok[1] in "+-" and tok[0] == "op":
+            self.take()
+            node = (tok[1], node, self.term())
+        return node
+
+    def term(self) -> Node:
+        node = self.factor()
+        while (tok := self.peek()) is not None and tok[1] in ("*", "/"):
+            self.take()
+            node = (tok[1], node, self.factor())
+        return node
+
+    def factor(self) -> Node:
+        kind, value = self.take()
+        if kind == "num":
+            return float(value)
+        if kind == "name":
+            if value in ("true", "false"):
+                return 1.0 if value == "true" else 0.0
+            if value in _FUNCS and (nxt := self.peek()) is not None and nxt[1] == "(":
+                self.take("(")
+                args = [self.expr()]
+                while (tok := self.peek()) is not None and tok[1] == ",":
+                    self.take()
+                    args.append(self.expr())
+                self.take(")")
+                return ("call", value, *args)
+            return value
+        if value == "(":
+            node = self.expr()
+            self.take(")")
+            return node
+        if value == "-":
+            return ("neg", self.factor())
+        raise ExprError(f"unexpected {value!r} in {self.text!r}")
+
+
+def parse_expr(text: str) -> Node:
+    parser = _Parser(text)
+    node = parser.expr()
+    parser.done()
+    return node
+
+
+def parse_condition(text: str) -> tuple[str, Node, Node]:
+    parser = _Parser(text)
+    left = parser.expr()
+    tok = parser.peek()
+    if tok is None or tok[1] not in _COMPARISONS:
+        raise ExprError(f"a condition compares two values (<, <=, >, >=, ==, !=): {text!r}")
+    parser.take()
+    right = parser.expr()
+    parser.done()
+    return (tok[1], left, right)
+
+
+def evaluate(node: Node, values: Mapping[str, float]) -> float:
+    if isinstance(node, float):
+        return node
+    if isinstance(node, str):
+        if node not in values:
+            raise MissingSymptom(node)
+        return values[node]
+    op = node[0]
+    if op == "call":
+        return float(_FUNCS[node[1]](*(evaluate(arg, values) for arg in node[2:])))
+    if op == "neg":
+        return -evaluate(node[1], values)
+    a, b = evaluate(node[1], values), evaluate(node[2], values)
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if b == 0:
+        return math.inf if a > 0 else -math.inf if a < 0 else math.nan
+    return a / b
+
+
+def names_in(node: Node) -> set[str]:
+    if isinstance(node, float):
+        return set()
+    if isinstance(node, str):
+        return {node}
+    start = 2 if node[0] == "call" else 1
+    out: set[str] = set()
+    for child in node[start:]:
+        out |= names_in(child)
+    return out
+
+
+# --- text templates -------------------------------------------------------------------------------
+
+#: ``{symptom}``, ``{symptom:spec}``, and either with ``|fallback`` text for runs that lack it
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)(?::([^{}|]*))?(?:\|([^{}]*))?\}")
+
+
+def format_value(value: float | None, spec: str | None, unit: str = "") -> str:
+    """Format a symptom for people: ``%`` percent, ``x`` a factor, ``bytes`` scaled, ``.Nf``."""
+    if value is None:
+        return "n/a"
+    spec = spec or ""
+    if spec == "%" or (not spec and unit == "share"):
+        return f"{value * 100:.0f}%"
+    if spec == "x":
+        return f"{value:.2f}x"
+    if spec == "bytes" or (not spec and unit == "bytes"):
+        return human_bytes(value)
+    if spec:
+        try:
+            return format(value, spec)
+        except ValueError:
+            return str(value)
+    if unit == "us":
+        return f"{value:.1f} µs"
+    if unit == "ms":
+        return f"{value:.1f} ms"
+    if unit == "s":
+        return f"{value:.2f} s"
+    if unit == "GB":
+        return f"{value:.1f} GB"
+    if unit == "GB/s":
+        return f"{value:.1f} GB/s"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.2f}"
+
+
+def human_bytes(value: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def render_template(text: str, values: Mapping[str, float], extra: Mapping[str, str] | None = None) -> str:
+    def replace(m: re.Match[str]) -> str:
+        name, spec, fallback = m.group(1), m.group(2), m.group(3)
+        if extra and name in extra:
+            return extra[name]
+        if name not in values and fallback is not None:
+            return fallback
+        unit = CATALOG.get(name, ("", ""))[0]
+        return format_value(values.get(name), spec, unit)
+
+    return _PLACEHOLDER.sub(replace, text)
+
+
+def template_names(text: str) -> set[str]:
+    return {m.group(1) for m in _PLACEHOLDER.finditer(text)}
+
+
+# --- rules ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Condition:
+    text: str
+    tree: tuple[str, Node, Node]
+
+    def holds(self, values: Mapping[str, float]) -> bool:
+        op, left, right = self.tree
+        try:
+            return _COMPARISONS[op](evaluate(left, values), evaluate(right, values))
+        except MissingSymptom:
+            return False
+
+
+@dataclass(frozen=True)
+class Example:
+    name: str
+    symptoms: dict[str, float]
+    fires: bool
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    category: str
+    kind: str
+    all_of: tuple[Condition, ...]
+    any_of: tuple[Condition, ...]
+    says: str
+    do: str
+    why: str
+    gain_text: str | None
+    gain_tree: Node | None
+    evidence: tuple[str, ...]
+    knobs: dict[str, str]
+    references: tuple[str, ...]
+    examples: tuple[Example, ...]
+    source: Path
+    builtin: bool = True
+
+    def fires(self, values: Mapping[str, float]) -> bool:
+        if not all(c.holds(values) for c in self.all_of):
+            return False
+        return not self.any_of or any(c.holds(values) for c in self.any_of)
+
+    def gain(self, values: Mapping[str, float]) -> float | None:
+        if self.gain_tree is None:
+            return None
+        try:
+            value = evaluate(self.gain_tree, values)
+        except MissingSymptom:
+            return None
+        if math.isnan(value) or value <= 0:
+            return None
+        return value
+
+
+def builtin_rules_dir() -> Path:
+    """``rules/`` beside the package in a checkout, or the copy inside an installed wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "rules", here / "_builtin_rules"):
+        if candidate.is_dir():
+            return candidate
+    raise RuleError("the built-in rules folder is missing from this installation", hint="reinstall diagnose")
+
+
+def load_rules(extra_dirs: list[Path] | None = None, include_builtin: bool = True) -> list[Rule]:
+    files: list[tuple[Path, bool]] = []
+    if include_builtin:
+        files += [(p, True) for p in sorted(builtin_rules_dir().glob("*.toml"))]
+    for d in extra_dirs or []:
+        d = Path(d)
+        if not d.exists():
+            raise RuleError(f"rules folder {d} does not exist")
+        if d.is_file():
+            files.append((d, False))
+            continue
+        found = sorted(d.glob("*.toml"))
+        if not found:
+            raise RuleError(f"rules folder {d} holds no .toml rule files")
+        files += [(p, False) for p in found]
+    rules: list[Rule] = []
+    seen: dict[str, Path] = {}
+    for path, builtin in files:
+        rule = load_rule_file(path, builtin=builtin)
+        if rule.id in seen:
+            raise RuleError(f"{path}:1: rule id {rule.id} is already used by {seen[rule.id]}", hint="ids are never reused")
+        seen[rule.id] = path
+        rules.append(rule)
+    return rules
+
+
+def _line_of(text: str, needle: str) -> int:
+    """1-based line where ``needle`` first appears in the file (for error messages)."""
+    index = text.find(needle)
+    return text.count("\n", 0, index) + 1 if index >= 0 else 1
+
+
+def load_rule_file(path: Path, builtin: bool = False) -> Rule:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(f"{path}: cannot read the rule file ({exc})") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        line = m.group(1) if m else "1"
+        raise RuleError(f"{path}:{line}: not valid TOML: {exc}") from exc
+
+    def fail(problem: str, needle: str | None = None) -> RuleError:
+        line = _line_of(text, needle) if needle else 1
+        return RuleError(f"{path}:{line}: {problem}", hint="see docs/rules.md for the rule file format")
+
+    known_keys = {"id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples"}
+    for key in data:
+        if key not in known_keys:
+            raise fail(f"unknown key {key!r} (known: {', '.join(sorted(known_keys))})", key)
+    for key in ("id", "title", "says", "do", "why"):
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise fail(f"missing or empty {key!r} (a string)", key if key in data else None)
+    rule_id = data["id"]
+    if not _ID_RE.match(rule_id):
+        raise fail(f"id {rule_id!r} must be letters then three digits, like DATA001", "id")
+    kind = data.get("kind", "problem")
+    if kind not in RULE_KINDS:
+        raise fail(f"kind must be one of {RULE_KINDS}, not {kind!r}", "kind")
+
+    when = data.get("when")
+    if not isinstance(when, dict) or not (when.get("all") or when.get("any")):
+        raise fail("'when' needs an 'all' or 'any' list of conditions", "when")
+    unknown_when = set(when) - {"all", "any"}
+    if unknown_when:
+        raise fail(f"'when' takes 'all' and 'any', not {sorted(unknown_when)}", "when")
+
+    def conditions(key: str) -> tuple[Condition, ...]:
+        raw = when.get(key, [])
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list) or not all(isinstance(c, str) for c in raw):
+            raise fail(f"when.{key} must be a list of condition strings", key)
+        out = []
+        for c in raw:
+            try:
+                tree = parse_condition(c)
+            except ExprError as exc:
+                raise fail(f"bad condition: {exc}", c) from exc
+            _check_names(names_in(tree[1]) | names_in(tree[2]), c, fail)
+            out.append(Condition(c, tree))
+        return tuple(out)
+
+    all_of, any_of = conditions("all"), conditions("any")
+
+    gain_text = data.get("gain")
+    gain_tree = None
+    if gain_text is not None:
+        if not isinstance(gain_text, str):
+            raise fail("gain must be an expression string, e.g. \"1 / (1 - exposed.data_wait)\"", "gain")
+        try:
+            gain_tree = parse_expr(gain_text)
+        except ExprError as exc:
+            raise fail(f"bad gain expression: {exc}", gain_text) from exc
+        _check_names(names_in(gain_tree), gain_text, fail)
+
+    for key in ("says", "do"):
+        _check_names(template_names(data[key]) - {"gain"}, data[key], fail)
+
+    evidence = data.get("evidence", [])
+    if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
+        raise fail("evidence must be a list of symptom names", "evidence")
+    _check_names(set(evidence), "evidence", fail)
+
+    knobs = data.get("knob", {})
+    if not isinstance(knobs, dict) or not all(isinstance(v, (str, int, float, bool)) for v in knobs.values()):
+        raise fail("knob must be a table of knob = value", "knob")
+    knobs = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in knobs.items()}
+    for value in knobs.values():
+        _check_names(template_names(value), value, fail)
+
+    references = data.get("references", [])
+    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+        raise fail("references must be a list of strings", "references")
+
+    examples = []
+    for i, ex in enumerate(data.get("examples", [])):
+        if not isinstance(ex, dict) or "symptoms" not in ex or "fires" not in ex:
+            raise fail(f"example {i + 1} needs 'symptoms' (a table) and 'fires' (true/false)", "[[examples]]")
+        for key in set(ex) - {"name", "symptoms", "fires"}:
+            raise fail(f"example {i + 1}: unknown key {key!r} (an example has name, symptoms, fires)", key)
+        symptoms = ex["symptoms"]
+        if not isinstance(symptoms, dict) or not all(isinstance(v, (int, float, bool)) for v in symptoms.values()):
+            raise fail(f"example {i + 1}: symptoms must map names to numbers", "symptoms")
+        _check_names(set(symptoms), f"example {i + 1}", fail)
+        examples.append(
+            Example(str(ex.get("name", f"example {i + 1}")), {k: float(v) for k, v in symptoms.items()}, bool(ex["fires"]))
+        )
+    if not any(e.fires for e in examples) or not any(not e.fires for e in examples):
+        raise fail("a rule carries at least one example that fires and one that does not", "[[examples]]" if examples else None)
+
+    return Rule(
+        id=rule_id,
+        title=data["title"].strip(),
+        category=str(data.get("category", "other")),
+        kind=kind,
+        all_of=all_of,
+        any_of=any_of,
+        says=data["says"].strip(),
+        do=data["do"].strip(),
+        why=data["why"].strip(),
+        gain_text=gain_text,
+        gain_tree=gain_tree,
+        evidence=tuple(evidence),
+        knobs=knobs,
+        references=tuple(references),
+        examples=tuple(examples),
+        source=path,
+        builtin=builtin,
+    )
+
+
+def _check_names(names: set[str], context: str, fail: Callable[[str, str | None], RuleError]) -> None:
+    unknown = sorted(n for n in names if n not in CATALOG)
+    if unknown:
+        hint = _closest(unknown[0])
+        raise fail(f"unknown symptom {unknown[0]!r}{hint} (diagnose rules --symptoms lists them)", unknown[0] if context else None)
+
+
+def _closest(name: str) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(name, list(CATALOG), n=1)
+    return f"; did you mean {match[0]!r}?" if match else ""

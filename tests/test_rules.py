@@ -1,0 +1,158 @@
+"""Every rule's own examples, the condition grammar, malformed rule files, docs/rules.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diagnose.errors import RuleError
+from diagnose.findings import diagnose_symptoms
+from diagnose.rules import (
+    ExprError,
+    evaluate,
+    load_rule_file,
+    load_rules,
+    parse_condition,
+    parse_expr,
+    render_template,
+)
+from diagnose.rulesdoc import rules_markdown
+from diagnose.symptoms import CATALOG, Symptoms
+from tests.conftest import REPO
+
+RULES = load_rules()
+EXAMPLES = [(rule, ex) for rule in RULES for ex in rule.examples]
+
+
+@pytest.mark.parametrize(("rule", "example"), EXAMPLES, ids=[f"{r.id}: {e.name}" for r, e in EXAMPLES])
+def test_rule_examples(rule, example) -> None:
+    assert rule.fires(example.symptoms) is example.fires
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_firing_examples_render_every_placeholder(rule) -> None:
+    for example in rule.examples:
+        if example.fires:
+            finding = diagnose_symptoms([rule], Symptoms.from_values(example.symptoms))
+            found = finding.findings + finding.next_steps + [None] * bool(finding.dropped)
+            assert found, f"{rule.id} fired but produced no finding"
+            if found[0] is not None:
+                assert "{" not in found[0].says, found[0].says
+
+
+def test_the_issue_rule_set_is_there() -> None:
+    ids = {r.id for r in RULES}
+    assert {
+        "DATA001", "DATA002", "DATA003", "DATA004", "DATA005", "PREC001", "LAUNCH001", "SYNC001",
+        "OPT001", "MEM001", "MEM002", "CONV001", "CONV002", "DIST001", "DIST002", "NEXT001",
+    } <= ids
+
+
+def test_docs_rules_md_is_generated_from_the_rule_files() -> None:
+    assert (REPO / "docs" / "rules.md").read_text() == rules_markdown(RULES), "run: diagnose rules --markdown > docs/rules.md"
+
+
+@pytest.mark.parametrize(
+    ("text", "values", "expected"),
+    [
+        ("1 / (1 - exposed.data_wait)", {"exposed.data_wait": 0.5}, 2.0),
+        ("min(cpu.count - 1, 8) * 2", {"cpu.count": 4}, 6.0),
+        ("-batch.size + 3", {"batch.size": 1}, 2.0),
+        ("ceil(2.1) + floor(2.9)", {}, 5.0),
+        ("2 * 3 + 4 / 2 - 1", {}, 7.0),
+        ("true + false", {}, 1.0),
+        ("1e6 / 2", {}, 500000.0),
+    ],
+)
+def test_expression_grammar(text: str, values: dict, expected: float) -> None:
+    assert evaluate(parse_expr(text), values) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("bad", ["1 +", "(1", "1 2", "__import__('os')", "a[0]", "1 ; 2", "exposed.data_wait >= 0.1"])
+def test_bad_expressions_are_rejected(bad: str) -> None:
+    with pytest.raises(ExprError):
+        parse_expr(bad)
+
+
+def test_condition_needs_a_comparison() -> None:
+    assert parse_condition("a.b >= 2")[0] == ">="
+    with pytest.raises(ExprError, match="compares"):
+        parse_condition("a.b + 2")
+
+
+def test_missing_symptom_makes_condition_false_and_gain_unknown() -> None:
+    (rule,) = [r for r in RULES if r.id == "DATA001"]
+    assert not rule.fires({"exposed.data_wait": 0.9})
+    assert rule.gain({}) is None
+
+
+def test_templates_format_units() -> None:
+    values = {"exposed.data_wait": 0.4567, "h2d.bytes_per_step": 64e6, "gpu.compute_capability": 9.0}
+    text = render_template("{exposed.data_wait:%} {h2d.bytes_per_step} {gpu.compute_capability:.1f} {batch.size}", values)
+    assert text == "46% 64.0 MB 9.0 n/a"
+    assert render_template("{batch.size|unknown} {exposed.data_wait:.2f|-}", values) == "unknown 0.46"
+
+
+def _rule(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "MY001.toml"
+    path.write_text(body)
+    return path
+
+
+VALID = """\
+id = "MY001"
+title = "t"
+says = "s"
+do = "d"
+why = "w"
+[when]
+all = ["gpu.busy < 0.5"]
+[[examples]]
+symptoms = { "gpu.busy" = 0.1 }
+fires = true
+[[examples]]
+symptoms = { "gpu.busy" = 0.9 }
+fires = false
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "problem"),
+    [
+        (VALID.replace('all = ["gpu.busy < 0.5"]', 'all = ["gpu.bussy < 0.5"]'), 7, "unknown symptom 'gpu.bussy'; did you mean 'gpu.busy'"),
+        (VALID.replace('all = ["gpu.busy < 0.5"]', 'all = ["gpu.busy <"]'), 7, "bad condition"),
+        (VALID.replace('title = "t"', 'title = "t'), 2, "not valid TOML"),
+        (VALID.replace('id = "MY001"', 'id = "my rule"'), 1, "must be letters then three digits"),
+        (VALID.replace('do = "d"\n', ""), 1, "missing or empty 'do'"),
+        (VALID.replace("fires = false", "fires = true"), 8, "at least one example that fires and one that does not"),
+        (VALID.replace('why = "w"', 'why = "w"\ncolour = "red"'), 6, "unknown key 'colour'"),
+        (VALID + 'expected = 1\n', 14, "example 2: unknown key 'expected'"),
+        (VALID.replace('why = "w"', 'why = "w"\ngain = "1 / (1 - "'), 6, "bad gain expression"),
+    ],
+)
+def test_malformed_rule_files_name_file_line_and_problem(tmp_path: Path, body: str, line: int, problem: str) -> None:
+    path = _rule(tmp_path, body)
+    with pytest.raises(RuleError) as info:
+        load_rule_file(path)
+    message = info.value.message
+    assert message.startswith(f"{path}:")
+    assert problem in message
+    if line > 1:
+        assert f"{path}:{line}:" in message, message
+
+
+def test_user_rules_dir_adds_rules_and_ids_are_never_reused(tmp_path: Path) -> None:
+    _rule(tmp_path, VALID)
+    assert [r.id for r in load_rules([tmp_path]) if not r.builtin] == ["MY001"]
+    (tmp_path / "MY001.toml").write_text(VALID.replace('"MY001"', '"DATA001"'))
+    with pytest.raises(RuleError, match="already used"):
+        load_rules([tmp_path])
+    with pytest.raises(RuleError, match="does not exist"):
+        load_rules([tmp_path / "nope"])
+
+
+def test_every_catalog_symptom_has_unit_and_description() -> None:
+    for name, (unit, description) in CATALOG.items():
+        assert description, name
+        assert "." in name
