@@ -1,0 +1,105 @@
+"""The analysis path, end to end: trace and run record in, report out. No torch import.
+
+Contract: ``analyze_path(path, ...) -> Report`` for a run directory or a bare trace file.
+Every stage is a pure function of the previous stage's value:
+timeline -> breakdown -> symptoms -> findings -> report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from diagnose.breakdown import Breakdown, compute_breakdown
+from diagnose.errors import TraceError, UsageError
+from diagnose.findings import DEFAULT_LIMIT, diagnose_symptoms
+from diagnose.record import RunRecord
+from diagnose.report import Report, build_report
+from diagnose.rules import Rule, load_rules
+from diagnose.symptoms import compute_symptoms
+from diagnose.timeline import DEFAULT_MAX_TRACE_BYTES, TraceMeta, load_timeline, paused_gc
+
+RUN_JSON = "run.json"
+REPORT_JSON = "report.json"
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
+
+
+@dataclass
+class AnalysisOptions:
+    rules_dirs: tuple[Path, ...] = ()
+    show_all: bool = False
+    max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
+
+    @property
+    def limit(self) -> int | None:
+        return None if self.show_all else DEFAULT_LIMIT
+
+
+def find_traces(run_dir: Path) -> list[Path]:
+    """Trace files of a run directory, oldest first (one per rank in a distributed run)."""
+    traces = [p for p in run_dir.iterdir() if p.is_file() and p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
+    return sorted(traces, key=lambda p: p.name)
+
+
+def analyze_path(path: Path, options: AnalysisOptions, rules: list[Rule] | None = None) -> Report:
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"no such run directory or trace: {path}", hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file")
+    if path.is_dir():
+        return analyze_run_dir(path, options, rules)
+    return analyze_trace(path, options, rules)
+
+
+def analyze_run_dir(run_dir: Path, options: AnalysisOptions, rules: list[Rule] | None = None) -> Report:
+    run_json = run_dir / RUN_JSON
+    traces = find_traces(run_dir)
+    if not run_json.exists() and not traces:
+        raise UsageError(f"{run_dir} holds neither run.json nor a trace", hint="is it a diagnose run directory?")
+    record = RunRecord.load(run_json) if run_json.exists() else None
+    warnings: list[str] = []
+    trace = traces[-1] if traces else None
+    if len(traces) > 1:
+        warnings.append(f"{len(traces)} traces in the run directory; analysed {trace.name if trace else ''}")
+    return _analyze(record, trace, options, rules, {"kind": "run", "run_dir": str(run_dir)}, warnings)
+
+
+def analyze_trace(trace: Path, options: AnalysisOptions, rules: list[Rule] | None = None) -> Report:
+    return _analyze(None, trace, options, rules, {"kind": "trace"}, [])
+
+
+def _analyze(
+    record: RunRecord | None,
+    trace: Path | None,
+    options: AnalysisOptions,
+    rules: list[Rule] | None,
+    source: dict,
+    warnings: list[str],
+) -> Report:
+    rules = rules if rules is not None else load_rules(list(options.rules_dirs))
+    breakdown: Breakdown | None = None
+    meta: TraceMeta | None = None
+    if trace is not None:
+        source["trace"] = str(trace)
+        with paused_gc():
+            timeline = load_timeline(trace, max_bytes=options.max_trace_bytes)
+            meta = timeline.meta
+            if not timeline.steps:
+                warnings.append(f"the trace {trace.name} holds no events on a training thread")
+            else:
+                breakdown = compute_breakdown(timeline)
+        if breakdown is None and record is None:
+            raise TraceError(f"{trace} holds no profiled events to analyse", hint="was the profiler running while the script worked?")
+    elif record is not None and record.status not in ("no_steps",):
+        warnings.append("no trace was written: the script ended before the profiled window")
+    symptoms = compute_symptoms(breakdown, record, meta)
+    diagnosis = diagnose_symptoms(rules, symptoms) if breakdown is not None else None
+    return build_report(
+        record=record,
+        meta=meta,
+        breakdown=breakdown,
+        symptoms=symptoms,
+        diagnosis=diagnosis,
+        source=source,
+        limit=options.limit,
+        warnings=warnings,
+    )

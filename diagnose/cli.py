@@ -1,0 +1,248 @@
+"""The command line: a thin facade over runner -> analysis -> renderers.
+
+Each command parses its options, calls one function of the pipeline and renders the result;
+errors become one line on stderr and an exit code (docs/failures.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from diagnose import __version__, errors
+from diagnose.errors import DiagnoseError
+
+app = typer.Typer(
+    name="diagnose",
+    help="Why is this PyTorch training job slow? Profile it, break each step down, and say what to change.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+RUN_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"diagnose {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """diagnose: a profiling-driven bottleneck doctor for PyTorch training."""
+
+
+def _fail(exc: DiagnoseError) -> typer.Exit:
+    typer.echo(f"diagnose: error: {exc.message}", err=True)
+    if exc.hint:
+        typer.echo(f"hint: {exc.hint}", err=True)
+    return typer.Exit(exc.exit_code)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool) -> Iterator[None]:
+    """With --json, stdout carries only the report: the script's own output goes to stderr."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _emit(report, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - Report
+    from diagnose.renderers import JSONRenderer, TerminalRenderer
+
+    if json_out:
+        sys.stdout.write(JSONRenderer().render(report) + "\n")
+        return
+    use_color = sys.stdout.isatty() if color is None else color
+    width = 100
+    with contextlib.suppress(OSError):
+        width = min(max(os.get_terminal_size().columns, 80), 140)
+    sys.stdout.write(TerminalRenderer(color=use_color, width=width).render(report))
+    sys.stdout.flush()
+
+
+@app.command(context_settings=RUN_CONTEXT)
+def run(
+    script: Optional[str] = typer.Argument(None, help="The training script, run as `python SCRIPT ARGS` would."),
+    args: Optional[list[str]] = typer.Argument(None, help="The script's own arguments (after SCRIPT, or after --)."),
+    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m MODULE` would."),
+    warmup: int = typer.Option(5, "--warmup", min=1, help="Steps to skip before profiling (compilation, caches, cuDNN autotuning)."),
+    steps: int = typer.Option(10, "--steps", min=1, help="Steps to profile."),
+    timed_steps: int = typer.Option(20, "--timed-steps", min=1, help="Steps timed after the window with the profiler off."),
+    no_stop: bool = typer.Option(False, "--no-stop", help="Let the script run to its end after measuring."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default runs/<script>-<time>/)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Reuse a non-empty --out directory."),
+    json_out: bool = typer.Option(False, "--json", help="Print report.json to stdout (the script's output goes to stderr)."),
+    html: bool = typer.Option(False, "--html", help="Also write a self-contained report.html."),
+    show_all: bool = typer.Option(False, "--all", help="Show every finding that fired, not only the top ones."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
+    knob: Optional[list[str]] = typer.Option(None, "--set", help="A what-if change, e.g. --set num_workers=4 (diagnose knobs lists them)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
+) -> None:
+    """Run a training script under the profiler, break each step down, and diagnose it."""
+    from diagnose.analysis import AnalysisOptions
+    from diagnose.knobs import Knobs
+    from diagnose.progress import Progress
+    from diagnose.record import WindowPlan
+    from diagnose.runner import resolve_target, run_target
+    from diagnose.rundir import default_run_dir, prepare_run_dir
+    from diagnose.session import analyze_and_save
+
+    try:
+        script_args = list(args or [])
+        if script_args[:1] == ["--"]:
+            script_args = script_args[1:]
+        if module and script:
+            script_args = [script, *script_args]
+            script = None
+        target = resolve_target(script, module, script_args)
+        knobs = Knobs.parse(knob or [])
+        target.args = knobs.apply_to_args(target.args)
+        options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all)
+        from diagnose.rules import load_rules
+
+        rules = load_rules(list(options.rules_dirs))  # a bad rule file fails before the script runs
+        run_dir = prepare_run_dir(out or default_run_dir(target.display_name), explicit=out is not None, overwrite=overwrite)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+
+    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop)
+    progress = Progress(enabled=not quiet)
+    with _stdout_to_stderr(json_out):
+        record = run_target(target, plan, run_dir, knobs=knobs if knobs else None, progress=progress)
+    try:
+        report = analyze_and_save(run_dir, options, rules=rules, html=html)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    _emit(report, json_out, color)
+    if not json_out:
+        typer.echo(f"run directory: {run_dir}  (tensorboard --logdir {run_dir.parent})", err=True)
+    if record.status == "no_steps":
+        typer.echo(
+            "diagnose: error: no training step was found: the script made no optimizer step, "
+            "fetched no DataLoader batch and called no module",
+            err=True,
+        )
+        raise typer.Exit(errors.EXIT_NO_STEPS)
+    if record.status in ("completed", "stopped"):
+        if record.completed_steps() <= plan.warmup:
+            typer.echo(
+                f"diagnose: warning: the script ran only {record.completed_steps()} steps, "
+                f"not more than --warmup {plan.warmup}: nothing was profiled (try --warmup 1 --steps 2)",
+                err=True,
+            )
+        raise typer.Exit(errors.EXIT_OK)
+    raise typer.Exit(record.exit_code or errors.EXIT_SCRIPT_FAILED)
+
+
+@app.command()
+def analyze(
+    path: Path = typer.Argument(..., help="A run directory, or a trace written by torch.profiler (.json or .json.gz)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    html: bool = typer.Option(False, "--html", help="Also write report.html (into the run directory, or beside the trace)."),
+    show_all: bool = typer.Option(False, "--all", help="Show every finding that fired."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
+    max_trace_gb: float = typer.Option(2.0, "--max-trace-gb", help="Refuse traces whose JSON is larger than this."),
+    steps_table: bool = typer.Option(False, "--steps", help="Also print the breakdown of every step."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
+) -> None:
+    """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
+    from diagnose.analysis import AnalysisOptions, analyze_path
+    from diagnose.session import analyze_and_save, write_html
+
+    options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all, max_trace_bytes=int(max_trace_gb * 1e9))
+    try:
+        if path.is_dir():
+            report = analyze_and_save(path, options, html=html)
+        else:
+            report = analyze_path(path, options)
+            if html:
+                write_html(report, path.with_name(path.name.split(".")[0] + ".report.html"))
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    if steps_table and not json_out:
+        from diagnose.renderers import TerminalRenderer
+
+        sys.stdout.write(TerminalRenderer(color=bool(color), show_steps=True).render(report))
+        return
+    _emit(report, json_out, color)
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="A run directory with report.json."),
+    json_out: bool = typer.Option(False, "--json", help="Print report.json."),
+    html: bool = typer.Option(False, "--html", help="Write report.html into the run directory."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
+) -> None:
+    """Show a saved report again (no re-analysis), or write its HTML."""
+    from diagnose.report import Report
+    from diagnose.session import write_html
+
+    path = run_dir / "report.json"
+    if not path.is_file():
+        raise _fail(errors.UsageError(f"no report.json in {run_dir}", hint=f"diagnose analyze {run_dir} makes one"))
+    try:
+        saved = Report.load(path)
+    except (OSError, ValueError) as exc:
+        raise _fail(errors.UsageError(f"cannot read {path}: {exc}", hint=f"diagnose analyze {run_dir} rewrites it")) from None
+    if html:
+        out = write_html(saved, run_dir / "report.html")
+        typer.echo(f"wrote {out}", err=True)
+        return
+    _emit(saved, json_out, color)
+
+
+@app.command(name="rules")
+def rules_command(
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="Also load the rule files of this folder."),
+    symptoms: bool = typer.Option(False, "--symptoms", help="List the symptoms rules can test, with units."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print docs/rules.md (generated from the rule files)."),
+) -> None:
+    """List the rules (built-in and your own)."""
+    from diagnose.rules import load_rules
+    from diagnose.rulesdoc import rules_markdown, rules_table, symptoms_table
+
+    try:
+        loaded = load_rules(list(rules_dirs or []))
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    if markdown:
+        sys.stdout.write(rules_markdown(loaded))
+    elif symptoms:
+        sys.stdout.write(symptoms_table())
+    else:
+        sys.stdout.write(rules_table(loaded))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("diagnose: interrupted", err=True)
+        sys.exit(errors.EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

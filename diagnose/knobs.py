@@ -1,0 +1,350 @@
+"""Knobs: what-if changes applied to an unmodified script (``--set name=value``).
+
+Each knob is one change a recommendation asks for, applied without editing the script:
+
+=================== ==========================================================================
+num_workers, pin_memory, prefetch_factor, persistent_workers, batch_size
+                    DataLoader keyword values, replaced in ``DataLoader.__init__``
+non_blocking        host-to-device copies of pinned tensors become ``non_blocking=True``
+autocast            ``bf16`` or ``fp16``: autocast around forward and loss (off in backward)
+tf32                TF32 matmuls and convolutions (``allow_tf32``)
+cudnn_benchmark     ``torch.backends.cudnn.benchmark``
+optimizer           ``fused`` or ``foreach`` for every torch.optim optimizer that supports it
+compile             ``default``, ``reduce-overhead`` or ``max-autotune``: ``Module.compile()``
+                    of the outermost module the step calls
+channels_last       convolution models and their 4-d inputs in channels_last memory format
+item_every          what-if for host syncs: ``.item()`` really syncs once every N calls per line
+                    and returns the previous value otherwise (measurement only: values go stale)
+=================== ==========================================================================
+
+Script arguments can be changed too (``arg.batch_size=64`` sets ``--batch_size 64``), which is
+how sweeps drive a script's own flags.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnose.errors import UsageError
+
+DATALOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size")
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    name: str
+    kind: str  # "int", "bool" or a tuple of choices joined by "|"
+    help: str
+
+
+KNOB_SPECS: dict[str, KnobSpec] = {
+    spec.name: spec
+    for spec in (
+        KnobSpec("num_workers", "int", "DataLoader num_workers"),
+        KnobSpec("pin_memory", "bool", "DataLoader pin_memory"),
+        KnobSpec("prefetch_factor", "int", "DataLoader prefetch_factor (with workers)"),
+        KnobSpec("persistent_workers", "bool", "DataLoader persistent_workers (with workers)"),
+        KnobSpec("batch_size", "int", "DataLoader batch_size"),
+        KnobSpec("non_blocking", "bool", "pinned host-to-device copies become non_blocking"),
+        KnobSpec("autocast", "bf16|fp16|off", "autocast around forward and loss"),
+        KnobSpec("tf32", "bool", "TF32 for fp32 matmuls and convolutions"),
+        KnobSpec("cudnn_benchmark", "bool", "torch.backends.cudnn.benchmark"),
+        KnobSpec("optimizer", "fused|foreach|for-loop", "the optimizers' implementation"),
+        KnobSpec("compile", "default|reduce-overhead|max-autotune|off", "Module.compile() of the model"),
+        KnobSpec("channels_last", "bool", "channels_last model and inputs for convolutions"),
+        KnobSpec("item_every", "int", "what-if: .item() syncs once every N calls per line (stale values; measurement only)"),
+    )
+}
+
+
+def parse_value(spec: KnobSpec, raw: str) -> Any:
+    raw = raw.strip()
+    if spec.kind == "int":
+        try:
+            value = int(raw)
+        except ValueError:
+            raise UsageError(f"knob {spec.name} takes a whole number, not {raw!r}") from None
+        if value < 0:
+            raise UsageError(f"knob {spec.name} must not be negative")
+        return value
+    if spec.kind == "bool":
+        lowered = raw.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise UsageError(f"knob {spec.name} takes true or false, not {raw!r}")
+    choices = spec.kind.split("|")
+    if raw not in choices:
+        raise UsageError(f"knob {spec.name} takes one of {', '.join(choices)}, not {raw!r}")
+    return raw
+
+
+def split_assignment(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise UsageError(f"--set takes name=value, not {text!r}", hint="diagnose knobs lists the names")
+    return name.strip(), value
+
+
+@dataclass
+class Knobs:
+    values: dict[str, Any] = field(default_factory=dict)
+    script_args: dict[str, str] = field(default_factory=dict)
+    _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _compiled: bool = field(default=False, repr=False)
+
+    @classmethod
+    def parse(cls, assignments: list[str]) -> Knobs:
+        knobs = cls()
+        for text in assignments:
+            name, raw = split_assignment(text)
+            knobs.set(name, raw)
+        return knobs
+
+    def set(self, name: str, raw: str) -> None:
+        if name.startswith("arg."):
+            self.script_args[name[4:]] = raw
+            return
+        spec = KNOB_SPECS.get(name)
+        if spec is None:
+            raise UsageError(f"unknown knob {name!r}", hint=f"knobs: {', '.join(KNOB_SPECS)}, or arg.<flag> for a script flag")
+        self.values[name] = parse_value(spec, raw)
+
+    def __bool__(self) -> bool:
+        return bool(self.values or self.script_args)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.values)
+        out.update({f"arg.{k}": v for k, v in self.script_args.items()})
+        return out
+
+    # --- script arguments -----------------------------------------------------------------------
+
+    def apply_to_args(self, args: list[str]) -> list[str]:
+        """Replace (or append) ``--flag value`` for each ``arg.flag`` knob."""
+        out = list(args)
+        for flag, value in self.script_args.items():
+            option = flag if flag.startswith("-") else f"--{flag}"
+            values = value.split() if value else []
+            replaced = False
+            for i, a in enumerate(out):
+                if a == option:
+                    end = i + 1
+                    while end < len(out) and not out[end].startswith("-"):
+                        end += 1
+                    out[i:end] = [option, *values]
+                    replaced = True
+                    break
+                if a.startswith(option + "="):
+                    out[i] = f"{option}={value}"
+                    replaced = True
+                    break
+            if not replaced:
+                out += [option, *values]
+        return out
+
+    # --- DataLoader -----------------------------------------------------------------------------
+
+    def apply_to_dataloader(
+        self, original: Callable[..., None], loader: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]:
+        wanted = {k: v for k, v in self.values.items() if k in DATALOADER_KNOBS}
+        if not wanted:
+            return args, kwargs, {}
+        bound = inspect.signature(original).bind(loader, *args, **kwargs)
+        bound.apply_defaults()
+        params = bound.arguments
+        applied: dict[str, Any] = {}
+        for name, value in wanted.items():
+            if name == "batch_size" and params.get("batch_sampler") is not None:
+                continue  # a batch sampler decides the batch size
+            params[name] = value
+            applied[name] = value
+        if params.get("num_workers", 0) == 0:
+            # these two are errors without workers
+            params["prefetch_factor"] = None
+            params["persistent_workers"] = False
+        new_args = tuple(list(bound.args)[1:])
+        return new_args, dict(bound.kwargs), applied
+
+    # --- global knobs -----------------------------------------------------------------------------
+
+    def install(self) -> None:
+        import torch
+
+        v = self.values
+        if v.get("tf32") is not None:
+            self._set_attr(torch.backends.cuda.matmul, "allow_tf32", bool(v["tf32"]))
+            self._set_attr(torch.backends.cudnn, "allow_tf32", bool(v["tf32"]))
+        if v.get("cudnn_benchmark") is not None:
+            self._set_attr(torch.backends.cudnn, "benchmark", bool(v["cudnn_benchmark"]))
+        if v.get("optimizer"):
+            self._patch_optimizers(v["optimizer"])
+        if v.get("non_blocking"):
+            self._patch_to()
+        if v.get("autocast") in ("bf16", "fp16"):
+            self._enable_autocast(torch.bfloat16 if v["autocast"] == "bf16" else torch.float16)
+        if v.get("channels_last"):
+            self._patch_channels_last()
+        if v.get("item_every", 0) > 1:
+            self._patch_item(int(v["item_every"]))
+
+    def remove(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def _set_attr(self, owner: Any, name: str, value: Any) -> None:
+        old = getattr(owner, name)
+        setattr(owner, name, value)
+        self._undo.append(lambda: setattr(owner, name, old))
+
+    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+        had = name in owner.__dict__
+        old = owner.__dict__.get(name)
+        setattr(owner, name, replacement)
+        self._undo.append(lambda: setattr(owner, name, old) if had else delattr(owner, name))
+
+    def _patch_optimizers(self, implementation: str) -> None:
+        import torch
+
+        for cls in _optimizer_classes(torch.optim):
+            params = inspect.signature(cls.__init__).parameters
+            if "foreach" not in params:
+                continue
+            original = cls.__init__
+
+            def __init__(self_: Any, *a: Any, __orig: Any = original, __params: Any = params, **kw: Any) -> None:
+                if implementation == "fused" and "fused" in __params:
+                    kw["fused"], kw["foreach"] = True, None
+                elif implementation in ("foreach", "fused"):
+                    kw["foreach"] = True
+                    if "fused" in __params:
+                        kw["fused"] = None
+                else:
+                    kw["foreach"] = False
+                    if "fused" in __params:
+                        kw["fused"] = None
+                try:
+                    __orig(self_, *a, **kw)
+                except RuntimeError:
+                    if not kw.get("fused"):
+                        raise
+                    kw["fused"], kw["foreach"] = None, True  # fused needs floating CUDA params
+                    __orig(self_, *a, **kw)
+
+            self._patch(cls, "__init__", __init__)
+
+    def _patch_to(self) -> None:
+        import torch
+
+        original_to = torch.Tensor.to
+        original_cuda = torch.Tensor.cuda
+
+        def to(self_: Any, *a: Any, **kw: Any) -> Any:
+            if "non_blocking" not in kw and self_.device.type == "cpu" and self_.is_pinned():
+                kw["non_blocking"] = True
+            return original_to(self_, *a, **kw)
+
+        def cuda(self_: Any, *a: Any, **kw: Any) -> Any:
+            if "non_blocking" not in kw and self_.is_pinned():
+                kw["non_blocking"] = True
+            return original_cuda(self_, *a, **kw)
+
+        self._patch(torch.Tensor, "to", to)
+        self._patch(torch.Tensor, "cuda", cuda)
+
+    def _enable_autocast(self, dtype: Any) -> None:
+        """Autocast from the start, paused around every backward (as torch recommends), with its
+        weight-cast cache cleared there, so each step casts the updated weights."""
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        autocast = torch.autocast(device_type=device, dtype=dtype)
+        autocast.__enter__()
+        self._undo.append(lambda: autocast.__exit__(None, None, None))
+        original_backward = torch.autograd.backward
+
+        def backward(*a: Any, **kw: Any) -> Any:
+            torch.clear_autocast_cache()
+            with torch.autocast(device_type=device, enabled=False):
+                return original_backward(*a, **kw)
+
+        self._patch(torch.autograd, "backward", backward)
+
+    def _patch_channels_last(self) -> None:
+        import torch
+        from torch import nn
+
+        original_call = nn.modules.conv._ConvNd.__call__
+
+        def call(self_: Any, x: Any, *a: Any, **kw: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.dim() == 4 and not x.is_contiguous(memory_format=torch.channels_last):
+                x = x.contiguous(memory_format=torch.channels_last)
+            if self_.weight.dim() == 4 and not self_.weight.is_contiguous(memory_format=torch.channels_last):
+                with torch.no_grad():
+                    self_.weight.data = self_.weight.data.contiguous(memory_format=torch.channels_last)
+            return original_call(self_, x, *a, **kw)
+
+        self._patch(nn.modules.conv._ConvNd, "__call__", call)
+
+    def _patch_item(self, every: int) -> None:
+        """Measure what removing per-step ``.item()`` syncs would buy: each call site syncs once
+        every ``every`` calls and otherwise returns its previous value. The numbers a script
+        prints become stale, so this is for measuring only, never for real training."""
+        import sys
+
+        import torch
+
+        original_item = torch.Tensor.item
+        last: dict[tuple[Any, int], tuple[int, Any]] = {}
+
+        def item(self_: Any) -> Any:
+            if self_.device.type == "cpu":
+                return original_item(self_)
+            frame = sys._getframe(1)
+            site = (frame.f_code, frame.f_lineno)
+            count, value = last.get(site, (0, None))
+            if count % every == 0 or value is None:
+                value = original_item(self_)
+            last[site] = (count + 1, value)
+            return value
+
+        self._patch(torch.Tensor, "item", item)
+
+    # --- torch.compile of the outermost module ------------------------------------------------------
+
+    def compile_mode(self) -> str | None:
+        mode = self.values.get("compile")
+        return None if mode in (None, "off") else mode
+
+    def maybe_compile(self, module: Any) -> bool:
+        """Compile ``module`` in place (``Module.compile``) once; later calls run compiled."""
+        mode = self.compile_mode()
+        if mode is None or self._compiled:
+            return False
+        if not any(True for _ in module.parameters()):
+            return False
+        module.compile(mode=None if mode == "default" else mode)
+        self._compiled = True
+        return True
+
+
+def _optimizer_classes(optim_module: Any) -> list[type]:
+    import torch
+
+    out = []
+    for name in dir(optim_module):
+        obj = getattr(optim_module, name)
+        if isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer) and obj is not torch.optim.Optimizer:
+            out.append(obj)
+    return out
+
+
+def knobs_help() -> str:
+    lines = [f"{spec.name:20s} {spec.kind:34s} {spec.help}" for spec in KNOB_SPECS.values()]
+    lines.append(f"{'arg.<flag>':20s} {'text':34s} a flag of the script itself, e.g. arg.batch_size=64")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,379 @@
+"""Stage 8's input: the report, a versioned JSON-ready value that every renderer reads.
+
+Contract: ``build_report(...) -> Report``; ``Report.to_dict()`` is what ``report.json`` holds
+(schema ``diagnose.report/1``, documented field by field in docs/report-schema.md). A report
+can be re-rendered from ``report.json`` alone (``diagnose report RUN_DIR``).
+
+``experiments`` is filled by ``diagnose verify`` and ``diagnose sweep``::
+
+    {"kind": "sweep" | "verify",
+     "parameters": ["num_workers"],           # the knobs varied, in order
+     "rows": [{"label": "num_workers=4", "knobs": {"num_workers": 4},
+               "status": "ok" | "oom" | "failed" | "no effect",
+               "steps_per_s": 12.1, "samples_per_s": 774.0, "median_step_ms": 82.6,
+               "gpu_busy": 0.91, "peak_reserved_bytes": 1.2e10, "speedup": 1.8,
+               "top_exposed": {"category": "gpu_backward", "share": 0.41},
+               "run_dir": "runs/.../num_workers=4"}],
+     "plot": "sweep.png"}                      # when matplotlib made one
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diagnose import __version__
+from diagnose.breakdown import EXPOSED, PHASES, Breakdown
+from diagnose.findings import Diagnosis
+from diagnose.record import RunRecord, WindowPlan
+from diagnose.symptoms import Symptoms
+from diagnose.timeline import TraceMeta
+
+REPORT_SCHEMA = "diagnose.report/1"
+
+#: What each exposed category means, in words, for every renderer.
+EXPOSED_LABELS = {
+    "data_wait": "waiting for data (DataLoader)",
+    "h2d_copy": "host-to-device copies",
+    "sync": "host-GPU syncs (.item(), .cpu(), ...)",
+    "host_forward": "host: forward code, GPU idle",
+    "host_backward": "host: backward, GPU idle",
+    "host_optimizer": "host: optimizer, GPU idle",
+    "host_other": "host: other Python, GPU idle",
+    "communication": "communication (NCCL), not overlapped",
+    "gpu_forward": "GPU: forward kernels",
+    "gpu_backward": "GPU: backward kernels",
+    "gpu_optimizer": "GPU: optimizer kernels",
+    "gpu_other": "GPU: other kernels and copies",
+}
+#: The same categories on a CPU-only run, where the host is the device.
+EXPOSED_LABELS_CPU = {
+    **EXPOSED_LABELS,
+    "host_forward": "forward (CPU compute)",
+    "host_backward": "backward (CPU compute)",
+    "host_optimizer": "optimizer (CPU compute)",
+    "host_other": "other Python",
+}
+PHASE_LABELS = {
+    "data_wait": "data wait",
+    "h2d_copy": "host-to-device copy",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer (with zero_grad)",
+    "other": "other host work",
+}
+
+
+@dataclass
+class Report:
+    schema: str = REPORT_SCHEMA
+    diagnose_version: str = __version__
+    created_at: str = ""
+    source: dict[str, Any] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    dataloader: dict[str, Any] | None = None
+    dataloaders: list[dict[str, Any]] = field(default_factory=list)
+    optimizers: list[dict[str, Any]] = field(default_factory=list)
+    models: list[dict[str, Any]] = field(default_factory=list)
+    flags: dict[str, Any] = field(default_factory=dict)
+    throughput: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    breakdown: dict[str, Any] | None = None
+    symptoms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verdict: str = ""
+    healthy: bool = False
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    next_steps: list[dict[str, Any]] = field(default_factory=list)
+    findings_not_shown: int = 0
+    sync_sites: list[dict[str, Any]] = field(default_factory=list)
+    host_hotspots: dict[str, Any] = field(default_factory=dict)
+    worker_hotspots: dict[str, Any] = field(default_factory=dict)
+    experiments: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, default=_json_default)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> Report:
+        return cls.from_dict(json.loads(path.read_text()))
+
+    # --- convenience for renderers ------------------------------------------------------------
+
+    @property
+    def on_gpu(self) -> bool:
+        return bool(self.breakdown and self.breakdown.get("device") == "cuda")
+
+    def exposed_labels(self) -> dict[str, str]:
+        return EXPOSED_LABELS if self.on_gpu else EXPOSED_LABELS_CPU
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, set):
+        return sorted(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _timing(durations_s: list[float], samples: list[int] | None, total_s: float | None = None) -> dict[str, Any]:
+    """Median, p90, steps/s and samples/s of a run of steps."""
+    if not durations_s:
+        return {"steps": 0}
+    total = total_s if total_s is not None else sum(durations_s)
+    out: dict[str, Any] = {
+        "steps": len(durations_s),
+        "median_step_ms": _round(statistics.median(durations_s) * 1000, 3),
+        "p90_step_ms": _round(_percentile(durations_s, 0.9) * 1000, 3),  # type: ignore[operator]
+        "mean_step_ms": _round(total / len(durations_s) * 1000, 3),
+        "steps_per_s": _round(len(durations_s) / total if total > 0 else None, 3),
+        "samples_per_s": None,
+    }
+    if samples and len(samples) >= len(durations_s) and all(samples[: len(durations_s)]) and total > 0:
+        out["samples_per_s"] = _round(sum(samples[: len(durations_s)]) / total, 2)
+    return out
+
+
+STATUS_MESSAGES = {
+    "completed": "the script ran to its end",
+    "stopped": "diagnose stopped the script after measuring (--no-stop lets it finish)",
+    "exited": "the script exited with code {code}",
+    "failed": "the script raised {error}",
+    "interrupted": "interrupted (Ctrl-C); what was captured is analysed",
+    "terminated": "terminated (SIGTERM); what was captured is analysed",
+    "oom": "the script ran out of GPU memory: {error}",
+    "no_steps": "no training step was found",
+    "trace": "a trace file analysed on its own",
+}
+
+
+def build_report(
+    *,
+    record: RunRecord | None,
+    meta: TraceMeta | None,
+    breakdown: Breakdown | None,
+    symptoms: Symptoms,
+    diagnosis: Diagnosis | None,
+    source: dict[str, Any],
+    limit: int | None,
+    warnings: list[str] | None = None,
+) -> Report:
+    report = Report(created_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), source=source)
+    report.warnings = list(warnings or [])
+    _status(report, record)
+    if record is not None:
+        _from_record(report, record)
+    if meta is not None:
+        _from_meta(report, meta)
+    _throughput(report, record, breakdown)
+    if breakdown is not None and breakdown.steps:
+        report.breakdown = breakdown_to_dict(breakdown)
+        report.warnings.extend(breakdown.notes)
+    report.symptoms = {
+        name: {"value": _round(s.value, 6), "unit": s.unit, "description": s.description} for name, s in symptoms.items()
+    }
+    if diagnosis is not None:
+        findings = [f.to_dict() for f in diagnosis.findings]
+        shown = findings if limit is None else findings[:limit]
+        report.findings = shown
+        report.findings_not_shown = len(findings) - len(shown)
+        report.next_steps = [f.to_dict() for f in diagnosis.next_steps]
+        report.healthy = diagnosis.healthy and report.breakdown is not None
+        report.verdict = _verdict(report, diagnosis)
+    return report
+
+
+def _status(report: Report, record: RunRecord | None) -> None:
+    state = record.status if record is not None else "trace"
+    code = record.exit_code if record is not None else 0
+    err = (record.error or {}) if record is not None else {}
+    error_text = f"{err.get('type', '')}: {err.get('message', '')}".strip(": ") if err else ""
+    message = STATUS_MESSAGES.get(state, state).format(code=code, error=error_text or "an exception")
+    if record is not None:
+        steps = record.completed_steps()
+        plan = record.plan
+        if state in ("completed", "exited", "failed", "interrupted", "terminated", "oom") and steps:
+            message += f" after {steps} steps"
+            if record.profiled_steps < plan.get("steps", 0):
+                message += f"; {record.profiled_steps} of the {plan.get('steps')} planned steps were profiled"
+    report.status = {
+        "state": state,
+        "exit_code": code,
+        "message": message,
+        "error": err or None,
+    }
+
+
+def _from_record(report: Report, record: RunRecord) -> None:
+    report.run = {
+        "target": record.target,
+        "command": record.command,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "wall_s": _round(record.wall_s, 3),
+        "plan": record.plan,
+        "step_mode": record.step_mode,
+        "steps_seen": record.completed_steps(),
+        "profiled_steps": record.profiled_steps,
+        "knobs": record.knobs,
+        "trace_files": record.trace_files,
+    }
+    report.environment = dict(record.environment)
+    loader = record.train_loader()
+    report.dataloader = _loader_dict(loader) if loader is not None else None
+    report.dataloaders = [_loader_dict(d) for d in record.dataloaders]
+    report.optimizers = [vars(o) for o in record.optimizers]
+    report.models = [vars(m) for m in record.models]
+    report.flags = record.flags
+    mem = dict(record.memory)
+    cap = mem.get("capacity_bytes")
+    if cap:
+        mem["peak_allocated_share"] = _round(mem.get("peak_allocated_bytes", 0) / cap)
+        mem["peak_reserved_share"] = _round(mem.get("peak_reserved_bytes", 0) / cap)
+    report.memory = mem
+    report.sync_sites = record.sync_sites
+    report.host_hotspots = record.host_samples
+    report.worker_hotspots = record.worker_samples
+    report.warnings.extend(record.warnings)
+
+
+def _loader_dict(loader: Any) -> dict[str, Any]:
+    d = dict(vars(loader))
+    d.pop("loader_id", None)
+    return d
+
+
+def _from_meta(report: Report, meta: TraceMeta) -> None:
+    env = report.environment
+    if meta.device_name and not env.get("device_name"):
+        env["device_name"] = meta.device_name
+    if meta.device_memory_bytes and not report.memory.get("capacity_bytes"):
+        report.memory.setdefault("capacity_bytes", meta.device_memory_bytes)
+    if meta.compute_capability and not env.get("compute_capability"):
+        env["compute_capability"] = "{}.{}".format(*meta.compute_capability)
+    if meta.cuda_driver_version and not env.get("cuda_driver_api"):
+        env["cuda_driver_api"] = meta.cuda_driver_version
+    report.source.setdefault("trace_events", meta.event_count)
+
+
+def _throughput(report: Report, record: RunRecord | None, breakdown: Breakdown | None) -> None:
+    out: dict[str, Any] = {"batch_size": record.batch_size() if record else None}
+    plan_warmup = record.plan.get("warmup", 0) if record else 0
+    if breakdown is not None and breakdown.steps and breakdown.has_step_marks:
+        durations = [s.duration_us / 1e6 for s in breakdown.steps]
+        samples = None
+        if record is not None:
+            samples = record.samples_per_step[plan_warmup : plan_warmup + len(durations)]
+        out["profiled"] = _timing(durations, samples)
+    elif record is not None and record.profiled_steps:
+        durations = record.durations_between(plan_warmup, record.profiled_steps)
+        out["profiled"] = _timing(durations, record.samples_per_step[plan_warmup:])
+    if record is not None and record.timed_seconds:
+        first = WindowPlan(**record.plan).first_timed
+        durations = record.durations_between(first, record.timed_steps)
+        samples = record.samples_per_step[first : first + record.timed_steps]
+        out["steady"] = _timing(durations, samples, total_s=record.timed_seconds)
+    elif record is not None and record.completed_steps():
+        out["steady"] = None
+        out["note"] = "too few steps for the steady-state timing (profiler off); figures are from the profiled window"
+    report.throughput = out
+
+
+def breakdown_to_dict(bd: Breakdown) -> dict[str, Any]:
+    steps = []
+    for s in bd.steps:
+        steps.append(
+            {
+                "number": s.number,
+                "start_us": s.start_us,
+                "duration_ms": _round(s.duration_us / 1000, 4),
+                "phases_ms": {k: _round(v / 1000, 4) for k, v in s.phases.items()},
+                "exposed_ms": {k: _round(v / 1000, 4) for k, v in s.exposed.items()},
+                "gpu_busy_ms": _round(s.gpu_busy_us / 1000, 4),
+                "kernels": s.kernel_count,
+                "median_kernel_us": _round(s.median_kernel_us, 3),
+                "h2d_pageable_bytes": s.h2d_pageable_bytes,
+                "h2d_pinned_bytes": s.h2d_pinned_bytes,
+                "h2d_copies": s.h2d_copies,
+                "d2h_bytes": s.d2h_bytes,
+                "syncs": s.sync_count,
+                "sync_blocked_ms": _round(s.sync_blocked_us / 1000, 4),
+                "syncs_by_kind": s.syncs_by_kind,
+                "matmul_ms": {k: _round(v / 1000, 4) for k, v in s.matmul_us.items()},
+            }
+        )
+    n = len(bd.steps)
+    median_step = statistics.median([s.duration_us for s in bd.steps]) / 1000
+    return {
+        "device": "cuda" if bd.has_gpu else "cpu",
+        "steps": steps,
+        "window": {
+            "steps": n,
+            "total_ms": _round(bd.total_us / 1000, 3),
+            "median_step_ms": _round(median_step, 3),
+            "exposed_share": {k: _round(bd.exposed_share[k], 5) for k in EXPOSED},
+            "phase_share": {k: _round(bd.phase_share[k], 5) for k in PHASES},
+            "hidden_share": {k: _round(bd.hidden_share[k], 5) for k in PHASES},
+            "median_ms": {
+                "exposed": {k: _round(bd.median_of("exposed", k) / 1000, 4) for k in EXPOSED},
+                "phases": {k: _round(bd.median_of("phases", k) / 1000, 4) for k in PHASES},
+            },
+            "gpu_busy_share": _round(sum(s.gpu_busy_us for s in bd.steps) / (bd.total_us or 1), 5),
+            "kernels_per_step": bd.median("kernel_count"),
+            "median_kernel_us": _round(bd.median("median_kernel_us"), 3),
+            "h2d_bytes_per_step": {
+                "pageable": bd.median("h2d_pageable_bytes"),
+                "pinned": bd.median("h2d_pinned_bytes"),
+            },
+            "syncs_per_step": bd.median("sync_count"),
+        },
+    }
+
+
+def _verdict(report: Report, diagnosis: Diagnosis) -> str:
+    if report.breakdown is None:
+        return "Nothing to diagnose: no profiled step."
+    if diagnosis.findings:
+        top = diagnosis.findings[0]
+        bound = f" (up to {top.gain:.2f}x faster)" if top.gain else ""
+        return f"{top.title}{bound}."
+    window = report.breakdown["window"]
+    if report.on_gpu:
+        busy = window["gpu_busy_share"] * 100
+        precision = report.symptoms.get("gpu.reduced_precision_share", {}).get("value")
+        what = f"GPU busy {busy:.0f}% of the step"
+        if precision is not None and precision >= 0.5:
+            what += f", {precision * 100:.0f}% of matmul time in bf16/fp16"
+        return f"No bottleneck found: {what}."
+    return "No bottleneck found in the CPU run."
