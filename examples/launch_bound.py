@@ -1,0 +1,38 @@
+"""Planted: a deep, narrow model at a small batch: the GPU idles between tiny kernels.
+
+Sixty-four small blocks at batch 32: every kernel runs for a few microseconds, less than it
+takes Python and the CUDA driver to launch it, so the GPU waits on the host.
+Expected diagnosis: LAUNCH001 (torch.compile / CUDA graphs, or a larger batch).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from _common import PlainTimer, device, parser
+
+
+def block(width: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(width, width), nn.LayerNorm(width), nn.GELU())
+
+
+def main() -> None:
+    args = parser(__doc__).parse_args()
+    dev = device()
+    width, depth, batch = (32, 8, 4) if args.small else (256, 64, 32)
+    model = nn.Sequential(*(block(width) for _ in range(depth)), nn.Linear(width, 10)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=dev.type == "cuda")
+    x = torch.randn(batch, width, device=dev)
+    y = torch.randint(0, 10, (batch,), device=dev)
+    timer = PlainTimer(args.time_steps, batch)
+    for step in range(args.steps):
+        timer.step(step)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
