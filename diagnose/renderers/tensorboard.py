@@ -1,15 +1,15 @@
 """TensorBoard output: one event file per run directory, beside the trace.
 
 Contract: ``write_events(report, run_dir) -> Path`` writes ``events.out.tfevents.<secs>.diagnose``
-into ``run_dir`` and removes any older event file of ours first, so re-analysing a run replaces
-its scalars instead of appending a second copy. Raises ImportError when the ``tensorboard``
+into ``run_dir`` and removes any older event file of ours, so re-analysing a run replaces its
+scalars instead of appending a second copy. Raises ImportError when the ``tensorboard``
 package is missing (``pip install diagnose[tensorboard]``); never imports torch or TensorFlow:
 the records are written with tensorboard's own protos and record writer.
 
 What the file holds (tags documented in docs/tensorboard.md):
 
 * per profiled step, at the step's own number: ``exposed/<category>_ms``, ``phase/<phase>_ms``,
-  ``step/duration_ms`` and, on a GPU, ``gpu/*``, ``h2d/*``, ``sync/*``;
+  ``step/duration_ms`` and, on a GPU, ``gpu/*``, ``h2d/*``, ``d2h/*``, ``sync/*``;
 * once, at step 0: ``throughput/*``, ``memory/*``, ``share/*`` (shares of the profiled window);
 * the text ``diagnose/report``: the report as markdown, with a note on which numbers to trust
   (torch-tb-profiler 0.4.3 drops the DataLoader annotations that these figures rest on).
@@ -33,7 +33,10 @@ from diagnose.rules import human_bytes
 #: Our event files end with this, so that we replace ours and leave anyone else's alone.
 EVENT_FILE_SUFFIX = ".diagnose"
 EVENT_FILE_GLOB = f"events.out.tfevents.*{EVENT_FILE_SUFFIX}"
+PARTIAL_NAME = ".diagnose-events.partial"
 TEXT_TAG = "diagnose/report"
+#: The text's breakdown table lists the categories with at least this share (as the terminal does).
+MIN_SHARE_LISTED = 0.0005
 
 #: Per-step counters of a GPU run: scalar tag -> key of a step in ``report.breakdown["steps"]``.
 GPU_STEP_SCALARS = {
@@ -68,17 +71,20 @@ off and is the real speed; `throughput/profiled_*` includes the profiler's overh
 
 
 def write_events(report: Report, run_dir: Path) -> Path:
-    """Write the report's scalars and text as one event file in ``run_dir``; return its path."""
-    for old in run_dir.glob(EVENT_FILE_GLOB):
-        old.unlink()
+    """Write the report's scalars and text as one event file in ``run_dir``, then delete the
+    older ones of ours; return its path."""
     wall_time = time.time()
     path = run_dir / f"events.out.tfevents.{int(wall_time):010d}{EVENT_FILE_SUFFIX}"
-    partial = path.with_name(path.name + ".partial")
+    # TensorBoard reads any file with "tfevents" in its name: write under another name first
+    partial = run_dir / PARTIAL_NAME
     with partial.open("wb") as stream:
         writer = RecordWriter(stream)
         for event in _events(report, wall_time):
             writer.write(event.SerializeToString())
     partial.replace(path)
+    for older in run_dir.glob(EVENT_FILE_GLOB):
+        if older != path:
+            older.unlink()
     return path
 
 
@@ -224,7 +230,8 @@ def _breakdown_markdown(report: Report) -> str:
     labels = report.exposed_labels()
     exposed_rows = [
         [labels[c], f"{window['median_ms']['exposed'][c]:.3f}", f"{window['exposed_share'][c] * 100:.1f}%"]
-        for c in exposed_categories(report)
+        for c in EXPOSED
+        if window["exposed_share"][c] >= MIN_SHARE_LISTED
     ]
     phase_header = ["host thread phase", "ms/step", "share"] + (["hidden behind GPU"] if report.on_gpu else [])
     phase_rows = []
