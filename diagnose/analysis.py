@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from diagnose.breakdown import Breakdown, compute_breakdown
+from diagnose.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
 from diagnose.errors import TraceError, UsageError
 from diagnose.findings import DEFAULT_LIMIT, diagnose_symptoms
 from diagnose.record import RunRecord
@@ -87,6 +87,9 @@ def _analyze(
                 warnings.append(f"the trace {trace.name} holds no events on a training thread")
             else:
                 breakdown = compute_breakdown(timeline)
+                steady = _steady_step_us(record)
+                if steady is not None:
+                    breakdown = calibrate_to_steady_state(breakdown, steady)
         if breakdown is None and record is None:
             raise TraceError(f"{trace} holds no profiled events to analyse", hint="was the profiler running while the script worked?")
     elif record is not None and record.status not in ("no_steps",):
@@ -103,3 +106,10 @@ def _analyze(
         limit=options.limit,
         warnings=warnings,
     )
+
+
+def _steady_step_us(record: RunRecord | None) -> float | None:
+    """Mean step time with the profiler off, from the timed steps of the run."""
+    if record is None or not record.timed_seconds or not record.timed_steps:
+        return None
+    return record.timed_seconds / record.timed_steps * 1e6

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from diagnose import patterns as P
 from diagnose.timeline import HostOp, Interval, Timeline
@@ -119,6 +119,10 @@ class Breakdown:
     notes: list[str] = field(default_factory=list)
     #: DataLoader iterator kinds the trace shows ("single" / "multi" process)
     dataloader_kinds: dict[str, int] = field(default_factory=dict)
+    #: the exposed shares as the trace shows them, before ``calibrate_to_steady_state``
+    trace_exposed_share: dict[str, float] | None = None
+    #: profiled step time over the steady-state step time (profiler off), when known
+    profiler_inflation: float | None = None
 
     @property
     def total_us(self) -> float:
@@ -437,6 +441,47 @@ def _attribute(
         exposed["gpu_other"] += width
     else:
         exposed[_STATE_TO_EXPOSED[state]] += width
+
+
+# --- profiler overhead -----------------------------------------------------------------------
+
+
+def calibrate_to_steady_state(bd: Breakdown, steady_step_us: float, tolerance: float = 0.02) -> Breakdown:
+    """Correct the exposed view for the profiler's own host overhead.
+
+    Profiling records every operator and kernel launch, which slows the host: a loop that
+    launches many kernels looks more host-bound in the trace than it is. The steady-state step
+    (timed with the profiler off) says by how much. GPU work is barely affected, so the host
+    categories are scaled by ``k = (t_steady - g) / (t_profiled - g)`` (``g``: GPU-side time per
+    step) and the shares re-expressed over the steady step; they still sum to one. When the
+    profiled steps are not slower (data-bound loops), nothing changes.
+    """
+    n = len(bd.steps)
+    if not n or steady_step_us <= 0:
+        return bd
+    t_profiled = bd.total_us / n
+    inflation = t_profiled / steady_step_us
+    if inflation <= 1 + tolerance:
+        return replace(bd, profiler_inflation=inflation)
+    per_step = {k: v * t_profiled for k, v in bd.exposed_share.items()}
+    gpu = sum(per_step[c] for c in GPU_EXPOSED)
+    host = t_profiled - gpu
+    if steady_step_us > gpu and host > 0:
+        scale = (steady_step_us - gpu) / host
+        corrected = {c: (per_step[c] * scale if c in HOST_EXPOSED else per_step[c]) / steady_step_us for c in EXPOSED}
+    else:  # even the GPU work took longer than a steady step: only it is left to show
+        corrected = {c: (per_step[c] / gpu if c in GPU_EXPOSED and gpu else 0.0) for c in EXPOSED}
+    note = (
+        f"profiling made steps {100 * (inflation - 1):.0f}% slower than with the profiler off; "
+        "the exposed shares are corrected to the steady-state step (report.json keeps the trace's own)"
+    )
+    return replace(
+        bd,
+        exposed_share=corrected,
+        trace_exposed_share=dict(bd.exposed_share),
+        profiler_inflation=inflation,
+        notes=[*bd.notes, note],
+    )
 
 
 # --- per-step counters ----------------------------------------------------------------------------

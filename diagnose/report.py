@@ -343,13 +343,17 @@ def breakdown_to_dict(bd: Breakdown) -> dict[str, Any]:
             "total_ms": _round(bd.total_us / 1000, 3),
             "median_step_ms": _round(median_step, 3),
             "exposed_share": {k: _round(bd.exposed_share[k], 5) for k in EXPOSED},
+            "trace_exposed_share": (
+                {k: _round(bd.trace_exposed_share[k], 5) for k in EXPOSED} if bd.trace_exposed_share else None
+            ),
+            "profiler_inflation": _round(bd.profiler_inflation, 4),
             "phase_share": {k: _round(bd.phase_share[k], 5) for k in PHASES},
             "hidden_share": {k: _round(bd.hidden_share[k], 5) for k in PHASES},
             "median_ms": {
                 "exposed": {k: _round(bd.median_of("exposed", k) / 1000, 4) for k in EXPOSED},
                 "phases": {k: _round(bd.median_of("phases", k) / 1000, 4) for k in PHASES},
             },
-            "gpu_busy_share": _round(sum(s.gpu_busy_us for s in bd.steps) / (bd.total_us or 1), 5),
+            "gpu_busy_share": _round(_busy_share(bd), 5),
             "kernels_per_step": bd.median("kernel_count"),
             "median_kernel_us": _round(bd.median("median_kernel_us"), 3),
             "h2d_bytes_per_step": {
@@ -359,6 +363,13 @@ def breakdown_to_dict(bd: Breakdown) -> dict[str, Any]:
             "syncs_per_step": bd.median("sync_count"),
         },
     }
+
+
+def _busy_share(bd: Breakdown) -> float:
+    busy = sum(s.gpu_busy_us for s in bd.steps) / (bd.total_us or 1)
+    if bd.trace_exposed_share is not None and bd.profiler_inflation:
+        busy = min(1.0, busy * bd.profiler_inflation)
+    return busy
 
 
 def _verdict(report: Report, diagnosis: Diagnosis) -> str:

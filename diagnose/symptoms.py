@@ -45,6 +45,8 @@ for _phase in PHASES:
     _declare(f"phase.{_phase}", "share", f"share of step time the main thread spends in {_phase.replace('_', ' ')}")
     _declare(f"hidden.{_phase}", "share", f"share of step time in {_phase.replace('_', ' ')} hidden behind GPU work")
 _declare("exposed.launch", "share", "GPU idle while the host runs forward/backward/optimizer code (launch and Python overhead)")
+_declare("exposed.launch_model", "share", "GPU idle while the host runs forward and backward code (launch and Python overhead)")
+_declare("exposed.other_not_sync", "share", "GPU idle while the host runs other code, not counting the idle that follows syncs")
 _declare("exposed.host", "share", "GPU idle for any host reason (sum of the host-side exposed shares)")
 _declare("gpu.present", "bool", "the trace holds GPU activity")
 _declare("gpu.busy", "share", "share of step time the GPU runs anything (kernels, copies, memsets)")
@@ -182,8 +184,12 @@ def _from_breakdown(b: _Builder, bd: Breakdown, meta: TraceMeta | None) -> None:
     if not bd.has_gpu:
         return
     b.set("exposed.launch", sum(bd.exposed_share[c] for c in LAUNCH_EXPOSED))
+    b.set("exposed.launch_model", bd.exposed_share["host_forward"] + bd.exposed_share["host_backward"])
     b.set("exposed.host", sum(bd.exposed_share[c] for c in EXPOSED[:7]))
-    b.set("gpu.busy", sum(s.gpu_busy_us for s in steps) / total)
+    busy = sum(s.gpu_busy_us for s in steps) / total
+    if bd.trace_exposed_share is not None and bd.profiler_inflation:
+        busy = min(1.0, busy * bd.profiler_inflation)  # over the steady step, like the exposed shares
+    b.set("gpu.busy", busy)
     b.set("gpu.kernels_per_step", _median([s.kernel_count for s in steps]))
     b.set("gpu.median_kernel_us", _median([s.median_kernel_us for s in steps if s.median_kernel_us is not None]))
     if meta is not None and meta.compute_capability is not None:
@@ -224,6 +230,7 @@ def _from_breakdown(b: _Builder, bd: Breakdown, meta: TraceMeta | None) -> None:
     idle_after = sum(s.sync_idle_after_us for s in steps) / total
     b.set("sync.idle_after_share", idle_after)
     b.set("sync.cost_share", bd.exposed_share["sync"] + idle_after)
+    b.set("exposed.other_not_sync", max(0.0, bd.exposed_share["host_other"] - idle_after))
     b.set("optimizer.kernels_per_step", _median([s.optimizer_kernels for s in steps]))
     optimizer_kernels = sum(s.optimizer_kernels for s in steps)
     if optimizer_kernels:

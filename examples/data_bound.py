@@ -55,7 +55,7 @@ def main() -> None:
     args = parser(__doc__).parse_args()
     dev = device()
     size, batch = (64, 8) if args.small else (224, 128)
-    data = DataLoader(JpegImages(batch * args.steps, size), batch_size=batch, shuffle=False, num_workers=0)
+    data = DataLoader(JpegImages(batch * args.steps, size), batch_size=batch, shuffle=False, num_workers=0, pin_memory=True)
     model = nn.Sequential(
         nn.Conv2d(3, 64, 7, stride=4, padding=3), nn.ReLU(),
         nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.ReLU(),

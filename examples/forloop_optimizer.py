@@ -1,7 +1,9 @@
-"""Planted: an optimizer that loops over hundreds of small parameter tensors one by one.
+"""Planted: an optimizer that loops over hundreds of parameter tensors one by one.
 
-A model of 150 small blocks has 600 parameter tensors; Adam with foreach=False updates them
-one at a time, launching several tiny kernels per tensor: thousands of launches per step.
+A 48-layer transformer in bf16 keeps the GPU busy in forward and backward, but it has 580
+parameter tensors (most of them small: biases and norm weights), and Adam with foreach=False
+updates them one at a time, several tiny kernels per tensor: thousands of launches per step
+while the GPU waits.
 Expected diagnosis: OPT001 (fused=True or foreach=True).
 """
 
@@ -14,12 +16,13 @@ from _common import PlainTimer, device, parser
 
 
 def main() -> None:
-    args = parser(__doc__).parse_args()
+    args = parser(__doc__, steps=200).parse_args()
     dev = device()
-    width, depth, batch = (16, 10, 8) if args.small else (128, 150, 1024)
-    model = nn.Sequential(*(nn.Sequential(nn.Linear(width, width), nn.LayerNorm(width), nn.ReLU()) for _ in range(depth))).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
-    x = torch.randn(batch, width, device=dev)
+    d, layers, batch, seq = (32, 4, 4, 16) if args.small else (512, 48, 64, 256)
+    layer = nn.TransformerEncoderLayer(d, nhead=max(d // 64, 1), dim_feedforward=4 * d, batch_first=True, dropout=0.0, norm_first=True)
+    model = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, foreach=False)  # planted: the for-loop
+    x = torch.randn(batch, seq, d, device=dev)
     timer = PlainTimer(args.time_steps, batch)
     for step in range(args.steps):
         timer.step(step)

@@ -225,3 +225,23 @@ def test_bf16_gemm_name_is_classified() -> None:
     b.op("aten::linear", 0, 5, forward=True)
     b.kernel(BF16_GEMM, 10, 20, launch_ts=2)
     assert analyse(b).steps[0].matmul_us == {"bf16": 20}
+
+
+def test_calibration_scales_host_time_to_the_steady_step() -> None:
+    from diagnose.breakdown import calibrate_to_steady_state
+
+    b = TraceBuilder()
+    b.step(0, 0, 100)  # profiled: 100 us, of which the GPU is busy 40 and the host launches 60
+    b.op("aten::linear", 0, 1, forward=True)
+    b.backward_op(90, 10)
+    b.kernel(ELEMENTWISE, 20, 40, launch_ts=10)
+    raw = analyse(b)
+    assert raw.exposed_share["gpu_forward"] == pytest.approx(0.4)
+    steady = calibrate_to_steady_state(raw, steady_step_us=70)  # the profiler cost 30 us of host time
+    assert steady.profiler_inflation == pytest.approx(100 / 70)
+    assert steady.exposed_share["gpu_forward"] == pytest.approx(40 / 70)
+    assert sum(steady.exposed_share.values()) == pytest.approx(1.0)
+    assert steady.trace_exposed_share == raw.exposed_share
+    assert "slower" in steady.notes[-1]
+    # a data-bound loop whose profiled steps are not slower is left alone
+    assert calibrate_to_steady_state(raw, steady_step_us=120).exposed_share == raw.exposed_share
