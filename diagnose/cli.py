@@ -97,6 +97,7 @@ def run(
     show_all: bool = typer.Option(False, "--all", help="Show every finding that fired, not only the top ones."),
     rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
     knob: Optional[list[str]] = typer.Option(None, "--set", help="A what-if change, e.g. --set num_workers=4 (diagnose knobs lists them)."),
+    no_lines: bool = typer.Option(False, "--no-lines", help="No line attribution (sync sites, sampled hot lines, DataLoader workers)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
 ) -> None:
@@ -129,8 +130,11 @@ def run(
 
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop)
     progress = Progress(enabled=not quiet)
+    from diagnose.lines import LineAttribution
+
+    hooks = [] if no_lines else [LineAttribution(run_dir)]
     with _stdout_to_stderr(json_out):
-        record = run_target(target, plan, run_dir, knobs=knobs if knobs else None, progress=progress)
+        record = run_target(target, plan, run_dir, knobs=knobs if knobs else None, progress=progress, extra_hooks=hooks)
     try:
         report = analyze_and_save(run_dir, options, rules=rules, html=html)
     except DiagnoseError as exc:
@@ -212,6 +216,151 @@ def report(
         typer.echo(f"wrote {out}", err=True)
         return
     _emit(saved, json_out, color)
+
+
+def _script_args(script: Optional[str], args: Optional[list[str]], module: Optional[str]) -> list[str]:
+    """The script (or ``-m module``) and its arguments, as ``diagnose run`` takes them."""
+    rest = list(args or [])
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    if module:
+        return ["-m", module, *([script] if script else []), *(["--"] if rest or script else []), *rest]
+    if not script:
+        raise _fail(errors.UsageError("give a script to run, or -m MODULE"))
+    return [script, "--", *rest]
+
+
+def _experiments_out(out: Optional[Path], kind: str, name: str) -> Path:
+    from diagnose.rundir import default_run_dir, prepare_run_dir
+
+    try:
+        return prepare_run_dir(out or default_run_dir(f"{kind}-{name}"), explicit=out is not None)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+
+
+@app.command(context_settings=RUN_CONTEXT)
+def verify(
+    script: Optional[str] = typer.Argument(None, help="The training script."),
+    args: Optional[list[str]] = typer.Argument(None, help="The script's own arguments (after --)."),
+    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m MODULE` would."),
+    top: int = typer.Option(3, "--top", min=1, help="How many of the top recommendations to try."),
+    repeats: int = typer.Option(2, "--repeats", min=1, help="Baseline runs, to measure the run-to-run spread."),
+    warmup: int = typer.Option(5, "--warmup", min=1, help="Warm-up steps of every run."),
+    steps: int = typer.Option(5, "--steps", min=1, help="Profiled steps of every run."),
+    timed_steps: int = typer.Option(20, "--timed-steps", min=1, help="Timed steps of every run."),
+    knob: Optional[list[str]] = typer.Option(None, "--set", help="A change applied to every run, baseline included."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the runs (default runs/verify-<script>-<time>/)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report (with the experiments) as JSON."),
+    html: bool = typer.Option(False, "--html", help="Also write report.html."),
+    timeout: float = typer.Option(1800, "--timeout", help="Seconds one run may take."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
+) -> None:
+    """Diagnose, then measure what each top recommendation really buys, one at a time and combined."""
+    from diagnose.experiments import summarize_verify
+    from diagnose.experiments import verify as run_verify
+    from diagnose.record import WindowPlan
+    from diagnose.report import Report
+    from diagnose.runner import resolve_target
+    from diagnose.session import write_html
+
+    target_args = _script_args(script, args, module)
+    try:
+        target = resolve_target(script if not module else None, module, [])
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    out_dir = _experiments_out(out, "verify", target.display_name)
+    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
+    progress = _progress_printer(json_out)
+    options = [item for d in rules_dirs or [] for item in ("--rules", str(Path(d).resolve()))]
+    result, base_report = run_verify(
+        target_args, out_dir, plan, top=top, repeats=repeats, base_knobs=list(knob or []),
+        on_progress=progress, timeout=timeout, options=options,
+    )
+    first = result.baseline.runs[0]
+    if not base_report or first.status != "ok":
+        raise _fail(
+            errors.DiagnoseError(
+                f"the baseline run did not measure a steady state ({first.status}): {first.error}",
+                hint=f"its run directory: {first.run_dir}; try diagnose run on the script first",
+                exit_code=errors.EXIT_SCRIPT_FAILED,
+            )
+        )
+    report = Report.from_dict(base_report)
+    report.experiments = summarize_verify(result, base_report)
+    report.save(out_dir / "report.json")
+    if html:
+        write_html(report, out_dir / "report.html")
+    _emit(report, json_out, color)
+
+
+@app.command(context_settings=RUN_CONTEXT)
+def sweep(
+    script: Optional[str] = typer.Argument(None, help="The training script."),
+    args: Optional[list[str]] = typer.Argument(None, help="The script's own arguments (after --)."),
+    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m MODULE` would."),
+    knob: list[str] = typer.Option(..., "--set", help="A knob and its values, e.g. --set num_workers=0,2,4,8 (one or two)."),
+    fixed: Optional[list[str]] = typer.Option(None, "--with", help="A change applied to every point, e.g. --with autocast=bf16."),
+    warmup: int = typer.Option(5, "--warmup", min=1, help="Warm-up steps of every run."),
+    steps: int = typer.Option(5, "--steps", min=1, help="Profiled steps of every run."),
+    timed_steps: int = typer.Option(20, "--timed-steps", min=1, help="Timed steps of every run."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the runs (default runs/sweep-<script>-<time>/)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report (with the sweep) as JSON."),
+    html: bool = typer.Option(False, "--html", help="Also write report.html with the sweep charts."),
+    timeout: float = typer.Option(1800, "--timeout", help="Seconds one run may take."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
+) -> None:
+    """Run the script once per value of a knob (or a pair of knobs): throughput, GPU busy, memory."""
+    from diagnose.experiments import parse_sweep, plot_sweep, summarize_sweep
+    from diagnose.experiments import sweep as run_sweep
+    from diagnose.record import WindowPlan
+    from diagnose.report import Report
+    from diagnose.runner import resolve_target
+    from diagnose.session import write_html
+
+    target_args = _script_args(script, args, module)
+    try:
+        target = resolve_target(script if not module else None, module, [])
+        names, specs = parse_sweep(knob)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    out_dir = _experiments_out(out, "sweep", target.display_name)
+    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
+    outcomes = run_sweep(target_args, out_dir, plan, specs, base_knobs=list(fixed or []), on_progress=_progress_printer(json_out), timeout=timeout)
+    summary = summarize_sweep(names, outcomes)
+    plot = plot_sweep(summary, out_dir / "sweep.png")
+    if plot is not None:
+        summary["plot"] = plot.name
+    report = Report(
+        source={"kind": "sweep", "run_dir": str(out_dir)},
+        status={"state": "sweep", "exit_code": 0, "message": f"{len(outcomes)} runs of {target.value}", "error": None},
+        run={"target": {"kind": target.kind, "value": target.value, "args": target_args}},
+        verdict=summary["conclusions"][0] if summary["conclusions"] else "no run of the sweep succeeded",
+        experiments=summary,
+    )
+    report.save(out_dir / "report.json")
+    if html:
+        write_html(report, out_dir / "report.html")
+    _emit(report, json_out, color)
+    if not any(o.status == "ok" for o in outcomes):
+        raise typer.Exit(errors.EXIT_SCRIPT_FAILED)
+
+
+def _progress_printer(quiet: bool):  # noqa: ANN202 - a callback
+    def show(label: str) -> None:
+        if not quiet:
+            typer.echo(f"diagnose ▸ experiment: {label}", err=True)
+
+    return show
+
+
+@app.command(name="knobs")
+def knobs_command() -> None:
+    """List the knobs that --set, verify and sweep can change without editing the script."""
+    from diagnose.knobs import knobs_help
+
+    sys.stdout.write(knobs_help())
 
 
 @app.command(name="rules")

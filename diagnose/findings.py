@@ -45,6 +45,7 @@ class Finding:
     evidence: list[Evidence]
     references: list[str]
     knobs: dict[str, str]
+    lines: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class Finding:
             ],
             "references": self.references,
             "knobs": self.knobs,
+            "lines": self.lines,
         }
 
 
@@ -79,7 +81,7 @@ class Diagnosis:
 def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
     values = symptoms.values_by_name()
     gain = rule.gain(values)
-    extra = {"gain": format_value(gain, "x") if gain is not None else "n/a"}
+    extra = {"gain": format_value(gain, "x") if gain is not None else "n/a", **symptoms.texts}
     evidence = []
     for name in rule.evidence:
         s = symptoms.get(name)
@@ -98,6 +100,7 @@ def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
         evidence=evidence,
         references=list(rule.references),
         knobs={k: render_template(v, values) for k, v in rule.knobs.items()},
+        lines=symptoms.texts.get(rule.quote) if rule.quote else None,
     )
 
 

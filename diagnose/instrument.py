@@ -149,6 +149,8 @@ class Instrumentation:
         self.dataloaders: dict[int, DataLoaderInfo] = {}
         self.optimizers: dict[int, OptimizerInfo] = {}
         self.in_window = False
+        #: a CUDA out-of-memory error was raised, even if the script caught it and exited
+        self.oom_message: str | None = None
         self._undo: list[Callable[[], None]] = []
         self._forward_hook: Any = None
         self._prefixes: tuple[str, ...] = ()
@@ -169,6 +171,8 @@ class Instrumentation:
         self._patch(dl_module._BaseDataLoaderIter, "__init__", self._wrap_iter_init)
         self._patch(dl_module._BaseDataLoaderIter, "__next__", self._wrap_next)
         self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._forward_pre_hook)
+        oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+        self._patch(oom, "__init__", self._wrap_oom_init)
         # torch.compile warns once that a global hook exists; it is ours and harmless.
         warnings.filterwarnings("ignore", message=r".*global hooks on modules.*")
 
@@ -189,9 +193,10 @@ class Instrumentation:
         self._forward_hook = None
 
     def _patch(self, owner: Any, name: str, wrapper_factory: Callable[[Any], Any]) -> None:
-        original = owner.__dict__[name]
+        own = name in owner.__dict__
+        original = owner.__dict__[name] if own else getattr(owner, name)
         setattr(owner, name, wrapper_factory(original))
-        self._undo.append(lambda: setattr(owner, name, original))
+        self._undo.append(lambda: setattr(owner, name, original) if own else delattr(owner, name))
 
     # --- hooks ----------------------------------------------------------------------------------
 
@@ -212,6 +217,16 @@ class Instrumentation:
             self.knobs.maybe_compile(module)
         if self.clock.mode in (None, "forward"):
             self.clock.module_called(id(module))
+
+    def _wrap_oom_init(self, original: Callable[..., None]) -> Callable[..., None]:
+        instrumentation = self
+
+        def __init__(error: Any, *args: Any, **kwargs: Any) -> None:
+            original(error, *args, **kwargs)
+            if instrumentation.oom_message is None:
+                instrumentation.oom_message = str(args[0] if args else "CUDA out of memory").splitlines()[0]
+
+        return __init__
 
     def _wrap_loader_init(self, original: Callable[..., None]) -> Callable[..., None]:
         instrumentation = self

@@ -125,26 +125,16 @@ class Knobs:
     # --- script arguments -----------------------------------------------------------------------
 
     def apply_to_args(self, args: list[str]) -> list[str]:
-        """Replace (or append) ``--flag value`` for each ``arg.flag`` knob."""
+        """Set each ``arg.flag`` knob in the script's arguments: ``arg.flag=V`` makes it
+        ``--flag V`` (replacing any value it had), ``arg.flag=flag`` a bare ``--flag``, and
+        ``arg.flag=none`` removes it (``--set arg.mixed_precision=none,fp16,bf16``)."""
         out = list(args)
         for flag, value in self.script_args.items():
             option = flag if flag.startswith("-") else f"--{flag}"
-            values = value.split() if value else []
-            replaced = False
-            for i, a in enumerate(out):
-                if a == option:
-                    end = i + 1
-                    while end < len(out) and not out[end].startswith("-"):
-                        end += 1
-                    out[i:end] = [option, *values]
-                    replaced = True
-                    break
-                if a.startswith(option + "="):
-                    out[i] = f"{option}={value}"
-                    replaced = True
-                    break
-            if not replaced:
-                out += [option, *values]
+            out = _without_option(out, option)
+            if value == "none":
+                continue
+            out += [option] if value == "flag" else [option, *value.split()]
         return out
 
     # --- DataLoader -----------------------------------------------------------------------------
@@ -331,6 +321,31 @@ class Knobs:
         module.compile(mode=None if mode == "default" else mode)
         self._compiled = True
         return True
+
+
+def _without_option(args: list[str], option: str) -> list[str]:
+    """``args`` without ``option`` and the values that follow it (``--opt v1 v2`` or ``--opt=v``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == option:
+            i += 1
+            while i < len(args) and not (args[i].startswith("-") and not _is_number(args[i])):
+                i += 1
+            continue
+        if not a.startswith(option + "="):
+            out.append(a)
+        i += 1
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _optimizer_classes(optim_module: Any) -> list[type]:

@@ -94,6 +94,8 @@ class RunRecord:
     error: dict[str, Any] | None = None
     plan: dict[str, Any] = field(default_factory=dict)
     step_mode: str | None = None
+    #: ``time.perf_counter()`` when the script started (before its first step: imports, set-up)
+    script_start_s: float | None = None
     #: ``time.perf_counter()`` at each step boundary: step k runs from boundary k to k+1
     boundaries_s: list[float] = field(default_factory=list)
     samples_per_step: list[int] = field(default_factory=list)
@@ -119,6 +121,12 @@ class RunRecord:
     def step_durations(self) -> list[float]:
         b = self.boundaries_s
         return [b[i + 1] - b[i] for i in range(len(b) - 1)]
+
+    def startup_seconds(self, warmup: int) -> float | None:
+        """From the script's start to the end of its warm-up steps: where compilation happens."""
+        if self.script_start_s is None or len(self.boundaries_s) <= warmup:
+            return None
+        return self.boundaries_s[warmup] - self.script_start_s
 
     def completed_steps(self) -> int:
         return max(0, len(self.boundaries_s) - 1)

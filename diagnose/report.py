@@ -245,6 +245,7 @@ def _from_record(report: Report, record: RunRecord) -> None:
         "plan": record.plan,
         "step_mode": record.step_mode,
         "steps_seen": record.completed_steps(),
+        "startup_s": _round(record.startup_seconds(record.plan.get("warmup", 0)), 3),
         "profiled_steps": record.profiled_steps,
         "knobs": record.knobs,
         "trace_files": record.trace_files,

@@ -244,6 +244,7 @@ def human_bytes(value: float) -> str:
 
 
 def render_template(text: str, values: Mapping[str, float], extra: Mapping[str, str] | None = None) -> str:
+    """Fill ``{name}`` placeholders; ``extra`` holds text values (source lines, the gain)."""
     def replace(m: re.Match[str]) -> str:
         name, spec, fallback = m.group(1), m.group(2), m.group(3)
         if extra and name in extra:
@@ -302,6 +303,8 @@ class Rule:
     examples: tuple[Example, ...]
     source: Path
     builtin: bool = True
+    #: a text symptom (source lines) quoted with the finding
+    quote: str | None = None
 
     def fires(self, values: Mapping[str, float]) -> bool:
         if not all(c.holds(values) for c in self.all_of):
@@ -377,7 +380,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         line = _line_of(text, needle) if needle else 1
         return RuleError(f"{path}:{line}: {problem}", hint="see docs/rules.md for the rule file format")
 
-    known_keys = {"id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples"}
+    known_keys = {"id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples", "quote"}
     for key in data:
         if key not in known_keys:
             raise fail(f"unknown key {key!r} (known: {', '.join(sorted(known_keys))})", key)
@@ -442,6 +445,10 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     for value in knobs.values():
         _check_names(template_names(value), value, fail)
 
+    quote = data.get("quote")
+    if quote is not None and (not isinstance(quote, str) or CATALOG.get(quote, ("",))[0] != "text"):
+        raise fail(f"quote names a text symptom (lines.sync, lines.data, lines.host_other), not {quote!r}", "quote")
+
     references = data.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise fail("references must be a list of strings", "references")
@@ -480,6 +487,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         examples=tuple(examples),
         source=path,
         builtin=builtin,
+        quote=quote,
     )
 
 

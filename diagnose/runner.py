@@ -126,13 +126,16 @@ def run_target(
         record.flags = describe_flags()
         record.models = [m for m in _safely(instrumentation.describe_models, [])] if instrumentation else []
         for hook in extra_hooks or []:
-            hook.window_closed(record)
+            hook.window_closed(record)  # no-op when already closed at the boundary
         if instrumentation is not None:
             instrumentation.in_window = False
 
     session = CaptureSession(plan, run_dir, progress, on_window_end=window_end, worker=worker)
 
     def on_boundary(now: float) -> None:
+        if len(session.boundaries) == plan.warmup + plan.steps and not session.finished:
+            for hook in extra_hooks or []:  # the window ends here: stop sampling before the export
+                hook.window_closed(record)
         session.on_boundary(now)
         if instrumentation is not None:
             k = len(session.boundaries) - 1
@@ -162,6 +165,9 @@ def run_target(
         for hook in extra_hooks or []:
             _safely(lambda h=hook: h.finish(record))
         record.environment = _safely(describe_environment, {})
+        if instrumentation.oom_message and status in ("exited", "failed"):
+            status = "oom"  # the script caught the OOM and exited: still an OOM
+            error = error or {"type": "OutOfMemoryError", "message": instrumentation.oom_message, "traceback": ""}
         record.status = status
         record.exit_code = exit_code
         record.error = error
@@ -181,8 +187,13 @@ def run_target(
         record.wall_s = time.perf_counter() - t0
         record.save(run_dir / RUN_JSON)
 
+    owner_pid = os.getpid()
+
     def hard_exit(code: int = 0) -> None:
-        """``os._exit`` skips every ``finally``: save the capture first, then really exit."""
+        """``os._exit`` skips every ``finally``: save the capture first, then really exit. Forked
+        children (DataLoader workers) inherit this function and must simply exit."""
+        if os.getpid() != owner_pid:
+            real_exit(code)
         record.warnings.append(f"the script called os._exit({code})")
         _safely(lambda: finalize("exited" if code else "completed", code))
         _safely(saved.restore)
@@ -199,6 +210,7 @@ def run_target(
         _install_sigterm()
         _prepare_sys(target)
         progress.phase(f"running {Path(target.value).name if target.kind == 'script' else '-m ' + target.value}")
+        record.script_start_s = time.perf_counter()
         if target.kind == "script":
             runpy.run_path(target.value, run_name="__main__")
         else:
@@ -228,12 +240,12 @@ def run_target(
         os._exit = real_exit
         try:
             finalize(status, exit_code, error)
-        finally:
-            instrumentation.remove()
+        finally:  # undo in the reverse order of installation: later patches wrap earlier ones
+            for hook in reversed(extra_hooks or []):
+                _safely(hook.remove)
             if knobs is not None:
                 _safely(knobs.remove)
-            for hook in extra_hooks or []:
-                _safely(hook.remove)
+            instrumentation.remove()
             saved.restore()
     if record.completed_steps() == 0 and status in ("completed", "stopped", "exited"):
         record.status = "no_steps" if status != "exited" else status

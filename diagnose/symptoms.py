@@ -106,13 +106,24 @@ _declare("cudnn.benchmark", "bool", "torch.backends.cudnn.benchmark")
 _declare("matmul.tf32", "bool", "TF32 matmuls allowed (allow_tf32 or float32_matmul_precision high/medium)")
 _declare("step.time_ms", "ms", "median step time (steady state where measured, else profiled)")
 _declare("step.profiled", "count", "profiled steps analysed")
-_declare("suggest.num_workers", "count", "DataLoader workers that would keep the GPU fed, within the CPUs")
+_declare("suggest.num_workers", "count", "DataLoader workers that would keep the GPU fed, within the CPUs (half of them on a CPU-only run)")
 _declare("suggest.batch_size", "count", "a larger batch that fits the measured memory headroom")
+_declare("workers.cpu_per_batch_ms", "ms", "CPU time a DataLoader worker spends building one batch")
+_declare("workers.busy", "share", "share of the DataLoader workers' time spent building batches (not waiting for work)")
+_declare("workers.saturated", "bool", "the data pipeline has no idle capacity: no workers, or workers busy most of the time (assumed when not sampled)")
+_declare("workers.balance", "count", "DataLoader workers whose combined output matches the GPU's step rate")
+_declare("lines.sync", "text", "the source lines that synchronise, with their counts per step")
+_declare("lines.host_other", "text", "the user's lines where the main thread spends the time outside DataLoader, model and optimizer")
+_declare("lines.data", "text", "the lines where data loading spends its time (main thread or workers)")
+_declare("host.other_user_share", "share", "share of step time the main thread spends in the user's own code outside DataLoader, model and optimizer")
 
 
 class Symptoms(Mapping[str, Symptom]):
-    def __init__(self, items: dict[str, Symptom]) -> None:
+    """Numeric symptoms by name; ``texts`` holds the ``text`` ones (source lines to quote)."""
+
+    def __init__(self, items: dict[str, Symptom], texts: dict[str, str] | None = None) -> None:
         self._items = items
+        self.texts = texts or {}
 
     def __getitem__(self, name: str) -> Symptom:
         return self._items[name]
@@ -139,6 +150,12 @@ class Symptoms(Mapping[str, Symptom]):
 class _Builder:
     def __init__(self) -> None:
         self.items: dict[str, Symptom] = {}
+        self.texts: dict[str, str] = {}
+
+    def text(self, name: str, value: str) -> None:
+        if value:
+            assert CATALOG[name][0] == "text", name
+            self.texts[name] = value
 
     def set(self, name: str, value: float | bool | None) -> None:
         if value is None:
@@ -163,8 +180,9 @@ def compute_symptoms(breakdown: Breakdown | None, record: RunRecord | None, meta
         _from_breakdown(b, breakdown, meta)
     if record is not None:
         _from_record(b, record, breakdown)
+        _from_lines(b, record, breakdown)
     _suggestions(b, record)
-    return Symptoms(b.items)
+    return Symptoms(b.items, b.texts)
 
 
 def _from_breakdown(b: _Builder, bd: Breakdown, meta: TraceMeta | None) -> None:
@@ -181,7 +199,8 @@ def _from_breakdown(b: _Builder, bd: Breakdown, meta: TraceMeta | None) -> None:
         b.set("dataloader.single_process", "multi" not in bd.dataloader_kinds)
     b.set("step.time_ms", _median([s.duration_us for s in steps]) / 1000)  # replaced by steady time if any
     b.set("gpu.present", bd.has_gpu)
-    if not bd.has_gpu:
+    if not bd.has_gpu:  # every instant is host time; there are no syncs to set apart
+        b.set("exposed.other_not_sync", bd.exposed_share["host_other"])
         return
     b.set("exposed.launch", sum(bd.exposed_share[c] for c in LAUNCH_EXPOSED))
     b.set("exposed.launch_model", bd.exposed_share["host_forward"] + bd.exposed_share["host_backward"])
@@ -315,12 +334,22 @@ def _startup_seconds(first_batch_waits: list[float], bd: Breakdown | None) -> fl
 def _suggestions(b: _Builder, record: RunRecord | None) -> None:
     cpus = b.get("cpu.count")
     workers = b.get("dataloader.num_workers")
+    if workers is not None or b.get("dataloader.single_process") == 1:
+        busy = b.get("workers.busy")
+        b.set("workers.saturated", not workers or busy is None or busy >= 0.6)
     if workers is None and b.get("dataloader.single_process") == 1:
         workers = 0
     data_wait = b.get("exposed.data_wait")
     phase_wait = b.get("phase.data_wait")
     if workers is not None and data_wait is not None and phase_wait is not None:
-        b.set("suggest.num_workers", suggest_num_workers(None if cpus is None else int(cpus), int(workers), data_wait, phase_wait))
+        if cpus is not None and b.get("gpu.present") == 0:
+            cpus = max(1, int(cpus) // 2)  # a CPU-only model computes on the same cores: leave it half
+        suggestion = suggest_num_workers(None if cpus is None else int(cpus), int(workers), data_wait, phase_wait)
+        balance = b.get("workers.balance")
+        if balance is not None:  # measured in the workers themselves: better than the estimate
+            limit = max(1, int(cpus) - 1) if cpus is not None else 1 << 16
+            suggestion = int(min(limit, max(balance + 1, workers + 1, 2)))
+        b.set("suggest.num_workers", suggestion)
     bs = b.get("batch.size")
     reserved = b.get("memory.peak_reserved_share")
     if bs and reserved and reserved > 0:
@@ -354,3 +383,46 @@ def suggest_batch_size(batch: int, reserved_share: float) -> int:
     while reserved_share * factor * 2 <= 0.8 and factor < 64:
         factor *= 2
     return batch * factor
+
+
+def _short(site: str) -> str:
+    path, _, line = site.rpartition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{line}"
+
+
+def _from_lines(b: _Builder, record: RunRecord, bd: Breakdown | None) -> None:
+    """Quote the source lines that line attribution found (diagnose.lines)."""
+    steps = len(bd.steps) if bd is not None and bd.steps else record.profiled_steps or 1
+    if record.sync_sites:
+        b.text(
+            "lines.sync",
+            "; ".join(
+                f"{_short(s['site'])} `{s['code']}` ({s['kind']}, {s['count'] / steps:.3g}/step)" for s in record.sync_sites[:3]
+            ),
+        )
+    host = record.host_samples
+    if host and host.get("lines"):
+        other = [x for x in host["lines"] if x["where"] == "other"]
+        if other:
+            b.text("lines.host_other", "; ".join(f"{_short(x['site'])} `{x['code']}` ({x['share'] * 100:.0f}% of the step)" for x in other[:3]))
+            b.set("host.other_user_share", sum(x["share"] for x in other))
+        data = [x for x in host["lines"] if x["where"] == "data"]
+        workers = record.worker_samples
+        if workers and workers.get("lines"):
+            b.text(
+                "lines.data",
+                "; ".join(f"{_short(x['site'])} `{x['code']}` ({x['activity']}, {x['share'] * 100:.0f}% of worker time)" for x in workers["lines"][:3]),
+            )
+        elif data:
+            b.text("lines.data", "; ".join(f"{_short(x['site'])} `{x['code']}` ({x['share'] * 100:.0f}% of the step)" for x in data[:3]))
+    workers = record.worker_samples
+    if workers and workers.get("by_activity"):
+        b.set("workers.busy", 1.0 - workers["by_activity"].get("idle", 0.0))
+    if workers and workers.get("cpu_s_per_batch"):
+        cpu_ms = workers["cpu_s_per_batch"] * 1000
+        b.set("workers.cpu_per_batch_ms", cpu_ms)
+        step_ms = b.get("step.time_ms")
+        wait = b.get("exposed.data_wait") or 0.0
+        if step_ms:
+            gpu_ms = step_ms * (1 - wait)  # the step as it would be with no data wait
+            b.set("workers.balance", math.ceil(cpu_ms / max(gpu_ms, 1e-3)))

@@ -535,6 +535,8 @@ def _finding(rank: int, finding: dict[str, Any], report: Report) -> Markup:
         class_="finding-head",
     )
     parts = [heading, el("p", finding["says"])]
+    if finding.get("lines"):
+        parts.append(el("p", el("strong", "where: "), el("code", finding["lines"]), class_="where"))
     if finding.get("evidence"):
         parts.append(_evidence_table(finding["evidence"], report))
     if finding.get("do"):

@@ -65,7 +65,12 @@ class TerminalRenderer(Renderer):
             if self.show_steps:
                 self._steps_table(console, report)
         self._config(console, report)
+        if report.experiments and report.experiments.get("kind") == "sweep":
+            self._experiments(console, report)
+            return buffer.getvalue()
         self._findings(console, report)
+        if report.experiments:
+            self._experiments(console, report)
         for warning in report.warnings:
             console.print(f"[yellow]note:[/] {escape(warning)}")
         return buffer.getvalue()
@@ -243,8 +248,53 @@ class TerminalRenderer(Renderer):
         c.print(Text(f"    {f['says']}"))
         if f["evidence"]:
             c.print(Text("    evidence: " + " · ".join(f"{e['symptom']} {e['text']}" for e in f["evidence"]), style="dim"))
+        if f.get("lines"):
+            c.print(Text(f"    where: {f['lines']}", style="yellow"))
         for line in f["do"].splitlines():
             c.print(Text(f"    | {line}", style="cyan"))
+        c.print()
+
+
+    def _experiments(self, c: Console, r: Report) -> None:
+        e = r.experiments or {}
+        key = e.get("compared_by", "steps_per_s")
+        title = "What each recommendation really buys" if e.get("kind") == "verify" else "Sweep"
+        table = Table(title=title, title_justify="left", box=None, header_style="bold")
+        for column, justify in (
+            ("run", "left"),
+            ("result", "left"),
+            (key.replace("_per_s", "/s"), "right"),
+            ("speedup", "right"),
+            ("bound", "right"),
+            ("GPU busy", "right"),
+            ("peak mem", "right"),
+            ("top exposed after", "left"),
+        ):
+            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        for row in e.get("rows", []):
+            top = row.get("top_exposed") or {}
+            compile_info = row.get("compile") or {}
+            verdict = row.get("verdict") or row.get("status", "")
+            if compile_info:
+                verdict += f" (compile {compile_info.get('compile_s')} s"
+                verdict += f", pays off after {compile_info['break_even_steps']} steps)" if "break_even_steps" in compile_info else ")"
+            table.add_row(
+                escape(str(row.get("label", ""))),
+                verdict,
+                f"{row[key]:.2f}" if row.get(key) else "-",
+                f"{row['speedup']:.2f}x" if row.get("speedup") else "-",
+                f"{row['gain_bound']:.2f}x" if row.get("gain_bound") else "",
+                f"{row['gpu_busy'] * 100:.0f}%" if row.get("gpu_busy") is not None else "-",
+                human_bytes(row["peak_reserved_bytes"]) if row.get("peak_reserved_bytes") else "-",
+                f"{top.get('category')} {top.get('share', 0) * 100:.0f}%" if top else "-",
+            )
+        c.print(table)
+        if e.get("kind") == "verify":
+            c.print(Text(f"baseline spread: ±{e.get('baseline_spread', 0) * 100:.1f}% (changes inside it count as no effect)", style="dim"))
+        for line in e.get("conclusions", []):
+            c.print(Text(line))
+        if e.get("plot"):
+            c.print(Text(f"plot: {e['plot']}", style="dim"))
         c.print()
 
 

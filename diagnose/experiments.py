@@ -1,0 +1,465 @@
+"""What-if experiments: ``diagnose verify`` and ``diagnose sweep``.
+
+Contract: ``run_experiment(spec, ...) -> Outcome`` runs the script once, in a fresh process,
+under ``diagnose run --set ...``; ``verify(...)`` and ``sweep(...)`` compose such runs, and
+``summarize_verify`` / ``summarize_sweep`` turn outcomes into the ``experiments`` section of a
+report (schema in diagnose/report.py). The bookkeeping (spread, "no effect", speedups, OOM,
+compile break-even) is pure and tested without running anything.
+
+Throughput is compared in samples per second where both runs know it (a batch-size change
+alters the work per step), else in steps per second. A change whose speedup lies inside the
+baseline's own run-to-run spread is called "no effect".
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diagnose.errors import UsageError
+from diagnose.knobs import Knobs, split_assignment
+from diagnose.record import WindowPlan
+
+#: A change smaller than this is "no effect" even when the baseline's spread is smaller still.
+MIN_EFFECT = 0.02
+
+
+@dataclass
+class Spec:
+    """One experiment: a label and the knobs (``name=value``) it sets."""
+
+    label: str
+    knobs: dict[str, str] = field(default_factory=dict)
+    rule: str | None = None
+
+
+@dataclass
+class Outcome:
+    label: str
+    knobs: dict[str, str]
+    status: str  # ok, oom, failed, no_steps
+    run_dir: str
+    rule: str | None = None
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    median_step_ms: float | None = None
+    gpu_busy: float | None = None
+    peak_reserved_bytes: int | None = None
+    top_exposed: dict[str, Any] | None = None
+    top_finding: str | None = None
+    startup_s: float | None = None
+    exit_code: int = 0
+    error: str | None = None
+    speedup: float | None = None
+    verdict: str | None = None  # "helped", "no effect", "slower", "failed", "oom"
+
+    def rate(self, by_samples: bool) -> float | None:
+        return self.samples_per_s if by_samples else self.steps_per_s
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+#: options passed to every ``diagnose run`` of an experiment (e.g. ``--rules DIR``)
+RunOptions = list[str]
+
+
+def _command(script: list[str], spec: Spec, run_dir: Path, plan: WindowPlan, base_knobs: list[str], options: RunOptions) -> list[str]:
+    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), *options]
+    cmd += ["--warmup", str(plan.warmup), "--steps", str(plan.steps), "--timed-steps", str(plan.timed)]
+    for assignment in [*base_knobs, *(f"{k}={v}" for k, v in spec.knobs.items())]:
+        cmd += ["--set", assignment]
+    return cmd + script
+
+
+def run_experiment(
+    script: list[str],
+    spec: Spec,
+    run_dir: Path,
+    plan: WindowPlan,
+    base_knobs: list[str] | None = None,
+    timeout: float | None = None,
+    options: RunOptions | None = None,
+) -> Outcome:
+    """Run once under ``diagnose run`` in a fresh process and read its report."""
+    cmd = _command(script, spec, run_dir, plan, base_knobs or [], options or [])
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return Outcome(spec.label, spec.knobs, "failed", str(run_dir), rule=spec.rule, error=f"timed out after {timeout:.0f} s")
+    report: dict[str, Any] = {}
+    if proc.stdout.strip():
+        try:
+            report = json.loads(proc.stdout)
+        except ValueError:
+            report = {}
+    return outcome_from_report(spec, report, run_dir, proc.returncode, proc.stderr)
+
+
+def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_code: int, stderr: str = "") -> Outcome:
+    state = (report.get("status") or {}).get("state")
+    if not report:
+        status = "failed"
+    elif state == "oom":
+        status = "oom"
+    elif state in ("stopped", "completed") and (report.get("throughput") or {}).get("steady"):
+        status = "ok"
+    elif state == "no_steps":
+        status = "no_steps"
+    else:
+        status = "failed"
+    out = Outcome(spec.label, spec.knobs, status, str(run_dir), rule=spec.rule, exit_code=exit_code)
+    if status != "ok":
+        error = (report.get("status") or {}).get("message") or stderr.strip().splitlines()[-1:] or ["no report"]
+        out.error = error if isinstance(error, str) else error[0]
+    steady = (report.get("throughput") or {}).get("steady") or {}
+    out.steps_per_s = steady.get("steps_per_s")
+    out.samples_per_s = steady.get("samples_per_s")
+    out.median_step_ms = steady.get("median_step_ms")
+    window = (report.get("breakdown") or {}).get("window") or {}
+    out.gpu_busy = window.get("gpu_busy_share")
+    shares = window.get("exposed_share") or {}
+    if shares:
+        category, share = max(shares.items(), key=lambda kv: kv[1])
+        out.top_exposed = {"category": category, "share": share}
+    memory = report.get("memory") or {}
+    out.peak_reserved_bytes = memory.get("peak_reserved_bytes")
+    findings = report.get("findings") or []
+    out.top_finding = findings[0]["rule"] if findings else None
+    out.startup_s = (report.get("run") or {}).get("startup_s")
+    return out
+
+
+# --- bookkeeping ------------------------------------------------------------------------------
+
+
+@dataclass
+class Baseline:
+    runs: list[Outcome]
+    by_samples: bool
+
+    @property
+    def ok(self) -> list[Outcome]:
+        return [r for r in self.runs if r.status == "ok" and r.rate(self.by_samples)]
+
+    @property
+    def rate(self) -> float | None:
+        rates = [r.rate(self.by_samples) for r in self.ok]
+        return statistics.mean(rates) if rates else None  # type: ignore[arg-type]
+
+    @property
+    def spread(self) -> float:
+        """Half the relative range of the baseline repeats (0 with one run)."""
+        rates = [r.rate(self.by_samples) for r in self.ok]
+        if len(rates) < 2 or not self.rate:
+            return 0.0
+        return (max(rates) - min(rates)) / 2 / self.rate  # type: ignore[type-var,operator]
+
+
+def compare_by_samples(outcomes: list[Outcome]) -> bool:
+    """Samples/s when every successful run measured it, steps/s otherwise."""
+    ok = [o for o in outcomes if o.status == "ok"]
+    return bool(ok) and all(o.samples_per_s for o in ok)
+
+
+def judge(outcome: Outcome, baseline: Baseline) -> Outcome:
+    """Speedup against the baseline and the verdict: helped, no effect, slower, oom, failed."""
+    if outcome.status != "ok":
+        outcome.verdict = outcome.status if outcome.status in ("oom", "failed") else "failed"
+        return outcome
+    base = baseline.rate
+    rate = outcome.rate(baseline.by_samples)
+    if not base or not rate:
+        outcome.verdict = "failed"
+        return outcome
+    outcome.speedup = rate / base
+    noise = max(baseline.spread, MIN_EFFECT)
+    if abs(outcome.speedup - 1) <= noise:
+        outcome.verdict = "no effect"
+    else:
+        outcome.verdict = "helped" if outcome.speedup > 1 else "slower"
+    return outcome
+
+
+def compile_cost(outcome: Outcome, baseline: Baseline) -> dict[str, float] | None:
+    """Extra start-up time of a compiled run over the baseline, and the steps after which the
+    faster steps have paid it back."""
+    base_startup = [b.startup_s for b in baseline.ok if b.startup_s is not None]
+    if outcome.startup_s is None or not base_startup or not outcome.median_step_ms:
+        return None
+    extra = outcome.startup_s - statistics.mean(base_startup)  # type: ignore[arg-type]
+    base_steps = [b.median_step_ms for b in baseline.ok if b.median_step_ms]
+    if not base_steps:
+        return None
+    saved_ms = statistics.mean(base_steps) - outcome.median_step_ms  # type: ignore[arg-type]
+    result = {"compile_s": round(max(extra, 0.0), 2)}
+    if saved_ms > 0:
+        result["break_even_steps"] = round(max(extra, 0.0) * 1000 / saved_ms)
+    return result
+
+
+def merge_knobs(specs: list[Spec]) -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for spec in specs:
+        merged.update(spec.knobs)
+    return merged
+
+
+# --- verify -----------------------------------------------------------------------------------
+
+
+def candidates_from_report(report: dict[str, Any], top: int) -> list[Spec]:
+    """The top findings that carry a knob (or, when nothing is wrong, the next steps)."""
+    findings = report.get("findings") or report.get("next_steps") or []
+    specs = []
+    for f in findings:
+        knobs = {k: v for k, v in (f.get("knobs") or {}).items() if v not in ("", "n/a")}
+        if knobs:
+            specs.append(Spec(f["rule"], knobs, f["rule"]))
+        if len(specs) == top:
+            break
+    return specs
+
+
+@dataclass
+class VerifyResult:
+    baseline: Baseline
+    tried: list[Outcome]
+    combined: Outcome | None
+    skipped: list[str]  # findings without a knob
+
+
+def verify(
+    script: list[str],
+    out_dir: Path,
+    plan: WindowPlan,
+    top: int = 3,
+    repeats: int = 2,
+    base_knobs: list[str] | None = None,
+    on_progress: Callable[[str], None] = lambda _: None,
+    timeout: float | None = None,
+    options: RunOptions | None = None,
+) -> tuple[VerifyResult, dict[str, Any]]:
+    """Diagnose, then try each top recommendation alone and all of them combined."""
+
+    def experiment(spec: Spec, name: str) -> Outcome:
+        on_progress(name)
+        return run_experiment(script, spec, out_dir / _slug(name), plan, base_knobs, timeout, options)
+
+    baselines = [experiment(Spec("baseline"), f"baseline-{i}") for i in range(1, repeats + 1)]
+    report_path = Path(baselines[0].run_dir) / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    specs = candidates_from_report(report, top)
+    skipped = [f["rule"] for f in (report.get("findings") or [])[:top] if not f.get("knobs")]
+    tried = [experiment(spec, spec.label) for spec in specs]
+    combined = None
+    if len(specs) > 1:
+        combined = experiment(Spec("combined", merge_knobs(specs)), "combined")
+    everything = baselines + tried + ([combined] if combined else [])
+    baseline = Baseline(baselines, compare_by_samples(everything))
+    for o in tried + ([combined] if combined else []):
+        judge(o, baseline)
+    for b in baselines:
+        judge(b, baseline)
+        b.verdict = "baseline" if b.status == "ok" else b.status
+    return VerifyResult(baseline, tried, combined, skipped), report
+
+
+def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, Any]:
+    gains = {f["rule"]: f.get("gain_bound") for f in (report.get("findings") or []) + (report.get("next_steps") or [])}
+    ranked = sorted(result.tried, key=lambda o: -(o.speedup or 0))
+    rows = [_row(b, role="baseline") for b in result.baseline.runs]
+    lines = []
+    for o in ranked:
+        row = _row(o, role="recommendation")
+        row["gain_bound"] = gains.get(o.rule or "")
+        if "compile" in o.knobs:
+            row["compile"] = compile_cost(o, result.baseline)
+        rows.append(row)
+        lines.extend(_conclusion(o, gains.get(o.rule or ""), result.baseline))
+    if result.combined is not None:
+        rows.append(_row(result.combined, role="combined"))
+        if result.combined.speedup:
+            lines.append(f"all of them combined: {result.combined.speedup:.2f}x ({result.combined.verdict})")
+    for rule in result.skipped:
+        lines.append(f"{rule} has no knob: apply its change by hand and run diagnose again to measure it")
+    if not result.tried and not result.skipped:
+        lines.append("nothing to try: the diagnosis has no recommendation with a knob")
+    return {
+        "kind": "verify",
+        "parameters": [],
+        "compared_by": "samples_per_s" if result.baseline.by_samples else "steps_per_s",
+        "baseline_rate": result.baseline.rate,
+        "baseline_spread": round(result.baseline.spread, 4),
+        "rows": rows,
+        "conclusions": lines,
+    }
+
+
+def _conclusion(o: Outcome, bound: float | None, baseline: Baseline) -> list[str]:
+    change = f"{o.rule} ({' '.join(f'{k}={v}' for k, v in o.knobs.items())})"
+    if o.verdict == "helped":
+        lines = [f"{change} helped: {o.speedup:.2f}x faster" + (f" (its bound: {bound:.2f}x)" if bound else "")]
+    elif o.verdict == "no effect":
+        noise = max(baseline.spread, MIN_EFFECT) * 100
+        lines = [f"{change} had no effect: {o.speedup:.3f}x is inside the baseline's ±{noise:.1f}% spread"]
+    elif o.verdict == "slower":
+        lines = [f"{change} made it slower: {o.speedup:.2f}x; do not apply it"]
+    else:
+        lines = [f"{change} could not be measured: {o.error or o.verdict}"]
+    if o.top_exposed:
+        lines.append(f"  after it, the top exposed share is {o.top_exposed['category']} ({o.top_exposed['share'] * 100:.0f}%)")
+    return lines
+
+
+def _row(o: Outcome, role: str) -> dict[str, Any]:
+    row = {k: v for k, v in asdict(o).items() if k not in ("exit_code",)}
+    row["role"] = role
+    if row.get("speedup") is not None:
+        row["speedup"] = round(row["speedup"], 4)
+    return row
+
+
+# --- sweep ------------------------------------------------------------------------------------
+
+
+def parse_sweep(assignments: list[str]) -> tuple[list[str], list[Spec]]:
+    """``--set num_workers=0,2,4`` (one or two of them) -> the knob names and one Spec per point."""
+    if not assignments:
+        raise UsageError("diagnose sweep needs --set name=v1,v2,...", hint="e.g. --set num_workers=0,2,4,8")
+    if len(assignments) > 2:
+        raise UsageError("a sweep varies one or two knobs at a time")
+    names, value_lists = [], []
+    for text in assignments:
+        name, raw = split_assignment(text)
+        values = [v.strip() for v in raw.split(",") if v.strip()]
+        if not values:
+            raise UsageError(f"--set {name}= lists no values")
+        Knobs.parse([f"{name}={v}" for v in values])  # validate every value now, not mid-sweep
+        names.append(name)
+        value_lists.append(values)
+    specs = []
+    for combo in itertools.product(*value_lists):
+        knobs = dict(zip(names, combo))
+        specs.append(Spec(" ".join(f"{k}={v}" for k, v in knobs.items()), knobs))
+    return names, specs
+
+
+def sweep(
+    script: list[str],
+    out_dir: Path,
+    plan: WindowPlan,
+    specs: list[Spec],
+    base_knobs: list[str] | None = None,
+    on_progress: Callable[[str], None] = lambda _: None,
+    timeout: float | None = None,
+    stop_after_oom: bool = True,
+    options: RunOptions | None = None,
+) -> list[Outcome]:
+    """Run each point; once a batch-size point runs out of memory, larger ones are skipped."""
+    outcomes: list[Outcome] = []
+    oom_at: dict[str, float] = {}
+    for spec in specs:
+        size_knob = next((k for k in spec.knobs if _is_size_knob(k)), None)
+        if stop_after_oom and size_knob and size_knob in oom_at and _as_float(spec.knobs[size_knob]) > oom_at[size_knob]:
+            outcomes.append(Outcome(spec.label, spec.knobs, "oom", "", error="skipped: a smaller value already ran out of memory"))
+            continue
+        on_progress(spec.label)
+        o = run_experiment(script, spec, out_dir / _slug(spec.label), plan, base_knobs, timeout, options)
+        outcomes.append(o)
+        if o.status == "oom" and size_knob:
+            oom_at[size_knob] = min(oom_at.get(size_knob, float("inf")), _as_float(spec.knobs[size_knob]))
+    return outcomes
+
+
+def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]:
+    by_samples = compare_by_samples(outcomes)
+    ok = [o for o in outcomes if o.status == "ok" and o.rate(by_samples)]
+    best = max(ok, key=lambda o: o.rate(by_samples) or 0) if ok else None
+    first_ok = ok[0] if ok else None
+    rows = []
+    for o in outcomes:
+        row = _row(o, role="point")
+        if first_ok is not None and o in ok:
+            row["speedup"] = round((o.rate(by_samples) or 0) / (first_ok.rate(by_samples) or 1), 4)
+        rows.append(row)
+    conclusions = []
+    if best is not None:
+        conclusions.append(f"best: {best.label} at {best.rate(by_samples):.1f} {'samples' if by_samples else 'steps'}/s")
+    for name in names:
+        if _is_size_knob(name):
+            fits = [_as_float(o.knobs[name]) for o in outcomes if o.status == "ok" and name in o.knobs]
+            ooms = [_as_float(o.knobs[name]) for o in outcomes if o.status == "oom" and name in o.knobs]
+            if ooms:
+                largest = max((f for f in fits if f < min(ooms)), default=None)
+                conclusions.append(
+                    f"out of memory from {name}={_fmt(min(ooms))}; the largest that fits: "
+                    + (f"{name}={_fmt(largest)}" if largest is not None else "none of those tried")
+                )
+    return {
+        "kind": "sweep",
+        "parameters": names,
+        "compared_by": "samples_per_s" if by_samples else "steps_per_s",
+        "rows": rows,
+        "conclusions": conclusions,
+    }
+
+
+def _is_size_knob(name: str) -> bool:
+    return name in ("batch_size", "arg.batch_size", "arg.batch-size") or name.endswith("batch_size")
+
+
+def _as_float(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        return float("nan")
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _slug(label: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "=.-_" else "_" for c in label)
+    return keep.strip("_")[:80] or "run"
+
+
+def plot_sweep(summary: dict[str, Any], path: Path) -> Path | None:
+    """A PNG of throughput and peak memory per point (needs matplotlib; None without it)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = summary["rows"]
+    labels = [r["label"] for r in rows]
+    key = summary["compared_by"]
+    rates = [r.get(key) or 0 for r in rows]
+    memory = [(r.get("peak_reserved_bytes") or 0) / 1e9 for r in rows]
+    colours = ["#c94c4c" if r["status"] != "ok" else "#3b7dd8" for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    axes[0].bar(range(len(rows)), rates, color=colours)
+    axes[0].set_ylabel(key.replace("_", " "))
+    axes[0].set_title("throughput (red: out of memory or failed)")
+    axes[1].bar(range(len(rows)), memory, color="#7a7a7a")
+    axes[1].set_ylabel("peak reserved GB")
+    axes[1].set_title("GPU memory")
+    for ax in axes:
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,421 @@
+"""Point at the line: sync call sites, hot Python in the main thread and in DataLoader workers.
+
+A runner hook (``install``, ``window_opened``, ``window_closed``, ``finish``, ``remove``):
+
+* sync sites: during the profiled window ``torch.cuda.set_sync_debug_mode("warn")`` makes every
+  synchronising CUDA call (``.item()``, ``.cpu()``, ``print`` of a CUDA tensor, ``nonzero``,
+  blocking copies, ``torch.cuda.synchronize``) raise a warning at the Python line that caused
+  it; we take the first frame of the user's own code, count per line, and swallow the warning;
+* the main thread: a sampler thread reads the main thread's stack every few milliseconds during
+  the window and charges each sample to the innermost user line, by what the thread was in
+  (DataLoader, model, backward, optimizer, or other code);
+* DataLoader workers: each worker runs the same sampler for its whole life (worker_init_fn) and
+  times every batch it builds in CPU seconds; it writes its counts to ``workers/`` in the run
+  directory, which the main process merges.
+
+Costs: nothing outside the window in the main process; one wake-up every few milliseconds in
+each sampler. ``diagnose run --no-lines`` switches all of it off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+SYNC_WARNING = "synchronizing CUDA operation"
+MAIN_INTERVAL_S = 0.002
+#: GIL switch interval while the main thread is sampled. At Python's default (5 ms) a sampler
+#: thread mostly gets the GIL when the main thread releases it in a torch op, so pure-Python
+#: lines were never sampled; 0.2 ms lets it in within a fraction of a sampling interval.
+SAMPLING_SWITCH_INTERVAL_S = 0.0002
+WORKER_INTERVAL_S = 0.005
+FLUSH_S = 0.25
+TOP = 8
+
+# Where in torch a stack is, by the files it passes through (innermost match wins).
+_PLACES = (
+    ("data", ("torch/utils/data/",)),
+    ("optimizer", ("torch/optim/",)),
+    ("backward", ("torch/autograd/__init__.py", "torch/_tensor.py:backward", "torch/autograd/graph.py")),
+    ("model", ("torch/nn/modules/module.py",)),
+)
+# What a DataLoader worker is doing, by the functions on its stack.
+_WORKER_ACTIVITIES = (
+    ("collate", ("collate",)),
+    ("decode", ("decode", "load", "open", "frombuffer", "imdecode", "imread", "read_image", "decode_jpeg", "convert")),
+    ("resize", ("resize", "thumbnail", "interpolate")),
+)
+
+
+def _site(frame: FrameType) -> str:
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+class Sampler:
+    """Samples one thread's stack at a fixed interval, charging each sample to a user line."""
+
+    def __init__(
+        self,
+        thread_id: int,
+        interval: float,
+        library: tuple[str, ...],
+        classify: Callable[[FrameType], str],
+        user_frame: Callable[[FrameType], FrameType | None] | None = None,
+    ) -> None:
+        self.thread_id = thread_id
+        self.interval = interval
+        self.library = library
+        self.classify = classify
+        self.user_frame = user_frame or (lambda f: _user_frame(f, library))
+        self.counts: Counter[tuple[str, str, str]] = Counter()  # (where, site, function)
+        self.where_counts: Counter[str] = Counter()
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="diagnose-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            frame = sys._current_frames().get(self.thread_id)
+            if frame is None:
+                continue
+            self.samples += 1
+            where = self.classify(frame)
+            if where == "diagnose":
+                continue
+            self.where_counts[where] += 1
+            user = self.user_frame(frame)
+            if user is not None:
+                self.counts[(where, _site(user), user.f_code.co_name)] += 1
+
+
+def _user_frame(frame: FrameType | None, library: tuple[str, ...]) -> FrameType | None:
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(library) and not filename.startswith("<"):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+_OWN = os.path.dirname(os.path.abspath(__file__)).replace(os.sep, "/") + "/"
+
+
+def classify_main(frame: FrameType | None, library: tuple[str, ...] = ()) -> str:
+    """data / optimizer / backward / model / other, from the files on the main thread's stack
+    (innermost first); "diagnose" for our own step-boundary work inside the user's loop. The
+    frames below the script (runpy, our runner, the CLI) say nothing and end the walk."""
+    seen_user = False
+    while frame is not None:
+        filename = frame.f_code.co_filename.replace(os.sep, "/")
+        if filename.startswith(_OWN) or filename == "<frozen runpy>":
+            if seen_user:
+                return "other"  # reached the script's entry: nothing of torch's was on the way
+            if not filename.endswith("/instrument.py"):
+                return "diagnose"
+        elif not filename.startswith(library) and not filename.startswith("<"):
+            seen_user = True
+        for where, markers in _PLACES:
+            if any(m.split(":")[0] in filename for m in markers):
+                return where
+        frame = frame.f_back
+    return "other"
+
+
+def worker_frames(frame: FrameType | None) -> list[FrameType]:
+    """A worker's frames inside its batch loop (innermost first). With fork, the stack below
+    ``_worker_loop`` is the parent's, copied at the fork: it says nothing about the worker."""
+    frames = []
+    while frame is not None:
+        if frame.f_code.co_name == "_worker_loop":
+            return frames
+        frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def classify_worker(frames: list[FrameType]) -> str:
+    """collate / decode / resize / user code, or idle (waiting for work), from a worker's frames."""
+    names = [f.f_code.co_name.lower() for f in frames]
+    if not names or any(n in ("get", "poll", "wait", "_poll", "recv") for n in names[:3]) and not any("fetch" in n for n in names):
+        return "idle"
+    for activity, words in _WORKER_ACTIVITIES:
+        if any(word == name or (len(word) > 4 and word in name) for name in names for word in words):
+            return activity
+    return "user code"
+
+
+def source_line(site: str) -> str:
+    path, _, line = site.rpartition(":")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for i, text in enumerate(fh, 1):
+                if i == int(line):
+                    return text.strip()
+    except (OSError, ValueError):
+        pass
+    return ""
+
+
+def sync_kind(code: str) -> str:
+    """What kind of sync a line of source shows."""
+    checks = (
+        (".item(", "item"),
+        (".tolist(", "copy to host"),
+        (".cpu(", "copy to host"),
+        (".numpy(", "copy to host"),
+        ("synchronize(", "synchronize"),
+        ("print(", "print of a CUDA tensor"),
+        ("nonzero", "data-dependent shape"),
+        (".to(", "blocking copy"),
+    )
+    for needle, kind in checks:
+        if needle in code:
+            return kind
+    return "implicit (data-dependent shape or blocking copy)"
+
+
+# --- DataLoader workers ---------------------------------------------------------------------------
+
+
+class WorkerProbe:
+    """Runs inside a DataLoader worker: samples its stack, times its batches, saves to a file."""
+
+    def __init__(self, out_dir: str, library: tuple[str, ...]) -> None:
+        self.path = Path(out_dir) / f"worker-{os.getpid()}.json"
+        self.library = library
+        self.cpu_s = 0.0
+        self.batches = 0
+        self._last_flush = time.monotonic()
+        self.sampler = Sampler(
+            threading.get_ident(),
+            WORKER_INTERVAL_S,
+            library,
+            lambda f: classify_worker(worker_frames(f)),
+            lambda f: next((x for x in worker_frames(f) if _user_frame(x, library) is x), None),
+        )
+
+    def flush(self) -> None:
+        data = {
+            "pid": os.getpid(),
+            "batches": self.batches,
+            "cpu_s": self.cpu_s,
+            "samples": self.sampler.samples,
+            "interval_s": WORKER_INTERVAL_S,
+            "counts": [[where, site, fn, n] for (where, site, fn), n in self.sampler.counts.items()],
+            "where": dict(self.sampler.where_counts),
+        }
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.path)
+        self._last_flush = time.monotonic()
+
+    def timed_fetch(self, fetch: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return fetch(*args, **kwargs)
+            finally:
+                self.cpu_s += time.thread_time() - start
+                self.batches += 1
+                if time.monotonic() - self._last_flush > FLUSH_S:
+                    self.flush()  # workers end in os._exit: no atexit, so save as we go
+
+        return wrapped
+
+
+def _start_worker_probe(out_dir: str, library: tuple[str, ...], user_init: Callable[[int], None] | None, worker_id: int) -> None:
+    """worker_init_fn of every DataLoader while diagnose runs (a module-level function: picklable)."""
+    try:
+        import atexit
+
+        from torch.utils.data import _utils
+
+        probe = WorkerProbe(out_dir, library)
+        info = _utils.worker.get_worker_info()
+        fetcher_module = _utils.fetch
+        for cls in (fetcher_module._MapDatasetFetcher, fetcher_module._IterableDatasetFetcher):
+            cls.fetch = probe.timed_fetch(cls.fetch)
+        sys.setswitchinterval(SAMPLING_SWITCH_INTERVAL_S)  # this worker process only
+        probe.sampler.start()
+        atexit.register(probe.flush)
+        if info is not None:
+            probe.flush()
+    except Exception as exc:  # noqa: BLE001 - never break the user's workers
+        print(f"diagnose: worker probe disabled: {exc}", file=sys.stderr)
+    if user_init is not None:
+        user_init(worker_id)
+
+
+class LineAttribution:
+    """The runner hook that ties the three together and writes the record's sections."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.workers_dir = run_dir / "workers"
+        self.library: tuple[str, ...] = ()
+        self.sync_counts: Counter[tuple[str, str]] = Counter()
+        self.main_sampler: Sampler | None = None
+        self.window_s = 0.0
+        self._window_start = 0.0
+        self._switch_interval = sys.getswitchinterval()
+        self._sync_mode_before: Any = None
+        self._showwarning: Any = None
+        self._filters: Any = None
+        self._undo: list[Callable[[], None]] = []
+
+    # --- runner hook interface ------------------------------------------------------------------
+
+    def install(self) -> None:
+        import functools
+
+        from torch.utils.data import DataLoader
+
+        from diagnose.instrument import library_prefixes
+
+        self.library = library_prefixes()
+        self.workers_dir.mkdir(exist_ok=True)
+        for stale in self.workers_dir.glob("worker-*.json"):  # from an earlier run in this folder
+            stale.unlink()
+        original_init = DataLoader.__init__
+        hook = self
+
+        @functools.wraps(original_init)
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(loader, *args, **kwargs)
+            if loader.num_workers > 0:
+                loader.worker_init_fn = functools.partial(
+                    _start_worker_probe, str(hook.workers_dir), hook.library, loader.worker_init_fn
+                )
+
+        DataLoader.__init__ = __init__  # type: ignore[method-assign]
+        self._undo.append(lambda: setattr(DataLoader, "__init__", original_init))
+
+    def window_opened(self) -> None:
+        import torch
+
+        self._window_start = time.perf_counter()
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(SAMPLING_SWITCH_INTERVAL_S)
+        library = self.library
+        self.main_sampler = Sampler(threading.main_thread().ident or 0, MAIN_INTERVAL_S, library, lambda f: classify_main(f, library))
+        self.main_sampler.start()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            self._sync_mode_before = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("warn")
+            self._filters = warnings.filters[:]
+            warnings.filterwarnings("always", message=f".*{SYNC_WARNING}.*")
+            self._showwarning = warnings.showwarning
+            warnings.showwarning = self._on_warning  # type: ignore[assignment]
+
+    def window_closed(self, record: Any) -> None:
+        self._stop_window()
+
+    def finish(self, record: Any) -> None:
+        self._stop_window()
+        record.sync_sites = self._sync_sites()
+        record.host_samples = self._host_hotspots()
+        record.worker_samples = self._worker_hotspots()
+
+    def remove(self) -> None:
+        self._stop_window()
+        while self._undo:
+            self._undo.pop()()
+
+    # --- internals --------------------------------------------------------------------------------
+
+    def _stop_window(self) -> None:
+        if self.main_sampler is not None and self.main_sampler._thread is not None:
+            self.main_sampler.stop()
+            self.window_s = time.perf_counter() - self._window_start
+            sys.setswitchinterval(self._switch_interval)
+        if self._showwarning is not None:
+            import torch
+
+            torch.cuda.set_sync_debug_mode(self._sync_mode_before or 0)
+            warnings.showwarning = self._showwarning
+            warnings.filters[:] = self._filters
+            self._showwarning = None
+
+    def _on_warning(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if SYNC_WARNING not in str(message):
+            self._showwarning(message, category, filename, lineno, file, line)
+            return
+        frame = _user_frame(sys._getframe(1), self.library)
+        site = _site(frame) if frame is not None else f"{filename}:{lineno}"
+        self.sync_counts[(site, frame.f_code.co_name if frame is not None else "?")] += 1
+
+    def _sync_sites(self) -> list[dict[str, Any]]:
+        total = sum(self.sync_counts.values())
+        out = []
+        for (site, function), n in self.sync_counts.most_common(TOP):
+            code = source_line(site)
+            out.append({"site": site, "function": function, "code": code, "kind": sync_kind(code), "count": n, "share_of_syncs": n / total})
+        return out
+
+    def _host_hotspots(self) -> dict[str, Any]:
+        sampler = self.main_sampler
+        if sampler is None or not sampler.samples:
+            return {}
+        per_sample = self.window_s / sampler.samples if sampler.samples else 0.0
+        lines = []
+        for (where, site, function), n in sampler.counts.most_common(TOP * 3):
+            lines.append({"where": where, "site": site, "function": function, "code": source_line(site), "samples": n, "share": n / sampler.samples})
+        by_where = sampler.where_counts
+        return {
+            "samples": sampler.samples,
+            "seconds_per_sample": per_sample,
+            "window_s": self.window_s,
+            "by_where": {k: v / sampler.samples for k, v in by_where.items()},
+            "lines": lines,
+        }
+
+    def _worker_hotspots(self) -> dict[str, Any]:
+        files = sorted(self.workers_dir.glob("worker-*.json")) if self.workers_dir.is_dir() else []
+        counts: Counter[tuple[str, str, str]] = Counter()
+        batches, cpu_s, samples = 0, 0.0, 0
+        activity: Counter[str] = Counter()
+        for f in files:
+            try:
+                data = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            batches += data.get("batches", 0)
+            cpu_s += data.get("cpu_s", 0.0)
+            samples += data.get("samples", 0)
+            for where, site, fn, n in data.get("counts", []):
+                counts[(where, site, fn)] += n
+            activity.update(data.get("where", {}))
+        if not files or not (samples or batches):
+            return {}
+        total = sum(counts.values()) or 1
+        sampled = sum(activity.values()) or 1
+        return {
+            "workers": len(files),
+            "batches": batches,
+            "cpu_s_per_batch": cpu_s / batches if batches else None,
+            "by_activity": {k: v / sampled for k, v in activity.most_common()},
+            "lines": [
+                {"activity": where, "site": site, "function": fn, "code": source_line(site), "share": n / total}
+                for (where, site, fn), n in counts.most_common(TOP)
+            ],
+        }

@@ -1,0 +1,291 @@
+"""verify and sweep: knob injection on tiny scripts, the bookkeeping, OOM handling, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diagnose.errors import UsageError
+from diagnose.experiments import (
+    Baseline,
+    Outcome,
+    Spec,
+    compare_by_samples,
+    compile_cost,
+    judge,
+    merge_knobs,
+    parse_sweep,
+    summarize_sweep,
+)
+from diagnose.knobs import Knobs
+from diagnose.progress import Progress
+from diagnose.record import WindowPlan
+from diagnose.runner import resolve_target, run_target
+from tests.conftest import REPO
+
+SMALL = WindowPlan(warmup=2, steps=2, timed=3)
+
+
+def ok(label: str, rate: float, samples: float | None = None, **kw) -> Outcome:
+    return Outcome(label, {}, "ok", "", steps_per_s=rate, samples_per_s=samples, **kw)
+
+
+# --- bookkeeping (pure) -------------------------------------------------------------------------
+
+
+def test_spread_and_no_effect_calls() -> None:
+    baseline = Baseline([ok("b", 10.0), ok("b", 10.4)], by_samples=False)
+    assert baseline.rate == pytest.approx(10.2)
+    assert baseline.spread == pytest.approx(0.2 / 10.2)
+    assert judge(ok("x", 10.3), baseline).verdict == "no effect"  # inside ±2%
+    helped = judge(ok("x", 20.4), baseline)
+    assert (helped.verdict, helped.speedup) == ("helped", pytest.approx(2.0))
+    assert judge(ok("x", 5.1), baseline).verdict == "slower"
+    assert judge(Outcome("x", {}, "oom", ""), baseline).verdict == "oom"
+
+
+def test_small_changes_are_no_effect_even_with_a_tight_baseline() -> None:
+    baseline = Baseline([ok("b", 10.0)], by_samples=False)  # one run: no spread known
+    assert baseline.spread == 0
+    assert judge(ok("x", 10.15), baseline).verdict == "no effect"  # under the 2% floor
+
+
+def test_samples_per_second_is_compared_when_every_run_has_it() -> None:
+    runs = [ok("b", 10.0, samples=160.0), ok("bigger batch", 6.0, samples=384.0)]
+    assert compare_by_samples(runs)
+    baseline = Baseline(runs[:1], by_samples=True)
+    assert judge(runs[1], baseline).speedup == pytest.approx(2.4)  # fewer steps, more samples
+    assert not compare_by_samples([ok("b", 10.0, samples=160.0), ok("x", 12.0)])
+
+
+def test_compile_time_and_break_even() -> None:
+    baseline = Baseline([ok("b", 10.0, median_step_ms=100.0, startup_s=5.0)], by_samples=False)
+    compiled = ok("c", 20.0, median_step_ms=50.0, startup_s=45.0)
+    assert compile_cost(compiled, baseline) == {"compile_s": 40.0, "break_even_steps": 800}
+
+
+def test_merge_knobs_later_wins() -> None:
+    assert merge_knobs([Spec("a", {"num_workers": "4", "pin_memory": "true"}), Spec("b", {"num_workers": "8"})]) == {
+        "num_workers": "8",
+        "pin_memory": "true",
+    }
+
+
+def test_parse_sweep_one_or_two_knobs() -> None:
+    names, specs = parse_sweep(["num_workers=0,2", "pin_memory=false,true"])
+    assert names == ["num_workers", "pin_memory"]
+    assert [s.knobs for s in specs] == [
+        {"num_workers": "0", "pin_memory": "false"},
+        {"num_workers": "0", "pin_memory": "true"},
+        {"num_workers": "2", "pin_memory": "false"},
+        {"num_workers": "2", "pin_memory": "true"},
+    ]
+    with pytest.raises(UsageError, match="one or two"):
+        parse_sweep(["a=1", "b=2", "c=3"])
+    with pytest.raises(UsageError, match="whole number"):
+        parse_sweep(["num_workers=0,two"])
+    with pytest.raises(UsageError, match="unknown knob"):
+        parse_sweep(["warp_speed=9"])
+
+
+def test_sweep_summary_reports_the_largest_batch_that_fits() -> None:
+    outcomes = [
+        Outcome("b=16", {"batch_size": "16"}, "ok", "", steps_per_s=10, samples_per_s=160),
+        Outcome("b=32", {"batch_size": "32"}, "ok", "", steps_per_s=9, samples_per_s=288),
+        Outcome("b=64", {"batch_size": "64"}, "oom", ""),
+        Outcome("b=128", {"batch_size": "128"}, "oom", "", error="skipped"),
+    ]
+    summary = summarize_sweep(["batch_size"], outcomes)
+    assert summary["compared_by"] == "samples_per_s"
+    assert "out of memory from batch_size=64; the largest that fits: batch_size=32" in summary["conclusions"]
+    assert summary["conclusions"][0].startswith("best: b=32")
+    assert [r["speedup"] for r in summary["rows"][:2]] == [1.0, 1.8]
+
+
+# --- knob injection on tiny scripts (in-process) -------------------------------------------------
+
+
+def _run(write_script, body: str, knobs: list[str], tmp_path: Path):
+    script = write_script(body)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    return run_target(resolve_target(str(script), None, []), SMALL, run_dir, knobs=Knobs.parse(knobs), progress=Progress(enabled=False))
+
+
+PROBE = """
+import json, torch
+from torch.utils.data import DataLoader, TensorDataset
+seen = {}
+m = torch.nn.Linear(8, 8)
+opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+dl = DataLoader(TensorDataset(torch.randn(512, 8)), batch_size=4)
+for i, (x,) in enumerate(dl):
+    y = m(x)
+    seen["autocast_dtype"] = str(y.dtype)
+    seen["tf32"] = torch.backends.cuda.matmul.allow_tf32
+    seen["benchmark"] = torch.backends.cudnn.benchmark
+    seen["loader"] = [dl.num_workers, dl.batch_size, dl.pin_memory]
+    seen["foreach"] = opt.defaults["foreach"]
+    y.float().sum().backward(); opt.step(); opt.zero_grad()
+    with open(__file__ + ".json", "w") as f:
+        json.dump(seen, f)
+"""
+
+
+def test_knobs_reach_autocast_flags_loader_and_optimizer(write_script, tmp_path: Path) -> None:
+    knobs = ["autocast=bf16", "tf32=true", "cudnn_benchmark=true", "batch_size=16", "optimizer=foreach"]
+    record = _run(write_script, PROBE, knobs, tmp_path)
+    seen = json.loads((tmp_path / "train.py.json").read_text())
+    assert seen["autocast_dtype"] == "torch.bfloat16"  # the Linear ran under autocast
+    assert seen["tf32"] is True and seen["benchmark"] is True
+    assert seen["loader"][1] == 16
+    assert seen["foreach"] is True
+    assert record.batch_size() == 16
+    # and every global change is undone afterwards (the autouse fixture checks the hooks)
+    import torch
+
+    assert not torch.is_autocast_enabled("cpu")
+    assert torch.backends.cudnn.benchmark is False
+
+
+def test_autocast_is_off_during_backward(write_script, tmp_path: Path) -> None:
+    body = """
+    import json, torch
+    m = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    state = {}
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x
+        @staticmethod
+        def backward(ctx, g):
+            state["backward_autocast"] = torch.is_autocast_enabled("cpu")
+            return g
+    for _ in range(20):
+        y = Probe.apply(m(torch.randn(4, 8)))
+        state["forward_autocast"] = torch.is_autocast_enabled("cpu")
+        y.float().sum().backward(); opt.step(); opt.zero_grad()
+        json.dump(state, open(__file__ + ".json", "w"))
+    """
+    _run(write_script, body, ["autocast=bf16"], tmp_path)
+    state = json.loads((tmp_path / "train.py.json").read_text())
+    assert state == {"forward_autocast": True, "backward_autocast": False}
+
+
+def test_item_every_skips_syncs_per_call_site(write_script, tmp_path: Path) -> None:
+    body = """
+    import json, torch
+    m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    values = []
+    for i in range(20):
+        loss = m(torch.ones(2, 4)).sum() * 0 + i
+        loss.backward(); opt.step(); opt.zero_grad()
+        values.append(loss.item())
+        json.dump(values, open(__file__ + ".json", "w"))
+    """
+    _run(write_script, body, ["item_every=5"], tmp_path)
+    values = json.loads((tmp_path / "train.py.json").read_text())
+    # CPU tensors are never deferred (no sync to save): every value is fresh
+    assert len(values) > 5 and values == [float(i) for i in range(len(values))]
+
+
+def test_fake_oom_is_recorded_as_oom_even_when_the_script_exits(write_script, tmp_path: Path) -> None:
+    body = """
+    import sys, torch
+    m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    try:
+        for i in range(50):
+            m(torch.ones(2, 4)).sum().backward(); opt.step(); opt.zero_grad()
+            if i == 4:  # inside the profiled window
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    except torch.OutOfMemoryError:
+        print("CUDA out of memory at batch size 2", file=sys.stderr)
+        sys.exit(3)
+    """
+    record = _run(write_script, body, [], tmp_path)
+    assert record.status == "oom" and record.exit_code == 3
+    assert "Tried to allocate" in record.error["message"]
+
+
+# --- the commands end to end (CPU) ---------------------------------------------------------------
+
+OOM_ABOVE_32 = """
+import argparse, torch
+p = argparse.ArgumentParser(); p.add_argument("--batch_size", type=int, default=8); a = p.parse_args()
+if a.batch_size > 32:
+    raise torch.OutOfMemoryError(f"CUDA out of memory at batch {a.batch_size}")
+m = torch.nn.Linear(8, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+x = torch.randn(a.batch_size, 8)
+from torch.utils.data import DataLoader, TensorDataset
+for (b,) in DataLoader(TensorDataset(torch.randn(100000, 8)), batch_size=a.batch_size):
+    m(b).sum().backward(); opt.step(); opt.zero_grad()
+"""
+
+
+@pytest.mark.slow
+def test_sweep_cli_finds_the_largest_batch_that_fits(write_script, tmp_path: Path) -> None:
+    script = write_script(OOM_ABOVE_32)
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "diagnose", "sweep", "--json", "--warmup", "1", "--steps", "2", "--timed-steps", "3"]
+    cmd += ["--set", "arg.batch_size=16,32,64,128", "--out", str(out), str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    rows = report["experiments"]["rows"]
+    assert [r["status"] for r in rows] == ["ok", "ok", "oom", "oom"]
+    assert rows[3]["error"].startswith("skipped")  # larger than a size that already failed
+    assert "the largest that fits: arg.batch_size=32" in " ".join(report["experiments"]["conclusions"])
+    assert (out / "report.json").is_file()
+    if report["experiments"].get("plot"):
+        assert (out / "sweep.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_verify_cli_measures_the_top_recommendation(write_script, tmp_path: Path) -> None:
+    script = write_script(
+        """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+        class Slow(Dataset):
+            def __len__(self): return 100000
+            def __getitem__(self, i):
+                x = torch.randn(64, 64)
+                for _ in range(30):
+                    x = x @ x.T / 64
+                return x.flatten()[:16]
+        m = torch.nn.Linear(16, 1); opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        for x in DataLoader(Slow(), batch_size=8):
+            m(x).sum().backward(); opt.step(); opt.zero_grad()
+        """
+    )
+    # a rule of our own, so that a recommendation with a knob fires on a 2-CPU machine too
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "TEST001.toml").write_text(
+        'id = "TEST001"\ntitle = "t"\nsays = "s"\ndo = "d"\nwhy = "w"\ngain = "1 / (1 - exposed.data_wait)"\n'
+        'knob = { num_workers = "1" }\n[when]\nall = ["exposed.data_wait >= 0.1"]\n'
+        '[[examples]]\nsymptoms = { "exposed.data_wait" = 0.5 }\nfires = true\n'
+        '[[examples]]\nsymptoms = { "exposed.data_wait" = 0.0 }\nfires = false\n'
+    )
+    out = tmp_path / "verify"
+    cmd = [sys.executable, "-m", "diagnose", "verify", "--json", "--repeats", "2", "--warmup", "1", "--steps", "2"]
+    cmd += ["--timed-steps", "4", "--rules", str(rules), "--out", str(out), str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    experiments = report["experiments"]
+    roles = [r["role"] for r in experiments["rows"]]
+    assert roles[:2] == ["baseline", "baseline"]
+    assert experiments["baseline_spread"] >= 0
+    assert experiments["conclusions"], "every tried recommendation gets a sentence"
+    (tried,) = [row for row in experiments["rows"] if row["role"] == "recommendation"]
+    assert tried["rule"] == "TEST001" and tried["knobs"] == {"num_workers": "1"}
+    assert tried["status"] == "ok" and tried["verdict"] in ("helped", "no effect", "slower")
+    assert tried["speedup"] > 0 and tried["top_exposed"]["category"]
+    assert any(line.startswith("TEST001 (num_workers=1)") for line in experiments["conclusions"])
+    assert (out / "report.json").is_file() and (out / "baseline-1" / "run.json").is_file()

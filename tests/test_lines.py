@@ -1,0 +1,155 @@
+"""Line attribution on CPU: the main thread's hot line, the workers' hot line, the helpers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from diagnose.analysis import AnalysisOptions, analyze_run_dir
+from diagnose.lines import LineAttribution, classify_main, source_line, sync_kind, worker_frames
+from diagnose.progress import Progress
+from diagnose.record import WindowPlan
+from diagnose.runner import resolve_target, run_target
+
+PLAN = WindowPlan(warmup=2, steps=25, timed=3)
+
+HOT_MAIN = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def augment(x):
+    total = 0.0
+    for v in x.flatten().tolist():
+        total += v * v   # HOT-MAIN: slow per-element Python
+    return x * 0 + total
+
+m = torch.nn.Linear(64, 1); opt = torch.optim.SGD(m.parameters(), lr=1e-6)
+for (x,) in DataLoader(TensorDataset(torch.randn(100000, 64)), batch_size=1024):
+    x = augment(x)
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+"""
+
+HOT_WORKER = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 100000
+    def __getitem__(self, i):
+        total = 0
+        for k in range(20000):
+            total += k * i   # HOT-WORKER: per-sample Python in the worker
+        return torch.full((8,), float(total % 7))
+
+m = torch.nn.Linear(8, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for x in DataLoader(Slow(), batch_size=8, num_workers=2):
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def _line_of(path: Path, marker: str) -> int:
+    for i, text in enumerate(path.read_text().splitlines(), 1):
+        if marker in text:
+            return i
+    raise AssertionError(marker)
+
+
+def _run(script: Path, tmp_path: Path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    hook = LineAttribution(run_dir)
+    record = run_target(resolve_target(str(script), None, []), PLAN, run_dir, progress=Progress(enabled=False), extra_hooks=[hook])
+    return record, run_dir
+
+
+def test_main_thread_hot_line_is_found_and_quoted(write_script, tmp_path: Path) -> None:
+    script = write_script(HOT_MAIN)
+    record, run_dir = _run(script, tmp_path)
+    hot = _line_of(script, "HOT-MAIN")
+    host = record.host_samples
+    assert host["samples"] > 20
+    top_other = [x for x in host["lines"] if x["where"] == "other"]
+    assert top_other and top_other[0]["site"] == f"{script}:{hot}", top_other[:3]
+    assert top_other[0]["function"] == "augment"
+    assert host["by_where"]["other"] > 0.25
+    report = analyze_run_dir(run_dir, AnalysisOptions())
+    (finding,) = [f for f in report.findings if f["rule"] == "DATA004"]
+    assert f"train.py:{hot}" in finding["lines"]
+
+
+def test_worker_hot_line_and_cpu_per_batch(write_script, tmp_path: Path) -> None:
+    script = write_script(HOT_WORKER)
+    record, run_dir = _run(script, tmp_path)
+    hot = _line_of(script, "HOT-WORKER")
+    workers = record.worker_samples
+    assert workers["workers"] == 2 and workers["batches"] > 0
+    assert workers["cpu_s_per_batch"] > 0
+    assert workers["lines"][0]["site"] == f"{script}:{hot}"
+    assert workers["lines"][0]["activity"] == "user code"
+    busy = {k: v for k, v in workers["by_activity"].items() if k != "idle"}
+    assert max(busy, key=busy.get) == "user code"  # workers may idle: the main process is the slow one
+    report = analyze_run_dir(run_dir, AnalysisOptions())
+    assert report.symptoms["workers.cpu_per_batch_ms"]["value"] > 0
+    assert report.symptoms["workers.balance"]["value"] >= 1
+
+
+def test_no_lines_means_no_sampling(write_script, tmp_path: Path) -> None:
+    script = write_script(HOT_MAIN)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = run_target(resolve_target(str(script), None, []), PLAN, run_dir, progress=Progress(enabled=False))
+    assert record.host_samples == {} and record.worker_samples == {} and record.sync_sites == []
+
+
+def test_classify_main_by_the_frames_on_the_stack() -> None:
+    import torch
+
+    seen: dict[str, str] = {}
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            seen["model"] = classify_main(sys._getframe())
+            return x
+
+    Probe()(torch.ones(1))
+    assert seen["model"] == "model"
+    assert classify_main(sys._getframe()) == "other"
+
+
+def test_worker_frames_stop_at_the_worker_loop() -> None:
+    def _worker_loop():
+        return inner()
+
+    def inner():
+        return worker_frames(sys._getframe())
+
+    frames = _worker_loop()
+    assert [f.f_code.co_name for f in frames] == ["inner"]
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        ("history.append(value.item())", "item"),
+        ("preds = out.argmax(1).cpu()", "copy to host"),
+        ("torch.cuda.synchronize()", "synchronize"),
+        ("print(loss)", "print of a CUDA tensor"),
+        ("idx = mask.nonzero()", "data-dependent shape"),
+        ("y = x[mask]", "implicit (data-dependent shape or blocking copy)"),
+    ],
+)
+def test_sync_kind_from_the_source_line(code: str, kind: str) -> None:
+    assert sync_kind(code) == kind
+
+
+def test_source_line(tmp_path: Path) -> None:
+    path = tmp_path / "a.py"
+    path.write_text("one\n   two  \n")
+    assert source_line(f"{path}:2") == "two"
+    assert source_line(f"{path}:9") == ""
+    assert source_line("/nope.py:1") == ""
