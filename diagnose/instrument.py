@@ -362,19 +362,30 @@ def describe_models() -> list[ModelInfo]:
     import torch
     from torch import nn
 
+    modules = []
     with warnings.catch_warnings():  # isinstance() wakes lazy torch objects that warn when touched
         warnings.simplefilter("ignore")
-        modules = [o for o in gc.get_objects() if isinstance(o, nn.Module)]
+        for o in gc.get_objects():
+            try:
+                if isinstance(o, nn.Module):
+                    modules.append(o)
+            except ReferenceError:  # a dead weak proxy (torch.compile keeps some)
+                continue
     children: set[int] = set()
+    alive = []
     for m in modules:
-        for c in m.children():
-            children.add(id(c))
-        orig = getattr(m, "_orig_mod", None)  # torch.compile's wrapper
+        try:  # torch.compile keeps weak proxies of modules; skip the dead ones
+            for c in m.children():
+                children.add(id(c))
+            orig = getattr(m, "_orig_mod", None)  # torch.compile's wrapper
+        except ReferenceError:
+            continue
+        alive.append(m)
         if orig is not None:
             children.add(id(orig))
     compiled_cls = _optimized_module_class()
     out: list[ModelInfo] = []
-    for m in modules:
+    for m in alive:
         if id(m) in children:
             continue
         params = list(m.parameters())
@@ -393,7 +404,9 @@ def describe_models() -> list[ModelInfo]:
                 param_dtype="/".join(dtypes),
                 conv_layers=len(convs),
                 channels_last=channels_last,
-                compiled=compiled_cls is not None and isinstance(m, compiled_cls),
+                compiled=(compiled_cls is not None and isinstance(m, compiled_cls))
+                or getattr(m, "_compiled_call_impl", None) is not None
+                or hasattr(m.__dict__.get("forward"), "_torchdynamo_orig_callable"),
                 data_parallel=isinstance(m, nn.DataParallel),
                 distributed_data_parallel=isinstance(m, nn.parallel.DistributedDataParallel),
             )

@@ -10,8 +10,8 @@ autocast            ``bf16`` or ``fp16``: autocast around forward and loss (off 
 tf32                TF32 matmuls and convolutions (``allow_tf32``)
 cudnn_benchmark     ``torch.backends.cudnn.benchmark``
 optimizer           ``fused`` or ``foreach`` for every torch.optim optimizer that supports it
-compile             ``default``, ``reduce-overhead`` or ``max-autotune``: ``Module.compile()``
-                    of the outermost module the step calls
+compile             ``default``, ``reduce-overhead`` or ``max-autotune``: ``torch.compile`` of
+                    the forward of the outermost module the step calls
 channels_last       convolution models and their 4-d inputs in channels_last memory format
 item_every          what-if for host syncs: ``.item()`` really syncs once every N calls per line
                     and returns the previous value otherwise (measurement only: values go stale)
@@ -312,13 +312,18 @@ class Knobs:
         return None if mode in (None, "off") else mode
 
     def maybe_compile(self, module: Any) -> bool:
-        """Compile ``module`` in place (``Module.compile``) once; later calls run compiled."""
+        """Compile the first module with parameters the script calls, once, by replacing its
+        ``forward`` with ``torch.compile(forward)`` on the instance: the script keeps its own
+        object, and its later calls run compiled (forward and, through AOTAutograd, backward).
+        (``Module.compile()`` in place left the model eager on torch 2.13.)"""
+        import torch
+
         mode = self.compile_mode()
         if mode is None or self._compiled:
             return False
         if not any(True for _ in module.parameters()):
             return False
-        module.compile(mode=None if mode == "default" else mode)
+        module.forward = torch.compile(module.forward, mode=None if mode == "default" else mode)
         self._compiled = True
         return True
 

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from diagnose.breakdown import EXPOSED, LAUNCH_EXPOSED, PHASES, Breakdown
+from diagnose.breakdown import EXPOSED, GPU_EXPOSED, LAUNCH_EXPOSED, PHASES, Breakdown
 from diagnose.record import RunRecord
 from diagnose.timeline import TraceMeta
 
@@ -50,6 +50,7 @@ _declare("exposed.other_not_sync", "share", "GPU idle while the host runs other 
 _declare("exposed.host", "share", "GPU idle for any host reason (sum of the host-side exposed shares)")
 _declare("gpu.present", "bool", "the trace holds GPU activity")
 _declare("gpu.busy", "share", "share of step time the GPU runs anything (kernels, copies, memsets)")
+_declare("gpu.kernel_step_share", "share", "share of step time the GPU runs kernels (copies not counted): the work a copy can hide behind")
 _declare("gpu.compute_capability", "", "CUDA compute capability, e.g. 9.0 for Hopper")
 _declare("gpu.tensor_cores", "bool", "the GPU has Tensor Cores for bf16/TF32 (compute capability 8.0 or newer)")
 _declare("gpu.kernels_per_step", "count", "GPU kernels launched per step (median)")
@@ -209,6 +210,7 @@ def _from_breakdown(b: _Builder, bd: Breakdown, meta: TraceMeta | None) -> None:
     if bd.trace_exposed_share is not None and bd.profiler_inflation:
         busy = min(1.0, busy * bd.profiler_inflation)  # over the steady step, like the exposed shares
     b.set("gpu.busy", busy)
+    b.set("gpu.kernel_step_share", sum(bd.exposed_share[c] for c in GPU_EXPOSED))
     b.set("gpu.kernels_per_step", _median([s.kernel_count for s in steps]))
     b.set("gpu.median_kernel_us", _median([s.median_kernel_us for s in steps if s.median_kernel_us is not None]))
     if meta is not None and meta.compute_capability is not None:
