@@ -148,6 +148,7 @@ class Instrumentation:
         self.knobs = knobs
         self.dataloaders: dict[int, DataLoaderInfo] = {}
         self.optimizers: dict[int, OptimizerInfo] = {}
+        self._optimizer_sites: dict[int, str | None] = {}
         self.in_window = False
         #: a CUDA out-of-memory error was raised, even if the script caught it and exited
         self.oom_message: str | None = None
@@ -167,6 +168,7 @@ class Instrumentation:
         handle = register_optimizer_step_post_hook(self._optimizer_post_hook)
         self._undo.append(handle.remove)
         self._patch(DataLoader, "__init__", self._wrap_loader_init)
+        self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
         self._patch(DataLoader, "__iter__", self._wrap_loader_iter)
         self._patch(dl_module._BaseDataLoaderIter, "__init__", self._wrap_iter_init)
         self._patch(dl_module._BaseDataLoaderIter, "__next__", self._wrap_next)
@@ -204,6 +206,7 @@ class Instrumentation:
         key = id(optimizer)
         if key not in self.optimizers:
             self.optimizers[key] = describe_optimizer(optimizer)
+            self.optimizers[key].created_at = self._optimizer_sites.get(key)
         self.clock.optimizer_stepped(key)
         if self._forward_hook is not None and self.clock.mode == "optimizer":
             self.drop_forward_hook()
@@ -217,6 +220,15 @@ class Instrumentation:
             self.knobs.maybe_compile(module)
         if self.clock.mode in (None, "forward"):
             self.clock.module_called(id(module))
+
+    def _wrap_optimizer_init(self, original: Callable[..., None]) -> Callable[..., None]:
+        instrumentation = self
+
+        def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            original(optimizer, *args, **kwargs)
+            instrumentation._optimizer_sites.setdefault(id(optimizer), user_frame(instrumentation._prefixes))
+
+        return __init__
 
     def _wrap_oom_init(self, original: Callable[..., None]) -> Callable[..., None]:
         instrumentation = self

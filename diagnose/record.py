@@ -67,6 +67,7 @@ class OptimizerInfo:
     params: int
     implementation: str  # "fused", "foreach" or "for-loop"
     lr: float | None = None
+    created_at: str | None = None
 
 
 @dataclass

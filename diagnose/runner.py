@@ -247,8 +247,8 @@ def run_target(
                 _safely(knobs.remove)
             instrumentation.remove()
             saved.restore()
-    if record.completed_steps() == 0 and status in ("completed", "stopped", "exited"):
-        record.status = "no_steps" if status != "exited" else status
+    if record.completed_steps() == 0 and record.status in ("completed", "stopped"):
+        record.status = "no_steps"  # the script ran, but no step could be found
         record.save(run_dir / RUN_JSON)
     return record
 

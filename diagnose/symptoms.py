@@ -116,6 +116,9 @@ _declare("workers.balance", "count", "DataLoader workers whose combined output m
 _declare("lines.sync", "text", "the source lines that synchronise, with their counts per step")
 _declare("lines.host_other", "text", "the user's lines where the main thread spends the time outside DataLoader, model and optimizer")
 _declare("lines.data", "text", "the lines where data loading spends its time (main thread or workers)")
+_declare("lines.h2d", "text", "the lines that copy to the GPU from pageable memory")
+_declare("lines.model", "text", "the lines that run the model (forward and backward)")
+_declare("lines.optimizer", "text", "where the optimizer is built and stepped")
 _declare("host.other_user_share", "share", "share of step time the main thread spends in the user's own code outside DataLoader, model and optimizer")
 
 
@@ -392,9 +395,26 @@ def _short(site: str) -> str:
     return f"{path.rsplit('/', 1)[-1]}:{line}"
 
 
+def _quote(lines: list[dict], n: int = 2, where: bool = False) -> str:
+    return "; ".join(
+        f"{_short(x['site'])} `{x['code']}`" + (f" ({x['where']}, {x['share'] * 100:.0f}% of the step)" if where else f" ({x['share'] * 100:.0f}% of the step)")
+        for x in lines[:n]
+    )
+
+
 def _from_lines(b: _Builder, record: RunRecord, bd: Breakdown | None) -> None:
     """Quote the source lines that line attribution found (diagnose.lines)."""
     steps = len(bd.steps) if bd is not None and bd.steps else record.profiled_steps or 1
+    copies = [s for s in record.sync_sites if s["kind"] == "blocking copy"]
+    if copies:
+        b.text("lines.h2d", "; ".join(f"{_short(s['site'])} `{s['code']}` ({s['count'] / steps:.3g}/step)" for s in copies[:2]))
+    sampled = (record.host_samples or {}).get("lines", [])
+    if not copies:
+        b.text("lines.h2d", _quote([x for x in sampled if ".to(" in x["code"] or ".cuda(" in x["code"]]))
+    b.text("lines.model", _quote([x for x in sampled if x["where"] in ("model", "backward")], where=True))
+    optimizer_sites = [f"{_short(o.created_at)} ({o.name}, {o.implementation}, {o.param_tensors} tensors)" for o in record.optimizers if o.created_at]
+    stepped = [x for x in sampled if x["where"] == "optimizer"]
+    b.text("lines.optimizer", "; ".join(optimizer_sites + ([_quote(stepped, 1)] if stepped else [])))
     if record.sync_sites:
         b.text(
             "lines.sync",

@@ -1,0 +1,118 @@
+"""Cut a trace down to a few steps and to the events the analysis reads.
+
+Contract: ``trim_trace(data, steps) -> dict``. Keeps the trace's metadata, the first ``steps``
+``ProfilerStep`` windows of the main thread, and within them: user annotations, top-level
+operators of the main thread, operators that start a forward->backward flow, autograd engine
+operators, the runtime calls that launched kept GPU work or synchronised, GPU kernels, copies
+and memsets. Everything else (nested operators, flow arrows, other runtime calls) goes.
+
+``diagnose trim`` uses it to share a large trace or to record a test fixture: the breakdown of
+the kept steps is unchanged (tests/test_fixtures.py checks it on every recorded fixture).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from diagnose import patterns as P
+from diagnose.errors import TraceError
+from diagnose.timeline import read_trace_json
+
+_GPU = ("kernel", "gpu_memcpy", "gpu_memset")
+_RUNTIME = ("cuda_runtime", "cuda_driver")
+
+
+def trim_trace(data: dict[str, Any], steps: int, skip: int = 1) -> dict[str, Any]:
+    """The ``steps`` steps after the first ``skip`` ones. Earlier steps leave their phase marks
+    (annotations, forward and backward operators, no ProfilerStep mark): a GPU that runs behind
+    executes, in a kept step, kernels launched steps before, and their phase is read there."""
+    events = [e for e in data["traceEvents"] if isinstance(e, dict)]
+    marks = sorted(
+        (e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(P.PROFILER_STEP_PREFIX)),
+        key=lambda e: e["ts"],
+    )
+    if not marks:
+        raise TraceError("the trace has no ProfilerStep marks to trim by")
+    chosen = marks[skip : skip + steps]
+    if not chosen:
+        raise TraceError(f"the trace has {len(marks)} steps; cannot skip {skip}")
+    main_tid = chosen[0]["tid"]
+    start = marks[skip - 1]["ts"] if skip > 0 else chosen[0]["ts"]
+    end = max(m["ts"] + m.get("dur", 0) for m in chosen)
+    chosen_ids = {id(m) for m in chosen}
+
+    def inside(e: dict[str, Any]) -> bool:
+        ts = e.get("ts", -1)
+        return start <= ts < end or (e.get("cat") in _GPU and ts < end and ts + e.get("dur", 0) > start)
+
+    def before_end(e: dict[str, Any]) -> bool:
+        return e.get("ts", end) < end
+
+    flows = {(e.get("tid"), e.get("ts")) for e in events if e.get("cat") == "fwdbwd" and e.get("ph") == "s" and before_end(e)}
+    gpu_correlations = {(e.get("args") or {}).get("correlation") for e in events if e.get("cat") in _GPU and inside(e)}
+    top_level = _top_level_ids([e for e in events if e.get("cat") == "cpu_op" and e.get("tid") == main_tid and inside(e)])
+
+    def keep(e: dict[str, Any]) -> bool:
+        cat = e.get("cat")
+        if e.get("ph") == "M":
+            return True
+        if cat in _RUNTIME and (e.get("args") or {}).get("correlation") in gpu_correlations:
+            return True  # the launch of kept GPU work, wherever it is
+        name = str(e.get("name", ""))
+        if before_end(e):  # phase marks, from the start of the trace
+            if cat == "user_annotation" and not name.startswith(P.PROFILER_STEP_PREFIX):
+                return True
+            if cat == "cpu_op" and (name.startswith(P.BACKWARD_OP_PREFIX) or (e.get("tid"), e.get("ts")) in flows):
+                return True
+            if cat == "fwdbwd" and e.get("ph") == "s":
+                return True
+        if not inside(e):
+            return False
+        if cat == "user_annotation":
+            return id(e) in chosen_ids
+        if cat == "cpu_op":
+            return id(e) in top_level
+        if cat in _RUNTIME:
+            return name in P.SYNC_CALLS or name in ("cudaGraphLaunch", "cuGraphLaunch")
+        return cat in _GPU
+
+    trimmed = {k: v for k, v in data.items() if k != "traceEvents"}
+    trimmed["traceEvents"] = [_slim(e) for e in events if keep(e)]
+    return trimmed
+
+
+#: the args the analysis reads; the rest (grid, registers, occupancy, ids) is dropped
+_ARGS_READ = ("correlation", "device", "stream", "bytes", "name")
+
+
+def _slim(e: dict[str, Any]) -> dict[str, Any]:
+    args = e.get("args")
+    if not args:
+        return e
+    out = dict(e)
+    out["args"] = {k: v for k, v in args.items() if k in _ARGS_READ}
+    return out
+
+
+def _top_level_ids(ops: list[dict[str, Any]]) -> set[int]:
+    top: set[int] = set()
+    top_end = float("-inf")
+    for e in sorted(ops, key=lambda e: (e["ts"], -e.get("dur", 0))):
+        if e["ts"] >= top_end:
+            top.add(id(e))
+            top_end = e["ts"] + e.get("dur", 0)
+    return top
+
+
+def trim_file(source: Path, target: Path, steps: int, skip: int = 1) -> Path:
+    data = read_trace_json(source)
+    trimmed = trim_trace(data, steps, skip)
+    raw = json.dumps(trimmed, separators=(",", ":")).encode()
+    if target.name.endswith(".gz"):
+        target.write_bytes(gzip.compress(raw, compresslevel=9))
+    else:
+        target.write_bytes(raw)
+    return target
