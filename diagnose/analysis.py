@@ -95,7 +95,9 @@ def _analyze(
     elif record is not None and record.status not in ("no_steps",):
         warnings.append("no trace was written: the script ended before the profiled window")
     symptoms = compute_symptoms(breakdown, record, meta)
-    diagnosis = diagnose_symptoms(rules, symptoms) if breakdown is not None else None
+    # Rules run even with no profiled step: what the run record shows (an OOM, memory at
+    # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.
+    diagnosis = diagnose_symptoms(rules, symptoms)
     return build_report(
         record=record,
         meta=meta,

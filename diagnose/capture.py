@@ -64,9 +64,45 @@ class CaptureSession:
         self.window_closed = False
         self.finished = False
         self.mode: str | None = None
+        self.profiler_blocked = False
         self._profiler: Any = None
         self._discard_trace = False
         self._cuda = False
+        #: why profiling stopped short or never ran (the script's own profiler, ...), if it did
+        self.notes: list[str] = []
+        self._restore_start: Any = None
+
+    # --- the script's own torch.profiler ----------------------------------------------------------
+
+    def guard_foreign_profilers(self) -> None:
+        """Kineto allows one profiler at a time. When the script starts its own while ours
+        records, ours steps aside (saving what it has) instead of making the script fail."""
+        from torch.profiler import profile
+
+        original = profile.start
+        session = self
+
+        def start(prof: Any) -> None:
+            if prof is not session._profiler and session._profiler is not None:
+                session.notes.append(
+                    f"the script started its own torch.profiler at step {len(session.boundaries)}: "
+                    "diagnose stopped its window there (one profiler at a time); timings continue"
+                )
+                session._close_window_early()
+            return original(prof)
+
+        profile.start = start  # type: ignore[method-assign]
+        self._restore_start = lambda: setattr(profile, "start", original)
+
+    def _close_window_early(self) -> None:
+        in_window = len(self.boundaries) > self.plan.warmup
+        self._discard_trace = not in_window
+        self._stop_profiler()
+        self._discard_trace = False
+        self.profiler_blocked = True
+        if in_window and not self.window_closed:
+            self.window_closed = True
+            self.on_window_end()
 
     # --- called by the StepClock ----------------------------------------------------------------
 
@@ -85,12 +121,16 @@ class CaptureSession:
         self.boundaries.append(now)
         plan = self.plan
         last_profiled = plan.warmup + plan.steps
-        if k == 0:
+        if k == 0 and not self.profiler_blocked:
             self._start_profiler()
         elif self._profiler is not None and k <= last_profiled:
-            self._profiler.step()
-            if k == last_profiled:
-                self._close_window()
+            try:
+                self._profiler.step()
+            except RuntimeError as exc:  # e.g. the script's own profiler holds Kineto
+                self._profiler_failed(exc)
+            else:
+                if k == last_profiled:
+                    self._close_window()
         if k == plan.first_timed:
             self._synchronize()
             self.timed_start = time.perf_counter()
@@ -117,9 +157,24 @@ class CaptureSession:
         os.environ.setdefault("TEARDOWN_CUPTI", "1")
         self._cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
-        plan = self.plan
         self._discard_trace = False
-        self._profiler = profile(
+        try:
+            self._profiler = self._new_profiler(profile, schedule, activities)
+            self._profiler.start()
+        except RuntimeError as exc:
+            self._profiler_failed(exc)
+
+    def _profiler_failed(self, exc: Exception) -> None:
+        self.notes.append(
+            f"torch.profiler could not run ({str(exc).splitlines()[0]}); is the script profiling itself? "
+            "diagnose measured step times only"
+        )
+        self._profiler = None
+        self.profiler_blocked = True
+
+    def _new_profiler(self, profile: Any, schedule: Any, activities: list[Any]) -> Any:
+        plan = self.plan
+        return profile(
             activities=activities,
             schedule=schedule(wait=max(plan.warmup - 1, 0), warmup=1 if plan.warmup else 0, active=plan.steps, repeat=1),
             on_trace_ready=self._save_trace,
@@ -129,7 +184,6 @@ class CaptureSession:
             with_flops=False,
             with_modules=False,
         )
-        self._profiler.start()
 
     def _save_trace(self, prof: Any) -> None:
         if self._discard_trace:
@@ -167,6 +221,9 @@ class CaptureSession:
 
     def finish(self) -> None:
         """The script ended (or failed) early: save what the window captured so far."""
+        if self._restore_start is not None:
+            self._restore_start()
+            self._restore_start = None
         if self._profiler is not None:
             in_window = len(self.boundaries) > self.plan.warmup
             if not in_window:

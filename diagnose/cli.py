@@ -110,31 +110,46 @@ def run(
     from diagnose.rundir import default_run_dir, prepare_run_dir
     from diagnose.session import analyze_and_save
 
-    try:
-        script_args = list(args or [])
-        if script_args[:1] == ["--"]:
-            script_args = script_args[1:]
-        if module and script:
-            script_args = [script, *script_args]
-            script = None
-        target = resolve_target(script, module, script_args)
-        knobs = Knobs.parse(knob or [])
-        target.args = knobs.apply_to_args(target.args)
-        options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all)
-        from diagnose.rules import load_rules
+    from diagnose.rules import load_rules
+    from diagnose.session import save_not_run
 
+    script_args = list(args or [])
+    if script_args[:1] == ["--"]:
+        script_args = script_args[1:]
+    if module and script:
+        script_args = [script, *script_args]
+        script = None
+    try:
+        knobs = Knobs.parse(knob or [])
+        options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all)
         rules = load_rules(list(options.rules_dirs))  # a bad rule file fails before the script runs
-        run_dir = prepare_run_dir(out or default_run_dir(target.display_name), explicit=out is not None, overwrite=overwrite)
+        name = Path(script).stem if script else (module or "run").rsplit(".", 1)[-1]
+        run_dir = prepare_run_dir(out or default_run_dir(name or "run"), explicit=out is not None, overwrite=overwrite)
     except DiagnoseError as exc:
         raise _fail(exc) from None
+    try:
+        target = resolve_target(script, module, script_args)
+    except DiagnoseError as exc:
+        save_not_run(run_dir, {"kind": "module" if module else "script", "value": module or script, "args": script_args}, exc.message)
+        typer.echo(f"run directory: {run_dir}", err=True)
+        raise _fail(exc) from None
+    target.args = knobs.apply_to_args(target.args)
 
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop)
     progress = Progress(enabled=not quiet)
     from diagnose.lines import LineAttribution
 
     hooks = [] if no_lines else [LineAttribution(run_dir)]
+
+    def before_hard_exit(_record) -> None:  # noqa: ANN001 - os._exit ends the process: report now
+        analyze_and_save(run_dir, options, rules=rules, html=html)
+        typer.echo(f"diagnose: the script called os._exit; the report is in {run_dir}", err=True)
+
     with _stdout_to_stderr(json_out):
-        record = run_target(target, plan, run_dir, knobs=knobs if knobs else None, progress=progress, extra_hooks=hooks)
+        record = run_target(
+            target, plan, run_dir, knobs=knobs if knobs else None, progress=progress, extra_hooks=hooks,
+            on_hard_exit=before_hard_exit,
+        )
     try:
         report = analyze_and_save(run_dir, options, rules=rules, html=html)
     except DiagnoseError as exc:
@@ -169,10 +184,12 @@ def analyze(
     rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
     max_trace_gb: float = typer.Option(2.0, "--max-trace-gb", help="Refuse traces whose JSON is larger than this."),
     steps_table: bool = typer.Option(False, "--steps", help="Also print the breakdown of every step."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="For a bare trace: save report.json (and --html) in this folder."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
     from diagnose.analysis import AnalysisOptions, analyze_path
+    from diagnose.rundir import default_run_dir, prepare_run_dir
     from diagnose.session import analyze_and_save, write_html
 
     options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all, max_trace_bytes=int(max_trace_gb * 1e9))
@@ -181,8 +198,12 @@ def analyze(
             report = analyze_and_save(path, options, html=html)
         else:
             report = analyze_path(path, options)
-            if html:
-                write_html(report, path.with_name(path.name.split(".")[0] + ".report.html"))
+            if html or out is not None:  # never write beside the user's trace: a run directory
+                run_dir = prepare_run_dir(out or default_run_dir("analyze-" + path.name.split(".")[0]), explicit=out is not None)
+                report.save(run_dir / "report.json")
+                if html:
+                    write_html(report, run_dir / "report.html")
+                typer.echo(f"wrote {run_dir}", err=True)
     except DiagnoseError as exc:
         raise _fail(exc) from None
     if steps_table and not json_out:
@@ -353,6 +374,23 @@ def _progress_printer(quiet: bool):  # noqa: ANN202 - a callback
             typer.echo(f"diagnose ▸ experiment: {label}", err=True)
 
     return show
+
+
+@app.command()
+def trim(
+    trace: Path = typer.Argument(..., help="A torch.profiler trace (.json or .json.gz)."),
+    out: Path = typer.Argument(..., help="Where to write the trimmed trace (.json or .json.gz)."),
+    steps: int = typer.Option(3, "--steps", min=1, help="Steps to keep."),
+    skip: int = typer.Option(1, "--skip", min=0, help="Steps to leave out first."),
+) -> None:
+    """Cut a trace to a few steps and the events the analysis reads (to share it, or as a test fixture)."""
+    from diagnose.trim import trim_file
+
+    try:
+        written = trim_file(trace, out, steps=steps, skip=skip)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    typer.echo(f"wrote {written} ({written.stat().st_size / 1e3:.0f} KB)", err=True)
 
 
 @app.command(name="knobs")

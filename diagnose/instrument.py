@@ -295,8 +295,11 @@ class Instrumentation:
         return __init__
 
     def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        import torch
+
         instrumentation = self
         clock = self.clock
+        grad_enabled = torch.is_grad_enabled
 
         def __next__(iterator: Any) -> Any:
             clock.batch_requested()
@@ -307,7 +310,7 @@ class Instrumentation:
                 started = iterator.__dict__.pop("_diagnose_epoch_start", None)
                 if started is not None:
                     info.first_batch_wait_s.append(time.perf_counter() - started)
-                if instrumentation.in_window:
+                if instrumentation.in_window and grad_enabled():  # an eval loop (no_grad) is not the training data
                     info.fetches_in_window += 1
             return batch
 

@@ -14,8 +14,9 @@ from typing import Any
 
 RUN_SCHEMA = "diagnose.run/1"
 
-#: How a run ended. "stopped" means diagnose stopped the script on purpose after measuring.
-STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps")
+#: How a run ended. "stopped" means diagnose stopped the script on purpose after measuring;
+#: "not_run" that the script could not be started (missing, not Python, module not found).
+STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps", "not_run")
 
 
 @dataclass

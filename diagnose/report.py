@@ -174,6 +174,7 @@ STATUS_MESSAGES = {
     "terminated": "terminated (SIGTERM); what was captured is analysed",
     "oom": "the script ran out of GPU memory: {error}",
     "no_steps": "no training step was found",
+    "not_run": "the script was not run: {error}",
     "trace": "a trace file analysed on its own",
 }
 
@@ -375,6 +376,8 @@ def _busy_share(bd: Breakdown) -> float:
 
 def _verdict(report: Report, diagnosis: Diagnosis) -> str:
     if report.breakdown is None:
+        if diagnosis.findings:
+            return f"{diagnosis.findings[0].title} (no profiled step: the rest of the diagnosis needs one)."
         return "Nothing to diagnose: no profiled step."
     if diagnosis.findings:
         top = diagnosis.findings[0]

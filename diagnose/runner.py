@@ -104,6 +104,7 @@ def run_target(
     progress: Progress | None = None,
     worker: str | None = None,
     extra_hooks: list[Any] | None = None,
+    on_hard_exit: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
     """Run the target under the profiler. Never raises for the script's own failures."""
     from diagnose.environment import describe_environment, describe_flags, describe_memory
@@ -181,6 +182,7 @@ def run_target(
             record.timed_seconds = session.timed_end - session.timed_start
             timed = record.samples_per_step[plan.first_timed : plan.first_timed + plan.timed]
             record.timed_samples = sum(timed) if timed and all(timed) else None
+        record.warnings.extend(session.notes)
         record.dataloaders = list(instrumentation.dataloaders.values())
         record.optimizers = list(instrumentation.optimizers.values())
         record.ended_at = _now()
@@ -197,11 +199,14 @@ def run_target(
         record.warnings.append(f"the script called os._exit({code})")
         _safely(lambda: finalize("exited" if code else "completed", code))
         _safely(saved.restore)
+        if on_hard_exit is not None:
+            _safely(lambda: on_hard_exit(record))
         real_exit(code)
 
     status, exit_code, error = "completed", errors.EXIT_OK, None
     try:
         instrumentation.install()
+        session.guard_foreign_profilers()
         if knobs is not None:
             knobs.install()
         for hook in extra_hooks or []:

@@ -46,3 +46,14 @@ def write_tensorboard(report: Report, run_dir: Path) -> None:
         return
     except OSError as exc:
         print(f"diagnose: warning: could not write TensorBoard events: {exc}", file=sys.stderr)
+
+
+def save_not_run(run_dir: Path, target: dict, message: str) -> None:
+    """A run that never started still leaves run.json and report.json saying why."""
+    from diagnose.analysis import RUN_JSON
+    from diagnose.record import RunRecord
+
+    record = RunRecord(target=target, command=list(sys.argv), status="not_run", exit_code=2)
+    record.error = {"type": "UsageError", "message": message, "traceback": ""}
+    record.save(run_dir / RUN_JSON)
+    analyze_and_save(run_dir, AnalysisOptions())

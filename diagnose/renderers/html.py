@@ -502,7 +502,7 @@ def _nothing_profiled(report: Report) -> Markup:
 
 
 def _findings(report: Report) -> Markup:
-    if not report.breakdown:
+    if not report.breakdown and not report.findings:
         return _section("Findings", el("p", "None: nothing was profiled.", class_="muted"), anchor="findings")
     body: list[Any] = []
     if report.findings:

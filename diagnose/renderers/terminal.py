@@ -229,6 +229,8 @@ class TerminalRenderer(Renderer):
     def _findings(self, c: Console, r: Report) -> None:
         if not r.breakdown:
             c.print(Text(r.verdict or "No profiled step to diagnose.", style="bold yellow"))
+            for i, f in enumerate(r.findings, 1):
+                self._finding(c, i, f)
             return
         c.print(Text(r.verdict, style="bold green" if r.healthy else "bold red"))
         if r.findings:

@@ -1,0 +1,153 @@
+"""The commands as a user types them: run, analyze (a run directory, a bare trace), report,
+rules, knobs, --json, python -m diagnose."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.scripts import MLP_TRAIN
+from tests.tracebuilder import one_gpu_step
+
+FAST = ["--warmup", "2", "--steps", "4", "--timed-steps", "5"]
+
+
+def diagnose(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One real `diagnose run` on a tiny script written into a temp folder, shared by the tests."""
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "train.py").write_text(MLP_TRAIN.lstrip())
+    proc = diagnose("run", *FAST, "--no-color", "--out", "runs/first", "train.py", "--", "--batch-size", "32", cwd=folder)
+    return folder, proc
+
+
+@pytest.mark.slow
+def test_run_writes_the_run_directory_and_prints_the_report(finished_run) -> None:
+    folder, proc = finished_run
+    assert proc.returncode == 0, proc.stderr
+    run_dir = folder / "runs" / "first"
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert "run.json" in names and "report.json" in names
+    (trace,) = [n for n in names if n.endswith(".pt.trace.json.gz")]
+    assert re.fullmatch(r".+_\d+\.\d+\.pt\.trace\.json\.gz", trace)
+    assert any(n.startswith("events.out.tfevents.") for n in names)
+    out = proc.stdout
+    for text in ("Where a step goes", "Steady state (profiler off, 5 steps)", "host thread phases", "CPU only, no GPU used"):
+        assert text in out, text
+    assert "samples/s" in out and "batch: 32 samples per step" in out
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["schema"] == "diagnose.report/1"
+    assert report["status"]["state"] == "stopped"
+    assert report["throughput"]["steady"]["steps"] == 5
+    assert report["throughput"]["profiled"]["steps"] == 4
+    assert report["environment"]["torch"] and report["environment"]["python"] and report["environment"]["cpu_count"]
+    assert report["dataloader"]["batch_size"] == 32 and report["dataloader"]["num_workers"] == 0
+    shares = report["breakdown"]["window"]["exposed_share"]
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+    assert "diagnose ▸ profiling steps 2-5" in proc.stderr  # the progress line
+
+
+@pytest.mark.slow
+def test_analyze_a_saved_run_again(finished_run) -> None:
+    folder, _ = finished_run
+    before = json.loads((folder / "runs/first/report.json").read_text())
+    proc = diagnose("analyze", "--json", "runs/first", cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    again = json.loads(proc.stdout)
+    assert again["breakdown"]["steps"] == before["breakdown"]["steps"]
+    assert again["throughput"] == before["throughput"]
+
+
+@pytest.mark.slow
+def test_report_rerenders_without_reanalysis_and_writes_html(finished_run) -> None:
+    folder, _ = finished_run
+    proc = diagnose("report", "--no-color", "runs/first", cwd=folder)
+    assert proc.returncode == 0 and "Where a step goes" in proc.stdout
+    proc = diagnose("report", "--html", "runs/first", cwd=folder)
+    assert proc.returncode == 0
+    html = (folder / "runs/first/report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and "<script" not in html
+
+
+def test_analyze_a_bare_trace_written_by_the_users_own_profiler(tmp_path: Path) -> None:
+    one_gpu_step().write(tmp_path / "my_own_trace.pt.trace.json")
+    proc = diagnose("analyze", "--json", "my_own_trace.pt.trace.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["status"]["state"] == "trace"
+    assert report["breakdown"]["device"] == "cuda"
+    assert report["breakdown"]["steps"][0]["exposed_ms"]["data_wait"] == pytest.approx(0.3)
+    assert not (tmp_path / "runs").exists()  # a bare analysis writes nothing
+    proc = diagnose("analyze", "--html", "--out", "out", "my_own_trace.pt.trace.json", cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "out/report.html").is_file()
+
+
+@pytest.mark.slow
+def test_json_keeps_stdout_for_the_report(write_script, tmp_path: Path) -> None:
+    write_script(MLP_TRAIN.replace("for epoch in range(a.epochs):", "print('the script talks on stdout')\nfor epoch in range(a.epochs):"))
+    proc = diagnose("run", *FAST, "--json", "--quiet", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0
+    report = json.loads(proc.stdout)  # nothing but the report
+    assert report["status"]["state"] == "stopped"
+    assert "the script talks on stdout" in proc.stderr
+
+
+@pytest.mark.slow
+def test_run_a_module_with_dash_m(write_script, tmp_path: Path) -> None:
+    write_script("", name="pkg/__init__.py")
+    write_script(MLP_TRAIN, name="pkg/train.py")
+    proc = diagnose("run", *FAST, "--json", "--quiet", "-m", "pkg.train", "--", "--batch-size", "8", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["run"]["target"] == {"kind": "module", "value": "pkg.train", "args": ["--batch-size", "8"], "cwd": str(tmp_path)}
+    assert report["throughput"]["batch_size"] == 8
+
+
+def test_version_rules_knobs_and_python_dash_m(tmp_path: Path) -> None:
+    proc = diagnose("--version", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("diagnose ")
+    rules = diagnose("rules", cwd=tmp_path).stdout
+    assert "DATA001" in rules and "NEXT001" in rules
+    assert "gpu.busy" in diagnose("rules", "--symptoms", cwd=tmp_path).stdout
+    assert "num_workers" in diagnose("knobs", cwd=tmp_path).stdout
+
+
+def test_unknown_knob_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("pass\n")
+    proc = diagnose("run", "--set", "warp_speed=9", "train.py", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "unknown knob 'warp_speed'" in proc.stderr
+
+
+def test_trim_keeps_the_breakdown_of_the_kept_steps(tmp_path: Path) -> None:
+    from diagnose.breakdown import compute_breakdown
+    from diagnose.timeline import load_timeline
+    from tests.tracebuilder import FP32_GEMM, TraceBuilder
+
+    b = TraceBuilder()
+    for n in range(4):
+        t = n * 1000
+        b.step(n, t, 1000)
+        b.data_wait(t, 300)
+        b.op("aten::linear", t + 350, 10, forward=True)
+        b.kernel(FP32_GEMM, t + 600, 700, launch_ts=t + 355)  # runs into the next step
+    b.write(tmp_path / "t.json")
+    proc = diagnose("trim", "--steps", "2", "--skip", "1", "t.json", "small.json.gz", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    full = {s.number: s for s in compute_breakdown(load_timeline(tmp_path / "t.json")).steps}
+    small = compute_breakdown(load_timeline(tmp_path / "small.json.gz")).steps
+    assert [s.number for s in small] == [1, 2]
+    for s in small:
+        assert s.exposed == full[s.number].exposed and s.phases == full[s.number].phases
