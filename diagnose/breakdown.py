@@ -196,10 +196,14 @@ def forward_spans(forward_ops: list[Interval], backward: list[Interval], steps: 
             i += 1
         prev_end = b_end
     rest = [op for op in forward_ops[i:] if op[0] >= prev_end]
+    placed = 0
     for s_start, s_end in steps:
         inside = [op for op in rest if s_start <= op[0] < s_end]
         if inside:
             spans.append((inside[0][0], max(op[1] for op in inside)))
+            placed += len(inside)
+    if placed < len(rest):  # operators outside every step (a trimmed trace's context): their own spans
+        spans += [op for op in rest if not any(s <= op[0] < e for s, e in steps)]
     return spans
 
 
