@@ -404,7 +404,8 @@ def _quote(lines: list[dict], n: int = 2, where: bool = False) -> str:
 
 def _from_lines(b: _Builder, record: RunRecord, bd: Breakdown | None) -> None:
     """Quote the source lines that line attribution found (diagnose.lines)."""
-    steps = len(bd.steps) if bd is not None and bd.steps else record.profiled_steps or 1
+    # the sync counts cover the whole profiled window (a trimmed trace may hold fewer steps)
+    steps = record.profiled_steps or (len(bd.steps) if bd is not None and bd.steps else 1)
     copies = [s for s in record.sync_sites if s["kind"] == "blocking copy"]
     if copies:
         b.text("lines.h2d", "; ".join(f"{_short(s['site'])} `{s['code']}` ({s['count'] / steps:.3g}/step)" for s in copies[:2]))
