@@ -384,6 +384,11 @@ def _verdict(report: Report, diagnosis: Diagnosis) -> str:
         bound = f" (up to {top.gain:.2f}x faster)" if top.gain else ""
         return f"{top.title}{bound}."
     window = report.breakdown["window"]
+    shares = window["exposed_share"]
+    top = max(shares, key=shares.get)
+    labels = report.exposed_labels()
+    if not report.on_gpu:
+        return f"No rule fired on this CPU-only run; the largest part of a step: {labels[top]} ({shares[top] * 100:.0f}%)."
     if report.on_gpu:
         busy = window["gpu_busy_share"] * 100
         precision = report.symptoms.get("gpu.reduced_precision_share", {}).get("value")
@@ -391,4 +396,4 @@ def _verdict(report: Report, diagnosis: Diagnosis) -> str:
         if precision is not None and precision >= 0.5:
             what += f", {precision * 100:.0f}% of matmul time in bf16/fp16"
         return f"No bottleneck found: {what}."
-    return "No bottleneck found in the CPU run."
+    return "No bottleneck found."

@@ -151,3 +151,11 @@ def test_trim_keeps_the_breakdown_of_the_kept_steps(tmp_path: Path) -> None:
     assert [s.number for s in small] == [1, 2]
     for s in small:
         assert s.exposed == full[s.number].exposed and s.phases == full[s.number].phases
+
+
+def test_readme_starts_with_the_two_commands_and_ci_runs_the_test_one() -> None:
+    readme = (REPO / "README.md").read_text().splitlines()
+    assert readme[3].startswith("pip install torch==2.13.0") and "diagnose run" in readme[3]
+    test_command = readme[4].split("&&")[-1].strip()
+    assert test_command == "python -m pytest -q"
+    assert test_command in (REPO / ".ci" / "run").read_text().splitlines()

@@ -209,7 +209,7 @@ def test_script_with_its_own_profiler(write_script, tmp_path: Path, where: str) 
     ("failure", "message"),
     [
         ("raise RuntimeError('corrupt sample')", "corrupt sample"),
-        ("os.kill(os.getpid(), 9)", "exited unexpectedly"),
+        ("os.kill(os.getpid(), 9)", "killed by signal"),
         ("time.sleep(30)", "timed out"),
     ],
 )

@@ -45,6 +45,7 @@ def test_training_script_is_profiled_then_stopped(write_script) -> None:
     assert loader.fetches_in_window == 3
     (opt,) = record.optimizers
     assert (opt.name, opt.param_tensors, opt.implementation) == ("SGD", 4, "for-loop")
+    assert opt.created_at.endswith("train.py:13")  # where the script built it
     assert record.models and record.models[0].name == "Sequential"
     (trace,) = record.trace_files
     assert trace.endswith(".pt.trace.json.gz")
