@@ -251,13 +251,20 @@ def _script_args(script: Optional[str], args: Optional[list[str]], module: Optio
     return [script, "--", *rest]
 
 
-def _experiments_out(out: Optional[Path], kind: str, name: str) -> Path:
+def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], window: tuple[int, int, int]):  # noqa: ANN202
+    """The checked target, its arguments for ``diagnose run``, the output folder and the window."""
+    from diagnose.record import WindowPlan
     from diagnose.rundir import default_run_dir, prepare_run_dir
+    from diagnose.runner import resolve_target
 
+    target_args = _script_args(script, args, module)
     try:
-        return prepare_run_dir(out or default_run_dir(f"{kind}-{name}"), explicit=out is not None)
+        target = resolve_target(script if not module else None, module, [])
+        out_dir = prepare_run_dir(out or default_run_dir(f"{kind}-{target.display_name}"), explicit=out is not None)
     except DiagnoseError as exc:
         raise _fail(exc) from None
+    warmup, steps, timed = window
+    return target_args, target, out_dir, WindowPlan(warmup=warmup, steps=steps, timed=timed)
 
 
 @app.command(context_settings=RUN_CONTEXT)
@@ -281,18 +288,10 @@ def verify(
     """Diagnose, then measure what each top recommendation really buys, one at a time and combined."""
     from diagnose.experiments import summarize_verify
     from diagnose.experiments import verify as run_verify
-    from diagnose.record import WindowPlan
     from diagnose.report import Report
-    from diagnose.runner import resolve_target
     from diagnose.session import write_html
 
-    target_args = _script_args(script, args, module)
-    try:
-        target = resolve_target(script if not module else None, module, [])
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    out_dir = _experiments_out(out, "verify", target.display_name)
-    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
+    target_args, _, out_dir, plan = _experiment_setup("verify", script, args, module, out, (warmup, steps, timed_steps))
     progress = _progress_printer(json_out)
     options = [item for d in rules_dirs or [] for item in ("--rules", str(Path(d).resolve()))]
     result, base_report = run_verify(
@@ -335,19 +334,14 @@ def sweep(
     """Run the script once per value of a knob (or a pair of knobs): throughput, GPU busy, memory."""
     from diagnose.experiments import parse_sweep, plot_sweep, summarize_sweep
     from diagnose.experiments import sweep as run_sweep
-    from diagnose.record import WindowPlan
     from diagnose.report import Report
-    from diagnose.runner import resolve_target
     from diagnose.session import write_html
 
-    target_args = _script_args(script, args, module)
     try:
-        target = resolve_target(script if not module else None, module, [])
         names, specs = parse_sweep(knob)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    out_dir = _experiments_out(out, "sweep", target.display_name)
-    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
+    target_args, target, out_dir, plan = _experiment_setup("sweep", script, args, module, out, (warmup, steps, timed_steps))
     outcomes = run_sweep(target_args, out_dir, plan, specs, base_knobs=list(fixed or []), on_progress=_progress_printer(json_out), timeout=timeout)
     summary = summarize_sweep(names, outcomes)
     plot = plot_sweep(summary, out_dir / "sweep.png")
