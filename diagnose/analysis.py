@@ -17,7 +17,7 @@ from diagnose.record import RunRecord
 from diagnose.report import Report, build_report
 from diagnose.rules import Rule, load_rules
 from diagnose.symptoms import compute_symptoms
-from diagnose.timeline import DEFAULT_MAX_TRACE_BYTES, TraceMeta, load_timeline, paused_gc
+from diagnose.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
 
 RUN_JSON = "run.json"
 REPORT_JSON = "report.json"
@@ -90,6 +90,8 @@ def _analyze(
                 steady = _steady_step_us(record)
                 if steady is not None:
                     breakdown = calibrate_to_steady_state(breakdown, steady)
+                if record is not None and record.sync_sites:
+                    record.sync_sites = attribute_sync_time(record, timeline)
         if breakdown is None and record is None:
             raise TraceError(f"{trace} holds no profiled events to analyse", hint="was the profiler running while the script worked?")
     elif record is not None and record.status not in ("no_steps",):
@@ -115,3 +117,27 @@ def _steady_step_us(record: RunRecord | None) -> float | None:
     if record is None or not record.timed_seconds or not record.timed_steps:
         return None
     return record.timed_seconds / record.timed_steps * 1e6
+
+
+def attribute_sync_time(record: RunRecord, timeline: Timeline) -> list[dict]:
+    """Blocked time per sync site, per profiled step. The sync debug warnings came in the same
+    order as the trace's synchronising calls on the main thread: when their counts agree, each
+    call's duration goes to its site; otherwise (a trimmed trace) the total is shared by count."""
+    in_steps = [s for s in timeline.syncs if any(m.start <= s.start < m.end for m in timeline.steps)]
+    steps = record.profiled_steps or len(timeline.steps) or 1
+    sites = [dict(s) for s in record.sync_sites]
+    by_index = {s.get("index"): s for s in sites}
+    if record.sync_sequence and len(record.sync_sequence) == len(in_steps):
+        totals: dict[int, float] = {}
+        for index, call in zip(record.sync_sequence, in_steps):
+            totals[index] = totals.get(index, 0.0) + (call.end - call.start)
+        for index, us in totals.items():
+            if index in by_index:
+                by_index[index]["blocked_ms_per_step"] = round(us / 1000 / steps, 4)
+                by_index[index]["blocked_from"] = "matched"
+    else:
+        per_step_us = sum(c.end - c.start for c in in_steps) / max(len(timeline.steps), 1)
+        for site in sites:
+            site["blocked_ms_per_step"] = round(per_step_us * site["share_of_syncs"] / 1000, 4)
+            site["blocked_from"] = "shared by count"
+    return sites[:8]

@@ -40,6 +40,8 @@ SAMPLING_SWITCH_INTERVAL_S = 0.0002
 WORKER_INTERVAL_S = 0.005
 FLUSH_S = 0.25
 TOP = 8
+#: syncs whose order is kept, to match them one by one with the trace's (256 a step for 10 steps fit)
+MAX_SEQUENCE = 200_000
 
 # Where in torch a stack is, by the files it passes through (innermost match wins).
 _PLACES = (
@@ -274,6 +276,9 @@ class LineAttribution:
         self.workers_dir = run_dir / "workers"
         self.library: tuple[str, ...] = ()
         self.sync_counts: Counter[tuple[str, str]] = Counter()
+        #: the sites in the order their syncs happened (indices into ``_site_order``)
+        self.sync_sequence: list[int] = []
+        self._site_index: dict[tuple[str, str], int] = {}
         self.main_sampler: Sampler | None = None
         self.window_s = 0.0
         self._window_start = 0.0
@@ -333,6 +338,7 @@ class LineAttribution:
     def finish(self, record: Any) -> None:
         self._stop_window()
         record.sync_sites = self._sync_sites()
+        record.sync_sequence = list(self.sync_sequence)
         record.host_samples = self._host_hotspots()
         record.worker_samples = self._worker_hotspots()
 
@@ -362,14 +368,24 @@ class LineAttribution:
             return
         frame = _user_frame(sys._getframe(1), self.library)
         site = _site(frame) if frame is not None else f"{filename}:{lineno}"
-        self.sync_counts[(site, frame.f_code.co_name if frame is not None else "?")] += 1
+        key = (site, frame.f_code.co_name if frame is not None else "?")
+        self.sync_counts[key] += 1
+        if len(self.sync_sequence) < MAX_SEQUENCE:
+            self.sync_sequence.append(self._site_index.setdefault(key, len(self._site_index)))
 
     def _sync_sites(self) -> list[dict[str, Any]]:
+        """Every site (the analysis matches them to the trace's syncs by ``index``)."""
         total = sum(self.sync_counts.values())
         out = []
-        for (site, function), n in self.sync_counts.most_common(TOP):
+        for key, n in self.sync_counts.most_common():
+            site, function = key
             code = source_line(site)
-            out.append({"site": site, "function": function, "code": code, "kind": sync_kind(code), "count": n, "share_of_syncs": n / total})
+            out.append(
+                {
+                    "site": site, "function": function, "code": code, "kind": sync_kind(code),
+                    "count": n, "share_of_syncs": n / total, "index": self._site_index[key],
+                }
+            )
         return out
 
     def _host_hotspots(self) -> dict[str, Any]:

@@ -114,6 +114,8 @@ class RunRecord:
     flags: dict[str, Any] = field(default_factory=dict)
     knobs: dict[str, Any] = field(default_factory=dict)
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
+    #: the order in which sync sites fired during the window (``sync_sites[i]["index"]``)
+    sync_sequence: list[int] = field(default_factory=list)
     host_samples: dict[str, Any] = field(default_factory=dict)
     worker_samples: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

@@ -402,6 +402,12 @@ def _quote(lines: list[dict], n: int = 2, where: bool = False) -> str:
     )
 
 
+def _sync_site_text(site: dict, steps: int) -> str:
+    blocked = site.get("blocked_ms_per_step")
+    time = f", {blocked:.3g} ms/step blocked" if blocked is not None else ""
+    return f"{_short(site['site'])} `{site['code']}` ({site['kind']}, {site['count'] / steps:.3g}/step{time})"
+
+
 def _from_lines(b: _Builder, record: RunRecord, bd: Breakdown | None) -> None:
     """Quote the source lines that line attribution found (diagnose.lines)."""
     # the sync counts cover the whole profiled window (a trimmed trace may hold fewer steps)
@@ -417,12 +423,7 @@ def _from_lines(b: _Builder, record: RunRecord, bd: Breakdown | None) -> None:
     stepped = [x for x in sampled if x["where"] == "optimizer"]
     b.text("lines.optimizer", "; ".join(optimizer_sites + ([_quote(stepped, 1)] if stepped else [])))
     if record.sync_sites:
-        b.text(
-            "lines.sync",
-            "; ".join(
-                f"{_short(s['site'])} `{s['code']}` ({s['kind']}, {s['count'] / steps:.3g}/step)" for s in record.sync_sites[:3]
-            ),
-        )
+        b.text("lines.sync", "; ".join(_sync_site_text(s, steps) for s in record.sync_sites[:3]))
     host = record.host_samples
     if host and host.get("lines"):
         other = [x for x in host["lines"] if x["where"] == "other"]

@@ -153,3 +153,29 @@ def test_source_line(tmp_path: Path) -> None:
     assert source_line(f"{path}:2") == "two"
     assert source_line(f"{path}:9") == ""
     assert source_line("/nope.py:1") == ""
+
+
+def test_sync_time_is_matched_call_by_call_when_the_counts_agree() -> None:
+    from diagnose.analysis import attribute_sync_time
+    from diagnose.record import RunRecord
+    from diagnose.timeline import build_timeline
+    from tests.tracebuilder import TraceBuilder
+
+    b = TraceBuilder()
+    b.step(0, 0, 1000)
+    b.sync(100, 50)  # site 0
+    b.sync(300, 10)  # site 1
+    b.sync(500, 30)  # site 0
+    timeline = build_timeline(b.to_dict())
+    record = RunRecord(profiled_steps=1)
+    record.sync_sites = [
+        {"site": "t.py:1", "code": "a.item()", "kind": "item", "count": 2, "share_of_syncs": 2 / 3, "index": 0},
+        {"site": "t.py:2", "code": "b.cpu()", "kind": "copy to host", "count": 1, "share_of_syncs": 1 / 3, "index": 1},
+    ]
+    record.sync_sequence = [0, 1, 0]
+    sites = attribute_sync_time(record, timeline)
+    assert [(s["blocked_ms_per_step"], s["blocked_from"]) for s in sites] == [(0.08, "matched"), (0.01, "matched")]
+    record.sync_sequence = [0, 1]  # a trimmed trace: the counts disagree, the total is shared
+    sites = attribute_sync_time(record, timeline)
+    assert [s["blocked_ms_per_step"] for s in sites] == [pytest.approx(0.06), pytest.approx(0.03)]
+    assert sites[0]["blocked_from"] == "shared by count"
