@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from diagnose import patterns as P
 from diagnose.timeline import HostOp, Interval, Timeline
@@ -123,6 +124,8 @@ class Breakdown:
     trace_exposed_share: dict[str, float] | None = None
     #: profiled step time over the steady-state step time (profiler off), when known
     profiler_inflation: float | None = None
+    #: the median step in time order, in ``STRIP_BINS`` equal slices (see ``_strip``)
+    timeline_strip: dict | None = None
 
     @property
     def total_us(self) -> float:
@@ -258,7 +261,8 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
 
     gpu_intervals, kernel_labels = _gpu_intervals(timeline, host_intervals)
 
-    per_step_phases, per_step_exposed, per_step_busy = _sweep(step_bounds, host_intervals, gpu_intervals)
+    median_index = _median_index([end - start for start, end in step_bounds])
+    per_step_phases, per_step_exposed, per_step_busy, segments = _sweep(step_bounds, host_intervals, gpu_intervals, median_index)
 
     result_steps: list[StepBreakdown] = []
     for index, mark in enumerate(steps):
@@ -295,6 +299,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
         hidden_share=hidden_share,
         notes=notes,
         dataloader_kinds=dict(timeline.dataloader_kinds),
+        timeline_strip=_strip(segments, steps[median_index], STRIP_BINS) if median_index is not None else None,
     )
 
 
@@ -353,8 +358,10 @@ def _sweep(
     step_bounds: list[Interval],
     host_intervals: dict[str, list[Interval]],
     gpu_intervals: dict[str, list[Interval]],
-) -> tuple[list[dict[str, float]], list[dict[str, float]], list[float]]:
-    """One sweep over all interval boundaries; per elementary segment decide phase and cause."""
+    traced_step: int | None = None,
+) -> tuple[list[dict[str, float]], list[dict[str, float]], list[float], list[tuple[float, float, str, str]]]:
+    """One sweep over all interval boundaries; per elementary segment decide phase and cause.
+    For ``traced_step`` it also returns the segments in time order: (start, end, phase, cause)."""
     host_index = {label: i for i, label in enumerate(_HOST_LABELS)}
     gpu_index = {label: i for i, label in enumerate(_GPU_LABELS)}
     events: list[tuple[float, int, int, int]] = []  # (time, kind, index, delta); kind 0 host, 1 gpu
@@ -379,6 +386,7 @@ def _sweep(
     n_compute = len(_GPU_COMPUTE)
     i_comm, i_h2d, i_d2h, i_other = (gpu_index[x] for x in ("communication", "copy_h2d", "copy_d2h", "copy_other"))
     pos, n_events = 0, len(events)
+    segments: list[tuple[float, float, str, str]] = []
 
     for step_i, (s_start, s_end) in enumerate(step_bounds):
         while pos < n_events and events[pos][0] <= s_start:  # state at the step's first instant
@@ -391,9 +399,11 @@ def _sweep(
             t_next = events[pos][0] if pos < n_events and events[pos][0] < s_end else s_end
             width = t_next - t_prev
             if width > 0:
-                _attribute(width, host_count, gpu_count, n_compute, i_comm, i_h2d, i_d2h, i_other, ph, ex)
+                labels = _attribute(width, host_count, gpu_count, n_compute, i_comm, i_h2d, i_d2h, i_other, ph, ex)
                 if any(gpu_count):
                     busy[step_i] += width
+                if step_i == traced_step:
+                    segments.append((t_prev, t_next, *labels))
             if t_next >= s_end:
                 break
             while pos < n_events and events[pos][0] == t_next:
@@ -401,7 +411,7 @@ def _sweep(
                 (host_count if kind == 0 else gpu_count)[idx] += delta
                 pos += 1
             t_prev = t_next
-    return phases, exposed, busy
+    return phases, exposed, busy, segments
 
 
 def _attribute(
@@ -415,7 +425,8 @@ def _attribute(
     i_other: int,
     phases: dict[str, float],
     exposed: dict[str, float],
-) -> None:
+) -> tuple[str, str]:
+    """Add one elementary segment to the step's views; return its (phase, exposed cause)."""
     state = None
     for i, label in enumerate(_HOST_LABELS):
         if host_count[i] > 0:
@@ -428,23 +439,69 @@ def _attribute(
             if host_count[i] > 0:
                 phase = _HOST_LABELS[i]
                 break
-    phases[_PHASE_OF_LABEL.get(phase, "other") if phase else "other"] += width
+    phase_name = _PHASE_OF_LABEL.get(phase, "other") if phase else "other"
+    phases[phase_name] += width
 
     active = [i for i in range(n_compute) if gpu_count[i] > 0]
     if active:
         share = width / len(active)
         for i in active:
             exposed[_GPU_COMPUTE[i]] += share
+        cause = _GPU_COMPUTE[active[0]]
     elif gpu_count[i_comm] > 0:
-        exposed["communication"] += width
+        cause = "communication"
     elif gpu_count[i_h2d] > 0:
-        exposed["h2d_copy"] += width
+        cause = "h2d_copy"
     elif gpu_count[i_d2h] > 0:
-        exposed["sync"] += width
+        cause = "sync"
     elif gpu_count[i_other] > 0:
-        exposed["gpu_other"] += width
+        cause = "gpu_other"
     else:
-        exposed[_STATE_TO_EXPOSED[state]] += width
+        cause = _STATE_TO_EXPOSED[state]
+    if not active:
+        exposed[cause] += width
+    return phase_name, cause
+
+
+# --- one step in time order -------------------------------------------------------------------
+
+STRIP_BINS = 240
+
+
+def _median_index(durations: list[float]) -> int | None:
+    """The step of median duration (the lower one of two)."""
+    if not durations:
+        return None
+    order = sorted(range(len(durations)), key=lambda i: durations[i])
+    return order[(len(order) - 1) // 2]
+
+
+def _strip(segments: list[tuple[float, float, str, str]], step: Any, bins: int) -> dict:
+    """The step's segments cut into ``bins`` equal slices; each slice shows the phase and the
+    cause that filled most of it. Run-length encoded: ``[[label, slices], ...]``."""
+    start, width = step.start, (step.end - step.start) / bins
+    phase_time = [dict[str, float]() for _ in range(bins)]
+    cause_time = [dict[str, float]() for _ in range(bins)]
+    for seg_start, seg_end, phase, cause in segments:
+        first = min(bins - 1, int((seg_start - start) / width))
+        last = min(bins - 1, int((seg_end - start) / width))
+        for b in range(first, last + 1):
+            lo, hi = max(seg_start, start + b * width), min(seg_end, start + (b + 1) * width)
+            if hi > lo:
+                phase_time[b][phase] = phase_time[b].get(phase, 0.0) + hi - lo
+                cause_time[b][cause] = cause_time[b].get(cause, 0.0) + hi - lo
+
+    def encode(slices: list[dict[str, float]]) -> list[list[Any]]:
+        runs: list[list[Any]] = []
+        for times in slices:
+            label = max(times, key=times.get) if times else "other"
+            if runs and runs[-1][0] == label:
+                runs[-1][1] += 1
+            else:
+                runs.append([label, 1])
+        return runs
+
+    return {"step": step.number, "duration_us": step.end - step.start, "bins": bins, "phases": encode(phase_time), "exposed": encode(cause_time)}
 
 
 # --- profiler overhead -----------------------------------------------------------------------

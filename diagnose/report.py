@@ -339,6 +339,7 @@ def breakdown_to_dict(bd: Breakdown) -> dict[str, Any]:
     median_step = statistics.median([s.duration_us for s in bd.steps]) / 1000
     return {
         "device": "cuda" if bd.has_gpu else "cpu",
+        "median_step_timeline": bd.timeline_strip,
         "steps": steps,
         "window": {
             "steps": n,

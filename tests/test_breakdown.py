@@ -245,3 +245,16 @@ def test_calibration_scales_host_time_to_the_steady_step() -> None:
     assert "slower" in steady.notes[-1]
     # a data-bound loop whose profiled steps are not slower is left alone
     assert calibrate_to_steady_state(raw, steady_step_us=120).exposed_share == raw.exposed_share
+
+
+def test_median_step_timeline_in_time_order(monkeypatch) -> None:
+    import diagnose.breakdown as breakdown_module
+
+    monkeypatch.setattr(breakdown_module, "STRIP_BINS", 10)  # 100 us slices of the reference step
+    strip = analyse(one_gpu_step()).timeline_strip
+    assert strip["step"] == 7 and strip["bins"] == 10 and strip["duration_us"] == 1000
+    # each slice shows what filled most of it; [900,1000) is mostly the .item() sync (51 us)
+    assert strip["exposed"] == [
+        ["data_wait", 3], ["h2d_copy", 1], ["gpu_forward", 2], ["gpu_backward", 2], ["gpu_optimizer", 1], ["sync", 1],
+    ]
+    assert strip["phases"] == [["data_wait", 3], ["h2d_copy", 1], ["forward", 2], ["backward", 1], ["optimizer", 2], ["other", 1]]

@@ -137,18 +137,29 @@ def test_gpu_report_has_one_bar_per_step_and_a_legend_entry_per_category(gpu_rep
         assert f".c-{cat}{{fill:{CATEGORY_COLOURS[cat]}" in page
 
 
-def test_median_step_strips_sum_to_the_step_and_say_they_are_not_a_trace(gpu_report: Report) -> None:
+def test_median_step_strips_are_in_time_order_and_span_the_step(gpu_report: Report) -> None:
     page = HTMLRenderer().render(gpu_report)
-    step = median_step(gpu_report.breakdown["steps"])  # type: ignore[index]
-    assert step["number"] == 6  # durations 1300, 1000, 1150, 900 us: the lower median is 1000
+    timeline = gpu_report.breakdown["median_step_timeline"]  # type: ignore[index]
+    assert timeline["step"] == 6  # durations 1300, 1000, 1150, 900 us: the lower median is 1000
     strips = [e for e in with_class(elements(page), "svg", "strip")]
     assert len(strips) == 2
     widths = [float(e.attrs["width"]) for e in with_class(elements(page), "rect", "strip-seg")]
+    runs = len(timeline["exposed"])
+    assert len(widths) == runs + len(timeline["phases"])
+    assert sum(widths[:runs]) == pytest.approx(960, abs=1)
+    assert sum(widths[runs:]) == pytest.approx(960, abs=1)
+    assert "from its start (left) to its end (right)" in page
+    assert "hidden behind GPU work" in page
+
+
+def test_reports_without_a_timeline_fall_back_to_totals(gpu_report: Report) -> None:
+    del gpu_report.breakdown["median_step_timeline"]  # type: ignore[index]
+    page = HTMLRenderer().render(gpu_report)
+    step = median_step(gpu_report.breakdown["steps"])  # type: ignore[index]
+    widths = [float(e.attrs["width"]) for e in with_class(elements(page), "rect", "strip-seg")]
     exposed_count = sum(1 for v in step["exposed_ms"].values() if v > 0)
     assert sum(widths[:exposed_count]) == pytest.approx(960, abs=1)
-    assert sum(widths[exposed_count:]) == pytest.approx(960, abs=1)
     assert "not a time-ordered trace" in page
-    assert "hidden behind GPU work" in page
 
 
 def test_page_is_self_contained(gpu_report: Report) -> None:

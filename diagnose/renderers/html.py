@@ -411,6 +411,9 @@ def median_step(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _median_step_section(report: Report, categories: list[str]) -> Markup:
+    timeline = report.breakdown.get("median_step_timeline")  # type: ignore[union-attr]
+    if timeline:
+        return _timeline_section(report, timeline)
     step = median_step(report.breakdown["steps"])  # type: ignore[index]
     labels = report.exposed_labels()
     exposed = [(f"c-{cat}", labels[cat], step["exposed_ms"][cat]) for cat in categories]
@@ -426,6 +429,31 @@ def _median_step_section(report: Report, categories: list[str]) -> Markup:
             "figure",
             _strip(exposed, step["duration_ms"], "what limits the step"),
             _strip(phases, step["duration_ms"], "host thread phases"),
+            el("figcaption", caption),
+        ),
+        _phase_table(report),
+        anchor="median-step",
+    )
+
+
+def _timeline_section(report: Report, timeline: dict[str, Any]) -> Markup:
+    """The median step in time order: what limited it and what the host did, slice by slice."""
+    total_ms = timeline["duration_us"] / 1000
+    slice_ms = total_ms / timeline["bins"]
+    labels = report.exposed_labels()
+    exposed = [(f"c-{cat}", labels.get(cat, cat), n * slice_ms) for cat, n in timeline["exposed"]]
+    phases = [(f"p-{phase}", PHASE_LABELS.get(phase, phase), n * slice_ms) for phase, n in timeline["phases"]]
+    caption = (
+        f"Step {timeline['step']}, the median step ({_ms(total_ms)}), from its start (left) to its end (right), in "
+        f"{timeline['bins']} slices of {_ms(slice_ms)}: each slice shows what filled most of it. Top: GPU busy "
+        "(greens) or idle and why (warm colours). Bottom: what the host thread was doing."
+    )
+    return _section(
+        "One step, in time order",
+        el(
+            "figure",
+            _strip(exposed, total_ms, "what limits the step"),
+            _strip(phases, total_ms, "host thread phases"),
             el("figcaption", caption),
         ),
         _phase_table(report),
