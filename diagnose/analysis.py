@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diagnose.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
+from diagnose.distributed import rank_records, rank_trace, straggler
 from diagnose.errors import TraceError, UsageError
 from diagnose.findings import DEFAULT_LIMIT, diagnose_symptoms
 from diagnose.record import RunRecord
 from diagnose.report import Report, build_report
 from diagnose.rules import Rule, load_rules
-from diagnose.symptoms import compute_symptoms
+from diagnose.symptoms import compute_symptoms, distributed_symptoms, summarize_rank
 from diagnose.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
 
 RUN_JSON = "run.json"
@@ -51,6 +52,9 @@ def analyze_path(path: Path, options: AnalysisOptions, rules: list[Rule] | None 
 
 
 def analyze_run_dir(run_dir: Path, options: AnalysisOptions, rules: list[Rule] | None = None) -> Report:
+    ranks = rank_records(run_dir)
+    if ranks:
+        return analyze_ranks(run_dir, ranks, options, rules)
     run_json = run_dir / RUN_JSON
     traces = find_traces(run_dir)
     if not run_json.exists() and not traces:
@@ -67,6 +71,57 @@ def analyze_trace(trace: Path, options: AnalysisOptions, rules: list[Rule] | Non
     return _analyze(None, trace, options, rules, {"kind": "trace"}, [])
 
 
+def analyze_ranks(run_dir: Path, ranks: dict[int, Path], options: AnalysisOptions, rules: list[Rule] | None = None) -> Report:
+    """A distributed run: every rank analysed, side by side; the report is rank 0's diagnosis
+    plus what only the ranks together show (a straggler, unbalanced data, the backend)."""
+    rules = rules if rules is not None else load_rules(list(options.rules_dirs))
+    analysed = {}
+    for rank, path in sorted(ranks.items()):
+        record = RunRecord.load(path)
+        trace = rank_trace(run_dir, rank)
+        warnings: list[str] = []
+        analysed[rank] = (record, trace, *_breakdown(record, trace, options, warnings), warnings)
+    summaries = [summarize_rank(rank, record, bd) for rank, (record, _, bd, _, _) in analysed.items()]
+    lagging = straggler(summaries)
+    first = min(analysed)
+    record, trace, breakdown, meta, warnings = analysed[first]
+    missing = sorted(set(range(max(analysed) + 1)) - set(analysed))
+    if missing:
+        warnings.append(f"no record from rank(s) {missing}: did they fail, or not finish?")
+    source = {"kind": "run", "run_dir": str(run_dir), "ranks": sorted(analysed)}
+    if trace is not None:
+        source["trace"] = str(trace)
+    symptoms = compute_symptoms(breakdown, record, meta).with_values(distributed_symptoms(summaries, lagging))
+    report = build_report(
+        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(rules, symptoms),
+        source=source, limit=options.limit, warnings=warnings,
+    )
+    report.distributed = {"world_size": len(analysed), "ranks": [s.to_dict() for s in summaries], "straggler": lagging}
+    return report
+
+
+def _breakdown(
+    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: list[str]
+) -> tuple[Breakdown | None, TraceMeta | None]:
+    """The trace's breakdown, corrected to the run's steady state (None without a profiled step)."""
+    if trace is None:
+        if record is not None and record.status not in ("no_steps",):
+            warnings.append("no trace was written: the script ended before the profiled window")
+        return None, None
+    with paused_gc():
+        timeline = load_timeline(trace, max_bytes=options.max_trace_bytes)
+        if not timeline.steps:
+            warnings.append(f"the trace {trace.name} holds no events on a training thread")
+            return None, timeline.meta
+        breakdown = compute_breakdown(timeline)
+        steady = _steady_step_us(record)
+        if steady is not None:
+            breakdown = calibrate_to_steady_state(breakdown, steady)
+        if record is not None and record.sync_sites:
+            record.sync_sites = attribute_sync_time(record, timeline)
+    return breakdown, timeline.meta
+
+
 def _analyze(
     record: RunRecord | None,
     trace: Path | None,
@@ -76,26 +131,11 @@ def _analyze(
     warnings: list[str],
 ) -> Report:
     rules = rules if rules is not None else load_rules(list(options.rules_dirs))
-    breakdown: Breakdown | None = None
-    meta: TraceMeta | None = None
+    breakdown, meta = _breakdown(record, trace, options, warnings)
     if trace is not None:
         source["trace"] = str(trace)
-        with paused_gc():
-            timeline = load_timeline(trace, max_bytes=options.max_trace_bytes)
-            meta = timeline.meta
-            if not timeline.steps:
-                warnings.append(f"the trace {trace.name} holds no events on a training thread")
-            else:
-                breakdown = compute_breakdown(timeline)
-                steady = _steady_step_us(record)
-                if steady is not None:
-                    breakdown = calibrate_to_steady_state(breakdown, steady)
-                if record is not None and record.sync_sites:
-                    record.sync_sites = attribute_sync_time(record, timeline)
         if breakdown is None and record is None:
             raise TraceError(f"{trace} holds no profiled events to analyse", hint="was the profiler running while the script worked?")
-    elif record is not None and record.status not in ("no_steps",):
-        warnings.append("no trace was written: the script ended before the profiled window")
     symptoms = compute_symptoms(breakdown, record, meta)
     # Rules run even with no profiled step: what the run record shows (an OOM, memory at
     # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.

@@ -50,7 +50,9 @@ GPU_EXPOSED = EXPOSED[7:]
 LAUNCH_EXPOSED = ("host_forward", "host_backward", "host_optimizer")
 
 # Host labels in priority order; the phase view skips "sync" (a sync belongs to its phase).
-_HOST_LABELS = ("data_wait", "h2d_copy", "sync", "optimizer", "backward", "forward")
+# "collective" (a CPU collective such as gloo's all-reduce in flight) comes last: it is the
+# cause only when the main thread is otherwise idle, waiting for it.
+_HOST_LABELS = ("data_wait", "h2d_copy", "sync", "optimizer", "backward", "forward", "collective")
 _STATE_TO_EXPOSED = {
     "data_wait": "data_wait",
     "h2d_copy": "h2d_copy",
@@ -58,6 +60,7 @@ _STATE_TO_EXPOSED = {
     "optimizer": "host_optimizer",
     "backward": "host_backward",
     "forward": "host_forward",
+    "collective": "communication",
     None: "host_other",
 }
 _PHASE_OF_LABEL = {
@@ -257,6 +260,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
         "optimizer": merge(timeline.optimizer_spans),
         "backward": merge(backward),
         "forward": merge(forward),
+        "collective": merge(timeline.collectives),
     }
 
     gpu_intervals, kernel_labels = _gpu_intervals(timeline, host_intervals)
@@ -439,7 +443,7 @@ def _attribute(
             if host_count[i] > 0:
                 phase = _HOST_LABELS[i]
                 break
-    phase_name = _PHASE_OF_LABEL.get(phase, "other") if phase else "other"
+    phase_name = _PHASE_OF_LABEL.get(phase, "other") if phase else "other"  # a collective wait is "other"
     phases[phase_name] += width
 
     active = [i for i in range(n_compute) if gpu_count[i] > 0]

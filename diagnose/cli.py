@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -98,20 +99,17 @@ def run(
     rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
     knob: Optional[list[str]] = typer.Option(None, "--set", help="A what-if change, e.g. --set num_workers=4 (diagnose knobs lists them)."),
     no_lines: bool = typer.Option(False, "--no-lines", help="No line attribution (sync sites, sampled hot lines, DataLoader workers)."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, help="Launch N ranks through torchrun (DDP); each profiles itself."),
+    rank_aware: bool = typer.Option(False, "--rank-aware", help="Under torchrun or srun: profile this rank into a shared run directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
 ) -> None:
     """Run a training script under the profiler, break each step down, and diagnose it."""
     from diagnose.analysis import AnalysisOptions
+    from diagnose.distributed import rank_info
     from diagnose.knobs import Knobs
-    from diagnose.progress import Progress
     from diagnose.record import WindowPlan
-    from diagnose.runner import resolve_target, run_target
-    from diagnose.rundir import default_run_dir, prepare_run_dir
-    from diagnose.session import analyze_and_save
-
     from diagnose.rules import load_rules
-    from diagnose.session import save_not_run
 
     script_args = list(args or [])
     if script_args[:1] == ["--"]:
@@ -119,44 +117,141 @@ def run(
     if module and script:
         script_args = [script, *script_args]
         script = None
+    rank = rank_info()
+    if rank_aware and rank is None:
+        raise _fail(errors.UsageError("--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)", hint="use --nproc-per-node N to launch through torchrun"))
+    rank = rank if rank is not None and rank.world_size > 1 else None
     try:
         knobs = Knobs.parse(knob or [])
         options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all)
         rules = load_rules(list(options.rules_dirs))  # a bad rule file fails before the script runs
-        name = Path(script).stem if script else (module or "run").rsplit(".", 1)[-1]
-        run_dir = prepare_run_dir(out or default_run_dir(name or "run"), explicit=out is not None, overwrite=overwrite)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    request = _RunRequest(
+        script=script, module=module, script_args=script_args, knobs=knobs, options=options, rules=rules,
+        plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop),
+        out=out, overwrite=overwrite, json_out=json_out, html=html, lines=not no_lines, quiet=quiet, color=color,
+        forwarded=[
+            "--warmup", str(warmup), "--steps", str(steps), "--timed-steps", str(timed_steps), "--quiet",
+            *(["--no-stop"] if no_stop else []), *(["--no-lines"] if no_lines else []),
+            *[x for k in knob or [] for x in ("--set", k)], *[x for d in rules_dirs or [] for x in ("--rules", str(Path(d).resolve()))],
+        ],
+    )
+    if nproc_per_node:
+        _launch_ranks(request, nproc_per_node)
+    _run_one(request, rank)
+
+
+@dataclass
+class _RunRequest:
+    script: Optional[str]
+    module: Optional[str]
+    script_args: list[str]
+    knobs: object
+    options: object
+    rules: list
+    plan: object
+    out: Optional[Path]
+    overwrite: bool
+    json_out: bool
+    html: bool
+    lines: bool
+    quiet: bool
+    color: Optional[bool]
+    forwarded: list[str]
+
+    @property
+    def name(self) -> str:
+        return (Path(self.script).stem if self.script else (self.module or "run").rsplit(".", 1)[-1]) or "run"
+
+    def target_args(self) -> list[str]:
+        if self.module:
+            return ["-m", self.module, "--", *self.script_args]
+        return [str(self.script), "--", *self.script_args]
+
+
+def _launch_ranks(request: _RunRequest, nproc: int) -> None:
+    """--nproc-per-node: torchrun starts the ranks, each a rank-aware ``diagnose run``; then the
+    ranks' records are merged into one report here."""
+    from diagnose.distributed import launch
+    from diagnose.rundir import default_run_dir, prepare_run_dir
+    from diagnose.session import analyze_and_save
+
+    try:
+        run_dir = prepare_run_dir(request.out or default_run_dir(request.name), explicit=request.out is not None, overwrite=request.overwrite)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    typer.echo(f"diagnose ▸ launching {nproc} ranks through torchrun into {run_dir}", err=True)
+    code = launch(nproc, run_dir, request.forwarded, request.target_args())
+    try:
+        report = analyze_and_save(run_dir, request.options, rules=request.rules, html=request.html)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    _emit(report, request.json_out, request.color)
+    if not request.json_out:
+        typer.echo(f"run directory: {run_dir}  (tensorboard --logdir {run_dir.parent})", err=True)
+    raise typer.Exit(code)
+
+
+def _run_one(request: _RunRequest, rank) -> None:  # noqa: ANN001 - a RankInfo or None
+    """One process: the whole run (or, under torchrun/srun, this rank's part of it)."""
+    import os
+    import socket
+
+    from diagnose.distributed import PARENT_MERGES, shared_run_dir, wait_for_ranks
+    from diagnose.lines import LineAttribution
+    from diagnose.progress import Progress
+    from diagnose.runner import RUN_JSON, resolve_target, run_target
+    from diagnose.rundir import default_run_dir, prepare_run_dir
+    from diagnose.session import analyze_and_save, save_not_run
+
+    try:
+        if rank is None:
+            run_dir = prepare_run_dir(request.out or default_run_dir(request.name), explicit=request.out is not None, overwrite=request.overwrite)
+        else:  # every rank writes into the same folder, under its own names
+            run_dir = prepare_run_dir(request.out or shared_run_dir(request.name), explicit=True, overwrite=True)
     except DiagnoseError as exc:
         raise _fail(exc) from None
     try:
-        target = resolve_target(script, module, script_args)
+        target = resolve_target(request.script, request.module, request.script_args)
     except DiagnoseError as exc:
-        save_not_run(run_dir, {"kind": "module" if module else "script", "value": module or script, "args": script_args}, exc.message)
+        save_not_run(run_dir, {"kind": "module" if request.module else "script", "value": request.module or request.script, "args": request.script_args}, exc.message)
         typer.echo(f"run directory: {run_dir}", err=True)
         raise _fail(exc) from None
-    target.args = knobs.apply_to_args(target.args)
+    target.args = request.knobs.apply_to_args(target.args)
 
-    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop)
-    progress = Progress(enabled=not quiet)
-    from diagnose.lines import LineAttribution
-
-    hooks = [] if no_lines else [LineAttribution(run_dir)]
+    def analyse():  # noqa: ANN202
+        return analyze_and_save(run_dir, request.options, rules=request.rules, html=request.html)
 
     def before_hard_exit(_record) -> None:  # noqa: ANN001 - os._exit ends the process: report now
-        analyze_and_save(run_dir, options, rules=rules, html=html)
-        typer.echo(f"diagnose: the script called os._exit; the report is in {run_dir}", err=True)
+        if rank is None:
+            analyse()
+            typer.echo(f"diagnose: the script called os._exit; the report is in {run_dir}", err=True)
 
-    with _stdout_to_stderr(json_out):
+    hooks = []
+    if request.lines:
+        hooks.append(LineAttribution(run_dir, "workers" if rank is None else f"workers-{rank.prefix}"))
+    with _stdout_to_stderr(request.json_out):
         record = run_target(
-            target, plan, run_dir, knobs=knobs if knobs else None, progress=progress, extra_hooks=hooks,
-            on_hard_exit=before_hard_exit,
+            target, request.plan, run_dir, knobs=request.knobs if request.knobs else None,
+            progress=Progress(enabled=not request.quiet), extra_hooks=hooks, on_hard_exit=before_hard_exit,
+            worker=None if rank is None else f"{rank.prefix}_{socket.gethostname()}_{os.getpid()}",
+            record_file=RUN_JSON if rank is None else rank.record_file,
         )
-    try:
-        report = analyze_and_save(run_dir, options, rules=rules, html=html)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    _emit(report, json_out, color)
-    if not json_out:
-        typer.echo(f"run directory: {run_dir}  (tensorboard --logdir {run_dir.parent})", err=True)
+    if rank is None or (rank.rank == 0 and not os.environ.get(PARENT_MERGES)):
+        if rank is not None:
+            wait_for_ranks(run_dir, rank.world_size)
+        try:
+            report = analyse()
+        except DiagnoseError as exc:
+            raise _fail(exc) from None
+        _emit(report, request.json_out, request.color)
+        if not request.json_out:
+            typer.echo(f"run directory: {run_dir}  (tensorboard --logdir {run_dir.parent})", err=True)
+    _exit_for(record, request.plan)
+
+
+def _exit_for(record, plan) -> None:  # noqa: ANN001
     if record.status == "no_steps":
         typer.echo(
             "diagnose: error: no training step was found: the script made no optimizer step, "

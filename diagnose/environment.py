@@ -95,3 +95,18 @@ def describe_memory() -> dict[str, Any]:
         "capacity_bytes": int(total),
         "free_bytes_at_window_end": int(free),
     }
+
+
+def describe_distributed() -> dict[str, Any]:
+    """The process group, when the script made one: backend, rank, world size."""
+    import torch
+
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return {}
+    return {
+        "backend": str(dist.get_backend()),
+        "rank": dist.get_rank(),
+        "world_size": dist.get_world_size(),
+        "cuda_available": torch.cuda.is_available(),
+    }

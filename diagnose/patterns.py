@@ -18,6 +18,8 @@ DATALOADER_PREFIX = "enumerate(DataLoader)#"
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
 OPTIMIZER_ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
+#: user annotations of collectives that run on CPU threads (gloo, MPI, UCC); NCCL's run on the GPU
+CPU_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
 
 # --- CUDA runtime / driver calls ------------------------------------------------------------------
 

@@ -112,6 +112,8 @@ class RunRecord:
     optimizers: list[OptimizerInfo] = field(default_factory=list)
     models: list[ModelInfo] = field(default_factory=list)
     flags: dict[str, Any] = field(default_factory=dict)
+    #: the process group the script made (backend, rank, world size), if any
+    distributed: dict[str, Any] = field(default_factory=dict)
     knobs: dict[str, Any] = field(default_factory=dict)
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     #: the order in which sync sites fired during the window (``sync_sites[i]["index"]``)

@@ -44,7 +44,7 @@ EXPOSED_LABELS = {
     "host_backward": "host: backward, GPU idle",
     "host_optimizer": "host: optimizer, GPU idle",
     "host_other": "host: other Python, GPU idle",
-    "communication": "communication (NCCL), not overlapped",
+    "communication": "communication (all-reduce ...), not overlapped",
     "gpu_forward": "GPU: forward kernels",
     "gpu_backward": "GPU: backward kernels",
     "gpu_optimizer": "GPU: optimizer kernels",
@@ -95,6 +95,8 @@ class Report:
     host_hotspots: dict[str, Any] = field(default_factory=dict)
     worker_hotspots: dict[str, Any] = field(default_factory=dict)
     experiments: dict[str, Any] | None = None
+    #: a distributed run: ``world_size``, ``ranks`` (one summary each), ``straggler``
+    distributed: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

@@ -46,7 +46,7 @@ def prepare_run_dir(path: Path, explicit: bool, overwrite: bool = False) -> Path
         raise OutputError(f"cannot create the run directory {path}: {exc.strerror}", hint="choose a writable --out") from exc
     if not os.access(path, os.W_OK):
         raise OutputError(f"the run directory {path} is not writable", hint="choose a writable --out")
-    probe = path / ".diagnose-write-test"
+    probe = path / f".diagnose-write-test-{os.getpid()}"  # per process: ranks share the folder
     try:
         probe.write_text("")
         probe.unlink()

@@ -105,9 +105,10 @@ def run_target(
     worker: str | None = None,
     extra_hooks: list[Any] | None = None,
     on_hard_exit: Callable[[RunRecord], None] | None = None,
+    record_file: str = RUN_JSON,
 ) -> RunRecord:
     """Run the target under the profiler. Never raises for the script's own failures."""
-    from diagnose.environment import describe_environment, describe_flags, describe_memory
+    from diagnose.environment import describe_distributed, describe_environment, describe_flags, describe_memory
     from diagnose.instrument import Instrumentation, StepClock
 
     progress = progress or Progress()
@@ -125,6 +126,7 @@ def run_target(
     def window_end() -> None:
         record.memory = describe_memory()
         record.flags = describe_flags()
+        record.distributed = _safely(describe_distributed, {})
         record.models = [m for m in _safely(instrumentation.describe_models, [])] if instrumentation else []
         for hook in extra_hooks or []:
             hook.window_closed(record)  # no-op when already closed at the boundary
@@ -187,7 +189,7 @@ def run_target(
         record.optimizers = list(instrumentation.optimizers.values())
         record.ended_at = _now()
         record.wall_s = time.perf_counter() - t0
-        record.save(run_dir / RUN_JSON)
+        record.save(run_dir / record_file)
 
     owner_pid = os.getpid()
 
@@ -254,7 +256,7 @@ def run_target(
             saved.restore()
     if record.completed_steps() == 0 and record.status in ("completed", "stopped"):
         record.status = "no_steps"  # the script ran, but no step could be found
-        record.save(run_dir / RUN_JSON)
+        record.save(run_dir / record_file)
     return record
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from diagnose.breakdown import EXPOSED, GPU_EXPOSED, LAUNCH_EXPOSED, PHASES, Breakdown
+from diagnose.distributed import RankSummary
 from diagnose.record import RunRecord
 from diagnose.timeline import TraceMeta
 
@@ -44,6 +45,7 @@ for _cat in EXPOSED:
 for _phase in PHASES:
     _declare(f"phase.{_phase}", "share", f"share of step time the main thread spends in {_phase.replace('_', ' ')}")
     _declare(f"hidden.{_phase}", "share", f"share of step time in {_phase.replace('_', ' ')} hidden behind GPU work")
+_declare("exposed.communication_own", "share", "exposed communication that is the collectives' own cost: in a distributed run, the least any rank sees (the others also wait for the slowest)")
 _declare("exposed.launch", "share", "GPU idle while the host runs forward/backward/optimizer code (launch and Python overhead)")
 _declare("exposed.launch_model", "share", "GPU idle while the host runs forward and backward code (launch and Python overhead)")
 _declare("exposed.other_not_sync", "share", "GPU idle while the host runs other code, not counting the idle that follows syncs")
@@ -109,6 +111,13 @@ _declare("step.time_ms", "ms", "median step time (steady state where measured, e
 _declare("step.profiled", "count", "profiled steps analysed")
 _declare("suggest.num_workers", "count", "DataLoader workers that would keep the GPU fed, within the CPUs (half of them on a CPU-only run)")
 _declare("suggest.batch_size", "count", "a larger batch that fits the measured memory headroom")
+_declare("dist.world_size", "count", "ranks in the run")
+_declare("dist.straggler_rank", "count", "the rank whose exposed data wait stands out")
+_declare("dist.straggler_data_share", "share", "the straggler's exposed data wait over the other ranks' median, as a share of the step")
+_declare("dist.straggler_data_ms", "ms", "the straggler's exposed data wait per step")
+_declare("dist.others_data_ms", "ms", "the other ranks' exposed data wait per step (median)")
+_declare("dist.samples_imbalance", "", "samples per step of the busiest rank over the lightest")
+_declare("dist.gloo_with_gpus", "bool", "the process group uses gloo although GPUs (and NCCL) are there")
 _declare("workers.cpu_per_batch_ms", "ms", "CPU time a DataLoader worker spends building one batch")
 _declare("workers.busy", "share", "share of the DataLoader workers' time spent building batches (not waiting for work)")
 _declare("workers.saturated", "bool", "the data pipeline has no idle capacity: no workers, or workers busy most of the time (assumed when not sampled)")
@@ -140,6 +149,15 @@ class Symptoms(Mapping[str, Symptom]):
 
     def values_by_name(self) -> dict[str, float]:
         return {name: s.value for name, s in self._items.items()}
+
+    def with_values(self, values: Mapping[str, float | None]) -> Symptoms:
+        """These symptoms and more (None values are left out)."""
+        items = dict(self._items)
+        for name, value in values.items():
+            if value is not None:
+                unit, description = CATALOG[name]
+                items[name] = Symptom(name, float(value), unit, description)
+        return Symptoms(items, self.texts)
 
     @classmethod
     def from_values(cls, values: Mapping[str, float]) -> Symptoms:
@@ -194,6 +212,7 @@ def _from_breakdown(b: _Builder, bd: Breakdown, meta: TraceMeta | None) -> None:
     total = bd.total_us or 1.0
     for cat in EXPOSED:
         b.set(f"exposed.{cat}", bd.exposed_share[cat])
+    b.set("exposed.communication_own", bd.exposed_share["communication"])
     for phase in PHASES:
         b.set(f"phase.{phase}", bd.phase_share[phase])
         b.set(f"hidden.{phase}", bd.hidden_share[phase])
@@ -317,6 +336,9 @@ def _from_record(b: _Builder, record: RunRecord, bd: Breakdown | None) -> None:
         b.set("model.ddp", any(m.distributed_data_parallel for m in record.models))
     elif b.get("gpu.triton_share") is not None:
         b.set("model.compiled", (b.get("gpu.triton_share") or 0) > 0.2)
+    dist = record.distributed
+    if dist:
+        b.set("dist.gloo_with_gpus", dist.get("backend") == "gloo" and bool(dist.get("cuda_available")))
     flags = record.flags
     if flags:
         b.set("cudnn.benchmark", flags.get("cudnn_benchmark", False))
@@ -450,3 +472,44 @@ def _from_lines(b: _Builder, record: RunRecord, bd: Breakdown | None) -> None:
         if step_ms:
             gpu_ms = step_ms * (1 - wait)  # the step as it would be with no data wait
             b.set("workers.balance", math.ceil(cpu_ms / max(gpu_ms, 1e-3)))
+
+
+def summarize_rank(rank: int, record: RunRecord, bd: Breakdown | None) -> RankSummary:
+    """One rank's row of the side-by-side table."""
+    steps = bd.steps if bd is not None else []
+    median_step = _median([s.duration_us for s in steps])
+    top = max(bd.exposed_share, key=bd.exposed_share.get) if bd is not None else None
+    comm_us = _median([s.communication_us for s in steps])
+    exposed_comm = bd.exposed_share["communication"] if bd is not None else None
+    data_wait_share = bd.exposed_share["data_wait"] if bd is not None else None
+    return RankSummary(
+        rank=rank,
+        status=record.status,
+        median_step_ms=median_step / 1000 if median_step is not None else None,
+        data_wait_ms=(data_wait_share * median_step / 1000) if data_wait_share is not None and median_step else None,
+        data_wait_share=data_wait_share,
+        communication_ms=comm_us / 1000 if comm_us is not None else None,
+        exposed_communication_share=exposed_comm,
+        gpu_busy=(sum(s.gpu_busy_us for s in steps) / bd.total_us) if bd is not None and bd.has_gpu and bd.total_us else None,
+        samples_per_step=record.batch_size(),
+        top_exposed=top,
+        backend=(record.distributed or {}).get("backend"),
+    )
+
+
+def distributed_symptoms(summaries: list[RankSummary], lagging: dict | None) -> dict[str, float | None]:
+    out: dict[str, float | None] = {"dist.world_size": len(summaries)}
+    # The rank that reaches the all-reduce last waits only for the reduction itself; the others
+    # also wait for it. So the least exposed communication of any rank is what the network costs.
+    shares = [s.exposed_communication_share for s in summaries if s.exposed_communication_share is not None]
+    if len(shares) == len(summaries) and shares:
+        out["exposed.communication_own"] = min(shares)
+    if lagging is not None:
+        out["dist.straggler_rank"] = lagging["rank"]
+        out["dist.straggler_data_share"] = lagging["excess_share"]
+        out["dist.straggler_data_ms"] = lagging["data_wait_ms"]
+        out["dist.others_data_ms"] = lagging["others_data_wait_ms"]
+    samples = [s.samples_per_step for s in summaries if s.samples_per_step]
+    if len(samples) == len(summaries) and samples:
+        out["dist.samples_imbalance"] = max(samples) / min(samples)
+    return out

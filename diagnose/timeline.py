@@ -112,6 +112,8 @@ class Timeline:
     kernels: list[GpuKernel]
     memcpys: list[GpuMemcpy]
     memsets: list[Interval]
+    #: CPU-side collectives in flight (gloo/MPI all-reduce ... annotations, any thread)
+    collectives: list[Interval] = field(default_factory=list)
     #: host times of CUDA graph launches (torch.compile mode="reduce-overhead", CUDA graphs)
     graph_launches: list[float] = field(default_factory=list)
     #: user_annotation names other than the ones the analysis interprets (for display)
@@ -264,7 +266,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
     meta.unknown_categories = dict(unknown)
 
     main_tid = _main_thread(annotations, cpu_ops)
-    steps, other_annotations, data_waits, optimizer_spans, loader_kinds = _read_annotations(annotations, main_tid)
+    steps, other_annotations, data_waits, optimizer_spans, loader_kinds, collectives = _read_annotations(annotations, main_tid)
 
     main_ops: list[tuple[float, float, str, bool]] = []
     backward_ops: list[Interval] = []
@@ -356,6 +358,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         syncs=syncs,
         launches=launches,
         graph_launches=sorted(graph_launches),
+        collectives=collectives,
         kernels=kernels,
         memcpys=memcpys,
         memsets=memsets,
@@ -412,8 +415,9 @@ def _main_thread(annotations: list[dict[str, Any]], cpu_ops: list[dict[str, Any]
 
 def _read_annotations(
     annotations: list[dict[str, Any]], main_tid: Any
-) -> tuple[list[StepMark], Counter[str], list[Interval], list[Interval], Counter[str]]:
+) -> tuple[list[StepMark], Counter[str], list[Interval], list[Interval], Counter[str], list[Interval]]:
     steps: list[StepMark] = []
+    collectives: list[Interval] = []
     other: Counter[str] = Counter()
     loader_kinds: Counter[str] = Counter()
     data_waits: list[Interval] = []
@@ -437,6 +441,8 @@ def _read_annotations(
         elif name.startswith(P.OPTIMIZER_STEP_PREFIX) or name.startswith(P.OPTIMIZER_ZERO_GRAD_PREFIX):
             if on_main:
                 optimizer_spans.append((ts, end))
+        elif name.startswith(P.CPU_COLLECTIVE_PREFIXES):
+            collectives.append((ts, end))
         else:
             other[name] += 1
     steps.sort(key=lambda s: s.start)
@@ -446,7 +452,7 @@ def _read_annotations(
         if steps[i].end > steps[i + 1].start:
             steps[i] = StepMark(steps[i].number, steps[i].start, steps[i + 1].start)
     steps = [s for s in steps if s.end > s.start]
-    return steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds
+    return steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives)
 
 
 def _main_device(kernels_raw: list[dict[str, Any]]) -> Any:

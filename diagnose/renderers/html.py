@@ -59,6 +59,7 @@ class HTMLRenderer(Renderer):
             _status(report),
             _throughput_and_memory(report),
             *(_breakdown_sections(report) if report.breakdown else [_nothing_profiled(report)]),
+            _ranks(report),
             _findings(report),
             _experiments(report),
             _configuration(report),
@@ -196,6 +197,8 @@ def _nav_entries(report: Report) -> list[tuple[str, str]]:
     entries = [("throughput", "Throughput")]
     if report.breakdown:
         entries += [("steps", "Step time"), ("median-step", "One step")]
+    if report.distributed:
+        entries.append(("ranks", "Ranks"))
     entries.append(("findings", "Findings"))
     if report.experiments:
         entries.append(("experiments", str(report.experiments.get("kind", "sweep")).capitalize()))
@@ -508,6 +511,38 @@ def _phase_table(report: Report) -> Markup:
             cells.append(el("td", _pct(window["hidden_share"][phase]), class_="num"))
         rows.append(el("tr", cells))
     return el("table", el("thead", el("tr", header)), el("tbody", rows), class_="grid legend")
+
+
+def _ranks(report: Report) -> Markup | str:
+    """A distributed run: every rank side by side, and the straggler if there is one."""
+    d = report.distributed
+    if not d:
+        return ""
+    columns = [
+        ("rank", "rank", "{}"), ("status", "status", "{}"), ("median_step_ms", "step", "{:.2f} ms"),
+        ("data_wait_ms", "data wait (exposed)", "{:.2f} ms"), ("communication_ms", "communication kernels", "{:.2f} ms"),
+        ("exposed_communication_share", "communication exposed", "{:.0%}"), ("gpu_busy", "GPU busy", "{:.0%}"),
+        ("samples_per_step", "samples per step", "{:g}"), ("top_exposed", "largest exposed share", "{}"),
+    ]
+    header = el("tr", [el("th", title) for _, title, _ in columns])
+    rows = [
+        el("tr", [el("td", "-" if row.get(key) is None else fmt.format(row[key])) for key, _, fmt in columns])
+        for row in d.get("ranks", [])
+    ]
+    parts: list[Any] = [
+        el("p", f"{d.get('world_size')} ranks; the breakdown above is the first rank's.", class_="muted"),
+        el("table", el("thead", header), el("tbody", rows), class_="grid"),
+    ]
+    lagging = d.get("straggler")
+    if lagging and (lagging.get("excess_share") or 0) >= 0.1:
+        parts.append(
+            el(
+                "p",
+                el("strong", f"Straggler: rank {lagging['rank']}"),
+                f" waits {lagging['data_wait_ms']:.2f} ms per step for data, the other ranks {lagging['others_data_wait_ms']:.2f} ms.",
+            )
+        )
+    return _section("Ranks", *parts, anchor="ranks")
 
 
 def _nothing_profiled(report: Report) -> Markup:

@@ -64,6 +64,8 @@ class TerminalRenderer(Renderer):
             self._gpu_line(console, report)
             if self.show_steps:
                 self._steps_table(console, report)
+        if report.distributed:
+            self._ranks(console, report)
         self._config(console, report)
         if report.experiments and report.experiments.get("kind") == "sweep":
             self._experiments(console, report)
@@ -257,6 +259,30 @@ class TerminalRenderer(Renderer):
         c.print()
 
 
+    def _ranks(self, c: Console, r: Report) -> None:
+        d = r.distributed or {}
+        table = Table(title=f"{d.get('world_size')} ranks side by side (the report above is rank {min(x['rank'] for x in d['ranks'])}'s)",
+                      title_justify="left", box=None, header_style="bold")
+        for column in ("rank", "status", "step ms", "data wait ms", "comm ms", "comm exposed", "GPU busy", "samples/step", "top exposed"):
+            table.add_column(column, justify="left" if column in ("status", "top exposed") else "right")
+        for row in d.get("ranks", []):
+            table.add_row(
+                str(row["rank"]),
+                row["status"],
+                _num(row.get("median_step_ms"), "{:.1f}"),
+                _num(row.get("data_wait_ms"), "{:.2f}"),
+                _num(row.get("communication_ms"), "{:.2f}"),
+                _num(row.get("exposed_communication_share"), "{:.0%}"),
+                _num(row.get("gpu_busy"), "{:.0%}"),
+                _num(row.get("samples_per_step"), "{:g}"),
+                str(row.get("top_exposed") or "-"),
+            )
+        c.print(table)
+        s = d.get("straggler")
+        if s and s.get("excess_share") and s["excess_share"] >= 0.1:
+            c.print(Text(f"straggler: rank {s['rank']} waits {s['data_wait_ms']:.2f} ms/step for data, the others {s['others_data_wait_ms']:.2f}", style="bold red"))
+        c.print()
+
     def _experiments(self, c: Console, r: Report) -> None:
         e = r.experiments or {}
         key = e.get("compared_by", "steps_per_s")
@@ -298,6 +324,10 @@ class TerminalRenderer(Renderer):
         if e.get("plot"):
             c.print(Text(f"plot: {e['plot']}", style="dim"))
         c.print()
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
 
 
 def _timing_text(t: dict[str, Any]) -> Text:

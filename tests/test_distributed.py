@@ -1,0 +1,114 @@
+"""Distributed runs on CPU (gloo, two processes): the launcher, the shared run directory, the
+ranks side by side, and the straggler. The GPU (NCCL) part of the truth needs two GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diagnose.analysis import AnalysisOptions, analyze_run_dir, find_traces
+from diagnose.distributed import RankInfo, RankSummary, rank_info, shared_run_dir, straggler, torchrun_command
+from tests.conftest import DATA, REPO
+
+pytest.importorskip("torch")
+
+
+def test_rank_info_from_torchrun_and_slurm() -> None:
+    assert rank_info({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == RankInfo(1, 4, 1, "torchrun")
+    assert rank_info({"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3"}) == RankInfo(3, 8, 3, "slurm")
+    assert rank_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # one task: not distributed
+    assert rank_info({}) is None
+    info = RankInfo(2, 4, 2, "torchrun")
+    assert (info.prefix, info.record_file) == ("rank2", "rank2.run.json")
+
+
+def test_every_rank_agrees_on_the_run_directory() -> None:
+    assert shared_run_dir("train", {"TORCHELASTIC_RUN_ID": "abc"}) == Path("runs/train-abc")
+    assert shared_run_dir("train", {"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "77"}) == Path("runs/train-77")
+    assert shared_run_dir("train", {"MASTER_PORT": "29500"}) == Path("runs/train-port29500")
+
+
+def test_torchrun_command() -> None:
+    cmd = torchrun_command(2, Path("runs/x"), ["--quiet"], ["train.py", "--", "--lr", "1"])
+    assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert cmd[5:] == ["-m", "diagnose", "run", "--rank-aware", "--out", "runs/x", "--quiet", "train.py", "--", "--lr", "1"]
+
+
+def _summary(rank: int, wait: float, step: float = 10.0) -> RankSummary:
+    return RankSummary(rank, "stopped", step, wait, wait / step, 0.0, 0.0, None, 16, "data_wait", "gloo")
+
+
+def test_straggler_is_the_rank_whose_data_wait_stands_out() -> None:
+    result = straggler([_summary(0, 1.0), _summary(1, 6.0), _summary(2, 1.5), _summary(3, 1.0)])
+    assert result == {
+        "rank": 1, "data_wait_ms": 6.0, "others_data_wait_ms": 1.0, "excess_ms": 5.0, "excess_share": 0.5, "median_step_ms": 10.0,
+    }
+    assert straggler([_summary(0, 1.0)]) is None
+
+
+def test_recorded_two_rank_pair_names_the_straggler() -> None:
+    """tests/data/ddp_straggler_cpu: examples/ddp_straggler.py --small, 2 gloo ranks on CPU, trimmed."""
+    folder = DATA / "ddp_straggler_cpu"
+    assert [p.name.split("_")[0] for p in find_traces(folder)] == ["rank0", "rank1"]
+    report = analyze_run_dir(folder, AnalysisOptions())
+    ranks = report.distributed["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert report.distributed["straggler"]["rank"] == 1
+    assert ranks[1]["data_wait_ms"] > 3 * ranks[0]["data_wait_ms"]
+    assert ranks[0]["top_exposed"] == "communication"  # rank 0 waits for rank 1 at the all-reduce
+    assert [f["rule"] for f in report.findings] == ["DIST003"]  # not DIST002: the wait is the straggler's
+    assert "Rank 1 waits" in report.findings[0]["says"]
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+WINDOW = ["--warmup", "2", "--steps", "4", "--timed-steps", "4", "--quiet"]
+EXAMPLE = str(REPO / "examples" / "ddp_straggler.py")
+
+
+@pytest.mark.slow
+def test_nproc_per_node_launches_through_torchrun_and_merges(tmp_path: Path) -> None:
+    proc = _run([sys.executable, "-m", "diagnose", "run", "--nproc-per-node", "2", *WINDOW, "--json", "--out", "run", EXAMPLE, "--", "--small"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["distributed"]["world_size"] == 2
+    assert report["distributed"]["straggler"]["rank"] == 1
+    assert report["findings"][0]["rule"] == "DIST003"
+    names = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert {"rank0.run.json", "rank1.run.json", "report.json"} <= set(names)
+    assert any(n.startswith("rank0_") and n.endswith(".pt.trace.json.gz") for n in names)
+    assert any(n.startswith("rank1_") and n.endswith(".pt.trace.json.gz") for n in names)
+    backend = json.loads((tmp_path / "run" / "rank1.run.json").read_text())["distributed"]
+    assert backend["backend"] == "gloo" and backend["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_torchrun_dash_m_diagnose_rank_aware(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "diagnose", "run", "--rank-aware"]
+    proc = _run([*cmd, *WINDOW, "--json", "--out", "shared", EXAMPLE, "--", "--small"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = [json.loads(line) for line in _json_objects(proc.stdout)]
+    assert len(reports) == 1, "rank 0 alone merges and prints"
+    assert reports[0]["distributed"]["straggler"]["rank"] == 1
+
+
+def _json_objects(text: str) -> list[str]:
+    """torchrun prefixes nothing but interleaves ranks' stdout: find the one JSON document."""
+    start = text.find("{\n")
+    return [text[start:]] if start >= 0 else []
+
+
+def test_rank_aware_without_a_launcher_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text("pass\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "SLURM_PROCID")}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([sys.executable, "-m", "diagnose", "run", "--rank-aware", "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "--rank-aware needs" in proc.stderr
