@@ -316,11 +316,6 @@ class Instrumentation:
 
         return __next__
 
-    # --- facts collected at the end of the profiled window -------------------------------------
-
-    def describe_models(self) -> list[ModelInfo]:
-        return describe_models()
-
 
 def _dynamo_compiled_something() -> bool:
     dynamo_utils = sys.modules.get("torch._dynamo.utils")

@@ -109,7 +109,7 @@ def run_target(
 ) -> RunRecord:
     """Run the target under the profiler. Never raises for the script's own failures."""
     from diagnose.environment import describe_distributed, describe_environment, describe_flags, describe_memory
-    from diagnose.instrument import Instrumentation, StepClock
+    from diagnose.instrument import Instrumentation, StepClock, describe_models
 
     progress = progress or Progress()
     record = RunRecord(
@@ -127,7 +127,7 @@ def run_target(
         record.memory = describe_memory()
         record.flags = describe_flags()
         record.distributed = _safely(describe_distributed, {})
-        record.models = [m for m in _safely(instrumentation.describe_models, [])] if instrumentation else []
+        record.models = _safely(describe_models, [])
         for hook in extra_hooks or []:
             hook.window_closed(record)  # no-op when already closed at the boundary
         if instrumentation is not None:

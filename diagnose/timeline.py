@@ -88,8 +88,6 @@ class TraceMeta:
     num_sms: int | None = None
     cuda_driver_version: int | None = None
     cuda_runtime_version: int | None = None
-    rank: int | None = None
-    world_size: int | None = None
     unknown_categories: dict[str, int] = field(default_factory=dict)
     event_count: int = 0
 
@@ -392,10 +390,6 @@ def _read_meta(data: dict[str, Any]) -> TraceMeta:
         meta.num_sms = first.get("numSms")
     meta.cuda_driver_version = data.get("cuda_driver_version")
     meta.cuda_runtime_version = data.get("cuda_runtime_version")
-    dist = data.get("distributedInfo")
-    if isinstance(dist, dict):
-        meta.rank = dist.get("rank")
-        meta.world_size = dist.get("world_size")
     return meta
 
 
