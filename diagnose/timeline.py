@@ -15,7 +15,6 @@ import io
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -464,11 +463,3 @@ def _whole_window(
         return []
     start, end = min(starts), max(ends)
     return [StepMark(0, start, end)] if end > start else []
-
-
-def covering(intervals: list[Interval], t: float) -> Interval | None:
-    """The interval of a sorted, non-overlapping list that contains ``t``, if any."""
-    i = bisect_right(intervals, (t, float("inf"))) - 1
-    if i >= 0 and intervals[i][0] <= t < intervals[i][1]:
-        return intervals[i]
-    return None
