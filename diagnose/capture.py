@@ -88,18 +88,19 @@ class CaptureSession:
                     f"the script started its own torch.profiler at step {len(session.boundaries)}: "
                     "diagnose stopped its window there (one profiler at a time); timings continue"
                 )
-                session._close_window_early()
+                session._end_window_early()
+                session.profiler_blocked = True
             return original(prof)
 
         profile.start = start  # type: ignore[method-assign]
         self._restore_start = lambda: setattr(profile, "start", original)
 
-    def _close_window_early(self) -> None:
+    def _end_window_early(self) -> None:
+        """Stop the profiler before the window's end: keep the trace if any profiled step ran."""
         in_window = len(self.boundaries) > self.plan.warmup
         self._discard_trace = not in_window
         self._stop_profiler()
         self._discard_trace = False
-        self.profiler_blocked = True
         if in_window and not self.window_closed:
             self.window_closed = True
             self.on_window_end()
@@ -225,14 +226,7 @@ class CaptureSession:
             self._restore_start()
             self._restore_start = None
         if self._profiler is not None:
-            in_window = len(self.boundaries) > self.plan.warmup
-            if not in_window:
-                self._discard_trace = True
-            self._stop_profiler()
-            self._discard_trace = False
-            if in_window and not self.window_closed:
-                self.window_closed = True
-                self.on_window_end()
+            self._end_window_early()
         self.progress.done()
 
     def _synchronize(self) -> None:
