@@ -134,6 +134,13 @@ class Breakdown:
     def total_us(self) -> float:
         return sum(s.duration_us for s in self.steps)
 
+    def gpu_busy_share(self) -> float:
+        """Share of step time the GPU runs anything, over the steady step when calibrated."""
+        busy = sum(s.gpu_busy_us for s in self.steps) / (self.total_us or 1)
+        if self.trace_exposed_share is not None and self.profiler_inflation:
+            busy = min(1.0, busy * self.profiler_inflation)
+        return busy
+
     def median(self, attr: str) -> float | None:
         values = [getattr(s, attr) for s in self.steps if getattr(s, attr) is not None]
         return statistics.median(values) if values else None

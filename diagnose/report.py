@@ -358,7 +358,7 @@ def breakdown_to_dict(bd: Breakdown) -> dict[str, Any]:
                 "exposed": {k: _round(bd.median_of("exposed", k) / 1000, 4) for k in EXPOSED},
                 "phases": {k: _round(bd.median_of("phases", k) / 1000, 4) for k in PHASES},
             },
-            "gpu_busy_share": _round(_busy_share(bd), 5),
+            "gpu_busy_share": _round(bd.gpu_busy_share(), 5),
             "kernels_per_step": bd.median("kernel_count"),
             "median_kernel_us": _round(bd.median("median_kernel_us"), 3),
             "h2d_bytes_per_step": {
@@ -368,13 +368,6 @@ def breakdown_to_dict(bd: Breakdown) -> dict[str, Any]:
             "syncs_per_step": bd.median("sync_count"),
         },
     }
-
-
-def _busy_share(bd: Breakdown) -> float:
-    busy = sum(s.gpu_busy_us for s in bd.steps) / (bd.total_us or 1)
-    if bd.trace_exposed_share is not None and bd.profiler_inflation:
-        busy = min(1.0, busy * bd.profiler_inflation)
-    return busy
 
 
 def _verdict(report: Report, diagnosis: Diagnosis) -> str:

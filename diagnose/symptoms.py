@@ -228,10 +228,7 @@ def _from_breakdown(b: _Builder, bd: Breakdown, meta: TraceMeta | None) -> None:
     b.set("exposed.launch", sum(bd.exposed_share[c] for c in LAUNCH_EXPOSED))
     b.set("exposed.launch_model", bd.exposed_share["host_forward"] + bd.exposed_share["host_backward"])
     b.set("exposed.host", sum(bd.exposed_share[c] for c in EXPOSED[:7]))
-    busy = sum(s.gpu_busy_us for s in steps) / total
-    if bd.trace_exposed_share is not None and bd.profiler_inflation:
-        busy = min(1.0, busy * bd.profiler_inflation)  # over the steady step, like the exposed shares
-    b.set("gpu.busy", busy)
+    b.set("gpu.busy", bd.gpu_busy_share())  # over the steady step, like the exposed shares
     b.set("gpu.kernel_step_share", sum(bd.exposed_share[c] for c in GPU_EXPOSED))
     b.set("gpu.kernels_per_step", _median([s.kernel_count for s in steps]))
     b.set("gpu.median_kernel_us", _median([s.median_kernel_us for s in steps if s.median_kernel_us is not None]))
