@@ -22,6 +22,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from diagnose.record import DataLoaderInfo, ModelInfo, OptimizerInfo
@@ -113,15 +114,21 @@ def leading_dim(batch: Any, depth: int = 0) -> int:
     return 0
 
 
-def user_frame(skip_prefixes: tuple[str, ...]) -> str | None:
-    """``file:line`` of the innermost caller outside torch, the standard library and diagnose."""
-    frame = sys._getframe(2)
+def first_user_frame(frame: FrameType | None, library: tuple[str, ...]) -> FrameType | None:
+    """The innermost frame, from ``frame`` outwards, that is the user's: outside ``library``
+    (torch, site-packages, the standard library, diagnose) and not generated code."""
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(skip_prefixes) and not filename.startswith("<"):
-            return f"{filename}:{frame.f_lineno}"
+        if not filename.startswith(library) and not filename.startswith("<"):
+            return frame
         frame = frame.f_back
     return None
+
+
+def user_frame(library: tuple[str, ...]) -> str | None:
+    """``file:line`` of the user's innermost caller of the function that calls this one."""
+    frame = first_user_frame(sys._getframe(2), library)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
 
 
 def library_prefixes() -> tuple[str, ...]:

@@ -31,6 +31,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from diagnose.instrument import first_user_frame
+
 SYNC_WARNING = "synchronizing CUDA operation"
 MAIN_INTERVAL_S = 0.002
 #: GIL switch interval while the main thread is sampled. At Python's default (5 ms) a sampler
@@ -77,7 +79,7 @@ class Sampler:
         self.interval = interval
         self.library = library
         self.classify = classify
-        self.user_frame = user_frame or (lambda f: _user_frame(f, library))
+        self.user_frame = user_frame or (lambda f: first_user_frame(f, library))
         self.counts: Counter[tuple[str, str, str]] = Counter()  # (where, site, function)
         self.where_counts: Counter[str] = Counter()
         self.samples = 0
@@ -108,15 +110,6 @@ class Sampler:
             user = self.user_frame(frame)
             if user is not None:
                 self.counts[(where, _site(user), user.f_code.co_name)] += 1
-
-
-def _user_frame(frame: FrameType | None, library: tuple[str, ...]) -> FrameType | None:
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(library) and not filename.startswith("<"):
-            return frame
-        frame = frame.f_back
-    return None
 
 
 _OWN = os.path.dirname(os.path.abspath(__file__)).replace(os.sep, "/") + "/"
@@ -213,7 +206,7 @@ class WorkerProbe:
             WORKER_INTERVAL_S,
             library,
             lambda f: classify_worker(worker_frames(f)),
-            lambda f: next((x for x in worker_frames(f) if _user_frame(x, library) is x), None),
+            lambda f: next((x for x in worker_frames(f) if first_user_frame(x, library) is x), None),
         )
 
     def flush(self) -> None:
@@ -366,7 +359,7 @@ class LineAttribution:
         if SYNC_WARNING not in str(message):
             self._showwarning(message, category, filename, lineno, file, line)
             return
-        frame = _user_frame(sys._getframe(1), self.library)
+        frame = first_user_frame(sys._getframe(1), self.library)
         site = _site(frame) if frame is not None else f"{filename}:{lineno}"
         key = (site, frame.f_code.co_name if frame is not None else "?")
         self.sync_counts[key] += 1
