@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diagnose.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
-from diagnose.distributed import rank_records, rank_trace, straggler
+from diagnose.distributed import job_samples_per_s, rank_records, rank_trace, straggler
 from diagnose.errors import TraceError, UsageError
 from diagnose.findings import DEFAULT_LIMIT, diagnose_symptoms
 from diagnose.record import RunRecord
@@ -96,7 +96,12 @@ def analyze_ranks(run_dir: Path, ranks: dict[int, Path], options: AnalysisOption
         record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(rules, symptoms),
         source=source, limit=options.limit, warnings=warnings,
     )
-    report.distributed = {"world_size": len(analysed), "ranks": [s.to_dict() for s in summaries], "straggler": lagging}
+    report.distributed = {
+        "world_size": len(analysed),
+        "job_samples_per_s": job_samples_per_s(summaries),
+        "ranks": [s.to_dict() for s in summaries],
+        "straggler": lagging,
+    }
     return report
 
 

@@ -182,7 +182,7 @@ def _launch_ranks(request: _RunRequest, nproc: int) -> None:
     except DiagnoseError as exc:
         raise _fail(exc) from None
     typer.echo(f"diagnose ▸ launching {nproc} ranks through torchrun into {run_dir}", err=True)
-    code = launch(nproc, run_dir, request.forwarded, request.target_args())
+    code = launch(nproc, run_dir, request.forwarded, request.target_args(), quiet_stdout=request.json_out)
     try:
         report = analyze_and_save(run_dir, request.options, rules=request.rules, html=request.html)
     except DiagnoseError as exc:

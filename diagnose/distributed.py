@@ -78,9 +78,12 @@ def torchrun_command(nproc: int, run_dir: Path, rank_args: list[str], target: li
     ]
 
 
-def launch(nproc: int, run_dir: Path, rank_args: list[str], target: list[str]) -> int:
+def launch(nproc: int, run_dir: Path, rank_args: list[str], target: list[str], quiet_stdout: bool = False) -> int:
+    """Run torchrun; with ``quiet_stdout`` (``--json``) the ranks' output goes to stderr, so that
+    stdout carries the merged report alone."""
     env = dict(os.environ, **{PARENT_MERGES: "1"})
-    return subprocess.run(torchrun_command(nproc, run_dir, rank_args, target), env=env, check=False).returncode
+    command = torchrun_command(nproc, run_dir, rank_args, target)
+    return subprocess.run(command, env=env, check=False, stdout=sys.stderr if quiet_stdout else None).returncode
 
 
 def wait_for_ranks(run_dir: Path, world_size: int, timeout_s: float = 120.0) -> list[int]:
@@ -123,9 +126,19 @@ class RankSummary:
     samples_per_step: float | None
     top_exposed: str | None
     backend: str | None
+    #: measured with the profiler off, after the window (None when too few steps ran)
+    steady_samples_per_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(vars(self))
+
+
+def job_samples_per_s(summaries: list[RankSummary]) -> float | None:
+    """The whole job's steady throughput: every rank trains on its own samples, so they add up."""
+    rates = [s.steady_samples_per_s for s in summaries]
+    if not rates or any(r is None for r in rates):
+        return None
+    return round(sum(r for r in rates if r is not None), 3)
 
 
 def straggler(summaries: list[RankSummary]) -> dict[str, Any] | None:
@@ -133,9 +146,10 @@ def straggler(summaries: list[RankSummary]) -> dict[str, Any] | None:
     waits = [(s.rank, s.data_wait_ms or 0.0, s.median_step_ms or 0.0) for s in summaries if s.median_step_ms]
     if len(waits) < 2:
         return None
-    rank, wait, _ = max(waits, key=lambda w: w[1])
+    rank, wait, step = max(waits, key=lambda w: w[1])
     others = [w for r, w, _ in waits if r != rank]
-    step = statistics.median(t for _, _, t in waits)
+    # The share of the straggler's own step: its wait lies inside it, and the others' steps are
+    # as long on average (they wait for it), but cut differently by their step marks.
     excess = wait - statistics.median(others)
     return {
         "rank": rank,

@@ -491,6 +491,9 @@ def summarize_rank(rank: int, record: RunRecord, bd: Breakdown | None) -> RankSu
         samples_per_step=record.batch_size(),
         top_exposed=top,
         backend=(record.distributed or {}).get("backend"),
+        steady_samples_per_s=(
+            round(record.timed_samples / record.timed_seconds, 3) if record.timed_samples and record.timed_seconds else None
+        ),
     )
 
 

@@ -263,7 +263,7 @@ class TerminalRenderer(Renderer):
         d = r.distributed or {}
         table = Table(title=f"{d.get('world_size')} ranks side by side (the report above is rank {min(x['rank'] for x in d['ranks'])}'s)",
                       title_justify="left", box=None, header_style="bold")
-        for column in ("rank", "status", "step ms", "data wait ms", "comm ms", "comm exposed", "GPU busy", "samples/step", "top exposed"):
+        for column in ("rank", "status", "step ms", "data wait ms", "comm ms", "comm exposed", "GPU busy", "samples/step", "samples/s", "top exposed"):
             table.add_column(column, justify="left" if column in ("status", "top exposed") else "right")
         for row in d.get("ranks", []):
             table.add_row(
@@ -275,9 +275,12 @@ class TerminalRenderer(Renderer):
                 _num(row.get("exposed_communication_share"), "{:.0%}"),
                 _num(row.get("gpu_busy"), "{:.0%}"),
                 _num(row.get("samples_per_step"), "{:g}"),
+                _num(row.get("steady_samples_per_s"), "{:,.1f}"),
                 str(row.get("top_exposed") or "-"),
             )
         c.print(table)
+        if d.get("job_samples_per_s"):
+            c.print(Text(f"the whole job: {d['job_samples_per_s']:,.1f} samples/s (steady, all ranks)", style="bold"))
         s = d.get("straggler")
         if s and s.get("excess_share") and s["excess_share"] >= 0.1:
             c.print(Text(f"straggler: rank {s['rank']} waits {s['data_wait_ms']:.2f} ms/step for data, the others {s['others_data_wait_ms']:.2f}", style="bold red"))
