@@ -49,13 +49,16 @@ GPU_EXPOSED = EXPOSED[7:]
 #: GPU idle while the host runs model code: on a GPU this is launch and Python overhead.
 LAUNCH_EXPOSED = ("host_forward", "host_backward", "host_optimizer")
 
-# Host labels in priority order; the phase view skips "sync" (a sync belongs to its phase).
-# "collective" (a CPU collective such as gloo's all-reduce in flight) comes last: it is the
-# cause only when the main thread is otherwise idle, waiting for it.
-_HOST_LABELS = ("data_wait", "h2d_copy", "sync", "optimizer", "backward", "forward", "collective")
+# Host labels in priority order; the phase view skips the waits ("comm_wait", "sync"): a wait
+# belongs to the phase around it. "comm_wait" is a sync inside DDP's own code, waiting for its
+# all-reduce. "collective" (a CPU collective such as gloo's all-reduce in flight) comes last: it
+# is the cause only when the main thread is otherwise idle, waiting for it.
+_HOST_LABELS = ("data_wait", "h2d_copy", "comm_wait", "sync", "optimizer", "backward", "forward", "collective")
+_FIRST_PHASE_LABEL = _HOST_LABELS.index("optimizer")
 _STATE_TO_EXPOSED = {
     "data_wait": "data_wait",
     "h2d_copy": "h2d_copy",
+    "comm_wait": "communication",
     "sync": "sync",
     "optimizer": "host_optimizer",
     "backward": "host_backward",
@@ -257,12 +260,17 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     host_starts = [op.start for op in timeline.host_ops]
     h2d_merged = merge(h2d)
 
-    # Syncs inside an H2D copy are the copy's own staging, not a user read-back.
-    user_syncs = [s for s in timeline.syncs if not _contains(h2d_merged, s.start)]
+    # Syncs inside an H2D copy are the copy's own staging, not a user read-back; syncs inside
+    # DDP's own code wait for its all-reduce (on a rank that waits for a straggler, most of it).
+    data_parallel = merge(timeline.data_parallel_spans)
+    syncs = [s for s in timeline.syncs if not _contains(h2d_merged, s.start)]
+    comm_waits = [s for s in syncs if _contains(data_parallel, s.start)]
+    user_syncs = [s for s in syncs if not _contains(data_parallel, s.start)]
 
     host_intervals: dict[str, list[Interval]] = {
         "data_wait": merge(timeline.data_waits),
         "h2d_copy": h2d_merged,
+        "comm_wait": merge([(s.start, s.end) for s in comm_waits]),
         "sync": merge([(s.start, s.end) for s in user_syncs]),
         "optimizer": merge(timeline.optimizer_spans),
         "backward": merge(backward),
@@ -289,7 +297,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
         )
     _kernel_stats(timeline, result_steps, kernel_labels)
     _copy_stats(timeline, result_steps)
-    _sync_stats(timeline, result_steps, user_syncs, host_starts)
+    _sync_stats(timeline, result_steps, user_syncs, host_starts, merge([iv for ivs in gpu_intervals.values() for iv in ivs]))
 
     total = sum(s.duration_us for s in result_steps) or 1.0
     exposed_share = {k: sum(s.exposed[k] for s in result_steps) / total for k in EXPOSED}
@@ -444,9 +452,9 @@ def _attribute(
             state = label
             break
     phase = state
-    if phase == "sync":  # a sync belongs to the phase around it
+    if phase in ("sync", "comm_wait"):  # a wait belongs to the phase around it
         phase = None
-        for i in range(3, len(_HOST_LABELS)):
+        for i in range(_FIRST_PHASE_LABEL, len(_HOST_LABELS)):
             if host_count[i] > 0:
                 phase = _HOST_LABELS[i]
                 break
@@ -617,9 +625,15 @@ def _copy_stats(timeline: Timeline, steps: list[StepBreakdown]) -> None:
             step.d2h_bytes += m.nbytes
 
 
-def _sync_stats(timeline: Timeline, steps: list[StepBreakdown], user_syncs: list, host_starts: list[float]) -> None:
+def _sync_stats(
+    timeline: Timeline, steps: list[StepBreakdown], user_syncs: list, host_starts: list[float], gpu_busy: list[Interval]
+) -> None:
+    """Count the syncs per step and kind; add the GPU's idle time after each one (``gpu_busy``:
+    merged GPU activity, every stream). A sync that returns while the GPU still works (another
+    stream, a collective) leaves no idle time; idle spans that several syncs share count once."""
     starts = [s.start_us for s in steps]
-    gpu_starts = sorted([k.start for k in timeline.kernels] + [m.start for m in timeline.memcpys])
+    busy_starts = [b[0] for b in gpu_busy]
+    idle_after: list[list[Interval]] = [[] for _ in steps]
     for sync in user_syncs:
         i = _step_of(starts, steps, sync.start)
         if i is None:
@@ -630,12 +644,18 @@ def _sync_stats(timeline: Timeline, steps: list[StepBreakdown], user_syncs: list
         op = _enclosing(timeline.host_ops, host_starts, sync.start)
         kind = P.SYNC_OP_KINDS.get(op.name, "other op") if op is not None else "synchronize"
         step.syncs_by_kind[kind] = step.syncs_by_kind.get(kind, 0) + 1
-        # After a sync the GPU queue is empty: it idles until the host launches the next work.
-        k = bisect_left(gpu_starts, sync.end)
+        if not timeline.has_gpu:
+            continue
+        # After a sync the GPU's queue is empty: it idles until the host launches the next work.
+        k = bisect_right(busy_starts, sync.end)
+        if k > 0 and gpu_busy[k - 1][1] > sync.end:
+            continue  # still busy when the host got control back
         step_end = step.start_us + step.duration_us
-        next_gpu = gpu_starts[k] if k < len(gpu_starts) else step_end
-        if timeline.has_gpu:
-            step.sync_idle_after_us += max(0.0, min(next_gpu, step_end) - sync.end)
+        next_busy = busy_starts[k] if k < len(busy_starts) else step_end
+        if min(next_busy, step_end) > sync.end:
+            idle_after[i].append((sync.end, min(next_busy, step_end)))
+    for step, spans in zip(steps, idle_after):
+        step.sync_idle_after_us += sum(end - start for start, end in merge(spans))
     for t in timeline.graph_launches:
         i = _step_of(starts, steps, t)
         if i is not None:

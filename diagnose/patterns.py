@@ -20,6 +20,9 @@ OPTIMIZER_ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
 #: user annotations of collectives that run on CPU threads (gloo, MPI, UCC); NCCL's run on the GPU
 CPU_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
+#: the data-parallel wrappers' own annotations; a sync inside one waits for their communication
+#: (DDP's forward blocks until the previous step's gradient all-reduce has finished)
+DATA_PARALLEL_PREFIXES = ("DistributedDataParallel.", "FullyShardedDataParallel.")
 
 # --- CUDA runtime / driver calls ------------------------------------------------------------------
 

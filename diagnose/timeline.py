@@ -111,6 +111,8 @@ class Timeline:
     memsets: list[Interval]
     #: CPU-side collectives in flight (gloo/MPI all-reduce ... annotations, any thread)
     collectives: list[Interval] = field(default_factory=list)
+    #: DistributedDataParallel.forward ... on the main thread
+    data_parallel_spans: list[Interval] = field(default_factory=list)
     #: host times of CUDA graph launches (torch.compile mode="reduce-overhead", CUDA graphs)
     graph_launches: list[float] = field(default_factory=list)
     #: user_annotation names other than the ones the analysis interprets (for display)
@@ -263,7 +265,8 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
     meta.unknown_categories = dict(unknown)
 
     main_tid = _main_thread(annotations, cpu_ops)
-    steps, other_annotations, data_waits, optimizer_spans, loader_kinds, collectives = _read_annotations(annotations, main_tid)
+    read = _read_annotations(annotations, main_tid)
+    steps = read.steps
 
     main_ops: list[tuple[float, float, str, bool]] = []
     backward_ops: list[Interval] = []
@@ -347,21 +350,22 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         meta=meta,
         main_tid=main_tid,
         steps=steps,
-        data_waits=data_waits,
-        optimizer_spans=optimizer_spans,
+        data_waits=read.data_waits,
+        optimizer_spans=read.optimizer_spans,
         backward_ops=backward_ops,
         forward_ops=forward_ops,
         host_ops=host_ops,
         syncs=syncs,
         launches=launches,
         graph_launches=sorted(graph_launches),
-        collectives=collectives,
+        collectives=read.collectives,
+        data_parallel_spans=read.data_parallel,
         kernels=kernels,
         memcpys=memcpys,
         memsets=memsets,
-        annotations=other_annotations,
+        annotations=read.other,
         has_step_marks=has_marks,
-        dataloader_kinds=loader_kinds,
+        dataloader_kinds=read.loader_kinds,
     )
 
 
@@ -406,11 +410,20 @@ def _main_thread(annotations: list[dict[str, Any]], cpu_ops: list[dict[str, Any]
     return busy.most_common(1)[0][0] if busy else None
 
 
-def _read_annotations(
-    annotations: list[dict[str, Any]], main_tid: Any
-) -> tuple[list[StepMark], Counter[str], list[Interval], list[Interval], Counter[str], list[Interval]]:
+class _Annotations(NamedTuple):
+    steps: list[StepMark]
+    other: Counter[str]
+    data_waits: list[Interval]
+    optimizer_spans: list[Interval]
+    loader_kinds: Counter[str]
+    collectives: list[Interval]
+    data_parallel: list[Interval]
+
+
+def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Annotations:
     steps: list[StepMark] = []
     collectives: list[Interval] = []
+    data_parallel: list[Interval] = []
     other: Counter[str] = Counter()
     loader_kinds: Counter[str] = Counter()
     data_waits: list[Interval] = []
@@ -436,6 +449,8 @@ def _read_annotations(
                 optimizer_spans.append((ts, end))
         elif name.startswith(P.CPU_COLLECTIVE_PREFIXES):
             collectives.append((ts, end))
+        elif name.startswith(P.DATA_PARALLEL_PREFIXES) and on_main:
+            data_parallel.append((ts, end))
         else:
             other[name] += 1
     steps.sort(key=lambda s: s.start)
@@ -445,7 +460,7 @@ def _read_annotations(
         if steps[i].end > steps[i + 1].start:
             steps[i] = StepMark(steps[i].number, steps[i].start, steps[i + 1].start)
     steps = [s for s in steps if s.end > s.start]
-    return steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives)
+    return _Annotations(steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives), sorted(data_parallel))
 
 
 def _main_device(kernels_raw: list[dict[str, Any]]) -> Any:

@@ -178,6 +178,39 @@ def test_communication_is_exposed_only_when_no_compute_runs() -> None:
     assert step.communication_us == 60
 
 
+def test_sync_inside_ddp_waits_for_communication_not_for_the_user() -> None:
+    """DDP's forward blocks (cudaEventSynchronize) until the last all-reduce ends; on a rank that
+    waits for a straggler that is most of the step, and it is not a sync the user can remove."""
+    b = TraceBuilder()
+    b.step(0, 0, 100)
+    b.x("user_annotation", "DistributedDataParallel.forward", 10, 80)
+    b.op("aten::linear", 85, 5, forward=True)
+    b.kernel(NCCL_ALLREDUCE, 0, 60, launch_ts=0, tid=AUTOGRAD, stream=20)  # [0,60): the peer is late
+    b.sync(12, 60, name="cudaEventSynchronize")  # [12,72): waits for it, then 12 us of nothing
+    b.kernel(ELEMENTWISE, 88, 10, launch_ts=86)  # [88,98)
+    step = analyse(b).steps[0]
+    assert step.sync_count == 0 and step.sync_blocked_us == 0 and step.sync_idle_after_us == 0
+    assert step.exposed["sync"] == 0
+    # [0,60) the all-reduce kernel alone, [60,72) the host still waits for it with the GPU idle
+    assert step.exposed["communication"] == 60 + 12
+    # the wait belongs to the phase around it: here no model op had started yet
+    assert step.phases["forward"] == 5 and step.phases["other"] == 95
+
+
+def test_idle_after_syncs_counts_real_gpu_idleness_once() -> None:
+    b = TraceBuilder()
+    b.step(0, 0, 100)
+    b.kernel(ELEMENTWISE, 0, 20, launch_ts=0)  # [0,20)
+    b.kernel(NCCL_ALLREDUCE, 10, 40, launch_ts=5, stream=20)  # [10,50) on another stream
+    b.sync(15, 10)  # [15,25): returns while the all-reduce still runs: no idle time after it
+    b.sync(52, 3)  # [52,55) and [56,58): both followed by the same idle gap until 80
+    b.sync(56, 2)
+    b.kernel(ELEMENTWISE, 80, 10, launch_ts=79)
+    step = analyse(b).steps[0]
+    assert step.sync_count == 3
+    assert step.sync_idle_after_us == 80 - 55  # [55,80) once, not [55,80) + [58,80)
+
+
 def test_trace_without_step_marks_is_one_window() -> None:
     b = TraceBuilder(device=False)
     b.op("aten::linear", 10, 20, forward=True)

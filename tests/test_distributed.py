@@ -63,6 +63,39 @@ def test_recorded_two_rank_pair_names_the_straggler() -> None:
     assert ranks[0]["top_exposed"] == "communication"  # rank 0 waits for rank 1 at the all-reduce
     assert [f["rule"] for f in report.findings] == ["DIST003"]  # not DIST002: the wait is the straggler's
     assert "Rank 1 waits" in report.findings[0]["says"]
+    # every rank trains on its own samples: the job's throughput is their sum
+    for r in ranks:
+        record = json.loads((folder / f"rank{r['rank']}.run.json").read_text())
+        assert r["steady_samples_per_s"] == round(record["timed_samples"] / record["timed_seconds"], 3)
+    assert report.distributed["job_samples_per_s"] == round(sum(r["steady_samples_per_s"] for r in ranks), 3)
+
+
+def test_recorded_nccl_pair_names_the_straggler_and_nothing_else() -> None:
+    """tests/data/ddp_straggler_nccl: examples/ddp_straggler.py on 2 H200s with NCCL, trimmed."""
+    report = analyze_run_dir(DATA / "ddp_straggler_nccl", AnalysisOptions())
+    ranks = report.distributed["ranks"]
+    assert [r["backend"] for r in ranks] == ["nccl", "nccl"]
+    assert report.distributed["straggler"]["rank"] == 1
+    assert ranks[1]["data_wait_ms"] > 100 and ranks[0]["data_wait_ms"] < 1
+    # rank 0's NCCL all-reduce kernel spins while it waits for rank 1: communication, on the GPU
+    assert ranks[0]["top_exposed"] == "communication" and ranks[0]["exposed_communication_share"] > 0.9
+    assert ranks[0]["communication_ms"] > 50
+    # DDP's forward blocks in cudaEventSynchronize until that all-reduce ends: a wait for the
+    # straggler, not a sync to remove (SYNC001 once fired here with "GPU idle 293% of the step")
+    assert report.symptoms["sync.per_step"]["value"] == 0
+    assert [f["rule"] for f in report.findings] == ["DIST003"]
+
+
+def test_recorded_nccl_pair_of_a_communication_bound_mlp() -> None:
+    """tests/data/ddp_mlp_nccl: workloads/train.py, the 456M-parameter MLP (fp32 gradients, 1.8 GB
+    per step) on 2 H200s, batch 128 per GPU, 8 workers per rank."""
+    report = analyze_run_dir(DATA / "ddp_mlp_nccl", AnalysisOptions())
+    ranks = report.distributed["ranks"]
+    assert all(r["top_exposed"] == "communication" for r in ranks)
+    assert report.symptoms["exposed.communication_own"]["value"] >= 0.15
+    rules = [f["rule"] for f in report.findings]
+    assert "DIST002" in rules and "DIST003" not in rules and "SYNC001" not in rules
+    assert report.distributed["job_samples_per_s"] > 10_000
 
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
