@@ -386,15 +386,21 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
     ok = [o for o in outcomes if o.status == "ok" and o.rate(by_samples)]
     best = max(ok, key=lambda o: o.rate(by_samples) or 0) if ok else None
     first_ok = ok[0] if ok else None
+    eager = next((o for o in ok if not _compiles(o)), None)  # what a compiled point is compared with
     rows = []
+    conclusions = []
     for o in outcomes:
         row = _row(o, role="point")
         if first_ok is not None and o in ok:
             row["speedup"] = round((o.rate(by_samples) or 0) / (first_ok.rate(by_samples) or 1), 4)
+        if eager is not None and o in ok and _compiles(o):
+            row["compile"] = cost = compile_cost(o, Baseline([eager], by_samples))
+            if cost is not None:
+                pays = f"pays for itself after {cost['break_even_steps']:,} steps" if "break_even_steps" in cost else "never pays for itself"
+                conclusions.append(f"{o.label}: compiling took {cost['compile_s']:.1f} s more than {eager.label} and {pays}")
         rows.append(row)
-    conclusions = []
     if best is not None:
-        conclusions.append(f"best: {best.label} at {best.rate(by_samples):.1f} {'samples' if by_samples else 'steps'}/s")
+        conclusions.insert(0, f"best: {best.label} at {best.rate(by_samples):.1f} {'samples' if by_samples else 'steps'}/s")
     for name in names:
         if _is_size_knob(name):
             fits = [_as_float(o.knobs[name]) for o in outcomes if o.status == "ok" and name in o.knobs]
@@ -412,6 +418,14 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
         "rows": rows,
         "conclusions": conclusions,
     }
+
+
+#: knob values that leave torch.compile off
+_NOT_COMPILED = ("", "none", "off", "false", "0", "no", "eager")
+
+
+def _compiles(o: Outcome) -> bool:
+    return any("compile" in name and value.strip().lower() not in _NOT_COMPILED for name, value in o.knobs.items())
 
 
 def _is_size_knob(name: str) -> bool:

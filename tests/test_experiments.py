@@ -106,6 +106,23 @@ def test_sweep_summary_reports_the_largest_batch_that_fits() -> None:
     assert [r["speedup"] for r in summary["rows"][:2]] == [1.0, 1.8]
 
 
+def test_sweep_over_compile_reports_compile_time_and_break_even() -> None:
+    outcomes = [
+        Outcome("compile=none", {"arg.compile": "none"}, "ok", "", steps_per_s=2.0, median_step_ms=500.0, startup_s=20.0),
+        Outcome("compile=flag", {"arg.compile": "flag"}, "ok", "", steps_per_s=2.5, median_step_ms=400.0, startup_s=95.0),
+        Outcome("compile=slow", {"compile": "max-autotune"}, "ok", "", steps_per_s=1.9, median_step_ms=520.0, startup_s=30.0),
+    ]
+    summary = summarize_sweep(["arg.compile"], outcomes)
+    rows = summary["rows"]
+    assert "compile" not in rows[0]
+    # 75 s more to start, 100 ms saved per step: paid back after 750 steps
+    assert rows[1]["compile"] == {"compile_s": 75.0, "break_even_steps": 750}
+    assert rows[2]["compile"] == {"compile_s": 10.0}  # slower steps never pay it back
+    assert "compile=flag: compiling took 75.0 s more than compile=none and pays for itself after 750 steps" in summary["conclusions"]
+    assert "compile=slow: compiling took 10.0 s more than compile=none and never pays for itself" in summary["conclusions"]
+    assert summary["conclusions"][0].startswith("best: compile=flag")
+
+
 # --- knob injection on tiny scripts (in-process) -------------------------------------------------
 
 
