@@ -5,6 +5,7 @@
 # Each sweep writes OUT_DIR/<table>/report.json (+ sweep.png); docs/case-study.md quotes them.
 # DEADLINE (epoch seconds, optional): sweeps that would start after it are skipped, and a
 # running sweep is stopped at it (for a lease with little device time left).
+# ONLY (optional, names separated by spaces): run these sweeps alone, e.g. ONLY="vit_compile".
 set -u
 OUT=${1:?output folder}; DATA=${2:-/tmp/micro-224}
 mkdir -p "$OUT"
@@ -17,6 +18,7 @@ FAST=(--warmup 2 --steps 2 --timed-steps 4 --timeout 240)
 
 sweep() {  # name, diagnose sweep options..., then -- and the script's own arguments
     local name=$1; shift
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
     local left=$(( ${DEADLINE:-$(( $(date +%s) + 3600 ))} - $(date +%s) ))
     if [ "$left" -lt 30 ]; then echo "== $name skipped: past the deadline"; return; fi
     echo "== $name $(date +%T) (${left}s left)"

@@ -18,7 +18,7 @@ def parser(description: str, steps: int = 400) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--steps", type=int, default=steps, help="training steps to run")
     p.add_argument("--small", action="store_true", help="tiny sizes, for a CPU smoke run")
-    p.add_argument("--time-steps", default="16:36", help="the steps to time plainly, START:END")
+    p.add_argument("--time-steps", default="16:36", help="the steps to time plainly, START:END[,START:END...]")
     return p
 
 
@@ -27,25 +27,27 @@ def device() -> torch.device:
 
 
 class PlainTimer:
-    """Steps per second over a range of steps, with the GPU synchronised at both ends: the
-    reference that ``diagnose``'s steady-state figure is compared with (benchmarks/)."""
+    """Steps per second over ranges of steps, with the GPU synchronised at both ends: the
+    reference that ``diagnose``'s steady-state figure is compared with (benchmarks/). Several
+    ranges (``"100:300,311:611"``) time the same process before and after diagnose's window."""
 
     def __init__(self, spec: str, samples_per_step: int = 0) -> None:
-        start, end = (int(x) for x in spec.split(":"))
-        self.start, self.end, self.samples = start, end, samples_per_step
-        self._t0 = 0.0
+        self.windows = [tuple(int(x) for x in part.split(":")) for part in spec.split(",")]
+        self.samples = samples_per_step
+        self._t0: dict[int, float] = {}
 
     def step(self, index: int) -> None:
         """Call at the top of every step with its index (0-based)."""
-        if index not in (self.start, self.end):
+        starts = [w for w in self.windows if w[0] == index]
+        ends = [w for w in self.windows if w[1] == index]
+        if not starts and not ends:
             return
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         now = time.perf_counter()
-        if index == self.start:
-            self._t0 = now
-            return
-        n = self.end - self.start
-        rate = n / (now - self._t0)
-        extra = f" · {rate * self.samples:.1f} samples/s" if self.samples else ""
-        print(f"plain timer: steps {self.start}-{self.end - 1}: {rate:.3f} steps/s{extra}", flush=True)
+        for start, end in ends:
+            rate = (end - start) / (now - self._t0[start])
+            extra = f" · {rate * self.samples:.1f} samples/s" if self.samples else ""
+            print(f"plain timer: steps {start}-{end - 1}: {rate:.3f} steps/s{extra}", flush=True)
+        for start, _ in starts:
+            self._t0[start] = now

@@ -44,15 +44,17 @@ def main() -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     else:
         torch.set_num_threads(1)
-    dev = torch.device("cuda" if cuda else "cpu")
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     width, batch = (64, 16) if args.small else (1024, 256)
     slow = rank == world - 1
-    dataset = Samples(batch * args.steps * world, width, delay_s=0.0004 if slow else 0.0)
+    delay = 0.002 if args.small else 0.0004  # per sample; --small (CPU) plants it above the noise of 2 cores
+    dataset = Samples(batch * args.steps * world, width, delay_s=delay if slow else 0.0)
     loader = DataLoader(dataset, batch_size=batch, sampler=DistributedSampler(dataset, shuffle=False), num_workers=1)
     model = nn.parallel.DistributedDataParallel(
         nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)).to(dev), device_ids=[dev.index] if cuda else None
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    print(f"rank {rank}/{world} ({dist.get_backend()}): {len(loader)} batches of {batch}", flush=True)
     try:
         for x, y in loader:
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
