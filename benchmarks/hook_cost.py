@@ -1,0 +1,91 @@
+"""What diagnose itself costs per step while it times the steady state (profiler off).
+
+    python benchmarks/hook_cost.py                 # CPU is enough: the hooks are Python
+    python benchmarks/hook_cost.py --rounds 20 --block 3000
+
+After the profiled window, the only code of diagnose's that runs in the training process is its
+step detection: the global optimizer step hook, the wrapped DataLoader ``__iter__``/``__next__``,
+the step clock and the capture session's bookkeeping at each boundary (and, with line
+attribution, a sampling thread in each DataLoader *worker*, not measured here). This benchmark
+runs the cheapest possible training step (a DataLoader over a list, an 8x8 linear layer, SGD:
+tens of microseconds, so the hooks weigh as much as they ever can) in one process, with
+diagnose's instrumentation installed and removed in alternating blocks (ABAB: a drift of the
+machine hits both alike), the capture session past its window as during the timed steps. It
+prints the microseconds per step that the instrumentation adds, and what that is as a share of
+the planted examples' steps on an H200 (docs/truth.md), the bound on diagnose's profiling
+overhead that no noise between processes can blur.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from diagnose.capture import CaptureSession  # noqa: E402
+from diagnose.instrument import Instrumentation, StepClock  # noqa: E402
+from diagnose.progress import Progress  # noqa: E402
+from diagnose.record import WindowPlan  # noqa: E402
+
+#: median step of each planted example on an H200 (docs/truth.md, steady state), in ms
+EXAMPLE_STEP_MS = {"item_syncs": 4.0, "launch_bound": 17.0, "well_tuned": 20.1, "pageable_copies": 28.0,
+                   "cpu_preprocessing": 156.0, "fp32_transformer": 124.6, "forloop_optimizer": 118.0, "data_bound": 190.0}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=10, help="pairs of blocks (with, without)")
+    p.add_argument("--block", type=int, default=2000, help="steps per block")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = [torch.randn(8) for _ in range(args.block)]
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        # warm-up 1, profile 1 (a real trace is written), then "timed" for as long as this runs
+        plan = WindowPlan(warmup=1, steps=1, timed=10**9, stop=False)
+        session = CaptureSession(plan, Path(run_dir), Progress(enabled=False), on_window_end=lambda: None)
+        clock = StepClock(on_boundary=session.on_boundary, on_reset=session.on_reset)
+        instrumentation = Instrumentation(clock)
+
+        def block() -> float:
+            loader = torch.utils.data.DataLoader(data, batch_size=1)
+            t0 = time.perf_counter()
+            for x in loader:
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return (time.perf_counter() - t0) / len(data) * 1e6
+
+        instrumentation.install()
+        block()  # through the window: the profiler starts, records a step, exports, stops
+        assert session.window_closed, "the capture session should be past its window"
+        instrumentation.remove()
+        block()
+        with_us, without_us = [], []
+        for _ in range(args.rounds):
+            instrumentation.install()
+            with_us.append(block())
+            instrumentation.remove()
+            without_us.append(block())
+        session.finish()
+    added = [w - o for w, o in zip(with_us, without_us)]
+    cost = statistics.median(added)
+    print(f"step without diagnose: {statistics.median(without_us):.1f} us (median of {args.rounds} blocks of {args.block})")
+    print(f"step with diagnose's hooks, past the window: {statistics.median(with_us):.1f} us")
+    print(f"added per step: {cost:.2f} us (median of paired blocks; range {min(added):.2f} to {max(added):.2f})")
+    print("as a share of each planted example's step on an H200:")
+    for name, ms in sorted(EXAMPLE_STEP_MS.items(), key=lambda kv: kv[1]):
+        print(f"  {name:<18} {ms:7.1f} ms  {cost / (ms * 1000) * 100:.4f}%")
+
+
+if __name__ == "__main__":
+    main()
