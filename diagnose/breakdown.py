@@ -20,7 +20,7 @@ view is then the phase view with synchronisations split out.
 from __future__ import annotations
 
 import statistics
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -263,9 +263,10 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     # Syncs inside an H2D copy are the copy's own staging, not a user read-back; syncs inside
     # DDP's own code wait for its all-reduce (on a rank that waits for a straggler, most of it).
     data_parallel = merge(timeline.data_parallel_spans)
-    syncs = [s for s in timeline.syncs if not _contains(h2d_merged, s.start)]
-    comm_waits = [s for s in syncs if _contains(data_parallel, s.start)]
-    user_syncs = [s for s in syncs if not _contains(data_parallel, s.start)]
+    comm_waits, user_syncs = [], []
+    for s in timeline.syncs:
+        if not _contains(h2d_merged, s.start):
+            (comm_waits if _contains(data_parallel, s.start) else user_syncs).append(s)
 
     host_intervals: dict[str, list[Interval]] = {
         "data_wait": merge(timeline.data_waits),

@@ -420,12 +420,8 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
     }
 
 
-#: knob values that leave torch.compile off
-_NOT_COMPILED = ("", "none", "off", "false", "0", "no", "eager")
-
-
 def _compiles(o: Outcome) -> bool:
-    return any("compile" in name and value.strip().lower() not in _NOT_COMPILED for name, value in o.knobs.items())
+    return Knobs.parse([f"{name}={value}" for name, value in o.knobs.items()]).compiles()
 
 
 def _is_size_knob(name: str) -> bool:

@@ -311,6 +311,11 @@ class Knobs:
         mode = self.values.get("compile")
         return None if mode in (None, "off") else mode
 
+    def compiles(self) -> bool:
+        """Whether a run with these knobs compiles: the compile knob, or a script flag named
+        like it that is passed (``arg.compile=flag``; ``none`` removes it)."""
+        return self.compile_mode() is not None or any("compile" in flag and value != "none" for flag, value in self.script_args.items())
+
     def maybe_compile(self, module: Any) -> bool:
         """Compile the first module with parameters the script calls, once, by replacing its
         ``forward`` with ``torch.compile(forward)`` on the instance: the script keeps its own
