@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _bench import REPO, run_in_repo
+
 
 #: model -> train.py arguments besides the dataset (per-GPU batch; the same on 1 and N GPUs)
 CONFIGS: dict[str, list[str]] = {
@@ -41,12 +42,10 @@ def run(model: str, gpus: int, data: str, out: Path, timeout: int, small: bool) 
     launch = ["--nproc-per-node", str(gpus)] if gpus > 1 else []
     cmd = [sys.executable, "-m", "diagnose", "run", "--json", "--overwrite", "--out", str(run_dir), *launch,
            str(REPO / "workloads" / "train.py"), "--", *args]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
-    if gpus == 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
-        env["CUDA_VISIBLE_DEVICES"] = "0"
+    one_gpu = {"CUDA_VISIBLE_DEVICES": "0"} if gpus == 1 and "CUDA_VISIBLE_DEVICES" not in os.environ else None
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        p = run_in_repo(cmd, timeout, env=one_gpu)
     except subprocess.TimeoutExpired:
         return {"model": model, "gpus": gpus, "error": f"timed out after {timeout} s"}
     row: dict = {"model": model, "gpus": gpus, "exit_code": p.returncode, "wall_s": round(time.perf_counter() - t0, 1),

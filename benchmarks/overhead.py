@@ -31,19 +31,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _bench import PLAIN_RE, REPO, run_in_repo
+
 EXAMPLES = ["data_bound", "pageable_copies", "fp32_transformer", "launch_bound", "item_syncs", "forloop_optimizer",
             "cpu_preprocessing", "well_tuned"]
 VARIANTS = ["plain", "diagnose", "no-lines"]
-PLAIN_RE = re.compile(r"plain timer: steps (\d+)-(\d+): ([\d.]+) steps/s")
 #: --in-process: steps per timed window, about 3 s of each example on an H200
 WINDOW_STEPS = {"data_bound": 12, "pageable_copies": 100, "fp32_transformer": 25, "launch_bound": 200, "item_syncs": 600,
                 "forloop_optimizer": 25, "cpu_preprocessing": 15, "well_tuned": 150}
@@ -60,11 +58,9 @@ def command(example: str, variant: str, run_dir: Path, small: bool) -> list[str]
 
 
 def measure(example: str, variant: str, run_dir: Path, small: bool, timeout: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(command(example, variant, run_dir, small), cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=timeout, check=False)
+        p = run_in_repo(command(example, variant, run_dir, small), timeout)
     except subprocess.TimeoutExpired:
         return {"example": example, "variant": variant, "error": f"timed out after {timeout} s"}
     row: dict = {"example": example, "variant": variant, "exit_code": p.returncode, "wall_s": round(time.perf_counter() - t0, 1)}
@@ -98,9 +94,8 @@ def in_process(example: str, variant: str, run_dir: Path, small: bool, timeout: 
     else:
         cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--overwrite", "--warmup", str(warmup), "--steps", "10",
                "--timed-steps", str(n + 3), "--out", str(run_dir), script, "--", *args]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     try:
-        p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        p = run_in_repo(cmd, timeout)
     except subprocess.TimeoutExpired:
         return {"example": example, "variant": variant, "error": f"timed out after {timeout} s"}
     rates = {int(m.group(1)): float(m.group(3)) for m in PLAIN_RE.finditer(p.stdout + p.stderr)}

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _bench import PLAIN_RE, run_in_repo
+
 
 #: example -> the rule that names its planted cause (None: the control, where no rule may fire)
 PLANTED: dict[str, str | None] = {
@@ -40,13 +38,9 @@ PLANTED: dict[str, str | None] = {
 #: examples whose planted cause has no knob: the change applied by hand (the example's flag)
 BY_HAND: dict[str, list[str]] = {"cpu_preprocessing": ["--fixed"]}
 
-PLAIN_RE = re.compile(r"plain timer: steps (\d+)-(\d+): ([\d.]+) steps/s")
-
-
 def run(cmd: list[str], timeout: int) -> tuple[int, str, str, float]:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    p = run_in_repo(cmd, timeout)
     return p.returncode, p.stdout, p.stderr, time.perf_counter() - t0
 
 
