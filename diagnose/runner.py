@@ -341,14 +341,20 @@ class _SysState:
     path0: str
     main_module: Any
     sigterm: Any
+    #: a DataLoader with workers installs torch's SIGCHLD handler, which raises when one of its
+    #: workers has died; left in place, any later child exit raises that again inside diagnose's
+    #: own analysis (a worker killed by a signal lost report.json once on CI)
+    sigchld: Any = None
 
     @classmethod
     def save(cls) -> _SysState:
-        try:
-            sigterm = signal.getsignal(signal.SIGTERM)
-        except (ValueError, OSError):
-            sigterm = None
-        return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), sigterm)
+        handlers = []
+        for name in ("SIGTERM", "SIGCHLD"):
+            try:
+                handlers.append(signal.getsignal(getattr(signal, name)))
+            except (AttributeError, ValueError, OSError):  # no SIGCHLD on Windows; not the main thread
+                handlers.append(None)
+        return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), *handlers)
 
     def restore(self) -> None:
         sys.argv = self.argv
@@ -356,8 +362,9 @@ class _SysState:
             sys.path[0] = self.path0
         if self.main_module is not None:
             sys.modules["__main__"] = self.main_module
-        if self.sigterm is not None:
-            try:
-                signal.signal(signal.SIGTERM, self.sigterm)
-            except (ValueError, OSError):
-                pass
+        for name, handler in (("SIGTERM", self.sigterm), ("SIGCHLD", self.sigchld)):
+            if handler is not None:
+                try:
+                    signal.signal(getattr(signal, name), handler)
+                except (ValueError, OSError):
+                    pass

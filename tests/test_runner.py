@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -171,6 +173,33 @@ def test_script_failure_is_recorded_with_its_traceback(write_script, capsys) -> 
     assert "Traceback (most recent call last)" in err and "ValueError: boom" in err
     assert "runpy" not in err and "diagnose/runner.py" not in err  # starts in the script
     assert record.trace_files
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGCHLD"), reason="no SIGCHLD here")
+def test_a_dead_dataloader_worker_cannot_raise_after_the_script(write_script) -> None:
+    """torch's SIGCHLD handler raises for a dead worker at *any* later child exit; the script's
+    iterator lives on in the traceback. diagnose gives the handler back before analysing."""
+    before = signal.getsignal(signal.SIGCHLD)
+    script = write_script(
+        """
+import os, torch
+from torch.utils.data import DataLoader, Dataset
+class Data(Dataset):
+    def __len__(self):
+        return 1000
+    def __getitem__(self, i):
+        if i == 24:
+            os.kill(os.getpid(), 9)
+        return torch.ones(4)
+m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for x in DataLoader(Data(), batch_size=8, num_workers=1, timeout=5):
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+"""
+    )
+    record = run(script)
+    assert record.status == "failed"
+    assert signal.getsignal(signal.SIGCHLD) == before
+    subprocess.run([sys.executable, "-c", "pass"], check=True)  # a child exits: nothing raises
 
 
 def test_sys_exit_code_is_kept(write_script) -> None:
