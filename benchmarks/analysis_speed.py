@@ -26,9 +26,9 @@ sys.path.insert(0, str(REPO))
 if "--no-orjson" in sys.argv:  # measure the standard-library parser path
     sys.modules["orjson"] = None  # type: ignore[assignment]
 
-from diagnose.analysis import AnalysisOptions, analyze_trace  # noqa: E402
-from diagnose.rules import load_rules  # noqa: E402
-from diagnose.timeline import read_trace_json  # noqa: E402
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace  # noqa: E402
+from diagnose.analysis.rules import load_rules  # noqa: E402
+from diagnose.analysis.timeline import read_trace_json  # noqa: E402
 
 FIXTURE = REPO / "tests" / "data" / "forloop_optimizer"
 
@@ -95,7 +95,7 @@ def main() -> None:
         load_best, load_median = best(load, args.repeat)
         analyse_best, analyse_median = best(analyse, args.repeat)
         report = analyze_trace(trace, options, rules)
-        from diagnose import timeline
+        from diagnose.analysis import timeline
 
         parser = "orjson" if timeline._orjson is not None else "the standard library's json"
         print(f"trace: {size / 1e6:.1f} MB, {report.source.get('trace_events', 0):,} events, {len(report.breakdown['steps'])} steps")

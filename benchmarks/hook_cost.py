@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from diagnose.capture import CaptureSession  # noqa: E402
-from diagnose.instrument import Instrumentation, StepClock  # noqa: E402
+from diagnose.runtime.capture import CaptureSession  # noqa: E402
+from diagnose.runtime.instrument import Instrumentation, StepClock  # noqa: E402
 from diagnose.progress import Progress  # noqa: E402
 from diagnose.record import WindowPlan  # noqa: E402
 

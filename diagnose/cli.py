@@ -105,11 +105,11 @@ def run(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
 ) -> None:
     """Run a training script under the profiler, break each step down, and diagnose it."""
-    from diagnose.analysis import AnalysisOptions
+    from diagnose.analysis.pipeline import AnalysisOptions
     from diagnose.distributed import rank_info
-    from diagnose.knobs import Knobs
+    from diagnose.runtime.knobs import Knobs
     from diagnose.record import WindowPlan
-    from diagnose.rules import load_rules
+    from diagnose.analysis.rules import load_rules
 
     script_args = list(args or [])
     if script_args[:1] == ["--"]:
@@ -199,9 +199,9 @@ def _run_one(request: _RunRequest, rank) -> None:  # noqa: ANN001 - a RankInfo o
     import socket
 
     from diagnose.distributed import PARENT_MERGES, shared_run_dir, wait_for_ranks
-    from diagnose.lines import LineAttribution
+    from diagnose.runtime.lines import LineAttribution
     from diagnose.progress import Progress
-    from diagnose.runner import RUN_JSON, resolve_target, run_target
+    from diagnose.runtime.runner import RUN_JSON, resolve_target, run_target
     from diagnose.rundir import default_run_dir, prepare_run_dir
     from diagnose.session import analyze_and_save, save_not_run
 
@@ -283,7 +283,7 @@ def analyze(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
-    from diagnose.analysis import AnalysisOptions, analyze_path
+    from diagnose.analysis.pipeline import AnalysisOptions, analyze_path
     from diagnose.rundir import default_run_dir, prepare_run_dir
     from diagnose.session import analyze_and_save, write_html
 
@@ -317,7 +317,7 @@ def report(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Show a saved report again (no re-analysis), or write its HTML."""
-    from diagnose.report import Report
+    from diagnose.analysis.report import Report
     from diagnose.session import write_html
 
     path = run_dir / "report.json"
@@ -350,7 +350,7 @@ def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]
     """The checked target, its arguments for ``diagnose run``, the output folder and the window."""
     from diagnose.record import WindowPlan
     from diagnose.rundir import default_run_dir, prepare_run_dir
-    from diagnose.runner import resolve_target
+    from diagnose.runtime.runner import resolve_target
 
     target_args = _script_args(script, args, module)
     try:
@@ -383,7 +383,7 @@ def verify(
     """Diagnose, then measure what each top recommendation really buys, one at a time and combined."""
     from diagnose.experiments import summarize_verify
     from diagnose.experiments import verify as run_verify
-    from diagnose.report import Report
+    from diagnose.analysis.report import Report
     from diagnose.session import write_html
 
     target_args, _, out_dir, plan = _experiment_setup("verify", script, args, module, out, (warmup, steps, timed_steps))
@@ -429,7 +429,7 @@ def sweep(
     """Run the script once per value of a knob (or a pair of knobs): throughput, GPU busy, memory."""
     from diagnose.experiments import parse_sweep, plot_sweep, summarize_sweep
     from diagnose.experiments import sweep as run_sweep
-    from diagnose.report import Report
+    from diagnose.analysis.report import Report
     from diagnose.session import write_html
 
     try:
@@ -473,7 +473,7 @@ def trim(
     skip: int = typer.Option(1, "--skip", min=0, help="Steps to leave out first."),
 ) -> None:
     """Cut a trace to a few steps and the events the analysis reads (to share it, or as a test fixture)."""
-    from diagnose.trim import trim_file
+    from diagnose.analysis.trim import trim_file
 
     try:
         written = trim_file(trace, out, steps=steps, skip=skip)
@@ -485,7 +485,7 @@ def trim(
 @app.command(name="knobs")
 def knobs_command() -> None:
     """List the knobs that --set, verify and sweep can change without editing the script."""
-    from diagnose.knobs import knobs_help
+    from diagnose.runtime.knobs import knobs_help
 
     sys.stdout.write(knobs_help())
 
@@ -497,8 +497,8 @@ def rules_command(
     markdown: bool = typer.Option(False, "--markdown", help="Print docs/rules.md (generated from the rule files)."),
 ) -> None:
     """List the rules (built-in and your own)."""
-    from diagnose.rules import load_rules
-    from diagnose.rulesdoc import rules_markdown, rules_table, symptoms_table
+    from diagnose.analysis.rules import load_rules
+    from diagnose.analysis.rulesdoc import rules_markdown, rules_table, symptoms_table
 
     try:
         loaded = load_rules(list(rules_dirs or []))

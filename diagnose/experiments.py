@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.errors import UsageError
-from diagnose.knobs import Knobs, split_assignment
+from diagnose.runtime.knobs import Knobs, split_assignment
 from diagnose.record import WindowPlan
 
 #: A change smaller than this is "no effect" even when the baseline's spread is smaller still.

@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from diagnose.analysis import REPORT_JSON, AnalysisOptions, analyze_run_dir
+from diagnose.analysis.pipeline import REPORT_JSON, AnalysisOptions, analyze_run_dir
 from diagnose.errors import OutputError
-from diagnose.report import Report
-from diagnose.rules import Rule
+from diagnose.analysis.report import Report
+from diagnose.analysis.rules import Rule
 
 
 def analyze_and_save(run_dir: Path, options: AnalysisOptions, rules: list[Rule] | None = None, html: bool = False) -> Report:
@@ -50,7 +50,7 @@ def write_tensorboard(report: Report, run_dir: Path) -> None:
 
 def save_not_run(run_dir: Path, target: dict, message: str) -> None:
     """A run that never started still leaves run.json and report.json saying why."""
-    from diagnose.analysis import RUN_JSON
+    from diagnose.analysis.pipeline import RUN_JSON
     from diagnose.record import RunRecord
 
     record = RunRecord(target=target, command=list(sys.argv), status="not_run", exit_code=2)

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from diagnose.breakdown import EXPOSED, PHASES, backward_spans, compute_breakdown, forward_spans, merge
-from diagnose.timeline import build_timeline
+from diagnose.analysis.breakdown import EXPOSED, PHASES, backward_spans, compute_breakdown, forward_spans, merge
+from diagnose.analysis.timeline import build_timeline
 from tests.tracebuilder import (
     AUTOGRAD,
     BF16_GEMM,
@@ -261,7 +261,7 @@ def test_bf16_gemm_name_is_classified() -> None:
 
 
 def test_calibration_scales_host_time_to_the_steady_step() -> None:
-    from diagnose.breakdown import calibrate_to_steady_state
+    from diagnose.analysis.breakdown import calibrate_to_steady_state
 
     b = TraceBuilder()
     b.step(0, 0, 100)  # profiled: 100 us, of which the GPU is busy 40 and the host launches 60
@@ -281,7 +281,7 @@ def test_calibration_scales_host_time_to_the_steady_step() -> None:
 
 
 def test_median_step_timeline_in_time_order(monkeypatch) -> None:
-    import diagnose.breakdown as breakdown_module
+    import diagnose.analysis.breakdown as breakdown_module
 
     monkeypatch.setattr(breakdown_module, "STRIP_BINS", 10)  # 100 us slices of the reference step
     strip = analyse(one_gpu_step()).timeline_strip

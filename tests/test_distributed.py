@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis import AnalysisOptions, analyze_run_dir, find_traces
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_run_dir, find_traces
 from diagnose.distributed import RankInfo, RankSummary, rank_info, shared_run_dir, straggler, torchrun_command
 from tests.conftest import DATA, REPO
 

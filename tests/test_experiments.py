@@ -21,10 +21,10 @@ from diagnose.experiments import (
     parse_sweep,
     summarize_sweep,
 )
-from diagnose.knobs import Knobs
+from diagnose.runtime.knobs import Knobs
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
-from diagnose.runner import resolve_target, run_target
+from diagnose.runtime.runner import resolve_target, run_target
 from tests.conftest import REPO
 
 SMALL = WindowPlan(warmup=2, steps=2, timed=3)

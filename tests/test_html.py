@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from diagnose.analysis import AnalysisOptions, analyze_path
-from diagnose.breakdown import EXPOSED
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_path
+from diagnose.analysis.breakdown import EXPOSED
 from diagnose.renderers.html import CATEGORY_COLOURS, CSP, HTMLRenderer, median_step, nice_ticks
-from diagnose.report import Report
+from diagnose.analysis.report import Report
 from tests.browser import elements, find_chromium, load_page, with_class
 from tests.tracebuilder import AUTOGRAD, ELEMENTWISE, FP32_GEMM, MULTI_TENSOR, TraceBuilder
 

@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from diagnose.analysis import AnalysisOptions, analyze_run_dir
-from diagnose.lines import LineAttribution, classify_main, source_line, sync_kind, worker_frames
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_run_dir
+from diagnose.runtime.lines import LineAttribution, classify_main, source_line, sync_kind, worker_frames
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
-from diagnose.runner import resolve_target, run_target
+from diagnose.runtime.runner import resolve_target, run_target
 
 PLAN = WindowPlan(warmup=2, steps=25, timed=3)
 
@@ -157,9 +157,9 @@ def test_source_line(tmp_path: Path) -> None:
 
 
 def test_sync_time_is_matched_call_by_call_when_the_counts_agree() -> None:
-    from diagnose.analysis import attribute_sync_time
+    from diagnose.analysis.pipeline import attribute_sync_time
     from diagnose.record import RunRecord
-    from diagnose.timeline import build_timeline
+    from diagnose.analysis.timeline import build_timeline
     from tests.tracebuilder import TraceBuilder
 
     b = TraceBuilder()

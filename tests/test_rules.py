@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from diagnose.errors import RuleError
-from diagnose.findings import diagnose_symptoms
-from diagnose.rules import (
+from diagnose.analysis.findings import diagnose_symptoms
+from diagnose.analysis.rules import (
     ExprError,
     evaluate,
     load_rule_file,
@@ -17,8 +17,8 @@ from diagnose.rules import (
     parse_expr,
     render_template,
 )
-from diagnose.rulesdoc import rules_markdown
-from diagnose.symptoms import CATALOG, Symptoms
+from diagnose.analysis.rulesdoc import rules_markdown
+from diagnose.analysis.symptoms import CATALOG, Symptoms
 from tests.conftest import REPO
 
 RULES = load_rules()

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from diagnose.errors import UsageError
 from diagnose.progress import Progress
 from diagnose.record import RunRecord, WindowPlan
-from diagnose.runner import RUN_JSON, resolve_target, run_target
+from diagnose.runtime.runner import RUN_JSON, resolve_target, run_target
 from tests.scripts import MLP_TRAIN
 
 SMALL = WindowPlan(warmup=2, steps=3, timed=4)
@@ -216,7 +216,7 @@ def test_keyboard_interrupt_mid_window_saves_the_capture(write_script) -> None:
 
 
 def test_knobs_reach_the_dataloader_and_optimizer(write_script, tmp_path: Path) -> None:
-    from diagnose.knobs import Knobs
+    from diagnose.runtime.knobs import Knobs
 
     script = write_script(MLP_TRAIN.replace("torch.optim.SGD(model.parameters(), lr=0.1)", "torch.optim.Adam(model.parameters(), lr=0.1)"))
     knobs = Knobs.parse(["num_workers=2", "batch_size=32", "optimizer=foreach", "persistent_workers=true"])

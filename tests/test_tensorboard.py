@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from diagnose.analysis import AnalysisOptions, analyze_path, find_traces
-from diagnose.breakdown import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, PHASES
-from diagnose.capture import trace_file_name
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_path, find_traces
+from diagnose.analysis.breakdown import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, PHASES
+from diagnose.runtime.capture import trace_file_name
 from diagnose.renderers.tensorboard import TEXT_TAG, TRUST_NOTE, write_events
-from diagnose.report import Report
+from diagnose.analysis.report import Report
 from diagnose.session import analyze_and_save
 from tests.tracebuilder import ELEMENTWISE, TraceBuilder, one_gpu_step
 
@@ -146,7 +146,7 @@ def test_report_without_breakdown_still_gets_its_text(tmp_path: Path) -> None:
 def test_writing_events_does_not_import_torch(tmp_path: Path) -> None:
     run_dir = run_dir_with(cpu_steps(), tmp_path)
     code = (
-        "import sys; from pathlib import Path; from diagnose.analysis import AnalysisOptions, analyze_path; "
+        "import sys; from pathlib import Path; from diagnose.analysis.pipeline import AnalysisOptions, analyze_path; "
         "from diagnose.renderers.tensorboard import write_events; "
         f"write_events(analyze_path(Path({str(run_dir)!r}), AnalysisOptions()), Path({str(run_dir)!r})); "
         "assert 'torch' not in sys.modules and 'tensorflow' not in sys.modules"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from diagnose.report import Report
+from diagnose.analysis.report import Report
 
 
 class Renderer(ABC):

@@ -24,11 +24,11 @@ from typing import Any
 from rich.color import Color
 from rich.terminal_theme import SVG_EXPORT_THEME
 
-from diagnose.breakdown import EXPOSED, PHASES
+from diagnose.analysis.breakdown import EXPOSED, PHASES
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.terminal import STEP_MODES, STYLES
-from diagnose.report import PHASE_LABELS, Report
-from diagnose.rules import human_bytes
+from diagnose.analysis.report import PHASE_LABELS, Report
+from diagnose.analysis.rules import human_bytes
 
 #: The colour of each exposed category: the terminal's, as rich renders it in its SVG export.
 CATEGORY_COLOURS = {cat: Color.parse(style).get_truecolor(SVG_EXPORT_THEME).hex for cat, (style, _) in STYLES.items()}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from diagnose.renderers.base import Renderer
-from diagnose.report import Report
+from diagnose.analysis.report import Report
 
 
 class JSONRenderer(Renderer):

@@ -26,9 +26,9 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from diagnose.breakdown import EXPOSED, HOST_EXPOSED, PHASES
-from diagnose.report import PHASE_LABELS, Report
-from diagnose.rules import human_bytes
+from diagnose.analysis.breakdown import EXPOSED, HOST_EXPOSED, PHASES
+from diagnose.analysis.report import PHASE_LABELS, Report
+from diagnose.analysis.rules import human_bytes
 
 #: Our event files end with this, so that we replace ours and leave anyone else's alone.
 EVENT_FILE_SUFFIX = ".diagnose"

@@ -11,10 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from diagnose.breakdown import EXPOSED, PHASES
+from diagnose.analysis.breakdown import EXPOSED, PHASES
 from diagnose.renderers.base import Renderer
-from diagnose.report import PHASE_LABELS, Report
-from diagnose.rules import human_bytes
+from diagnose.analysis.report import PHASE_LABELS, Report
+from diagnose.analysis.rules import human_bytes
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
 STYLES: dict[str, tuple[str, str]] = {

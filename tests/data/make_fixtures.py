@@ -3,7 +3,7 @@
     python tests/data/make_fixtures.py TRUTH_DIR [TRUTH_DIR ...]
 
 For each planted example found (TRUTH_DIR/<example>/baseline-1/), this writes
-tests/data/<example>/ with the trace trimmed to a few steps (diagnose.trim), the run's
+tests/data/<example>/ with the trace trimmed to a few steps (diagnose.analysis.trim), the run's
 run.json, and expected.json: the breakdown of those steps computed from the *untrimmed* trace,
 the findings, and the source line the report must quote. It refuses to write a fixture whose
 trimmed trace does not reproduce the untrimmed breakdown exactly.
@@ -16,10 +16,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from diagnose.analysis import AnalysisOptions, analyze_run_dir, find_traces
-from diagnose.breakdown import compute_breakdown
-from diagnose.timeline import load_timeline
-from diagnose.trim import trim_file
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_run_dir, find_traces
+from diagnose.analysis.breakdown import compute_breakdown
+from diagnose.analysis.timeline import load_timeline
+from diagnose.analysis.trim import trim_file
 
 HERE = Path(__file__).resolve().parent
 

@@ -139,7 +139,7 @@ def library_prefixes() -> tuple[str, ...]:
 
     prefixes = {
         os.path.dirname(torch.__file__),
-        os.path.dirname(os.path.dirname(__file__)) + os.sep + "diagnose",
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the diagnose package
         sysconfig.get_paths()["stdlib"],
         sysconfig.get_paths()["purelib"],
         sysconfig.get_paths()["platlib"],

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from diagnose import __version__
-from diagnose.breakdown import EXPOSED, PHASES, Breakdown
-from diagnose.findings import Diagnosis
+from diagnose.analysis.breakdown import EXPOSED, PHASES, Breakdown
+from diagnose.analysis.findings import Diagnosis
 from diagnose.record import RunRecord, WindowPlan
-from diagnose.symptoms import Symptoms
-from diagnose.timeline import TraceMeta
+from diagnose.analysis.symptoms import Symptoms
+from diagnose.analysis.timeline import TraceMeta
 
 REPORT_SCHEMA = "diagnose.report/1"
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from diagnose.errors import RuleError
-from diagnose.symptoms import CATALOG
+from diagnose.analysis.symptoms import CATALOG
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -325,8 +325,8 @@ class Rule:
 
 def builtin_rules_dir() -> Path:
     """``rules/`` beside the package in a checkout, or the copy inside an installed wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "rules", here / "_builtin_rules"):
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package.parent / "rules", package / "_builtin_rules"):
         if candidate.is_dir():
             return candidate
     raise RuleError("the built-in rules folder is missing from this installation", hint="reinstall diagnose")

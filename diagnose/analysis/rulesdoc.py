@@ -3,8 +3,8 @@ files (a test keeps docs/rules.md equal to this output)."""
 
 from __future__ import annotations
 
-from diagnose.rules import Rule
-from diagnose.symptoms import CATALOG
+from diagnose.analysis.rules import Rule
+from diagnose.analysis.symptoms import CATALOG
 
 
 def rules_table(rules: list[Rule]) -> str:

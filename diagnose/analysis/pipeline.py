@@ -10,15 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from diagnose.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
+from diagnose.analysis.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
 from diagnose.distributed import job_samples_per_s, rank_records, rank_trace, straggler
 from diagnose.errors import TraceError, UsageError
-from diagnose.findings import DEFAULT_LIMIT, diagnose_symptoms
+from diagnose.analysis.findings import DEFAULT_LIMIT, diagnose_symptoms
 from diagnose.record import RunRecord
-from diagnose.report import Report, build_report
-from diagnose.rules import Rule, load_rules
-from diagnose.symptoms import compute_symptoms, distributed_symptoms, summarize_rank
-from diagnose.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
+from diagnose.analysis.report import Report, build_report
+from diagnose.analysis.rules import Rule, load_rules
+from diagnose.analysis.symptoms import compute_symptoms, distributed_symptoms, summarize_rank
+from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
 
 RUN_JSON = "run.json"
 REPORT_JSON = "report.json"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnose.rules import Rule, format_value, render_template
-from diagnose.symptoms import Symptoms
+from diagnose.analysis.rules import Rule, format_value, render_template
+from diagnose.analysis.symptoms import Symptoms
 
 #: A fix that cannot make the step at least this much faster is not worth a user's time.
 MIN_GAIN = 1.03

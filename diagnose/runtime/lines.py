@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from diagnose.instrument import first_user_frame
+from diagnose.runtime.instrument import first_user_frame
 
 SYNC_WARNING = "synchronizing CUDA operation"
 MAIN_INTERVAL_S = 0.002
@@ -112,7 +112,7 @@ class Sampler:
                 self.counts[(where, _site(user), user.f_code.co_name)] += 1
 
 
-_OWN = os.path.dirname(os.path.abspath(__file__)).replace(os.sep, "/") + "/"
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace(os.sep, "/") + "/"  # the diagnose package
 
 
 def classify_main(frame: FrameType | None, library: tuple[str, ...] = ()) -> str:
@@ -288,7 +288,7 @@ class LineAttribution:
 
         from torch.utils.data import DataLoader
 
-        from diagnose.instrument import library_prefixes
+        from diagnose.runtime.instrument import library_prefixes
 
         self.library = library_prefixes()
         self.workers_dir.mkdir(exist_ok=True)

@@ -16,10 +16,10 @@ import statistics
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from diagnose.breakdown import EXPOSED, GPU_EXPOSED, LAUNCH_EXPOSED, PHASES, Breakdown
+from diagnose.analysis.breakdown import EXPOSED, GPU_EXPOSED, LAUNCH_EXPOSED, PHASES, Breakdown
 from diagnose.distributed import RankSummary
 from diagnose.record import RunRecord
-from diagnose.timeline import TraceMeta
+from diagnose.analysis.timeline import TraceMeta
 
 
 @dataclass(frozen=True)
@@ -428,7 +428,7 @@ def _sync_site_text(site: dict, steps: int) -> str:
 
 
 def _from_lines(b: _Builder, record: RunRecord, bd: Breakdown | None) -> None:
-    """Quote the source lines that line attribution found (diagnose.lines)."""
+    """Quote the source lines that line attribution found (diagnose.runtime.lines)."""
     # the sync counts cover the whole profiled window (a trimmed trace may hold fewer steps)
     steps = record.profiled_steps or (len(bd.steps) if bd is not None and bd.steps else 1)
     copies = [s for s in record.sync_sites if s["kind"] == "blocking copy"]

@@ -24,8 +24,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from diagnose import patterns as P
-from diagnose.timeline import HostOp, Interval, Timeline
+from diagnose.analysis import patterns as P
+from diagnose.analysis.timeline import HostOp, Interval, Timeline
 
 PHASES = ("data_wait", "h2d_copy", "forward", "backward", "optimizer", "other")
 

@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from diagnose import patterns as P
+from diagnose.analysis import patterns as P
 from diagnose.errors import TraceError
-from diagnose.timeline import read_trace_json
+from diagnose.analysis.timeline import read_trace_json
 
 _GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 _RUNTIME = ("cuda_runtime", "cuda_driver")

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from diagnose import errors
-from diagnose.capture import CaptureSession, StopScript
+from diagnose.runtime.capture import CaptureSession, StopScript
 from diagnose.errors import UsageError
 from diagnose.progress import Progress
 from diagnose.record import RunRecord, WindowPlan
@@ -108,8 +108,8 @@ def run_target(
     record_file: str = RUN_JSON,
 ) -> RunRecord:
     """Run the target under the profiler. Never raises for the script's own failures."""
-    from diagnose.environment import describe_distributed, describe_environment, describe_flags, describe_memory
-    from diagnose.instrument import Instrumentation, StepClock, describe_models
+    from diagnose.runtime.environment import describe_distributed, describe_environment, describe_flags, describe_memory
+    from diagnose.runtime.instrument import Instrumentation, StepClock, describe_models
 
     progress = progress or Progress()
     record = RunRecord(
@@ -300,7 +300,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
     }
 
 
-_OWN_FILES = (str(Path(__file__).parent), runpy.__file__.rsplit(".", 1)[0], "<frozen runpy>")
+_OWN_FILES = (str(Path(__file__).parent.parent), runpy.__file__.rsplit(".", 1)[0], "<frozen runpy>")
 
 
 def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
