@@ -1,5 +1,5 @@
 """Distributed runs: each rank profiles itself into one shared run directory; the analysis puts
-the ranks side by side and looks for a straggler.
+the ranks side by side and looks for a straggler (that analysis: ``diagnose.analysis.ranks``).
 
 Launch paths, all ending in the same per-rank ``diagnose run --rank-aware``:
 
@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from diagnose.errors import UsageError
 
@@ -108,54 +106,3 @@ def rank_records(run_dir: Path) -> dict[int, Path]:
 def rank_trace(run_dir: Path, rank: int) -> Path | None:
     traces = sorted(run_dir.glob(f"rank{rank}_*.pt.trace.json*"))
     return traces[-1] if traces else None
-
-
-# --- the ranks side by side -------------------------------------------------------------------------
-
-
-@dataclass
-class RankSummary:
-    rank: int
-    status: str
-    median_step_ms: float | None
-    data_wait_ms: float | None  # exposed, per step (median)
-    data_wait_share: float | None
-    communication_ms: float | None  # kernel time per step (median)
-    exposed_communication_share: float | None
-    gpu_busy: float | None
-    samples_per_step: float | None
-    top_exposed: str | None
-    backend: str | None
-    #: measured with the profiler off, after the window (None when too few steps ran)
-    steady_samples_per_s: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
-
-
-def job_samples_per_s(summaries: list[RankSummary]) -> float | None:
-    """The whole job's steady throughput: every rank trains on its own samples, so they add up."""
-    rates = [s.steady_samples_per_s for s in summaries]
-    if not rates or any(r is None for r in rates):
-        return None
-    return round(sum(r for r in rates if r is not None), 3)
-
-
-def straggler(summaries: list[RankSummary]) -> dict[str, Any] | None:
-    """The rank whose exposed data wait stands out from the others', with the numbers."""
-    waits = [(s.rank, s.data_wait_ms or 0.0, s.median_step_ms or 0.0) for s in summaries if s.median_step_ms]
-    if len(waits) < 2:
-        return None
-    rank, wait, step = max(waits, key=lambda w: w[1])
-    others = [w for r, w, _ in waits if r != rank]
-    # The share of the straggler's own step: its wait lies inside it, and the others' steps are
-    # as long on average (they wait for it), but cut differently by their step marks.
-    excess = wait - statistics.median(others)
-    return {
-        "rank": rank,
-        "data_wait_ms": round(wait, 3),
-        "others_data_wait_ms": round(statistics.median(others), 3),
-        "excess_ms": round(excess, 3),
-        "excess_share": round(excess / step, 4) if step else None,
-        "median_step_ms": round(step, 3),
-    }

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_run_dir, find_traces
-from diagnose.distributed import RankInfo, RankSummary, rank_info, shared_run_dir, straggler, torchrun_command
+from diagnose.analysis.ranks import RankSummary, straggler
+from diagnose.distributed import RankInfo, rank_info, shared_run_dir, torchrun_command
 from tests.conftest import DATA, REPO
 
 pytest.importorskip("torch")

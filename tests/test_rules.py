@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.errors import RuleError
-from diagnose.analysis.findings import diagnose_symptoms
+from diagnose.analysis.findings import diagnose_symptoms, superseded_by
 from diagnose.analysis.rules import (
     ExprError,
     evaluate,
@@ -18,7 +18,7 @@ from diagnose.analysis.rules import (
     render_template,
 )
 from diagnose.analysis.rulesdoc import rules_markdown
-from diagnose.analysis.symptoms import CATALOG, Symptoms
+from diagnose.analysis.symptoms import CATALOG, symptoms_from_values
 from tests.conftest import REPO
 
 RULES = load_rules()
@@ -27,14 +27,37 @@ EXAMPLES = [(rule, ex) for rule in RULES for ex in rule.examples]
 
 @pytest.mark.parametrize(("rule", "example"), EXAMPLES, ids=[f"{r.id}: {e.name}" for r, e in EXAMPLES])
 def test_rule_examples(rule, example) -> None:
-    assert rule.fires(example.symptoms) is example.fires
+    """An example fires when the rule's conditions hold and no rule that supersedes it fires."""
+    fired = [r for r in RULES if r.fires(example.symptoms)]
+    assert (rule in fired and rule.id not in superseded_by(fired)) is example.fires
+
+
+def test_a_superseded_finding_is_dropped_and_recorded() -> None:
+    by_id = {r.id: r for r in RULES}
+    # fp32 everywhere: PREC003's conditions hold too, but PREC001 says what to do
+    values = {"gpu.compute_capability": 9.0, "gpu.fp32_matmul_step_share": 0.7, "gpu.fp32_matmul_share": 1.0, "gpu.busy": 0.97}
+    assert by_id["PREC003"].fires(values)
+    diagnosis = diagnose_symptoms([by_id["PREC003"], by_id["PREC001"]], symptoms_from_values(values))
+    assert [f.rule_id for f in diagnosis.findings] == ["PREC001"]
+    assert diagnosis.superseded == {"PREC003": "PREC001"}
+    # alone, PREC003 speaks
+    alone = diagnose_symptoms([by_id["PREC003"]], symptoms_from_values(values))
+    assert [f.rule_id for f in alone.findings] == ["PREC003"] and alone.superseded == {}
+
+
+def test_none_conditions_block_only_what_was_measured() -> None:
+    (rule,) = [r for r in RULES if r.id == "NEXT001"]
+    assert rule.fires({"gpu.busy": 0.9, "model.compiled": 0, "gpu.triton_share": 0.1})
+    assert not rule.fires({"gpu.busy": 0.9, "model.compiled": 0, "gpu.triton_share": 0.3})
+    assert not rule.fires({"gpu.busy": 0.9, "model.compiled": 1})
+    assert rule.fires({"gpu.busy": 0.9})  # nothing says it is compiled
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
 def test_firing_examples_render_every_placeholder(rule) -> None:
     for example in rule.examples:
         if example.fires:
-            finding = diagnose_symptoms([rule], Symptoms.from_values(example.symptoms))
+            finding = diagnose_symptoms([rule], symptoms_from_values(example.symptoms))
             found = finding.findings + finding.next_steps + [None] * bool(finding.dropped)
             assert found, f"{rule.id} fired but produced no finding"
             if found[0] is not None:
@@ -129,6 +152,9 @@ fires = false
         (VALID.replace('why = "w"', 'why = "w"\ncolour = "red"'), 6, "unknown key 'colour'"),
         (VALID + 'expected = 1\n', 14, "example 2: unknown key 'expected'"),
         (VALID.replace('why = "w"', 'why = "w"\ngain = "1 / (1 - "'), 6, "bad gain expression"),
+        (VALID.replace('why = "w"', 'why = "w"\nsupersedes = "DATA001"'), 6, "supersedes must be a list of rule ids"),
+        (VALID.replace('why = "w"', 'why = "w"\nsupersedes = ["MY001"]'), 6, "MY001 cannot supersede itself"),
+        (VALID.replace('[when]', '[when]\nunless = ["gpu.busy > 2"]'), 6, "'when' takes 'all', 'any' and 'none'"),
     ],
 )
 def test_malformed_rule_files_name_file_line_and_problem(tmp_path: Path, body: str, line: int, problem: str) -> None:
@@ -150,6 +176,20 @@ def test_user_rules_dir_adds_rules_and_ids_are_never_reused(tmp_path: Path) -> N
         load_rules([tmp_path])
     with pytest.raises(RuleError, match="does not exist"):
         load_rules([tmp_path / "nope"])
+
+
+def test_supersedes_names_loaded_rules_and_never_both_ways(tmp_path: Path) -> None:
+    _rule(tmp_path, VALID.replace('why = "w"', 'why = "w"\nsupersedes = ["NOPE001"]'))
+    with pytest.raises(RuleError, match="supersedes unknown rule 'NOPE001'") as info:
+        load_rules([tmp_path])
+    assert info.value.message.startswith(f"{tmp_path / 'MY001.toml'}:6:")
+    _rule(tmp_path, VALID.replace('why = "w"', 'why = "w"\nsupersedes = ["MY002"]'))
+    (tmp_path / "MY002.toml").write_text(VALID.replace("MY001", "MY002").replace('why = "w"', 'why = "w"\nsupersedes = ["MY001"]'))
+    with pytest.raises(RuleError, match="supersede each other"):
+        load_rules([tmp_path])
+    (tmp_path / "MY002.toml").unlink()
+    _rule(tmp_path, VALID.replace('why = "w"', 'why = "w"\nsupersedes = ["DATA004"]'))
+    assert [r.supersedes for r in load_rules([tmp_path]) if r.id == "MY001"] == [("DATA004",)]
 
 
 def test_every_catalog_symptom_has_unit_and_description() -> None:

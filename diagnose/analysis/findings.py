@@ -5,7 +5,8 @@ Contract: ``diagnose_symptoms(rules, symptoms) -> Diagnosis``; pure.
 A finding's gain is the most its fix can give (for removing an exposed share s: 1 / (1 - s)):
 an upper bound, not a promise; ``diagnose verify`` measures the real one. Findings whose bound
 is under ``MIN_GAIN`` are dropped: a recommendation that cannot help noticeably is not printed.
-"next" rules (what to try when nothing is wrong) are shown only when no problem fired.
+A rule whose conditions hold is dropped too when a rule that supersedes it fires (one cause, one
+finding); the Diagnosis records which rule spoke instead. "next" rules (what to try when nothing is wrong) are shown only when no problem fired.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class Diagnosis:
     findings: list[Finding]  # problems, ranked
     next_steps: list[Finding]  # "next" rules, when no problem fired
     dropped: list[str] = field(default_factory=list)  # fired, but the gain bound was too small
+    #: fired, but a rule that supersedes it fired too: rule id -> the id of that rule
+    superseded: dict[str, str] = field(default_factory=dict)
 
     @property
     def healthy(self) -> bool:
@@ -108,13 +111,24 @@ def _rank_key(f: Finding) -> tuple[int, float]:
     return (0, -f.gain) if f.gain is not None else (1, 0.0)
 
 
+def superseded_by(fired: list[Rule]) -> dict[str, str]:
+    """Among rules whose conditions hold: rule id -> the first fired rule that supersedes it."""
+    out: dict[str, str] = {}
+    for rule in fired:
+        for other in rule.supersedes:
+            out.setdefault(other, rule.id)
+    return {rule.id: out[rule.id] for rule in fired if rule.id in out}
+
+
 def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms) -> Diagnosis:
     values = symptoms.values_by_name()
     problems: list[Finding] = []
     nexts: list[Finding] = []
     dropped: list[str] = []
-    for rule in rules:
-        if not rule.fires(values):
+    fired = [rule for rule in rules if rule.fires(values)]
+    superseded = superseded_by(fired)
+    for rule in fired:
+        if rule.id in superseded:
             continue
         finding = make_finding(rule, symptoms)
         if finding.gain is not None and finding.gain < MIN_GAIN:
@@ -123,4 +137,4 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms) -> Diagnosis:
         (problems if rule.kind == "problem" else nexts).append(finding)
     problems.sort(key=_rank_key)
     nexts.sort(key=_rank_key)
-    return Diagnosis(findings=problems, next_steps=[] if problems else nexts, dropped=dropped)
+    return Diagnosis(findings=problems, next_steps=[] if problems else nexts, dropped=dropped, superseded=superseded)

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diagnose.analysis.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
-from diagnose.distributed import job_samples_per_s, rank_records, rank_trace, straggler
+from diagnose.distributed import rank_records, rank_trace
 from diagnose.errors import TraceError, UsageError
 from diagnose.analysis.findings import DEFAULT_LIMIT, diagnose_symptoms
 from diagnose.record import RunRecord
 from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.rules import Rule, load_rules
-from diagnose.analysis.symptoms import compute_symptoms, distributed_symptoms, summarize_rank
+from diagnose.analysis.ranks import RankSet, job_samples_per_s, summarize_rank
+from diagnose.analysis.symptoms import compute_symptoms
 from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
 
 RUN_JSON = "run.json"
@@ -81,8 +82,7 @@ def analyze_ranks(run_dir: Path, ranks: dict[int, Path], options: AnalysisOption
         trace = rank_trace(run_dir, rank)
         warnings: list[str] = []
         analysed[rank] = (record, trace, *_breakdown(record, trace, options, warnings), warnings)
-    summaries = [summarize_rank(rank, record, bd) for rank, (record, _, bd, _, _) in analysed.items()]
-    lagging = straggler(summaries)
+    rank_set = RankSet.of([summarize_rank(rank, record, bd) for rank, (record, _, bd, _, _) in analysed.items()])
     first = min(analysed)
     record, trace, breakdown, meta, warnings = analysed[first]
     missing = sorted(set(range(max(analysed) + 1)) - set(analysed))
@@ -91,16 +91,16 @@ def analyze_ranks(run_dir: Path, ranks: dict[int, Path], options: AnalysisOption
     source = {"kind": "run", "run_dir": str(run_dir), "ranks": sorted(analysed)}
     if trace is not None:
         source["trace"] = str(trace)
-    symptoms = compute_symptoms(breakdown, record, meta).with_values(distributed_symptoms(summaries, lagging))
+    symptoms = compute_symptoms(breakdown, record, meta, rank_set)
     report = build_report(
         record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(rules, symptoms),
         source=source, limit=options.limit, warnings=warnings,
     )
     report.distributed = {
         "world_size": len(analysed),
-        "job_samples_per_s": job_samples_per_s(summaries),
-        "ranks": [s.to_dict() for s in summaries],
-        "straggler": lagging,
+        "job_samples_per_s": job_samples_per_s(rank_set.summaries),
+        "ranks": [s.to_dict() for s in rank_set.summaries],
+        "straggler": rank_set.straggler,
     }
     return report
 

@@ -2,8 +2,13 @@
 
 Contract: ``load_rules(extra_dirs) -> list[Rule]``; ``Rule.fires(symptoms) -> bool``. A rule is
 an id, a title, conditions over symptoms, texts with ``{symptom}`` placeholders, a gain bound, a
-knob for ``diagnose verify`` and its own examples that must and must not fire (the test suite
-runs them all; docs/rules.md is generated from the files).
+knob for ``diagnose verify``, the rules it supersedes (their findings are dropped when it fires:
+one cause, one finding) and its own examples that must and must not fire (the test suite runs
+them all; docs/rules.md is generated from the files).
+
+``[when]`` takes ``all`` (every condition holds), ``any`` (at least one holds) and ``none`` (no
+condition holds: since a missing symptom makes a condition false, ``none`` does not block a rule
+over what the run did not measure).
 
 Conditions and gains use a small grammar, never ``eval``::
 
@@ -292,6 +297,7 @@ class Rule:
     kind: str
     all_of: tuple[Condition, ...]
     any_of: tuple[Condition, ...]
+    none_of: tuple[Condition, ...]
     says: str
     do: str
     why: str
@@ -305,9 +311,14 @@ class Rule:
     builtin: bool = True
     #: a text symptom (source lines) quoted with the finding
     quote: str | None = None
+    #: ids of the rules whose findings this rule's finding replaces when both fire
+    supersedes: tuple[str, ...] = ()
 
     def fires(self, values: Mapping[str, float]) -> bool:
+        """The conditions hold (whether the finding is shown also depends on ``supersedes``)."""
         if not all(c.holds(values) for c in self.all_of):
+            return False
+        if any(c.holds(values) for c in self.none_of):
             return False
         return not self.any_of or any(c.holds(values) for c in self.any_of)
 
@@ -355,7 +366,32 @@ def load_rules(extra_dirs: list[Path] | None = None, include_builtin: bool = Tru
             raise RuleError(f"{path}:1: rule id {rule.id} is already used by {seen[rule.id]}", hint="ids are never reused")
         seen[rule.id] = path
         rules.append(rule)
+    _check_supersedes(rules)
     return rules
+
+
+def _check_supersedes(rules: list[Rule]) -> None:
+    """Every superseded id names a loaded rule, and no two rules supersede each other (both
+    findings would be dropped)."""
+    by_id = {r.id: r for r in rules}
+    for rule in rules:
+        line = _line_of(rule.source.read_text(encoding="utf-8"), "supersedes") if rule.supersedes else 1
+        for other in rule.supersedes:
+            if other not in by_id:
+                raise RuleError(f"{rule.source}:{line}: supersedes unknown rule {other!r}", hint="name the id of a loaded rule")
+            if rule.id in _superseded_closure(by_id, other):
+                raise RuleError(f"{rule.source}:{line}: {rule.id} and {other} supersede each other", hint="one of them speaks, not both")
+
+
+def _superseded_closure(by_id: dict[str, Rule], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for other in by_id[todo.pop()].supersedes:
+            if other in by_id and other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return seen
 
 
 def _line_of(text: str, needle: str) -> int:
@@ -380,7 +416,10 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         line = _line_of(text, needle) if needle else 1
         return RuleError(f"{path}:{line}: {problem}", hint="see docs/rules.md for the rule file format")
 
-    known_keys = {"id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples", "quote"}
+    known_keys = {
+        "id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples", "quote",
+        "supersedes",
+    }
     for key in data:
         if key not in known_keys:
             raise fail(f"unknown key {key!r} (known: {', '.join(sorted(known_keys))})", key)
@@ -397,9 +436,9 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     when = data.get("when")
     if not isinstance(when, dict) or not (when.get("all") or when.get("any")):
         raise fail("'when' needs an 'all' or 'any' list of conditions", "when")
-    unknown_when = set(when) - {"all", "any"}
+    unknown_when = set(when) - {"all", "any", "none"}
     if unknown_when:
-        raise fail(f"'when' takes 'all' and 'any', not {sorted(unknown_when)}", "when")
+        raise fail(f"'when' takes 'all', 'any' and 'none', not {sorted(unknown_when)}", "when")
 
     def conditions(key: str) -> tuple[Condition, ...]:
         raw = when.get(key, [])
@@ -417,7 +456,13 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
             out.append(Condition(c, tree))
         return tuple(out)
 
-    all_of, any_of = conditions("all"), conditions("any")
+    all_of, any_of, none_of = conditions("all"), conditions("any"), conditions("none")
+
+    supersedes = data.get("supersedes", [])
+    if not isinstance(supersedes, list) or not all(isinstance(x, str) and _ID_RE.match(x) for x in supersedes):
+        raise fail("supersedes must be a list of rule ids, like [\"DATA006\"]", "supersedes")
+    if rule_id in supersedes:
+        raise fail(f"{rule_id} cannot supersede itself", "supersedes")
 
     gain_text = data.get("gain")
     gain_tree = None
@@ -476,6 +521,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         kind=kind,
         all_of=all_of,
         any_of=any_of,
+        none_of=none_of,
         says=data["says"].strip(),
         do=data["do"].strip(),
         why=data["why"].strip(),
@@ -488,6 +534,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         source=path,
         builtin=builtin,
         quote=quote,
+        supersedes=tuple(supersedes),
     )
 
 

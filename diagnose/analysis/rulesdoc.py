@@ -30,8 +30,9 @@ def rules_markdown(rules: list[Rule]) -> str:
         "",
         "A rule turns symptoms into a finding. Each lives in its own TOML file in `rules/`, with its",
         "conditions, the finding's text, the change to make, the most the change can gain, the knob",
-        "that `diagnose verify` uses to try it, and examples that must and must not fire (the test",
-        "suite runs them). Your own rules: `diagnose run --rules DIR` (same format, new ids).",
+        "that `diagnose verify` uses to try it, the rules it supersedes, and examples that must and",
+        "must not fire (the test suite runs them). Your own rules: `diagnose run --rules DIR` (same",
+        "format, new ids).",
         "",
         "## Format",
         "",
@@ -47,10 +48,12 @@ def rules_markdown(rules: list[Rule]) -> str:
         'evidence = ["exposed.data_wait"]     # symptoms quoted with the finding',
         'knob = { num_workers = "{suggest.num_workers}" }   # what diagnose verify applies',
         'references = ["https://..."]',
+        'supersedes = ["DATA006"]             # their findings are dropped when this rule fires',
         "",
         "[when]",
         'all = ["exposed.data_wait >= 0.10"]  # every condition holds',
         'any = ["..."]                        # and, if given, at least one of these',
+        'none = ["workers.busy < 0.6"]        # and none of these',
         "",
         "[[examples]]",
         'name = "..."',
@@ -60,22 +63,29 @@ def rules_markdown(rules: list[Rule]) -> str:
         "",
         "Conditions compare two arithmetic expressions of symptoms and numbers (`+ - * /`, `min`,",
         "`max`, `ceil`, `floor`, parentheses, `true`/`false`); a symptom the run did not measure",
-        "makes its condition false. Placeholders format shares as percentages, bytes in KB/MB/GB,",
+        "makes its condition false (so a `none` condition over it does not block the rule). Symptoms",
+        "are raw measurements: every cut-off is written here, in the rules. Placeholders format shares",
+        "as percentages, bytes in KB/MB/GB,",
         "and take Python format specs (`{gpu.compute_capability:.1f}`); `{gain}` is the bound.",
         "Findings are ranked by their gain bound; a finding whose bound is under 1.03x is not shown.",
+        "When two rules fire and one supersedes the other, only the superseding finding is shown (the",
+        "report's diagnosis records which rule spoke instead): one cause, one finding.",
         "",
         "## The rules",
         "",
-        "| id | title | fires when | gain bound | knob |",
-        "|---|---|---|---|---|",
+        "| id | title | fires when | gain bound | knob | supersedes |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rules:
         when = " and ".join(f"`{c.text}`" for c in r.all_of)
         if r.any_of:
             when += (" and " if when else "") + "(" + " or ".join(f"`{c.text}`" for c in r.any_of) + ")"
+        if r.none_of:
+            when += (" and " if when else "") + "not (" + " or ".join(f"`{c.text}`" for c in r.none_of) + ")"
         knob = ", ".join(f"`{k}={v}`" for k, v in r.knobs.items()) or "-"
         gain = f"`{r.gain_text}`" if r.gain_text else "-"
-        out.append(f"| [{r.id}](#{r.id.lower()}) | {r.title} | {when} | {gain} | {knob} |")
+        supersedes = ", ".join(f"[{x}](#{x.lower()})" for x in r.supersedes) or "-"
+        out.append(f"| [{r.id}](#{r.id.lower()}) | {r.title} | {when} | {gain} | {knob} | {supersedes} |")
     out.append("")
     for r in rules:
         out += [
@@ -94,6 +104,11 @@ def rules_markdown(rules: list[Rule]) -> str:
             "```",
             "",
         ]
+        if r.supersedes:
+            out += ["Supersedes: " + ", ".join(f"[{x}](#{x.lower()})" for x in r.supersedes) + " (dropped when this rule fires)", ""]
+        superseded_by = [o.id for o in rules if r.id in o.supersedes]
+        if superseded_by:
+            out += ["Superseded by: " + ", ".join(f"[{x}](#{x.lower()})" for x in superseded_by), ""]
         if r.references:
             out += ["References: " + ", ".join(f"<{ref}>" for ref in r.references), ""]
     out += ["## Symptoms", "", "| symptom | unit | meaning |", "|---|---|---|"]

@@ -1,0 +1,163 @@
+"""The DataLoader and its workers: settings, start-up, how busy the workers are, how many would keep up."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.symptoms.registry import Known, symptom
+from diagnose.record import DataLoaderInfo, RunRecord
+
+#: no step is ever all loading: the estimate keeps at least this share of the step for the rest
+MIN_REST_SHARE = 0.05
+#: "no limit" on workers when the CPU count is unknown
+NO_CPU_LIMIT = 1 << 16
+
+
+@symptom("dataloader.present", "bool", "the steps draw batches from a torch DataLoader")
+def present(steps: Breakdown | None = None, record: RunRecord | None = None) -> bool | None:
+    if record is not None:
+        return record.train_loader() is not None
+    return True if steps is not None and steps.dataloader_kinds else None
+
+
+@symptom("dataloader.single_process", "bool", "the DataLoader loads in the main process (num_workers=0), as the trace shows")
+def single_process(steps: Breakdown) -> bool | None:
+    return "multi" not in steps.dataloader_kinds if steps.dataloader_kinds else None
+
+
+def _loader(record: RunRecord) -> DataLoaderInfo | None:
+    return record.train_loader()
+
+
+@symptom("dataloader.num_workers", "count", "DataLoader num_workers")
+def num_workers(record: RunRecord) -> int | None:
+    loader = _loader(record)
+    return loader.num_workers if loader else None
+
+
+@symptom("dataloader.pin_memory", "bool", "DataLoader pin_memory")
+def pin_memory(record: RunRecord) -> bool | None:
+    loader = _loader(record)
+    return loader.pin_memory if loader else None
+
+
+@symptom("dataloader.persistent_workers", "bool", "DataLoader persistent_workers")
+def persistent_workers(record: RunRecord) -> bool | None:
+    loader = _loader(record)
+    return loader.persistent_workers if loader else None
+
+
+@symptom("dataloader.prefetch_factor", "count", "DataLoader prefetch_factor (0 with no workers)")
+def prefetch_factor(record: RunRecord) -> int | None:
+    loader = _loader(record)
+    return (loader.prefetch_factor or 0) if loader else None
+
+
+@symptom("dataloader.batch_size", "count", "DataLoader batch_size")
+def batch_size(record: RunRecord) -> int | None:
+    loader = _loader(record)
+    return loader.batch_size if loader else None
+
+
+@symptom("dataloader.iterators", "count", "times the DataLoader was iterated from the start (epochs begun)")
+def iterators(record: RunRecord) -> int | None:
+    loader = _loader(record)
+    return loader.iterators_created if loader else None
+
+
+@symptom("dataloader.steps_per_epoch", "count", "batches per epoch")
+def steps_per_epoch(record: RunRecord) -> int | None:
+    loader = _loader(record)
+    if loader is None or not loader.dataset_len or not loader.batch_size:
+        return None
+    if loader.drop_last:
+        return loader.dataset_len // loader.batch_size
+    return math.ceil(loader.dataset_len / loader.batch_size)
+
+
+@symptom("dataloader.startup_s", "s", "extra wait for the first batch of an epoch, over a normal batch (worker start-up)")
+def startup_s(record: RunRecord, steps: Breakdown | None = None) -> float | None:
+    """Wait for an epoch's first batch beyond a normal batch's wait: the cost of starting workers."""
+    loader = _loader(record)
+    if loader is None or not loader.first_batch_wait_s:
+        return None
+    normal = (steps.median_of("phases", "data_wait") or 0.0) / 1e6 if steps is not None else 0.0
+    return max(0.0, statistics.median(loader.first_batch_wait_s) - normal)
+
+
+@symptom(
+    "dataloader.restart_share", "share", "share of an epoch spent starting DataLoader workers",
+    uses=("dataloader.startup_s", "step.time_ms", "dataloader.steps_per_epoch"),
+)
+def restart_share(known: Known) -> float | None:
+    startup, step_ms, epoch_steps = known.get("dataloader.startup_s"), known.get("step.time_ms"), known.get("dataloader.steps_per_epoch")
+    if startup is None or not step_ms or not epoch_steps:
+        return None
+    return startup / (startup + epoch_steps * step_ms / 1000)
+
+
+@symptom("workers.busy", "share", "share of the DataLoader workers' time spent building batches (not waiting for work)")
+def workers_busy(record: RunRecord) -> float | None:
+    by_activity = (record.worker_samples or {}).get("by_activity")
+    return 1.0 - by_activity.get("idle", 0.0) if by_activity else None
+
+
+@symptom("workers.cpu_per_batch_ms", "ms", "CPU time a DataLoader worker spends building one batch")
+def cpu_per_batch_ms(record: RunRecord) -> float | None:
+    seconds = (record.worker_samples or {}).get("cpu_s_per_batch")
+    return seconds * 1000 if seconds else None
+
+
+@symptom(
+    "workers.balance", "count", "DataLoader workers whose combined output matches the GPU's step rate",
+    uses=("workers.cpu_per_batch_ms", "step.time_ms", "exposed.data_wait"),
+)
+def balance(known: Known) -> int | None:
+    cpu_ms, step_ms = known.get("workers.cpu_per_batch_ms"), known.get("step.time_ms")
+    if cpu_ms is None or not step_ms:
+        return None
+    gpu_ms = step_ms * (1 - (known.get("exposed.data_wait") or 0.0))  # the step as it would be with no data wait
+    return math.ceil(cpu_ms / max(gpu_ms, 1e-3))
+
+
+@symptom(
+    "suggest.num_workers", "count",
+    "DataLoader workers that would keep the GPU fed, within the CPUs (half of them on a CPU-only run)",
+    uses=("dataloader.num_workers", "dataloader.single_process", "cpu.count", "gpu.present", "exposed.data_wait", "phase.data_wait", "workers.balance"),
+)
+def suggested_workers(known: Known) -> int | None:
+    workers = known.get("dataloader.num_workers")
+    if workers is None and known.get("dataloader.single_process") == 1:
+        workers = 0
+    data_wait, phase_wait = known.get("exposed.data_wait"), known.get("phase.data_wait")
+    if workers is None or data_wait is None or phase_wait is None:
+        return None
+    cpus = known.get("cpu.count")
+    if cpus is not None and known.get("gpu.present") == 0:
+        cpus = max(1, int(cpus) // 2)  # a CPU-only model computes on the same cores: leave it half
+    balance = known.get("workers.balance")
+    if balance is not None:  # measured in the workers themselves: better than the estimate
+        limit = max(1, int(cpus) - 1) if cpus is not None else NO_CPU_LIMIT
+        return int(min(limit, max(balance + 1, workers + 1, 2)))
+    return suggest_num_workers(None if cpus is None else int(cpus), int(workers), data_wait, phase_wait)
+
+
+def suggest_num_workers(cpus: int | None, workers: int, exposed_wait: float, phase_wait: float) -> int:
+    """Workers that deliver one batch per step of GPU work, capped at the CPUs (one kept for the
+    main process) when the CPU count is known.
+
+    With no workers the main thread loads each batch itself: loading takes ``phase_wait`` of the
+    step and the rest is the work the loader must keep up with, so ``ceil(L / G)`` workers load
+    as fast as the GPU consumes (plus one so a slow batch does not stall it). With ``n`` workers
+    and an exposed wait ``w``, each worker takes ``n * step`` per batch, and ``n / (1 - w)`` of
+    them would have delivered on time.
+    """
+    limit = max(1, cpus - 1) if cpus is not None else NO_CPU_LIMIT
+    if workers == 0:
+        load, rest = phase_wait, max(1.0 - phase_wait, MIN_REST_SHARE)
+        needed = math.ceil(load / rest) + 1
+    else:
+        needed = math.ceil(workers / max(1.0 - exposed_wait, MIN_REST_SHARE)) + 1
+    return int(min(limit, max(needed, workers + 1, 2)))

@@ -1,0 +1,86 @@
+"""The source lines to quote with a finding (``text`` symptoms), from line attribution
+(``diagnose.runtime.lines``): where the syncs, copies, model, optimizer and data loading are."""
+
+from __future__ import annotations
+
+from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.symptoms.registry import symptom
+from diagnose.record import RunRecord
+
+
+def _short(site: str) -> str:
+    path, _, line = site.rpartition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{line}"
+
+
+def _quote(lines: list[dict], n: int = 2, where: bool = False) -> str:
+    return "; ".join(
+        f"{_short(x['site'])} `{x['code']}`" + (f" ({x['where']}, {x['share'] * 100:.0f}% of the step)" if where else f" ({x['share'] * 100:.0f}% of the step)")
+        for x in lines[:n]
+    )
+
+
+def _profiled_steps(record: RunRecord, steps: Breakdown | None) -> int:
+    # the sync counts cover the whole profiled window (a trimmed trace may hold fewer steps)
+    return record.profiled_steps or (len(steps.steps) if steps is not None else 1)
+
+
+def _sampled(record: RunRecord, where: str | None = None) -> list[dict]:
+    lines = (record.host_samples or {}).get("lines", [])
+    return lines if where is None else [x for x in lines if x["where"] == where]
+
+
+@symptom("lines.sync", "text", "the source lines that synchronise, with their counts per step")
+def sync_lines(record: RunRecord, steps: Breakdown | None = None) -> str:
+    n = _profiled_steps(record, steps)
+
+    def site_text(site: dict) -> str:
+        blocked = site.get("blocked_ms_per_step")
+        time = f", {blocked:.3g} ms/step blocked" if blocked is not None else ""
+        return f"{_short(site['site'])} `{site['code']}` ({site['kind']}, {site['count'] / n:.3g}/step{time})"
+
+    return "; ".join(site_text(s) for s in record.sync_sites[:3])
+
+
+@symptom("lines.h2d", "text", "the lines that copy to the GPU from pageable memory")
+def h2d_lines(record: RunRecord, steps: Breakdown | None = None) -> str:
+    copies = [s for s in record.sync_sites if s["kind"] == "blocking copy"]
+    if copies:
+        n = _profiled_steps(record, steps)
+        return "; ".join(f"{_short(s['site'])} `{s['code']}` ({s['count'] / n:.3g}/step)" for s in copies[:2])
+    return _quote([x for x in _sampled(record) if ".to(" in x["code"] or ".cuda(" in x["code"]])
+
+
+@symptom("lines.model", "text", "the lines that run the model (forward and backward)")
+def model_lines(record: RunRecord) -> str:
+    return _quote([x for x in _sampled(record) if x["where"] in ("model", "backward")], where=True)
+
+
+@symptom("lines.optimizer", "text", "where the optimizer is built and stepped")
+def optimizer_lines(record: RunRecord) -> str:
+    built = [f"{_short(o.created_at)} ({o.name}, {o.implementation}, {o.param_tensors} tensors)" for o in record.optimizers if o.created_at]
+    stepped = _sampled(record, "optimizer")
+    return "; ".join(built + ([_quote(stepped, 1)] if stepped else []))
+
+
+@symptom("lines.host_other", "text", "the user's lines where the main thread spends the time outside DataLoader, model and optimizer")
+def host_other_lines(record: RunRecord) -> str:
+    return "; ".join(f"{_short(x['site'])} `{x['code']}` ({x['share'] * 100:.0f}% of the step)" for x in _sampled(record, "other")[:3])
+
+
+@symptom("host.other_user_share", "share", "share of step time the main thread spends in the user's own code outside DataLoader, model and optimizer")
+def other_user_share(record: RunRecord) -> float | None:
+    other = _sampled(record, "other")
+    return sum(x["share"] for x in other) if other else None
+
+
+@symptom("lines.data", "text", "the lines where data loading spends its time (main thread or workers)")
+def data_lines(record: RunRecord) -> str:
+    if not _sampled(record):  # no main-thread samples: line attribution was off
+        return ""
+    worker_lines = (record.worker_samples or {}).get("lines")
+    if worker_lines:
+        return "; ".join(
+            f"{_short(x['site'])} `{x['code']}` ({x['activity']}, {x['share'] * 100:.0f}% of worker time)" for x in worker_lines[:3]
+        )
+    return "; ".join(f"{_short(x['site'])} `{x['code']}` ({x['share'] * 100:.0f}% of the step)" for x in _sampled(record, "data")[:3])

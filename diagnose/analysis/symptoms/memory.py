@@ -1,0 +1,61 @@
+"""GPU memory and the batch: capacity, peaks, out-of-memory, and a larger batch that would fit."""
+
+from __future__ import annotations
+
+from diagnose.analysis.symptoms.registry import Known, symptom
+from diagnose.record import RunRecord
+
+#: a suggested batch keeps the memory it would need under this share of the device
+BATCH_MEMORY_TARGET = 0.8
+#: never suggest more than this multiple of the batch
+MAX_BATCH_FACTOR = 64
+
+
+def _capacity(record: RunRecord) -> float | None:
+    return record.memory.get("capacity_bytes") or None
+
+
+@symptom("memory.capacity_gb", "GB", "GPU memory capacity")
+def capacity_gb(record: RunRecord) -> float | None:
+    capacity = _capacity(record)
+    return capacity / 1e9 if capacity else None
+
+
+@symptom("memory.peak_allocated_share", "share", "peak memory allocated by tensors, of capacity")
+def peak_allocated_share(record: RunRecord) -> float | None:
+    capacity = _capacity(record)
+    return record.memory.get("peak_allocated_bytes", 0) / capacity if capacity else None
+
+
+@symptom("memory.peak_reserved_share", "share", "peak memory reserved by the caching allocator, of capacity")
+def peak_reserved_share(record: RunRecord) -> float | None:
+    capacity = _capacity(record)
+    return record.memory.get("peak_reserved_bytes", 0) / capacity if capacity else None
+
+
+@symptom("memory.oom", "bool", "the script ran out of GPU memory")
+def oom(record: RunRecord) -> bool:
+    return record.status == "oom"
+
+
+@symptom("batch.size", "count", "samples per step, found from the data")
+def batch_size(record: RunRecord) -> float | None:
+    return record.batch_size()
+
+
+@symptom("suggest.batch_size", "count", "a larger batch that fits the measured memory headroom", uses=("batch.size", "memory.peak_reserved_share"))
+def suggested_batch_size(known: Known) -> int | None:
+    batch, reserved = known.get("batch.size"), known.get("memory.peak_reserved_share")
+    if not batch or not reserved or reserved <= 0:
+        return None
+    return suggest_batch_size(int(batch), reserved)
+
+
+def suggest_batch_size(batch: int, reserved_share: float) -> int:
+    """The largest power-of-two multiple of the batch whose memory stays under the target share
+    of the device, if all memory grew with the batch (it does not: weights and optimizer state
+    stay, so this errs on the safe side)."""
+    factor = 1
+    while reserved_share * factor * 2 <= BATCH_MEMORY_TARGET and factor < MAX_BATCH_FACTOR:
+        factor *= 2
+    return batch * factor
