@@ -1,0 +1,290 @@
+"""The symptom computations on small hand-made inputs, one table per subject module, exact values;
+and the registry: declared dependencies set the order, undeclared reads are errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from diagnose.analysis.breakdown import EXPOSED, PHASES, Breakdown, StepBreakdown
+from diagnose.analysis.ranks import RankSet, RankSummary
+from diagnose.analysis.symptoms import CATALOG, compute_symptoms
+from diagnose.analysis.symptoms.registry import declare, evaluate, evaluation_order, symptom
+from diagnose.analysis.timeline import TraceMeta
+from diagnose.record import DataLoaderInfo, ModelInfo, OptimizerInfo, RunRecord
+
+# dyadic shares, so that sums are exact
+EXPOSED_SHARE = dict(zip(EXPOSED, (0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.125, 0.125, 0.0625, 0.0)))
+PHASE_SHARE = dict(zip(PHASES, (0.25, 0.0, 0.25, 0.25, 0.125, 0.125)))
+HIDDEN_SHARE = {p: (0.125 if p == "data_wait" else 0.0) for p in PHASES}
+
+
+def _step(number: int, duration: float, **kw) -> StepBreakdown:
+    return StepBreakdown(number, 0.0, duration, phases={"data_wait": kw.pop("data_wait_us", 0.0)}, exposed={}, **kw)
+
+
+STEPS = [
+    _step(
+        1, 1000.0, data_wait_us=500.0, gpu_busy_us=600.0, kernel_count=10, kernel_time_us=400.0, median_kernel_us=20.0,
+        h2d_pageable_bytes=1000, h2d_pinned_bytes=3000, h2d_copies=2, h2d_copy_us=100.0, sync_count=2, sync_blocked_us=50.0,
+        sync_idle_after_us=30.0, matmul_us={"fp32": 100.0, "bf16": 200.0, "tf32": 100.0}, conv_us=100.0, transpose_us=20.0,
+        triton_us=100.0, communication_us=50.0, optimizer_kernels=4, multi_tensor_kernels=2, graph_launches=1,
+    ),
+    _step(
+        2, 3000.0, data_wait_us=1500.0, gpu_busy_us=1800.0, kernel_count=20, kernel_time_us=600.0, median_kernel_us=40.0,
+        h2d_pageable_bytes=3000, h2d_pinned_bytes=1000, h2d_copies=4, h2d_copy_us=300.0, sync_count=4, sync_blocked_us=150.0,
+        sync_idle_after_us=90.0, matmul_us={"fp32": 300.0, "fp16": 100.0}, conv_us=300.0, transpose_us=60.0,
+        communication_us=150.0, optimizer_kernels=6, graph_launches=3,
+    ),
+]
+
+
+def _breakdown(has_gpu: bool = True, kinds: dict[str, int] | None = None) -> Breakdown:
+    return Breakdown(
+        steps=STEPS, has_gpu=has_gpu, has_step_marks=True, exposed_share=dict(EXPOSED_SHARE), phase_share=dict(PHASE_SHARE),
+        hidden_share=dict(HIDDEN_SHARE), dataloader_kinds=kinds or {},
+    )
+
+
+def _loader(**kw) -> DataLoaderInfo:
+    base = dict(
+        loader_id=0, created_at=None, dataset="D", dataset_len=1000, batch_size=32, num_workers=4, pin_memory=True,
+        prefetch_factor=None, persistent_workers=False, drop_last=False, iterators_created=2, first_batch_wait_s=[1.0, 2.0, 3.0],
+        fetches_in_window=10,
+    )
+    return DataLoaderInfo(**{**base, **kw})
+
+
+def _record(**kw) -> RunRecord:
+    return RunRecord(**kw)
+
+
+def _summary(rank: int, wait_ms: float, comm: float | None, samples: float) -> RankSummary:
+    return RankSummary(rank, "stopped", 10.0, wait_ms, wait_ms / 10, 0.0, comm, None, samples, "data_wait", "gloo")
+
+
+@dataclass
+class Case:
+    name: str
+    expected: dict[str, float | str | None]  # None: the symptom is absent
+    breakdown: Breakdown | None = None
+    record: RunRecord | None = None
+    meta: TraceMeta | None = None
+    ranks: RankSet | None = None
+    tolerance: float = field(default=0.0)
+
+
+GPU = _breakdown()
+SYNC_SITES = [
+    {"site": "/a/train.py:10", "code": "loss.item()", "kind": "item", "count": 4, "blocked_ms_per_step": 0.5},
+    {"site": "/a/train.py:12", "code": "x.to(dev)", "kind": "blocking copy", "count": 2},
+]
+HOST_LINES = [
+    {"site": "/a/train.py:20", "code": "augment(x)", "where": "other", "share": 0.25},
+    {"site": "/a/model.py:5", "code": "self.fc(x)", "where": "model", "share": 0.5},
+    {"site": "/a/train.py:8", "code": "next(it)", "where": "data", "share": 0.125},
+    {"site": "/a/train.py:30", "code": "opt.step()", "where": "optimizer", "share": 0.0625},
+]
+
+CASES = {
+    "exposed": [
+        Case("a GPU trace", breakdown=GPU, expected={
+            **{f"exposed.{c}": v for c, v in EXPOSED_SHARE.items()},
+            **{f"phase.{p}": v for p, v in PHASE_SHARE.items()},
+            **{f"hidden.{p}": v for p, v in HIDDEN_SHARE.items()},
+            "exposed.communication_own": 0.0625, "exposed.launch": 0.25, "exposed.launch_model": 0.1875, "exposed.host": 0.625,
+            "exposed.other_not_sync": 0.125 - 0.03, "step.time_ms": 2.0, "step.profiled": 2,
+        }),
+        Case("a CPU trace: all host time is other work, no launch shares", breakdown=_breakdown(has_gpu=False), expected={
+            "exposed.other_not_sync": 0.125, "exposed.launch": None, "exposed.host": None, "step.time_ms": 2.0,
+        }),
+        Case("the steady step time from the run record wins", breakdown=GPU, record=_record(timed_seconds=3.0, timed_steps=1000), expected={
+            "step.time_ms": 3.0,
+        }),
+        Case("ranks: the least exposed communication of any rank", breakdown=GPU, ranks=RankSet.of([_summary(0, 1.0, 0.5, 16), _summary(1, 6.0, 0.25, 16)]), expected={
+            "exposed.communication_own": 0.25,
+        }),
+        Case("a rank without a share: this rank's own", breakdown=GPU, ranks=RankSet.of([_summary(0, 1.0, 0.5, 16), _summary(1, 6.0, None, 16)]), expected={
+            "exposed.communication_own": 0.0625,
+        }),
+        Case("nothing measured", expected={"exposed.data_wait": None, "step.time_ms": None, "step.profiled": None}),
+    ],
+    "gpu": [
+        Case("a GPU trace with the device's compute capability", breakdown=GPU, meta=TraceMeta(compute_capability=(9, 0)), expected={
+            "gpu.present": 1, "gpu.busy": 0.6, "gpu.kernel_step_share": 0.375, "gpu.compute_capability": 9.0,
+            "gpu.kernels_per_step": 15, "gpu.median_kernel_us": 30.0, "gpu.matmul_step_share": 0.2, "gpu.fp32_matmul_share": 0.5,
+            "gpu.fp32_matmul_step_share": 0.1, "gpu.reduced_precision_share": 0.375, "gpu.tf32_share": 0.125,
+            "gpu.conv_step_share": 0.1, "gpu.transpose_step_share": 0.02, "gpu.triton_share": 0.1, "gpu.graph_launches_per_step": 2,
+            "gpu.communication_step_share": 0.05,
+        }),
+        Case("the compute capability from the run record", record=_record(environment={"compute_capability": "8.6"}), expected={
+            "gpu.compute_capability": 8.6, "gpu.present": None, "gpu.busy": None,
+        }),
+        Case("a CPU trace", breakdown=_breakdown(has_gpu=False), meta=TraceMeta(compute_capability=(9, 0)), expected={
+            "gpu.present": 0, "gpu.busy": None, "gpu.compute_capability": None, "gpu.triton_share": None,
+        }),
+    ],
+    "copies": [
+        Case("half the bytes pageable", breakdown=GPU, expected={
+            "h2d.bytes_per_step": 4000, "h2d.pageable_bytes_per_step": 2000, "h2d.pageable_fraction": 0.5, "h2d.copies_per_step": 3,
+            "h2d.gpu_copy_step_share": 0.1, "h2d.bandwidth_gbs": 8000 / 400e-6 / 1e9,
+        }),
+    ],
+    "syncs": [
+        Case("six syncs over two steps", breakdown=GPU, expected={
+            "sync.per_step": 3, "sync.blocked_share": 0.05, "sync.idle_after_share": 0.03, "sync.cost_share": 0.0625 + 0.03,
+        }),
+    ],
+    "optimizer": [
+        Case("two optimizers, one a for-loop", breakdown=GPU, record=_record(optimizers=[
+            OptimizerInfo("Adam", 100, 1000, "for-loop", created_at="/x/train.py:12"), OptimizerInfo("SGD", 20, 200, "fused"),
+        ]), expected={
+            "optimizer.present": 1, "optimizer.param_tensors": 120, "optimizer.forloop": 1, "optimizer.kernels_per_step": 5,
+            "optimizer.multi_tensor_share": 0.2, "optimizer.step_share": 0.125,
+        }),
+        Case("no optimizer", record=_record(), expected={"optimizer.present": 0, "optimizer.param_tensors": None, "optimizer.forloop": None}),
+    ],
+    "dataloader": [
+        Case("four busy workers, measured", breakdown=GPU, record=_record(
+            timed_seconds=3.0, timed_steps=1000, environment={"cpu_count": 16}, dataloaders=[_loader()],
+            worker_samples={"by_activity": {"busy": 0.75, "idle": 0.25}, "cpu_s_per_batch": 0.012},
+        ), tolerance=1e-12, expected={
+            "dataloader.present": 1, "dataloader.num_workers": 4, "dataloader.pin_memory": 1, "dataloader.persistent_workers": 0,
+            "dataloader.prefetch_factor": 0, "dataloader.batch_size": 32, "dataloader.iterators": 2, "dataloader.steps_per_epoch": 32,
+            "dataloader.startup_s": 2.0 - 0.001, "dataloader.restart_share": 1.999 / (1.999 + 32 * 3.0 / 1000),
+            "dataloader.single_process": None, "workers.busy": 0.75, "workers.cpu_per_batch_ms": 12.0,
+            "workers.balance": 5,  # ceil(12 / (3.0 * (1 - 0.125)))
+            "suggest.num_workers": 6,  # the balance plus one
+        }),
+        Case("drop_last: whole batches only", record=_record(dataloaders=[_loader(drop_last=True, first_batch_wait_s=[])]), expected={
+            "dataloader.steps_per_epoch": 31, "dataloader.startup_s": None, "dataloader.restart_share": None, "suggest.num_workers": None,
+        }),
+        Case("a bare trace of a single-process loader", breakdown=_breakdown(kinds={"single": 2}), expected={
+            "dataloader.present": 1, "dataloader.single_process": 1, "dataloader.num_workers": None,
+            "suggest.num_workers": 2,  # ceil(0.25 / 0.75) + 1, no CPU limit known
+        }),
+        Case("a CPU-only run on 4 cores leaves the model half of them", breakdown=_breakdown(has_gpu=False), record=_record(
+            environment={"cpu_count": 4}, dataloaders=[_loader(num_workers=0)],
+        ), expected={"suggest.num_workers": 1}),
+        Case("a record without a DataLoader", breakdown=_breakdown(kinds={"multi": 2}), record=_record(), expected={
+            "dataloader.present": 0, "dataloader.single_process": 0,
+        }),
+    ],
+    "memory": [
+        Case("an eighth of 80 GB reserved", record=_record(
+            memory={"capacity_bytes": 80e9, "peak_allocated_bytes": 8e9, "peak_reserved_bytes": 10e9}, samples_per_step=[32, 32, 0, 16],
+        ), expected={
+            "memory.capacity_gb": 80.0, "memory.peak_allocated_share": 0.1, "memory.peak_reserved_share": 0.125, "memory.oom": 0,
+            "batch.size": 32, "suggest.batch_size": 128,
+        }),
+        Case("out of memory, capacity unknown", record=_record(status="oom"), expected={
+            "memory.oom": 1, "memory.capacity_gb": None, "batch.size": None, "suggest.batch_size": None,
+        }),
+    ],
+    "environment": [
+        Case("flags and two models", record=_record(
+            environment={"cpu_count": 16}, flags={"cudnn_benchmark": True, "matmul_allow_tf32": False, "float32_matmul_precision": "high"},
+            models=[ModelInfo("m", 10, "float32", 3, True, False, False, True), ModelInfo("n", 5, "float32", 2, False, True, True, False)],
+        ), expected={
+            "cpu.count": 16, "cudnn.benchmark": 1, "matmul.tf32": 1, "model.conv_layers": 5, "model.channels_last": 1,
+            "model.compiled": 1, "model.data_parallel": 1, "model.ddp": 1,
+        }),
+        Case("nothing recorded", record=_record(), expected={"cpu.count": None, "cudnn.benchmark": None, "matmul.tf32": None, "model.compiled": None}),
+    ],
+    "distributed": [
+        Case("rank 1 waits for data, with twice the samples", record=_record(distributed={"backend": "gloo", "cuda_available": True}),
+             ranks=RankSet.of([_summary(0, 1.0, 0.5, 16), _summary(1, 6.0, 0.25, 32)]), expected={
+            "dist.world_size": 2, "dist.straggler_rank": 1, "dist.straggler_data_share": 0.5, "dist.straggler_data_ms": 6.0,
+            "dist.others_data_ms": 1.0, "dist.samples_imbalance": 2.0, "dist.gloo_with_gpus": 1,
+        }),
+        Case("one rank: no straggler", ranks=RankSet.of([_summary(0, 1.0, 0.5, 16)]), expected={
+            "dist.world_size": 1, "dist.straggler_rank": None, "dist.samples_imbalance": 1.0, "dist.gloo_with_gpus": None,
+        }),
+    ],
+    "lines": [
+        Case("syncs, a blocking copy, sampled lines", record=_record(
+            profiled_steps=2, sync_sites=SYNC_SITES, host_samples={"lines": HOST_LINES},
+            optimizers=[OptimizerInfo("Adam", 100, 1000, "for-loop", created_at="/x/train.py:12")],
+        ), expected={
+            "lines.sync": "train.py:10 `loss.item()` (item, 2/step, 0.5 ms/step blocked); train.py:12 `x.to(dev)` (blocking copy, 1/step)",
+            "lines.h2d": "train.py:12 `x.to(dev)` (1/step)",
+            "lines.model": "model.py:5 `self.fc(x)` (model, 50% of the step)",
+            "lines.optimizer": "train.py:12 (Adam, for-loop, 100 tensors); train.py:30 `opt.step()` (6% of the step)",
+            "lines.host_other": "train.py:20 `augment(x)` (25% of the step)",
+            "host.other_user_share": 0.25,
+            "lines.data": "train.py:8 `next(it)` (12% of the step)",
+        }),
+        Case("the workers' lines, when sampled", record=_record(host_samples={"lines": HOST_LINES[2:3]}, worker_samples={
+            "lines": [{"site": "/a/data.py:40", "code": "decode(f)", "activity": "cpu", "share": 0.75}],
+        }), expected={"lines.data": "data.py:40 `decode(f)` (cpu, 75% of worker time)", "lines.sync": None, "host.other_user_share": None}),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "case", [c for cases in CASES.values() for c in cases], ids=[f"{m}: {c.name}" for m, cases in CASES.items() for c in cases]
+)
+def test_symptom_values(case: Case) -> None:
+    symptoms = compute_symptoms(case.breakdown, case.record, case.meta, case.ranks)
+    values = symptoms.values_by_name()
+    for name, want in case.expected.items():
+        assert name in CATALOG, name
+        got = symptoms.texts.get(name) if CATALOG[name][0] == "text" else values.get(name)
+        if isinstance(want, float) and case.tolerance:
+            assert got == pytest.approx(want, rel=case.tolerance), name
+        else:
+            assert got == want, name
+
+
+def test_every_symptom_is_tested_in_its_own_module() -> None:
+    from diagnose.analysis.symptoms import MODULES
+    from diagnose.analysis.symptoms.registry import definitions_in
+
+    for module in MODULES:
+        subject = module.__name__.rsplit(".", 1)[-1]
+        declared = {d.name for d in definitions_in(vars(module))}
+        tested = {name for case in CASES[subject] for name in case.expected}
+        assert declared <= tested, (subject, sorted(declared - tested))
+
+
+def _plus_one(known) -> float | None:
+    first = known.get("t.first")
+    return None if first is None else first + 1
+
+
+def test_order_comes_from_declared_uses_not_from_position() -> None:
+    later = declare("t.later", "count", "reads t.first", _plus_one, uses=("t.first",))
+    first = declare("t.first", "count", "from the record", lambda record: record.profiled_steps)
+    ordered = evaluation_order((later, first))
+    assert [d.name for d in ordered] == ["t.first", "t.later"]
+    assert evaluate(ordered, {"record": _record(profiled_steps=4)}).values_by_name() == {"t.first": 4.0, "t.later": 5.0}
+    assert evaluate(ordered, {}).values_by_name() == {}  # no record: neither
+
+
+def test_declarations_are_checked() -> None:
+    sneaky = declare("t.sneaky", "count", "reads what it did not declare", lambda known: known.get("t.other"), uses=("t.first",))
+    first = declare("t.first", "count", "one", lambda record: 1)
+    with pytest.raises(KeyError, match="without naming it in uses"):
+        evaluate(evaluation_order((first, sneaky)), {"record": _record()})
+    with pytest.raises(TypeError, match="not an input"):
+        declare("t.bad", "count", "a made-up input", lambda breakdown_please: 1)
+    with pytest.raises(TypeError, match="uses="):
+        declare("t.bad", "count", "reads others without saying which", lambda known: 1)
+    a = declare("t.a", "count", "", lambda known: 1, uses=("t.b",))
+    b = declare("t.b", "count", "", lambda known: 1, uses=("t.a",))
+    with pytest.raises(ValueError, match="cycle"):
+        evaluation_order((a, b))
+    with pytest.raises(ValueError, match="no module declares"):
+        evaluation_order((a,))
+    with pytest.raises(ValueError, match="declared twice"):
+        evaluation_order((first, first))
+
+
+def test_the_decorator_makes_a_definition() -> None:
+    @symptom("t.nan", "share", "not a number is not a value")
+    def nan(record: RunRecord) -> float:
+        return float("nan")
+
+    assert nan.name == "t.nan" and nan.required == frozenset({"record"})
+    assert evaluate((nan,), {"record": _record()}).values_by_name() == {}
