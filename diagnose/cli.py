@@ -277,7 +277,9 @@ def analyze(
     html: bool = typer.Option(False, "--html", help="Also write report.html (into the run directory, or beside the trace)."),
     show_all: bool = typer.Option(False, "--all", help="Show every finding that fired."),
     rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
-    max_trace_gb: float = typer.Option(2.0, "--max-trace-gb", help="Refuse traces whose JSON is larger than this."),
+    max_trace_gb: Optional[float] = typer.Option(
+        None, "--max-trace-gb", help="Refuse traces whose JSON is larger than this (default: any size the memory available allows)."
+    ),
     steps_table: bool = typer.Option(False, "--steps", help="Also print the breakdown of every step."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="For a bare trace: save report.json (and --html) in this folder."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
@@ -287,7 +289,7 @@ def analyze(
     from diagnose.rundir import default_run_dir, prepare_run_dir
     from diagnose.session import analyze_and_save, write_html
 
-    options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all, max_trace_bytes=int(max_trace_gb * 1e9))
+    options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
     try:
         if path.is_dir():
             report = analyze_and_save(path, options, html=html)

@@ -30,7 +30,8 @@ TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
 class AnalysisOptions:
     rules_dirs: tuple[Path, ...] = ()
     show_all: bool = False
-    max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
+    #: refuse larger JSON (None: no cap; the trace is streamed and checked against the memory available)
+    max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES
 
     @property
     def limit(self) -> int | None:

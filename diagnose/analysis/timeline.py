@@ -10,8 +10,7 @@ This module does not import torch: a trace can be analysed on a machine without 
 from __future__ import annotations
 
 import gc
-import gzip
-import io
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from diagnose.analysis import patterns as P
+from diagnose.analysis import tracefile as memory
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -32,9 +33,10 @@ import json as _json
 
 Interval = tuple[float, float]
 
-#: Refuse to parse a trace whose JSON is larger than this unless the caller raises the limit:
-#: parsed Kineto JSON takes about 6-8x its size in memory.
-DEFAULT_MAX_TRACE_BYTES = 2 * 1024**3
+#: No size limit by default: the trace is streamed, and what it needs is checked against the
+#: memory the machine has (``tracefile.check_fits``, ``tracefile.MemoryGuard``). Kept for callers
+#: that passed it; a number here still refuses larger JSON.
+DEFAULT_MAX_TRACE_BYTES: int | None = None
 
 
 class StepMark(NamedTuple):
@@ -130,58 +132,22 @@ class Timeline:
         return (self.steps[0].start, self.steps[-1].end) if self.steps else (0.0, 0.0)
 
 
-def read_trace_json(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> dict[str, Any]:
-    """Read a Chrome trace (``.json`` or ``.json.gz``) into a dict, with clear errors."""
-    p = Path(path)
-    if not p.exists():
-        raise TraceError(f"no such trace file: {p}", hint="give the path of a .pt.trace.json(.gz) or a run directory")
-    if not p.is_file():
-        raise TraceError(f"not a file: {p}")
-    size = p.stat().st_size
-    if size == 0:
-        raise TraceError(f"empty trace file: {p}", hint="the profiler wrote nothing; re-run the capture")
-    gz = _is_gzip(p)
-    raw_limit = max_bytes
-    if not gz and size > raw_limit:
-        raise TraceError(
-            f"trace is {size / 1e9:.1f} GB, over the {raw_limit / 1e9:.1f} GB that fit in memory here",
-            hint="profile fewer steps (diagnose run --steps 3) or raise the limit with --max-trace-gb",
-        )
-    try:
-        if gz:
-            with gzip.open(p, "rb") as fh:
-                raw = _read_bounded(fh, raw_limit, p)
-        else:
-            raw = p.read_bytes()
-    except (OSError, EOFError) as exc:
-        raise TraceError(f"cannot read {p}: {exc}", hint="the file may be truncated or not gzip") from exc
-    return parse_trace_bytes(raw, str(p))
-
-
-def _is_gzip(p: Path) -> bool:
-    with p.open("rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
-
-
-def _read_bounded(fh: io.BufferedIOBase | gzip.GzipFile, limit: int, p: Path) -> bytes:
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        chunk = fh.read(64 * 1024 * 1024)
-        if not chunk:
-            return b"".join(chunks)
-        total += len(chunk)
-        if total > limit:
-            raise TraceError(
-                f"trace {p} expands to more than {limit / 1e9:.1f} GB of JSON, over what fits in memory here",
-                hint="profile fewer steps (diagnose run --steps 3) or raise the limit with --max-trace-gb",
-            )
-        chunks.append(chunk)
+def read_trace_json(path: str | os.PathLike[str], max_bytes: int | None = None) -> dict[str, Any]:
+    """Read a whole Chrome trace (``.json`` or ``.json.gz``) into a dict, with clear errors.
+    It holds every event as a dict (6-8x the JSON's size): for small traces, tools and tests;
+    the analysis streams with ``load_timeline``."""
+    stream = _open(path, max_bytes)
+    events: list[Any] = []
+    with paused_gc():
+        for objects in stream.decoded(decode_objects):
+            events.extend(objects)
+    data = dict(stream.metadata)
+    data["traceEvents"] = events
+    return data
 
 
 def parse_trace_bytes(raw: bytes, origin: str = "<trace>") -> dict[str, Any]:
-    """Parse JSON bytes. The collector is paused while parsing: the parser allocates millions of
-    small objects and none is garbage, so every collection it would trigger is wasted work."""
+    """Parse a whole trace held in memory (tests, small traces)."""
     try:
         with paused_gc():
             data = _orjson.loads(raw) if _orjson is not None else _json.loads(raw)
@@ -211,173 +177,330 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def load_timeline(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> Timeline:
+def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) -> Timeline:
+    """Stream the trace into a Timeline: memory holds one piece of JSON (a few MB) and what the
+    Timeline keeps, never the parsed trace. ``max_bytes`` (None: no cap) refuses larger JSON;
+    whatever the size, the read stops with a clear error if the machine's memory runs short."""
+    stream = _open(path, max_bytes)
+    columns = _Columns()
+    guard = memory.MemoryGuard(str(path))
     with paused_gc():
-        data = read_trace_json(path, max_bytes=max_bytes)
-        timeline = build_timeline(data)
-        del data
+        for events in stream.decoded(decode_events):
+            columns.add(events)
+            guard.check(stream.bytes_read)
+        timeline = columns.finish(_read_meta(stream.metadata))
     timeline.meta.path = str(path)
     timeline.meta.size_bytes = Path(path).stat().st_size
     return timeline
 
 
-def build_timeline(data: dict[str, Any]) -> Timeline:
-    """Reduce a parsed trace to a Timeline. One pass buckets the events; small passes follow."""
-    events = data["traceEvents"]
-    meta = _read_meta(data)
-    meta.event_count = len(events)
+def _open(path: str | os.PathLike[str], max_bytes: int | None) -> TraceStream:
+    stream = TraceStream(path)
+    json_bytes = json_size_estimate(stream.path)
+    if max_bytes is not None and json_bytes > max_bytes:
+        raise TraceError(
+            f"trace is {json_bytes / 1e9:.1f} GB, over the {max_bytes / 1e9:.1f} GB limit given",
+            hint="profile fewer steps (diagnose run --steps 3) or raise the limit with --max-trace-gb",
+        )
+    memory.check_fits(stream.path, json_bytes)
+    return stream
 
-    annotations: list[dict[str, Any]] = []
-    cpu_ops: list[dict[str, Any]] = []
-    runtime: list[dict[str, Any]] = []
-    kernels_raw: list[dict[str, Any]] = []
-    memcpy_raw: list[dict[str, Any]] = []
-    memset_raw: list[dict[str, Any]] = []
-    flows: list[dict[str, Any]] = []
-    ignored: list[dict[str, Any]] = []
-    unsorted: list[dict[str, Any]] = []
-    buckets: dict[Any, list[dict[str, Any]]] = {
-        "cpu_op": cpu_ops,
-        "kernel": kernels_raw,
-        "cuda_runtime": runtime,
-        "cuda_driver": runtime,
-        "user_annotation": annotations,
-        "gpu_memcpy": memcpy_raw,
-        "gpu_memset": memset_raw,
-        "fwdbwd": flows,
+
+def build_timeline(data: dict[str, Any]) -> Timeline:
+    """Reduce a parsed trace (a dict, as ``read_trace_json`` returns) to a Timeline, exactly as
+    ``load_timeline`` reduces the file."""
+    events = data["traceEvents"]
+    columns = _Columns()
+    columns.add([e for e in map(event_from_object, events) if e is not None])
+    columns.event_count = len(events)
+    return columns.finish(_read_meta(data))
+
+
+# what each category is to the reader (one dict lookup per event)
+_CPU_OP, _ANNOTATION, _RUNTIME, _KERNEL, _MEMCPY, _MEMSET, _FLOW, _IGNORED, _UNKNOWN = range(9)
+
+
+def _category_kinds() -> dict[Any, int]:
+    kinds: dict[Any, int] = {
+        "cpu_op": _CPU_OP,
+        "kernel": _KERNEL,
+        "cuda_runtime": _RUNTIME,
+        "cuda_driver": _RUNTIME,
+        "user_annotation": _ANNOTATION,
+        "gpu_memcpy": _MEMCPY,
+        "gpu_memset": _MEMSET,
+        "fwdbwd": _FLOW,
     }
     for cat in P.KNOWN_CATEGORIES:
-        buckets.setdefault(cat, ignored)
-    buckets[None] = ignored
+        kinds.setdefault(cat, _IGNORED)
+    kinds[None] = _IGNORED
+    kinds[UNSET] = _IGNORED
     for cat, mapped in P.LEGACY_CATEGORIES.items():
-        buckets.setdefault(cat, buckets.get(mapped, ignored))
-    bucket_of = buckets.get
+        kinds.setdefault(cat, kinds.get(mapped, _IGNORED))
+    return kinds
 
-    for e in events:  # the hot loop: one dict lookup and one append per event
-        try:
-            bucket = bucket_of(e.get("cat"), unsorted)
-        except (AttributeError, TypeError):  # not an object, or an unhashable category
-            continue
-        bucket.append(e)
-    ignored.clear()
-    unknown: Counter[str] = Counter(str(e.get("cat")) for e in unsorted)
-    forward_flow_starts = {(e.get("tid"), e.get("ts")) for e in flows if e.get("ph") == "s"}
-    meta.unknown_categories = dict(unknown)
 
-    main_tid = _main_thread(annotations, cpu_ops)
-    read = _read_annotations(annotations, main_tid)
-    steps = read.steps
+_KINDS = _category_kinds()
 
-    main_ops: list[tuple[float, float, str, bool]] = []
-    backward_ops: list[Interval] = []
-    bw_prefix = P.BACKWARD_OP_PREFIX
-    for e in cpu_ops:
-        name = e.get("name", "")
-        tid = e.get("tid")
-        if tid == main_tid or name.startswith(bw_prefix):
-            ts = _num(e.get("ts"))
-            end = ts + _num(e.get("dur"))
-            if name.startswith(bw_prefix):
-                backward_ops.append((ts, end))
-            if tid == main_tid and e.get("ph", "X") == "X":
-                main_ops.append((ts, end, name, (tid, e.get("ts")) in forward_flow_starts))
-    main_ops.sort(key=lambda op: (op[0], -op[1]))
-    backward_ops.sort()
 
-    host_ops: list[HostOp] = []
-    forward_ops: list[Interval] = []
-    top_end = float("-inf")
-    for start, end, name, is_forward in main_ops:
-        if is_forward:
-            forward_ops.append((start, end))
-        if start >= top_end:
-            host_ops.append(HostOp(start, end, name))
-            top_end = end
-        # nested operators stay inside their top-level parent
+class _Columns:
+    """What one pass over the events keeps, in file order, before the main thread and the main
+    device are known: per thread, the operators (only the main thread's are kept in the end);
+    kernels and copies with their device. Names are interned: a kernel name repeats thousands
+    of times and is then held once."""
 
-    launches: dict[int, Interval] = {}
-    syncs: list[SyncCall] = []
-    graph_launches: list[float] = []
-    sync_names = P.SYNC_CALLS
-    for e in runtime:
-        args = e.get("args") or {}
-        corr = args.get("correlation")
-        ts = _num(e.get("ts"))
-        end = ts + _num(e.get("dur"))
-        if corr is not None:
-            launches[corr] = (ts, end)
-        name = e.get("name", "")
-        if name in sync_names and e.get("tid") == main_tid:
-            syncs.append(SyncCall(ts, end, name))
-        elif name == "cudaGraphLaunch" or name == "cuGraphLaunch":
-            graph_launches.append(ts)
-    syncs.sort(key=lambda s: s.start)
+    def __init__(self) -> None:
+        self.event_count = 0
+        self.annotations: list[tuple[str, Any, float, float]] = []
+        #: tid -> (start, end, name, trace ts, is a complete event) of every operator
+        self.thread_ops: dict[Any, list[tuple[float, float, str, Any, bool]]] = {}
+        self.busy: Counter[Any] = Counter()  # non-backward operators per thread
+        self.backward_ops: list[Interval] = []
+        self.flow_starts: set[tuple[Any, Any]] = set()
+        self.launches: dict[int, Interval] = {}
+        self.sync_calls: list[tuple[Any, float, float, str]] = []
+        self.graph_launches: list[float] = []
+        self.kernels: list[GpuKernel] = []
+        self.kernel_devices: list[Any] = []
+        self.memcpys: list[GpuMemcpy] = []
+        self.memcpy_devices: list[Any] = []
+        self.memsets: list[Interval] = []
+        self.unknown: Counter[str] = Counter()
+        self.names: dict[str, str] = {}
 
-    device = _main_device(kernels_raw)
-    kernels: list[GpuKernel] = []
-    for e in kernels_raw:
-        args = e.get("args") or {}
-        if device is not None and args.get("device", device) != device:
-            continue
-        ts = _num(e.get("ts"))
-        kernels.append(
-            GpuKernel(ts, ts + _num(e.get("dur")), args.get("correlation", -1), e.get("name", ""), args.get("stream", 0))
+    def add(self, events: list[Event]) -> None:
+        """Fold a piece's events in. The hot loop: one lookup, a few type checks (the common
+        case inline; anything else goes to the checking helpers) and an append per event."""
+        kind_of = _KINDS.get
+        names = self.names
+        bw_prefix = P.BACKWARD_OP_PREFIX
+        sync_names = P.SYNC_CALLS
+        thread_ops = self.thread_ops
+        busy = self.busy
+        backward_append = self.backward_ops.append
+        launches = self.launches
+        kernels_append, kernel_devices_append = self.kernels.append, self.kernel_devices.append
+        new_tuple = tuple.__new__
+        first = self.event_count
+        self.event_count += len(events)
+        for e in events:
+            try:
+                kind = kind_of(e.cat, _UNKNOWN)
+            except TypeError:  # an unhashable category
+                continue
+            if kind == _IGNORED:
+                continue
+            if kind == _UNKNOWN:
+                self.unknown[str(e.cat)] += 1
+                continue
+            if kind == _FLOW:
+                if e.ph == "s":
+                    self.flow_starts.add((_key(e.tid, e, events, first, "tid"), _raw(e.ts)))
+                continue
+            name = e.name
+            if type(name) is not str:
+                name = _text(name, e, events, first)
+            name = names.setdefault(name, name)
+            ts = e.ts
+            if type(ts) is not float or ts - ts != 0.0:  # not a finite float: inf - inf is nan
+                ts = _num(ts, e, events, first, "ts")
+            dur = e.dur
+            if type(dur) is not float or dur - dur != 0.0:
+                dur = _num(dur, e, events, first, "dur")
+            end = ts + dur
+            if kind == _CPU_OP:
+                tid = e.tid
+                if type(tid) is not int:
+                    tid = _key(tid, e, events, first, "tid")
+                if name.startswith(bw_prefix):
+                    backward_append((ts, end))
+                else:
+                    busy[tid] += 1
+                ops = thread_ops.get(tid)
+                if ops is None:
+                    ops = thread_ops[tid] = []
+                ph = e.ph
+                ops.append((ts, end, name, None if e.ts is UNSET else e.ts, ph is UNSET or ph == "X"))
+                continue
+            if kind == _ANNOTATION:
+                self.annotations.append((name, _key(e.tid, e, events, first, "tid"), ts, end))
+                continue
+            args = e.args
+            if type(args) is not EventArgs:
+                args = _args(args, e, events, first)
+            corr = args.correlation
+            if type(corr) is not int:
+                corr = _key(corr, e, events, first, "args.correlation")
+            if kind == _RUNTIME:
+                if corr is not None:
+                    launches[corr] = (ts, end)
+                if name in sync_names:
+                    self.sync_calls.append((_key(e.tid, e, events, first, "tid"), ts, end, name))
+                elif name == "cudaGraphLaunch" or name == "cuGraphLaunch":
+                    self.graph_launches.append(ts)
+                continue
+            if args.correlation is UNSET:
+                corr = -1
+            device = args.device
+            if type(device) is not int and device is not UNSET:
+                device = _key(device, e, events, first, "args.device")
+            if kind == _KERNEL:
+                stream = args.stream
+                kernels_append(new_tuple(GpuKernel, (ts, end, corr, name, 0 if stream is UNSET else stream)))
+                kernel_devices_append(device)
+            elif kind == _MEMCPY:
+                nbytes = args.bytes
+                nbytes = int(_num(None if nbytes is UNSET else nbytes, e, events, first, "args.bytes"))
+                self.memcpys.append(GpuMemcpy(ts, end, corr, P.memcpy_kind(name), nbytes))
+                self.memcpy_devices.append(device)
+            else:  # _MEMSET
+                self.memsets.append((ts, end))
+
+    def finish(self, meta: TraceMeta) -> Timeline:
+        meta.event_count = self.event_count
+        meta.unknown_categories = dict(self.unknown)
+        main_tid = self._main_thread()
+        read = _read_annotations(self.annotations, main_tid)
+        steps = read.steps
+
+        flow_starts = self.flow_starts
+        main_ops = [
+            (start, end, name, (main_tid, raw_ts) in flow_starts)
+            for start, end, name, raw_ts, complete in self.thread_ops.get(main_tid, ())
+            if complete
+        ]
+        self.thread_ops.clear()
+        main_ops.sort(key=lambda op: (op[0], -op[1]))
+        backward_ops = sorted(self.backward_ops)
+
+        host_ops: list[HostOp] = []
+        forward_ops: list[Interval] = []
+        top_end = float("-inf")
+        for start, end, name, is_forward in main_ops:
+            if is_forward:
+                forward_ops.append((start, end))
+            if start >= top_end:
+                host_ops.append(HostOp(start, end, name))
+                top_end = end
+            # nested operators stay inside their top-level parent
+
+        syncs = [SyncCall(ts, end, name) for tid, ts, end, name in self.sync_calls if tid == main_tid]
+        syncs.sort(key=lambda s: s.start)
+
+        device_counts = Counter(None if d is UNSET else d for d in self.kernel_devices)
+        device = device_counts.most_common(1)[0][0] if device_counts else None
+        kernels = _on_device(self.kernels, self.kernel_devices, device)
+        kernels.sort(key=lambda k: k.start)
+        memcpys = _on_device(self.memcpys, self.memcpy_devices, device)
+        memcpys.sort(key=lambda m: m.start)
+        memsets = sorted(self.memsets)
+
+        has_marks = bool(steps)
+        if not steps:
+            steps = _whole_window(main_ops, kernels, memcpys)
+
+        return Timeline(
+            meta=meta,
+            main_tid=main_tid,
+            steps=steps,
+            data_waits=read.data_waits,
+            optimizer_spans=read.optimizer_spans,
+            backward_ops=backward_ops,
+            forward_ops=forward_ops,
+            host_ops=host_ops,
+            syncs=syncs,
+            launches=self.launches,
+            graph_launches=sorted(self.graph_launches),
+            collectives=read.collectives,
+            data_parallel_spans=read.data_parallel,
+            kernels=kernels,
+            memcpys=memcpys,
+            memsets=memsets,
+            annotations=read.other,
+            has_step_marks=has_marks,
+            dataloader_kinds=read.loader_kinds,
         )
-    kernels.sort(key=lambda k: k.start)
-    memcpys: list[GpuMemcpy] = []
-    for e in memcpy_raw:
-        args = e.get("args") or {}
-        if device is not None and args.get("device", device) != device:
-            continue
-        ts = _num(e.get("ts"))
-        memcpys.append(
-            GpuMemcpy(
-                ts,
-                ts + _num(e.get("dur")),
-                args.get("correlation", -1),
-                P.memcpy_kind(e.get("name", "")),
-                int(_num(args.get("bytes"))),
-            )
-        )
-    memcpys.sort(key=lambda m: m.start)
-    memsets = sorted((_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur"))) for e in memset_raw)
 
-    has_marks = bool(steps)
-    if not steps:
-        steps = _whole_window(main_ops, kernels, memcpys)
-
-    return Timeline(
-        meta=meta,
-        main_tid=main_tid,
-        steps=steps,
-        data_waits=read.data_waits,
-        optimizer_spans=read.optimizer_spans,
-        backward_ops=backward_ops,
-        forward_ops=forward_ops,
-        host_ops=host_ops,
-        syncs=syncs,
-        launches=launches,
-        graph_launches=sorted(graph_launches),
-        collectives=read.collectives,
-        data_parallel_spans=read.data_parallel,
-        kernels=kernels,
-        memcpys=memcpys,
-        memsets=memsets,
-        annotations=read.other,
-        has_step_marks=has_marks,
-        dataloader_kinds=read.loader_kinds,
-    )
+    def _main_thread(self) -> Any:
+        """The thread that runs the training loop: the one with ProfilerStep marks, else the busiest."""
+        step_threads = Counter(tid for name, tid, _, _ in self.annotations if name.startswith(P.PROFILER_STEP_PREFIX))
+        if step_threads:
+            return step_threads.most_common(1)[0][0]
+        busy = Counter(self.busy)
+        for _, tid, _, _ in self.annotations:
+            busy[tid] += 1
+        return busy.most_common(1)[0][0] if busy else None
 
 
-def _num(value: Any) -> float:
-    if type(value) is float:
+def _on_device(items: list[Any], devices: list[Any], device: Any) -> list[Any]:
+    """The items on ``device``, and those that name none (they count for every device)."""
+    return [item for item, d in zip(items, devices) if d is UNSET or d == device]
+
+
+def _raw(value: Any) -> Any:
+    """A trace value as a key (a missing one is None, as ``dict.get`` gave)."""
+    return None if value is UNSET else value
+
+
+# The checking helpers below take the event, its piece and the index of the piece's first event:
+# the event's index in the trace is found only when there is an error to report.
+
+
+def _key(value: Any, e: Event, events: list[Event], first: int, field_name: str) -> Any:
+    """A value used as a key (thread, correlation, device): anything hashable."""
+    if value is UNSET:
+        return None
+    try:
+        hash(value)
+    except TypeError:
+        raise _malformed(e, events, first, field_name, value, "a number or a string") from None
+    return value
+
+
+def _text(value: Any, e: Event, events: list[Event], first: int) -> str:
+    if value is UNSET:
+        return ""
+    raise _malformed(e, events, first, "name", value, "a string")
+
+
+def _args(value: Any, e: Event, events: list[Event], first: int) -> EventArgs:
+    if value is UNSET or value is None or (isinstance(value, (list, dict)) and not value):
+        return _NO_ARGS
+    raise _malformed(e, events, first, "args", value, "an object")
+
+
+_NO_ARGS = EventArgs()
+
+
+def _num(value: Any, e: Event | None = None, events: list[Event] | None = None, first: int = 0, field_name: str = "") -> float:
+    """A time or size as a float: missing is 0, a numeric string is read; anything else, or a
+    value that is not finite ("Infinity", NaN), is a malformed trace."""
+    if type(value) is float and value - value == 0.0:  # finite: inf - inf and nan - nan are nan
         return value
-    if value is None:
+    if value is None or value is UNSET:
         return 0.0
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        return 0.0
+        number = float("nan")
+    if not math.isfinite(number):
+        raise _malformed(e, events, first, field_name, value, "a finite number")
+    return number
+
+
+def _malformed(e: Event | None, events: list[Event] | None, first: int, field_name: str, value: Any, expected: str) -> TraceError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    where = "an event"
+    if e is not None and events is not None:
+        index = first + next(i for i, other in enumerate(events) if other is e)
+        where = f"event {index:,}"
+        if isinstance(e.name, str):
+            where += f" ({e.cat} {e.name[:60]!r})"
+    return TraceError(
+        f"malformed trace: {where} has {field_name} {shown}, not {expected}",
+        hint="the trace was edited or written by another tool; torch.profiler writes well-formed fields",
+    )
 
 
 def _read_meta(data: dict[str, Any]) -> TraceMeta:
@@ -385,29 +508,39 @@ def _read_meta(data: dict[str, Any]) -> TraceMeta:
     props = data.get("deviceProperties") or []
     if props and isinstance(props, list) and isinstance(props[0], dict):
         first = props[0]
-        meta.device_name = first.get("name")
+        name = first.get("name")
+        meta.device_name = name if isinstance(name, str) else None
         mem = first.get("totalGlobalMem")
-        meta.device_memory_bytes = int(mem) if mem else None
+        meta.device_memory_bytes = _meta_int(mem, "deviceProperties.totalGlobalMem") or None
         if first.get("computeMajor") is not None:
-            meta.compute_capability = (int(first.get("computeMajor", 0)), int(first.get("computeMinor", 0)))
-        meta.num_sms = first.get("numSms")
-    meta.cuda_driver_version = data.get("cuda_driver_version")
-    meta.cuda_runtime_version = data.get("cuda_runtime_version")
+            meta.compute_capability = (
+                _meta_int(first.get("computeMajor", 0), "deviceProperties.computeMajor"),
+                _meta_int(first.get("computeMinor", 0), "deviceProperties.computeMinor"),
+            )
+        sms = first.get("numSms")
+        meta.num_sms = None if sms is None else _meta_int(sms, "deviceProperties.numSms")
+    driver, runtime = data.get("cuda_driver_version"), data.get("cuda_runtime_version")
+    meta.cuda_driver_version = None if driver is None else _meta_int(driver, "cuda_driver_version")
+    meta.cuda_runtime_version = None if runtime is None else _meta_int(runtime, "cuda_runtime_version")
     return meta
 
 
-def _main_thread(annotations: list[dict[str, Any]], cpu_ops: list[dict[str, Any]]) -> Any:
-    """The thread that runs the training loop: the one with ProfilerStep marks, else the busiest."""
-    step_threads = Counter(e.get("tid") for e in annotations if e.get("name", "").startswith(P.PROFILER_STEP_PREFIX))
-    if step_threads:
-        return step_threads.most_common(1)[0][0]
-    busy: Counter[Any] = Counter()
-    for e in cpu_ops:
-        if not e.get("name", "").startswith(P.BACKWARD_OP_PREFIX):
-            busy[e.get("tid")] += 1
-    for e in annotations:
-        busy[e.get("tid")] += 1
-    return busy.most_common(1)[0][0] if busy else None
+def _meta_int(value: Any, field_name: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is int:
+        return value
+    try:
+        number = float(value)
+        if math.isfinite(number) and not isinstance(value, bool):
+            return int(number)
+    except (TypeError, ValueError):
+        pass
+    shown = repr(value)
+    raise TraceError(
+        f"malformed trace: {field_name} is {shown if len(shown) <= 40 else shown[:37] + '...'}, not a number",
+        hint="the trace was edited or written by another tool; torch.profiler writes well-formed fields",
+    )
 
 
 class _Annotations(NamedTuple):
@@ -420,7 +553,7 @@ class _Annotations(NamedTuple):
     data_parallel: list[Interval]
 
 
-def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Annotations:
+def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid: Any) -> _Annotations:
     steps: list[StepMark] = []
     collectives: list[Interval] = []
     data_parallel: list[Interval] = []
@@ -428,11 +561,8 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
     loader_kinds: Counter[str] = Counter()
     data_waits: list[Interval] = []
     optimizer_spans: list[Interval] = []
-    for e in annotations:
-        name = e.get("name", "")
-        ts = _num(e.get("ts"))
-        end = ts + _num(e.get("dur"))
-        on_main = e.get("tid") == main_tid
+    for name, tid, ts, end in annotations:
+        on_main = tid == main_tid
         if name.startswith(P.PROFILER_STEP_PREFIX):
             if on_main:
                 try:
@@ -461,11 +591,6 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
             steps[i] = StepMark(steps[i].number, steps[i].start, steps[i + 1].start)
     steps = [s for s in steps if s.end > s.start]
     return _Annotations(steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives), sorted(data_parallel))
-
-
-def _main_device(kernels_raw: list[dict[str, Any]]) -> Any:
-    devices = Counter((e.get("args") or {}).get("device") for e in kernels_raw)
-    return devices.most_common(1)[0][0] if devices else None
 
 
 def _whole_window(

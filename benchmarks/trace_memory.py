@@ -1,0 +1,226 @@
+"""Time and peak memory of diagnose's analysis on large traces, beside ``json.load`` of the same file.
+
+    python benchmarks/trace_memory.py                        # 0.2, 1, 2, 5 and 10 GB
+    python benchmarks/trace_memory.py --gb 0.2 1 --json-load-up-to 2
+    python benchmarks/trace_memory.py --gb 1 --gzip          # the same trace gzipped
+    python benchmarks/trace_memory.py --build-only big.pt.trace.json --gb 1
+
+Each synthetic trace replicates the recorded step of tests/data/forloop_optimizer (an H200 step of
+the for-loop optimizer: thousands of kernels and runtime calls), with fresh timestamps, correlation
+ids, flow ids and step numbers for every copy, written in Kineto's layout (one event per object,
+one per line) until the file reaches the size asked for. It is written a step at a time, so that
+building a 10 GB trace takes little memory.
+
+Each measurement runs in a child process: its time is wall-clock from start to exit, its peak
+memory the largest total resident set of the child and its descendants (sampled every 20 ms from
+/proc, and the kernel's own maximum from wait4, whichever is larger). "diagnose" is the whole of
+``diagnose analyze`` before rendering (read, timeline, breakdown, symptoms, rules, report).
+``json.load`` is skipped above --json-load-up-to GB: it takes 5-6x the file's size in memory, and
+the child is refused more than --json-load-limit-gb of address space so that a machine shared with
+other work is not pushed into swapping; a refusal is printed as "out of memory".
+Each trace is deleted after it is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+FIXTURE = REPO / "tests" / "data" / "forloop_optimizer"
+#: correlation and flow ids of copy k are shifted by k * ID_STRIDE (the fixture's stay below it)
+ID_STRIDE = 10_000_000
+
+
+def _fixture_events() -> tuple[dict, list[dict], list[dict]]:
+    (source,) = FIXTURE.glob("*.pt.trace.json.gz")
+    data = orjson.loads(gzip.decompress(source.read_bytes()))
+    events = data.pop("traceEvents")
+    metadata = [e for e in events if e.get("ph") == "M"]
+    timed = [e for e in events if e.get("ph") != "M" and "ts" in e]
+    return data, metadata, timed
+
+
+def _copy(e: dict, k: int, shift: float) -> dict:
+    c = dict(e)
+    c["ts"] = e["ts"] + shift
+    if "args" in e and "correlation" in e["args"]:
+        c["args"] = dict(e["args"], correlation=e["args"]["correlation"] + k * ID_STRIDE)
+    if "id" in e:
+        c["id"] = e["id"] + k * ID_STRIDE
+    if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#"):
+        c["name"] = f"ProfilerStep#{k}"
+    return c
+
+
+def _kineto_event(e: dict) -> bytes:
+    """One event the way Kineto writes it: an object on its own lines, ", " and ": " separators."""
+    body = orjson.dumps(e).decode()
+    return ("  " + body.replace('","', '", "').replace('":', '": ')).encode()
+
+
+def build_trace(target_bytes: int, path: Path, compress: bool = False) -> int:
+    """Write a trace of at least ``target_bytes`` of JSON to ``path``; returns the events written."""
+    header, metadata, timed = _fixture_events()
+    start = min(e["ts"] for e in timed)
+    span = max(e["ts"] + e.get("dur", 0) for e in timed) - start + 1000.0
+    opener = (lambda p: gzip.open(p, "wb", compresslevel=1)) if compress else (lambda p: open(p, "wb"))
+    written = 0
+    events = 0
+    with opener(path) as out:
+        head = orjson.dumps(header, option=orjson.OPT_INDENT_2)[:-2] + b',\n  "traceEvents": [\n'
+        out.write(head)
+        written += len(head)
+        first = True
+        for e in metadata:
+            piece = (b"" if first else b",\n") + _kineto_event(e)
+            out.write(piece)
+            written += len(piece)
+            first = False
+            events += 1
+        k = 0
+        while written < target_bytes:
+            piece = b",\n" + b",\n".join(_kineto_event(_copy(e, k, k * span)) for e in timed)
+            out.write(piece)
+            written += len(piece)
+            events += len(timed)
+            k += 1
+        tail = b"\n  ]\n}\n"
+        out.write(tail)
+    return events
+
+
+@dataclass
+class Measured:
+    seconds: float
+    peak_rss_bytes: int
+    returncode: int
+    output: str
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and every descendant (worker processes count too)."""
+    total = 0
+    pending = [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    pending.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def measure(code: str, trace: Path, address_limit_bytes: int | None = None) -> Measured:
+    """Run ``code`` (``TRACE`` bound to the trace's path) in a fresh interpreter."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def limit() -> None:
+        if address_limit_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_limit_bytes, address_limit_bytes))
+
+    program = f"from pathlib import Path\nTRACE = Path({str(trace)!r})\n{code}"
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", program], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=limit
+    )
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(proc.pid))
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return Measured(seconds, max(peak, usage.ru_maxrss * 1024), proc.returncode, output)
+
+
+JSON_LOAD = """
+import gzip, json
+opener = gzip.open if TRACE.name.endswith(".gz") else open
+with opener(TRACE, "rb") as fh:
+    data = json.load(fh)
+print(len(data["traceEvents"]), "events")
+"""
+
+DIAGNOSE = """
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
+report = analyze_trace(TRACE, AnalysisOptions())
+print(report.source.get("trace_events", 0), "events,", len(report.breakdown["steps"]), "steps")
+"""
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gb", type=float, nargs="+", default=[0.2, 1, 2, 5, 10], help="trace sizes, in GB of JSON")
+    p.add_argument("--gzip", action="store_true", help="write the traces gzipped (the size is still that of the JSON)")
+    p.add_argument("--json-load-up-to", type=float, default=2.0, help="measure json.load only up to this size (GB)")
+    p.add_argument("--json-load-limit-gb", type=float, default=16.0, help="address space json.load's child may take")
+    p.add_argument("--dir", type=Path, default=None, help="where to write the traces (default: a temporary folder)")
+    p.add_argument("--build-only", type=Path, default=None, help="write one trace of the first --gb size here and stop")
+    args = p.parse_args()
+    if args.build_only is not None:
+        events = build_trace(int(args.gb[0] * 1e9), args.build_only, args.gzip)
+        print(f"wrote {args.build_only}: {events:,} events, {args.build_only.stat().st_size / 1e9:.2f} GB")
+        return
+    print(f"| JSON | file | events | json.load time | json.load peak | diagnose time | diagnose peak | time ratio |")
+    print(f"|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        for gb in args.gb:
+            trace = Path(tmp) / ("bench.pt.trace.json" + (".gz" if args.gzip else ""))
+            events = build_trace(int(gb * 1e9), trace, args.gzip)
+            file_size = trace.stat().st_size
+            try:
+                ours = measure(DIAGNOSE, trace)
+                if ours.returncode != 0:
+                    print(f"diagnose failed on {gb} GB:\n{ours.output}", file=sys.stderr)
+                if gb <= args.json_load_up_to:
+                    theirs = measure(JSON_LOAD, trace, int(args.json_load_limit_gb * 2**30))
+                    if theirs.returncode == 0:
+                        load_time, load_peak = f"{theirs.seconds:.1f} s", _gib(theirs.peak_rss_bytes)
+                        ratio = f"{ours.seconds / theirs.seconds:.2f}x"
+                    else:
+                        load_time, load_peak, ratio = "out of memory", f"> {args.json_load_limit_gb:.0f} GiB", ""
+                else:
+                    load_time, load_peak, ratio = "not run", "", ""
+                print(
+                    f"| {gb:g} GB | {file_size / 1e9:.2f} GB | {events:,} | {load_time} | {load_peak} "
+                    f"| {ours.seconds:.1f} s | {_gib(ours.peak_rss_bytes)} | {ratio} |",
+                    flush=True,
+                )
+            finally:
+                trace.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,356 @@
+"""Read a Chrome trace (``.json`` or ``.json.gz``) as a stream of event pieces, in bounded memory.
+
+Contract: ``TraceStream(path)`` opens the file (clear ``TraceError`` if it cannot be read);
+``stream.decoded(decode)`` yields, a piece at a time, ``decode(piece)`` of each run of whole events
+of the ``traceEvents`` array (a few MB of JSON each); after the iteration ``stream.metadata`` holds
+the rest of the document (``deviceProperties``, versions ...). ``decode_events`` turns a piece into
+typed ``Event``s holding only the fields the analysis reads; ``decode_objects`` into plain dicts.
+Memory is the current block and piece, whatever the file's size; ``.gz`` is decompressed as read.
+``check_fits`` and ``MemoryGuard`` compare what a trace needs with the memory the machine has.
+
+How the array is cut without tracking JSON's grammar byte by byte in Python: a piece ends at a
+candidate boundary between two events (``}`` , ``{`` with whitespace between), and the candidate
+is accepted only if the piece then parses as an array (the parse that decodes it: nothing is
+parsed twice). That test is exact: a cut inside a string
+leaves the string open, a cut inside a nested value leaves a bracket open, and either fails to
+parse. A piece that fails is joined, with its exact separator, to the next and parsed again; only
+a document that is not valid JSON keeps failing, and it is reported as such (with the byte offset).
+The top level around the array is checked the same way: the text before ``"traceEvents": [`` and
+after its ``]`` must parse as an object with an empty array in its place.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, TypeVar, Union
+
+import msgspec
+import orjson
+
+from diagnose.errors import TraceError
+
+#: bytes read from the file (or from the decompressor) at a time; a piece is about this long
+BLOCK_BYTES = 8 * 1024 * 1024
+#: a piece that still does not parse after growing to this many bytes is invalid JSON
+MAX_JOINED_PIECE_BYTES = 16 * BLOCK_BYTES
+#: the text before the events array (metadata) is looked for in this many bytes at most
+MAX_HEADER_BYTES = 64 * 1024 * 1024
+
+_TRUNCATED_HINT = "the trace may be truncated: was the profiled process killed while writing it?"
+#: the end of one event and the start of the next, as a candidate cut
+_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
+_READ_ERRORS = (OSError, EOFError, zlib.error)
+
+UNSET = msgspec.UNSET
+Decoded = TypeVar("Decoded")
+
+
+class EventArgs(msgspec.Struct, gc=False):
+    """The ``args`` of an event, as far as the analysis reads them; other keys are skipped."""
+
+    correlation: Any = UNSET
+    device: Any = UNSET
+    stream: Any = UNSET
+    bytes: Any = UNSET
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event, the fields the analysis reads (``UNSET`` where the event has none).
+    ``args`` is an ``EventArgs``, ``None``/``UNSET``, or (from ``event_from_object``) whatever
+    malformed value the trace held, for the reader to report where it reads it."""
+
+    ph: Any = UNSET
+    cat: Any = UNSET
+    name: Any = UNSET
+    tid: Any = UNSET
+    ts: Any = UNSET
+    dur: Any = UNSET
+    args: Union[EventArgs, None, msgspec.UnsetType] = UNSET
+
+
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+#: what a decoder raises on text that is not JSON (msgspec's ValidationError is handled inside)
+_SYNTAX_ERRORS = (msgspec.DecodeError, orjson.JSONDecodeError)
+
+
+@dataclass
+class Piece:
+    """Whole events of the array, as JSON text without the brackets; ``separator`` is the exact
+    text between this piece and the next (kept so that a wrong cut can be undone byte for byte)."""
+
+    text: bytes
+    separator: bytes
+    offset: int  # of ``text`` in the (decompressed) document
+
+    def as_array(self) -> bytes:
+        return b"[" + self.text + b"]"
+
+
+def is_gzip(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def json_size_estimate(path: Path) -> int:
+    """Bytes of JSON the file holds: its size, or for gzip the size the trailer records (modulo
+    4 GiB, so never less than the compressed size times the usual ratio of a trace, 5)."""
+    size = path.stat().st_size
+    if not is_gzip(path):
+        return size
+    with path.open("rb") as fh:
+        fh.seek(-4, io.SEEK_END)
+        recorded = int.from_bytes(fh.read(4), "little")
+    return max(recorded, 5 * size)
+
+
+class TraceStream:
+    """The events array of one trace file, read a block at a time."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        p = self.path
+        if not p.exists():
+            raise TraceError(f"no such trace file: {p}", hint="give the path of a .pt.trace.json(.gz) or a run directory")
+        if not p.is_file():
+            raise TraceError(f"not a file: {p}")
+        if p.stat().st_size == 0:
+            raise TraceError(f"empty trace file: {p}", hint="the profiler wrote nothing; re-run the capture")
+        self.gzipped = is_gzip(p)
+        self.metadata: dict[str, Any] = {}
+        #: bytes of JSON read so far (after decompression)
+        self.bytes_read = 0
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def _blocks(self) -> Iterator[bytes]:
+        try:
+            fh: BinaryIO = gzip.open(self.path, "rb") if self.gzipped else self.path.open("rb")  # type: ignore[assignment]
+            with fh:
+                while True:
+                    block = fh.read(BLOCK_BYTES)
+                    if not block:
+                        return
+                    self.bytes_read += len(block)
+                    yield block
+        except _READ_ERRORS as exc:
+            kind = "gzip " if self.gzipped else ""
+            raise TraceError(f"cannot read {self.path}: {exc}", hint=f"the file may be truncated or not valid {kind}data") from exc
+
+    def decoded(self, decode: Callable[[Piece], Decoded]) -> Iterator[Decoded]:
+        """``decode`` of each piece of the events array, in order; sets ``metadata`` at the end.
+        ``decode`` raises msgspec's or orjson's decode error on text that does not parse."""
+        blocks = self._blocks()
+        buf = b""
+        prefix: bytes | None = None  # the document up to the array's "[" (b"" for a bare array)
+        for block in blocks:
+            buf += block
+            prefix, start = self._find_array(buf)
+            if prefix is not None:
+                buf = buf[start:]
+                offset = start
+                break
+            if len(buf) > MAX_HEADER_BYTES:
+                raise TraceError(f"{self.path} is not a Chrome trace (no traceEvents list in its first {MAX_HEADER_BYTES >> 20} MB)")
+        else:
+            self._not_a_trace(buf)
+        pending: Piece | None = None  # a piece that did not parse yet, waiting for the next
+        for block in blocks:
+            buf += block
+            cut = _last_boundary(buf)
+            if cut is None:
+                continue
+            piece = Piece(buf[: cut[0]], buf[cut[0] : cut[1]], offset)
+            offset += cut[1]
+            buf = buf[cut[1] :]
+            pending, result = _settle(pending, piece, decode, self.path)
+            if pending is None and result is not None:
+                yield result
+        if pending is not None:  # a cut inside the metadata after the array
+            buf, offset, pending = pending.text + pending.separator + buf, pending.offset, None
+        # The array's "]" is the last one after which the rest of the document parses and before
+        # which the events do: the metadata after the array may hold "]" too.
+        for text, metadata in self._array_ends(prefix, buf):
+            try:
+                result = _settle(pending, Piece(text, b"", offset), decode, self.path)[1]
+            except TraceError:
+                continue
+            if result is None and text.strip():
+                continue
+            self.metadata = metadata
+            if result is not None:
+                yield result
+            return
+        if _BOUNDARY.search(buf):  # whole events, then something that is not JSON
+            raise _invalid(self.path, Piece(buf, b"", offset))
+        raise TraceError(
+            f"{self.path} is not valid JSON (the traceEvents array does not end, after {offset + len(buf):,} bytes)",
+            hint=_TRUNCATED_HINT,
+        )
+
+    def _find_array(self, buf: bytes) -> tuple[bytes | None, int]:
+        stripped = buf.lstrip()
+        if stripped.startswith(b"["):
+            return b"", len(buf) - len(stripped) + 1
+        for match in _EVENTS_KEY.finditer(buf):
+            prefix = buf[: match.end() - 1]
+            try:
+                orjson.loads(prefix + b"[]}")
+            except orjson.JSONDecodeError:
+                continue  # the key inside a string or a nested object
+            return prefix, match.end()
+        return None, 0
+
+    def _not_a_trace(self, buf: bytes) -> None:
+        try:
+            data = orjson.loads(buf)
+        except orjson.JSONDecodeError as exc:
+            raise TraceError(f"{self.path} is not valid JSON ({str(exc).splitlines()[0]})", hint=_TRUNCATED_HINT) from exc
+        if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):  # pragma: no cover - found above
+            raise AssertionError("traceEvents missed")
+        raise TraceError(f"{self.path} is JSON but not a Chrome trace (no traceEvents list)")
+
+    def _array_ends(self, prefix: bytes, buf: bytes) -> Iterator[tuple[bytes, dict[str, Any]]]:
+        """(last events, metadata) for each "]" of the document's tail after which the rest of
+        the document parses with an empty array in the events' place, the last first."""
+        end = len(buf)
+        for _ in range(10_000):
+            q = buf.rfind(b"]", 0, end)
+            if q < 0:
+                return
+            end = q
+            tail = buf[q + 1 :]
+            if prefix == b"":
+                if not tail.strip():
+                    yield buf[:q], {}
+                continue
+            try:
+                metadata = orjson.loads(prefix + b"[]" + tail)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(metadata, dict):
+                metadata.pop("traceEvents", None)
+                yield buf[:q], metadata
+
+
+def _last_boundary(buf: bytes) -> tuple[int, int] | None:
+    """(end of the piece, start of the next) at the last candidate cut in ``buf``."""
+    window = 1 << 16
+    while True:
+        start = max(0, len(buf) - window)
+        last = None
+        for last in _BOUNDARY.finditer(buf, start):
+            pass
+        if last is not None:
+            return last.start() + 1, last.end() - 1
+        if start == 0:
+            return None
+        window *= 8
+
+
+def _settle(
+    pending: Piece | None, piece: Piece, decode: Callable[[Piece], Decoded], path: Path
+) -> tuple[Piece | None, Decoded | None]:
+    """Decode ``piece``, joined to a piece that did not parse; (still pending, decoded)."""
+    if pending is not None:
+        piece = Piece(pending.text + pending.separator + piece.text, piece.separator, pending.offset)
+    if not piece.text.strip():  # an empty array
+        return None, None
+    try:
+        return None, decode(piece)
+    except _SYNTAX_ERRORS:
+        if len(piece.text) > MAX_JOINED_PIECE_BYTES:
+            raise _invalid(path, piece) from None
+        return piece, None
+
+
+def _invalid(path: Path, piece: Piece) -> TraceError:
+    try:
+        orjson.loads(piece.as_array())
+        reason = "unparseable events"
+    except orjson.JSONDecodeError as exc:
+        reason = f"{exc.msg} at byte {piece.offset + exc.pos - 1:,}"
+    return TraceError(f"{path} is not valid JSON ({reason})", hint=_TRUNCATED_HINT)
+
+
+def decode_events(piece: Piece) -> list[Event]:
+    """The piece's events, typed; an element that is not an object (or holds a field of an
+    unexpected shape, such as ``args`` a list) sends the piece through ``decode_objects``."""
+    try:
+        return _EVENTS_DECODER.decode(piece.as_array())
+    except msgspec.ValidationError:
+        return [e for e in map(event_from_object, decode_objects(piece)) if e is not None]
+
+
+def decode_objects(piece: Piece) -> list[Any]:
+    return orjson.loads(piece.as_array())
+
+
+def event_from_object(obj: Any) -> Event | None:
+    """An ``Event`` from a parsed dict (None for an element that is not an object). A malformed
+    ``args`` is kept as it is, for the reader to name where it reads it."""
+    if not isinstance(obj, dict):
+        return None
+    get = obj.get
+    args = get("args", UNSET)
+    if isinstance(args, dict):
+        args = EventArgs(args.get("correlation", UNSET), args.get("device", UNSET), args.get("stream", UNSET), args.get("bytes", UNSET))
+    return Event(get("ph", UNSET), get("cat", UNSET), get("name", UNSET), get("tid", UNSET), get("ts", UNSET), get("dur", UNSET), args)
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+#: what the analysis holds per byte of trace JSON at its peak (benchmarks/trace_memory.py measured
+#: 0.3-0.4 on replicated H200 steps; a trace of mostly kernels and launches is the worst case)
+MEMORY_PER_JSON_BYTE = 0.5
+#: stop reading when the machine has less than this left: better a clear error than the OOM killer
+MEMORY_RESERVE_BYTES = 256 * 1024 * 1024
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (MemAvailable); None off Linux."""
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+_CUT_HINT = "cut the trace to a few steps (diagnose trim TRACE OUT --steps 3), or analyse it on a machine with more memory"
+
+
+def check_fits(path: Path, json_bytes: int) -> None:
+    """Refuse, before reading, a trace that cannot fit in the memory available now."""
+    available = available_memory()
+    needed = int(json_bytes * MEMORY_PER_JSON_BYTE)
+    if available is not None and needed > available - MEMORY_RESERVE_BYTES:
+        raise TraceError(
+            f"{path} holds {json_bytes / 1e9:.1f} GB of JSON: analysing it needs about {needed / 2**30:.1f} GiB "
+            f"of memory, and {max(available, 0) / 2**30:.1f} GiB is available",
+            hint=_CUT_HINT,
+        )
+
+
+class MemoryGuard:
+    """Checked after each piece: stops the read with a clear error while memory remains."""
+
+    def __init__(self, origin: str, reserve_bytes: int = MEMORY_RESERVE_BYTES) -> None:
+        self.origin = origin
+        self.reserve_bytes = reserve_bytes
+
+    def check(self, bytes_read: int) -> None:
+        available = available_memory()
+        if available is not None and available < self.reserve_bytes:
+            raise TraceError(
+                f"out of memory reading {self.origin}: {available / 2**20:.0f} MiB left after {bytes_read / 1e9:.2f} GB of JSON",
+                hint=_CUT_HINT,
+            )

@@ -1,0 +1,235 @@
+"""The streaming trace reader: pieces cut anywhere still give the events exactly; malformed fields
+give a clear TraceError; the Timeline equals the one the whole-JSON reader built, on every fixture."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from diagnose.analysis import tracefile
+from diagnose.analysis.timeline import build_timeline, load_timeline, read_trace_json
+from diagnose.analysis.tracefile import TraceStream, decode_objects
+from diagnose.errors import TraceError
+from tests import reference_timeline
+from tests.tracebuilder import TraceBuilder, one_gpu_step
+
+DATA = Path(__file__).parent / "data"
+FIXTURES = sorted(DATA.glob("*/*.json.gz"))
+
+
+@pytest.fixture
+def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of a few bytes: every trace is cut into many pieces, at every kind of place."""
+    monkeypatch.setattr(tracefile, "BLOCK_BYTES", 7)
+
+
+def stream_events(path: Path) -> tuple[list[Any], dict[str, Any]]:
+    stream = TraceStream(path)
+    events = [e for objects in stream.decoded(decode_objects) for e in objects]
+    return events, stream.metadata
+
+
+# --- cutting the array into pieces ------------------------------------------------------------------
+
+TRICKY = [
+    {"ph": "X", "cat": "cpu_op", "name": 'a}, {"b": 1}, {', "tid": 1, "ts": 1.5, "dur": 2},
+    {"ph": "X", "cat": "cpu_op", "name": "quote \" and \\\" and \\\\", "tid": 1, "ts": 2, "dur": 1},
+    {"ph": "X", "cat": "kernel", "name": "k", "tid": 7, "ts": 3, "dur": 1, "args": {"nested": [{"a": "},{"}, {"b": [[], {}]}], "device": 0}},
+    {"ph": "X", "cat": "cpu_op", "name": "unicode é ✓ \u2028", "tid": 1, "ts": 4, "dur": 1, "args": {"s": "}\n,\n{"}},
+    {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "main"}},
+]
+
+
+@dataclass
+class Layout:
+    name: str
+    dumps: Any
+
+
+LAYOUTS = [
+    Layout("compact", lambda d: json.dumps(d, separators=(",", ":"), ensure_ascii=False)),
+    Layout("spaced", lambda d: json.dumps(d)),
+    Layout("indented", lambda d: json.dumps(d, indent=2)),
+    Layout("kineto", lambda d: '{\n  "schemaVersion": 1,\n  "traceEvents": [\n'
+           + ",\n".join("  " + json.dumps(e) for e in d["traceEvents"]) + '\n  ],\n  "traceName": "x]}, {"\n}\n'),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_pieces_cut_inside_strings_and_nested_args_give_the_events_exactly(
+    tmp_path: Path, tiny_blocks: None, layout: Layout, gz: bool
+) -> None:
+    text = layout.dumps({"schemaVersion": 1, "traceEvents": TRICKY}).encode()
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    events, metadata = stream_events(path)
+    assert events == TRICKY
+    assert metadata["schemaVersion"] == 1
+    assert "traceEvents" not in metadata
+
+
+def test_metadata_before_and_after_the_array_and_a_bare_array(tmp_path: Path, tiny_blocks: None) -> None:
+    doc = {"deviceProperties": [{"name": "GPU", "x": [1, {"traceEvents": []}]}], "traceEvents": TRICKY[:2], "after": {"a": "]"}}
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    events, metadata = stream_events(tmp_path / "t.json")
+    assert events == TRICKY[:2]
+    assert metadata == {"deviceProperties": doc["deviceProperties"], "after": {"a": "]"}}
+    (tmp_path / "bare.json").write_text(json.dumps(TRICKY))
+    assert stream_events(tmp_path / "bare.json") == (TRICKY, {})
+    (tmp_path / "empty.json").write_text('{"traceEvents": [ ], "x": 1}')
+    assert stream_events(tmp_path / "empty.json") == ([], {"x": 1})
+
+
+def test_read_trace_json_returns_the_whole_document(tmp_path: Path, tiny_blocks: None) -> None:
+    doc = one_gpu_step().to_dict()
+    (tmp_path / "t.json").write_text(json.dumps(doc, indent=1))
+    assert read_trace_json(tmp_path / "t.json") == doc
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+def _write(tmp_path: Path, name: str, content: bytes) -> Path:
+    (tmp_path / name).write_bytes(content)
+    return tmp_path / name
+
+
+GOOD = json.dumps(one_gpu_step().to_dict()).encode()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("truncated.json", GOOD[: len(GOOD) // 2], "is not valid JSON"),
+        ("cut_at_the_end.json", GOOD[:-3], "is not valid JSON"),
+        ("garbage_inside.json", GOOD.replace(b'"ph": "X"', b'"ph": X', 1), "is not valid JSON"),
+        ("not_a_trace.json", b'{"hello": [1, 2]}', "not a Chrome trace"),
+        ("not_json.json", b"hello", "is not valid JSON"),
+        ("corrupt.json.gz", gzip.compress(GOOD)[:40] + b"\x00garbage" * 50, "cannot read"),
+        ("bad_header.json.gz", b"\x1f\x8b\x08\x00garbage", "cannot read"),
+    ],
+)
+def test_unreadable_traces_are_trace_errors(tmp_path: Path, tiny_blocks: None, name: str, content: bytes, message: str) -> None:
+    path = _write(tmp_path, name, content)
+    with pytest.raises(TraceError, match=message):
+        load_timeline(path)
+
+
+def test_a_corrupt_gzip_body_is_a_trace_error(tmp_path: Path) -> None:
+    raw = bytearray(gzip.compress(GOOD * 20))
+    raw[len(raw) // 2 : len(raw) // 2 + 16] = b"\xff" * 16
+    path = _write(tmp_path, "t.json.gz", bytes(raw))
+    with pytest.raises(TraceError, match="cannot read|not valid JSON"):
+        load_timeline(path)
+    with pytest.raises(zlib.error):  # what leaked as a traceback before
+        zlib.decompress(bytes(raw), 31)
+
+
+MALFORMED = [
+    ("user_annotation", "name", 17, "has name 17, not a string"),
+    ("cpu_op", "name", None, "has name None, not a string"),
+    ("cuda_runtime", "args", [1, 2], "has args \\[1, 2\\], not an object"),
+    ("kernel", "args.correlation", [101], "has args.correlation \\[101\\], not a number or a string"),
+    ("kernel", "dur", "Infinity", "has dur 'Infinity', not a finite number"),
+    ("cpu_op", "ts", "soon", "has ts 'soon', not a finite number"),
+    ("cpu_op", "tid", {"a": 1}, "has tid \\{'a': 1\\}, not a number or a string"),
+]
+
+
+@pytest.mark.parametrize(("cat", "field_name", "value", "message"), MALFORMED, ids=[f"{m[0]}-{m[1]}" for m in MALFORMED])
+def test_malformed_fields_are_named_in_a_trace_error(
+    tmp_path: Path, tiny_blocks: None, cat: str, field_name: str, value: Any, message: str
+) -> None:
+    doc = one_gpu_step().to_dict()
+    index, target = next((i, e) for i, e in enumerate(doc["traceEvents"]) if e["cat"] == cat)
+    if field_name.startswith("args."):
+        target["args"][field_name[5:]] = value
+    else:
+        target[field_name] = value
+    path = _write(tmp_path, "t.json", json.dumps(doc).encode())
+    for read in (lambda: load_timeline(path), lambda: build_timeline(doc)):
+        with pytest.raises(TraceError, match=f"malformed trace: event {index}\\b.*{message}"):
+            read()
+
+
+@pytest.mark.parametrize("value", ["lots", [1], float("nan")])
+def test_malformed_device_memory_is_a_trace_error(tmp_path: Path, value: Any) -> None:
+    doc = one_gpu_step().to_dict()
+    doc["deviceProperties"][0]["totalGlobalMem"] = value
+    with pytest.raises(TraceError, match="deviceProperties.totalGlobalMem .* not a number"):
+        build_timeline(doc)
+
+
+def test_events_that_are_not_objects_are_skipped_as_before(tmp_path: Path, tiny_blocks: None) -> None:
+    doc = one_gpu_step().to_dict()
+    doc["traceEvents"][3:3] = [17, None, "text", [1]]
+    path = _write(tmp_path, "t.json", json.dumps(doc).encode())
+    assert load_timeline(path).kernels == build_timeline(one_gpu_step().to_dict()).kernels
+
+
+def test_a_size_limit_given_still_refuses_before_reading(tmp_path: Path) -> None:
+    path = one_gpu_step().write(tmp_path / "t.json")
+    with pytest.raises(TraceError, match="over the .* limit given"):
+        load_timeline(path, max_bytes=100)
+
+
+def test_a_trace_larger_than_the_memory_available_is_refused_before_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = one_gpu_step().write(tmp_path / "t.json")
+    monkeypatch.setattr(tracefile, "available_memory", lambda: tracefile.MEMORY_RESERVE_BYTES + 10)
+    with pytest.raises(TraceError, match="needs about .* GiB of memory, and .* GiB is available"):
+        load_timeline(path)
+
+
+def test_the_read_stops_when_memory_runs_short(tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = one_gpu_step().write(tmp_path / "t.json")
+    left = iter([2**40] + [2**20] * 1000)  # plenty before reading, then 1 MiB
+    monkeypatch.setattr(tracefile, "available_memory", lambda: next(left))
+    with pytest.raises(TraceError, match="out of memory reading .* MiB left after"):
+        load_timeline(path)
+
+
+# --- the Timeline: the same as the whole-JSON reader's ------------------------------------------
+
+
+def _timeline_fields(timeline: Any) -> dict[str, Any]:
+    fields = dict(vars(timeline))
+    fields["meta"] = dict(vars(timeline.meta), path="", size_bytes=0)
+    return fields
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name[:12]}")
+def test_timeline_equals_the_whole_json_readers_on_every_fixture(fixture: Path) -> None:
+    with gzip.open(fixture, "rb") as fh:
+        data = json.load(fh)
+    expected = reference_timeline.build_timeline(data)
+    streamed = load_timeline(fixture)
+    assert _timeline_fields(streamed) == _timeline_fields(expected)
+    assert _timeline_fields(build_timeline(data)) == _timeline_fields(expected)
+    assert type(streamed.kernels[0]) is type(expected.kernels[0]) if expected.kernels else True
+
+
+def test_timeline_is_the_same_whatever_the_piece_size(tiny_blocks: None) -> None:
+    fixture = DATA / "item_syncs"
+    (trace,) = fixture.glob("*.json.gz")
+    with gzip.open(trace, "rb") as fh:
+        expected = reference_timeline.build_timeline(json.load(fh))
+    assert _timeline_fields(load_timeline(trace)) == _timeline_fields(expected)
+
+
+def test_hand_written_trace_equals_the_reference(tmp_path: Path, tiny_blocks: None) -> None:
+    b: TraceBuilder = one_gpu_step()
+    b.events.append({"ph": "X", "cat": "kernel", "name": "other gpu", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 1}})
+    b.events.append({"ph": "X", "cat": "kernel", "name": "no device", "pid": 0, "tid": 7, "ts": 11, "dur": 5, "args": {}})
+    b.events.append({"ph": "X", "cat": "Kernel", "name": "legacy", "pid": 0, "tid": 7, "ts": 12, "dur": 5})
+    b.events.append({"ph": "X", "cat": "quantum_op", "name": "entangle", "pid": 1, "tid": 1, "ts": 13, "dur": 5})
+    path = b.write(tmp_path / "t.json.gz", gz=True)
+    expected = reference_timeline.build_timeline(b.to_dict())
+    assert _timeline_fields(load_timeline(path)) == _timeline_fields(expected)
+    assert [k.name for k in expected.kernels if k.start < 20] == ["no device", "legacy"]
