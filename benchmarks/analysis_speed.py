@@ -23,8 +23,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-if "--no-orjson" in sys.argv:  # measure the standard-library parser path
-    sys.modules["orjson"] = None  # type: ignore[assignment]
 
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace  # noqa: E402
 from diagnose.analysis.rules import load_rules  # noqa: E402
@@ -77,7 +75,6 @@ def main() -> None:
     p.add_argument("--trace", type=Path)
     p.add_argument("--mb", type=float, default=50.0)
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--no-orjson", action="store_true", help="parse with the standard library's json")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trace = args.trace or build_trace(int(args.mb * 1e6), Path(tmp) / "bench.pt.trace.json")
@@ -95,9 +92,7 @@ def main() -> None:
         load_best, load_median = best(load, args.repeat)
         analyse_best, analyse_median = best(analyse, args.repeat)
         report = analyze_trace(trace, options, rules)
-        from diagnose.analysis import timeline
-
-        parser = "orjson" if timeline._orjson is not None else "the standard library's json"
+        parser = "streamed pieces, msgspec"
         print(f"trace: {size / 1e6:.1f} MB, {report.source.get('trace_events', 0):,} events, {len(report.breakdown['steps'])} steps")
         print(f"json.load:          best {load_best:.3f} s, median {load_median:.3f} s")
         print(f"diagnose analysis:  best {analyse_best:.3f} s, median {analyse_median:.3f} s  (parser: {parser})")
