@@ -306,9 +306,9 @@ def event_from_object(obj: Any) -> Event | None:
 
 # --- memory ---------------------------------------------------------------------------------------
 
-#: what the analysis holds per byte of trace JSON at its peak (benchmarks/trace_memory.py measured
-#: 0.3-0.4 on replicated H200 steps; a trace of mostly kernels and launches is the worst case)
-MEMORY_PER_JSON_BYTE = 0.5
+#: what the analysis holds per byte of trace JSON at its peak: benchmarks/trace_memory.py measured
+#: 1.0 GiB for 1 GB of replicated H200 steps (mostly kernels and launches, which the Timeline keeps)
+MEMORY_PER_JSON_BYTE = 1.0
 #: stop reading when the machine has less than this left: better a clear error than the OOM killer
 MEMORY_RESERVE_BYTES = 256 * 1024 * 1024
 
