@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from diagnose.analysis import patterns as P
-from diagnose.analysis.timeline import GpuKernel, GpuMemcpy, HostOp, Interval, StepMark, SyncCall, Timeline, TraceMeta
+from diagnose.analysis.timeline import GpuKernel, GpuMemcpy, GpuMemset, HostOp, Interval, StepMark, SyncCall, Timeline, TraceMeta
 
 
 def build_timeline(data: dict[str, Any]) -> Timeline:
@@ -127,10 +127,19 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
                 args.get("correlation", -1),
                 P.memcpy_kind(e.get("name", "")),
                 int(_num(args.get("bytes"))),
+                args.get("stream", 0),
             )
         )
     memcpys.sort(key=lambda m: m.start)
     memsets = sorted((_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur"))) for e in memset_raw)
+    memset_ops: list[GpuMemset] = []
+    for e in memset_raw:
+        args = e.get("args") or {}
+        if device is not None and args.get("device", device) != device:
+            continue
+        ts = _num(e.get("ts"))
+        memset_ops.append(GpuMemset(ts, ts + _num(e.get("dur")), args.get("correlation", -1), args.get("stream", 0)))
+    memset_ops.sort(key=lambda m: m.start)
 
     has_marks = bool(steps)
     if not steps:
@@ -156,6 +165,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         annotations=read.other,
         has_step_marks=has_marks,
         dataloader_kinds=read.loader_kinds,
+        memset_ops=memset_ops,
     )
 
 

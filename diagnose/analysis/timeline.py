@@ -61,6 +61,14 @@ class GpuMemcpy(NamedTuple):
     correlation: int
     kind: str  # see patterns.memcpy_kind
     nbytes: int
+    stream: int = 0
+
+
+class GpuMemset(NamedTuple):
+    start: float
+    end: float
+    correlation: int
+    stream: int
 
 
 class HostOp(NamedTuple):
@@ -123,6 +131,8 @@ class Timeline:
     has_step_marks: bool = True
     #: DataLoader iterator kinds seen on the main thread ("single" process, "multi" process)
     dataloader_kinds: Counter[str] = field(default_factory=Counter)
+    #: memsets with their launch's correlation id and stream (``memsets`` keeps the intervals)
+    memset_ops: list[GpuMemset] = field(default_factory=list)
 
     @property
     def has_gpu(self) -> bool:
@@ -265,6 +275,8 @@ class _Columns:
         self.memcpys: list[GpuMemcpy] = []
         self.memcpy_devices: list[Any] = []
         self.memsets: list[Interval] = []
+        self.memset_ops: list[GpuMemset] = []
+        self.memset_devices: list[Any] = []
         self.unknown: Counter[str] = Counter()
         self.names: dict[str, str] = {}
 
@@ -351,10 +363,14 @@ class _Columns:
             elif kind == _MEMCPY:
                 nbytes = args.bytes
                 nbytes = int(_num(None if nbytes is UNSET else nbytes, e, events, first, "args.bytes"))
-                self.memcpys.append(GpuMemcpy(ts, end, corr, P.memcpy_kind(name), nbytes))
+                stream = args.stream
+                self.memcpys.append(GpuMemcpy(ts, end, corr, P.memcpy_kind(name), nbytes, 0 if stream is UNSET else stream))
                 self.memcpy_devices.append(device)
             else:  # _MEMSET
                 self.memsets.append((ts, end))
+                stream = args.stream
+                self.memset_ops.append(GpuMemset(ts, end, corr, 0 if stream is UNSET else stream))
+                self.memset_devices.append(device)
 
     def finish(self, meta: TraceMeta) -> Timeline:
         meta.event_count = self.event_count
@@ -394,6 +410,8 @@ class _Columns:
         memcpys = _on_device(self.memcpys, self.memcpy_devices, device)
         memcpys.sort(key=lambda m: m.start)
         memsets = sorted(self.memsets)
+        memset_ops = _on_device(self.memset_ops, self.memset_devices, device)
+        memset_ops.sort(key=lambda m: m.start)
 
         has_marks = bool(steps)
         if not steps:
@@ -419,6 +437,7 @@ class _Columns:
             annotations=read.other,
             has_step_marks=has_marks,
             dataloader_kinds=read.loader_kinds,
+            memset_ops=memset_ops,
         )
 
     def _main_thread(self) -> Any:

@@ -1,0 +1,462 @@
+"""A dependency model of the profiled steps, and its replay (Daydream's idea, on a Kineto trace).
+
+Contract: ``build_model(timeline) -> StepModel | None``; ``replay(model) -> Replay``; both pure,
+no torch. ``predict.py`` transforms the model (model -> model) and replays it again.
+
+The model of the profiled window (every ``ProfilerStep`` of the trace, end to end):
+
+- the host is one sequence of ``HostItem``s in time order: plain host work (labelled by phase:
+  data wait, host-to-device copy, forward, backward, optimizer, other; data waits carry the index
+  of their fetch), the runtime calls that launched GPU work (tied to it through the correlation
+  id, on whichever host thread they ran), and the calls that block the host until the GPU
+  caught up (``cudaStreamSynchronize``, device and event syncs, blocking memcpys);
+- the GPU is a set of ``GpuOp``s (kernels, copies, memsets), each on its stream. An op starts at
+  ``max(its launch + latency, the previous op on its stream ends + gap)``. ``latency`` and
+  ``gap`` are read off the trace so that the unchanged model replays exactly: an op that started
+  right after its predecessor (within ``STREAM_GAP_US``) was waiting for the stream, and its
+  latency is capped at the trace's own launch latency; any other op was waiting for its launch
+  (or for another stream: a cross-stream event), and keeps its measured latency;
+- a blocking item ends at ``max(host, the awaited GPU work ends) + after``, ``after`` being what
+  the call took once the GPU was done. It waits on the streams whose work launched before it had
+  ended when it returned (a stream sync leaves the other streams running).
+
+GPU work already queued when the window opened (launched in an earlier step, or by a launch the
+trace does not hold) is "carried in": ready at the window's start. When most of the window's GPU
+work is carried in, the host runs ahead of the GPU and its launch calls wait for queue space: its
+measured model-code time says nothing about what it costs. ``replay(model, host_code_scale=0)``
+then replays the host's model code as free; ``replay_check`` says which replay the predictions
+use, and how close each came to the measured window.
+"""
+
+from __future__ import annotations
+
+import statistics
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from diagnose.analysis import patterns as P
+from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge
+from diagnose.analysis.timeline import Interval, Timeline
+
+#: An op that starts within this many microseconds of its stream predecessor's end was waiting
+#: for the stream, not for its launch (back-to-back kernels on an H200 start 1-3 µs apart).
+STREAM_GAP_US = 5.0
+#: The replay must reproduce the measured window within this relative error (issue 16, item 1).
+REPLAY_TOLERANCE = 0.05
+#: Host phases whose time is model code (Python, dispatch, launches): elastic when the host runs
+#: ahead of the GPU. Data waits, copies and syncs are not.
+MODEL_CODE_PHASES = frozenset({"forward", "backward", "optimizer", "other"})
+
+#: The host "runs ahead" when the GPU starts its work, at the median, this many steps after the
+#: launch: the launch queue then holds that much work and back-pressure paces the host.
+HOST_AHEAD_STEPS = 0.5
+
+_HOST_PRIORITY = ("data_wait", "h2d_copy", "optimizer", "backward", "forward")
+
+
+@dataclass(frozen=True)
+class GpuOp:
+    """One kernel, copy or memset. Times in microseconds."""
+
+    stream: int
+    duration_us: float
+    kind: str  # "kernel", "memcpy" or "memset"
+    name: str
+    #: the host phase that launched it ("forward", "backward", "optimizer", "other", "carried")
+    phase: str
+    #: least delay after its launch before it can start
+    latency_us: float
+    #: least gap after its stream predecessor ends
+    gap_us: float
+    #: absolute ready time when launched before the window (or by an unseen launch); else None
+    carried_ready_us: float | None = None
+    copy_kind: str = ""  # see patterns.memcpy_kind
+    nbytes: int = 0
+    #: still running when the measured window closed: the next window pays for it, not this one
+    spills: bool = False
+
+
+@dataclass(frozen=True)
+class HostItem:
+    """One piece of the host's sequence.
+
+    ``kind``: "work" (the host computes for ``duration_us``), "launch" (a runtime call that
+    enqueues ``ops``; ``lead_us`` says how far before the host cursor it started, when it ran on
+    another thread overlapping the previous item) or "wait" (a sync; a launch with ``blocking``
+    also waits, for its own ops)."""
+
+    kind: str
+    duration_us: float
+    phase: str
+    ops: tuple[int, ...] = ()
+    lead_us: float = 0.0
+    #: waits only: streams awaited, and the time the call takes once the GPU is done
+    streams: tuple[int, ...] = ()
+    after_us: float = 0.0
+    blocking: bool = False
+    #: data waits: which fetch (0, 1, ...) of the window this wait belongs to
+    fetch: int | None = None
+    #: syncs: "user" (the script's), "staging" (inside a host-to-device copy), "comm" (DDP's)
+    sync_kind: str = ""
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """The profiled window as a dependency model."""
+
+    start_us: float
+    measured_us: float
+    step_durations_us: tuple[float, ...]
+    items: tuple[HostItem, ...]
+    ops: tuple[GpuOp, ...]
+    #: per stream: busy until (absolute) with work that is not part of the model
+    stream_busy_until: dict[int, float]
+    #: the trace's launch latency (median over ops that waited for their launch)
+    launch_latency_us: float
+    #: median host time of a runtime call that launched work and did not block
+    launch_cost_us: float
+    device_name: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    #: how far the host runs ahead of the GPU: the median delay from launch to start of the
+    #: window's GPU work (work launched by an unseen call counts from the window's start)
+    host_lead_us: float = 0.0
+    #: samples per step relative to the measured run (a larger batch sets it above 1)
+    batch_factor: float = 1.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_durations_us)
+
+    def with_ops(self, ops: list[GpuOp] | tuple[GpuOp, ...]) -> StepModel:
+        return replace(self, ops=tuple(ops))
+
+
+@dataclass(frozen=True)
+class Replay:
+    window_us: float
+    host_end_us: float
+    gpu_end_us: float
+    gpu_busy_us: float
+
+    def step_us(self, steps: int) -> float:
+        return self.window_us / max(steps, 1)
+
+
+# --- building -------------------------------------------------------------------------------------
+
+
+def _host_labels(timeline: Timeline) -> dict[str, list[Interval]]:
+    forward_starts = [op[0] for op in timeline.forward_ops]
+    backward = backward_spans(timeline.backward_ops, forward_starts)
+    return {
+        "data_wait": merge(timeline.data_waits),
+        "h2d_copy": merge(h2d_host_ops(timeline)),
+        "optimizer": merge(timeline.optimizer_spans),
+        "backward": merge(backward),
+        "forward": merge(forward_spans(timeline.forward_ops, backward, [(s.start, s.end) for s in timeline.steps])),
+    }
+
+
+class _Labeller:
+    """The host phase at any instant (data wait > copy > optimizer > backward > forward > other)."""
+
+    def __init__(self, labels: dict[str, list[Interval]]) -> None:
+        self.labels = labels
+        self.starts = {k: [iv[0] for iv in v] for k, v in labels.items()}
+        self.bounds = sorted({t for v in labels.values() for iv in v for t in iv})
+
+    def at(self, t: float) -> str:
+        for label in _HOST_PRIORITY:
+            ivs = self.labels[label]
+            i = bisect_right(self.starts[label], t) - 1
+            if i >= 0 and ivs[i][0] <= t < ivs[i][1]:
+                return label
+        return "other"
+
+    def cuts(self, a: float, b: float) -> list[float]:
+        lo, hi = bisect_right(self.bounds, a), bisect_left(self.bounds, b)
+        return [a, *self.bounds[lo:hi], b]
+
+
+def build_model(timeline: Timeline) -> StepModel | None:
+    """The window's dependency model; None without steps or GPU work."""
+    if not timeline.steps or not timeline.has_gpu:
+        return None
+    w0, w1 = timeline.steps[0].start, timeline.steps[-1].end
+    labeller = _Labeller(_host_labels(timeline))
+    launches = timeline.launches
+
+    # every GPU activity, per stream in start order: (start, end, kind, name, corr, copy_kind, nbytes)
+    raw: list[tuple[float, float, str, str, int, int, str, int]] = []
+    for k in timeline.kernels:
+        raw.append((k.start, k.end, "kernel", k.name, k.correlation, k.stream, "", 0))
+    for m in timeline.memcpys:
+        raw.append((m.start, m.end, "memcpy", f"Memcpy {m.kind}", m.correlation, m.stream, m.kind, m.nbytes))
+    for s in timeline.memset_ops:
+        raw.append((s.start, s.end, "memset", "Memset", s.correlation, s.stream, "", 0))
+    raw.sort(key=lambda r: (r[0], r[1]))
+
+    stream_busy: dict[int, float] = {}
+    in_model: list[tuple[float, float, str, str, int, int, str, int, float]] = []  # + measured prev end
+    for r in raw:
+        start, end, stream = r[0], r[1], r[5]
+        prev_end = stream_busy.get(stream, float("-inf"))
+        if w0 <= start < w1:
+            in_model.append((*r, prev_end))
+        elif start < w0:
+            stream_busy[stream] = max(prev_end, end)
+            continue
+        stream_busy[stream] = max(prev_end, end)
+    busy_before = _busy_before(timeline, w0)
+
+    # launch latency of the trace: median delay of ops that waited for their launch
+    waited = []
+    for start, _end, _k, _n, corr, _s, _ck, _b, prev_end in in_model:
+        launch = launches.get(corr)
+        if launch is not None and w0 <= launch[0] and start - prev_end > STREAM_GAP_US:
+            waited.append(start - launch[0])
+    latency_cap = statistics.median(waited) if waited else STREAM_GAP_US
+
+    delays: list[float] = []
+    ops: list[GpuOp] = []
+    ops_of_corr: dict[int, list[int]] = defaultdict(list)
+    for start, end, kind, name, corr, stream, copy_kind, nbytes, prev_end in in_model:
+        launch = launches.get(corr)
+        carried = None
+        if launch is None or launch[0] < w0 or launch[0] >= w1:
+            carried = launch[0] if launch is not None and launch[0] < w0 else w0
+            ready, phase = carried, "carried"
+        else:
+            ready, phase = launch[0], labeller.at(launch[0])
+            if phase in ("data_wait", "h2d_copy"):
+                phase = "other"
+        latency, gap = start - ready, start - prev_end
+        delays.append(latency)
+        if gap <= STREAM_GAP_US:
+            latency = min(latency, latency_cap)
+        else:
+            gap = STREAM_GAP_US
+        ops.append(GpuOp(stream, end - start, kind, name, phase, latency, gap, carried, copy_kind, nbytes, end > w1))
+        if carried is None:
+            ops_of_corr[corr].append(len(ops) - 1)
+
+    items = _host_items(timeline, w0, w1, labeller, ops_of_corr, ops, [r[0] for r in in_model], [r[1] for r in in_model])
+    nonblocking = [it.duration_us for it in items if it.kind == "launch" and not it.blocking]
+    return StepModel(
+        start_us=w0,
+        measured_us=w1 - w0,
+        step_durations_us=tuple(s.end - s.start for s in timeline.steps),
+        items=tuple(items),
+        ops=tuple(ops),
+        stream_busy_until=busy_before,
+        launch_latency_us=latency_cap,
+        launch_cost_us=statistics.median(nonblocking) if nonblocking else 0.0,
+        device_name=timeline.meta.device_name,
+        compute_capability=timeline.meta.compute_capability,
+        host_lead_us=statistics.median(delays) if delays else 0.0,
+    )
+
+
+def _host_items(
+    timeline: Timeline,
+    w0: float,
+    w1: float,
+    labeller: _Labeller,
+    ops_of_corr: dict[int, list[int]],
+    ops: list[GpuOp],
+    op_starts: list[float],
+    op_ends: list[float],
+) -> list[HostItem]:
+    launches = timeline.launches
+    calls: list[tuple[float, float, str, Any]] = []  # (start, end, "launch"|"sync", payload)
+    launch_spans = set()
+    for corr, indices in ops_of_corr.items():
+        start, end = launches[corr]
+        calls.append((start, end, "launch", tuple(indices)))
+        launch_spans.add((start, end))
+    h2d = labeller.labels["h2d_copy"]
+    data_parallel = merge(timeline.data_parallel_spans)
+    for s in timeline.syncs:
+        if w0 <= s.start < w1 and (s.start, s.end) not in launch_spans:
+            kind = "staging" if _inside(h2d, s.start) else "comm" if _inside(data_parallel, s.start) else "user"
+            calls.append((s.start, s.end, "sync", kind))
+    calls.sort(key=lambda c: (c[0], c[1]))
+
+    fetch_of = {iv: i for i, iv in enumerate(labeller.labels["data_wait"])}
+    fetch_starts = [iv[0] for iv in labeller.labels["data_wait"]]
+
+    def fetch_at(t: float) -> int | None:
+        i = bisect_right(fetch_starts, t) - 1
+        if i >= 0:
+            iv = labeller.labels["data_wait"][i]
+            if iv[0] <= t < iv[1]:
+                return fetch_of[iv]
+        return None
+
+    # measured end of the last op launched before time t, per stream (for the waits)
+    launch_time_of_op = {index: launches[corr][0] for corr, indices in ops_of_corr.items() for index in indices}
+    per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for index, op in enumerate(ops):
+        t = launch_time_of_op.get(index, float("-inf"))
+        per_stream[op.stream].append((t, op_ends[index]))
+    for v in per_stream.values():
+        v.sort()
+    before_busy = {s: e for s, e in _busy_before(timeline, w0).items()}
+
+    def last_end_launched_before(stream: int, t: float) -> float:
+        v = per_stream.get(stream, [])
+        i = bisect_left(v, (t, float("-inf")))
+        ends = [e for _, e in v[:i]]
+        best = max(ends) if ends else float("-inf")
+        return max(best, before_busy.get(stream, float("-inf")))
+
+    streams = sorted(set(per_stream) | set(before_busy))
+    items: list[HostItem] = []
+    cursor = w0
+
+    def work(a: float, b: float) -> None:
+        cuts = labeller.cuts(a, b)
+        for lo, hi in zip(cuts, cuts[1:]):
+            if hi > lo:
+                phase = labeller.at(lo)
+                items.append(HostItem("work", hi - lo, phase, fetch=fetch_at(lo) if phase == "data_wait" else None))
+
+    for start, end, kind, payload in calls:
+        if start > cursor:
+            work(cursor, min(start, w1))
+            cursor = min(start, w1)
+        if start >= w1:
+            break
+        lead = cursor - start
+        phase = labeller.at(start)
+        if kind == "launch":
+            indices = payload
+            blocking = all(ops[i].kind == "memcpy" for i in indices) and end >= max(op_ends[i] for i in indices)
+            if blocking:
+                done = max(op_ends[i] for i in indices)
+                items.append(HostItem("launch", 0.0, phase, indices, lead, after_us=end - max(start, done), blocking=True))
+            else:
+                items.append(HostItem("launch", max(0.0, end - cursor), phase, indices, lead))
+        else:
+            awaited = tuple(s for s in streams if last_end_launched_before(s, start) <= end + 1.0)
+            done = max((last_end_launched_before(s, start) for s in awaited), default=float("-inf"))
+            items.append(HostItem("wait", 0.0, phase, lead_us=lead, streams=awaited, after_us=end - max(start, done), sync_kind=payload))
+        cursor = max(cursor, end)
+    if cursor < w1:
+        work(cursor, w1)
+    return items
+
+
+def _busy_before(timeline: Timeline, w0: float) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for group in (timeline.kernels, timeline.memcpys, timeline.memset_ops):
+        for op in group:
+            if op.start < w0:
+                out[op.stream] = max(out.get(op.stream, float("-inf")), op.end)
+    return out
+
+
+def _inside(merged: list[Interval], t: float) -> bool:
+    i = bisect_right(merged, (t, float("inf"))) - 1
+    return i >= 0 and merged[i][0] <= t < merged[i][1]
+
+
+# --- replaying ------------------------------------------------------------------------------------
+
+
+def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
+    """Replay the model. ``host_code_scale`` multiplies the host's model-code time (work and
+    non-blocking launches in forward, backward, optimizer and other code): 0 replays a host that
+    keeps ahead of the GPU whatever its code costs."""
+    w0 = model.start_us
+    stream_end = dict(model.stream_busy_until)
+    last_end: dict[int, float] = dict(model.stream_busy_until)  # end of the last op enqueued, per stream
+    ends = [0.0] * len(model.ops)
+    busy = 0.0
+
+    def enqueue(index: int, ready: float) -> None:
+        nonlocal busy
+        op = model.ops[index]
+        prev = stream_end.get(op.stream, float("-inf"))
+        start = max(ready + op.latency_us, prev + op.gap_us)
+        end = start + op.duration_us
+        ends[index] = end
+        busy += op.duration_us
+        stream_end[op.stream] = max(prev, end)
+        last_end[op.stream] = end
+
+    for index, op in enumerate(model.ops):  # carried-in work is queued before the window's own
+        if op.carried_ready_us is not None:
+            enqueue(index, op.carried_ready_us)
+
+    h = w0
+    for item in model.items:
+        elastic = item.phase in MODEL_CODE_PHASES and not item.blocking and item.kind != "wait"
+        duration = item.duration_us * host_code_scale if elastic else item.duration_us
+        lead = item.lead_us * host_code_scale if elastic else item.lead_us
+        if item.kind == "work":
+            h += duration
+        elif item.kind == "launch":
+            call_start = h - lead
+            for index in item.ops:
+                enqueue(index, call_start)
+            if item.blocking:
+                done = max(ends[i] for i in item.ops)
+                h = max(h, max(call_start, done) + item.after_us)
+            else:
+                h += duration
+        else:
+            done = max((last_end.get(s, float("-inf")) for s in item.streams), default=float("-inf"))
+            h = max(h, max(h - lead, done) + item.after_us)
+    gpu_end = max((end for end, op in zip(ends, model.ops) if not op.spills), default=w0)
+    return Replay(window_us=max(h, gpu_end) - w0, host_end_us=h - w0, gpu_end_us=gpu_end - w0, gpu_busy_us=busy)
+
+
+@dataclass(frozen=True)
+class ReplayCheck:
+    """The unchanged model replayed against the measured window (the report carries it)."""
+
+    measured_us: float
+    replayed_us: float
+    #: the replay with the host's model code free; used when it also matches (host ahead)
+    host_free_us: float
+    steps: int
+    #: "trace": the predictions replay the host as measured; "host ahead": model code is free
+    mode: str
+
+    @property
+    def error(self) -> float:
+        return (self.replayed_us - self.measured_us) / self.measured_us if self.measured_us else 0.0
+
+    @property
+    def reproduces(self) -> bool:
+        return abs(self.error) <= REPLAY_TOLERANCE
+
+    @property
+    def host_code_scale(self) -> float:
+        return 0.0 if self.mode == "host ahead" else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "measured_ms": round(self.measured_us / 1000, 4),
+            "replayed_ms": round(self.replayed_us / 1000, 4),
+            "error": round(self.error, 4),
+            "within_tolerance": self.reproduces,
+            "tolerance": REPLAY_TOLERANCE,
+            "mode": self.mode,
+            "host_free_ms": round(self.host_free_us / 1000, 4),
+        }
+
+
+def replay_check(model: StepModel) -> ReplayCheck:
+    """Replay the unchanged model twice: as measured, and with the host's model code free. When
+    the free one reproduces the window and the GPU starts its work at least half a step after its
+    launch, the host ran ahead of the GPU: its model-code time is back-pressure from a full launch queue, and predictions treat it as free."""
+    full = replay(model).window_us
+    free = replay(model, host_code_scale=0.0).window_us
+    median_step = statistics.median(model.step_durations_us)
+    ahead = model.host_lead_us >= HOST_AHEAD_STEPS * median_step and abs(free - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us
+    return ReplayCheck(model.measured_us, full, free, model.steps, "host ahead" if ahead else "trace")
