@@ -64,7 +64,8 @@ class GpuOp:
     duration_us: float
     kind: str  # "kernel", "memcpy" or "memset"
     name: str
-    #: the host phase that launched it ("forward", "backward", "optimizer", "other", "carried")
+    #: the host phase that launched it ("forward", "backward", "optimizer", "other"; "unknown"
+    #: when the trace does not hold its launch)
     phase: str
     #: least delay after its launch before it can start
     latency_us: float
@@ -100,6 +101,9 @@ class HostItem:
     fetch: int | None = None
     #: syncs: "user" (the script's), "staging" (inside a host-to-device copy), "comm" (DDP's)
     sync_kind: str = ""
+    #: work that cannot end before this many microseconds after the window's start (a batch
+    #: that the DataLoader's workers deliver at their own pace; set by a transformation)
+    ready_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +222,8 @@ def build_model(timeline: Timeline) -> StepModel | None:
         if launch is not None and w0 <= launch[0] and start - prev_end > STREAM_GAP_US:
             waited.append(start - launch[0])
     latency_cap = statistics.median(waited) if waited else STREAM_GAP_US
+    back_to_back = [r[0] - r[-1] for r in in_model if 0 <= r[0] - r[-1] <= STREAM_GAP_US]
+    gap_floor = statistics.median(back_to_back) if back_to_back else STREAM_GAP_US
 
     delays: list[float] = []
     ops: list[GpuOp] = []
@@ -227,17 +233,17 @@ def build_model(timeline: Timeline) -> StepModel | None:
         carried = None
         if launch is None or launch[0] < w0 or launch[0] >= w1:
             carried = launch[0] if launch is not None and launch[0] < w0 else w0
-            ready, phase = carried, "carried"
+            ready, phase = carried, labeller.at(launch[0]) if launch is not None and launch[0] < w0 else "unknown"
         else:
             ready, phase = launch[0], labeller.at(launch[0])
-            if phase in ("data_wait", "h2d_copy"):
-                phase = "other"
+        if phase in ("data_wait", "h2d_copy"):
+            phase = "other"
         latency, gap = start - ready, start - prev_end
         delays.append(latency)
         if gap <= STREAM_GAP_US:
             latency = min(latency, latency_cap)
         else:
-            gap = STREAM_GAP_US
+            gap = gap_floor
         ops.append(GpuOp(stream, end - start, kind, name, phase, latency, gap, carried, copy_kind, nbytes, end > w1))
         if carried is None:
             ops_of_corr[corr].append(len(ops) - 1)
@@ -398,6 +404,8 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
         lead = item.lead_us * host_code_scale if elastic else item.lead_us
         if item.kind == "work":
             h += duration
+            if item.ready_us is not None:
+                h = max(h, w0 + item.ready_us)
         elif item.kind == "launch":
             call_start = h - lead
             for index in item.ops:
@@ -460,3 +468,29 @@ def replay_check(model: StepModel) -> ReplayCheck:
     median_step = statistics.median(model.step_durations_us)
     ahead = model.host_lead_us >= HOST_AHEAD_STEPS * median_step and abs(free - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us
     return ReplayCheck(model.measured_us, full, free, model.steps, "host ahead" if ahead else "trace")
+
+
+def host_code_scale(model: StepModel, check: ReplayCheck, steady_step_us: float | None) -> float:
+    """How much of the trace's model-code host time a step pays with the profiler off.
+
+    Profiling records every operator, which slows the host; the steady-state step (timed with the
+    profiler off) says by how much. The scale is the one at which the replayed step matches the
+    steady step (found by bisection: the replay never gets slower as the host gets faster); 0
+    when the host runs ahead of the GPU, 1 when the steady step is unknown or not faster."""
+    if check.mode == "host ahead":
+        return 0.0
+    if steady_step_us is None or steady_step_us <= 0 or model.steps == 0:
+        return 1.0
+    target = steady_step_us * model.steps
+    if replay(model).window_us <= target * (1 + 0.02):
+        return 1.0
+    if replay(model, 0.0).window_us >= target:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(14):  # 6e-5 resolution
+        mid = (lo + hi) / 2
+        if replay(model, mid).window_us > target:
+            hi = mid
+        else:
+            lo = mid
+    return (lo + hi) / 2

@@ -1,0 +1,423 @@
+"""What a fix buys: transform the step's dependency model and replay it.
+
+Contract: each transformation is a pure function ``(model, facts, **params) -> StepModel`` that
+raises ``CannotPredict(reason)`` when the model cannot express the change;
+``predict(model, check, name, facts, params) -> Prediction`` replays the model before and after.
+``TRANSFORMATIONS`` names them (rule files use these names in their ``predict`` key).
+
+``facts`` are the run's symptoms by name (``dataloader.num_workers``, ``cpu.count``,
+``workers.cpu_per_batch_ms``, ``optimizer.param_tensors`` ...): what the trace alone does not
+carry. Every modelling assumption is a named constant here, with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from diagnose.analysis import patterns as P
+from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, ReplayCheck, StepModel, replay
+
+# --- tabled rates ---------------------------------------------------------------------------------
+
+#: Dense Tensor Core throughput over plain fp32 (CUDA core) throughput, by GPU. Keyed by compute
+#: capability and a fragment of the device name (first match wins; "" matches any name).
+#: Sources: NVIDIA's datasheets, dense (no sparsity) TFLOPS.
+RATE_RATIOS: tuple[tuple[tuple[int, int], str, dict[str, float]], ...] = (
+    # A100 datasheet: FP32 19.5, TF32 156, BF16 312
+    ((8, 0), "", {"tf32": 156 / 19.5, "bf16": 312 / 19.5}),
+    # A10 datasheet: FP32 31.2, TF32 62.5, BF16 125
+    ((8, 6), "A10", {"tf32": 62.5 / 31.2, "bf16": 125 / 31.2}),
+    # L40S datasheet: FP32 91.6, TF32 183, BF16 362
+    ((8, 9), "L40S", {"tf32": 183 / 91.6, "bf16": 362 / 91.6}),
+    # L4 datasheet: FP32 30.3, TF32 60, BF16 121
+    ((8, 9), "L4", {"tf32": 60 / 30.3, "bf16": 121 / 30.3}),
+    # H100 SXM datasheet: FP32 67, TF32 494.7, BF16 989.4 (H200: the same compute)
+    ((9, 0), "", {"tf32": 494.7 / 67, "bf16": 989.4 / 67}),
+)
+
+#: Pinned host-to-device bandwidth when the trace shows no pinned copy to measure it: the link's
+#: rate. PCIe 5.0 x16 (Hopper): 32 GT/s x 16 lanes, 128b/130b coding = 63 GB/s; PCIe 4.0 x16
+#: (Ampere, Ada): 31.5 GB/s. An upper bound: a real copy reaches 80-90% of it.
+PINNED_GBS_BY_MAJOR = {9: 63.0, 8: 31.5}
+#: Copies smaller than this are latency, not bandwidth: they do not measure the link.
+BANDWIDTH_MIN_BYTES = 1 << 20
+
+#: Tensors one multi-tensor (fused/foreach) kernel takes: ``depth_to_max_tensors`` in PyTorch's
+#: ``aten/src/ATen/native/cuda/MultiTensorApply.cuh`` is {110, 64, 48, 36, 30} for 1-5 tensor
+#: lists; Adam's fused step walks 4 lists (params, grads, exp_avg, exp_avg_sq).
+FUSED_TENSORS_PER_LAUNCH = 36
+#: A fused Adam step reads params, grads and both moments and writes params and moments: 7
+#: tensor passes, against 3 for one binary elementwise kernel of the for-loop.
+FUSED_PASSES_PER_ELEMENTWISE = 7 / 3
+#: torch.compile's elementwise fusion: kernels of a chain of pointwise ops become one, and the
+#: fused kernel moves the chain's inputs and outputs only. Assumed: two pointwise kernels fuse
+#: into one that takes as long as one of them.
+COMPILE_ELEMENTWISE_FUSION = 2.0
+#: Kernels that torch.compile's Inductor can fuse (pointwise ops, reductions, norms).
+ELEMENTWISE_KERNEL = re.compile(
+    r"elementwise_kernel|vectorized_elementwise|unrolled_elementwise|reduce_kernel|softmax|layer_norm|"
+    r"LayerNorm|dropout|CatArrayBatchedCopy|fused_dropout|GeluCUDAKernel|index_elementwise|triton_"
+)
+
+
+class CannotPredict(Exception):
+    """The model cannot express this change; the message says why."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    transformation: str
+    speedup: float | None
+    step_us: float | None
+    note: str
+
+    @property
+    def ok(self) -> bool:
+        return self.speedup is not None
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _fact(facts: Mapping[str, float], name: str) -> float | None:
+    value = facts.get(name)
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def rate_ratio(model: StepModel, precision: str) -> float:
+    """Tensor Core rate of ``precision`` ("tf32", "bf16") over plain fp32 on this GPU."""
+    cc, name = model.compute_capability, model.device_name or ""
+    for key, fragment, ratios in RATE_RATIOS:
+        if cc == key and fragment in name:
+            return ratios[precision]
+    raise CannotPredict(f"no tabled Tensor Core rate for {name or 'this GPU'} (compute capability {cc})")
+
+
+def _median_duration(ops: tuple[GpuOp, ...], keep: Callable[[GpuOp], bool]) -> float | None:
+    durations = [op.duration_us for op in ops if keep(op)]
+    return statistics.median(durations) if durations else None
+
+
+def _is_elementwise(op: GpuOp) -> bool:
+    return op.kind == "kernel" and bool(ELEMENTWISE_KERNEL.search(op.name))
+
+
+def _host_per_launch(model: StepModel, phases: tuple[str, ...]) -> float:
+    """Host time of model code per launched op in these phases (Python, dispatch, launch)."""
+    host = sum(it.duration_us for it in model.items if it.phase in phases and it.kind in ("work", "launch") and not it.blocking)
+    launches = sum(1 for it in model.items if it.kind == "launch" and it.phase in phases)
+    return host / launches if launches else model.launch_cost_us
+
+
+def _rebuild(model: StepModel, items: list[HostItem], ops: list[GpuOp]) -> StepModel:
+    return replace(model, items=tuple(items), ops=tuple(ops))
+
+
+# --- transformations ------------------------------------------------------------------------------
+
+
+def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> StepModel:
+    """Scale matmul/conv/attention kernels by a rate ratio per current precision; with ``casts``
+    add one cast kernel (and its launch) before each forward matmul: autocast casts its weight
+    (inputs that come from another matmul are bf16 already)."""
+    ops = list(model.ops)
+    scaled = set()
+    for i, op in enumerate(ops):
+        if op.kind != "kernel":
+            continue
+        precision = P.classify_kernel(op.name).precision
+        if precision in ratios:
+            ops[i] = replace(op, duration_us=op.duration_us / ratios[precision])
+            scaled.add(i)
+    if not scaled:
+        raise CannotPredict("no matmul/convolution kernel in this precision to speed up")
+    if not casts:
+        return model.with_ops(ops)
+    cast_us = _median_duration(model.ops, _is_elementwise) or 0.0
+    items: list[HostItem] = []
+    for it in model.items:
+        if it.kind == "launch" and it.phase == "forward" and any(i in scaled for i in it.ops):
+            first = ops[it.ops[0]]
+            ops.append(GpuOp(first.stream, cast_us, "kernel", "autocast cast", "forward", model.launch_latency_us, STREAM_GAP_US))
+            items.append(HostItem("launch", model.launch_cost_us, "forward", (len(ops) - 1,)))
+        items.append(it)
+    for i in sorted(scaled):  # carried-in forward matmuls: their casts are carried in too
+        op = model.ops[i]
+        if op.carried_ready_us is not None and op.phase in ("forward", "unknown"):
+            ops.append(GpuOp(op.stream, cast_us, "kernel", "autocast cast", op.phase, 0.0, STREAM_GAP_US, op.carried_ready_us))
+    return _rebuild(model, items, ops)
+
+
+def autocast_bf16(model: StepModel, facts: Mapping[str, float], **_: Any) -> StepModel:
+    bf16 = rate_ratio(model, "bf16")
+    return _reprecision(model, {"fp32": bf16, "tf32": bf16 / rate_ratio(model, "tf32")}, casts=True)
+
+
+def tf32(model: StepModel, facts: Mapping[str, float], **_: Any) -> StepModel:
+    return _reprecision(model, {"fp32": rate_ratio(model, "tf32")}, casts=False)
+
+
+def fused_optimizer(model: StepModel, facts: Mapping[str, float], param_tensors: float | None = None, **_: Any) -> StepModel:
+    """The optimizer's per-tensor kernels become multi-tensor kernels of
+    ``FUSED_TENSORS_PER_LAUNCH`` tensors each; its host code collapses to their launches."""
+    tensors = param_tensors or _fact(facts, "optimizer.param_tensors")
+    if not tensors:
+        raise CannotPredict("the number of parameter tensors is unknown (a trace without its run record)")
+    per_tensor = [i for i, op in enumerate(model.ops) if op.phase == "optimizer" and op.kind == "kernel" and not P.classify_kernel(op.name).multi_tensor]
+    if not per_tensor:
+        raise CannotPredict("the optimizer launches no per-tensor kernels in the trace (already foreach/fused?)")
+    steps = max(model.steps, 1)
+    kernels_per_tensor = len(per_tensor) / steps / tensors
+    fused_launches = math.ceil(tensors / FUSED_TENSORS_PER_LAUNCH)
+    total_us = sum(model.ops[i].duration_us for i in per_tensor) / steps
+    fused_us = total_us * FUSED_PASSES_PER_ELEMENTWISE / max(kernels_per_tensor, FUSED_PASSES_PER_ELEMENTWISE)
+    host_per_launch = _host_per_launch(model, ("forward",))
+    dropped = set(per_tensor)
+    ops = list(model.ops)
+    stream = model.ops[per_tensor[0]].stream
+    items: list[HostItem] = []
+    in_optimizer = False
+    for it in model.items:
+        if it.phase != "optimizer":
+            in_optimizer = False
+            items.append(it)
+            continue
+        if not in_optimizer:  # the first item of this step's optimizer: the fused launches
+            in_optimizer = True
+            for _ in range(fused_launches):
+                ops.append(GpuOp(stream, fused_us / fused_launches, "kernel", "multi_tensor_apply_kernel (fused)", "optimizer", model.launch_latency_us, STREAM_GAP_US))
+                items.append(HostItem("launch", host_per_launch, "optimizer", (len(ops) - 1,)))
+        if it.kind == "work":
+            continue  # the per-tensor Python loop is gone
+        kept = tuple(i for i in it.ops if i not in dropped)
+        if it.kind == "launch" and not kept:
+            continue
+        items.append(replace(it, ops=kept) if it.kind == "launch" else it)
+    keep = [i not in dropped for i in range(len(ops))]
+    return _drop_ops(_rebuild(model, items, ops), keep)
+
+
+def _drop_ops(model: StepModel, keep: list[bool]) -> StepModel:
+    """Remove ops (and their indices from the launches), renumbering the rest."""
+    new_index, ops = {}, []
+    for i, op in enumerate(model.ops):
+        if keep[i]:
+            new_index[i] = len(ops)
+            ops.append(op)
+    items = []
+    for it in model.items:
+        if it.kind == "launch":
+            kept = tuple(new_index[i] for i in it.ops if i in new_index)
+            if not kept:
+                if it.blocking:
+                    continue
+                items.append(HostItem("work", it.duration_us, it.phase))
+                continue
+            it = replace(it, ops=kept)
+        items.append(it)
+    return _rebuild(model, items, ops)
+
+
+def compile_model(
+    model: StepModel, facts: Mapping[str, float], fusion: float = COMPILE_ELEMENTWISE_FUSION, cuda_graphs: bool = False, **_: Any
+) -> StepModel:
+    """torch.compile: forward/backward pointwise kernels fuse ``fusion`` to one, and the host's
+    model code shrinks to the launches left. With ``cuda_graphs`` the launches go too (one graph
+    launch per step) and the GPU runs the ops back to back."""
+    phases = ("forward", "backward", "unknown")
+    ops = list(model.ops)
+    keep = [True] * len(ops)
+    runs: dict[tuple[int, str], list[int]] = {}
+    for i, op in enumerate(ops):
+        if op.phase in phases and _is_elementwise(op):
+            run = runs.setdefault((op.stream, op.phase), [])
+            run.append(i)
+            if len(run) >= fusion:
+                total = sum(ops[j].duration_us for j in run)
+                ops[run[-1]] = replace(ops[run[-1]], duration_us=total / fusion)
+                for j in run[:-1]:
+                    keep[j] = False
+                run.clear()
+        else:
+            runs.pop((op.stream, op.phase), None)
+    if cuda_graphs:
+        ops = [replace(op, latency_us=0.0, gap_us=min(op.gap_us, STREAM_GAP_US)) if op.phase in phases else op for op in ops]
+    fused = _drop_ops(_rebuild(model, list(model.items), ops), keep)
+    host_before = sum(it.duration_us for it in fused.items if it.phase in phases[:2] and not it.blocking and it.kind != "wait")
+    launches = sum(1 for it in fused.items if it.kind == "launch" and it.phase in phases[:2])
+    if cuda_graphs:
+        host_after = model.launch_cost_us * max(model.steps, 1) * 2  # one graph for forward, one for backward
+    else:
+        host_after = launches * model.launch_cost_us
+    scale = min(1.0, host_after / host_before) if host_before else 1.0
+    items = [
+        replace(it, duration_us=it.duration_us * scale, lead_us=it.lead_us * scale)
+        if it.phase in phases[:2] and not it.blocking and it.kind != "wait"
+        else it
+        for it in fused.items
+    ]
+    return replace(fused, items=tuple(items))
+
+
+def cuda_graphs(model: StepModel, facts: Mapping[str, float], **params: Any) -> StepModel:
+    return compile_model(model, facts, cuda_graphs=True, **params)
+
+
+def more_workers(model: StepModel, facts: Mapping[str, float], num_workers: float | None = None, **_: Any) -> StepModel:
+    """Data waits become: take a batch that ``n`` workers, each ``t`` per batch, deliver at
+    ``n / t`` batches per second, bounded by the CPUs (one left for the main process)."""
+    fetches: dict[int, float] = {}
+    for it in model.items:
+        if it.fetch is not None:
+            fetches[it.fetch] = fetches.get(it.fetch, 0.0) + it.duration_us
+    if not fetches:
+        raise CannotPredict("the trace shows no DataLoader fetch on the main thread")
+    current = _fact(facts, "dataloader.num_workers")
+    if current is None:
+        current = 0.0 if _fact(facts, "dataloader.single_process") == 1 else None
+    if current is None:
+        raise CannotPredict("the DataLoader's num_workers is unknown")
+    wanted = num_workers or _fact(facts, "suggest.num_workers")
+    if not wanted:
+        raise CannotPredict("no worker count to predict for")
+    cpus = _fact(facts, "cpu.count")
+    workers = min(wanted, cpus - 1) if cpus and cpus > 1 else wanted
+    per_batch = _fact(facts, "workers.cpu_per_batch_ms")
+    per_batch_us = per_batch * 1000 if per_batch else None
+    overhead = 0.0
+    if per_batch_us is None:
+        if current == 0:  # the main thread loads each batch itself: the wait is the batch's cost
+            per_batch_us = statistics.median(fetches.values())
+        else:  # saturated workers deliver one batch per per_batch / n
+            per_batch_us = current * model.measured_us / max(len(fetches), 1)
+    if current > 0:
+        overhead = min(fetches.values())  # taking a ready batch from the queue
+    interval = per_batch_us / workers
+    first = min(fetches)
+    items, seen = [], set()
+    for it in model.items:
+        if it.fetch is None:
+            items.append(it)
+        elif it.fetch not in seen:
+            seen.add(it.fetch)
+            items.append(HostItem("work", overhead, "data_wait", fetch=it.fetch, ready_us=(it.fetch - first) * interval))
+    return replace(model, items=tuple(items))
+
+
+def pinned_copies(model: StepModel, facts: Mapping[str, float], bandwidth_gbs: float | None = None, **_: Any) -> StepModel:
+    """Pageable host-to-device copies run at the pinned bandwidth, without blocking the host."""
+    pageable = [i for i, op in enumerate(model.ops) if op.copy_kind == "HtoD-pageable"]
+    if not pageable:
+        raise CannotPredict("no pageable host-to-device copy in the trace")
+    gbs = bandwidth_gbs or pinned_bandwidth_gbs(model)
+    ops = list(model.ops)
+    for i in pageable:
+        ops[i] = replace(ops[i], duration_us=ops[i].nbytes / (gbs * 1e3), copy_kind="HtoD-pinned")
+    targets = set(pageable)
+    items = []
+    for it in model.items:
+        if it.kind == "launch" and it.blocking and targets.intersection(it.ops):
+            items.append(replace(it, blocking=False, duration_us=model.launch_cost_us, after_us=0.0))
+        elif it.kind == "wait" and it.sync_kind == "staging":
+            continue
+        else:
+            items.append(it)
+    return _rebuild(model, items, ops)
+
+
+def pinned_bandwidth_gbs(model: StepModel) -> float:
+    """Pinned H2D bandwidth measured in this trace (large copies), else the link's tabled rate."""
+    rates = [op.nbytes / op.duration_us / 1e3 for op in model.ops if op.copy_kind == "HtoD-pinned" and op.nbytes >= BANDWIDTH_MIN_BYTES and op.duration_us > 0]
+    if rates:
+        return statistics.median(rates)
+    major = model.compute_capability[0] if model.compute_capability else None
+    if major not in PINNED_GBS_BY_MAJOR:
+        raise CannotPredict("no pinned copy in the trace to measure the bandwidth, and none tabled for this GPU")
+    return PINNED_GBS_BY_MAJOR[major]
+
+
+def remove_syncs(model: StepModel, facts: Mapping[str, float], keep_every: float = 0, **_: Any) -> StepModel:
+    """The script's own syncs stop blocking (``keep_every`` N: one in N still does). Staging
+    syncs of copies and DDP's waits stay."""
+    user = [i for i, it in enumerate(model.items) if it.kind == "wait" and it.sync_kind == "user"]
+    user += [i for i, it in enumerate(model.items) if it.kind == "launch" and it.blocking and all(model.ops[j].copy_kind == "DtoH" for j in it.ops)]
+    if not user:
+        raise CannotPredict("the script's own code does not sync in the trace")
+    user.sort()
+    removed = {i for n, i in enumerate(user) if not keep_every or (n + 1) % int(keep_every) != 0}
+    items = []
+    for i, it in enumerate(model.items):
+        if i not in removed:
+            items.append(it)
+        elif it.kind == "launch":  # a blocking read-back becomes an asynchronous one
+            items.append(replace(it, blocking=False, duration_us=model.launch_cost_us, after_us=0.0))
+    return replace(model, items=tuple(items))
+
+
+def larger_batch(model: StepModel, facts: Mapping[str, float], factor: float | None = None, **_: Any) -> StepModel:
+    """A batch ``factor`` times larger: the GPU work of forward and backward and the data loading
+    scale with it; launches, host code, the optimizer and communication do not."""
+    if not factor:
+        size, suggested = _fact(facts, "batch.size"), _fact(facts, "suggest.batch_size")
+        factor = suggested / size if size and suggested else None
+    if not factor or factor <= 1:
+        raise CannotPredict("no larger batch to predict for (the memory headroom is unknown)")
+    ops = [
+        replace(op, duration_us=op.duration_us * factor)
+        if op.phase not in ("optimizer",) and op.kind != "memset" and not P.classify_kernel(op.name).communication
+        else op
+        for op in model.ops
+    ]
+    items = [replace(it, duration_us=it.duration_us * factor) if it.fetch is not None else it for it in model.items]
+    return replace(model, ops=tuple(ops), items=tuple(items), batch_factor=model.batch_factor * factor)
+
+
+Transformation = Callable[..., StepModel]
+
+#: name -> transformation; rule files name these in their ``predict`` key.
+TRANSFORMATIONS: dict[str, Transformation] = {
+    "autocast_bf16": autocast_bf16,
+    "tf32": tf32,
+    "fused_optimizer": fused_optimizer,
+    "compile": compile_model,
+    "cuda_graphs": cuda_graphs,
+    "more_workers": more_workers,
+    "pinned_copies": pinned_copies,
+    "remove_syncs": remove_syncs,
+    "larger_batch": larger_batch,
+}
+
+
+def predict(
+    model: StepModel,
+    check: ReplayCheck,
+    name: str,
+    facts: Mapping[str, float],
+    params: Mapping[str, float] | None = None,
+    host_scale: float = 1.0,
+) -> Prediction:
+    """Replay the model before and after ``name``; the speedup is in samples per second."""
+    if name not in TRANSFORMATIONS:
+        return Prediction(name, None, None, f"cannot predict: no transformation called {name!r}")
+    if not check.reproduces:
+        return Prediction(name, None, None, f"cannot predict: the replay is {check.error:+.0%} off the measured step")
+    try:
+        changed = TRANSFORMATIONS[name](model, facts, **dict(params or {}))
+    except CannotPredict as exc:
+        return Prediction(name, None, None, f"cannot predict: {exc}")
+    before = replay(model, host_scale).window_us
+    after = replay(changed, host_scale).window_us
+    if after <= 0:
+        return Prediction(name, None, None, "cannot predict: the changed step replays to nothing")
+    speedup = before / after * changed.batch_factor / model.batch_factor
+    note = f"replayed step {before / model.steps / 1000:.2f} ms -> {after / model.steps / 1000:.2f} ms"
+    if check.mode == "host ahead":
+        note += "; the host runs ahead of the GPU, its model code is taken as hidden"
+    elif host_scale < 1:
+        note += f"; host code scaled to the steady step ({host_scale:.2f}x the traced)"
+    return Prediction(name, speedup, after / model.steps, note)
