@@ -1,10 +1,13 @@
-"""Stage 7: fire the rules on the symptoms, quote the evidence, rank by the bound on the gain.
+"""Stage 7: fire the rules on the symptoms, quote the evidence, rank by the predicted gain.
 
-Contract: ``diagnose_symptoms(rules, symptoms) -> Diagnosis``; pure.
+Contract: ``diagnose_symptoms(rules, symptoms, predictor=None) -> Diagnosis``; pure.
 
-A finding's gain is the most its fix can give (for removing an exposed share s: 1 / (1 - s)):
-an upper bound, not a promise; ``diagnose verify`` measures the real one. Findings whose bound
-is under ``MIN_GAIN`` are dropped: a recommendation that cannot help noticeably is not printed.
+A finding's gain bound is the most its fix can give (for removing an exposed share s:
+1 / (1 - s)). Where the rule names a transformation (``predict``) and the run's step replays
+(diagnose.analysis.replay), the finding also carries the predicted speedup: the step's model
+changed as the fix would change it, replayed. Findings rank by the prediction where there is
+one, else by the bound. Findings whose bound is under ``MIN_GAIN`` are dropped; those predicted
+to gain less than the run-to-run spread (or ``MIN_GAIN``) are left out with one line saying so.
 A rule whose conditions hold is dropped too when a rule that supersedes it fires (one cause, one
 finding); the Diagnosis records which rule spoke instead. "next" rules (what to try when nothing is wrong) are shown only when no problem fired.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.analysis.predict import Predictor
 from diagnose.analysis.rules import Rule, format_value, render_template
 from diagnose.analysis.symptoms import Symptoms
 
@@ -47,6 +51,14 @@ class Finding:
     references: list[str]
     knobs: dict[str, str]
     lines: str | None = None
+    #: the replayed speedup of the fix (None: no transformation, or the model cannot express it)
+    predicted: float | None = None
+    prediction_note: str | None = None
+
+    @property
+    def expected(self) -> float | None:
+        """What the ranking uses: the prediction where there is one, else the bound."""
+        return self.predicted if self.predicted is not None else self.gain
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +70,8 @@ class Finding:
             "do": self.do,
             "why": self.why,
             "gain_bound": None if self.gain is None else round(self.gain, 4),
+            "predicted_speedup": None if self.predicted is None else round(self.predicted, 4),
+            "prediction_note": self.prediction_note,
             "gain_formula": self.gain_formula,
             "evidence": [
                 {"symptom": e.name, "value": e.value, "unit": e.unit, "text": e.text} for e in self.evidence
@@ -75,6 +89,10 @@ class Diagnosis:
     dropped: list[str] = field(default_factory=list)  # fired, but the gain bound was too small
     #: fired, but a rule that supersedes it fired too: rule id -> the id of that rule
     superseded: dict[str, str] = field(default_factory=dict)
+    #: fired, but predicted to gain less than the spread: one line each, saying so
+    considered: list[str] = field(default_factory=list)
+    #: the replay check and the prediction settings (``Predictor.to_dict``), when there was one
+    replay: dict[str, Any] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -108,7 +126,8 @@ def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
 
 
 def _rank_key(f: Finding) -> tuple[int, float]:
-    return (0, -f.gain) if f.gain is not None else (1, 0.0)
+    expected = f.expected
+    return (0, -expected) if expected is not None else (1, 0.0)
 
 
 def superseded_by(fired: list[Rule]) -> dict[str, str]:
@@ -120,11 +139,25 @@ def superseded_by(fired: list[Rule]) -> dict[str, str]:
     return {rule.id: out[rule.id] for rule in fired if rule.id in out}
 
 
-def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms) -> Diagnosis:
+def _predict(finding: Finding, rule: Rule, values: dict[str, float], predictor: Predictor) -> None:
+    if rule.predict is None:
+        return
+    p = predictor.predict(rule.predict, values, rule.prediction_params(values))
+    finding.prediction_note = f"{rule.predict}: {p.note}"
+    if p.speedup is not None:
+        finding.predicted = p.speedup
+        if finding.gain is not None and p.speedup > finding.gain:
+            finding.predicted = finding.gain  # a prediction above the bound says the model over-reached
+            finding.prediction_note += f"; {p.speedup:.2f}x replayed, capped at the bound"
+
+
+def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predictor | None = None) -> Diagnosis:
     values = symptoms.values_by_name()
     problems: list[Finding] = []
     nexts: list[Finding] = []
     dropped: list[str] = []
+    considered: list[str] = []
+    floor = max(MIN_GAIN - 1, predictor.spread if predictor is not None else 0.0)
     fired = [rule for rule in rules if rule.fires(values)]
     superseded = superseded_by(fired)
     for rule in fired:
@@ -134,7 +167,24 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms) -> Diagnosis:
         if finding.gain is not None and finding.gain < MIN_GAIN:
             dropped.append(rule.id)
             continue
+        if predictor is not None:
+            _predict(finding, rule, values, predictor)
+        if finding.predicted is not None and finding.predicted < 1 + floor:
+            why = (
+                f"within the {predictor.spread:.0%} step-to-step spread"
+                if predictor is not None and predictor.spread >= MIN_GAIN - 1
+                else f"under the {MIN_GAIN - 1:.0%} worth a change"
+            )
+            considered.append(f"considered {rule.id}: predicted {finding.predicted:.2f}x, {why}")
+            continue
         (problems if rule.kind == "problem" else nexts).append(finding)
     problems.sort(key=_rank_key)
     nexts.sort(key=_rank_key)
-    return Diagnosis(findings=problems, next_steps=[] if problems else nexts, dropped=dropped, superseded=superseded)
+    return Diagnosis(
+        findings=problems,
+        next_steps=[] if problems else nexts,
+        dropped=dropped,
+        superseded=superseded,
+        considered=considered,
+        replay=predictor.to_dict() if predictor is not None else None,
+    )

@@ -14,7 +14,9 @@ from diagnose.analysis.breakdown import Breakdown, calibrate_to_steady_state, co
 from diagnose.distributed import rank_records, rank_trace
 from diagnose.errors import TraceError, UsageError
 from diagnose.analysis.findings import DEFAULT_LIMIT, diagnose_symptoms
-from diagnose.record import RunRecord
+from diagnose.analysis.predict import Predictor, step_spread
+from diagnose.analysis.replay import StepModel, build_model, host_code_scale, replay_check
+from diagnose.record import RunRecord, WindowPlan
 from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.rules import Rule, load_rules
 from diagnose.analysis.ranks import RankSet, job_samples_per_s, summarize_rank
@@ -78,11 +80,15 @@ def analyze_ranks(run_dir: Path, ranks: dict[int, Path], options: AnalysisOption
     plus what only the ranks together show (a straggler, unbalanced data, the backend)."""
     rules = rules if rules is not None else load_rules(list(options.rules_dirs))
     analysed = {}
+    first_models: list[StepModel] = []
     for rank, path in sorted(ranks.items()):
         record = RunRecord.load(path)
         trace = rank_trace(run_dir, rank)
         warnings: list[str] = []
-        analysed[rank] = (record, trace, *_breakdown(record, trace, options, warnings), warnings)
+        models: list[StepModel] = []
+        analysed[rank] = (record, trace, *_breakdown(record, trace, options, warnings, models), warnings)
+        if rank == min(ranks):
+            first_models = models
     rank_set = RankSet.of([summarize_rank(rank, record, bd) for rank, (record, _, bd, _, _) in analysed.items()])
     first = min(analysed)
     record, trace, breakdown, meta, warnings = analysed[first]
@@ -93,8 +99,9 @@ def analyze_ranks(run_dir: Path, ranks: dict[int, Path], options: AnalysisOption
     if trace is not None:
         source["trace"] = str(trace)
     symptoms = compute_symptoms(breakdown, record, meta, rank_set)
+    predictor = make_predictor(first_models, record, breakdown)
     report = build_report(
-        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(rules, symptoms),
+        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(rules, symptoms, predictor),
         source=source, limit=options.limit, warnings=warnings,
     )
     report.distributed = {
@@ -107,9 +114,10 @@ def analyze_ranks(run_dir: Path, ranks: dict[int, Path], options: AnalysisOption
 
 
 def _breakdown(
-    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: list[str]
+    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: list[str], models: list[StepModel] | None = None
 ) -> tuple[Breakdown | None, TraceMeta | None]:
-    """The trace's breakdown, corrected to the run's steady state (None without a profiled step)."""
+    """The trace's breakdown, corrected to the run's steady state (None without a profiled step).
+    ``models`` receives the window's replay model, when there is one."""
     if trace is None:
         if record is not None and record.status not in ("no_steps",):
             warnings.append("no trace was written: the script ended before the profiled window")
@@ -120,6 +128,10 @@ def _breakdown(
             warnings.append(f"the trace {trace.name} holds no events on a training thread")
             return None, timeline.meta
         breakdown = compute_breakdown(timeline)
+        if models is not None:
+            model = build_model(timeline)
+            if model is not None:
+                models.append(model)
         steady = _steady_step_us(record)
         if steady is not None:
             breakdown = calibrate_to_steady_state(breakdown, steady)
@@ -137,7 +149,8 @@ def _analyze(
     warnings: list[str],
 ) -> Report:
     rules = rules if rules is not None else load_rules(list(options.rules_dirs))
-    breakdown, meta = _breakdown(record, trace, options, warnings)
+    models: list[StepModel] = []
+    breakdown, meta = _breakdown(record, trace, options, warnings, models)
     if trace is not None:
         source["trace"] = str(trace)
         if breakdown is None and record is None:
@@ -145,7 +158,7 @@ def _analyze(
     symptoms = compute_symptoms(breakdown, record, meta)
     # Rules run even with no profiled step: what the run record shows (an OOM, memory at
     # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.
-    diagnosis = diagnose_symptoms(rules, symptoms)
+    diagnosis = diagnose_symptoms(rules, symptoms, make_predictor(models, record, breakdown))
     return build_report(
         record=record,
         meta=meta,
@@ -156,6 +169,21 @@ def _analyze(
         limit=options.limit,
         warnings=warnings,
     )
+
+
+def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown: Breakdown | None) -> Predictor | None:
+    """The predictor of a run's fixes: its replay model, checked against the measured window,
+    with the host scaled to the steady step, and the step-to-step spread (steady steps where
+    timed, else the profiled ones)."""
+    if not models:
+        return None
+    model = models[0]
+    check = replay_check(model)
+    steady_durations: list[float] = []
+    if record is not None and record.timed_steps and record.plan:
+        steady_durations = record.durations_between(WindowPlan(**record.plan).first_timed, record.timed_steps)
+    durations = steady_durations if len(steady_durations) >= 2 else list(model.step_durations_us)
+    return Predictor(model, check, host_code_scale(model, check, _steady_step_us(record)), step_spread(durations))
 
 
 def _steady_step_us(record: RunRecord | None) -> float | None:

@@ -321,7 +321,7 @@ def pinned_copies(model: StepModel, facts: Mapping[str, float], bandwidth_gbs: f
     targets = set(pageable)
     items = []
     for it in model.items:
-        if it.kind == "launch" and it.blocking and targets.intersection(it.ops):
+        if it.kind == "launch" and targets.intersection(it.ops):  # the call staged the copy through host memory
             items.append(replace(it, blocking=False, duration_us=model.launch_cost_us, after_us=0.0))
         elif it.kind == "wait" and it.sync_kind == "staging":
             continue
@@ -421,3 +421,36 @@ def predict(
     elif host_scale < 1:
         note += f"; host code scaled to the steady step ({host_scale:.2f}x the traced)"
     return Prediction(name, speedup, after / model.steps, note)
+
+
+# --- for the findings ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """Predicts rules' fixes on one run: its model, the replay check, the host scale that matches
+    the steady step, and the run-to-run spread under which a gain is not worth a user's time."""
+
+    model: StepModel
+    check: ReplayCheck
+    host_scale: float
+    #: relative step-to-step spread of the measured steps (see ``step_spread``)
+    spread: float
+
+    def predict(self, name: str, facts: Mapping[str, float], params: Mapping[str, float] | None = None) -> Prediction:
+        return predict(self.model, self.check, name, facts, params, self.host_scale)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.check.to_dict(), "host_code_scale": round(self.host_scale, 4), "step_spread": round(self.spread, 4)}
+
+
+def step_spread(durations: list[float]) -> float:
+    """Half the interquartile range of the step times over their median: how much two
+    measurements of the same step differ, so that a predicted gain below it cannot be told from
+    noise. Quartiles, not the range: a host that runs ahead of the GPU times a few steps short
+    and the next ones long, and those outliers say nothing of the steady step."""
+    if len(durations) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(durations, n=4, method="inclusive")
+    median = statistics.median(durations)
+    return (q3 - q1) / 2 / median if median > 0 else 0.0

@@ -91,6 +91,10 @@ class Report:
     findings: list[dict[str, Any]] = field(default_factory=list)
     next_steps: list[dict[str, Any]] = field(default_factory=list)
     findings_not_shown: int = 0
+    #: fixes that fired but were predicted to gain less than the spread, one line each
+    considered: list[str] = field(default_factory=list)
+    #: the replay of the unchanged step against the measured one, and the prediction settings
+    replay: dict[str, Any] | None = None
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     host_hotspots: dict[str, Any] = field(default_factory=dict)
     worker_hotspots: dict[str, Any] = field(default_factory=dict)
@@ -212,6 +216,8 @@ def build_report(
         report.findings = shown
         report.findings_not_shown = len(findings) - len(shown)
         report.next_steps = [f.to_dict() for f in diagnosis.next_steps]
+        report.considered = list(diagnosis.considered)
+        report.replay = diagnosis.replay
         report.healthy = diagnosis.healthy and report.breakdown is not None
         report.verdict = _verdict(report, diagnosis)
     return report
@@ -378,6 +384,8 @@ def _verdict(report: Report, diagnosis: Diagnosis) -> str:
     if diagnosis.findings:
         top = diagnosis.findings[0]
         bound = f" (up to {top.gain:.2f}x faster)" if top.gain else ""
+        if top.predicted is not None:
+            bound = f" (predicted {top.predicted:.2f}x faster, at most {top.gain:.2f}x)" if top.gain else f" (predicted {top.predicted:.2f}x faster)"
         return f"{top.title}{bound}."
     window = report.breakdown["window"]
     shares = window["exposed_share"]

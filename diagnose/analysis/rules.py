@@ -313,6 +313,20 @@ class Rule:
     quote: str | None = None
     #: ids of the rules whose findings this rule's finding replaces when both fire
     supersedes: tuple[str, ...] = ()
+    #: the transformation of the replay model that predicts this fix (diagnose.analysis.predict),
+    #: and its parameters: name -> expression over symptoms
+    predict: str | None = None
+    predict_params: tuple[tuple[str, Node], ...] = ()
+
+    def prediction_params(self, values: Mapping[str, float]) -> dict[str, float]:
+        """The ``predict`` parameters for this run (a parameter over a missing symptom is left out)."""
+        out = {}
+        for name, tree in self.predict_params:
+            try:
+                out[name] = evaluate(tree, values)
+            except MissingSymptom:
+                continue
+        return out
 
     def fires(self, values: Mapping[str, float]) -> bool:
         """The conditions hold (whether the finding is shown also depends on ``supersedes``)."""
@@ -418,7 +432,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
 
     known_keys = {
         "id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples", "quote",
-        "supersedes",
+        "supersedes", "predict",
     }
     for key in data:
         if key not in known_keys:
@@ -494,6 +508,8 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     if quote is not None and (not isinstance(quote, str) or CATALOG.get(quote, ("",))[0] != "text"):
         raise fail(f"quote names a text symptom (lines.sync, lines.data, lines.host_other), not {quote!r}", "quote")
 
+    predict, predict_params = _read_predict(data.get("predict"), fail)
+
     references = data.get("references", [])
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise fail("references must be a list of strings", "references")
@@ -535,7 +551,34 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         builtin=builtin,
         quote=quote,
         supersedes=tuple(supersedes),
+        predict=predict,
+        predict_params=predict_params,
     )
+
+
+def _read_predict(raw: Any, fail: Callable[[str, str | None], RuleError]) -> tuple[str | None, tuple[tuple[str, Node], ...]]:
+    """``predict = "name"`` or ``predict = { transform = "name", param = "expression" }``."""
+    from diagnose.analysis.predict import TRANSFORMATIONS
+
+    if raw is None:
+        return None, ()
+    table = {"transform": raw} if isinstance(raw, str) else raw
+    if not isinstance(table, dict) or not isinstance(table.get("transform"), str):
+        raise fail("predict is a transformation name, or a table with 'transform' and its parameters", "predict")
+    name = table["transform"]
+    if name not in TRANSFORMATIONS:
+        raise fail(f"predict names an unknown transformation {name!r} (known: {', '.join(sorted(TRANSFORMATIONS))})", "predict")
+    params = []
+    for key, value in table.items():
+        if key == "transform":
+            continue
+        try:
+            tree = parse_expr(str(value).lower() if isinstance(value, bool) else str(value))
+        except ExprError as exc:
+            raise fail(f"bad predict parameter {key}: {exc}", "predict") from exc
+        _check_names(names_in(tree), str(value), fail)
+        params.append((key, tree))
+    return name, tuple(params)
 
 
 def _check_names(names: set[str], context: str, fail: Callable[[str, str | None], RuleError]) -> None:

@@ -236,11 +236,20 @@ class TerminalRenderer(Renderer):
             return
         c.print(Text(r.verdict, style="bold green" if r.healthy else "bold red"))
         if r.findings:
-            c.print(Text("Findings, ranked by the most each fix can gain:", style="bold"))
+            c.print(Text("Findings, ranked by the predicted gain (else the most each fix can gain):", style="bold"))
         for i, f in enumerate(r.findings, 1):
             self._finding(c, i, f)
         if r.findings_not_shown:
             c.print(Text(f"... and {r.findings_not_shown} more (--all shows every finding)", style="dim"))
+        for line in r.considered:
+            c.print(Text(line, style="dim"))
+        if r.replay:
+            rp = r.replay
+            c.print(Text(
+                f"replay: {rp['replayed_ms']:.2f} ms replayed vs {rp['measured_ms']:.2f} ms measured over {rp['steps']} steps "
+                f"({rp['error']:+.1%}{'' if rp['within_tolerance'] else ', off: no predictions'})",
+                style="dim",
+            ))
         if r.next_steps:
             c.print(Text("What would be next:", style="bold"))
             for i, f in enumerate(r.next_steps, 1):
@@ -248,6 +257,9 @@ class TerminalRenderer(Renderer):
 
     def _finding(self, c: Console, i: int, f: dict[str, Any]) -> None:
         gain = f" — up to {f['gain_bound']:.2f}x" if f.get("gain_bound") else ""
+        if f.get("predicted_speedup") is not None:
+            bound = f", at most {f['gain_bound']:.2f}x" if f.get("gain_bound") else ""
+            gain = f" — predicted {f['predicted_speedup']:.2f}x{bound}"
         c.print(Text.assemble(f"{i:>2}. ", (f["rule"], "bold"), " ", (f["title"], "bold"), (gain, "green")))
         c.print(Text(f"    {f['says']}"))
         if f["evidence"]:
