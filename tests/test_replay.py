@@ -1,0 +1,337 @@
+"""The replay model and the predictions: hand-written traces with exact microseconds, then the
+recorded GPU fixtures (the replay reproduces the measured window; the planted fix is predicted
+to help, unrelated changes are not)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from diagnose.analysis.breakdown import calibrate_to_steady_state, compute_breakdown
+from diagnose.analysis.findings import MIN_GAIN, diagnose_symptoms
+from diagnose.analysis.pipeline import AnalysisOptions, _steady_step_us, analyze_run_dir
+from diagnose.analysis.predict import (
+    TRANSFORMATIONS,
+    Predictor,
+    autocast_bf16,
+    compile_model,
+    fused_optimizer,
+    more_workers,
+    pinned_copies,
+    predict,
+    remove_syncs,
+    step_spread,
+    tf32,
+)
+from diagnose.analysis.replay import StepModel, build_model, host_code_scale, replay, replay_check
+from diagnose.analysis.rules import load_rules
+from diagnose.analysis.symptoms import Symptoms, compute_symptoms
+from diagnose.analysis.timeline import build_timeline, load_timeline
+from diagnose.record import RunRecord
+from tests.tracebuilder import ELEMENTWISE, FP32_GEMM, TraceBuilder, one_gpu_step
+
+DATA = Path(__file__).parent / "data"
+
+
+def model_of(b: TraceBuilder) -> StepModel:
+    model = build_model(build_timeline(b.to_dict()))
+    assert model is not None
+    return model
+
+
+def synced_step() -> TraceBuilder:
+    """Forward (a matmul, then a relu that waits for it on the stream), then .item() blocked
+    until the GPU is done, then 60 µs of host code. 200 µs."""
+    b = TraceBuilder()
+    b.step(1, 0, 200)
+    b.op("aten::linear", 0, 40, forward=True)
+    b.kernel(FP32_GEMM, 20, 100, launch_ts=10)  # waits 10 µs after its launch
+    b.op("aten::relu", 40, 20, forward=True)
+    b.kernel(ELEMENTWISE, 120, 10, launch_ts=45)  # waits for the matmul
+    b.op("aten::item", 100, 45)
+    b.sync(110, 30)  # returns 10 µs after the GPU's work ends at 130
+    return b
+
+
+# --- the replay reproduces hand-written traces ---------------------------------------------------
+
+
+def test_replay_reproduces_the_reference_step_exactly() -> None:
+    model = model_of(one_gpu_step())
+    result = replay(model)
+    assert result.window_us == 1000.0
+    assert result.host_end_us == 1000.0
+    assert replay_check(model).error == 0.0
+
+
+def test_replay_reproduces_a_synced_step_and_reads_its_dependencies() -> None:
+    model = model_of(synced_step())
+    assert replay(model).window_us == 200.0
+    matmul, relu = model.ops
+    assert (matmul.latency_us, relu.latency_us, relu.gap_us) == (10.0, 10.0, 0.0)  # relu waited for the stream
+    waits = [it for it in model.items if it.kind == "wait"]
+    assert len(waits) == 1 and waits[0].after_us == 10.0 and waits[0].streams == (7,)
+    assert replay(model).gpu_end_us == 130.0
+
+
+def test_a_gpu_that_runs_behind_makes_the_host_wait_longer_at_the_sync() -> None:
+    model = model_of(synced_step())
+    slower = model.with_ops([model.ops[0].__class__(**{**model.ops[0].__dict__, "duration_us": 150.0}), model.ops[1]])
+    # the matmul ends at 170, the relu at 180, the sync returns at 190, 60 µs of host code follow
+    assert replay(slower).window_us == 250.0
+
+
+# --- each transformation on a hand-written trace ----------------------------------------------------
+
+
+def test_tf32_speeds_the_matmul_but_the_host_is_the_critical_path() -> None:
+    model = model_of(synced_step())
+    # the matmul ends at 33.5; the relu starts 10 µs after its launch (55-65); the sync returns
+    # at 110 + 10, then 60 µs of host code
+    assert replay(tf32(model, {})).window_us == pytest.approx(180.0)
+
+
+def test_bf16_adds_a_cast_kernel_and_its_launch() -> None:
+    model = model_of(synced_step())
+    changed = autocast_bf16(model, {})
+    assert [op.name for op in changed.ops][-1] == "autocast cast"
+    assert len(changed.items) == len(model.items) + 1
+    # host: +1 µs for the cast's launch; the relu then starts at 56 and ends at 66, the sync
+    # returns at 121, 60 µs later the step ends
+    assert replay(changed).window_us == pytest.approx(181.0)
+
+
+def test_removing_the_sync_lets_the_host_go_on() -> None:
+    model = model_of(synced_step())
+    assert replay(remove_syncs(model, {})).window_us == 170.0
+
+
+def test_compile_shrinks_the_forward_host_code_to_its_launches() -> None:
+    model = model_of(synced_step())
+    changed = compile_model(model, {})
+    # forward host code (60 µs) becomes two launches of 1 µs; then 50 µs of other code; the
+    # matmul, launched at 1/3 µs, ends at 110.33, the relu at 120.33, the sync returns at 130.33
+    assert replay(changed).window_us == pytest.approx(190.0 + 1 / 3)
+
+
+def loader_steps() -> TraceBuilder:
+    """Two steps of 150 µs: a 100 µs single-process fetch, then 50 µs of forward with a kernel."""
+    b = TraceBuilder()
+    for start in (0, 150):
+        b.step(start // 150, start, 150)
+        b.data_wait(start, 100)
+        b.op("aten::linear", start + 100, 50, forward=True)
+        b.kernel(ELEMENTWISE, start + 120, 10, launch_ts=start + 110)
+    return b
+
+
+def test_more_workers_deliver_batches_at_their_measured_rate() -> None:
+    model = model_of(loader_steps())
+    assert replay(model).window_us == 300.0
+    facts = {"dataloader.num_workers": 0, "cpu.count": 8}
+    # one batch takes 100 µs of one core; 4 workers deliver one every 25 µs: the host no longer waits
+    assert replay(more_workers(model, facts, num_workers=4)).window_us == 100.0
+    # on 2 CPUs only one worker fits (one core stays with the main process): batches every 100 µs
+    assert replay(more_workers(model, {**facts, "cpu.count": 2}, num_workers=4)).window_us == 150.0
+
+
+def pageable_step() -> TraceBuilder:
+    b = TraceBuilder()
+    b.step(1, 0, 250)
+    b.op("aten::to", 0, 200)
+    b.memcpy("Memcpy HtoD (Pageable -> Device)", 20, 160, 1 << 20, launch_ts=10, launch_dur=180)  # blocks the host
+    b.sync(190, 5)  # the copy's own staging sync
+    b.op("aten::linear", 205, 10, forward=True)
+    b.kernel(ELEMENTWISE, 215, 10, launch_ts=210, tid=1)
+    return b
+
+
+def test_pinned_copies_run_at_the_link_rate_and_stop_blocking() -> None:
+    model = model_of(pageable_step())
+    assert replay(model).window_us == 250.0
+    assert [it.blocking for it in model.items if it.kind == "launch"] == [True, False]
+    changed = pinned_copies(model, {})
+    # 1 MiB at the H200's tabled 63 GB/s: 16.64 µs; the host pays the trace's 1 µs launch instead
+    # of the blocking 180 µs call, and no staging sync: 10 + 1 + 15 + 1 + 39 = 66 µs
+    assert replay(changed).window_us == 66.0
+    assert changed.ops[0].duration_us == pytest.approx((1 << 20) / 63e3)
+
+
+def optimizer_step() -> TraceBuilder:
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.op("aten::linear", 0, 10, forward=True)
+    b.kernel(FP32_GEMM, 5, 10, launch_ts=2)
+    b.optimizer(20, 60)
+    for i, launch in enumerate((25, 35, 45, 55)):  # two tensors, two per-tensor kernels each
+        b.kernel(ELEMENTWISE, 30 + 10 * i, 5, launch_ts=launch)
+    return b
+
+
+def test_fused_optimizer_collapses_the_per_tensor_loop() -> None:
+    model = model_of(optimizer_step())
+    assert replay(model).window_us == 100.0
+    changed = fused_optimizer(model, {"optimizer.param_tensors": 2})
+    fused = [op for op in changed.ops if op.phase == "optimizer"]
+    assert len(fused) == 1 and fused[0].duration_us == 20.0
+    # the optimizer's 60 µs of host code become one launch at the forward's host cost per
+    # launch (10 µs); 20 µs of other code follow: 10 + 10 + 10 + 20
+    assert replay(changed).window_us == 50.0
+
+
+@dataclass
+class CannotCase:
+    name: str
+    trace: TraceBuilder
+    facts: dict[str, float]
+    reason: str
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        CannotCase("pinned_copies", synced_step(), {}, "no pageable host-to-device copy"),
+        CannotCase("fused_optimizer", optimizer_step(), {}, "number of parameter tensors is unknown"),
+        CannotCase("more_workers", synced_step(), {}, "no DataLoader fetch"),
+        CannotCase("more_workers", loader_steps(), {"suggest.num_workers": 4}, "num_workers is unknown"),
+        CannotCase("remove_syncs", loader_steps(), {}, "does not sync"),
+        CannotCase("larger_batch", synced_step(), {}, "no larger batch"),
+        CannotCase("no_such_change", synced_step(), {}, "no transformation called"),
+    ],
+    ids=lambda c: c.name,
+)
+def test_a_change_the_model_cannot_express_says_why(case: CannotCase) -> None:
+    model = model_of(case.trace)
+    p = predict(model, replay_check(model), case.name, case.facts)
+    assert p.speedup is None and case.reason in p.note
+
+
+def test_no_tabled_rate_for_an_unknown_gpu() -> None:
+    b = synced_step()
+    data = b.to_dict()
+    data["deviceProperties"][0].update(name="Some GPU", computeMajor=7, computeMinor=5)
+    model = build_model(build_timeline(data))
+    assert model is not None
+    p = predict(model, replay_check(model), "tf32", {})
+    assert p.speedup is None and "no tabled Tensor Core rate" in p.note
+
+
+def test_predict_reports_the_speedup_of_the_replayed_step() -> None:
+    model = model_of(synced_step())
+    p = predict(model, replay_check(model), "remove_syncs", {})
+    assert p.speedup == pytest.approx(200 / 170)
+    assert p.step_us == 170.0
+
+
+def test_host_scale_matches_the_steady_step() -> None:
+    model = model_of(synced_step())
+    check = replay_check(model)
+    assert host_code_scale(model, check, None) == 1.0
+    assert host_code_scale(model, check, 250.0) == 1.0  # the steady step is not faster
+    scale = host_code_scale(model, check, 150.0)
+    assert replay(model, scale).window_us == pytest.approx(150.0, abs=0.01)
+
+
+def test_step_spread_ignores_outlying_steps() -> None:
+    assert step_spread([100.0, 100.0, 100.0, 100.0, 200.0]) == 0.0
+    assert step_spread([90.0, 110.0]) == pytest.approx(0.05)  # quartiles 95 and 105
+    assert step_spread([100.0]) == 0.0
+
+
+# --- findings: ranked by the prediction, left out under the spread ----------------------------------
+
+
+def test_findings_rank_by_prediction_and_leave_out_what_cannot_be_told_from_noise() -> None:
+    rules = {r.id: r for r in load_rules()}
+    model = model_of(synced_step())
+    predictor = Predictor(model, replay_check(model), 1.0, spread=0.2)
+    symptoms = Symptoms.from_values(
+        {"sync.per_step": 50, "sync.cost_share": 0.4, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3}
+    )
+    assert rules["SYNC001"].fires(symptoms.values_by_name())
+    diagnosis = diagnose_symptoms([rules["SYNC001"]], symptoms, predictor)
+    # removing the sync replays to 1.18x: under the 20% spread
+    assert diagnosis.findings == []
+    assert diagnosis.considered == ["considered SYNC001: predicted 1.18x, within the 20% step-to-step spread"]
+    kept = diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01))
+    assert [f.predicted for f in kept.findings] == [pytest.approx(200 / 170)]
+    assert kept.findings[0].to_dict()["predicted_speedup"] == round(200 / 170, 4)
+    assert kept.replay is not None and kept.replay["within_tolerance"]
+
+
+# --- the recorded GPU fixtures ----------------------------------------------------------------------
+
+#: fixture -> the transformation of its planted fix (None: nothing planted, or no transformation)
+PLANTED = {
+    "data_bound": "more_workers",
+    "pageable_copies": "pinned_copies",
+    "fp32_transformer": "autocast_bf16",
+    "launch_bound": "cuda_graphs",
+    "item_syncs": "remove_syncs",
+    "forloop_optimizer": "fused_optimizer",
+    "cpu_preprocessing": None,
+    "well_tuned": None,
+}
+UNRELATED = ("autocast_bf16", "tf32", "fused_optimizer", "more_workers", "pinned_copies", "remove_syncs")
+#: changes that fix the same thing as the planted one (TF32 is the smaller step towards bf16)
+SAME_FIX = {"autocast_bf16": {"tf32"}}
+FIXTURE_TRACES = sorted(p for p in DATA.glob("*/*.pt.trace.json.gz"))
+
+
+@pytest.mark.parametrize("trace", FIXTURE_TRACES, ids=lambda p: f"{p.parent.name}/{p.name[:6]}")
+def test_the_replay_reproduces_each_recorded_window(trace: Path) -> None:
+    model = build_model(load_timeline(trace))
+    if model is None:  # a CPU-only run: nothing to replay
+        assert "cpu" in trace.parent.name
+        return
+    check = replay_check(model)
+    assert check.reproduces, f"replayed {check.replayed_us:.0f} µs against {check.measured_us:.0f} µs"
+
+
+def _fixture(name: str) -> tuple[StepModel, Predictor, dict[str, float]]:
+    run = DATA / name
+    record = RunRecord.load(run / "run.json")
+    timeline = load_timeline(next(run.glob("*.pt.trace.json.gz")))
+    model = build_model(timeline)
+    assert model is not None
+    bd = compute_breakdown(timeline)
+    steady = _steady_step_us(record)
+    if steady:
+        bd = calibrate_to_steady_state(bd, steady)
+    facts = compute_symptoms(bd, record, timeline.meta).values_by_name()
+    check = replay_check(model)
+    return model, Predictor(model, check, host_code_scale(model, check, steady), 0.0), facts
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED), ids=str)
+def test_the_planted_fix_is_predicted_to_help_and_unrelated_changes_are_not(name: str) -> None:
+    model, predictor, facts = _fixture(name)
+    planted = PLANTED[name]
+    if planted is not None:
+        p = predictor.predict(planted, facts)
+        assert p.speedup is not None and p.speedup >= 1.15, p.note
+    for other in UNRELATED:
+        if other == planted or other in SAME_FIX.get(planted or "", set()):
+            continue
+        p = predictor.predict(other, facts)
+        assert p.speedup is None or abs(p.speedup - 1) <= 0.05, f"{other}: {p.speedup} ({p.note})"
+
+
+@pytest.mark.parametrize("name", [n for n, t in PLANTED.items() if t], ids=str)
+def test_reports_carry_the_prediction_beside_the_bound(name: str) -> None:
+    report = analyze_run_dir(DATA / name, AnalysisOptions())
+    expected = json.loads((DATA / name / "expected.json").read_text())
+    top = report.findings[0]
+    assert top["rule"] == expected["planted_rule"]
+    assert top["predicted_speedup"] is not None and top["predicted_speedup"] <= top["gain_bound"]
+    assert top["prediction_note"].startswith(PLANTED[name])
+    assert report.replay is not None and report.replay["within_tolerance"]
+
+
+def test_every_transformation_is_named_by_a_rule_or_tested_here() -> None:
+    named = {r.predict for r in load_rules() if r.predict}
+    assert named <= set(TRANSFORMATIONS)
+    assert MIN_GAIN > 1
