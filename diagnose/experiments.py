@@ -276,16 +276,18 @@ def verify(
 
 def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, Any]:
     gains = {f["rule"]: f.get("gain_bound") for f in (report.get("findings") or []) + (report.get("next_steps") or [])}
+    predicted = {f["rule"]: f.get("predicted_speedup") for f in (report.get("findings") or []) + (report.get("next_steps") or [])}
     ranked = sorted(result.tried, key=lambda o: -(o.speedup or 0))
     rows = [_row(b, role="baseline") for b in result.baseline.runs]
     lines = []
     for o in ranked:
         row = _row(o, role="recommendation")
         row["gain_bound"] = gains.get(o.rule or "")
+        row["predicted_speedup"] = predicted.get(o.rule or "")
         if "compile" in o.knobs:
             row["compile"] = compile_cost(o, result.baseline)
         rows.append(row)
-        lines.extend(_conclusion(o, gains.get(o.rule or ""), result.baseline))
+        lines.extend(_conclusion(o, gains.get(o.rule or ""), result.baseline, predicted.get(o.rule or "")))
     if result.combined is not None:
         rows.append(_row(result.combined, role="combined"))
         if result.combined.speedup:
@@ -305,7 +307,7 @@ def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, 
     }
 
 
-def _conclusion(o: Outcome, bound: float | None, baseline: Baseline) -> list[str]:
+def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: float | None = None) -> list[str]:
     change = f"{o.rule} ({' '.join(f'{k}={v}' for k, v in o.knobs.items())})"
     if o.verdict == "helped":
         lines = [f"{change} helped: {o.speedup:.2f}x faster" + (f" (its bound: {bound:.2f}x)" if bound else "")]
@@ -316,6 +318,8 @@ def _conclusion(o: Outcome, bound: float | None, baseline: Baseline) -> list[str
         lines = [f"{change} made it slower: {o.speedup:.2f}x; do not apply it"]
     else:
         lines = [f"{change} could not be measured: {o.error or o.verdict}"]
+    if predicted is not None and o.speedup is not None:
+        lines.append(f"  predicted {predicted:.2f}x, measured {o.speedup:.2f}x ({(predicted - o.speedup) / o.speedup:+.0%})")
     if o.top_exposed:
         lines.append(f"  after it, the top exposed share is {o.top_exposed['category']} ({o.top_exposed['share'] * 100:.0f}%)")
     return lines

@@ -335,3 +335,14 @@ def test_every_transformation_is_named_by_a_rule_or_tested_here() -> None:
     named = {r.predict for r in load_rules() if r.predict}
     assert named <= set(TRANSFORMATIONS)
     assert MIN_GAIN > 1
+
+
+def test_verify_says_predicted_beside_measured() -> None:
+    from diagnose.experiments import Baseline, Outcome, summarize_verify, VerifyResult
+
+    baseline = Baseline([Outcome("baseline", {}, "ok", "runs/b", steps_per_s=10.0)], by_samples=False)
+    tried = Outcome("SYNC001", {"item_every": "1000"}, "ok", "runs/t", rule="SYNC001", steps_per_s=12.0, speedup=1.2, verdict="helped")
+    report = {"findings": [{"rule": "SYNC001", "gain_bound": 1.5, "predicted_speedup": 1.32}]}
+    summary = summarize_verify(VerifyResult(baseline, [tried], None, []), report)
+    assert "  predicted 1.32x, measured 1.20x (+10%)" in summary["conclusions"]
+    assert summary["rows"][-1]["predicted_speedup"] == 1.32

@@ -3,6 +3,7 @@ files (a test keeps docs/rules.md equal to this output)."""
 
 from __future__ import annotations
 
+from diagnose.analysis.predict import TRANSFORMATIONS
 from diagnose.analysis.rules import Rule
 from diagnose.analysis.symptoms import CATALOG
 
@@ -47,6 +48,9 @@ def rules_markdown(rules: list[Rule]) -> str:
         'gain = "1 / (1 - exposed.data_wait)"  # the most the change can give (optional)',
         'evidence = ["exposed.data_wait"]     # symptoms quoted with the finding',
         'knob = { num_workers = "{suggest.num_workers}" }   # what diagnose verify applies',
+        '# the change replayed on the step\'s model to predict its gain (optional): a name, or a table',
+        '# with the transformation\'s parameters as expressions over symptoms',
+        'predict = { transform = "more_workers", num_workers = "suggest.num_workers" }',
         'references = ["https://..."]',
         'supersedes = ["DATA006"]             # their findings are dropped when this rule fires',
         "",
@@ -67,14 +71,19 @@ def rules_markdown(rules: list[Rule]) -> str:
         "are raw measurements: every cut-off is written here, in the rules. Placeholders format shares",
         "as percentages, bytes in KB/MB/GB,",
         "and take Python format specs (`{gpu.compute_capability:.1f}`); `{gain}` is the bound.",
-        "Findings are ranked by their gain bound; a finding whose bound is under 1.03x is not shown.",
+        "Findings are ranked by their predicted speedup where the rule names a `predict`",
+        "transformation and the step's replay reproduces the measured one (within 5%), else by their",
+        "gain bound. A finding whose bound is under 1.03x is not shown; one predicted to gain less",
+        "than the run's step-to-step spread (or 1.03x) is left out with one line saying so.",
+        "Transformations: " + ", ".join(f"`{name}`" for name in sorted(TRANSFORMATIONS)) + " (diagnose/analysis/predict.py).",
+        "",
         "When two rules fire and one supersedes the other, only the superseding finding is shown (the",
         "report's diagnosis records which rule spoke instead): one cause, one finding.",
         "",
         "## The rules",
         "",
-        "| id | title | fires when | gain bound | knob | supersedes |",
-        "|---|---|---|---|---|---|",
+        "| id | title | fires when | gain bound | predicted by | knob | supersedes |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rules:
         when = " and ".join(f"`{c.text}`" for c in r.all_of)
@@ -85,7 +94,8 @@ def rules_markdown(rules: list[Rule]) -> str:
         knob = ", ".join(f"`{k}={v}`" for k, v in r.knobs.items()) or "-"
         gain = f"`{r.gain_text}`" if r.gain_text else "-"
         supersedes = ", ".join(f"[{x}](#{x.lower()})" for x in r.supersedes) or "-"
-        out.append(f"| [{r.id}](#{r.id.lower()}) | {r.title} | {when} | {gain} | {knob} | {supersedes} |")
+        predict = f"`{r.predict}`" if r.predict else "-"
+        out.append(f"| [{r.id}](#{r.id.lower()}) | {r.title} | {when} | {gain} | {predict} | {knob} | {supersedes} |")
     out.append("")
     for r in rules:
         out += [
