@@ -28,7 +28,7 @@ from diagnose.analysis.predict import (
 )
 from diagnose.analysis.replay import StepModel, build_model, host_code_scale, replay, replay_check
 from diagnose.analysis.rules import load_rules
-from diagnose.analysis.symptoms import Symptoms, compute_symptoms
+from diagnose.analysis.symptoms import compute_symptoms, symptoms_from_values
 from diagnose.analysis.timeline import build_timeline, load_timeline
 from diagnose.record import RunRecord
 from tests.tracebuilder import ELEMENTWISE, FP32_GEMM, TraceBuilder, one_gpu_step
@@ -248,7 +248,7 @@ def test_findings_rank_by_prediction_and_leave_out_what_cannot_be_told_from_nois
     rules = {r.id: r for r in load_rules()}
     model = model_of(synced_step())
     predictor = Predictor(model, replay_check(model), 1.0, spread=0.2)
-    symptoms = Symptoms.from_values(
+    symptoms = symptoms_from_values(
         {"sync.per_step": 50, "sync.cost_share": 0.4, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3}
     )
     assert rules["SYNC001"].fires(symptoms.values_by_name())
