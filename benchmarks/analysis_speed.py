@@ -25,7 +25,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace  # noqa: E402
-from diagnose.analysis.rules import load_rules  # noqa: E402
 from diagnose.analysis.timeline import read_trace_json  # noqa: E402
 
 FIXTURE = REPO / "tests" / "data" / "forloop_optimizer"
@@ -79,19 +78,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trace = args.trace or build_trace(int(args.mb * 1e6), Path(tmp) / "bench.pt.trace.json")
         size = trace.stat().st_size
-        rules = load_rules()
-        options = AnalysisOptions()
+        options = AnalysisOptions.load()
 
         def load() -> None:
             with trace.open() as fh:
                 json.load(fh)
 
         def analyse() -> None:
-            analyze_trace(trace, options, rules)
+            analyze_trace(trace, options)
 
         load_best, load_median = best(load, args.repeat)
         analyse_best, analyse_median = best(analyse, args.repeat)
-        report = analyze_trace(trace, options, rules)
+        report = analyze_trace(trace, options)
         parser = "streamed pieces, msgspec"
         print(f"trace: {size / 1e6:.1f} MB, {report.source.get('trace_events', 0):,} events, {len(report.breakdown['steps'])} steps")
         print(f"json.load:          best {load_best:.3f} s, median {load_median:.3f} s")

@@ -32,10 +32,24 @@ from diagnose.runtime.capture import CaptureSession  # noqa: E402
 from diagnose.runtime.instrument import Instrumentation, StepClock  # noqa: E402
 from diagnose.progress import Progress  # noqa: E402
 from diagnose.record import WindowPlan  # noqa: E402
+from diagnose.rundir import RunDir  # noqa: E402
 
 #: median step of each planted example on an H200 (docs/truth.md, steady state), in ms
 EXAMPLE_STEP_MS = {"item_syncs": 4.0, "launch_bound": 17.0, "well_tuned": 20.1, "pageable_copies": 28.0,
                    "cpu_preprocessing": 156.0, "fp32_transformer": 124.6, "forloop_optimizer": 118.0, "data_bound": 190.0}
+
+
+class _NoWindow:
+    """The capture session's window listener, with nothing to start or stop."""
+
+    def window_opened(self) -> None:
+        pass
+
+    def window_closing(self) -> None:
+        pass
+
+    def window_closed(self) -> None:
+        pass
 
 
 def main() -> None:
@@ -51,7 +65,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as run_dir:
         # warm-up 1, profile 1 (a real trace is written), then "timed" for as long as this runs
         plan = WindowPlan(warmup=1, steps=1, timed=10**9, stop=False)
-        session = CaptureSession(plan, Path(run_dir), Progress(enabled=False), on_window_end=lambda: None)
+        session = CaptureSession(plan, RunDir(Path(run_dir)), Progress(enabled=False), window=_NoWindow())
         clock = StepClock(on_boundary=session.on_boundary, on_reset=session.on_reset)
         instrumentation = Instrumentation(clock)
 

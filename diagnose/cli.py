@@ -9,8 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -51,23 +49,6 @@ def _fail(exc: DiagnoseError) -> typer.Exit:
     return typer.Exit(exc.exit_code)
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr(active: bool) -> Iterator[None]:
-    """With --json, stdout carries only the report: the script's own output goes to stderr."""
-    if not active:
-        yield
-        return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def _emit(report, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - Report
     from diagnose.renderers import JSONRenderer, TerminalRenderer
 
@@ -105,11 +86,11 @@ def run(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
 ) -> None:
     """Run a training script under the profiler, break each step down, and diagnose it."""
+    from diagnose import session
     from diagnose.analysis.pipeline import AnalysisOptions
     from diagnose.distributed import rank_info
-    from diagnose.runtime.knobs import Knobs
     from diagnose.record import WindowPlan
-    from diagnose.analysis.rules import load_rules
+    from diagnose.runtime.knobs import Knobs
 
     script_args = list(args or [])
     if script_args[:1] == ["--"]:
@@ -122,133 +103,43 @@ def run(
         raise _fail(errors.UsageError("--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)", hint="use --nproc-per-node N to launch through torchrun"))
     rank = rank if rank is not None and rank.world_size > 1 else None
     try:
-        knobs = Knobs.parse(knob or [])
-        options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all)
-        rules = load_rules(list(options.rules_dirs))  # a bad rule file fails before the script runs
+        request = session.RunRequest(
+            script=script, module=module, script_args=script_args, knobs=Knobs.parse(knob or []),
+            options=AnalysisOptions.load(rules_dirs or (), show_all=show_all),  # a bad rule file fails before the script runs
+            plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop),
+            out=out, overwrite=overwrite, html=html, lines=not no_lines, quiet=quiet,
+            knob_assignments=list(knob or []), rules_dirs=tuple(rules_dirs or ()),
+        )
+        run_dir = session.open_run_dir(request, None if nproc_per_node else rank)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    request = _RunRequest(
-        script=script, module=module, script_args=script_args, knobs=knobs, options=options, rules=rules,
-        plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop),
-        out=out, overwrite=overwrite, json_out=json_out, html=html, lines=not no_lines, quiet=quiet, color=color,
-        forwarded=[
-            "--warmup", str(warmup), "--steps", str(steps), "--timed-steps", str(timed_steps), "--quiet",
-            *(["--no-stop"] if no_stop else []), *(["--no-lines"] if no_lines else []),
-            *[x for k in knob or [] for x in ("--set", k)], *[x for d in rules_dirs or [] for x in ("--rules", str(Path(d).resolve()))],
-        ],
-    )
     if nproc_per_node:
-        _launch_ranks(request, nproc_per_node)
-    _run_one(request, rank)
+        typer.echo(f"diagnose ▸ launching {nproc_per_node} ranks through torchrun into {run_dir.path}", err=True)
+        code = session.launch_ranks(request, nproc_per_node, run_dir, quiet_stdout=json_out)
+        _analyze_and_emit(run_dir, request, json_out, color)
+        raise typer.Exit(code)
+    try:
+        record = session.run_script(request, run_dir, rank, quiet_stdout=json_out)
+    except DiagnoseError as exc:
+        typer.echo(f"run directory: {run_dir.path}", err=True)
+        raise _fail(exc) from None
+    if session.merges_here(rank):
+        if rank is not None:
+            run_dir.wait_for_ranks(rank.world_size)
+        _analyze_and_emit(run_dir, request, json_out, color)
+    _exit_for(record, request.plan)
 
 
-@dataclass
-class _RunRequest:
-    script: Optional[str]
-    module: Optional[str]
-    script_args: list[str]
-    knobs: object
-    options: object
-    rules: list
-    plan: object
-    out: Optional[Path]
-    overwrite: bool
-    json_out: bool
-    html: bool
-    lines: bool
-    quiet: bool
-    color: Optional[bool]
-    forwarded: list[str]
-
-    @property
-    def name(self) -> str:
-        return (Path(self.script).stem if self.script else (self.module or "run").rsplit(".", 1)[-1]) or "run"
-
-    def target_args(self) -> list[str]:
-        if self.module:
-            return ["-m", self.module, "--", *self.script_args]
-        return [str(self.script), "--", *self.script_args]
-
-
-def _launch_ranks(request: _RunRequest, nproc: int) -> None:
-    """--nproc-per-node: torchrun starts the ranks, each a rank-aware ``diagnose run``; then the
-    ranks' records are merged into one report here."""
-    from diagnose.distributed import launch
-    from diagnose.rundir import default_run_dir, prepare_run_dir
+def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - RunDir, RunRequest
     from diagnose.session import analyze_and_save
 
     try:
-        run_dir = prepare_run_dir(request.out or default_run_dir(request.name), explicit=request.out is not None, overwrite=request.overwrite)
+        report = analyze_and_save(run_dir, request.options, html=request.html)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    typer.echo(f"diagnose ▸ launching {nproc} ranks through torchrun into {run_dir}", err=True)
-    code = launch(nproc, run_dir, request.forwarded, request.target_args(), quiet_stdout=request.json_out)
-    try:
-        report = analyze_and_save(run_dir, request.options, rules=request.rules, html=request.html)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    _emit(report, request.json_out, request.color)
-    if not request.json_out:
-        typer.echo(f"run directory: {run_dir}  (tensorboard --logdir {run_dir.parent})", err=True)
-    raise typer.Exit(code)
-
-
-def _run_one(request: _RunRequest, rank) -> None:  # noqa: ANN001 - a RankInfo or None
-    """One process: the whole run (or, under torchrun/srun, this rank's part of it)."""
-    import os
-    import socket
-
-    from diagnose.distributed import PARENT_MERGES, shared_run_dir, wait_for_ranks
-    from diagnose.runtime.lines import LineAttribution
-    from diagnose.progress import Progress
-    from diagnose.runtime.runner import RUN_JSON, resolve_target, run_target
-    from diagnose.rundir import default_run_dir, prepare_run_dir
-    from diagnose.session import analyze_and_save, save_not_run
-
-    try:
-        if rank is None:
-            run_dir = prepare_run_dir(request.out or default_run_dir(request.name), explicit=request.out is not None, overwrite=request.overwrite)
-        else:  # every rank writes into the same folder, under its own names
-            run_dir = prepare_run_dir(request.out or shared_run_dir(request.name), explicit=True, overwrite=True)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    try:
-        target = resolve_target(request.script, request.module, request.script_args)
-    except DiagnoseError as exc:
-        save_not_run(run_dir, {"kind": "module" if request.module else "script", "value": request.module or request.script, "args": request.script_args}, exc.message)
-        typer.echo(f"run directory: {run_dir}", err=True)
-        raise _fail(exc) from None
-    target.args = request.knobs.apply_to_args(target.args)
-
-    def analyse():  # noqa: ANN202
-        return analyze_and_save(run_dir, request.options, rules=request.rules, html=request.html)
-
-    def before_hard_exit(_record) -> None:  # noqa: ANN001 - os._exit ends the process: report now
-        if rank is None:
-            analyse()
-            typer.echo(f"diagnose: the script called os._exit; the report is in {run_dir}", err=True)
-
-    hooks = []
-    if request.lines:
-        hooks.append(LineAttribution(run_dir, "workers" if rank is None else f"workers-{rank.prefix}"))
-    with _stdout_to_stderr(request.json_out):
-        record = run_target(
-            target, request.plan, run_dir, knobs=request.knobs if request.knobs else None,
-            progress=Progress(enabled=not request.quiet), extra_hooks=hooks, on_hard_exit=before_hard_exit,
-            worker=None if rank is None else f"{rank.prefix}_{socket.gethostname()}_{os.getpid()}",
-            record_file=RUN_JSON if rank is None else rank.record_file,
-        )
-    if rank is None or (rank.rank == 0 and not os.environ.get(PARENT_MERGES)):
-        if rank is not None:
-            wait_for_ranks(run_dir, rank.world_size)
-        try:
-            report = analyse()
-        except DiagnoseError as exc:
-            raise _fail(exc) from None
-        _emit(report, request.json_out, request.color)
-        if not request.json_out:
-            typer.echo(f"run directory: {run_dir}  (tensorboard --logdir {run_dir.parent})", err=True)
-    _exit_for(record, request.plan)
+    _emit(report, json_out, color)
+    if not json_out:
+        typer.echo(f"run directory: {run_dir.path}  (tensorboard --logdir {run_dir.path.parent})", err=True)
 
 
 def _exit_for(record, plan) -> None:  # noqa: ANN001
@@ -285,22 +176,20 @@ def analyze(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
-    from diagnose.analysis.pipeline import AnalysisOptions, analyze_path
-    from diagnose.rundir import default_run_dir, prepare_run_dir
-    from diagnose.session import analyze_and_save, write_html
+    from diagnose import session
+    from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
+    from diagnose.rundir import RunDir
 
-    options = AnalysisOptions(rules_dirs=tuple(rules_dirs or ()), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
     try:
+        options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
         if path.is_dir():
-            report = analyze_and_save(path, options, html=html)
+            report = session.analyze_and_save(RunDir(path), options, html=html)
         else:
-            report = analyze_path(path, options)
+            report = analyze_trace(path, options)
             if html or out is not None:  # never write beside the user's trace: a run directory
-                run_dir = prepare_run_dir(out or default_run_dir("analyze-" + path.name.split(".")[0]), explicit=out is not None)
-                report.save(run_dir / "report.json")
-                if html:
-                    write_html(report, run_dir / "report.html")
-                typer.echo(f"wrote {run_dir}", err=True)
+                run_dir = RunDir.create_for("analyze-" + path.name.split(".")[0], out)
+                session.save_outputs(run_dir, report, html=html, events=False)
+                typer.echo(f"wrote {run_dir.path}", err=True)
     except DiagnoseError as exc:
         raise _fail(exc) from None
     if steps_table and not json_out:
@@ -319,20 +208,16 @@ def report(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Show a saved report again (no re-analysis), or write its HTML."""
-    from diagnose.analysis.report import Report
-    from diagnose.session import write_html
+    from diagnose.rundir import RunDir
 
-    path = run_dir / "report.json"
-    if not path.is_file():
-        raise _fail(errors.UsageError(f"no report.json in {run_dir}", hint=f"diagnose analyze {run_dir} makes one"))
+    saved_run = RunDir(run_dir)
     try:
-        saved = Report.load(path)
-    except (OSError, ValueError) as exc:
-        raise _fail(errors.UsageError(f"cannot read {path}: {exc}", hint=f"diagnose analyze {run_dir} rewrites it")) from None
-    if html:
-        out = write_html(saved, run_dir / "report.html")
-        typer.echo(f"wrote {out}", err=True)
-        return
+        saved = saved_run.load_report()
+        if html:
+            typer.echo(f"wrote {saved_run.save_html(saved)}", err=True)
+            return
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
     _emit(saved, json_out, color)
 
 
@@ -348,20 +233,28 @@ def _script_args(script: Optional[str], args: Optional[list[str]], module: Optio
     return [script, "--", *rest]
 
 
-def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], window: tuple[int, int, int]):  # noqa: ANN202
-    """The checked target, its arguments for ``diagnose run``, the output folder and the window."""
-    from diagnose.record import WindowPlan
-    from diagnose.rundir import default_run_dir, prepare_run_dir
+def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path]):  # noqa: ANN202
+    """The checked target, its arguments for ``diagnose run`` and the output folder."""
+    from diagnose.rundir import RunDir
     from diagnose.runtime.runner import resolve_target
 
     target_args = _script_args(script, args, module)
     try:
         target = resolve_target(script if not module else None, module, [])
-        out_dir = prepare_run_dir(out or default_run_dir(f"{kind}-{target.display_name}"), explicit=out is not None)
+        out_dir = RunDir.create_for(f"{kind}-{target.display_name}", out)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    warmup, steps, timed = window
-    return target_args, target, out_dir, WindowPlan(warmup=warmup, steps=steps, timed=timed)
+    return target_args, target, out_dir
+
+
+def _save_and_emit(out_dir, report, html: bool, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - RunDir, Report
+    from diagnose.session import save_outputs
+
+    try:
+        save_outputs(out_dir, report, html=html, events=False)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    _emit(report, json_out, color)
 
 
 @app.command(context_settings=RUN_CONTEXT)
@@ -383,17 +276,16 @@ def verify(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Diagnose, then measure what each top recommendation really buys, one at a time and combined."""
+    from diagnose.analysis.report import Report
     from diagnose.experiments import summarize_verify
     from diagnose.experiments import verify as run_verify
-    from diagnose.analysis.report import Report
-    from diagnose.session import write_html
+    from diagnose.record import WindowPlan
+    from diagnose.session import rules_argv
 
-    target_args, _, out_dir, plan = _experiment_setup("verify", script, args, module, out, (warmup, steps, timed_steps))
-    progress = _progress_printer(json_out)
-    options = [item for d in rules_dirs or [] for item in ("--rules", str(Path(d).resolve()))]
+    target_args, _, out_dir = _experiment_setup("verify", script, args, module, out)
     result, base_report = run_verify(
-        target_args, out_dir, plan, top=top, repeats=repeats, base_knobs=list(knob or []),
-        on_progress=progress, timeout=timeout, options=options,
+        target_args, out_dir, WindowPlan(warmup=warmup, steps=steps, timed=timed_steps), top=top, repeats=repeats,
+        base_knobs=list(knob or []), on_progress=_progress_printer(json_out), timeout=timeout, options=rules_argv(rules_dirs or []),
     )
     first = result.baseline.runs[0]
     if not base_report or first.status != "ok":
@@ -406,10 +298,7 @@ def verify(
         )
     report = Report.from_dict(base_report)
     report.experiments = summarize_verify(result, base_report)
-    report.save(out_dir / "report.json")
-    if html:
-        write_html(report, out_dir / "report.html")
-    _emit(report, json_out, color)
+    _save_and_emit(out_dir, report, html, json_out, color)
 
 
 @app.command(context_settings=RUN_CONTEXT)
@@ -429,32 +318,30 @@ def sweep(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Run the script once per value of a knob (or a pair of knobs): throughput, GPU busy, memory."""
+    from diagnose.analysis.report import Report
     from diagnose.experiments import parse_sweep, plot_sweep, summarize_sweep
     from diagnose.experiments import sweep as run_sweep
-    from diagnose.analysis.report import Report
-    from diagnose.session import write_html
+    from diagnose.record import WindowPlan
 
     try:
         names, specs = parse_sweep(knob)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    target_args, target, out_dir, plan = _experiment_setup("sweep", script, args, module, out, (warmup, steps, timed_steps))
+    target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out)
+    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
     outcomes = run_sweep(target_args, out_dir, plan, specs, base_knobs=list(fixed or []), on_progress=_progress_printer(json_out), timeout=timeout)
     summary = summarize_sweep(names, outcomes)
-    plot = plot_sweep(summary, out_dir / "sweep.png")
+    plot = plot_sweep(summary, out_dir.plot_path)
     if plot is not None:
         summary["plot"] = plot.name
     report = Report(
-        source={"kind": "sweep", "run_dir": str(out_dir)},
+        source={"kind": "sweep", "run_dir": str(out_dir.path)},
         status={"state": "sweep", "exit_code": 0, "message": f"{len(outcomes)} runs of {target.value}", "error": None},
         run={"target": {"kind": target.kind, "value": target.value, "args": target_args}},
         verdict=summary["conclusions"][0] if summary["conclusions"] else "no run of the sweep succeeded",
         experiments=summary,
     )
-    report.save(out_dir / "report.json")
-    if html:
-        write_html(report, out_dir / "report.html")
-    _emit(report, json_out, color)
+    _save_and_emit(out_dir, report, html, json_out, color)
     if not any(o.status == "ok" for o in outcomes):
         raise typer.Exit(errors.EXIT_SCRIPT_FAILED)
 

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.errors import UsageError
-from diagnose.runtime.knobs import Knobs, split_assignment
 from diagnose.record import WindowPlan
+from diagnose.rundir import RunDir
+from diagnose.runtime.knobs import Knobs, split_assignment
 
 #: A change smaller than this is "no effect" even when the baseline's spread is smaller still.
 MIN_EFFECT = 0.02
@@ -72,9 +73,9 @@ class Outcome:
 RunOptions = list[str]
 
 
-def _command(script: list[str], spec: Spec, run_dir: Path, plan: WindowPlan, base_knobs: list[str], options: RunOptions) -> list[str]:
-    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), *options]
-    cmd += ["--warmup", str(plan.warmup), "--steps", str(plan.steps), "--timed-steps", str(plan.timed)]
+def _command(script: list[str], spec: Spec, run_dir: RunDir, plan: WindowPlan, base_knobs: list[str], options: RunOptions) -> list[str]:
+    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir.path), *options]
+    cmd += plan.to_argv()
     for assignment in [*base_knobs, *(f"{k}={v}" for k, v in spec.knobs.items())]:
         cmd += ["--set", assignment]
     return cmd + script
@@ -83,7 +84,7 @@ def _command(script: list[str], spec: Spec, run_dir: Path, plan: WindowPlan, bas
 def run_experiment(
     script: list[str],
     spec: Spec,
-    run_dir: Path,
+    run_dir: RunDir,
     plan: WindowPlan,
     base_knobs: list[str] | None = None,
     timeout: float | None = None,
@@ -95,14 +96,14 @@ def run_experiment(
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired:
-        return Outcome(spec.label, spec.knobs, "failed", str(run_dir), rule=spec.rule, error=f"timed out after {timeout:.0f} s")
+        return Outcome(spec.label, spec.knobs, "failed", str(run_dir.path), rule=spec.rule, error=f"timed out after {timeout:.0f} s")
     report: dict[str, Any] = {}
     if proc.stdout.strip():
         try:
             report = json.loads(proc.stdout)
         except ValueError:
             report = {}
-    return outcome_from_report(spec, report, run_dir, proc.returncode, proc.stderr)
+    return outcome_from_report(spec, report, run_dir.path, proc.returncode, proc.stderr)
 
 
 def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_code: int, stderr: str = "") -> Outcome:
@@ -240,7 +241,7 @@ class VerifyResult:
 
 def verify(
     script: list[str],
-    out_dir: Path,
+    out_dir: RunDir,
     plan: WindowPlan,
     top: int = 3,
     repeats: int = 2,
@@ -253,11 +254,11 @@ def verify(
 
     def experiment(spec: Spec, name: str) -> Outcome:
         on_progress(name)
-        return run_experiment(script, spec, out_dir / _slug(name), plan, base_knobs, timeout, options)
+        return run_experiment(script, spec, out_dir.child(name), plan, base_knobs, timeout, options)
 
     baselines = [experiment(Spec("baseline"), f"baseline-{i}") for i in range(1, repeats + 1)]
-    report_path = Path(baselines[0].run_dir) / "report.json"
-    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    first = out_dir.child("baseline-1")
+    report = first.load_report().to_dict() if first.report_path.is_file() else {}
     specs = candidates_from_report(report, top)
     skipped = [f["rule"] for f in (report.get("findings") or [])[:top] if not f.get("knobs")]
     tried = [experiment(spec, spec.label) for spec in specs]
@@ -360,7 +361,7 @@ def parse_sweep(assignments: list[str]) -> tuple[list[str], list[Spec]]:
 
 def sweep(
     script: list[str],
-    out_dir: Path,
+    out_dir: RunDir,
     plan: WindowPlan,
     specs: list[Spec],
     base_knobs: list[str] | None = None,
@@ -378,7 +379,7 @@ def sweep(
             outcomes.append(Outcome(spec.label, spec.knobs, "oom", "", error="skipped: a smaller value already ran out of memory"))
             continue
         on_progress(spec.label)
-        o = run_experiment(script, spec, out_dir / _slug(spec.label), plan, base_knobs, timeout, options)
+        o = run_experiment(script, spec, out_dir.child(spec.label), plan, base_knobs, timeout, options)
         outcomes.append(o)
         if o.status == "oom" and size_knob:
             oom_at[size_knob] = min(oom_at.get(size_knob, float("inf")), _as_float(spec.knobs[size_knob]))
@@ -441,11 +442,6 @@ def _as_float(value: str) -> float:
 
 def _fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _slug(label: str) -> str:
-    keep = "".join(c if c.isalnum() or c in "=.-_" else "_" for c in label)
-    return keep.strip("_")[:80] or "run"
 
 
 def plot_sweep(summary: dict[str, Any], path: Path) -> Path | None:

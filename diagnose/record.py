@@ -19,9 +19,17 @@ RUN_SCHEMA = "diagnose.run/1"
 STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps", "not_run")
 
 
-@dataclass
+@dataclass(frozen=True)
 class WindowPlan:
-    """Which steps are warm-up, profiled and timed; whether to stop the script afterwards."""
+    """Which steps are warm-up, profiled and timed; whether to stop the script afterwards.
+
+    Step k runs from boundary k to boundary k+1::
+
+        0 .. warmup-1              warm-up (the last one is the profiler's own warm-up)
+        warmup .. window_end-1     profiled: the trace
+        window_end                 absorbs the trace export, not measured
+        first_timed .. last_boundary-1   timed with the profiler off
+    """
 
     warmup: int = 5
     steps: int = 10
@@ -29,17 +37,35 @@ class WindowPlan:
     stop: bool = True
 
     @property
-    def first_profiled(self) -> int:
-        return self.warmup
+    def window_end(self) -> int:
+        """The boundary that ends the last profiled step (the profiler stops there)."""
+        return self.warmup + self.steps
 
     @property
     def first_timed(self) -> int:
         # one step between the window and the timing absorbs the trace export
-        return self.warmup + self.steps + 1
+        return self.window_end + 1
 
     @property
     def last_boundary(self) -> int:
+        """The boundary that ends the last timed step: the script is stopped there."""
         return self.first_timed + self.timed
+
+    def in_window(self, step: int) -> bool:
+        return self.warmup <= step < self.window_end
+
+    def profiled(self, completed_steps: int) -> int:
+        """How many profiled steps completed when ``completed_steps`` steps did."""
+        return max(0, min(completed_steps, self.window_end) - self.warmup)
+
+    def timed_slice(self) -> slice:
+        """The timed steps, as a slice of per-step lists."""
+        return slice(self.first_timed, self.last_boundary)
+
+    def to_argv(self) -> list[str]:
+        """The plan as ``diagnose run`` options: what a rank or an experiment is started with."""
+        argv = ["--warmup", str(self.warmup), "--steps", str(self.steps), "--timed-steps", str(self.timed)]
+        return argv if self.stop else [*argv, "--no-stop"]
 
 
 @dataclass

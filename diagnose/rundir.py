@@ -1,55 +1,241 @@
-"""The run directory: where a run's outputs go, and the only place diagnose writes.
+"""The run directory: the one owner of a run's files. No other module spells a file name.
+
+Contract: ``RunDir(path)`` names every file of a run (``record_path``, ``report_path``,
+``html_path``, ``workers_path``, ``new_trace_path``, ``child``), finds what a run left
+(``ranks``, ``traces``, ``trace_for``) and loads and saves it (``load_record``/``save_record``,
+``load_report``/``save_report``, ``save_html``, ``save_events``). ``RunDir.create`` makes a
+fresh one before the script starts, so that a bad path fails fast. No torch import.
 
 Layout (``tensorboard --logdir runs`` finds every run)::
 
     runs/<script>-<YYYYmmdd-HHMMSS>/
-        <host>_<pid>.<ms>.pt.trace.json.gz   the torch.profiler trace (one per rank)
-        run.json                               what the runner saw
+        <host>_<pid>.<ms>.pt.trace.json.gz   the torch.profiler trace that run.json names
+        run.json                               what the runner saw (schema diagnose.run/1)
         report.json                            the analysis (schema diagnose.report/1)
         report.html                            with --html
-        events.out.tfevents.*                  TensorBoard scalars and text
+        events.out.tfevents.*.diagnose         TensorBoard scalars and text
+        workers/worker-<pid>.json              DataLoader worker samples (line attribution)
+        <label>/                               verify and sweep: one run directory per run
+        sweep.png                              sweep: throughput and memory per point
+
+A distributed run holds one set per rank instead: ``rank<R>.run.json``,
+``rank<R>_<host>_<pid>.<ms>.pt.trace.json.gz`` and ``workers-rank<R>/``; ``report.json`` is the
+ranks' merged report.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from diagnose.errors import OutputError
+from diagnose.errors import OutputError, UsageError
+from diagnose.record import RunRecord
+
+if TYPE_CHECKING:
+    from diagnose.analysis.report import Report
+
+RUN_JSON = "run.json"
+REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+_RANK_RECORD = re.compile(r"^rank(\d+)\.run\.json$")
 
 
-def default_run_dir(name: str, root: Path = Path("runs")) -> Path:
+def default_location(name: str, root: Path = Path("runs")) -> Path:
+    """``runs/<name>-<YYYYmmdd-HHMMSS>``, made unique when two runs start in the same second."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = root / f"{name}-{stamp}"
     candidate, n = base, 1
-    while candidate.exists():  # two runs in the same second
+    while candidate.exists():
         n += 1
         candidate = base.with_name(f"{base.name}-{n}")
     return candidate
 
 
-def prepare_run_dir(path: Path, explicit: bool, overwrite: bool = False) -> Path:
-    """Create the run directory before the script starts, so that a bad path fails fast."""
-    path = path.expanduser().absolute()
-    if path.exists():
-        if not path.is_dir():
-            raise OutputError(f"the output path {path} exists and is not a folder")
-        if any(path.iterdir()) and not overwrite:
-            raise OutputError(
-                f"the run directory {path} already exists and is not empty",
-                hint="choose another --out, leave --out away for a fresh runs/<script>-<time>/, or pass --overwrite",
-            )
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the run directory {path}: {exc.strerror}", hint="choose a writable --out") from exc
-    if not os.access(path, os.W_OK):
-        raise OutputError(f"the run directory {path} is not writable", hint="choose a writable --out")
-    probe = path / f".diagnose-write-test-{os.getpid()}"  # per process: ranks share the folder
-    try:
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise OutputError(f"cannot write into {path}: {exc.strerror}", hint="choose a writable --out") from exc
-    return path
+def shared_location(name: str, environ: Mapping[str, str] = os.environ) -> Path:
+    """A run directory every rank of a job agrees on without talking to the others."""
+    run_id = environ.get("TORCHELASTIC_RUN_ID", "none")
+    if run_id in ("", "none"):
+        run_id = environ.get("SLURM_JOB_ID") or f"port{environ.get('MASTER_PORT', '0')}"
+    return Path("runs") / f"{name}-{run_id}"
+
+
+def _rank_prefix(rank: int) -> str:
+    return f"rank{rank}"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    # --- making one ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: Path, overwrite: bool = False) -> RunDir:
+        """Create (or, with ``overwrite``, reuse) the folder and check that it is writable."""
+        path = path.expanduser().absolute()
+        if path.exists():
+            if not path.is_dir():
+                raise OutputError(f"the output path {path} exists and is not a folder")
+            if any(path.iterdir()) and not overwrite:
+                raise OutputError(
+                    f"the run directory {path} already exists and is not empty",
+                    hint="choose another --out, leave --out away for a fresh runs/<script>-<time>/, or pass --overwrite",
+                )
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot create the run directory {path}: {exc.strerror}", hint="choose a writable --out") from exc
+        if not os.access(path, os.W_OK):
+            raise OutputError(f"the run directory {path} is not writable", hint="choose a writable --out")
+        probe = path / f".diagnose-write-test-{os.getpid()}"  # per process: ranks share the folder
+        try:
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise OutputError(f"cannot write into {path}: {exc.strerror}", hint="choose a writable --out") from exc
+        return cls(path)
+
+    @classmethod
+    def create_for(cls, name: str, out: Path | None, overwrite: bool = False) -> RunDir:
+        """``--out`` when given, else a fresh ``runs/<name>-<time>/``."""
+        return cls.create(out if out is not None else default_location(name), overwrite=overwrite)
+
+    def child(self, label: str) -> RunDir:
+        """The folder of one run of a verify or sweep, named after its label (not created)."""
+        slug = "".join(c if c.isalnum() or c in "=.-_" else "_" for c in label).strip("_")[:80] or "run"
+        return RunDir(self.path / slug)
+
+    # --- names --------------------------------------------------------------------------------
+
+    def record_path(self, rank: int | None = None) -> Path:
+        return self.path / (RUN_JSON if rank is None else f"{_rank_prefix(rank)}.{RUN_JSON}")
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / REPORT_JSON
+
+    @property
+    def html_path(self) -> Path:
+        return self.path / REPORT_HTML
+
+    @property
+    def plot_path(self) -> Path:
+        """A sweep's chart of throughput and memory per point."""
+        return self.path / "sweep.png"
+
+    def workers_path(self, rank: int | None = None) -> Path:
+        """Where the DataLoader workers of this process leave their samples."""
+        return self.path / ("workers" if rank is None else f"workers-{_rank_prefix(rank)}")
+
+    def new_trace_path(self, rank: int | None = None) -> Path:
+        """``[rank<R>_]<host>_<pid>.<ms>.pt.trace.json.gz``: the name torch-tb-profiler looks for;
+        the rank prefix tells ranks apart."""
+        worker = f"{socket.gethostname()}_{os.getpid()}"
+        if rank is not None:
+            worker = f"{_rank_prefix(rank)}_{worker}"
+        return self.path / f"{worker}.{int(time.time() * 1000)}.pt.trace.json.gz"
+
+    # --- what a run left ----------------------------------------------------------------------
+
+    def ranks(self) -> list[int]:
+        """The ranks that saved a record here (empty for a single-process run)."""
+        found = (_RANK_RECORD.match(p.name) for p in self.path.iterdir()) if self.path.is_dir() else ()
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def traces(self, rank: int | None = None) -> list[Path]:
+        """Trace files in the folder (one rank's with ``rank``), sorted by name."""
+        prefix = "" if rank is None else f"{_rank_prefix(rank)}_"
+        found = [p for p in self.path.iterdir() if p.is_file() and p.name.startswith(prefix) and p.name.endswith(TRACE_SUFFIXES)]
+        return sorted(found, key=lambda p: p.name)
+
+    def trace_for(self, record: RunRecord | None, rank: int | None = None) -> tuple[Path | None, list[str]]:
+        """The trace to analyse, and warnings. The one the record names (its latest window) wins:
+        another trace in the folder may be an earlier run's (``--overwrite``). Without a record
+        that names an existing trace, the folder's last trace by name."""
+        present = self.traces(rank)
+        named = [self.path / name for name in (record.trace_files if record is not None else [])]
+        named = [p for p in named if p.is_file()]
+        if named:
+            chosen = named[-1]
+            others = [p for p in present if p != chosen]
+            warnings = [f"{len(others)} other trace(s) in the run directory; analysed {chosen.name}, the one its record names"] if others else []
+            return chosen, warnings
+        if not present:
+            return None, []
+        chosen = present[-1]
+        warnings = [f"{len(present)} traces in the run directory; analysed {chosen.name}"] if len(present) > 1 else []
+        return chosen, warnings
+
+    def wait_for_ranks(self, world_size: int, timeout_s: float = 120.0) -> list[int]:
+        """Rank 0 waits for every rank's record (they stop at the same step, give or take)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.ranks()
+            if len(found) >= world_size or time.monotonic() > deadline:
+                return found
+            time.sleep(0.2)
+
+    # --- load and save ------------------------------------------------------------------------
+
+    def load_record(self, rank: int | None = None) -> RunRecord | None:
+        path = self.record_path(rank)
+        return RunRecord.load(path) if path.is_file() else None
+
+    def load_ranks(self) -> dict[int, RunRecord]:
+        """Each rank's record, by rank (empty for a single-process run)."""
+        return {rank: RunRecord.load(self.record_path(rank)) for rank in self.ranks()}
+
+    def save_record(self, record: RunRecord, rank: int | None = None) -> Path:
+        path = self.record_path(rank)
+        record.save(path)
+        return path
+
+    def load_report(self) -> Report:
+        from diagnose.analysis.report import Report
+
+        path = self.report_path
+        if not path.is_file():
+            raise UsageError(f"no {REPORT_JSON} in {self.path}", hint=f"diagnose analyze {self.path} makes one")
+        try:
+            return Report.load(path)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {path}: {exc}", hint=f"diagnose analyze {self.path} rewrites it") from None
+
+    def save_report(self, report: Report) -> Path:
+        return self._write(self.report_path, report.save)
+
+    def save_html(self, report: Report) -> Path:
+        from diagnose.renderers.html import HTMLRenderer
+
+        text = HTMLRenderer().render(report)
+        return self._write(self.html_path, lambda path: path.write_text(text, encoding="utf-8"))
+
+    def save_events(self, report: Report) -> Path | None:
+        """TensorBoard scalars and text, when the tensorboard package is installed (else None).
+        A failure to write them is a warning: report.json is what counts."""
+        try:
+            from diagnose.renderers.tensorboard import write_events
+
+            return write_events(report, self.path)
+        except ImportError:
+            return None
+        except OSError as exc:
+            print(f"diagnose: warning: could not write TensorBoard events: {exc}", file=sys.stderr)
+            return None
+
+    @staticmethod
+    def _write(path: Path, write: Callable[[Path], object]) -> Path:
+        try:
+            write(path)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: {exc.strerror}") from exc
+        return path

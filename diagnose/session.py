@@ -1,59 +1,184 @@
-"""Write a run directory's outputs from its trace and run.json: report.json, TensorBoard
-events and, on request, report.html. ``diagnose run`` and ``diagnose analyze RUN_DIR`` share it."""
+"""A run, orchestrated in one place: run the script into its run directory, analyse what it left
+there, write the outputs. The CLI's commands are a few calls into this module.
+
+Contract:
+
+* ``analyze_run(run_dir, options) -> Report``: a run directory's record(s) and trace(s), found by
+  ``RunDir``, analysed by ``analysis.pipeline`` (every rank side by side in a distributed run);
+* ``analyze_and_save(run_dir, options, html) -> Report``: the same, then ``save_outputs``
+  (report.json, TensorBoard events and, on request, report.html);
+* ``RunRequest``: what ``diagnose run`` was asked; ``open_run_dir``, ``run_script``,
+  ``launch_ranks`` and ``merges_here`` run it, in one process or one per rank.
+
+The runtime side (torch) is imported only when a script is run: analysing needs no torch.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from diagnose.analysis.pipeline import REPORT_JSON, AnalysisOptions, analyze_run_dir
-from diagnose.errors import OutputError
+from diagnose.analysis.pipeline import AnalysisOptions, analyze, analyze_ranks
 from diagnose.analysis.report import Report
-from diagnose.analysis.rules import Rule
+from diagnose.distributed import PARENT_MERGES, RankInfo
+from diagnose.errors import UsageError
+from diagnose.record import RunRecord, WindowPlan
+from diagnose.rundir import RunDir, shared_location
+
+if TYPE_CHECKING:
+    from diagnose.runtime.knobs import Knobs
+
+# --- analysing a run directory ----------------------------------------------------------------
 
 
-def analyze_and_save(run_dir: Path, options: AnalysisOptions, rules: list[Rule] | None = None, html: bool = False) -> Report:
-    report = analyze_run_dir(run_dir, options, rules)
-    try:
-        report.save(run_dir / REPORT_JSON)
-    except OSError as exc:
-        raise OutputError(f"cannot write {run_dir / REPORT_JSON}: {exc.strerror}") from exc
-    write_tensorboard(report, run_dir)
+def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
+    """Analyse what a run left: each rank's record and trace, or the one record and its trace."""
+    source = {"kind": "run", "run_dir": str(run_dir.path)}
+    ranks = run_dir.load_ranks()
+    if ranks:
+        inputs = {rank: (record, run_dir.trace_for(record, rank)[0]) for rank, record in ranks.items()}
+        return analyze_ranks(inputs, options, source)
+    if not run_dir.path.is_dir():
+        raise UsageError(f"no such run directory or trace: {run_dir.path}", hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file")
+    record = run_dir.load_record()
+    trace, warnings = run_dir.trace_for(record)
+    if record is None and trace is None:
+        raise UsageError(f"{run_dir.path} holds neither run.json nor a trace", hint="is it a diagnose run directory?")
+    return analyze(record, trace, options, source, warnings)
+
+
+def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bool = True) -> Report:
+    """report.json, then the TensorBoard events (with ``events``) and report.html (with ``html``)."""
+    run_dir.save_report(report)
+    if events:
+        run_dir.save_events(report)
     if html:
-        write_html(report, run_dir / "report.html")
+        run_dir.save_html(report)
     return report
 
 
-def write_html(report: Report, path: Path) -> Path:
-    from diagnose.renderers.html import HTMLRenderer
-
-    try:
-        path.write_text(HTMLRenderer().render(report), encoding="utf-8")
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror}") from exc
-    return path
+def analyze_and_save(run_dir: RunDir, options: AnalysisOptions, html: bool = False) -> Report:
+    return save_outputs(run_dir, analyze_run(run_dir, options), html=html)
 
 
-def write_tensorboard(report: Report, run_dir: Path) -> None:
-    """Scalars and text for TensorBoard, when the tensorboard package is installed."""
-    try:
-        from diagnose.renderers.tensorboard import write_events
-    except ImportError:
-        return
-    try:
-        write_events(report, run_dir)
-    except ImportError:
-        return
-    except OSError as exc:
-        print(f"diagnose: warning: could not write TensorBoard events: {exc}", file=sys.stderr)
-
-
-def save_not_run(run_dir: Path, target: dict, message: str) -> None:
+def save_not_run(run_dir: RunDir, target: dict[str, Any], message: str, options: AnalysisOptions) -> None:
     """A run that never started still leaves run.json and report.json saying why."""
-    from diagnose.analysis.pipeline import RUN_JSON
-    from diagnose.record import RunRecord
-
     record = RunRecord(target=target, command=list(sys.argv), status="not_run", exit_code=2)
     record.error = {"type": "UsageError", "message": message, "traceback": ""}
-    record.save(run_dir / RUN_JSON)
-    analyze_and_save(run_dir, AnalysisOptions())
+    run_dir.save_record(record)
+    analyze_and_save(run_dir, options)
+
+
+# --- running a script -------------------------------------------------------------------------
+
+
+def rules_argv(rules_dirs: tuple[Path, ...] | list[Path]) -> list[str]:
+    """``--rules DIR`` options for a child ``diagnose run`` (absolute: it may start elsewhere)."""
+    return [item for d in rules_dirs for item in ("--rules", str(Path(d).resolve()))]
+
+
+@dataclass
+class RunRequest:
+    """What ``diagnose run`` was asked to do."""
+
+    script: str | None
+    module: str | None
+    script_args: list[str]
+    knobs: Knobs
+    options: AnalysisOptions
+    plan: WindowPlan
+    out: Path | None = None
+    overwrite: bool = False
+    html: bool = False
+    lines: bool = True
+    quiet: bool = False
+    #: the ``--set`` and ``--rules`` options as given, passed on to the ranks
+    knob_assignments: list[str] = field(default_factory=list)
+    rules_dirs: tuple[Path, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return (Path(self.script).stem if self.script else (self.module or "run").rsplit(".", 1)[-1]) or "run"
+
+    def target_argv(self) -> list[str]:
+        if self.module:
+            return ["-m", self.module, "--", *self.script_args]
+        return [str(self.script), "--", *self.script_args]
+
+    def rank_argv(self) -> list[str]:
+        """The options every rank's ``diagnose run --rank-aware`` is started with."""
+        argv = [*self.plan.to_argv(), "--quiet", *([] if self.lines else ["--no-lines"])]
+        return argv + [x for k in self.knob_assignments for x in ("--set", k)] + rules_argv(self.rules_dirs)
+
+
+def open_run_dir(request: RunRequest, rank: RankInfo | None = None) -> RunDir:
+    """The run directory, created before the script starts; every rank shares one."""
+    if rank is None:
+        return RunDir.create_for(request.name, request.out, overwrite=request.overwrite)
+    return RunDir.create(request.out or shared_location(request.name), overwrite=True)  # each rank writes its own names
+
+
+def merges_here(rank: RankInfo | None) -> bool:
+    """Whether this process analyses the run: a single process, or rank 0 when no parent
+    ``diagnose run --nproc-per-node`` merges the ranks itself."""
+    return rank is None or (rank.rank == 0 and not os.environ.get(PARENT_MERGES))
+
+
+def run_script(request: RunRequest, run_dir: RunDir, rank: RankInfo | None = None, quiet_stdout: bool = False) -> RunRecord:
+    """Run the script into ``run_dir``. A script that cannot start leaves a run directory that
+    says why, then raises the usage error."""
+    from diagnose.errors import DiagnoseError
+    from diagnose.progress import Progress
+    from diagnose.runtime.lines import LineAttribution
+    from diagnose.runtime.runner import resolve_target, run_target
+
+    try:
+        target = resolve_target(request.script, request.module, request.script_args)
+    except DiagnoseError as exc:
+        kind = "module" if request.module else "script"
+        save_not_run(run_dir, {"kind": kind, "value": request.module or request.script, "args": request.script_args}, exc.message, request.options)
+        raise
+    target.args = request.knobs.apply_to_args(target.args)
+    rank_number = None if rank is None else rank.rank
+
+    def before_hard_exit(_record: RunRecord) -> None:  # os._exit ends the process: report now
+        if rank is None:
+            analyze_and_save(run_dir, request.options, html=request.html)
+            print(f"diagnose: the script called os._exit; the report is in {run_dir.path}", file=sys.stderr)
+
+    hooks = [LineAttribution(run_dir.workers_path(rank_number))] if request.lines else []
+    with _stdout_to_stderr(quiet_stdout):
+        return run_target(
+            target, request.plan, run_dir, rank=rank_number, knobs=request.knobs if request.knobs else None,
+            progress=Progress(enabled=not request.quiet), extra_hooks=hooks, on_hard_exit=before_hard_exit,
+        )
+
+
+def launch_ranks(request: RunRequest, nproc: int, run_dir: RunDir, quiet_stdout: bool = False) -> int:
+    """``--nproc-per-node``: torchrun starts the ranks, each a rank-aware ``diagnose run`` into
+    ``run_dir``; the caller then analyses them together. Returns torchrun's exit code."""
+    from diagnose.distributed import launch
+
+    return launch(nproc, run_dir.path, request.rank_argv(), request.target_argv(), quiet_stdout=quiet_stdout)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool) -> Iterator[None]:
+    """With --json, stdout carries only the report: the script's own output goes to stderr."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

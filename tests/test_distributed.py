@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_run_dir, find_traces
+from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.ranks import RankSummary, straggler
-from diagnose.distributed import RankInfo, rank_info, shared_run_dir, torchrun_command
+from diagnose.distributed import RankInfo, rank_info, torchrun_command
+from diagnose.rundir import RunDir, shared_location
+from diagnose.session import analyze_run
 from tests.conftest import DATA, REPO
 
 pytest.importorskip("torch")
@@ -24,14 +26,12 @@ def test_rank_info_from_torchrun_and_slurm() -> None:
     assert rank_info({"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3"}) == RankInfo(3, 8, 3, "slurm")
     assert rank_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # one task: not distributed
     assert rank_info({}) is None
-    info = RankInfo(2, 4, 2, "torchrun")
-    assert (info.prefix, info.record_file) == ("rank2", "rank2.run.json")
 
 
 def test_every_rank_agrees_on_the_run_directory() -> None:
-    assert shared_run_dir("train", {"TORCHELASTIC_RUN_ID": "abc"}) == Path("runs/train-abc")
-    assert shared_run_dir("train", {"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "77"}) == Path("runs/train-77")
-    assert shared_run_dir("train", {"MASTER_PORT": "29500"}) == Path("runs/train-port29500")
+    assert shared_location("train", {"TORCHELASTIC_RUN_ID": "abc"}) == Path("runs/train-abc")
+    assert shared_location("train", {"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "77"}) == Path("runs/train-77")
+    assert shared_location("train", {"MASTER_PORT": "29500"}) == Path("runs/train-port29500")
 
 
 def test_torchrun_command() -> None:
@@ -55,8 +55,8 @@ def test_straggler_is_the_rank_whose_data_wait_stands_out() -> None:
 def test_recorded_two_rank_pair_names_the_straggler() -> None:
     """tests/data/ddp_straggler_cpu: examples/ddp_straggler.py --small, 2 gloo ranks on CPU, trimmed."""
     folder = DATA / "ddp_straggler_cpu"
-    assert [p.name.split("_")[0] for p in find_traces(folder)] == ["rank0", "rank1"]
-    report = analyze_run_dir(folder, AnalysisOptions())
+    assert [p.name.split("_")[0] for p in RunDir(folder).traces()] == ["rank0", "rank1"]
+    report = analyze_run(RunDir(folder), AnalysisOptions.load())
     ranks = report.distributed["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
     assert report.distributed["straggler"]["rank"] == 1
@@ -73,7 +73,7 @@ def test_recorded_two_rank_pair_names_the_straggler() -> None:
 
 def test_recorded_nccl_pair_names_the_straggler_and_nothing_else() -> None:
     """tests/data/ddp_straggler_nccl: examples/ddp_straggler.py on 2 H200s with NCCL, trimmed."""
-    report = analyze_run_dir(DATA / "ddp_straggler_nccl", AnalysisOptions())
+    report = analyze_run(RunDir(DATA / "ddp_straggler_nccl"), AnalysisOptions.load())
     ranks = report.distributed["ranks"]
     assert [r["backend"] for r in ranks] == ["nccl", "nccl"]
     assert report.distributed["straggler"]["rank"] == 1
@@ -90,7 +90,7 @@ def test_recorded_nccl_pair_names_the_straggler_and_nothing_else() -> None:
 def test_recorded_nccl_pair_of_a_communication_bound_mlp() -> None:
     """tests/data/ddp_mlp_nccl: workloads/train.py, the 456M-parameter MLP (fp32 gradients, 1.8 GB
     per step) on 2 H200s, batch 128 per GPU, 8 workers per rank."""
-    report = analyze_run_dir(DATA / "ddp_mlp_nccl", AnalysisOptions())
+    report = analyze_run(RunDir(DATA / "ddp_mlp_nccl"), AnalysisOptions.load())
     ranks = report.distributed["ranks"]
     assert all(r["top_exposed"] == "communication" for r in ranks)
     assert report.symptoms["exposed.communication_own"]["value"] >= 0.15

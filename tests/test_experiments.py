@@ -24,6 +24,7 @@ from diagnose.experiments import (
 from diagnose.runtime.knobs import Knobs
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
+from diagnose.rundir import RunDir
 from diagnose.runtime.runner import resolve_target, run_target
 from tests.conftest import REPO
 
@@ -130,7 +131,7 @@ def _run(write_script, body: str, knobs: list[str], tmp_path: Path):
     script = write_script(body)
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)
-    return run_target(resolve_target(str(script), None, []), SMALL, run_dir, knobs=Knobs.parse(knobs), progress=Progress(enabled=False))
+    return run_target(resolve_target(str(script), None, []), SMALL, RunDir(run_dir), knobs=Knobs.parse(knobs), progress=Progress(enabled=False))
 
 
 PROBE = """

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_run_dir
+from diagnose.analysis.pipeline import AnalysisOptions
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_run
 from tests.conftest import DATA
 
 FIXTURES = sorted(p.parent for p in DATA.glob("*/expected.json"))
@@ -28,7 +30,7 @@ def test_every_planted_example_has_a_fixture() -> None:
 @pytest.fixture(params=FIXTURES, ids=lambda p: p.name)
 def fixture(request) -> tuple[Path, dict, object]:
     folder = request.param
-    return folder, json.loads((folder / "expected.json").read_text()), analyze_run_dir(folder, AnalysisOptions(show_all=True))
+    return folder, json.loads((folder / "expected.json").read_text()), analyze_run(RunDir(folder), AnalysisOptions.load(show_all=True))
 
 
 def test_breakdown_matches_the_untrimmed_trace(fixture) -> None:
@@ -72,6 +74,6 @@ def test_each_rule_fires_on_its_own_example_only() -> None:
     fired: dict[str, list[str]] = {}
     for folder in FIXTURES:
         expected = json.loads((folder / "expected.json").read_text())
-        for rule in analyze_run_dir(folder, AnalysisOptions(show_all=True)).findings:
+        for rule in analyze_run(RunDir(folder), AnalysisOptions.load(show_all=True)).findings:
             fired.setdefault(rule["rule"], []).append(folder.name)
     assert all(len(examples) == 1 for examples in fired.values()), fired

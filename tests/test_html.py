@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_path
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
 from diagnose.analysis.breakdown import EXPOSED
 from diagnose.renderers.html import CATEGORY_COLOURS, CSP, HTMLRenderer, median_step, nice_ticks
 from diagnose.analysis.report import Report
@@ -53,7 +53,7 @@ def cpu_trace(steps: int) -> TraceBuilder:
 
 def analysed(builder: TraceBuilder, tmp_path: Path) -> Report:
     trace = builder.write(tmp_path / "worker_1.1700000000000.pt.trace.json.gz", gz=True)
-    return analyze_path(trace, AnalysisOptions())
+    return analyze_trace(trace, AnalysisOptions.load())
 
 
 def sweep(rows: list[tuple[str, str, float | None, float | None]]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_run_dir
+from diagnose.analysis.pipeline import AnalysisOptions
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_run
 from diagnose.runtime.lines import LineAttribution, classify_main, source_line, sync_kind, worker_frames
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
@@ -62,8 +64,8 @@ def _line_of(path: Path, marker: str) -> int:
 def _run(script: Path, tmp_path: Path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    hook = LineAttribution(run_dir)
-    record = run_target(resolve_target(str(script), None, []), PLAN, run_dir, progress=Progress(enabled=False), extra_hooks=[hook])
+    hook = LineAttribution(RunDir(run_dir).workers_path())
+    record = run_target(resolve_target(str(script), None, []), PLAN, RunDir(run_dir), progress=Progress(enabled=False), extra_hooks=[hook])
     return record, run_dir
 
 
@@ -78,7 +80,7 @@ def test_main_thread_hot_line_is_found_and_quoted(write_script, tmp_path: Path) 
     assert f"{script}:{hot}" in [x["site"] for x in top_other[:2]], top_other[:3]
     assert top_other[0]["function"] == "augment"
     assert host["by_where"]["other"] > 0.25
-    report = analyze_run_dir(run_dir, AnalysisOptions())
+    report = analyze_run(RunDir(run_dir), AnalysisOptions.load())
     (finding,) = [f for f in report.findings if f["rule"] == "DATA004"]
     assert f"train.py:{hot}" in finding["lines"]
 
@@ -94,7 +96,7 @@ def test_worker_hot_line_and_cpu_per_batch(write_script, tmp_path: Path) -> None
     assert workers["lines"][0]["activity"] == "user code"
     busy = {k: v for k, v in workers["by_activity"].items() if k != "idle"}
     assert max(busy, key=busy.get) == "user code"  # workers may idle: the main process is the slow one
-    report = analyze_run_dir(run_dir, AnalysisOptions())
+    report = analyze_run(RunDir(run_dir), AnalysisOptions.load())
     assert report.symptoms["workers.cpu_per_batch_ms"]["value"] > 0
     assert report.symptoms["workers.balance"]["value"] >= 1
 
@@ -103,7 +105,7 @@ def test_no_lines_means_no_sampling(write_script, tmp_path: Path) -> None:
     script = write_script(HOT_MAIN)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    record = run_target(resolve_target(str(script), None, []), PLAN, run_dir, progress=Progress(enabled=False))
+    record = run_target(resolve_target(str(script), None, []), PLAN, RunDir(run_dir), progress=Progress(enabled=False))
     assert record.host_samples == {} and record.worker_samples == {} and record.sync_sites == []
 
 

@@ -15,7 +15,8 @@ pytest.importorskip("torch")
 from diagnose.errors import UsageError
 from diagnose.progress import Progress
 from diagnose.record import RunRecord, WindowPlan
-from diagnose.runtime.runner import RUN_JSON, resolve_target, run_target
+from diagnose.rundir import RunDir
+from diagnose.runtime.runner import resolve_target, run_target
 from tests.scripts import MLP_TRAIN
 
 SMALL = WindowPlan(warmup=2, steps=3, timed=4)
@@ -24,9 +25,9 @@ SMALL = WindowPlan(warmup=2, steps=3, timed=4)
 def run(script: Path, args: list[str] | None = None, plan: WindowPlan = SMALL, tmp: Path | None = None) -> RunRecord:
     run_dir = (tmp or script.parent) / "run"
     run_dir.mkdir(exist_ok=True)
-    record = run_target(resolve_target(str(script), None, args or []), plan, run_dir, progress=Progress(enabled=False))
-    assert (run_dir / RUN_JSON).is_file()
-    assert RunRecord.load(run_dir / RUN_JSON).status == record.status
+    record = run_target(resolve_target(str(script), None, args or []), plan, RunDir(run_dir), progress=Progress(enabled=False))
+    assert (run_dir / "run.json").is_file()
+    assert RunRecord.load(run_dir / "run.json").status == record.status
     return record
 
 
@@ -222,7 +223,7 @@ def test_knobs_reach_the_dataloader_and_optimizer(write_script, tmp_path: Path) 
     knobs = Knobs.parse(["num_workers=2", "batch_size=32", "optimizer=foreach", "persistent_workers=true"])
     run_dir = tmp_path / "knobs"
     run_dir.mkdir()
-    record = run_target(resolve_target(str(script), None, []), SMALL, run_dir, knobs=knobs, progress=Progress(enabled=False))
+    record = run_target(resolve_target(str(script), None, []), SMALL, RunDir(run_dir), knobs=knobs, progress=Progress(enabled=False))
     (loader,) = record.dataloaders
     assert (loader.num_workers, loader.batch_size, loader.persistent_workers) == (2, 32, True)
     assert loader.knobs_applied == {"num_workers": 2, "batch_size": 32, "persistent_workers": True}
@@ -258,7 +259,7 @@ def test_python_dash_m_module(write_script, tmp_path: Path, monkeypatch) -> None
     monkeypatch.syspath_prepend(str(tmp_path))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    record = run_target(resolve_target(None, "pkg.train", ["--batch-size", "4"]), SMALL, run_dir, progress=Progress(enabled=False))
+    record = run_target(resolve_target(None, "pkg.train", ["--batch-size", "4"]), SMALL, RunDir(run_dir), progress=Progress(enabled=False))
     assert record.status == "stopped"
     assert record.batch_size() == 4
     sys.modules.pop("pkg", None)

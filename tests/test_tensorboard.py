@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_path, find_traces
+from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.breakdown import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, PHASES
-from diagnose.runtime.capture import trace_file_name
 from diagnose.renderers.tensorboard import TEXT_TAG, TRUST_NOTE, write_events
 from diagnose.analysis.report import Report
-from diagnose.session import analyze_and_save
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_and_save, analyze_run
 from tests.tracebuilder import ELEMENTWISE, TraceBuilder, one_gpu_step
 
 #: torch-tb-profiler 0.4.3, torch_tb_profiler/consts.py: how the plugin finds a run's traces
@@ -51,7 +51,7 @@ def cpu_steps() -> TraceBuilder:
 def run_dir_with(builder: TraceBuilder, tmp_path: Path) -> Path:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    builder.write(run_dir / trace_file_name("host_4242"), gz=True)
+    builder.write(RunDir(run_dir).new_trace_path(), gz=True)
     return run_dir
 
 
@@ -67,7 +67,7 @@ def series(accumulator: EventAccumulator, tag: str) -> dict[int, float]:
 
 def test_gpu_scalars_per_step_match_the_report(tmp_path: Path) -> None:
     run_dir = run_dir_with(two_gpu_steps(), tmp_path)
-    report = analyze_path(run_dir, AnalysisOptions())
+    report = analyze_run(RunDir(run_dir), AnalysisOptions.load())
     write_events(report, run_dir)
     accumulator = load(run_dir)
     steps = report.breakdown["steps"]  # type: ignore[index]
@@ -102,7 +102,7 @@ def test_text_summary_renders_as_markdown_tables_in_tensorboard(tmp_path: Path) 
     from tensorboard.util import tensor_util
 
     run_dir = run_dir_with(two_gpu_steps(), tmp_path)
-    report = analyze_path(run_dir, AnalysisOptions())
+    report = analyze_run(RunDir(run_dir), AnalysisOptions.load())
     write_events(report, run_dir)
     (text_event,) = load(run_dir).Tensors(TEXT_TAG)
     markdown = tensor_util.make_ndarray(text_event.tensor_proto).item().decode()
@@ -115,7 +115,7 @@ def test_text_summary_renders_as_markdown_tables_in_tensorboard(tmp_path: Path) 
 
 def test_cpu_run_has_no_gpu_scalars(tmp_path: Path) -> None:
     run_dir = run_dir_with(cpu_steps(), tmp_path)
-    write_events(analyze_path(run_dir, AnalysisOptions()), run_dir)
+    write_events(analyze_run(RunDir(run_dir), AnalysisOptions.load()), run_dir)
     tags = set(load(run_dir).Tags()["scalars"])
     assert {f"exposed/{cat}_ms" for cat in HOST_EXPOSED} <= tags
     assert not {f"exposed/{cat}_ms" for cat in GPU_EXPOSED} & tags
@@ -127,8 +127,8 @@ def test_reanalysis_replaces_our_event_file_and_keeps_others(tmp_path: Path) -> 
     run_dir = run_dir_with(cpu_steps(), tmp_path)
     foreign = run_dir / "events.out.tfevents.1700000000.host.123.0"
     foreign.write_bytes(b"")
-    analyze_and_save(run_dir, AnalysisOptions())
-    analyze_and_save(run_dir, AnalysisOptions())
+    analyze_and_save(RunDir(run_dir), AnalysisOptions.load())
+    analyze_and_save(RunDir(run_dir), AnalysisOptions.load())
     ours = sorted(p.name for p in run_dir.glob("events.out.tfevents.*.diagnose"))
     assert len(ours) == 1 and foreign.exists()
     foreign.unlink()
@@ -146,9 +146,10 @@ def test_report_without_breakdown_still_gets_its_text(tmp_path: Path) -> None:
 def test_writing_events_does_not_import_torch(tmp_path: Path) -> None:
     run_dir = run_dir_with(cpu_steps(), tmp_path)
     code = (
-        "import sys; from pathlib import Path; from diagnose.analysis.pipeline import AnalysisOptions, analyze_path; "
+        "import sys; from pathlib import Path; from diagnose.analysis.pipeline import AnalysisOptions; "
+        "from diagnose.rundir import RunDir; from diagnose.session import analyze_run; "
         "from diagnose.renderers.tensorboard import write_events; "
-        f"write_events(analyze_path(Path({str(run_dir)!r}), AnalysisOptions()), Path({str(run_dir)!r})); "
+        f"write_events(analyze_run(RunDir(Path({str(run_dir)!r})), AnalysisOptions.load()), Path({str(run_dir)!r})); "
         "assert 'torch' not in sys.modules and 'tensorflow' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -157,17 +158,18 @@ def test_writing_events_does_not_import_torch(tmp_path: Path) -> None:
 # --- the trace as the PyTorch Profiler plugin sees it --------------------------------------------
 
 
-@pytest.mark.parametrize("worker", ["host_4242", "node-3.cluster.example_17"])
-def test_trace_name_parses_as_the_plugin_expects(worker: str) -> None:
-    name = trace_file_name(worker)
+@pytest.mark.parametrize(("host", "rank", "worker"), [("host", None, "host_{pid}"), ("node-3.cluster.example", 2, "rank2_node-3.cluster.example_{pid}")])
+def test_trace_name_parses_as_the_plugin_expects(host: str, rank: int | None, worker: str, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: host)
+    name = RunDir(tmp_path).new_trace_path(rank).name
     match = WORKER_PATTERN.match(name)
     assert match is not None
-    assert match.group(1) == worker
+    assert match.group(1) == worker.format(pid=os.getpid())
     assert re.fullmatch(r"\.\d{13}", match.group(2))  # the span: milliseconds since the epoch
 
 
-def test_default_worker_is_host_and_pid() -> None:
-    match = WORKER_PATTERN.match(trace_file_name())
+def test_default_worker_is_host_and_pid(tmp_path: Path) -> None:
+    match = WORKER_PATTERN.match(RunDir(tmp_path).new_trace_path().name)
     assert match is not None
     node, process = NODE_PROCESS_PATTERN.match(match.group(1)).groups()  # type: ignore[union-attr]
     assert (node, int(process)) == (socket.gethostname(), os.getpid())
@@ -175,6 +177,6 @@ def test_default_worker_is_host_and_pid() -> None:
 
 def test_find_traces_finds_the_trace_and_nothing_else(tmp_path: Path) -> None:
     run_dir = run_dir_with(cpu_steps(), tmp_path)
-    analyze_and_save(run_dir, AnalysisOptions())
-    assert [p.name for p in find_traces(run_dir)] == [p.name for p in run_dir.iterdir() if WORKER_PATTERN.match(p.name)]
-    assert len(find_traces(run_dir)) == 1
+    analyze_and_save(RunDir(run_dir), AnalysisOptions.load())
+    assert [p.name for p in RunDir(run_dir).traces()] == [p.name for p in run_dir.iterdir() if WORKER_PATTERN.match(p.name)]
+    assert len(RunDir(run_dir).traces()) == 1

@@ -1,17 +1,20 @@
-"""The analysis path, end to end: trace and run record in, report out. No torch import.
+"""The analysis, end to end: trace and run record in, report out. No torch import, no files
+but the trace it reads (``session`` finds a run directory's inputs and writes its outputs).
 
-Contract: ``analyze_path(path, ...) -> Report`` for a run directory or a bare trace file.
-Every stage is a pure function of the previous stage's value:
-timeline -> breakdown -> symptoms -> findings -> report.
+Contract: ``analyze(record, trace, options, source) -> Report`` for one process;
+``analyze_ranks(ranks, options, source) -> Report`` for a distributed run;
+``analyze_trace(trace, options) -> Report`` for a trace on its own. Every stage is a pure
+function of the previous stage's value: timeline -> breakdown -> symptoms -> findings -> report.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from diagnose.analysis.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
-from diagnose.distributed import rank_records, rank_trace
 from diagnose.errors import TraceError, UsageError
 from diagnose.analysis.findings import DEFAULT_LIMIT, diagnose_symptoms
 from diagnose.analysis.predict import Predictor, step_spread
@@ -23,85 +26,78 @@ from diagnose.analysis.ranks import RankSet, job_samples_per_s, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
 from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
 
-RUN_JSON = "run.json"
-REPORT_JSON = "report.json"
-TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
 
-
-@dataclass
+@dataclass(frozen=True)
 class AnalysisOptions:
-    rules_dirs: tuple[Path, ...] = ()
-    show_all: bool = False
+    """How one analysis runs, made once per command: the rules (loaded once, when made), how
+    many findings the report shows, the largest trace to parse."""
+
+    rules: tuple[Rule, ...]
+    limit: int | None = DEFAULT_LIMIT
     #: refuse larger JSON (None: no cap; the trace is streamed and checked against the memory available)
     max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES
 
-    @property
-    def limit(self) -> int | None:
-        return None if self.show_all else DEFAULT_LIMIT
+    @classmethod
+    def load(cls, rules_dirs: Sequence[Path] = (), show_all: bool = False, max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES) -> AnalysisOptions:
+        """Built-in rules plus those of ``rules_dirs``; a bad rule file fails here, before anything runs."""
+        return cls(tuple(load_rules(list(rules_dirs))), None if show_all else DEFAULT_LIMIT, max_trace_bytes)
 
 
-def find_traces(run_dir: Path) -> list[Path]:
-    """Trace files of a run directory, oldest first (one per rank in a distributed run)."""
-    traces = [p for p in run_dir.iterdir() if p.is_file() and p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
-    return sorted(traces, key=lambda p: p.name)
+#: One rank's inputs: its run record and its trace (None when it wrote none).
+RankInput = tuple[RunRecord, Path | None]
 
 
-def analyze_path(path: Path, options: AnalysisOptions, rules: list[Rule] | None = None) -> Report:
-    path = Path(path)
-    if not path.exists():
-        raise UsageError(f"no such run directory or trace: {path}", hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file")
-    if path.is_dir():
-        return analyze_run_dir(path, options, rules)
-    return analyze_trace(path, options, rules)
+def analyze_trace(trace: Path, options: AnalysisOptions) -> Report:
+    """A trace on its own (one a user's own torch.profiler code wrote, say), without a record."""
+    if not Path(trace).exists():
+        raise UsageError(f"no such run directory or trace: {trace}", hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file")
+    return analyze(None, Path(trace), options, {"kind": "trace"})
 
 
-def analyze_run_dir(run_dir: Path, options: AnalysisOptions, rules: list[Rule] | None = None) -> Report:
-    ranks = rank_records(run_dir)
-    if ranks:
-        return analyze_ranks(run_dir, ranks, options, rules)
-    run_json = run_dir / RUN_JSON
-    traces = find_traces(run_dir)
-    if not run_json.exists() and not traces:
-        raise UsageError(f"{run_dir} holds neither run.json nor a trace", hint="is it a diagnose run directory?")
-    record = RunRecord.load(run_json) if run_json.exists() else None
-    warnings: list[str] = []
-    trace = traces[-1] if traces else None
-    if len(traces) > 1:
-        warnings.append(f"{len(traces)} traces in the run directory; analysed {trace.name if trace else ''}")
-    return _analyze(record, trace, options, rules, {"kind": "run", "run_dir": str(run_dir)}, warnings)
+def analyze(
+    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, source: dict[str, Any], warnings: Sequence[str] = ()
+) -> Report:
+    """One process's run: what its record says and its trace shows."""
+    warnings = list(warnings)
+    models: list[StepModel] = []
+    breakdown, meta = _breakdown(record, trace, options, warnings, models)
+    source = dict(source)
+    if trace is not None:
+        source["trace"] = str(trace)
+        if breakdown is None and record is None:
+            raise TraceError(f"{trace} holds no profiled events to analyse", hint="was the profiler running while the script worked?")
+    symptoms = compute_symptoms(breakdown, record, meta)
+    # Rules run even with no profiled step: what the run record shows (an OOM, memory at
+    # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.
+    return build_report(
+        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, make_predictor(models, record, breakdown)),
+        source=source, limit=options.limit, warnings=warnings,
+    )
 
 
-def analyze_trace(trace: Path, options: AnalysisOptions, rules: list[Rule] | None = None) -> Report:
-    return _analyze(None, trace, options, rules, {"kind": "trace"}, [])
-
-
-def analyze_ranks(run_dir: Path, ranks: dict[int, Path], options: AnalysisOptions, rules: list[Rule] | None = None) -> Report:
-    """A distributed run: every rank analysed, side by side; the report is rank 0's diagnosis
-    plus what only the ranks together show (a straggler, unbalanced data, the backend)."""
-    rules = rules if rules is not None else load_rules(list(options.rules_dirs))
+def analyze_ranks(ranks: dict[int, RankInput], options: AnalysisOptions, source: dict[str, Any]) -> Report:
+    """A distributed run: every rank analysed, side by side; the report is the first rank's
+    diagnosis plus what only the ranks together show (a straggler, unbalanced data, the backend)."""
     analysed = {}
     first_models: list[StepModel] = []
-    for rank, path in sorted(ranks.items()):
-        record = RunRecord.load(path)
-        trace = rank_trace(run_dir, rank)
+    for rank, (record, trace) in sorted(ranks.items()):
         warnings: list[str] = []
         models: list[StepModel] = []
         analysed[rank] = (record, trace, *_breakdown(record, trace, options, warnings, models), warnings)
         if rank == min(ranks):
             first_models = models
     rank_set = RankSet.of([summarize_rank(rank, record, bd) for rank, (record, _, bd, _, _) in analysed.items()])
-    first = min(analysed)
-    record, trace, breakdown, meta, warnings = analysed[first]
+    record, trace, breakdown, meta, warnings = analysed[min(analysed)]
     missing = sorted(set(range(max(analysed) + 1)) - set(analysed))
     if missing:
         warnings.append(f"no record from rank(s) {missing}: did they fail, or not finish?")
-    source = {"kind": "run", "run_dir": str(run_dir), "ranks": sorted(analysed)}
+    source = {**source, "ranks": sorted(analysed)}
     if trace is not None:
         source["trace"] = str(trace)
     symptoms = compute_symptoms(breakdown, record, meta, rank_set)
     predictor = make_predictor(first_models, record, breakdown)
     report = build_report(
-        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(rules, symptoms, predictor),
+        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor),
         source=source, limit=options.limit, warnings=warnings,
     )
     report.distributed = {
@@ -138,37 +134,6 @@ def _breakdown(
         if record is not None and record.sync_sites:
             record.sync_sites = attribute_sync_time(record, timeline)
     return breakdown, timeline.meta
-
-
-def _analyze(
-    record: RunRecord | None,
-    trace: Path | None,
-    options: AnalysisOptions,
-    rules: list[Rule] | None,
-    source: dict,
-    warnings: list[str],
-) -> Report:
-    rules = rules if rules is not None else load_rules(list(options.rules_dirs))
-    models: list[StepModel] = []
-    breakdown, meta = _breakdown(record, trace, options, warnings, models)
-    if trace is not None:
-        source["trace"] = str(trace)
-        if breakdown is None and record is None:
-            raise TraceError(f"{trace} holds no profiled events to analyse", hint="was the profiler running while the script worked?")
-    symptoms = compute_symptoms(breakdown, record, meta)
-    # Rules run even with no profiled step: what the run record shows (an OOM, memory at
-    # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.
-    diagnosis = diagnose_symptoms(rules, symptoms, make_predictor(models, record, breakdown))
-    return build_report(
-        record=record,
-        meta=meta,
-        breakdown=breakdown,
-        symptoms=symptoms,
-        diagnosis=diagnosis,
-        source=source,
-        limit=options.limit,
-        warnings=warnings,
-    )
 
 
 def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown: Breakdown | None) -> Predictor | None:

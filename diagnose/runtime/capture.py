@@ -3,12 +3,11 @@ then stop the script.
 
 Contract: a ``CaptureSession`` receives step boundaries (from ``instrument.StepClock``) and
 drives ``torch.profiler`` with a schedule, so that the trace carries ``ProfilerStep#N`` marks
-numbered like the script's steps (``N`` counts from the first step diagnose saw). Steps:
-
-    0 .. warmup-1            warm-up (the last one is the profiler's own warm-up)
-    warmup .. warmup+steps-1 profiled: the trace
-    warmup+steps             absorbs the trace export, not measured
-    first_timed .. +timed    timed with plain clocks, profiler off: the steady-state figures
+numbered like the script's steps (``N`` counts from the first step diagnose saw). The steps are
+the ``WindowPlan``'s (record.py): warm-up, profiled, one that absorbs the trace export, timed with
+plain clocks and the profiler off. The session alone opens and closes the window: it tells its
+``WindowListener`` (the runner) when the first profiled step starts, when the last one ended
+(before the trace is written) and when the profiler has stopped.
 
 Only what the analysis needs is collected: no shapes, stacks, memory events or FLOPs, which
 make traces 5-20x larger.
@@ -20,14 +19,12 @@ import gc
 import gzip
 import os
 import shutil
-import socket
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
+from diagnose.rundir import RunDir
 
 
 class StopScript(BaseException):
@@ -36,32 +33,38 @@ class StopScript(BaseException):
     A BaseException, so that a script's ``except Exception`` does not swallow it."""
 
 
-def trace_file_name(worker: str | None = None) -> str:
-    """``<worker>.<ms>.pt.trace.json.gz``: the name torch-tb-profiler and ``diagnose analyze``
-    look for; the worker part tells ranks apart."""
-    worker = worker or f"{socket.gethostname()}_{os.getpid()}"
-    return f"{worker}.{int(time.time() * 1000)}.pt.trace.json.gz"
+class WindowListener(Protocol):
+    def window_opened(self) -> None:
+        """The first profiled step starts."""
+
+    def window_closing(self) -> None:
+        """The last profiled step ended (or the step count restarted): the trace is written next."""
+
+    def window_closed(self) -> None:
+        """The profiler has stopped, at the window's end or early; the trace is saved."""
 
 
 class CaptureSession:
     def __init__(
         self,
         plan: WindowPlan,
-        run_dir: Path,
+        run_dir: RunDir,
         progress: Progress,
-        on_window_end: Callable[[], None],
-        worker: str | None = None,
+        window: WindowListener,
+        rank: int | None = None,
     ) -> None:
         self.plan = plan
         self.run_dir = run_dir
         self.progress = progress
-        self.on_window_end = on_window_end
-        self.worker = worker
+        self.window = window
+        self.rank = rank
         self.boundaries: list[float] = []
         self.trace_files: list[str] = []
         self.timed_start: float | None = None
         self.timed_end: float | None = None
         self.window_closed = False
+        #: whether the current step is a profiled one (the listener was told it opened)
+        self.in_window = False
         self.finished = False
         self.mode: str | None = None
         self.profiler_blocked = False
@@ -103,13 +106,14 @@ class CaptureSession:
         self._discard_trace = False
         if in_window and not self.window_closed:
             self.window_closed = True
-            self.on_window_end()
+            self.window.window_closed()
 
     # --- called by the StepClock ----------------------------------------------------------------
 
     def on_reset(self, mode: str) -> None:
         """A stronger step signal appeared: start counting again in that mode."""
         self.mode = mode
+        self._leave_window()
         self._drop_profiler()
         self.boundaries = []
         self.timed_start = self.timed_end = None
@@ -121,17 +125,21 @@ class CaptureSession:
         k = len(self.boundaries)
         self.boundaries.append(now)
         plan = self.plan
-        last_profiled = plan.warmup + plan.steps
+        if not plan.in_window(k):
+            self._leave_window()  # before the export: samplers stop first
         if k == 0 and not self.profiler_blocked:
             self._start_profiler()
-        elif self._profiler is not None and k <= last_profiled:
+        elif self._profiler is not None and k <= plan.window_end:
             try:
                 self._profiler.step()
             except RuntimeError as exc:  # e.g. the script's own profiler holds Kineto
                 self._profiler_failed(exc)
             else:
-                if k == last_profiled:
+                if k == plan.window_end:
                     self._close_window()
+        if plan.in_window(k) and not self.in_window and not self.window_closed:
+            self.in_window = True
+            self.window.window_opened()
         if k == plan.first_timed:
             self._synchronize()
             self.timed_start = time.perf_counter()
@@ -145,6 +153,11 @@ class CaptureSession:
             self.progress.phase("--no-stop: the script runs on to its end")
             return
         self._report(k)
+
+    def _leave_window(self) -> None:
+        if self.in_window:
+            self.in_window = False
+            self.window.window_closing()
 
     # --- profiler -------------------------------------------------------------------------------
 
@@ -189,7 +202,7 @@ class CaptureSession:
     def _save_trace(self, prof: Any) -> None:
         if self._discard_trace:
             return
-        path = self.run_dir / trace_file_name(self.worker)
+        path = self.run_dir.new_trace_path(self.rank)
         self.progress.phase("writing the trace")
         raw = path.with_name(path.name[: -len(".gz")])
         prof.export_chrome_trace(str(raw))
@@ -204,7 +217,7 @@ class CaptureSession:
         """The last profiled step just ended (the trace is saved): stop the profiler for good."""
         self._stop_profiler()
         self.window_closed = True
-        self.on_window_end()
+        self.window.window_closed()
         # The profiler's results may sit in reference cycles; collect them now, inside the
         # step that is not timed, rather than in a pause during the timed steps.
         gc.collect()
@@ -243,9 +256,9 @@ class CaptureSession:
             if k == 0:
                 self.progress.phase(f"warm-up: {plan.warmup} steps (steps found by {self.mode})")
             self.progress.step(f"warm-up step {k + 1}/{plan.warmup}")
-        elif k < plan.warmup + plan.steps:
+        elif plan.in_window(k):
             if k == plan.warmup:
-                self.progress.phase(f"profiling steps {plan.warmup}-{plan.warmup + plan.steps - 1}")
+                self.progress.phase(f"profiling steps {plan.warmup}-{plan.window_end - 1}")
             self.progress.step(f"profiling step {k - plan.warmup + 1}/{plan.steps}")
         elif k >= plan.first_timed:
             if k == plan.first_timed:
@@ -256,5 +269,4 @@ class CaptureSession:
 
     def profiled_steps(self) -> int:
         """Steps inside the profiled window that completed."""
-        completed = max(0, len(self.boundaries) - 1)
-        return max(0, min(completed, self.plan.warmup + self.plan.steps) - self.plan.warmup)
+        return self.plan.profiled(max(0, len(self.boundaries) - 1))

@@ -264,9 +264,9 @@ def _start_worker_probe(out_dir: str, library: tuple[str, ...], user_init: Calla
 class LineAttribution:
     """The runner hook that ties the three together and writes the record's sections."""
 
-    def __init__(self, run_dir: Path, workers_dir: str = "workers") -> None:
-        self.run_dir = run_dir
-        self.workers_dir = run_dir / workers_dir
+    def __init__(self, workers_dir: Path) -> None:
+        #: where the DataLoader workers leave their samples (``RunDir.workers_path``)
+        self.workers_dir = workers_dir
         self.library: tuple[str, ...] = ()
         self.sync_counts: Counter[tuple[str, str]] = Counter()
         #: the sites in the order their syncs happened (indices into ``_site_order``)

@@ -4,7 +4,7 @@ Contract: ``run_target(target, plan, run_dir, ...) -> RunRecord``. The script ru
 ``__main__`` with its own ``sys.argv``, its folder first on ``sys.path`` and the current directory
 unchanged. Hooks (``instrument``) find its steps; the capture session profiles a window and stops
 the script. Whatever happens (the script fails, exits, is interrupted or runs out of GPU memory)
-the record of what was measured is saved to ``run.json`` before this returns.
+the record of what was measured is saved in the run directory before this returns.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from diagnose.runtime.capture import CaptureSession, StopScript
 from diagnose.errors import UsageError
 from diagnose.progress import Progress
 from diagnose.record import RunRecord, WindowPlan
-
-RUN_JSON = "run.json"
+from diagnose.rundir import RunDir
 
 
 class Terminated(BaseException):
@@ -98,166 +97,197 @@ def _now() -> str:
 def run_target(
     target: Target,
     plan: WindowPlan,
-    run_dir: Path,
+    run_dir: RunDir,
     *,
+    rank: int | None = None,
     knobs: Any | None = None,
     progress: Progress | None = None,
-    worker: str | None = None,
     extra_hooks: list[Any] | None = None,
     on_hard_exit: Callable[[RunRecord], None] | None = None,
-    record_file: str = RUN_JSON,
 ) -> RunRecord:
-    """Run the target under the profiler. Never raises for the script's own failures."""
-    from diagnose.runtime.environment import describe_distributed, describe_environment, describe_flags, describe_memory
-    from diagnose.runtime.instrument import Instrumentation, StepClock, describe_models
+    """Run the target under the profiler. Never raises for the script's own failures. With
+    ``rank`` (a distributed run) the record and trace carry the rank's names."""
+    return _ScriptRun(target, plan, run_dir, rank, knobs, progress or Progress(), list(extra_hooks or []), on_hard_exit).execute()
 
-    progress = progress or Progress()
-    record = RunRecord(
-        target={"kind": target.kind, "value": target.value, "args": target.args, "cwd": os.getcwd()},
-        command=list(sys.argv),
-        started_at=_now(),
-        plan=asdict(plan),
-        knobs=knobs.as_dict() if knobs is not None else {},
-    )
-    t0 = time.perf_counter()
 
-    instrumentation: Instrumentation | None = None
+class _ScriptRun:
+    """One run of a script: install the hooks, run it, say how it ended, save the record, undo.
 
-    def window_end() -> None:
+    It is the capture session's window listener: the window's edges start and stop what the
+    extra hooks sample and what the instrumentation counts as "in the window"."""
+
+    def __init__(
+        self,
+        target: Target,
+        plan: WindowPlan,
+        run_dir: RunDir,
+        rank: int | None,
+        knobs: Any | None,
+        progress: Progress,
+        hooks: list[Any],
+        on_hard_exit: Callable[[RunRecord], None] | None,
+    ) -> None:
+        from diagnose.runtime.instrument import Instrumentation, StepClock
+
+        self.target, self.plan, self.run_dir, self.rank = target, plan, run_dir, rank
+        self.knobs, self.progress, self.hooks, self.on_hard_exit = knobs, progress, hooks, on_hard_exit
+        self.record = RunRecord(
+            target={"kind": target.kind, "value": target.value, "args": target.args, "cwd": os.getcwd()},
+            command=list(sys.argv),
+            started_at=_now(),
+            plan=asdict(plan),
+            knobs=knobs.as_dict() if knobs is not None else {},
+        )
+        self.t0 = time.perf_counter()
+        self.session = CaptureSession(plan, run_dir, progress, window=self, rank=rank)
+        self.clock = StepClock(on_boundary=self.session.on_boundary, on_reset=self.session.on_reset)
+        self.instrumentation = Instrumentation(self.clock, knobs=knobs)
+        self.saved = _SysState.save()
+        self.real_exit = os._exit
+        self.owner_pid = os.getpid()
+        self.finalized = False
+
+    # --- the window's edges (called by the capture session) -----------------------------------
+
+    def window_opened(self) -> None:
+        self.instrumentation.in_window = True
+        for hook in self.hooks:
+            hook.window_opened()
+
+    def window_closing(self) -> None:
+        self.instrumentation.in_window = False
+        for hook in self.hooks:  # stop sampling before the trace export
+            hook.window_closed(self.record)
+
+    def window_closed(self) -> None:
+        from diagnose.runtime.environment import describe_distributed, describe_flags, describe_memory
+        from diagnose.runtime.instrument import describe_models
+
+        record = self.record
         record.memory = describe_memory()
         record.flags = describe_flags()
         record.distributed = _safely(describe_distributed, {})
         record.models = _safely(describe_models, [])
-        for hook in extra_hooks or []:
-            hook.window_closed(record)  # no-op when already closed at the boundary
-        if instrumentation is not None:
-            instrumentation.in_window = False
+        self.window_closing()  # no-op for hooks already closed at the boundary
 
-    session = CaptureSession(plan, run_dir, progress, on_window_end=window_end, worker=worker)
+    # --- the run ------------------------------------------------------------------------------
 
-    def on_boundary(now: float) -> None:
-        if len(session.boundaries) == plan.warmup + plan.steps and not session.finished:
-            for hook in extra_hooks or []:  # the window ends here: stop sampling before the export
-                hook.window_closed(record)
-        session.on_boundary(now)
-        if instrumentation is not None:
-            k = len(session.boundaries) - 1
-            was = instrumentation.in_window
-            instrumentation.in_window = plan.warmup <= k < plan.warmup + plan.steps
-            if instrumentation.in_window and not was:
-                for hook in extra_hooks or []:
-                    hook.window_opened()
+    def execute(self) -> RunRecord:
+        status, exit_code, error = "completed", errors.EXIT_OK, None
+        try:
+            self._install()
+            self._run_script()
+        except BaseException as exc:  # noqa: BLE001 - every way a script ends is recorded
+            status, exit_code, error = self._ending(exc)
+        finally:
+            os._exit = self.real_exit
+            try:
+                self._finalize(status, exit_code, error)
+            finally:
+                self._uninstall()
+        record = self.record
+        if record.completed_steps() == 0 and record.status in ("completed", "stopped"):
+            record.status = "no_steps"  # the script ran, but no step could be found
+            self.run_dir.save_record(record, self.rank)
+        return record
 
-    clock = StepClock(on_boundary=on_boundary, on_reset=session.on_reset)
-    instrumentation = Instrumentation(clock, knobs=knobs)
+    def _install(self) -> None:
+        self.instrumentation.install()
+        self.session.guard_foreign_profilers()
+        if self.knobs is not None:
+            self.knobs.install()
+        for hook in self.hooks:
+            hook.install()
+        os._exit = self._hard_exit  # type: ignore[assignment]
+        _install_sigterm()
+        _prepare_sys(self.target)
 
-    saved = _SysState.save()
-    real_exit = os._exit
-    finalized = False
+    def _uninstall(self) -> None:
+        """Undo in the reverse order of installation: later patches wrap earlier ones."""
+        for hook in reversed(self.hooks):
+            _safely(hook.remove)
+        if self.knobs is not None:
+            _safely(self.knobs.remove)
+        self.instrumentation.remove()
+        self.saved.restore()
 
-    def finalize(status: str, exit_code: int, error: dict[str, Any] | None = None) -> None:
-        nonlocal finalized
-        if finalized:
+    def _run_script(self) -> None:
+        target = self.target
+        self.progress.phase(f"running {Path(target.value).name if target.kind == 'script' else '-m ' + target.value}")
+        self.record.script_start_s = time.perf_counter()
+        if target.kind == "script":
+            runpy.run_path(target.value, run_name="__main__")
+        else:
+            runpy.run_module(target.value, run_name="__main__", alter_sys=True)
+
+    def _ending(self, exc: BaseException) -> tuple[str, int, dict[str, Any] | None]:
+        """How the script ended (status, exit code, error), from what it raised."""
+        if isinstance(exc, StopScript):
+            return "stopped", errors.EXIT_OK, None
+        if isinstance(exc, SystemExit):
+            exit_code = _exit_code(exc)
+            if exc.code is not None and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+            return ("completed" if exit_code == 0 else "exited"), exit_code, None
+        if isinstance(exc, KeyboardInterrupt):
+            _print_script_traceback(exc)
+            return "interrupted", errors.EXIT_INTERRUPTED, _describe_error(exc)
+        if isinstance(exc, Terminated):
+            return "terminated", errors.EXIT_TERMINATED, _describe_error(exc)
+        # the script's own failure: report it as Python would
+        if self.session.finished and self.plan.stop and _caused_by_stop(exc):
+            return "stopped", errors.EXIT_OK, None
+        _print_script_traceback(exc)
+        return ("oom" if _is_oom(exc) else "failed"), errors.EXIT_SCRIPT_FAILED, _describe_error(exc)
+
+    def _finalize(self, status: str, exit_code: int, error: dict[str, Any] | None = None) -> None:
+        """Save the record of what was measured, once, however the script ended."""
+        from diagnose.runtime.environment import describe_environment, describe_flags, describe_memory
+
+        if self.finalized:
             return
-        finalized = True
+        self.finalized = True
+        record, session, plan = self.record, self.session, self.plan
         _safely(session.finish)
         if not record.flags:
             record.flags = _safely(describe_flags, {})
         if not record.memory:
             record.memory = _safely(describe_memory, {})
-        for hook in extra_hooks or []:
+        for hook in self.hooks:
             _safely(lambda h=hook: h.finish(record))
         record.environment = _safely(describe_environment, {})
-        if instrumentation.oom_message and status in ("exited", "failed"):
+        if self.instrumentation.oom_message and status in ("exited", "failed"):
             status = "oom"  # the script caught the OOM and exited: still an OOM
-            error = error or {"type": "OutOfMemoryError", "message": instrumentation.oom_message, "traceback": ""}
-        record.status = status
-        record.exit_code = exit_code
-        record.error = error
-        record.step_mode = clock.mode
+            error = error or {"type": "OutOfMemoryError", "message": self.instrumentation.oom_message, "traceback": ""}
+        record.status, record.exit_code, record.error = status, exit_code, error
+        record.step_mode = self.clock.mode
         record.boundaries_s = list(session.boundaries)
-        record.samples_per_step = clock.samples_per_step[1:]
+        record.samples_per_step = self.clock.samples_per_step[1:]
         record.profiled_steps = session.profiled_steps()
         record.trace_files = list(session.trace_files)
         if session.timed_start is not None and session.timed_end is not None:
             record.timed_steps = plan.timed
             record.timed_seconds = session.timed_end - session.timed_start
-            timed = record.samples_per_step[plan.first_timed : plan.first_timed + plan.timed]
+            timed = record.samples_per_step[plan.timed_slice()]
             record.timed_samples = sum(timed) if timed and all(timed) else None
         record.warnings.extend(session.notes)
-        record.dataloaders = list(instrumentation.dataloaders.values())
-        record.optimizers = list(instrumentation.optimizers.values())
+        record.dataloaders = list(self.instrumentation.dataloaders.values())
+        record.optimizers = list(self.instrumentation.optimizers.values())
         record.ended_at = _now()
-        record.wall_s = time.perf_counter() - t0
-        record.save(run_dir / record_file)
+        record.wall_s = time.perf_counter() - self.t0
+        self.run_dir.save_record(record, self.rank)
 
-    owner_pid = os.getpid()
-
-    def hard_exit(code: int = 0) -> None:
+    def _hard_exit(self, code: int = 0) -> None:
         """``os._exit`` skips every ``finally``: save the capture first, then really exit. Forked
         children (DataLoader workers) inherit this function and must simply exit."""
-        if os.getpid() != owner_pid:
-            real_exit(code)
-        record.warnings.append(f"the script called os._exit({code})")
-        _safely(lambda: finalize("exited" if code else "completed", code))
-        _safely(saved.restore)
-        if on_hard_exit is not None:
-            _safely(lambda: on_hard_exit(record))
-        real_exit(code)
-
-    status, exit_code, error = "completed", errors.EXIT_OK, None
-    try:
-        instrumentation.install()
-        session.guard_foreign_profilers()
-        if knobs is not None:
-            knobs.install()
-        for hook in extra_hooks or []:
-            hook.install()
-        os._exit = hard_exit  # type: ignore[assignment]
-        _install_sigterm()
-        _prepare_sys(target)
-        progress.phase(f"running {Path(target.value).name if target.kind == 'script' else '-m ' + target.value}")
-        record.script_start_s = time.perf_counter()
-        if target.kind == "script":
-            runpy.run_path(target.value, run_name="__main__")
-        else:
-            runpy.run_module(target.value, run_name="__main__", alter_sys=True)
-    except StopScript:
-        status = "stopped"
-    except SystemExit as exc:
-        exit_code = _exit_code(exc)
-        status = "completed" if exit_code == 0 else "exited"
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    except KeyboardInterrupt as exc:
-        status, exit_code = "interrupted", errors.EXIT_INTERRUPTED
-        error = _describe_error(exc)
-        _print_script_traceback(exc)
-    except Terminated as exc:
-        status, exit_code = "terminated", errors.EXIT_TERMINATED
-        error = _describe_error(exc)
-    except BaseException as exc:  # the script's own failure: report it as Python would
-        status, exit_code = ("oom" if _is_oom(exc) else "failed"), errors.EXIT_SCRIPT_FAILED
-        error = _describe_error(exc)
-        if session.finished and plan.stop and _caused_by_stop(exc):
-            status, exit_code, error = "stopped", errors.EXIT_OK, None
-        else:
-            _print_script_traceback(exc)
-    finally:
-        os._exit = real_exit
-        try:
-            finalize(status, exit_code, error)
-        finally:  # undo in the reverse order of installation: later patches wrap earlier ones
-            for hook in reversed(extra_hooks or []):
-                _safely(hook.remove)
-            if knobs is not None:
-                _safely(knobs.remove)
-            instrumentation.remove()
-            saved.restore()
-    if record.completed_steps() == 0 and record.status in ("completed", "stopped"):
-        record.status = "no_steps"  # the script ran, but no step could be found
-        record.save(run_dir / record_file)
-    return record
+        if os.getpid() != self.owner_pid:
+            self.real_exit(code)
+        self.record.warnings.append(f"the script called os._exit({code})")
+        _safely(lambda: self._finalize("exited" if code else "completed", code))
+        _safely(self.saved.restore)
+        if self.on_hard_exit is not None:
+            _safely(lambda: self.on_hard_exit(self.record))  # type: ignore[misc]
+        self.real_exit(code)
 
 
 def _safely(fn: Callable[[], Any], default: Any = None) -> Any:

@@ -16,7 +16,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_run_dir, find_traces
+from diagnose.analysis.pipeline import AnalysisOptions
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_run
 from diagnose.analysis.breakdown import compute_breakdown
 from diagnose.analysis.timeline import load_timeline
 from diagnose.analysis.trim import trim_file
@@ -39,7 +41,7 @@ PLANTED = {
 
 def make(example: str, source_run: Path) -> None:
     steps, skip, rule, line = PLANTED[example]
-    (trace,) = find_traces(source_run)
+    (trace,) = RunDir(source_run).traces()
     out = HERE / example
     if out.exists():
         shutil.rmtree(out)
@@ -56,7 +58,7 @@ def make(example: str, source_run: Path) -> None:
     run = json.loads((source_run / "run.json").read_text())
     run["trace_files"] = [trimmed.name]
     (out / "run.json").write_text(json.dumps(run, indent=1))
-    report = analyze_run_dir(out, AnalysisOptions())
+    report = analyze_run(RunDir(out), AnalysisOptions.load())
     expected = {
         "planted_rule": rule,
         "line": line,
