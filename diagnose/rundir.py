@@ -111,8 +111,8 @@ class RunDir:
 
     def child(self, label: str) -> RunDir:
         """The folder of one run of a verify or sweep, named after its label (not created)."""
-        slug = "".join(c if c.isalnum() or c in "=.-_" else "_" for c in label).strip("_")[:80] or "run"
-        return RunDir(self.path / slug)
+        slug = "".join(c if c.isalnum() or c in "=.-_" else "_" for c in label).strip("_")[:80]
+        return RunDir(self.path / (slug if slug.strip(".") else "run"))
 
     # --- names --------------------------------------------------------------------------------
 

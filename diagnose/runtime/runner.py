@@ -178,6 +178,12 @@ class _ScriptRun:
             self._install()
             self._run_script()
         except BaseException as exc:  # noqa: BLE001 - every way a script ends is recorded
+            # First, inline (a Python call would let it run first): a dead DataLoader worker's
+            # SIGCHLD may still be pending, and torch's handler would raise it here, in diagnose.
+            try:
+                signal.signal(signal.SIGCHLD, self.saved.sigchld)
+            except (AttributeError, TypeError, ValueError, OSError):  # no SIGCHLD, none saved, not the main thread
+                pass
             status, exit_code, error = self._ending(exc)
         finally:
             os._exit = self.real_exit
