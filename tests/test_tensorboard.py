@@ -175,7 +175,7 @@ def test_default_worker_is_host_and_pid(tmp_path: Path) -> None:
     assert (node, int(process)) == (socket.gethostname(), os.getpid())
 
 
-def test_find_traces_finds_the_trace_and_nothing_else(tmp_path: Path) -> None:
+def test_traces_finds_the_trace_and_nothing_else(tmp_path: Path) -> None:
     run_dir = run_dir_with(cpu_steps(), tmp_path)
     analyze_and_save(RunDir(run_dir), AnalysisOptions.load())
     assert [p.name for p in RunDir(run_dir).traces()] == [p.name for p in run_dir.iterdir() if WORKER_PATTERN.match(p.name)]
