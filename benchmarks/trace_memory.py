@@ -172,7 +172,7 @@ print(len(data["traceEvents"]), "events")
 
 DIAGNOSE = """
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
-report = analyze_trace(TRACE, AnalysisOptions())
+report = analyze_trace(TRACE, AnalysisOptions.load())
 print(report.source.get("trace_events", 0), "events,", len(report.breakdown["steps"]), "steps")
 """
 

@@ -12,7 +12,9 @@ import pytest
 
 from diagnose.analysis.breakdown import calibrate_to_steady_state, compute_breakdown
 from diagnose.analysis.findings import MIN_GAIN, diagnose_symptoms
-from diagnose.analysis.pipeline import AnalysisOptions, _steady_step_us, analyze_run_dir
+from diagnose.analysis.pipeline import AnalysisOptions, _steady_step_us
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_run
 from diagnose.analysis.predict import (
     TRANSFORMATIONS,
     Predictor,
@@ -322,7 +324,7 @@ def test_the_planted_fix_is_predicted_to_help_and_unrelated_changes_are_not(name
 
 @pytest.mark.parametrize("name", [n for n, t in PLANTED.items() if t], ids=str)
 def test_reports_carry_the_prediction_beside_the_bound(name: str) -> None:
-    report = analyze_run_dir(DATA / name, AnalysisOptions())
+    report = analyze_run(RunDir(DATA / name), AnalysisOptions.load())
     expected = json.loads((DATA / name / "expected.json").read_text())
     top = report.findings[0]
     assert top["rule"] == expected["planted_rule"]
