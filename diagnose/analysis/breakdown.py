@@ -25,29 +25,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from diagnose.analysis import patterns as P
+from diagnose.analysis.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
 from diagnose.analysis.timeline import HostOp, Interval, Timeline
 
-PHASES = ("data_wait", "h2d_copy", "forward", "backward", "optimizer", "other")
-
-#: Exposed categories, in display order. Host-side first (GPU idle), then GPU busy.
-EXPOSED = (
-    "data_wait",
-    "h2d_copy",
-    "sync",
-    "host_forward",
-    "host_backward",
-    "host_optimizer",
-    "host_other",
-    "communication",
-    "gpu_forward",
-    "gpu_backward",
-    "gpu_optimizer",
-    "gpu_other",
-)
-HOST_EXPOSED = EXPOSED[:7]
-GPU_EXPOSED = EXPOSED[7:]
-#: GPU idle while the host runs model code: on a GPU this is launch and Python overhead.
-LAUNCH_EXPOSED = ("host_forward", "host_backward", "host_optimizer")
 
 # Host labels in priority order; the phase view skips the waits ("comm_wait", "sync"): a wait
 # belongs to the phase around it. "comm_wait" is a sync inside DDP's own code, waiting for its

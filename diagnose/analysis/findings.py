@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.analysis.predict import Predictor
-from diagnose.analysis.rules import Rule, format_value, render_template
+from diagnose.analysis.rules import Rule, render_template
 from diagnose.analysis.symptoms import Symptoms
+from diagnose.units import format_value
 
 #: A fix that cannot make the step at least this much faster is not worth a user's time.
 MIN_GAIN = 1.03
@@ -32,7 +33,6 @@ class Evidence:
     name: str
     value: float
     unit: str
-    text: str
     description: str
 
 
@@ -73,9 +73,8 @@ class Finding:
             "predicted_speedup": None if self.predicted is None else round(self.predicted, 4),
             "prediction_note": self.prediction_note,
             "gain_formula": self.gain_formula,
-            "evidence": [
-                {"symptom": e.name, "value": e.value, "unit": e.unit, "text": e.text} for e in self.evidence
-            ],
+            # names of symptoms: their values, units and descriptions are the report's ``symptoms``
+            "evidence": [e.name for e in self.evidence],
             "references": self.references,
             "knobs": self.knobs,
             "lines": self.lines,
@@ -107,7 +106,7 @@ def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
     for name in rule.evidence:
         s = symptoms.get(name)
         if s is not None:
-            evidence.append(Evidence(name, s.value, s.unit, format_value(s.value, None, s.unit), s.description))
+            evidence.append(Evidence(name, s.value, s.unit, s.description))
     return Finding(
         rule_id=rule.id,
         title=rule.title,

@@ -1,7 +1,8 @@
 """Stage 8's input: the report, a versioned JSON-ready value that every renderer reads.
 
 Contract: ``build_report(...) -> Report``; ``Report.to_dict()`` is what ``report.json`` holds
-(schema ``diagnose.report/1``, documented field by field in docs/report-schema.md). A report
+(schema ``diagnose.report/2``, documented field by field in docs/report-schema.md;
+``Report.load`` also reads schema 1 files, upgrading them). A report
 can be re-rendered from ``report.json`` alone (``diagnose report RUN_DIR``).
 
 ``experiments`` is filled by ``diagnose verify`` and ``diagnose sweep``::
@@ -27,44 +28,24 @@ from pathlib import Path
 from typing import Any
 
 from diagnose import __version__
-from diagnose.analysis.breakdown import EXPOSED, PHASES, Breakdown
+from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.categories import EXPOSED, PHASES, exposed_labels
 from diagnose.analysis.findings import Diagnosis
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.timeline import TraceMeta
+from diagnose.units import percent
 
-REPORT_SCHEMA = "diagnose.report/1"
+REPORT_SCHEMA = "diagnose.report/2"
 
-#: What each exposed category means, in words, for every renderer.
-EXPOSED_LABELS = {
-    "data_wait": "waiting for data (DataLoader)",
-    "h2d_copy": "host-to-device copies",
-    "sync": "host-GPU syncs (.item(), .cpu(), ...)",
-    "host_forward": "host: forward code, GPU idle",
-    "host_backward": "host: backward, GPU idle",
-    "host_optimizer": "host: optimizer, GPU idle",
-    "host_other": "host: other Python, GPU idle",
-    "communication": "communication (all-reduce ...), not overlapped",
-    "gpu_forward": "GPU: forward kernels",
-    "gpu_backward": "GPU: backward kernels",
-    "gpu_optimizer": "GPU: optimizer kernels",
-    "gpu_other": "GPU: other kernels and copies",
-}
-#: The same categories on a CPU-only run, where the host is the device.
-EXPOSED_LABELS_CPU = {
-    **EXPOSED_LABELS,
-    "host_forward": "forward (CPU compute)",
-    "host_backward": "backward (CPU compute)",
-    "host_optimizer": "optimizer (CPU compute)",
-    "host_other": "other Python",
-}
-PHASE_LABELS = {
-    "data_wait": "data wait",
-    "h2d_copy": "host-to-device copy",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer (with zero_grad)",
-    "other": "other host work",
+#: Window figures of schema 1 that schema 2 keeps once, as the symptom named here.
+#: (``exposed_share``, ``phase_share`` and ``hidden_share`` became ``exposed.<category>``,
+#: ``phase.<phase>`` and ``hidden.<phase>``.)
+WINDOW_FIGURES_AS_SYMPTOMS = {
+    "gpu_busy_share": "gpu.busy",
+    "kernels_per_step": "gpu.kernels_per_step",
+    "median_kernel_us": "gpu.median_kernel_us",
+    "syncs_per_step": "sync.per_step",
 }
 
 
@@ -111,6 +92,9 @@ class Report:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
+        """A report from its JSON form; a schema 1 report is upgraded to schema 2."""
+        if data.get("schema") == "diagnose.report/1":
+            data = upgrade_from_v1(data)
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -123,14 +107,50 @@ class Report:
     def load(cls, path: Path) -> Report:
         return cls.from_dict(json.loads(path.read_text()))
 
-    # --- convenience for renderers ------------------------------------------------------------
+    # --- the figures kept once, read back ----------------------------------------------------
 
     @property
     def on_gpu(self) -> bool:
         return bool(self.breakdown and self.breakdown.get("device") == "cuda")
 
-    def exposed_labels(self) -> dict[str, str]:
-        return EXPOSED_LABELS if self.on_gpu else EXPOSED_LABELS_CPU
+    def symptom_value(self, name: str) -> float | None:
+        """A symptom's value, None when the run could not measure it."""
+        entry = self.symptoms.get(name)
+        return None if entry is None else entry.get("value")
+
+    def exposed_shares(self) -> dict[str, float]:
+        """Share of the window per exposed category (empty when nothing was profiled)."""
+        if not self.breakdown:
+            return {}
+        return {cat: self.symptom_value(f"exposed.{cat}") or 0.0 for cat in EXPOSED}
+
+    def gpu_busy_share(self) -> float | None:
+        """Share of the window the GPU ran anything: 0 on a CPU-only run, None with no breakdown."""
+        if not self.breakdown:
+            return None
+        return self.symptom_value("gpu.busy") or 0.0
+
+
+def upgrade_from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema 1 report in schema 2's form: evidence names its symptoms, and the window keeps
+    no figure that the symptoms already hold (the numbers are the same, rounded differently)."""
+    out = dict(data, schema=REPORT_SCHEMA)
+    out["findings"] = [_evidence_as_names(f) for f in data.get("findings") or []]
+    out["next_steps"] = [_evidence_as_names(f) for f in data.get("next_steps") or []]
+    breakdown = data.get("breakdown")
+    if breakdown and breakdown.get("window"):
+        window = dict(breakdown["window"])
+        for key in ("steps", "exposed_share", "phase_share", "hidden_share", *WINDOW_FIGURES_AS_SYMPTOMS):
+            window.pop(key, None)
+        h2d = window.pop("h2d_bytes_per_step", None) or {}
+        window["h2d_pinned_bytes_per_step"] = h2d.get("pinned")
+        out["breakdown"] = dict(breakdown, window=window)
+    return out
+
+
+def _evidence_as_names(finding: dict[str, Any]) -> dict[str, Any]:
+    evidence = [e["symptom"] if isinstance(e, dict) else e for e in finding.get("evidence") or []]
+    return dict(finding, evidence=evidence)
 
 
 def _json_default(value: Any) -> Any:
@@ -219,7 +239,7 @@ def build_report(
         report.considered = list(diagnosis.considered)
         report.replay = diagnosis.replay
         report.healthy = diagnosis.healthy and report.breakdown is not None
-        report.verdict = _verdict(report, diagnosis)
+        report.verdict = _verdict(report, diagnosis, breakdown)
     return report
 
 
@@ -343,40 +363,30 @@ def breakdown_to_dict(bd: Breakdown) -> dict[str, Any]:
                 "matmul_ms": {k: _round(v / 1000, 4) for k, v in s.matmul_us.items()},
             }
         )
-    n = len(bd.steps)
     median_step = statistics.median([s.duration_us for s in bd.steps]) / 1000
+    # The window's shares, GPU busy, kernels and syncs per step are symptoms (``exposed.<category>``,
+    # ``phase.<phase>``, ``hidden.<phase>``, ``gpu.busy`` ...): the report keeps them there, once.
     return {
         "device": "cuda" if bd.has_gpu else "cpu",
         "median_step_timeline": bd.timeline_strip,
         "steps": steps,
         "window": {
-            "steps": n,
             "total_ms": _round(bd.total_us / 1000, 3),
             "median_step_ms": _round(median_step, 3),
-            "exposed_share": {k: _round(bd.exposed_share[k], 5) for k in EXPOSED},
             "trace_exposed_share": (
                 {k: _round(bd.trace_exposed_share[k], 5) for k in EXPOSED} if bd.trace_exposed_share else None
             ),
             "profiler_inflation": _round(bd.profiler_inflation, 4),
-            "phase_share": {k: _round(bd.phase_share[k], 5) for k in PHASES},
-            "hidden_share": {k: _round(bd.hidden_share[k], 5) for k in PHASES},
             "median_ms": {
                 "exposed": {k: _round(bd.median_of("exposed", k) / 1000, 4) for k in EXPOSED},
                 "phases": {k: _round(bd.median_of("phases", k) / 1000, 4) for k in PHASES},
             },
-            "gpu_busy_share": _round(bd.gpu_busy_share(), 5),
-            "kernels_per_step": bd.median("kernel_count"),
-            "median_kernel_us": _round(bd.median("median_kernel_us"), 3),
-            "h2d_bytes_per_step": {
-                "pageable": bd.median("h2d_pageable_bytes"),
-                "pinned": bd.median("h2d_pinned_bytes"),
-            },
-            "syncs_per_step": bd.median("sync_count"),
+            "h2d_pinned_bytes_per_step": bd.median("h2d_pinned_bytes"),
         },
     }
 
 
-def _verdict(report: Report, diagnosis: Diagnosis) -> str:
+def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) -> str:
     if report.breakdown is None:
         if diagnosis.findings:
             return f"{diagnosis.findings[0].title} (no profiled step: the rest of the diagnosis needs one)."
@@ -387,17 +397,14 @@ def _verdict(report: Report, diagnosis: Diagnosis) -> str:
         if top.predicted is not None:
             bound = f" (predicted {top.predicted:.2f}x faster, at most {top.gain:.2f}x)" if top.gain else f" (predicted {top.predicted:.2f}x faster)"
         return f"{top.title}{bound}."
-    window = report.breakdown["window"]
-    shares = window["exposed_share"]
-    top = max(shares, key=shares.get)
-    labels = report.exposed_labels()
-    if not report.on_gpu:
-        return f"No rule fired on this CPU-only run; the largest part of a step: {labels[top]} ({shares[top] * 100:.0f}%)."
-    if report.on_gpu:
-        busy = window["gpu_busy_share"] * 100
-        precision = report.symptoms.get("gpu.reduced_precision_share", {}).get("value")
-        what = f"GPU busy {busy:.0f}% of the step"
-        if precision is not None and precision >= 0.5:
-            what += f", {precision * 100:.0f}% of matmul time in bf16/fp16"
-        return f"No bottleneck found: {what}."
-    return "No bottleneck found."
+    assert breakdown is not None  # a report has a breakdown exactly when the analysis had one
+    if not breakdown.has_gpu:
+        shares = breakdown.exposed_share
+        top = max(EXPOSED, key=lambda cat: shares[cat])
+        label = exposed_labels(on_gpu=False)[top]
+        return f"No rule fired on this CPU-only run; the largest part of a step: {label} ({percent(shares[top], 0)})."
+    what = f"GPU busy {percent(breakdown.gpu_busy_share(), 0)} of the step"
+    precision = report.symptom_value("gpu.reduced_precision_share")
+    if precision is not None and precision >= 0.5:
+        what += f", {percent(precision, 0)} of matmul time in bf16/fp16"
+    return f"No bottleneck found: {what}."

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from diagnose.errors import RuleError
+from diagnose.units import format_value
 from diagnose.analysis.symptoms import CATALOG
 
 if sys.version_info >= (3, 11):
@@ -208,44 +209,6 @@ def names_in(node: Node) -> set[str]:
 
 #: ``{symptom}``, ``{symptom:spec}``, and either with ``|fallback`` text for runs that lack it
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)(?::([^{}|]*))?(?:\|([^{}]*))?\}")
-
-
-def format_value(value: float | None, spec: str | None, unit: str = "") -> str:
-    """Format a symptom for people: ``%`` percent, ``x`` a factor, ``bytes`` scaled, ``.Nf``."""
-    if value is None:
-        return "n/a"
-    spec = spec or ""
-    if spec == "%" or (not spec and unit == "share"):
-        return f"{value * 100:.0f}%"
-    if spec == "x":
-        return f"{value:.2f}x"
-    if spec == "bytes" or (not spec and unit == "bytes"):
-        return human_bytes(value)
-    if spec:
-        try:
-            return format(value, spec)
-        except ValueError:
-            return str(value)
-    if unit == "us":
-        return f"{value:.1f} µs"
-    if unit == "ms":
-        return f"{value:.1f} ms"
-    if unit == "s":
-        return f"{value:.2f} s"
-    if unit == "GB":
-        return f"{value:.1f} GB"
-    if unit == "GB/s":
-        return f"{value:.1f} GB/s"
-    if float(value).is_integer():
-        return str(int(value))
-    return f"{value:.2f}"
-
-
-def human_bytes(value: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value:.0f} B"
 
 
 def render_template(text: str, values: Mapping[str, float], extra: Mapping[str, str] | None = None) -> str:

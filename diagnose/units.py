@@ -1,0 +1,84 @@
+"""Numbers for people: bytes, shares, milliseconds, rates and speedups, each written one way.
+
+Contract: pure functions from a number to a string; no imports from diagnose. The rules' text
+templates (``format_value``) and every renderer format through here, so that "97%" or "1.2 GB"
+reads the same in the terminal, the HTML page and TensorBoard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def human_bytes(value: float) -> str:
+    """Decimal units, one digit: ``1.2 GB``, ``512.0 KB``, ``12 B``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def percent(share: float, digits: int = 1) -> str:
+    """A share of 0-1 as a percentage: ``percent(0.193) == "19.3%"``."""
+    return f"{share * 100:.{digits}f}%"
+
+
+def speedup(factor: float) -> str:
+    """A factor, two decimals: ``2.50x``."""
+    return f"{factor:.2f}x"
+
+
+def ms(value: float) -> str:
+    """Milliseconds with as many decimals as the size warrants: ``120 ms``, ``12.3 ms``, ``0.125 ms``."""
+    digits = 0 if value >= 100 else 1 if value >= 10 else 2 if value >= 1 else 3
+    return f"{value:.{digits}f} ms"
+
+
+def rate(value: float) -> str:
+    """A throughput: thousands separated from 100 up (``1,800``), two decimals under (``12.50``)."""
+    return f"{value:,.0f}" if value >= 100 or value == 0 else f"{value:.2f}"
+
+
+def plain(value: Any) -> str:
+    """Any recorded setting: ``—`` for none, six significant digits, lists and dicts joined."""
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(plain(v) for v in value) or "—"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={plain(v)}" for k, v in value.items()) or "—"
+    return str(value)
+
+
+def format_value(value: float | None, spec: str | None, unit: str = "") -> str:
+    """A symptom for people: ``spec`` ``%`` percent, ``x`` a factor, ``bytes`` scaled, or a
+    format spec (``.1f``); without one, the symptom's unit decides."""
+    if value is None:
+        return "n/a"
+    spec = spec or ""
+    if spec == "%" or (not spec and unit == "share"):
+        return percent(value, 0)
+    if spec == "x":
+        return speedup(value)
+    if spec == "bytes" or (not spec and unit == "bytes"):
+        return human_bytes(value)
+    if spec:
+        try:
+            return format(value, spec)
+        except ValueError:
+            return str(value)
+    if unit == "us":
+        return f"{value:.1f} µs"
+    if unit == "ms":
+        return f"{value:.1f} ms"
+    if unit == "s":
+        return f"{value:.2f} s"
+    if unit == "GB":
+        return f"{value:.1f} GB"
+    if unit == "GB/s":
+        return f"{value:.1f} GB/s"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.2f}"
