@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
-from diagnose.analysis.breakdown import EXPOSED
-from diagnose.renderers.html import CATEGORY_COLOURS, CSP, HTMLRenderer, median_step, nice_ticks
+from diagnose.analysis.categories import EXPOSED, exposed_labels
+from diagnose.renderers.html import CATEGORY_COLOURS, CSP, HTMLRenderer, nice_ticks
+from diagnose.renderers.view import ReportView, median_of
 from diagnose.analysis.report import Report
 from tests.browser import elements, find_chromium, load_page, with_class
 from tests.tracebuilder import AUTOGRAD, ELEMENTWISE, FP32_GEMM, MULTI_TENSOR, TraceBuilder
@@ -133,7 +134,7 @@ def test_gpu_report_has_one_bar_per_step_and_a_legend_entry_per_category(gpu_rep
     for step in steps:
         assert re.search(rf">{step['number']}</text>", page)
     for cat in drawn:
-        assert gpu_report.exposed_labels()[cat] in page
+        assert exposed_labels(on_gpu=True)[cat] in page
         assert f".c-{cat}{{fill:{CATEGORY_COLOURS[cat]}" in page
 
 
@@ -155,9 +156,9 @@ def test_median_step_strips_are_in_time_order_and_span_the_step(gpu_report: Repo
 def test_reports_without_a_timeline_fall_back_to_totals(gpu_report: Report) -> None:
     del gpu_report.breakdown["median_step_timeline"]  # type: ignore[index]
     page = HTMLRenderer().render(gpu_report)
-    step = median_step(gpu_report.breakdown["steps"])  # type: ignore[index]
+    step = median_of(ReportView.from_report(gpu_report).breakdown.steps)  # type: ignore[union-attr]
     widths = [float(e.attrs["width"]) for e in with_class(elements(page), "rect", "strip-seg")]
-    exposed_count = sum(1 for v in step["exposed_ms"].values() if v > 0)
+    exposed_count = sum(1 for v in step.exposed_ms.values() if v > 0)
     assert sum(widths[:exposed_count]) == pytest.approx(960, abs=1)
     assert "not a time-ordered trace" in page
 

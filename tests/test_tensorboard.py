@@ -14,7 +14,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from diagnose.analysis.pipeline import AnalysisOptions
-from diagnose.analysis.breakdown import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, PHASES
+from diagnose.analysis.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, PHASES
 from diagnose.renderers.tensorboard import TEXT_TAG, TRUST_NOTE, write_events
 from diagnose.analysis.report import Report
 from diagnose.rundir import RunDir
@@ -87,9 +87,8 @@ def test_gpu_scalars_per_step_match_the_report(tmp_path: Path) -> None:
     expect("h2d/pageable_bytes", [4096, 0])
     expect("sync/count", [1, 0])
 
-    window = report.breakdown["window"]  # type: ignore[index]
-    assert series(accumulator, "share/exposed_data_wait") == pytest.approx({0: window["exposed_share"]["data_wait"]})
-    assert series(accumulator, "share/gpu_busy") == pytest.approx({0: window["gpu_busy_share"]})
+    assert series(accumulator, "share/exposed_data_wait") == pytest.approx({0: report.symptoms["exposed.data_wait"]["value"]})
+    assert series(accumulator, "share/gpu_busy") == pytest.approx({0: report.symptoms["gpu.busy"]["value"]})
     assert series(accumulator, "throughput/profiled_steps_per_s") == pytest.approx(
         {0: report.throughput["profiled"]["steps_per_s"]}
     )

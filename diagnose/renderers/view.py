@@ -235,6 +235,8 @@ class FindingRow:
     do: str
     why: str
     gain_bound: float | None
+    predicted_speedup: float | None  # the fix replayed on the step's model (analysis/predict.py)
+    prediction_note: str | None
     gain_formula: str | None
     evidence: tuple[EvidenceRow, ...]
     lines: str | None
@@ -254,6 +256,7 @@ class ExperimentRow:
     gpu_busy: float | None
     peak_reserved_bytes: float | None
     speedup: float | None
+    predicted_speedup: float | None
     gain_bound: float | None
     top_category: str | None
     top_label: str | None
@@ -317,6 +320,17 @@ class ConfigView:
     flags: Record
 
 
+@dataclass(frozen=True)
+class ReplayView:
+    """The check that the step's replay reproduces the measured window (predictions need it)."""
+
+    replayed_ms: float
+    measured_ms: float
+    steps: int
+    error: float
+    within_tolerance: bool
+
+
 # --- the whole -------------------------------------------------------------------------------------
 
 
@@ -335,6 +349,9 @@ class ReportView:
     findings: tuple[FindingRow, ...]
     next_steps: tuple[FindingRow, ...]
     findings_not_shown: int
+    #: fixes that fired but were left out, predicted under the step-to-step spread: one line each
+    considered: tuple[str, ...]
+    replay: ReplayView | None
     experiments: ExperimentsView | None
     config: ConfigView
     warnings: tuple[str, ...]
@@ -369,6 +386,8 @@ class ReportView:
             findings=findings,
             next_steps=tuple(_finding(f, report) for f in report.next_steps),
             findings_not_shown=report.findings_not_shown,
+            considered=tuple(report.considered),
+            replay=_replay(report.replay),
             experiments=_experiments(report.experiments, labels),
             config=_config(report),
             warnings=tuple(report.warnings),
@@ -574,11 +593,25 @@ def _finding(finding: Mapping[str, Any], report: Report) -> FindingRow:
         do=finding.get("do") or "",
         why=finding.get("why") or "",
         gain_bound=finding.get("gain_bound"),
+        predicted_speedup=finding.get("predicted_speedup"),
+        prediction_note=finding.get("prediction_note"),
         gain_formula=finding.get("gain_formula"),
         evidence=tuple(evidence),
         lines=finding.get("lines"),
         references=tuple(finding.get("references") or ()),
         knobs=dict(finding.get("knobs") or {}),
+    )
+
+
+def _replay(replay: Mapping[str, Any] | None) -> ReplayView | None:
+    if not replay or replay.get("replayed_ms") is None or replay.get("measured_ms") is None:
+        return None
+    return ReplayView(
+        replayed_ms=replay["replayed_ms"],
+        measured_ms=replay["measured_ms"],
+        steps=int(replay.get("steps") or 0),
+        error=float(replay.get("error") or 0.0),
+        within_tolerance=bool(replay.get("within_tolerance")),
     )
 
 
@@ -602,6 +635,7 @@ def _experiments(experiments: Mapping[str, Any] | None, labels: Mapping[str, str
                 gpu_busy=row.get("gpu_busy"),
                 peak_reserved_bytes=row.get("peak_reserved_bytes"),
                 speedup=row.get("speedup"),
+                predicted_speedup=row.get("predicted_speedup"),
                 gain_bound=row.get("gain_bound"),
                 top_category=category,
                 top_label=labels.get(category, category) if category else None,

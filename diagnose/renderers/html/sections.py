@@ -1,0 +1,423 @@
+"""The page's sections, one function each, from the report's view to ``Markup``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from diagnose.renderers.html.charts import SweepMetric, bar_chart, steps_chart, strip
+from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
+from diagnose.renderers.view import ExperimentRow, FindingRow, ReportView, Timing
+from diagnose.units import human_bytes, ms, percent, plain, rate
+
+
+def header(view: ReportView) -> Markup:
+    nav = [el("a", title, href=f"#{anchor}") for anchor, title in _nav_entries(view)]
+    device = " · ".join([view.device or "device unknown", *view.versions])
+    return el("header", el("p", "diagnose report", class_="eyebrow"), el("h1", view.name), el("p", device, class_="sub"), el("nav", nav))
+
+
+def _nav_entries(view: ReportView) -> list[tuple[str, str]]:
+    entries = [("throughput", "Throughput")]
+    if view.breakdown:
+        entries += [("steps", "Step time"), ("median-step", "One step")]
+    if view.ranks:
+        entries.append(("ranks", "Ranks"))
+    entries.append(("findings", "Findings"))
+    if view.experiments:
+        entries.append(("experiments", view.experiments.kind.capitalize()))
+    entries.append(("configuration", "Configuration"))
+    if view.warnings:
+        entries.append(("warnings", "Notes"))
+    return entries
+
+
+def verdict(view: ReportView) -> Markup:
+    text = view.verdict or "Nothing to diagnose: no profiled step."
+    tone = "good" if view.healthy else "bad" if view.breakdown else "warn"
+    return el("div", el("p", text), class_=f"verdict {tone}")
+
+
+def status(view: ReportView) -> Markup:
+    s = view.status
+    lines = [el("p", el("span", s.state, class_=f"pill {'good' if s.ok else 'bad'}"), " ", s.message)]
+    if s.step_mode:
+        lines.append(el("p", f"Steps counted at each {s.step_mode}.", class_="muted"))
+    if s.error_type is not None or s.error_message is not None:
+        if (s.error_message or "") not in s.message:
+            lines.append(el("p", el("strong", f"{s.error_type or 'error'}: "), s.error_message or ""))
+        if s.traceback:
+            lines.append(el("details", el("summary", "traceback"), el("pre", el("code", s.traceback))))
+    return el("div", lines, class_="status")
+
+
+# --- throughput and memory ------------------------------------------------------------------------
+
+
+def throughput_and_memory(view: ReportView) -> Markup:
+    t = view.throughput
+    cards = [
+        _timing_card("Steady state", "profiler off: the real speed", t.steady),
+        _timing_card("Profiled window", "profiler on: the steps analysed below", t.profiled),
+        _memory_card(view),
+    ]
+    cards = [card for card in cards if card]
+    notes = [] if cards else [el("p", "No step was timed.", class_="muted")]
+    if t.batch_size:
+        notes.append(el("p", f"Batch: {t.batch_size:g} samples per step (found from the data).", class_="muted"))
+    if t.note:
+        notes.append(el("p", t.note, class_="note"))
+    return section("Throughput and memory", el("div", cards, class_="cards"), notes, anchor="throughput")
+
+
+def _timing_card(title: str, subtitle: str, timing: Timing | None) -> Markup | None:
+    if timing is None:
+        return None
+    samples = timing.samples_per_s
+    headline = f"{rate(samples)} samples/s" if samples else f"{rate(timing.steps_per_s)} steps/s"
+    details = [
+        f"{rate(timing.steps_per_s)} steps/s" if samples else None,
+        f"median {ms(timing.median_step_ms)} per step (p90 {ms(timing.p90_step_ms)})",
+        f"{timing.steps} steps",
+    ]
+    return el(
+        "div",
+        el("h3", title),
+        el("p", subtitle, class_="muted"),
+        el("p", headline, class_="big"),
+        el("p", " · ".join(d for d in details if d)),
+        class_="card",
+    )
+
+
+def _memory_card(view: ReportView) -> Markup | None:
+    memory = view.memory
+    capacity, reserved, allocated = memory.capacity_bytes, memory.peak_reserved_bytes, memory.peak_allocated_bytes
+    if reserved is None or not capacity:
+        if capacity:
+            text = f"Device capacity {human_bytes(capacity)}; peak use not measured (a trace analysed on its own)."
+        elif view.breakdown and not view.on_gpu:
+            text = "No GPU memory figures: a CPU-only run."
+        else:
+            return None
+        return el("div", el("h3", "GPU memory"), el("p", text, class_="muted"), class_="card")
+    share = reserved / capacity
+    meter = el(
+        "svg",
+        el("rect", width="100%", height="10", rx="5", class_="meter-track"),
+        el("rect", width=percent(min(share, 1.0)), height="10", rx="5", class_="meter-fill"),
+        el("title", f"{percent(share)} of {human_bytes(capacity)} reserved at peak"),
+        class_="meter",
+        width="100%",
+        height="10",
+    )
+    return el(
+        "div",
+        el("h3", "GPU memory"),
+        el("p", "peak over the run, reserved by the caching allocator", class_="muted"),
+        el("p", f"{human_bytes(reserved)} of {human_bytes(capacity)}", class_="big"),
+        meter,
+        el("p", f"{percent(share)} reserved · {human_bytes(allocated or 0)} allocated"),
+        class_="card",
+    )
+
+
+# --- the breakdown: per-step chart, the median step, tables -----------------------------------------
+
+
+def breakdown_sections(view: ReportView) -> list[Markup]:
+    breakdown = view.breakdown
+    assert breakdown is not None
+    present = [row.category for row in breakdown.present]
+    intro = (
+        "Each bar is one profiled step, split by what limited it: time the GPU sat idle waiting for the host "
+        "in warm colours, GPU work in greens and blues."
+        if view.on_gpu
+        else "Each bar is one profiled step, split by what the host was doing (a CPU-only run: the host is the device)."
+    )
+    return [
+        section(
+            "Where the step time goes",
+            el("p", f"{intro} {len(breakdown.steps)} steps, median {ms(breakdown.median_step_ms)}.", class_="muted"),
+            steps_chart(breakdown.steps, present, view.labels),
+            _exposed_table(view),
+            _gpu_counters(view),
+            anchor="steps",
+        ),
+        _median_step_section(view),
+    ]
+
+
+def _exposed_table(view: ReportView) -> Markup:
+    rows = [
+        el(
+            "tr",
+            el("td", swatch(f"c-{row.category}")),
+            el("td", row.label),
+            el("td", ms(row.median_ms), class_="num"),
+            el("td", percent(row.share), class_="num"),
+            class_="legend-row",
+            data_category=row.category,
+        )
+        for row in view.breakdown.present  # type: ignore[union-attr]
+    ]
+    header_row = el(
+        "tr",
+        el("th", ""),
+        el("th", "exposed: what limits the step"),
+        el("th", "median per step", class_="num"),
+        el("th", "share of the window", class_="num"),
+    )
+    return el("table", el("thead", header_row), el("tbody", rows), class_="grid legend")
+
+
+def _gpu_counters(view: ReportView) -> Markup | None:
+    gpu = view.breakdown.gpu  # type: ignore[union-attr]
+    if gpu is None:
+        return None
+    chips = [
+        f"GPU busy {percent(gpu.busy_share or 0)}",
+        f"{gpu.kernels_per_step or 0:g} kernels/step",
+        f"median kernel {gpu.median_kernel_us:.1f} µs" if gpu.median_kernel_us is not None else None,
+        f"H2D {human_bytes(gpu.h2d_pageable_bytes)}/step pageable" if gpu.h2d_pageable_bytes else None,
+        f"H2D {human_bytes(gpu.h2d_pinned_bytes)}/step pinned" if gpu.h2d_pinned_bytes else None,
+        f"{gpu.syncs_per_step:g} syncs/step" if gpu.syncs_per_step else None,
+    ]
+    return el("p", [el("span", chip, class_="chip") for chip in chips if chip], class_="chips")
+
+
+def _median_step_section(view: ReportView) -> Markup:
+    step = view.breakdown.median_step  # type: ignore[union-attr]
+    if step.in_time_order:
+        title = "One step, in time order"
+        caption = (
+            f"Step {step.number}, the median step ({ms(step.duration_ms)}), from its start (left) to its end (right), in "
+            f"{step.bins} slices of {ms(step.slice_ms or 0)}: each slice shows what filled most of it. Top: GPU busy "
+            "(greens) or idle and why (warm colours). Bottom: what the host thread was doing."
+        )
+    else:
+        title = "One step, by category"
+        caption = (
+            f"Step {step.number}, the median step ({ms(step.duration_ms)}). Each strip shows the total time per "
+            "category within that step, laid side by side in a fixed order: it is not a time-ordered trace. "
+            "For the order of events, open the trace in Perfetto (docs/html-report.md says how)."
+        )
+    return section(
+        title,
+        el(
+            "figure",
+            strip(step.exposed, step.duration_ms, "what limits the step"),
+            strip(step.phases, step.duration_ms, "host thread phases"),
+            el("figcaption", caption),
+        ),
+        _phase_table(view),
+        anchor="median-step",
+    )
+
+
+def _phase_table(view: ReportView) -> Markup:
+    header_cells = [
+        el("th", ""),
+        el("th", "host thread phase"),
+        el("th", "median per step", class_="num"),
+        el("th", "share", class_="num"),
+    ]
+    if view.on_gpu:
+        header_cells.append(el("th", "hidden behind GPU work", class_="num"))
+    rows = []
+    for row in view.breakdown.phases:  # type: ignore[union-attr]
+        cells = [
+            el("td", swatch(f"p-{row.phase}")),
+            el("td", row.label),
+            el("td", ms(row.median_ms), class_="num"),
+            el("td", percent(row.share), class_="num"),
+        ]
+        if row.hidden_share is not None:
+            cells.append(el("td", percent(row.hidden_share), class_="num"))
+        rows.append(el("tr", cells))
+    return el("table", el("thead", el("tr", header_cells)), el("tbody", rows), class_="grid legend")
+
+
+def nothing_profiled(view: ReportView) -> Markup:
+    run = view.config.run
+    recorded = [
+        ("steps seen", run.steps_seen),
+        ("steps profiled", run.profiled_steps),
+        ("trace files", run.trace_files or "none written"),
+        ("analysed trace", run.analysed_trace),
+    ]
+    return section(
+        "No profiled step",
+        el("p", "The run ended before diagnose could profile a step, so there is no breakdown. What was recorded:"),
+        kv_table((key, value) for key, value in recorded if value is not None),
+        anchor="steps",
+    )
+
+
+def ranks(view: ReportView) -> Markup | str:
+    """A distributed run: every rank side by side, and the straggler if the rules named one."""
+    r = view.ranks
+    if r is None:
+        return ""
+    columns = [
+        ("rank", "rank", "{}"), ("status", "status", "{}"), ("median_step_ms", "step", "{:.2f} ms"),
+        ("data_wait_ms", "data wait (exposed)", "{:.2f} ms"), ("communication_ms", "communication kernels", "{:.2f} ms"),
+        ("exposed_communication_share", "communication exposed", "{:.0%}"), ("gpu_busy", "GPU busy", "{:.0%}"),
+        ("samples_per_step", "samples per step", "{:g}"), ("top_exposed", "largest exposed share", "{}"),
+    ]  # fmt: skip
+    header_row = el("tr", [el("th", title) for _, title, _ in columns])
+    rows = [
+        el("tr", [el("td", "-" if getattr(row, name) is None else fmt.format(getattr(row, name))) for name, _, fmt in columns])
+        for row in r.rows
+    ]
+    parts: list[Any] = [
+        el("p", f"{r.world_size} ranks; the breakdown above is the first rank's.", class_="muted"),
+        el("table", el("thead", header_row), el("tbody", rows), class_="grid"),
+    ]
+    if r.straggler:
+        s = r.straggler
+        parts.append(
+            el(
+                "p",
+                el("strong", f"Straggler: rank {s.rank}"),
+                f" waits {s.data_wait_ms:.2f} ms per step for data, the other ranks {s.others_data_wait_ms:.2f} ms.",
+            )
+        )
+    return section("Ranks", *parts, anchor="ranks")
+
+
+# --- findings ---------------------------------------------------------------------------------------
+
+
+def findings(view: ReportView) -> Markup:
+    if not view.breakdown and not view.findings:
+        return section("Findings", el("p", "None: nothing was profiled.", class_="muted"), anchor="findings")
+    body: list[Any] = []
+    if view.findings:
+        body.append(
+            el("p", "Ranked by the most each fix can gain (an upper bound; diagnose verify measures the real one).", class_="muted")
+        )
+        body += [_finding(i, f) for i, f in enumerate(view.findings, 1)]
+    else:
+        body.append(el("p", "No problem found.", class_="muted"))
+    if view.findings_not_shown:
+        body.append(el("p", f"... and {view.findings_not_shown} more (--all shows every finding).", class_="muted"))
+    if view.next_steps:
+        body.append(el("h3", "What would be next"))
+        body += [_finding(i, f) for i, f in enumerate(view.next_steps, 1)]
+    return section("Findings", body, anchor="findings")
+
+
+def _finding(rank: int, finding: FindingRow) -> Markup:
+    gain = finding.gain_bound
+    heading = el(
+        "div",
+        el("span", f"{rank}.", class_="rank"),
+        el("code", finding.rule, class_="rule"),
+        el("h3", finding.title),
+        el("span", f"up to {gain:.2f}x faster", class_="gain", title=finding.gain_formula) if gain else None,
+        class_="finding-head",
+    )
+    parts = [heading, el("p", finding.says)]
+    if finding.lines:
+        parts.append(el("p", el("strong", "where: "), el("code", finding.lines), class_="where"))
+    if finding.evidence:
+        parts.append(_evidence_table(finding))
+    if finding.do:
+        parts.append(el("pre", el("code", finding.do), class_="do"))
+    if finding.knobs:
+        parts.append(el("p", "what-if knobs (diagnose run --set): ", el("code", plain(dict(finding.knobs))), class_="muted"))
+    if finding.why:
+        parts.append(el("details", el("summary", "why"), el("p", finding.why)))
+    links = [el("li", reference(url)) for url in finding.references]
+    if links:
+        parts.append(el("ul", links, class_="refs"))
+    return el("article", parts, class_="finding", id=f"finding-{rank}-{finding.rule}")
+
+
+def _evidence_table(finding: FindingRow) -> Markup:
+    rows = [
+        el("tr", el("td", el("code", e.symptom)), el("td", e.text, class_="num"), el("td", e.description, class_="muted"))
+        for e in finding.evidence
+    ]
+    return el(
+        "table",
+        el("thead", el("tr", el("th", "evidence"), el("th", "value", class_="num"), el("th", ""))),
+        el("tbody", rows),
+        class_="grid evidence",
+    )
+
+
+# --- sweep and verify experiments -----------------------------------------------------------------
+
+
+def experiments(view: ReportView) -> Markup | None:
+    e = view.experiments
+    if e is None:
+        return None
+    metrics = [
+        SweepMetric(e.rate_key, f"throughput ({e.rate_key.replace('_per_s', '/s')})", rate, with_speedup=True),
+        SweepMetric("peak_reserved_bytes", "peak GPU memory reserved", human_bytes, limit=view.memory.capacity_bytes),
+    ]
+    varied = ", ".join(e.parameters) or "—"
+    parts = [
+        el("p", f"{e.kind} over {varied}: one short run per row; failed and out-of-memory rows are marked in red.", class_="muted"),
+        *(bar_chart(e.rows, metric) for metric in metrics if any(row.figure(metric.key) is not None for row in e.rows)),
+        _experiment_table(e.rows),
+    ]
+    if e.plot:
+        parts.append(el("p", f"matplotlib plot: {e.plot} in the run directory.", class_="muted"))
+    return section(e.kind.capitalize(), parts, anchor="experiments")
+
+
+def _experiment_table(rows: tuple[ExperimentRow, ...]) -> Markup:
+    columns: list[tuple[str, str, Callable[[Any], str]]] = [
+        ("label", "run", str),
+        ("status", "status", str),
+        ("steps_per_s", "steps/s", rate),
+        ("samples_per_s", "samples/s", rate),
+        ("median_step_ms", "median step", ms),
+        ("gpu_busy", "GPU busy", percent),
+        ("peak_reserved_bytes", "peak reserved", human_bytes),
+        ("speedup", "speedup", lambda v: f"{v:.2f}x"),
+    ]
+    header_row = el("tr", [el("th", title) for _, title, _ in columns], el("th", "what limits the step most"))
+    body = []
+    for row in rows:
+        cells = [el("td", "—" if getattr(row, name) is None else fmt(getattr(row, name))) for name, _, fmt in columns]
+        cells.append(el("td", f"{row.top_label} ({percent(row.top_share or 0)})" if row.top_category else "—"))
+        body.append(el("tr", cells, class_="failed" if row.failed else None))
+    return el("table", el("thead", header_row), el("tbody", body), class_="grid")
+
+
+# --- configuration, warnings, footer -------------------------------------------------------------
+
+
+def configuration(view: ReportView) -> Markup:
+    config = view.config
+    blocks: list[Any] = []
+    if config.run.settings:
+        blocks += [el("h3", "Run"), kv_table(config.run.settings)]
+    blocks += [el("h3", "Source"), kv_table(config.source)]
+    if config.environment:
+        blocks += [el("h3", "Environment"), kv_table(config.environment)]
+    if config.dataloader:
+        blocks += [el("h3", "DataLoader of the training loop"), kv_table(config.dataloader.record)]
+    if len(config.dataloaders) > 1:
+        blocks += [el("h3", "Every DataLoader created"), records_table(config.dataloaders)]
+    for title, records in (("Optimizers", config.optimizer_records), ("Models", config.models)):
+        if records:
+            blocks += [el("h3", title), records_table(records)]
+    if config.flags:
+        blocks += [el("h3", "Global flags"), kv_table(config.flags)]
+    return section("Configuration", blocks, anchor="configuration")
+
+
+def warnings(view: ReportView) -> Markup | None:
+    if not view.warnings:
+        return None
+    return section("Notes", el("ul", [el("li", w) for w in view.warnings], class_="warnings"), anchor="warnings")
+
+
+def footer(view: ReportView) -> Markup:
+    return el("footer", f"diagnose {view.diagnose_version} · {view.schema} · written {view.created_at}")
