@@ -24,6 +24,9 @@ from pathlib import Path
 
 from _bench import REPO, run_in_repo
 
+sys.path.insert(0, str(REPO))  # the repository's diagnose, as the commands it runs use
+from diagnose.analysis.report import Report  # noqa: E402
+
 
 #: model -> train.py arguments besides the dataset (per-GPU batch; the same on 1 and N GPUs)
 CONFIGS: dict[str, list[str]] = {
@@ -56,14 +59,14 @@ def run(model: str, gpus: int, data: str, out: Path, timeout: int, small: bool) 
     report = json.loads(p.stdout)
     steady = (report.get("throughput") or {}).get("steady") or {}
     dist = report.get("distributed") or {}
-    window = (report.get("breakdown") or {}).get("window") or {}
-    shares = window.get("exposed_share") or {}
+    parsed = Report.from_dict(report)  # schema 2: the shares and GPU busy are symptoms
+    shares = parsed.exposed_shares()
     top = max(shares.items(), key=lambda kv: kv[1]) if shares else (None, None)
     row.update(
         samples_per_s=dist.get("job_samples_per_s") if dist else steady.get("samples_per_s"),
         per_gpu_samples_per_s=steady.get("samples_per_s"),
         median_step_ms=steady.get("median_step_ms"),
-        gpu_busy=window.get("gpu_busy_share"),
+        gpu_busy=parsed.gpu_busy_share(),
         top_exposed=top[0],
         top_exposed_share=top[1],
         exposed_communication=shares.get("communication"),

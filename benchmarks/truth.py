@@ -20,7 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from _bench import PLAIN_RE, run_in_repo
+from _bench import PLAIN_RE, REPO, run_in_repo
+
+sys.path.insert(0, str(REPO))  # the repository's diagnose, as the commands it runs use
+from diagnose.analysis.report import Report  # noqa: E402
 
 
 #: example -> the rule that names its planted cause (None: the control, where no rule may fire)
@@ -57,7 +60,8 @@ def one(name: str, out: Path, extra: list[str], timeout: int, top: int) -> dict:
     findings = report.get("findings", [])
     top_finding = findings[0] if findings else None
     window = (report.get("breakdown") or {}).get("window", {})
-    shares = window.get("exposed_share", {})
+    parsed = Report.from_dict(report)  # schema 2: the shares and GPU busy are symptoms
+    shares = parsed.exposed_shares()
     top_exposed = max(shares.items(), key=lambda kv: kv[1]) if shares else (None, None)
     experiments = report.get("experiments") or {}
     baselines = [r for r in experiments.get("rows", []) if r["role"] == "baseline"]
@@ -72,7 +76,7 @@ def one(name: str, out: Path, extra: list[str], timeout: int, top: int) -> dict:
         verdict=report.get("verdict"),
         top_exposed=top_exposed[0],
         top_exposed_share=top_exposed[1],
-        gpu_busy=window.get("gpu_busy_share"),
+        gpu_busy=parsed.gpu_busy_share(),
         profiler_inflation=window.get("profiler_inflation"),
         diagnose_steps_per_s=baselines[0].get("steps_per_s") if baselines else None,
         baseline_spread=experiments.get("baseline_spread"),
@@ -89,7 +93,7 @@ def one(name: str, out: Path, extra: list[str], timeout: int, top: int) -> dict:
             fixed = json.loads(out2)
             rate = ((fixed.get("throughput") or {}).get("steady") or {}).get("steps_per_s")
             base = statistics.mean(r["steps_per_s"] for r in baselines if r.get("steps_per_s")) if baselines else None
-            fshares = (fixed.get("breakdown") or {}).get("window", {}).get("exposed_share", {})
+            fshares = Report.from_dict(fixed).exposed_shares()
             ftop = max(fshares.items(), key=lambda kv: kv[1]) if fshares else (None, 0)
             speedup = rate / base if rate and base else None
             noise = max(row.get("baseline_spread") or 0, 0.02)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
 from diagnose.record import WindowPlan
 from diagnose.rundir import RunDir
@@ -126,9 +127,9 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
     out.steps_per_s = steady.get("steps_per_s")
     out.samples_per_s = steady.get("samples_per_s")
     out.median_step_ms = steady.get("median_step_ms")
-    window = (report.get("breakdown") or {}).get("window") or {}
-    out.gpu_busy = window.get("gpu_busy_share")
-    shares = window.get("exposed_share") or {}
+    parsed = Report.from_dict(report)  # schema 2 keeps the window's shares among the symptoms
+    out.gpu_busy = parsed.gpu_busy_share()
+    shares = parsed.exposed_shares()
     if shares:
         category, share = max(shares.items(), key=lambda kv: kv[1])
         out.top_exposed = {"category": category, "share": share}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.analysis.categories import EXPOSED
 from tests.conftest import REPO
 from tests.scripts import MLP_TRAIN
 from tests.tracebuilder import one_gpu_step
@@ -48,14 +49,14 @@ def test_run_writes_the_run_directory_and_prints_the_report(finished_run) -> Non
         assert text in out, text
     assert "samples/s" in out and "batch: 32 samples per step" in out
     report = json.loads((run_dir / "report.json").read_text())
-    assert report["schema"] == "diagnose.report/1"
+    assert report["schema"] == "diagnose.report/2"
     assert report["status"]["state"] == "stopped"
     assert report["throughput"]["steady"]["steps"] == 5
     assert report["throughput"]["profiled"]["steps"] == 4
     assert report["environment"]["torch"] and report["environment"]["python"] and report["environment"]["cpu_count"]
     assert report["dataloader"]["batch_size"] == 32 and report["dataloader"]["num_workers"] == 0
-    shares = report["breakdown"]["window"]["exposed_share"]
-    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+    shares = [report["symptoms"][f"exposed.{category}"]["value"] for category in EXPOSED]
+    assert sum(shares) == pytest.approx(1.0, abs=1e-3)
     assert "diagnose ▸ profiling steps 2-5" in proc.stderr  # the progress line
 
 

@@ -113,7 +113,8 @@ def hostile(report: Report) -> Report:
     data["environment"] = {**data["environment"], "hostname": attack}
     finding = data["findings"][0]
     finding.update(title=attack, says=attack, do=attack, why=attack, references=["javascript:alert(1)", attack])
-    finding["evidence"][0]["text"] = attack
+    data["symptoms"][finding["evidence"][0]] = {"value": 1.0, "unit": attack, "description": attack}
+    finding["evidence"].append(attack)  # a symptom name from a hostile report.json
     data["experiments"] = sweep([(attack, "ok", 1000.0, 4e9), (IMG_ATTACK, "oom", None, None)])
     return Report.from_dict(data)
 

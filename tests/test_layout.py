@@ -11,13 +11,15 @@ import diagnose.analysis
 import diagnose.renderers
 
 TORCH_FREE_PACKAGES = ("diagnose.analysis", "diagnose.renderers")
-TORCH_FREE_MODULES = ("diagnose.record", "diagnose.rundir", "diagnose.errors", "diagnose.session", "diagnose.distributed")
+TORCH_FREE_MODULES = ("diagnose.units", "diagnose.record", "diagnose.rundir", "diagnose.errors", "diagnose.session", "diagnose.distributed")
 
 
 def _modules() -> list[str]:
     names = list(TORCH_FREE_MODULES)
     for package in (diagnose.analysis, diagnose.renderers):
-        names += [f"{package.__name__}.{m.name}" for m in pkgutil.walk_packages(package.__path__)]
+        # the prefix makes walk_packages import subpackages by their full name (renderers.html,
+        # not the standard library's html)
+        names += [m.name for m in pkgutil.walk_packages(package.__path__, prefix=f"{package.__name__}.")]
     return names
 
 
