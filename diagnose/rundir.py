@@ -11,7 +11,7 @@ Layout (``tensorboard --logdir runs`` finds every run)::
     runs/<script>-<YYYYmmdd-HHMMSS>/
         <host>_<pid>.<ms>.pt.trace.json.gz   the torch.profiler trace that run.json names
         run.json                               what the runner saw (schema diagnose.run/1)
-        report.json                            the analysis (schema diagnose.report/1)
+        report.json                            the analysis (schema diagnose.report/2)
         report.html                            with --html
         events.out.tfevents.*.diagnose         TensorBoard scalars and text
         workers/worker-<pid>.json              DataLoader worker samples (line attribution)

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from diagnose.analysis.categories import EXPOSED, PHASES
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_run_dir
+from diagnose.analysis.pipeline import AnalysisOptions
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_run
 from diagnose.analysis.report import REPORT_SCHEMA, Report
 from diagnose.renderers.markdown import MarkdownRenderer
 from diagnose.renderers.terminal import TerminalRenderer
@@ -189,7 +191,7 @@ def test_the_straggler_is_flagged_only_when_its_rule_fired() -> None:
 def test_report_json_keeps_each_number_once(fresh: bool) -> None:
     """exposed.data_wait once, as a symptom: not again as a window share nor as evidence text."""
     if fresh:
-        report = analyze_run_dir(DATA / "ddp_straggler_cpu", AnalysisOptions())
+        report = analyze_run(RunDir(DATA / "ddp_straggler_cpu"), AnalysisOptions.load())
     else:
         report = Report.load(DATA / "report_v1" / "report.json")
     data = json.loads(report.to_json())
