@@ -9,6 +9,10 @@ compile break-even) is pure and tested without running anything.
 Throughput is compared in samples per second where both runs know it (a batch-size change
 alters the work per step), else in steps per second. A change whose speedup lies inside the
 baseline's own run-to-run spread is called "no effect".
+
+Each outcome says how its knobs reached the script (``via``, from the run's ``run.json``): the
+framework's own switch (``TrainingArguments(bf16=True)``, ``Trainer(precision="bf16-mixed")``)
+or the global way (``global torch.autocast``, a ``DataLoader`` default).
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ class Outcome:
     error: str | None = None
     speedup: float | None = None
     verdict: str | None = None  # "helped", "no effect", "slower", "failed", "oom"
+    #: knob -> how it reached the script (run.json's ``knobs_via``)
+    via: dict[str, str] = field(default_factory=dict)
 
     def rate(self, by_samples: bool) -> float | None:
         return self.samples_per_s if by_samples else self.steps_per_s
@@ -138,7 +144,23 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
     findings = report.get("findings") or []
     out.top_finding = findings[0]["rule"] if findings else None
     out.startup_s = (report.get("run") or {}).get("startup_s")
+    out.via = knobs_via(run_dir)
     return out
+
+
+def knobs_via(run_dir: Path) -> dict[str, str]:
+    """How each knob of a run reached the script, from its run.json (empty if unreadable)."""
+    try:
+        record = json.loads((Path(run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    via = record.get("knobs_via") if isinstance(record, dict) else None
+    return {str(k): str(v) for k, v in via.items()} if isinstance(via, dict) else {}
+
+
+def describe_change(knobs: dict[str, str], via: dict[str, str]) -> str:
+    """``autocast=bf16 via Trainer(precision="bf16-mixed")``: each knob and the way it went."""
+    return " ".join(f"{k}={v}" + (f" via {via[k]}" if via.get(k) else "") for k, v in knobs.items())
 
 
 # --- bookkeeping ------------------------------------------------------------------------------
@@ -310,7 +332,7 @@ def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, 
 
 
 def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: float | None = None) -> list[str]:
-    change = f"{o.rule} ({' '.join(f'{k}={v}' for k, v in o.knobs.items())})"
+    change = f"{o.rule} ({describe_change(o.knobs, o.via)})"
     if o.verdict == "helped":
         lines = [f"{change} helped: {o.speedup:.2f}x faster" + (f" (its bound: {bound:.2f}x)" if bound else "")]
     elif o.verdict == "no effect":

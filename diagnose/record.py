@@ -14,6 +14,10 @@ from typing import Any
 
 RUN_SCHEMA = "diagnose.run/1"
 
+#: the training frameworks diagnose recognises, from the one that owns the loop most completely
+#: (Lightning, the HF Trainer: both may build an ``Accelerator`` or their own loop) to the least
+FRAMEWORKS = ("lightning", "hf_trainer", "accelerate")
+
 #: How a run ended. "stopped" means diagnose stopped the script on purpose after measuring;
 #: "not_run" that the script could not be started (missing, not Python, module not found).
 STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps", "not_run")
@@ -110,6 +114,25 @@ class ModelInfo:
 
 
 @dataclass
+class FrameworkInfo:
+    """A training framework object the script built (Lightning ``Trainer``, HF ``Trainer`` or
+    ``TrainingArguments``, ``accelerate.Accelerator``): see ``runtime/frameworks.py``."""
+
+    framework: str  # "lightning", "hf_trainer" or "accelerate"
+    role: str  # "trainer", "arguments" or "accelerator"
+    cls: str
+    version: str | None
+    #: the user's line that built it (``file:line``) and its source text
+    created_at: str | None
+    code: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: the user's code the framework runs (Lightning: ``training_step``), and the ``fit`` call
+    sites: dict[str, str] = field(default_factory=dict)
+    #: knob -> the framework setting ``diagnose verify`` changed for it
+    knobs_applied: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class RunRecord:
     schema: str = RUN_SCHEMA
     target: dict[str, Any] = field(default_factory=dict)
@@ -141,6 +164,10 @@ class RunRecord:
     #: the process group the script made (backend, rank, world size), if any
     distributed: dict[str, Any] = field(default_factory=dict)
     knobs: dict[str, Any] = field(default_factory=dict)
+    #: knob -> how it reached the script ("TrainingArguments(bf16=True)", "global torch.autocast")
+    knobs_via: dict[str, str] = field(default_factory=dict)
+    #: framework objects the script built, in order (empty for a plain PyTorch loop)
+    frameworks: list[FrameworkInfo] = field(default_factory=list)
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     #: the order in which sync sites fired during the window (``sync_sites[i]["index"]``)
     sync_sequence: list[int] = field(default_factory=list)
@@ -176,6 +203,12 @@ class RunRecord:
             return iterated[0] if iterated else self.dataloaders[0]
         return best
 
+    def loop_framework(self) -> str | None:
+        """The framework that runs the training loop: Lightning or the HF Trainer over an
+        ``Accelerator`` they may build themselves; None for a plain PyTorch loop."""
+        names = {f.framework for f in self.frameworks}
+        return next((n for n in FRAMEWORKS if n in names), None)
+
     def batch_size(self) -> float | None:
         """Samples per step, found from the data (median over steps that fetched any)."""
         seen = [n for n in self.samples_per_step if n > 0]
@@ -192,6 +225,7 @@ class RunRecord:
         data["dataloaders"] = [DataLoaderInfo(**d) for d in data.get("dataloaders", [])]
         data["optimizers"] = [OptimizerInfo(**o) for o in data.get("optimizers", [])]
         data["models"] = [ModelInfo(**m) for m in data.get("models", [])]
+        data["frameworks"] = [FrameworkInfo(**f) for f in data.get("frameworks", [])]
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -305,5 +305,5 @@ def test_verify_cli_measures_the_top_recommendation(write_script, tmp_path: Path
     assert tried["rule"] == "TEST001" and tried["knobs"] == {"num_workers": "1"}
     assert tried["status"] == "ok" and tried["verdict"] in ("helped", "no effect", "slower")
     assert tried["speedup"] > 0 and tried["top_exposed"]["category"]
-    assert any(line.startswith("TEST001 (num_workers=1)") for line in experiments["conclusions"])
+    assert any(line.startswith("TEST001 (num_workers=1 via DataLoader(num_workers=...))") for line in experiments["conclusions"])
     assert (out / "report.json").is_file() and (out / "baseline-1" / "run.json").is_file()

@@ -10,6 +10,11 @@ one, else by the bound. Findings whose bound is under ``MIN_GAIN`` are dropped; 
 to gain less than the run-to-run spread (or ``MIN_GAIN``) are left out with one line saying so.
 A rule whose conditions hold is dropped too when a rule that supersedes it fires (one cause, one
 finding); the Diagnosis records which rule spoke instead. "next" rules (what to try when nothing is wrong) are shown only when no problem fired.
+
+Under a training framework (the ``framework.*`` symptoms) a finding's change is the rule's text
+for that framework where it has one, and its ``where`` line starts at the user's framework
+object (``lines.framework``: the Trainer, TrainingArguments or Accelerator, and the user's
+``training_step``), not at the ``.fit()``/``.train()`` call the samples land on.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from diagnose.analysis.predict import Predictor
 from diagnose.analysis.rules import Rule, render_template
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.units import format_value
+from diagnose.record import FRAMEWORKS
 
 #: A fix that cannot make the step at least this much faster is not worth a user's time.
 MIN_GAIN = 1.03
@@ -51,6 +57,8 @@ class Finding:
     references: list[str]
     knobs: dict[str, str]
     lines: str | None = None
+    #: the training framework whose terms ``do`` is written in (None: plain PyTorch)
+    framework: str | None = None
     #: the replayed speedup of the fix (None: no transformation, or the model cannot express it)
     predicted: float | None = None
     prediction_note: str | None = None
@@ -78,6 +86,7 @@ class Finding:
             "references": self.references,
             "knobs": self.knobs,
             "lines": self.lines,
+            "framework": self.framework,
         }
 
 
@@ -98,8 +107,17 @@ class Diagnosis:
         return not self.findings
 
 
+def loop_framework(values: dict[str, float]) -> str | None:
+    """The framework the ``framework.<name>`` symptoms say runs the loop."""
+    return next((name for name in FRAMEWORKS if values.get(f"framework.{name}") == 1), None)
+
+
 def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
     values = symptoms.values_by_name()
+    do, framework = rule.do_for(loop_framework(values))
+    lines = symptoms.texts.get(rule.quote) if rule.quote else None
+    if framework is not None and symptoms.texts.get("lines.framework"):
+        lines = "; ".join(x for x in (symptoms.texts["lines.framework"], lines) if x)
     gain = rule.gain(values)
     extra = {"gain": format_value(gain, "x") if gain is not None else "n/a", **symptoms.texts}
     evidence = []
@@ -113,14 +131,15 @@ def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
         category=rule.category,
         kind=rule.kind,
         says=render_template(rule.says, values, extra),
-        do=render_template(rule.do, values, extra),
+        do=render_template(do, values, extra),
         why=rule.why,
         gain=gain,
         gain_formula=rule.gain_text,
         evidence=evidence,
         references=list(rule.references),
         knobs={k: render_template(v, values) for k, v in rule.knobs.items()},
-        lines=symptoms.texts.get(rule.quote) if rule.quote else None,
+        lines=lines,
+        framework=framework,
     )
 
 

@@ -10,6 +10,10 @@ them all; docs/rules.md is generated from the files).
 condition holds: since a missing symptom makes a condition false, ``none`` does not block a rule
 over what the run did not measure).
 
+``[do_by_framework]`` holds the change as a user of each training framework writes it
+(``lightning``, ``hf_trainer``, ``accelerate``); ``Rule.do_for(framework)`` picks it, with the
+plain ``do`` for plain PyTorch and for frameworks the table leaves out.
+
 Conditions and gains use a small grammar, never ``eval``::
 
     condition := expr ("<" | "<=" | ">" | ">=" | "==" | "!=") expr
@@ -27,13 +31,14 @@ import math
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
 from diagnose.errors import RuleError
 from diagnose.units import format_value
 from diagnose.analysis.symptoms import CATALOG
+from diagnose.record import FRAMEWORKS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -291,6 +296,9 @@ class Rule:
                 continue
         return out
 
+    #: framework name -> the change as that framework's user makes it
+    do_by_framework: Mapping[str, str] = field(default_factory=dict)
+
     def fires(self, values: Mapping[str, float]) -> bool:
         """The conditions hold (whether the finding is shown also depends on ``supersedes``)."""
         if not all(c.holds(values) for c in self.all_of):
@@ -298,6 +306,13 @@ class Rule:
         if any(c.holds(values) for c in self.none_of):
             return False
         return not self.any_of or any(c.holds(values) for c in self.any_of)
+
+    def do_for(self, framework: str | None) -> tuple[str, str | None]:
+        """The change's text for a loop under ``framework``, and the framework whose terms it
+        uses (None: the plain PyTorch text)."""
+        if framework is not None and framework in self.do_by_framework:
+            return self.do_by_framework[framework], framework
+        return self.do, None
 
     def gain(self, values: Mapping[str, float]) -> float | None:
         if self.gain_tree is None:
@@ -395,7 +410,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
 
     known_keys = {
         "id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples", "quote",
-        "supersedes", "predict",
+        "supersedes", "predict", "do_by_framework",
     }
     for key in data:
         if key not in known_keys:
@@ -454,6 +469,16 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
 
     for key in ("says", "do"):
         _check_names(template_names(data[key]) - {"gain"}, data[key], fail)
+
+    do_by_framework = data.get("do_by_framework", {})
+    if not isinstance(do_by_framework, dict):
+        raise fail(f"do_by_framework must be a table of framework = text ({', '.join(FRAMEWORKS)})", "do_by_framework")
+    for framework, text in do_by_framework.items():
+        if framework not in FRAMEWORKS:
+            raise fail(f"do_by_framework: unknown framework {framework!r} (known: {', '.join(FRAMEWORKS)})", framework)
+        if not isinstance(text, str) or not text.strip():
+            raise fail(f"do_by_framework.{framework} must be a non-empty string", framework)
+        _check_names(template_names(text) - {"gain"}, text, fail)
 
     evidence = data.get("evidence", [])
     if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
@@ -516,6 +541,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         supersedes=tuple(supersedes),
         predict=predict,
         predict_params=predict_params,
+        do_by_framework={k: v.strip() for k, v in do_by_framework.items()},
     )
 
 

@@ -23,6 +23,9 @@ def symptoms_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+FRAMEWORK_NAMES = {"lightning": "PyTorch Lightning", "hf_trainer": "the Hugging Face Trainer", "accelerate": "accelerate"}
+
+
 def rules_markdown(rules: list[Rule]) -> str:
     out = [
         "# Rules",
@@ -45,6 +48,8 @@ def rules_markdown(rules: list[Rule]) -> str:
         'why = """why this is slow and why the change helps"""',
         'says = "text with {symptom} or {symptom:%} placeholders"',
         'do = """the change, as code"""',
+        '[do_by_framework]                    # the change as a framework user writes it (optional)',
+        'hf_trainer = "args = TrainingArguments(..., bf16=True)"   # also: lightning, accelerate',
         'gain = "1 / (1 - exposed.data_wait)"  # the most the change can give (optional)',
         'evidence = ["exposed.data_wait"]     # symptoms quoted with the finding',
         'knob = { num_workers = "{suggest.num_workers}" }   # what diagnose verify applies',
@@ -80,6 +85,11 @@ def rules_markdown(rules: list[Rule]) -> str:
         "When two rules fire and one supersedes the other, only the superseding finding is shown (the",
         "report's diagnosis records which rule spoke instead): one cause, one finding.",
         "",
+        "Under a training framework (`framework.lightning`, `framework.hf_trainer`,",
+        "`framework.accelerate`) a finding shows the rule's `do_by_framework` text for it, where",
+        "there is one, and its `where` line starts at the user's Trainer, TrainingArguments or",
+        "Accelerator (`lines.framework`).",
+        "",
         "## The rules",
         "",
         "| id | title | fires when | gain bound | predicted by | knob | supersedes |",
@@ -114,6 +124,8 @@ def rules_markdown(rules: list[Rule]) -> str:
             "```",
             "",
         ]
+        for framework, text in r.do_by_framework.items():
+            out += [f"Under {FRAMEWORK_NAMES[framework]}:", "", "```python", text, "```", ""]
         if r.supersedes:
             out += ["Supersedes: " + ", ".join(f"[{x}](#{x.lower()})" for x in r.supersedes) + " (dropped when this rule fires)", ""]
         superseded_by = [o.id for o in rules if r.id in o.supersedes]

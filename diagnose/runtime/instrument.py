@@ -162,6 +162,7 @@ class Instrumentation:
         self._undo: list[Callable[[], None]] = []
         self._forward_hook: Any = None
         self._prefixes: tuple[str, ...] = ()
+        self._framework_watch: Any = None
 
     # --- install / remove ---------------------------------------------------------------------
 
@@ -184,11 +185,34 @@ class Instrumentation:
         self._patch(oom, "__init__", self._wrap_oom_init)
         # torch.compile warns once that a global hook exists; it is ours and harmless.
         warnings.filterwarnings("ignore", message=r".*global hooks on modules.*")
+        self._watch_frameworks()
 
     def remove(self) -> None:
         self.drop_forward_hook(force=True)
         while self._undo:
             self._undo.pop()()
+
+    # --- training frameworks (runtime/frameworks.py) ----------------------------------------------
+
+    def _watch_frameworks(self) -> None:
+        """Record the Lightning / HF / accelerate objects the script builds (never importing a
+        framework it does not use), and let the knobs take their switches."""
+        from diagnose.runtime.frameworks import FrameworkWatch
+
+        prefixes = self._prefixes
+
+        def site() -> str | None:
+            frame = first_user_frame(sys._getframe(1), prefixes)
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
+
+        knob_hook = self.knobs.framework_changes if self.knobs is not None else None
+        self._framework_watch = FrameworkWatch(site, knob_hook, prefixes)
+        self._framework_watch.install()
+        self._undo.append(self._framework_watch.remove)
+
+    def frameworks_seen(self) -> list[Any]:
+        """``FrameworkInfo`` of every framework object the script built, in order."""
+        return list(self._framework_watch.seen) if self._framework_watch is not None else []
 
     def drop_forward_hook(self, force: bool = False) -> None:
         """The forward hook only finds steps in loops with no optimizer and no DataLoader. Remove

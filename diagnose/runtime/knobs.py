@@ -19,6 +19,15 @@ item_every          what-if for host syncs: ``.item()`` really syncs once every 
 
 Script arguments can be changed too (``arg.batch_size=64`` sets ``--batch_size 64``), which is
 how sweeps drive a script's own flags.
+
+Under a training framework a knob takes the framework's own switch where it has one (the
+framework's constructor is patched: ``runtime/frameworks.py``): ``autocast`` becomes Lightning's
+``Trainer(precision="bf16-mixed")``, ``TrainingArguments(bf16=True)`` or
+``Accelerator(mixed_precision="bf16")`` (the global autocast is then left); the DataLoader knobs,
+``batch_size`` and ``compile`` become ``TrainingArguments`` fields under the HF Trainer (which
+builds its DataLoaders and compiles the model from them); ``cudnn_benchmark`` becomes
+``Trainer(benchmark=...)`` under Lightning (which would otherwise set the flag itself).
+``Knobs.via()`` says which way each knob went; it is saved in ``run.json`` and shown by verify.
 """
 
 from __future__ import annotations
@@ -96,6 +105,9 @@ class Knobs:
     script_args: dict[str, str] = field(default_factory=dict)
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _compiled: bool = field(default=False, repr=False)
+    _autocast: Any = field(default=None, repr=False)
+    #: knob -> the framework switch that carried it (the others went the global way)
+    _framework_via: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def parse(cls, assignments: list[str]) -> Knobs:
@@ -253,9 +265,9 @@ class Knobs:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        autocast = torch.autocast(device_type=device, dtype=dtype)
-        autocast.__enter__()
-        self._undo.append(lambda: autocast.__exit__(None, None, None))
+        self._autocast = torch.autocast(device_type=device, dtype=dtype)
+        self._autocast.__enter__()
+        self._undo.append(self._leave_autocast)
         original_backward = torch.autograd.backward
 
         def backward(*a: Any, **kw: Any) -> Any:
@@ -264,6 +276,39 @@ class Knobs:
                 return original_backward(*a, **kw)
 
         self._patch(torch.autograd, "backward", backward)
+
+    def _leave_autocast(self) -> None:
+        if self._autocast is not None:
+            self._autocast.__exit__(None, None, None)
+            self._autocast = None
+
+    # --- the frameworks' own switches -------------------------------------------------------------
+
+    def framework_changes(self, framework: str, role: str, settings: Any) -> dict[str, str]:
+        """Called by the framework watch as a framework object is built: set each knob this
+        object has a switch for (``settings.set(name, value)``) and hand the knob over to it.
+        Returns knob -> the change, as its user would write it."""
+        import torch
+
+        applied: dict[str, str] = {}
+        for knob, value in self.values.items():
+            change = framework_switch(knob, value, framework, role, torch.cuda.is_available())
+            if change is None:
+                continue
+            for name, setting in change.items():
+                settings.set(name, setting)
+            text = f"{FRAMEWORK_CLASSES[(framework, role)]}({', '.join(f'{k}={v!r}' for k, v in change.items())})"
+            applied[knob] = self._framework_via[knob] = text.replace("'", '"')
+            if knob == "autocast":
+                self._leave_autocast()  # the framework's own autocast replaces the global one
+            elif knob == "compile":
+                self._compiled = True  # the framework compiles the model itself
+        return applied
+
+    def via(self) -> dict[str, str]:
+        """How each knob reached the script: the framework switch that carried it, else the
+        global way (``GLOBAL_WAYS``)."""
+        return {knob: self._framework_via.get(knob, GLOBAL_WAYS.get(knob, "")) for knob in self.values}
 
     def _patch_channels_last(self) -> None:
         import torch
@@ -331,6 +376,62 @@ class Knobs:
         module.forward = torch.compile(module.forward, mode=None if mode == "default" else mode)
         self._compiled = True
         return True
+
+
+#: how a knob reaches a plain PyTorch script
+GLOBAL_WAYS = {
+    **{name: f"DataLoader({name}=...)" for name in DATALOADER_KNOBS},
+    "non_blocking": "Tensor.to(non_blocking=True) for pinned tensors",
+    "autocast": "global torch.autocast",
+    "tf32": "torch.backends allow_tf32 flags",
+    "cudnn_benchmark": "torch.backends.cudnn.benchmark",
+    "optimizer": "torch.optim constructor defaults",
+    "compile": "torch.compile of the first module called",
+    "channels_last": "channels_last convolution inputs and weights",
+    "item_every": "Tensor.item() patched (measurement only)",
+}
+
+#: the class a user writes each framework switch in
+FRAMEWORK_CLASSES = {
+    ("lightning", "trainer"): "Trainer",
+    ("hf_trainer", "arguments"): "TrainingArguments",
+    ("accelerate", "accelerator"): "Accelerator",
+}
+
+_LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "off": "32-true"}
+_HF_DATALOADER = {
+    "num_workers": "dataloader_num_workers",
+    "pin_memory": "dataloader_pin_memory",
+    "persistent_workers": "dataloader_persistent_workers",
+    "prefetch_factor": "dataloader_prefetch_factor",
+    "batch_size": "per_device_train_batch_size",
+}
+
+
+def framework_switch(knob: str, value: Any, framework: str, role: str, cuda: bool) -> dict[str, Any] | None:
+    """The framework setting(s) that make ``knob=value`` for this framework object, or None
+    when it has no switch for it (the knob then goes the global way)."""
+    if (framework, role) == ("lightning", "trainer"):
+        if knob == "autocast":
+            return {"precision": _LIGHTNING_PRECISION[value]}
+        if knob == "cudnn_benchmark":
+            return {"benchmark": bool(value)}
+    elif (framework, role) == ("hf_trainer", "arguments"):
+        if knob == "autocast":
+            change: dict[str, Any] = {"bf16": value == "bf16", "fp16": value == "fp16"}
+            if value == "bf16" and not cuda:
+                change["use_cpu"] = True  # TrainingArguments refuses bf16 without a GPU otherwise
+            return change
+        if knob in _HF_DATALOADER:
+            return {_HF_DATALOADER[knob]: value}
+        if knob == "compile":
+            if value == "off":
+                return {"torch_compile": False, "torch_compile_mode": None}
+            return {"torch_compile": True, "torch_compile_mode": None if value == "default" else value}
+    elif (framework, role) == ("accelerate", "accelerator"):
+        if knob == "autocast":
+            return {"mixed_precision": "no" if value == "off" else value}
+    return None
 
 
 def _without_option(args: list[str], option: str) -> list[str]:

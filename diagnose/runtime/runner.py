@@ -279,6 +279,9 @@ class _ScriptRun:
         record.warnings.extend(session.notes)
         record.dataloaders = list(self.instrumentation.dataloaders.values())
         record.optimizers = list(self.instrumentation.optimizers.values())
+        record.frameworks = self.instrumentation.frameworks_seen()
+        if self.knobs is not None:
+            record.knobs_via = self.knobs.via()
         record.ended_at = _now()
         record.wall_s = time.perf_counter() - self.t0
         self.run_dir.save_record(record, self.rank)
