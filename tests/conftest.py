@@ -38,6 +38,7 @@ def _torch_state() -> tuple | None:
 def no_global_state_left_behind() -> Iterator[None]:
     before = _torch_state()
     argv, path0 = list(sys.argv), sys.path[0]
+    meta_path = list(sys.meta_path)  # the framework watch's import hook
     yield
     after = _torch_state()
     if before is not None and after is not None:
@@ -45,6 +46,7 @@ def no_global_state_left_behind() -> Iterator[None]:
     elif after is not None:
         assert not after[3] and not after[4] and after[5] is None and not after[7]
     assert sys.argv == argv and sys.path[0] == path0
+    assert sys.meta_path == meta_path, "a test left an import hook installed"
 
 
 @pytest.fixture
