@@ -25,7 +25,7 @@ def main() -> None:
     layer = nn.TransformerEncoderLayer(d, nhead=max(d // 64, 1), dim_feedforward=4 * d, batch_first=True, dropout=0.0)
     model = nn.Sequential(nn.TransformerEncoder(layer, layers, enable_nested_tensor=False), nn.Linear(d, 1000))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    n = batch * 32
+    n = batch * 8  # a few distinct batches, epochs of 8 steps (full size: 268 MB of inputs)
     data = TensorDataset(torch.randn(n, seq, d), torch.randint(0, 1000, (n, seq)))
     loader = DataLoader(data, batch_size=batch, shuffle=True, pin_memory=torch.cuda.is_available())
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
