@@ -21,10 +21,10 @@ import pytest
 
 from diagnose.analysis.findings import diagnose_symptoms, loop_framework
 from diagnose.analysis.rules import load_rule_file, load_rules
-from diagnose.analysis.symptoms import compute_symptoms, symptoms_from_values
+from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.errors import RuleError
 from diagnose.experiments import describe_change, knobs_via
-from diagnose.record import FrameworkInfo, RunRecord
+from diagnose.record import RunRecord
 from diagnose.runtime import frameworks
 from diagnose.runtime.knobs import Knobs, framework_switch
 
@@ -142,35 +142,6 @@ def test_framework_switches_per_knob() -> None:
 
 
 # --- rules and findings ---------------------------------------------------------------------------
-
-
-def _record(*infos: FrameworkInfo) -> RunRecord:
-    return RunRecord(frameworks=list(infos))
-
-
-HF_ARGS = FrameworkInfo("hf_trainer", "arguments", "TrainingArguments", "5.23.0", "/u/train.py:40",
-                        "args = TrainingArguments(", {"bf16": False, "dataloader_num_workers": 0})
-HF_TRAINER = FrameworkInfo("hf_trainer", "trainer", "Trainer", "5.23.0", "/u/train.py:50", "trainer = Trainer(")
-HF_INNER_ACCELERATE = FrameworkInfo("accelerate", "accelerator", "Accelerator", "1.15.0", "/u/train.py:50", "trainer = Trainer(",
-                                    {"mixed_precision": "no"})
-LIGHTNING = FrameworkInfo("lightning", "trainer", "Trainer", "2.6.6", "/u/fit.py:30", "trainer = L.Trainer(",
-                          {"precision": "bf16-mixed", "module": "Net"}, {"training_step": "/u/fit.py:12"})
-
-
-def test_symptoms_name_the_loops_framework_and_its_user_lines() -> None:
-    hf = compute_symptoms(None, _record(HF_ARGS, HF_TRAINER, HF_INNER_ACCELERATE))
-    values = hf.values_by_name()
-    assert (values["framework.hf_trainer"], values["framework.lightning"], values["framework.accelerate"]) == (1, 0, 0)
-    assert values["framework.mixed_precision"] == 0
-    assert hf.texts["lines.framework"] == (
-        "train.py:40 `args = TrainingArguments(` (TrainingArguments 5.23.0); train.py:50 `trainer = Trainer(` (HF Trainer 5.23.0)"
-    )
-    lightning = compute_symptoms(None, _record(LIGHTNING))
-    assert lightning.values_by_name()["framework.mixed_precision"] == 1
-    assert lightning.texts["lines.framework"] == "fit.py:30 `trainer = L.Trainer(` (Lightning Trainer 2.6.6); fit.py:12 (Net.training_step)"
-    plain = compute_symptoms(None, _record()).values_by_name()
-    assert plain["framework.lightning"] == plain["framework.hf_trainer"] == plain["framework.accelerate"] == 0
-    assert "framework.mixed_precision" not in plain
 
 
 DATA_BOUND = {"exposed.data_wait": 0.6, "phase.data_wait": 0.6, "dataloader.num_workers": 0, "cpu.count": 16,

@@ -12,7 +12,7 @@ from diagnose.analysis.ranks import RankSet, RankSummary
 from diagnose.analysis.symptoms import CATALOG, compute_symptoms
 from diagnose.analysis.symptoms.registry import declare, evaluate, evaluation_order, symptom
 from diagnose.analysis.timeline import TraceMeta
-from diagnose.record import DataLoaderInfo, ModelInfo, OptimizerInfo, RunRecord
+from diagnose.record import DataLoaderInfo, FrameworkInfo, ModelInfo, OptimizerInfo, RunRecord
 
 # dyadic shares, so that sums are exact
 EXPOSED_SHARE = dict(zip(EXPOSED, (0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.125, 0.125, 0.0625, 0.0)))
@@ -218,6 +218,28 @@ CASES = {
         Case("the workers' lines, when sampled", record=_record(host_samples={"lines": HOST_LINES[2:3]}, worker_samples={
             "lines": [{"site": "/a/data.py:40", "code": "decode(f)", "activity": "cpu", "share": 0.75}],
         }), expected={"lines.data": "data.py:40 `decode(f)` (cpu, 75% of worker time)", "lines.sync": None, "host.other_user_share": None}),
+    ],
+    "frameworks": [
+        Case("the HF Trainer (and the Accelerator it builds itself)", record=_record(frameworks=[
+            FrameworkInfo("hf_trainer", "arguments", "TrainingArguments", "5.23.0", "/u/train.py:40", "args = TrainingArguments(", {"bf16": False}),
+            FrameworkInfo("hf_trainer", "trainer", "Trainer", "5.23.0", "/u/train.py:50", "trainer = Trainer("),
+            FrameworkInfo("accelerate", "accelerator", "Accelerator", "1.15.0", "/u/train.py:50", "", {"mixed_precision": "bf16"}),
+        ]), expected={
+            "framework.hf_trainer": 1, "framework.lightning": 0, "framework.accelerate": 0, "framework.mixed_precision": 0,
+            "lines.framework": "train.py:40 `args = TrainingArguments(` (TrainingArguments 5.23.0); train.py:50 `trainer = Trainer(` (HF Trainer 5.23.0)",
+        }),
+        Case("Lightning in bf16-mixed, with the user's training_step", record=_record(frameworks=[
+            FrameworkInfo("lightning", "trainer", "Trainer", "2.6.6", "/u/fit.py:30", "trainer = L.Trainer(",
+                          {"precision": "bf16-mixed", "module": "Net"}, {"training_step": "/u/fit.py:12"}),
+        ]), expected={
+            "framework.lightning": 1, "framework.mixed_precision": 1,
+            "lines.framework": "fit.py:30 `trainer = L.Trainer(` (Lightning Trainer 2.6.6); fit.py:12 (Net.training_step)",
+        }),
+        Case("a plain PyTorch loop", record=_record(), expected={
+            "framework.lightning": 0, "framework.hf_trainer": 0, "framework.accelerate": 0,
+            "framework.mixed_precision": None, "lines.framework": None,
+        }),
+        Case("a bare trace: nothing known", expected={"framework.hf_trainer": None, "framework.mixed_precision": None}),
     ],
 }
 
