@@ -18,6 +18,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 from _bench import REPO, run_in_repo
@@ -31,8 +32,8 @@ def examples(only: list[str] | None) -> list[str]:
     return [n for n in names if not only or n in only]
 
 
-def verify(name: str, out: Path, top: int, repeats: int, timeout: int) -> dict:
-    cmd = [sys.executable, "-m", "diagnose", "verify", "--json", "--top", str(top), "--repeats", str(repeats), "--out", str(out / name)]
+def verify(name: str, out: Path, top: int, repeats: int, timeout: int, extra: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "diagnose", "verify", "--json", "--top", str(top), "--repeats", str(repeats), "--out", str(out / name), *extra]
     p = run_in_repo([*cmd, f"examples/{name}.py"], timeout)
     if p.returncode != 0 or not p.stdout.strip():
         return {"example": name, "error": p.stderr[-2000:], "rows": []}
@@ -109,12 +110,19 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=3, help="recommendations verify tries per example")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=1800)
+    parser.add_argument("--verify-args", default="", help="more options for diagnose verify, e.g. '--warmup 3 --steps 5'")
+    parser.add_argument("--deadline-s", type=float, default=None, help="start no example after this many seconds")
     args = parser.parse_args()
+    started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for name in examples(args.only):
+        if args.deadline_s is not None and time.monotonic() - started > args.deadline_s:
+            print(f"skipped {name}: past the deadline", flush=True)
+            continue
         print(f"verify {name} ...", flush=True)
-        results.append(verify(name, args.out.resolve(), args.top, args.repeats, args.timeout))
+        results.append(verify(name, args.out.resolve(), args.top, args.repeats, args.timeout, args.verify_args.split()))
+        print(json.dumps(results[-1]), flush=True)
     summary = summarize(results)
     (args.out / "prediction.json").write_text(json.dumps({"summary": summary, "results": results}, indent=1))
     text = markdown(results, summary)
