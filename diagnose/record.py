@@ -168,6 +168,9 @@ class RunRecord:
     knobs_via: dict[str, str] = field(default_factory=dict)
     #: framework objects the script built, in order (empty for a plain PyTorch loop)
     frameworks: list[FrameworkInfo] = field(default_factory=list)
+    #: torch.compile as the script used it: calls and modes, graph breaks, recompilations after
+    #: the warm-up (diagnose.runtime.compilewatch); empty when nothing was compiled
+    compile: dict[str, Any] = field(default_factory=dict)
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     #: the order in which sync sites fired during the window (``sync_sites[i]["index"]``)
     sync_sequence: list[int] = field(default_factory=list)

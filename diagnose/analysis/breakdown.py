@@ -3,8 +3,11 @@
 Contract: ``compute_breakdown(timeline) -> Breakdown``; pure, no torch, no I/O.
 
 1. Phases: what the host (main) thread is doing. Each instant of a step belongs to exactly one
-   phase, by priority when annotations nest:
-   data_wait > h2d_copy > optimizer > backward > forward > other.
+   phase: data_wait > h2d_copy > the model phases > other. Among the model phases (optimizer,
+   backward, forward) the innermost one wins (``resolve_nesting``): forward and backward that
+   run inside ``optimizer.step(closure)`` (Lightning's automatic optimization, LBFGS) are
+   forward and backward, and a ``zero_grad`` inside a closure is optimizer work. Optimizer work
+   is torch's step and zero_grad, gradient clipping, and GradScaler's unscale_/step/update.
 2. Exposed time: what limits the step. Each instant is either "GPU busy with kernels of phase P"
    (``gpu_forward`` ...), or "GPU idle (or only copying) while the host is in state S"
    (``data_wait``, ``h2d_copy``, ``sync``, ``host_forward`` ...). Time the host spends behind
@@ -203,6 +206,66 @@ def forward_spans(forward_ops: list[Interval], backward: list[Interval], steps: 
     return spans
 
 
+#: The model phases whose spans may nest, and how a tie between two spans of equal extent is
+#: broken. "closure" (the closure an optimizer's step calls) is no phase of its own: inside it,
+#: outside forward and backward, the host runs the training step's other code.
+NESTED_LABELS = ("optimizer", "closure", "backward", "forward")
+
+
+def resolve_nesting(spans: dict[str, list[Interval]]) -> dict[str, list[Interval]]:
+    """Disjoint intervals per label from spans that may nest: at each instant the innermost
+    active span wins, i.e. the one that started last (of two that start together, the one that
+    ends first; then the order of ``NESTED_LABELS``). A forward pass inside an optimizer's
+    ``step(closure)`` is forward; a ``zero_grad`` inside that forward span is optimizer."""
+    import heapq
+
+    rank = {label: i for i, label in enumerate(NESTED_LABELS)}
+    items = sorted(
+        (start, end, rank[label]) for label, intervals in spans.items() for start, end in intervals if end > start
+    )
+    bounds = sorted({t for start, end, _ in items for t in (start, end)})
+    out: dict[str, list[Interval]] = {label: [] for label in spans}
+    heap: list[tuple[float, float, int]] = []  # (-start, end, rank): the innermost on top
+    i = 0
+    for t, t_next in zip(bounds, bounds[1:]):
+        while i < len(items) and items[i][0] <= t:
+            start, end, r = items[i]
+            heapq.heappush(heap, (-start, end, r))
+            i += 1
+        while heap and heap[0][1] <= t:  # ended: an inner span is over, the outer one resumes
+            heapq.heappop(heap)
+        if not heap:
+            continue
+        intervals = out.setdefault(NESTED_LABELS[heap[0][2]], [])
+        if intervals and intervals[-1][1] == t:
+            intervals[-1] = (intervals[-1][0], t_next)
+        else:
+            intervals.append((t, t_next))
+    return out
+
+
+def compiled_forward_ops(timeline: Timeline) -> list[Interval]:
+    """The forward operators, with torch.compile's regions around a compiled forward counted as
+    forward from their start: the guard check (``TorchDynamo Cache Lookup``) and the
+    ``Torch-Compiled Region`` that holds the ``CompiledFunction`` recording autograd history."""
+    ops = timeline.forward_ops
+    starts = [op[0] for op in ops]
+    extra: list[Interval] = []
+    pending_lookup: HostOp | None = None
+    for op in timeline.host_ops:
+        if not op.name.startswith(P.COMPILED_REGION_PREFIXES):
+            pending_lookup = None
+            continue
+        if op.name.startswith("TorchDynamo Cache Lookup"):
+            pending_lookup = op
+            continue
+        k = bisect_right(starts, op.start)
+        if k < len(starts) and starts[k] < op.end:  # a forward op inside: a compiled forward
+            extra.append((pending_lookup.start if pending_lookup is not None else op.start, op.end))
+        pending_lookup = None
+    return sorted(ops + extra) if extra else ops
+
+
 def h2d_host_ops(timeline: Timeline) -> list[Interval]:
     """Host intervals of the copies that launched host-to-device memcpys: the enclosing top-level
     operator (``aten::to`` ...) where there is one, else the runtime call itself."""
@@ -233,9 +296,19 @@ def _enclosing(host: list[HostOp], starts: list[float], t: float) -> HostOp | No
 def compute_breakdown(timeline: Timeline) -> Breakdown:
     steps = timeline.steps
     step_bounds = [(s.start, s.end) for s in steps]
-    forward_starts = [op[0] for op in timeline.forward_ops]
+    forward_ops = compiled_forward_ops(timeline)
+    forward_starts = [op[0] for op in forward_ops]
     backward = backward_spans(timeline.backward_ops, forward_starts)
-    forward = forward_spans(timeline.forward_ops, backward, step_bounds)
+    forward = forward_spans(forward_ops, backward, step_bounds)
+    amp_ops = [(op.start, op.end) for op in timeline.host_ops if op.name in P.AMP_OPTIMIZER_OPS]
+    model = resolve_nesting(
+        {
+            "optimizer": timeline.optimizer_spans + amp_ops,
+            "closure": timeline.closure_spans,
+            "backward": backward,
+            "forward": forward,
+        }
+    )
     h2d = h2d_host_ops(timeline)
     host_starts = [op.start for op in timeline.host_ops]
     h2d_merged = merge(h2d)
@@ -253,9 +326,9 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
         "h2d_copy": h2d_merged,
         "comm_wait": merge([(s.start, s.end) for s in comm_waits]),
         "sync": merge([(s.start, s.end) for s in user_syncs]),
-        "optimizer": merge(timeline.optimizer_spans),
-        "backward": merge(backward),
-        "forward": merge(forward),
+        "optimizer": merge(model["optimizer"]),
+        "backward": merge(model["backward"]),
+        "forward": merge(model["forward"]),
         "collective": merge(timeline.collectives),
     }
 

@@ -18,6 +18,24 @@ DATALOADER_PREFIX = "enumerate(DataLoader)#"
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
 OPTIMIZER_ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
+#: Optimizer-side work: torch's own step and zero_grad annotations, and the ones diagnose's
+#: runtime adds (diagnose.runtime.marks) around gradient clipping, GradScaler's unscale_/step/
+#: update and ``Module.zero_grad``: none of it is the model's forward or backward.
+OPTIMIZER_SIDE_PREFIXES = (
+    OPTIMIZER_STEP_PREFIX,
+    OPTIMIZER_ZERO_GRAD_PREFIX,
+    "diagnose#clip_grad",
+    "diagnose#GradScaler.",
+    "diagnose#Module.zero_grad",
+)
+#: The closure an optimizer's ``step(closure)`` calls (Lightning's automatic optimization, LBFGS):
+#: the user's (or the framework's) training step, not the optimizer's own work.
+OPTIMIZER_CLOSURE_PREFIX = "diagnose#optimizer_closure"
+#: Top-level host ops of torch.compile around a compiled forward: the guard check and the region
+#: that runs the compiled graph (its ``CompiledFunction`` records the autograd history).
+COMPILED_REGION_PREFIXES = ("Torch-Compiled Region", "TorchDynamo Cache Lookup")
+#: Host ops of the AMP GradScaler that a bare trace shows without diagnose's annotations.
+AMP_OPTIMIZER_OPS = frozenset({"aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"})
 #: user annotations of collectives that run on CPU threads (gloo, MPI, UCC); NCCL's run on the GPU
 CPU_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
 #: the data-parallel wrappers' own annotations; a sync inside one waits for their communication

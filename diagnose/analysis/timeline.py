@@ -123,6 +123,8 @@ class Timeline:
     collectives: list[Interval] = field(default_factory=list)
     #: DistributedDataParallel.forward ... on the main thread
     data_parallel_spans: list[Interval] = field(default_factory=list)
+    #: closures that ``optimizer.step(closure)`` called (diagnose's own annotation), main thread
+    closure_spans: list[Interval] = field(default_factory=list)
     #: host times of CUDA graph launches (torch.compile mode="reduce-overhead", CUDA graphs)
     graph_launches: list[float] = field(default_factory=list)
     #: user_annotation names other than the ones the analysis interprets (for display)
@@ -431,6 +433,7 @@ class _Columns:
             graph_launches=sorted(self.graph_launches),
             collectives=read.collectives,
             data_parallel_spans=read.data_parallel,
+            closure_spans=read.closures,
             kernels=kernels,
             memcpys=memcpys,
             memsets=memsets,
@@ -570,6 +573,7 @@ class _Annotations(NamedTuple):
     loader_kinds: Counter[str]
     collectives: list[Interval]
     data_parallel: list[Interval]
+    closures: list[Interval]
 
 
 def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid: Any) -> _Annotations:
@@ -580,6 +584,7 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
     loader_kinds: Counter[str] = Counter()
     data_waits: list[Interval] = []
     optimizer_spans: list[Interval] = []
+    closure_spans: list[Interval] = []
     for name, tid, ts, end in annotations:
         on_main = tid == main_tid
         if name.startswith(P.PROFILER_STEP_PREFIX):
@@ -593,9 +598,12 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
             if on_main:
                 data_waits.append((ts, end))
                 loader_kinds["multi" if "MultiProcessing" in name else "single"] += 1
-        elif name.startswith(P.OPTIMIZER_STEP_PREFIX) or name.startswith(P.OPTIMIZER_ZERO_GRAD_PREFIX):
+        elif name.startswith(P.OPTIMIZER_SIDE_PREFIXES):
             if on_main:
                 optimizer_spans.append((ts, end))
+        elif name.startswith(P.OPTIMIZER_CLOSURE_PREFIX):
+            if on_main:
+                closure_spans.append((ts, end))
         elif name.startswith(P.CPU_COLLECTIVE_PREFIXES):
             collectives.append((ts, end))
         elif name.startswith(P.DATA_PARALLEL_PREFIXES) and on_main:
@@ -609,7 +617,7 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
         if steps[i].end > steps[i + 1].start:
             steps[i] = StepMark(steps[i].number, steps[i].start, steps[i + 1].start)
     steps = [s for s in steps if s.end > s.start]
-    return _Annotations(steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives), sorted(data_parallel))
+    return _Annotations(steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives), sorted(data_parallel), sorted(closure_spans))
 
 
 def _whole_window(

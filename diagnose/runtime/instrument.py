@@ -114,12 +114,35 @@ def leading_dim(batch: Any, depth: int = 0) -> int:
     return 0
 
 
+#: Path fragments of code that torch.compile generates: Inductor's output code and kernels
+#: (``/tmp/torchinductor_<user>/xy/cxy...py``, or under ``TORCHINDUCTOR_CACHE_DIR``), Triton's
+#: cache, and dynamo's debug dumps. Such a file is nobody's line to change.
+GENERATED_PATH_FRAGMENTS = ("/torchinductor_", "/.triton/", "/torch_compile_debug/")
+
+
+def _generated_dirs() -> tuple[str, ...]:
+    dirs = [os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")]
+    return tuple(d.rstrip("/") + "/" for d in dirs if d)
+
+
+def is_generated(filename: str) -> bool:
+    """Code no user wrote: ``<string>``/``<eval_with_key>.N`` (FX graphs), Inductor's output."""
+    if filename.startswith("<"):
+        return True
+    normalized = filename.replace(os.sep, "/")
+    if any(fragment in normalized for fragment in GENERATED_PATH_FRAGMENTS):
+        return True
+    dirs = _generated_dirs()
+    return bool(dirs) and normalized.startswith(dirs)
+
+
 def first_user_frame(frame: FrameType | None, library: tuple[str, ...]) -> FrameType | None:
     """The innermost frame, from ``frame`` outwards, that is the user's: outside ``library``
-    (torch, site-packages, the standard library, diagnose) and not generated code."""
+    (torch, site-packages, the standard library, diagnose) and not generated code (FX graphs,
+    torch.compile's output: see ``is_generated``)."""
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(library) and not filename.startswith("<"):
+        if not filename.startswith(library) and not is_generated(filename):
             return frame
         frame = frame.f_back
     return None
@@ -163,6 +186,8 @@ class Instrumentation:
         self._forward_hook: Any = None
         self._prefixes: tuple[str, ...] = ()
         self._framework_watch: Any = None
+        self.phase_marks: Any = None
+        self.compile_watch: Any = None
 
     # --- install / remove ---------------------------------------------------------------------
 
@@ -186,6 +211,21 @@ class Instrumentation:
         # torch.compile warns once that a global hook exists; it is ours and harmless.
         warnings.filterwarnings("ignore", message=r".*global hooks on modules.*")
         self._watch_frameworks()
+        self._install_phase_marks_and_compile_watch()
+
+    def _install_phase_marks_and_compile_watch(self) -> None:
+        """Annotations for the optimizer's own work (closures, clipping, GradScaler) and the
+        observer of torch.compile calls; both removed with the rest in ``remove``."""
+        from diagnose.runtime.compilewatch import CompileWatch
+        from diagnose.runtime.marks import PhaseMarks
+
+        self.phase_marks = PhaseMarks()
+        self.phase_marks.install()
+        self._undo.append(self.phase_marks.remove)
+        prefixes = self._prefixes
+        self.compile_watch = CompileWatch(user_frame=lambda: user_frame(prefixes))
+        self.compile_watch.install()
+        self._undo.append(self.compile_watch.remove)
 
     def remove(self) -> None:
         self.drop_forward_hook(force=True)

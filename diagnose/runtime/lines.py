@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from diagnose.runtime.instrument import first_user_frame
+from diagnose.runtime.instrument import first_user_frame, is_generated
 
 SYNC_WARNING = "synchronizing CUDA operation"
 MAIN_INTERVAL_S = 0.002
@@ -127,7 +127,7 @@ def classify_main(frame: FrameType | None, library: tuple[str, ...] = ()) -> str
                 return "other"  # reached the script's entry: nothing of torch's was on the way
             if not filename.endswith("/instrument.py"):
                 return "diagnose"
-        elif not filename.startswith(library) and not filename.startswith("<"):
+        elif not filename.startswith(library) and not is_generated(filename):
             seen_user = True
         for where, markers in _PLACES:
             if any(m.split(":")[0] in filename for m in markers):

@@ -151,6 +151,8 @@ class _ScriptRun:
 
     def window_opened(self) -> None:
         self.instrumentation.in_window = True
+        if self.instrumentation.compile_watch is not None:  # compilations from here on are after the warm-up
+            self.instrumentation.compile_watch.window_opened()
         for hook in self.hooks:
             hook.window_opened()
 
@@ -168,6 +170,8 @@ class _ScriptRun:
         record.flags = describe_flags()
         record.distributed = _safely(describe_distributed, {})
         record.models = _safely(describe_models, [])
+        if self.instrumentation.compile_watch is not None:
+            record.compile = _safely(self.instrumentation.compile_watch.summary, {})
         self.window_closing()  # no-op for hooks already closed at the boundary
 
     # --- the run ------------------------------------------------------------------------------
@@ -282,6 +286,8 @@ class _ScriptRun:
         record.frameworks = self.instrumentation.frameworks_seen()
         if self.knobs is not None:
             record.knobs_via = self.knobs.via()
+        if not record.compile and self.instrumentation.compile_watch is not None:
+            record.compile = _safely(self.instrumentation.compile_watch.summary, {})
         record.ended_at = _now()
         record.wall_s = time.perf_counter() - self.t0
         self.run_dir.save_record(record, self.rank)
