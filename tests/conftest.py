@@ -31,6 +31,13 @@ def _torch_state() -> tuple | None:
         torch.Tensor.__dict__.get("to"),
         torch.autograd.backward,
         torch.autograd.profiler._is_profiler_enabled,
+        # diagnose.runtime.marks and compilewatch
+        dict(optim_module._global_optimizer_pre_hooks),
+        torch.compile,
+        torch.nn.Module.__dict__.get("compile"),
+        torch.nn.Module.__dict__.get("zero_grad"),
+        torch.nn.utils.clip_grad_norm_,
+        torch.amp.GradScaler.__dict__.get("step"),
     )
 
 
