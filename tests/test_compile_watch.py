@@ -95,7 +95,7 @@ def test_compile_summary_reads_breaks_and_recompiles_after_the_warmup(monkeypatc
     metrics.extend(later)
     summary = watch.summary()
     assert summary["graph_breaks"] == [{"reason": "Unsupported Tensor.item() call with capture_scalar_outputs=False", "count": 3}]
-    assert summary["graph_break_sites"] == [{"site": "/w/model.py:24", "count": 1}]
+    assert summary["graph_break_sites"] == [{"site": "/w/model.py:24", "count": 1, "code": ""}]
     assert summary["compiles_after_warmup"] == 2
     assert summary["recompile_reasons"] == [{
         "reason": "tensor 'x' size mismatch at index 0. expected 16, actual 24",

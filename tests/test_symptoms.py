@@ -192,6 +192,26 @@ CASES = {
         }),
         Case("nothing recorded", record=_record(), expected={"cpu.count": None, "cudnn.benchmark": None, "matmul.tf32": None, "model.compiled": None}),
     ],
+    "compiled": [
+        Case("a graph break and shape recompilations after the warm-up", record=_record(compile={
+            "enabled": True, "cudagraphs": False, "graph_break_count": 2, "window_seen": True, "compiles_after_warmup": 3,
+            "graph_breaks": [{"reason": "Unsupported Tensor.item() call with capture_scalar_outputs=False", "count": 2}],
+            "graph_break_sites": [{"site": "/a/model.py:26", "count": 1, "code": "if h.mean().item() > 1e6:"}],
+            "recompile_reasons": [
+                {"reason": "tensor 'x' size mismatch at index 0. expected 16, actual 24", "site": "/a/model.py:20", "function": "forward", "count": 2},
+                {"reason": "first compilation of this frame", "site": "/a/model.py:26", "function": "resume", "count": 1},
+            ],
+        }), expected={
+            "compile.enabled": 1, "compile.mode_reduce_overhead": 0, "compile.graph_breaks": 2, "compile.recompiles": 3,
+            "compile.issues": "dynamo broke the graph: `Unsupported Tensor.item() call with capture_scalar_outputs=False` (2x); "
+            "it recompiled after the warm-up: `tensor 'x' size mismatch at index 0. expected 16, actual 24` (2x)",
+            "compile.sites": "model.py:26 `if h.mean().item() > 1e6:` (graph break); model.py:20 in forward (recompiles)",
+        }),
+        Case("reduce-overhead, clean", record=_record(compile={"enabled": True, "cudagraphs": True, "graph_break_count": 0, "window_seen": False}),
+             expected={"compile.enabled": 1, "compile.mode_reduce_overhead": 1, "compile.graph_breaks": 0, "compile.recompiles": None,
+                       "compile.issues": None, "compile.sites": None}),
+        Case("not compiled", record=_record(), expected={"compile.enabled": 0, "compile.mode_reduce_overhead": 0, "compile.graph_breaks": None}),
+    ],
     "distributed": [
         Case("rank 1 waits for data, with twice the samples", record=_record(distributed={"backend": "gloo", "cuda_available": True}),
              ranks=RankSet.of([_summary(0, 1.0, 0.5, 16), _summary(1, 6.0, 0.25, 32)]), expected={

@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from diagnose.runtime.lines import source_line
+
 #: resume functions dynamo makes after a graph break: ``torch_dynamo_resume_in_<function>_at_<line>``
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")
 #: modes whose compiled graphs run as CUDA graphs (max-autotune turns them on too)
@@ -153,7 +155,7 @@ class CompileWatch:
             "graphs": int(stats.get("unique_graphs", 0)),
             "graph_breaks": [{"reason": r, "count": n} for r, n in breaks.most_common()],
             "graph_break_count": int(sum(breaks.values())),
-            "graph_break_sites": [{"site": s, "count": n} for s, n in break_sites.most_common()],
+            "graph_break_sites": [{"site": s, "count": n, "code": source_line(s)} for s, n in break_sites.most_common()],
             "window_seen": self._metrics_before is not None,
             "compiles_after_warmup": after_warmup,
             "recompile_reasons": [dict(example[kind], count=n) for kind, n in recompiles.most_common()],
