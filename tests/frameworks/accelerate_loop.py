@@ -11,9 +11,10 @@ from torch.utils.data import DataLoader, TensorDataset
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=20)
 p.add_argument("--grad-accum", type=int, default=2)
+p.add_argument("--gpu", action="store_true")
 a = p.parse_args()
 
-accelerator = Accelerator(cpu=True, gradient_accumulation_steps=a.grad_accum)
+accelerator = Accelerator(cpu=not a.gpu, gradient_accumulation_steps=a.grad_accum)
 torch.manual_seed(0)
 ds = TensorDataset(torch.randn(2048, 128), torch.randint(0, 10, (2048,)))
 model = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))

@@ -10,6 +10,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=60)
 p.add_argument("--grad-accum", type=int, default=1)
 p.add_argument("--out", default="/tmp/diagnose-hf-trainer")
+p.add_argument("--gpu", action="store_true")
 a = p.parse_args()
 
 
@@ -31,7 +32,7 @@ model = GPT2LMHeadModel(config)
 args = TrainingArguments(
     output_dir=a.out, max_steps=a.steps, per_device_train_batch_size=8,
     gradient_accumulation_steps=a.grad_accum, max_grad_norm=1.0, learning_rate=1e-3,
-    logging_steps=1000, save_strategy="no", report_to=[], use_cpu=True, dataloader_num_workers=0,
+    logging_steps=1000, save_strategy="no", report_to=[], use_cpu=not a.gpu, dataloader_num_workers=0,
     disable_tqdm=True,
 )
 Trainer(model=model, args=args, train_dataset=RandomTokens(4096, 32, 512)).train()

@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=20)
+p.add_argument("--accelerator", default="cpu")
 a = p.parse_args()
 
 
@@ -29,7 +30,7 @@ class Classifier(L.LightningModule):
 torch.manual_seed(0)
 ds = TensorDataset(torch.randn(2048, 128), torch.randint(0, 10, (2048,)))
 trainer = L.Trainer(
-    max_epochs=a.epochs, accelerator="cpu", devices=1, gradient_clip_val=1.0,
+    max_epochs=a.epochs, accelerator=a.accelerator, devices=1, gradient_clip_val=1.0,
     logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
 )
 trainer.fit(Classifier(), DataLoader(ds, batch_size=64, shuffle=True))
