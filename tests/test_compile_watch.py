@@ -164,4 +164,4 @@ def test_compiled_run_on_the_cpu_names_the_graph_break(tmp_path: Path) -> None:
     assert all("torchinductor" not in x["site"] for x in lines)
     report = json.loads(result.stdout)
     comp = [f for f in report["findings"] if f["rule"] == "COMP001"]
-    assert comp and "Tensor.item()" in comp[0]["says"] and "compiled_break.py:26" in comp[0]["says"]
+    assert comp and "Tensor.item()" in comp[0]["says"] and "compiled_break.py:26" in comp[0]["lines"]
