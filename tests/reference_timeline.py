@@ -159,6 +159,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         graph_launches=sorted(graph_launches),
         collectives=read.collectives,
         data_parallel_spans=read.data_parallel,
+        closure_spans=read.closures,
         kernels=kernels,
         memcpys=memcpys,
         memsets=memsets,
@@ -218,6 +219,7 @@ class _Annotations(NamedTuple):
     loader_kinds: Counter[str]
     collectives: list[Interval]
     data_parallel: list[Interval]
+    closures: list[Interval]
 
 
 def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Annotations:
@@ -228,6 +230,7 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
     loader_kinds: Counter[str] = Counter()
     data_waits: list[Interval] = []
     optimizer_spans: list[Interval] = []
+    closure_spans: list[Interval] = []
     for e in annotations:
         name = e.get("name", "")
         ts = _num(e.get("ts"))
@@ -244,9 +247,12 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
             if on_main:
                 data_waits.append((ts, end))
                 loader_kinds["multi" if "MultiProcessing" in name else "single"] += 1
-        elif name.startswith(P.OPTIMIZER_STEP_PREFIX) or name.startswith(P.OPTIMIZER_ZERO_GRAD_PREFIX):
+        elif name.startswith(P.OPTIMIZER_SIDE_PREFIXES):
             if on_main:
                 optimizer_spans.append((ts, end))
+        elif name.startswith(P.OPTIMIZER_CLOSURE_PREFIX):
+            if on_main:
+                closure_spans.append((ts, end))
         elif name.startswith(P.CPU_COLLECTIVE_PREFIXES):
             collectives.append((ts, end))
         elif name.startswith(P.DATA_PARALLEL_PREFIXES) and on_main:
@@ -260,7 +266,7 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
         if steps[i].end > steps[i + 1].start:
             steps[i] = StepMark(steps[i].number, steps[i].start, steps[i + 1].start)
     steps = [s for s in steps if s.end > s.start]
-    return _Annotations(steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives), sorted(data_parallel))
+    return _Annotations(steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives), sorted(data_parallel), sorted(closure_spans))
 
 
 def _main_device(kernels_raw: list[dict[str, Any]]) -> Any:
