@@ -93,6 +93,9 @@ class StepBreakdown:
     optimizer_kernels: int = 0
     multi_tensor_kernels: int = 0
     graph_launches: int = 0
+    #: profiler-recorded host events (operators, CUDA calls) of the training threads that started
+    #: in each host phase, GPU busy or not (see correct_profiler_cost)
+    phase_events: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -335,7 +338,9 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     gpu_intervals, kernel_labels = _gpu_intervals(timeline, host_intervals)
 
     median_index = _median_index([end - start for start, end in step_bounds])
-    per_step_phases, per_step_exposed, per_step_busy, segments = _sweep(step_bounds, host_intervals, gpu_intervals, median_index)
+    per_step_phases, per_step_exposed, per_step_busy, segments, per_step_events = _sweep(
+        step_bounds, host_intervals, gpu_intervals, median_index, timeline.host_event_starts
+    )
 
     result_steps: list[StepBreakdown] = []
     for index, mark in enumerate(steps):
@@ -347,6 +352,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
                 phases=per_step_phases[index],
                 exposed=per_step_exposed[index],
                 gpu_busy_us=per_step_busy[index],
+                phase_events=per_step_events[index],
             )
         )
     _kernel_stats(timeline, result_steps, kernel_labels)
@@ -432,9 +438,13 @@ def _sweep(
     host_intervals: dict[str, list[Interval]],
     gpu_intervals: dict[str, list[Interval]],
     traced_step: int | None = None,
-) -> tuple[list[dict[str, float]], list[dict[str, float]], list[float], list[tuple[float, float, str, str]]]:
+    event_starts: list[float] | None = None,
+) -> tuple[
+    list[dict[str, float]], list[dict[str, float]], list[float], list[tuple[float, float, str, str]], list[dict[str, int]]
+]:
     """One sweep over all interval boundaries; per elementary segment decide phase and cause.
-    For ``traced_step`` it also returns the segments in time order: (start, end, phase, cause)."""
+    For ``traced_step`` it also returns the segments in time order: (start, end, phase, cause);
+    for every step, how many of ``event_starts`` (sorted) fell in segments of each phase."""
     host_index = {label: i for i, label in enumerate(_HOST_LABELS)}
     gpu_index = {label: i for i, label in enumerate(_GPU_LABELS)}
     events: list[tuple[float, int, int, int]] = []  # (time, kind, index, delta); kind 0 host, 1 gpu
@@ -460,6 +470,9 @@ def _sweep(
     i_comm, i_h2d, i_d2h, i_other = (gpu_index[x] for x in ("communication", "copy_h2d", "copy_d2h", "copy_other"))
     pos, n_events = 0, len(events)
     segments: list[tuple[float, float, str, str]] = []
+    marks = event_starts or []
+    counted = [dict.fromkeys(PHASES, 0) for _ in step_bounds]
+    mark = bisect_right(marks, step_bounds[0][0]) if step_bounds else 0
 
     for step_i, (s_start, s_end) in enumerate(step_bounds):
         while pos < n_events and events[pos][0] <= s_start:  # state at the step's first instant
@@ -473,6 +486,11 @@ def _sweep(
             width = t_next - t_prev
             if width > 0:
                 labels = _attribute(width, host_count, gpu_count, n_compute, i_comm, i_h2d, i_d2h, i_other, ph, ex)
+                while mark < len(marks) and marks[mark] < t_prev:  # before this step, or in a gap
+                    mark += 1
+                while mark < len(marks) and marks[mark] < t_next:
+                    counted[step_i][labels[0]] += 1
+                    mark += 1
                 if any(gpu_count):
                     busy[step_i] += width
                 if step_i == traced_step:
@@ -484,7 +502,7 @@ def _sweep(
                 (host_count if kind == 0 else gpu_count)[idx] += delta
                 pos += 1
             t_prev = t_next
-    return phases, exposed, busy, segments
+    return phases, exposed, busy, segments, counted
 
 
 def _attribute(

@@ -78,6 +78,9 @@ SYNC_OP_KINDS: dict[str, str] = {
 }
 
 #: Host ops that copy a tensor (an H2D copy is one of these that launched a host-to-device memcpy).
+#: Operators that do no work beyond the profiler's own bookkeeping (a view of a tensor's
+#: metadata, sub-microsecond unprofiled): their recorded length measures the profiler's cost.
+NO_WORK_OPS = frozenset({"aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::alias", "aten::_reshape_alias", "aten::lift_fresh"})
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_pin_memory"})
 
 # --- GPU activity ---------------------------------------------------------------------------------

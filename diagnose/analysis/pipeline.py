@@ -21,6 +21,7 @@ from diagnose.analysis.predict import Predictor, step_spread
 from diagnose.analysis.replay import StepModel, build_model, host_code_scale, replay_check
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.analysis.report import Report, build_report
+from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.rules import Rule, load_rules
 from diagnose.analysis.ranks import RankSet, job_samples_per_s, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
@@ -131,6 +132,8 @@ def _breakdown(
         steady = _steady_step_us(record)
         if steady is not None:
             breakdown = calibrate_to_steady_state(breakdown, steady)
+        elif breakdown.has_gpu:  # no step timed with the profiler off: estimate what profiling cost
+            breakdown = correct_profiler_cost(breakdown, estimate_cost_per_event(timeline).per_event_us)
         if record is not None and record.sync_sites:
             record.sync_sites = attribute_sync_time(record, timeline)
     return breakdown, timeline.meta

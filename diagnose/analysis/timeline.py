@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+from bisect import bisect_left
 from collections.abc import Iterator
 from contextlib import contextmanager
 from collections import Counter
@@ -99,6 +100,14 @@ class TraceMeta:
     cuda_runtime_version: int | None = None
     unknown_categories: dict[str, int] = field(default_factory=dict)
     event_count: int = 0
+    # What the trace itself says about the loop (a bare trace has nothing else):
+    #: optimizer classes the trace names (``Optimizer.step#Adam.step`` -> "Adam"), per step call
+    optimizer_classes: dict[str, int] = field(default_factory=dict)
+    #: per ``Optimizer.step`` call that recorded operators: the main thread's operators inside
+    #: it (nested ones included), by name
+    optimizer_step_ops: list[dict[str, int]] = field(default_factory=list)
+    #: thread names the trace carries (``thread_name`` metadata), by thread id
+    thread_names: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -135,6 +144,12 @@ class Timeline:
     dataloader_kinds: Counter[str] = field(default_factory=Counter)
     #: memsets with their launch's correlation id and stream (``memsets`` keeps the intervals)
     memset_ops: list[GpuMemset] = field(default_factory=list)
+    #: start times of every event the profiler recorded on the training threads (the main thread
+    #: and the autograd engine's): operators and CUDA runtime calls. Each one cost the host the
+    #: profiler's own bookkeeping (see analysis/profcost.py).
+    host_event_starts: list[float] = field(default_factory=list)
+    #: recorded lengths of the training threads' no-work operators (``patterns.NO_WORK_OPS``)
+    no_work_op_us: list[float] = field(default_factory=list)
 
     @property
     def has_gpu(self) -> bool:
@@ -281,6 +296,9 @@ class _Columns:
         self.memset_devices: list[Any] = []
         self.unknown: Counter[str] = Counter()
         self.names: dict[str, str] = {}
+        #: (thread, start) of every CUDA runtime/driver call
+        self.runtime_starts: list[tuple[Any, float]] = []
+        self.thread_names: dict[Any, str] = {}
 
     def add(self, events: list[Event]) -> None:
         """Fold a piece's events in. The hot loop: one lookup, a few type checks (the common
@@ -303,6 +321,8 @@ class _Columns:
             except TypeError:  # an unhashable category
                 continue
             if kind == _IGNORED:
+                if e.ph == "M" and e.name == "thread_name" and type(e.args) is EventArgs and isinstance(e.args.name, str):
+                    self.thread_names[_key(e.tid, e, events, first, "tid")] = e.args.name
                 continue
             if kind == _UNKNOWN:
                 self.unknown[str(e.cat)] += 1
@@ -346,6 +366,7 @@ class _Columns:
             if type(corr) is not int:
                 corr = _key(corr, e, events, first, "args.correlation")
             if kind == _RUNTIME:
+                self.runtime_starts.append((e.tid, ts))
                 if corr is not None:
                     launches[corr] = (ts, end)
                 if name in sync_names:
@@ -387,9 +408,20 @@ class _Columns:
             for start, end, name, raw_ts, complete in self.thread_ops.get(main_tid, ())
             if complete
         ]
-        self.thread_ops.clear()
         main_ops.sort(key=lambda op: (op[0], -op[1]))
         backward_ops = sorted(self.backward_ops)
+        bw_prefix = P.BACKWARD_OP_PREFIX
+        training = {main_tid} | {tid for tid, ops in self.thread_ops.items() if any(op[2].startswith(bw_prefix) for op in ops)}
+        host_event_starts = [op[0] for tid in training for op in self.thread_ops.get(tid, ())]
+        host_event_starts += [ts for tid, ts in self.runtime_starts if tid in training]
+        host_event_starts.sort()
+        no_work = P.NO_WORK_OPS
+        no_work_op_us = [op[1] - op[0] for tid in training for op in self.thread_ops.get(tid, ()) if op[2] in no_work]
+        self.thread_ops.clear()
+        self.runtime_starts.clear()
+        meta.optimizer_classes = dict(read.optimizer_classes)
+        meta.optimizer_step_ops = [dict(c) for c in _ops_inside(main_ops, read.optimizer_steps)]
+        meta.thread_names = {str(tid): name for tid, name in self.thread_names.items()}
 
         host_ops: list[HostOp] = []
         forward_ops: list[Interval] = []
@@ -441,6 +473,8 @@ class _Columns:
             has_step_marks=has_marks,
             dataloader_kinds=read.loader_kinds,
             memset_ops=memset_ops,
+            host_event_starts=host_event_starts,
+            no_work_op_us=no_work_op_us,
         )
 
     def _main_thread(self) -> Any:
@@ -452,6 +486,22 @@ class _Columns:
         for _, tid, _, _ in self.annotations:
             busy[tid] += 1
         return busy.most_common(1)[0][0] if busy else None
+
+
+def _ops_inside(main_ops: list[tuple[float, float, str, bool]], spans: list[Interval]) -> list[Counter[str]]:
+    """Per span (sorted), the names of the operators (sorted by start) that start inside it;
+    spans with none (cut off by the profiled window) are left out."""
+    out: list[Counter[str]] = []
+    starts = [op[0] for op in main_ops]
+    for start, end in spans:
+        names: Counter[str] = Counter()
+        i = bisect_left(starts, start)
+        while i < len(main_ops) and main_ops[i][0] < end:
+            names[main_ops[i][2]] += 1
+            i += 1
+        if names:
+            out.append(names)
+    return out
 
 
 def _on_device(items: list[Any], devices: list[Any], device: Any) -> list[Any]:
@@ -571,6 +621,8 @@ class _Annotations(NamedTuple):
     data_waits: list[Interval]
     optimizer_spans: list[Interval]
     loader_kinds: Counter[str]
+    optimizer_steps: list[Interval]
+    optimizer_classes: Counter[str]
     collectives: list[Interval]
     data_parallel: list[Interval]
     closures: list[Interval]
@@ -585,6 +637,8 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
     data_waits: list[Interval] = []
     optimizer_spans: list[Interval] = []
     closure_spans: list[Interval] = []
+    optimizer_steps: list[Interval] = []
+    optimizer_classes: Counter[str] = Counter()
     for name, tid, ts, end in annotations:
         on_main = tid == main_tid
         if name.startswith(P.PROFILER_STEP_PREFIX):
@@ -601,6 +655,10 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
         elif name.startswith(P.OPTIMIZER_SIDE_PREFIXES):
             if on_main:
                 optimizer_spans.append((ts, end))
+                if name.startswith(P.OPTIMIZER_STEP_PREFIX):
+                    optimizer_steps.append((ts, end))
+                    # "Optimizer.step#Adam.step": the class is the last name before ".step"
+                    optimizer_classes[name[len(P.OPTIMIZER_STEP_PREFIX) :].rsplit(".", 1)[0]] += 1
         elif name.startswith(P.OPTIMIZER_CLOSURE_PREFIX):
             if on_main:
                 closure_spans.append((ts, end))
@@ -617,7 +675,10 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
         if steps[i].end > steps[i + 1].start:
             steps[i] = StepMark(steps[i].number, steps[i].start, steps[i + 1].start)
     steps = [s for s in steps if s.end > s.start]
-    return _Annotations(steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives), sorted(data_parallel), sorted(closure_spans))
+    return _Annotations(
+        steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(optimizer_steps), optimizer_classes,
+        sorted(collectives), sorted(data_parallel), sorted(closure_spans),
+    )
 
 
 def _whole_window(

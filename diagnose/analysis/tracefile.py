@@ -59,6 +59,8 @@ class EventArgs(msgspec.Struct, gc=False):
     device: Any = UNSET
     stream: Any = UNSET
     bytes: Any = UNSET
+    #: a metadata event's name (``thread_name``: the thread's name)
+    name: Any = UNSET
 
 
 class Event(msgspec.Struct, gc=False):
