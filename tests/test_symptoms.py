@@ -95,9 +95,10 @@ CASES = {
             **{f"hidden.{p}": v for p, v in HIDDEN_SHARE.items()},
             "exposed.communication_own": 0.0625, "exposed.launch": 0.25, "exposed.launch_model": 0.1875, "exposed.host": 0.625,
             "exposed.other_not_sync": 0.125 - 0.03, "step.time_ms": 2.0, "step.profiled": 2,
+            "exposed.host_code": 0.25 + 0.125 - 0.03,
         }),
         Case("a CPU trace: all host time is other work, no launch shares", breakdown=_breakdown(has_gpu=False), expected={
-            "exposed.other_not_sync": 0.125, "exposed.launch": None, "exposed.host": None, "step.time_ms": 2.0,
+            "exposed.other_not_sync": 0.125, "exposed.launch": None, "exposed.host": None, "exposed.host_code": None, "step.time_ms": 2.0,
         }),
         Case("the steady step time from the run record wins", breakdown=GPU, record=_record(timed_seconds=3.0, timed_steps=1000), expected={
             "step.time_ms": 3.0,
@@ -144,6 +145,18 @@ CASES = {
             "optimizer.multi_tensor_share": 0.2, "optimizer.step_share": 0.125,
         }),
         Case("no optimizer", record=_record(), expected={"optimizer.present": 0, "optimizer.param_tensors": None, "optimizer.forloop": None}),
+        Case("a bare trace of Adam(foreach=False) over 3 tensors, two step calls", breakdown=GPU, meta=TraceMeta(
+            optimizer_classes={"Adam": 2},
+            optimizer_step_ops=[{"aten::add_": 6, "aten::lerp_": 3, "aten::addcdiv_": 3, "aten::item": 3}] * 2,
+        ), expected={
+            "optimizer.present": 1, "optimizer.forloop": 1, "optimizer.param_tensors": 3, "optimizer.name": "Adam",
+        }),
+        Case("a bare trace of a fused AdamW: the tensors are not counted", breakdown=GPU, meta=TraceMeta(
+            optimizer_classes={"AdamW": 1}, optimizer_step_ops=[{"aten::_foreach_add_": 1, "aten::_fused_adamw_": 1}],
+        ), expected={"optimizer.present": 1, "optimizer.forloop": 0, "optimizer.param_tensors": None, "optimizer.name": "AdamW"}),
+        Case("a bare trace with no optimizer step recorded", breakdown=GPU, meta=TraceMeta(), expected={
+            "optimizer.present": None, "optimizer.forloop": None, "optimizer.param_tensors": None, "optimizer.name": None,
+        }),
     ],
     "dataloader": [
         Case("four busy workers, measured", breakdown=GPU, record=_record(
@@ -161,8 +174,11 @@ CASES = {
             "dataloader.steps_per_epoch": 31, "dataloader.startup_s": None, "dataloader.restart_share": None, "suggest.num_workers": None,
         }),
         Case("a bare trace of a single-process loader", breakdown=_breakdown(kinds={"single": 2}), expected={
-            "dataloader.present": 1, "dataloader.single_process": 1, "dataloader.num_workers": None,
+            "dataloader.present": 1, "dataloader.single_process": 1, "dataloader.num_workers": 0,  # the iterator class says so
             "suggest.num_workers": 2,  # ceil(0.25 / 0.75) + 1, no CPU limit known
+        }),
+        Case("a bare trace of a multi-process loader: how many workers is not in the trace", breakdown=_breakdown(kinds={"multi": 2}), expected={
+            "dataloader.present": 1, "dataloader.single_process": 0, "dataloader.num_workers": None, "suggest.num_workers": None,
         }),
         Case("a CPU-only run on 4 cores leaves the model half of them", breakdown=_breakdown(has_gpu=False), record=_record(
             environment={"cpu_count": 4}, dataloaders=[_loader(num_workers=0)],

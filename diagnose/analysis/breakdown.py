@@ -23,7 +23,7 @@ view is then the phase view with synchronisations split out.
 from __future__ import annotations
 
 import statistics
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -472,7 +472,7 @@ def _sweep(
     segments: list[tuple[float, float, str, str]] = []
     marks = event_starts or []
     counted = [dict.fromkeys(PHASES, 0) for _ in step_bounds]
-    mark = bisect_right(marks, step_bounds[0][0]) if step_bounds else 0
+    mark = bisect_left(marks, step_bounds[0][0]) if step_bounds else 0
 
     for step_i, (s_start, s_end) in enumerate(step_bounds):
         while pos < n_events and events[pos][0] <= s_start:  # state at the step's first instant

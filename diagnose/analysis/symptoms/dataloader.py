@@ -31,10 +31,15 @@ def _loader(record: RunRecord) -> DataLoaderInfo | None:
     return record.train_loader()
 
 
-@symptom("dataloader.num_workers", "count", "DataLoader num_workers")
-def num_workers(record: RunRecord) -> int | None:
-    loader = _loader(record)
-    return loader.num_workers if loader else None
+@symptom("dataloader.num_workers", "count", "DataLoader num_workers (a bare trace shows only whether it is 0)")
+def num_workers(record: RunRecord | None = None, steps: Breakdown | None = None) -> int | None:
+    if record is not None:
+        loader = _loader(record)
+        return loader.num_workers if loader else None
+    # _SingleProcessDataLoaderIter is num_workers=0; a multi-process iterator does not say how many
+    if steps is not None and steps.dataloader_kinds and "multi" not in steps.dataloader_kinds:
+        return 0
+    return None
 
 
 @symptom("dataloader.pin_memory", "bool", "DataLoader pin_memory")

@@ -95,3 +95,13 @@ def step_time_ms(steps: Breakdown | None = None, record: RunRecord | None = None
 @symptom("step.profiled", "count", "profiled steps analysed")
 def profiled(steps: Breakdown) -> int:
     return len(steps.steps)
+
+
+@symptom(
+    "exposed.host_code", "share",
+    "GPU idle while the host runs code (model, optimizer, other), not counting waits for data, copies or syncs",
+    uses=("exposed.launch", "exposed.other_not_sync"),
+)
+def host_code(known: Known) -> float | None:
+    launch, other = known.get("exposed.launch"), known.get("exposed.other_not_sync")
+    return launch + other if launch is not None and other is not None else None
