@@ -136,3 +136,20 @@ def test_a_dominant_data_wait_is_named_even_when_the_trace_hides_the_workers(tmp
     rules = [f["rule"] for f in report["findings"]]
     assert rules == ["EXPO001"]
     assert "does not say how many DataLoader workers" in report["findings"][0]["says"]
+
+
+def test_the_report_says_what_it_read_off_the_trace_and_what_it_could_not_see() -> None:
+    single = analyze_path(BARE / "data_bound.pt.trace.json.gz", AnalysisOptions()).to_dict()["trace_only"]
+    assert single["read_off"]["dataloader"] == "num_workers=0 (single-process iterator)"
+    assert single["read_off"]["device"] == "NVIDIA H100 80GB HBM3"
+    assert "how many DataLoader workers, and how busy they are" not in single["not_seen"]
+    multi = analyze_path(BARE / "well_tuned.pt.trace.json.gz", AnalysisOptions()).to_dict()
+    assert "how many DataLoader workers, and how busy they are" in multi["trace_only"]["not_seen"]
+    assert multi["trace_only"]["read_off"]["optimizer"] == {"class": "AdamW", "implementation": "foreach/fused"}
+    assert "how many parameter tensors the optimizer updates" in multi["trace_only"]["not_seen"]
+    assert any(w.startswith("the trace alone could not show:") for w in multi["warnings"])
+
+
+def test_a_run_directory_has_no_trace_only_section() -> None:
+    report = analyze_path(Path(__file__).parent / "data" / "well_tuned", AnalysisOptions()).to_dict()
+    assert report["trace_only"] is None

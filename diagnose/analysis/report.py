@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnose import __version__
+from diagnose.analysis.bare import not_seen_line, trace_only
 from diagnose.analysis.breakdown import Breakdown
 from diagnose.analysis.categories import EXPOSED, PHASES, exposed_labels
 from diagnose.analysis.findings import Diagnosis
@@ -82,6 +83,9 @@ class Report:
     experiments: dict[str, Any] | None = None
     #: a distributed run: ``world_size``, ``ranks`` (one summary each), ``straggler``
     distributed: dict[str, Any] | None = None
+    #: a trace analysed without its run record: what was read off it, what it could not show
+    #: (``diagnose.analysis.bare``)
+    trace_only: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -223,6 +227,9 @@ def build_report(
         _from_record(report, record)
     if meta is not None:
         _from_meta(report, meta)
+        if record is None and breakdown is not None and breakdown.steps:
+            report.trace_only = trace_only(meta, symptoms)
+            report.warnings.append(not_seen_line(report.trace_only))
     _throughput(report, record, breakdown)
     if breakdown is not None and breakdown.steps:
         report.breakdown = breakdown_to_dict(breakdown)
