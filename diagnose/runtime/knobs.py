@@ -15,6 +15,13 @@ compile             ``default``, ``reduce-overhead`` or ``max-autotune``: ``torc
 channels_last       convolution models and their 4-d inputs in channels_last memory format
 item_every          what-if for host syncs: ``.item()`` really syncs once every N calls per line
                     and returns the previous value otherwise (measurement only: values go stale)
+pin_host            CPU tensors of at least ``PIN_MIN_BYTES`` sent to the GPU with ``.to()`` /
+                    ``.cuda()`` from outside a DataLoader are pinned once (a cached pinned copy,
+                    made again when the tensor changes in place) and copied ``non_blocking``
+unsync              what-if for named sync sites (``FILE:LINE``, several joined by ``+``): the
+                    site's ``.item()``, ``bool(t)`` / ``if t:``, ``.tolist()`` and ``nonzero``
+                    block once, then return that first answer (changes the program's meaning:
+                    measurement only)
 =================== ==========================================================================
 
 Script arguments can be changed too (``arg.batch_size=64`` sets ``--batch_size 64``), which is
@@ -33,6 +40,8 @@ builds its DataLoaders and compiles the model from them); ``cudnn_benchmark`` be
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,12 +49,16 @@ from typing import Any
 from diagnose.errors import UsageError
 
 DATALOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size")
+#: host tensors smaller than this are not worth a pinned copy (the pinned copy costs a host memcpy)
+PIN_MIN_BYTES = 1 << 20
+#: the Tensor methods through which a script reads a GPU value on the host (``unsync``)
+SYNC_METHODS = ("item", "__bool__", "tolist", "nonzero")
 
 
 @dataclass(frozen=True)
 class KnobSpec:
     name: str
-    kind: str  # "int", "bool" or a tuple of choices joined by "|"
+    kind: str  # "int", "bool", "text" or a tuple of choices joined by "|"
     help: str
 
 
@@ -65,12 +78,21 @@ KNOB_SPECS: dict[str, KnobSpec] = {
         KnobSpec("compile", "default|reduce-overhead|max-autotune|off", "Module.compile() of the model"),
         KnobSpec("channels_last", "bool", "channels_last model and inputs for convolutions"),
         KnobSpec("item_every", "int", "what-if: .item() syncs once every N calls per line (stale values; measurement only)"),
+        KnobSpec("pin_host", "bool", "pin host tensors sent to the GPU outside a DataLoader once; copy them non_blocking"),
+        KnobSpec(
+            "unsync", "text",
+            "what-if: the sync sites FILE:LINE[+FILE:LINE] (.item, bool(t), .tolist, nonzero) block once, then reuse that answer (changes meaning; measurement only)",
+        ),
     )
 }
 
 
 def parse_value(spec: KnobSpec, raw: str) -> Any:
     raw = raw.strip()
+    if spec.kind == "text":
+        if not raw:
+            raise UsageError(f"knob {spec.name} takes a value")
+        return raw
     if spec.kind == "int":
         try:
             value = int(raw)
@@ -125,6 +147,8 @@ class Knobs:
         if spec is None:
             raise UsageError(f"unknown knob {name!r}", hint=f"knobs: {', '.join(KNOB_SPECS)}, or arg.<flag> for a script flag")
         self.values[name] = parse_value(spec, raw)
+        if name == "unsync":
+            parse_sites(self.values[name])  # a malformed site is an error now, not at run time
 
     def __bool__(self) -> bool:
         return bool(self.values or self.script_args)
@@ -194,6 +218,10 @@ class Knobs:
             self._patch_channels_last()
         if v.get("item_every", 0) > 1:
             self._patch_item(int(v["item_every"]))
+        if v.get("pin_host"):
+            self._patch_pin_host()
+        if v.get("unsync"):
+            self._patch_sync_sites(parse_sites(v["unsync"]))
 
     def remove(self) -> None:
         while self._undo:
@@ -350,6 +378,90 @@ class Knobs:
 
         self._patch(torch.Tensor, "item", item)
 
+    def _patch_pin_host(self, pin: Callable[[Any], Any] | None = None) -> None:
+        """Copies of large pageable host tensors to the GPU, outside a DataLoader (pre-built
+        batches, a data set kept in host memory), go from a pinned copy made once and reused,
+        ``non_blocking``: the host no longer waits for each copy, and the copy overlaps kernels.
+
+        The pinned copy is keyed by the tensor object (weakly: it dies with it) and made again
+        when the tensor's version counter moved (an in-place change through torch). A write
+        that torch does not see (through a numpy array sharing the memory) leaves the copy
+        stale: a what-if for measuring, like the fix it stands for (pin once, reuse).
+        ``pin`` makes the pinned copy (``Tensor.pin_memory``; a test passes its own).
+        """
+        import torch
+        from torch.utils.weak import WeakIdKeyDictionary  # tensors compare by value: key them by identity
+
+        pin = pin or (lambda t: t.pin_memory())
+        original_to = torch.Tensor.to
+        original_cuda = torch.Tensor.cuda
+        pinned = WeakIdKeyDictionary()
+
+        def source(self_: Any, target: Any) -> Any:
+            """The pinned copy to send instead of ``self_``, or None to leave the call alone."""
+            if target is None or torch.device(target).type == "cpu" or self_.device.type != "cpu":
+                return None
+            if self_.is_pinned() or self_.nbytes < PIN_MIN_BYTES or self_.requires_grad:
+                return None
+            cached = pinned.get(self_)
+            if cached is None or cached[0] != self_._version:
+                cached = (self_._version, pin(self_))
+                pinned[self_] = cached
+            return cached[1]
+
+        def to(self_: Any, *a: Any, **kw: Any) -> Any:
+            try:
+                target = torch._C._nn._parse_to(*a, **kw)[0]
+            except (TypeError, RuntimeError):
+                target = None
+            host = source(self_, target)
+            if host is None:
+                return original_to(self_, *a, **kw)
+            kw["non_blocking"] = True
+            a = tuple(x for x in a if not isinstance(x, bool))  # a positional non_blocking
+            return original_to(host, *a, **kw)
+
+        def cuda(self_: Any, device: Any = None, non_blocking: bool = False, **kw: Any) -> Any:
+            target = torch.device("cuda" if device is None else device if not isinstance(device, int) else f"cuda:{device}")
+            host = source(self_, target)
+            if host is None:
+                return original_cuda(self_, device, non_blocking, **kw)
+            return original_cuda(host, device, True, **kw)
+
+        self._patch(torch.Tensor, "to", to)
+        self._patch(torch.Tensor, "cuda", cuda)
+
+    def _patch_sync_sites(self, sites: frozenset[tuple[str, int]], on_device: Callable[[Any], bool] | None = None) -> None:
+        """Measure what a sync site would cost if it did not block: at each named line, the first
+        call of ``.item()``, ``bool(t)`` (``if t:``, ``if t.all():``), ``.tolist()`` or
+        ``nonzero`` on a GPU tensor runs as usual; every later one returns that first answer
+        without waiting for the GPU. This changes what the program computes (a check that never
+        updates, a branch always taken the same way): for measuring only, never for training.
+        ``on_device`` says which tensors block (not CPU ones; a test passes its own)."""
+        import torch
+
+        on_device = on_device or (lambda t: t.device.type != "cpu")
+
+        answers: dict[tuple[str, Any, int], Any] = {}
+
+        def wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+            def method(self_: Any, *a: Any, **kw: Any) -> Any:
+                if not on_device(self_):
+                    return original(self_, *a, **kw)
+                frame = sys._getframe(1)
+                site = (os.path.basename(frame.f_code.co_filename), frame.f_lineno)
+                if site not in sites:
+                    return original(self_, *a, **kw)
+                key = (name, frame.f_code, frame.f_lineno)
+                if key not in answers:
+                    answers[key] = original(self_, *a, **kw)
+                return answers[key]
+
+            return method
+
+        for name in SYNC_METHODS:
+            self._patch(torch.Tensor, name, wrap(name, getattr(torch.Tensor, name)))
+
     # --- torch.compile of the outermost module ------------------------------------------------------
 
     def compile_mode(self) -> str | None:
@@ -389,6 +501,8 @@ GLOBAL_WAYS = {
     "compile": "torch.compile of the first module called",
     "channels_last": "channels_last convolution inputs and weights",
     "item_every": "Tensor.item() patched (measurement only)",
+    "pin_host": "Tensor.to/cuda of large pageable host tensors from a cached pinned copy, non_blocking",
+    "unsync": "Tensor.item/__bool__/tolist/nonzero patched at the named lines (measurement only)",
 }
 
 #: the class a user writes each framework switch in
@@ -432,6 +546,17 @@ def framework_switch(knob: str, value: Any, framework: str, role: str, cuda: boo
         if knob == "autocast":
             return {"mixed_precision": "no" if value == "off" else value}
     return None
+
+
+def parse_sites(text: str) -> frozenset[tuple[str, int]]:
+    """``train.py:40+model.py:12`` -> {("train.py", 40), ("model.py", 12)}: a file's base name and a line."""
+    sites = set()
+    for part in text.split("+"):
+        name, sep, line = part.strip().rpartition(":")
+        if not sep or not name or not line.isdigit():
+            raise UsageError(f"unsync takes FILE:LINE sites joined by +, not {part!r}", hint="e.g. --set unsync=train.py:42")
+        sites.add((os.path.basename(name), int(line)))
+    return frozenset(sites)
 
 
 def _without_option(args: list[str], option: str) -> list[str]:
