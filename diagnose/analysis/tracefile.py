@@ -302,7 +302,10 @@ def event_from_object(obj: Any) -> Event | None:
     get = obj.get
     args = get("args", UNSET)
     if isinstance(args, dict):
-        args = EventArgs(args.get("correlation", UNSET), args.get("device", UNSET), args.get("stream", UNSET), args.get("bytes", UNSET))
+        args = EventArgs(
+            args.get("correlation", UNSET), args.get("device", UNSET), args.get("stream", UNSET), args.get("bytes", UNSET),
+            args.get("name", UNSET),
+        )
     return Event(get("ph", UNSET), get("cat", UNSET), get("name", UNSET), get("tid", UNSET), get("ts", UNSET), get("dur", UNSET), args)
 
 
