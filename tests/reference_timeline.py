@@ -4,6 +4,7 @@ Not used by diagnose itself."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from typing import Any, NamedTuple
 
@@ -49,6 +50,10 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         except (AttributeError, TypeError):  # not an object, or an unhashable category
             continue
         bucket.append(e)
+    thread_names = {
+        e.get("tid"): (e.get("args") or {}).get("name") for e in ignored if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
+    thread_names = {tid: name for tid, name in thread_names.items() if isinstance(name, str)}
     ignored.clear()
     unknown: Counter[str] = Counter(str(e.get("cat")) for e in unsorted)
     forward_flow_starts = {(e.get("tid"), e.get("ts")) for e in flows if e.get("ph") == "s"}
@@ -73,6 +78,17 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
                 main_ops.append((ts, end, name, (tid, e.get("ts")) in forward_flow_starts))
     main_ops.sort(key=lambda op: (op[0], -op[1]))
     backward_ops.sort()
+    training = {main_tid} | {e.get("tid") for e in cpu_ops if e.get("name", "").startswith(bw_prefix)}
+    on_training = [e for e in cpu_ops if e.get("tid") in training]
+    host_event_starts = sorted(_num(e.get("ts")) for e in on_training + [r for r in runtime if r.get("tid") in training])
+    no_work_op_us = []
+    for e in on_training:
+        if e.get("name") in P.NO_WORK_OPS:
+            ts = _num(e.get("ts"))
+            no_work_op_us.append(ts + _num(e.get("dur")) - ts)
+    meta.optimizer_classes = dict(read.optimizer_classes)
+    meta.optimizer_step_ops = [dict(c) for c in _ops_inside(main_ops, read.optimizer_steps)]
+    meta.thread_names = {str(tid): name for tid, name in thread_names.items()}
 
     host_ops: list[HostOp] = []
     forward_ops: list[Interval] = []
@@ -167,6 +183,8 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         has_step_marks=has_marks,
         dataloader_kinds=read.loader_kinds,
         memset_ops=memset_ops,
+        host_event_starts=host_event_starts,
+        no_work_op_us=no_work_op_us,
     )
 
 
@@ -217,6 +235,8 @@ class _Annotations(NamedTuple):
     data_waits: list[Interval]
     optimizer_spans: list[Interval]
     loader_kinds: Counter[str]
+    optimizer_steps: list[Interval]
+    optimizer_classes: Counter[str]
     collectives: list[Interval]
     data_parallel: list[Interval]
     closures: list[Interval]
@@ -231,6 +251,8 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
     data_waits: list[Interval] = []
     optimizer_spans: list[Interval] = []
     closure_spans: list[Interval] = []
+    optimizer_steps: list[Interval] = []
+    optimizer_classes: Counter[str] = Counter()
     for e in annotations:
         name = e.get("name", "")
         ts = _num(e.get("ts"))
@@ -250,6 +272,9 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
         elif name.startswith(P.OPTIMIZER_SIDE_PREFIXES):
             if on_main:
                 optimizer_spans.append((ts, end))
+                if name.startswith(P.OPTIMIZER_STEP_PREFIX):
+                    optimizer_steps.append((ts, end))
+                    optimizer_classes[name[len(P.OPTIMIZER_STEP_PREFIX) :].rsplit(".", 1)[0]] += 1
         elif name.startswith(P.OPTIMIZER_CLOSURE_PREFIX):
             if on_main:
                 closure_spans.append((ts, end))
@@ -266,7 +291,24 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
         if steps[i].end > steps[i + 1].start:
             steps[i] = StepMark(steps[i].number, steps[i].start, steps[i + 1].start)
     steps = [s for s in steps if s.end > s.start]
-    return _Annotations(steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(collectives), sorted(data_parallel), sorted(closure_spans))
+    return _Annotations(
+        steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(optimizer_steps), optimizer_classes,
+        sorted(collectives), sorted(data_parallel), sorted(closure_spans),
+    )
+
+
+def _ops_inside(main_ops: list[tuple[float, float, str, bool]], spans: list[Interval]) -> list[Counter[str]]:
+    out: list[Counter[str]] = []
+    starts = [op[0] for op in main_ops]
+    for start, end in spans:
+        names: Counter[str] = Counter()
+        i = bisect_left(starts, start)
+        while i < len(main_ops) and main_ops[i][0] < end:
+            names[main_ops[i][2]] += 1
+            i += 1
+        if names:
+            out.append(names)
+    return out
 
 
 def _main_device(kernels_raw: list[dict[str, Any]]) -> Any:
