@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from diagnose.analysis.breakdown import compute_breakdown
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_path
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
 from diagnose.analysis.profcost import DEFAULT_COST_US, correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.timeline import build_timeline
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_run
 from tests.tracebuilder import AUTOGRAD, ELEMENTWISE, TraceBuilder
 
 BARE = Path(__file__).parent / "data" / "bare"
@@ -25,7 +27,7 @@ PLANTED = {k: v for k, v in json.loads((BARE / "planted.json").read_text()).item
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_a_bare_trace_gets_its_planted_verdict_first(name: str) -> None:
-    report = analyze_path(BARE / f"{name}.pt.trace.json.gz", AnalysisOptions(show_all=True))
+    report = analyze_trace(BARE / f"{name}.pt.trace.json.gz", AnalysisOptions.load(show_all=True))
     problems = [f["rule"] for f in report.to_dict()["findings"]]
     if PLANTED[name] is None:
         assert problems == [], f"{name}: nothing is planted, yet {problems}"
@@ -35,13 +37,13 @@ def test_a_bare_trace_gets_its_planted_verdict_first(name: str) -> None:
 
 def test_the_bare_well_tuned_trace_is_corrected_for_the_profilers_cost() -> None:
     """Without the correction its host time looks launch-bound (LAUNCH001 at 1.6x)."""
-    report = analyze_path(BARE / "well_tuned.pt.trace.json.gz", AnalysisOptions()).to_dict()
+    report = analyze_trace(BARE / "well_tuned.pt.trace.json.gz", AnalysisOptions.load()).to_dict()
     assert any("profiler's own cost" in n for n in report["warnings"])
     window = report["breakdown"]["window"]
     assert window["profiler_inflation"] > 1.2
     trace_launch = window["trace_exposed_share"]["host_forward"] + window["trace_exposed_share"]["host_backward"]
     assert trace_launch >= 0.25  # what LAUNCH001 would have read: launch-bound
-    assert window["exposed_share"]["host_forward"] + window["exposed_share"]["host_backward"] < 0.25
+    assert report["symptoms"]["exposed.launch_model"]["value"] < 0.25  # corrected: not launch-bound
 
 
 def _forward_step() -> TraceBuilder:
@@ -132,18 +134,18 @@ def test_a_dominant_data_wait_is_named_even_when_the_trace_hides_the_workers(tmp
         b.data_wait(t0, 950, workers=True)
         b.op("aten::linear", t0 + 950, 20, forward=True)
         b.kernel(ELEMENTWISE, t0 + 960, 30, launch_ts=t0 + 955)
-    report = analyze_path(b.write(tmp_path / "loader.pt.trace.json"), AnalysisOptions()).to_dict()
+    report = analyze_trace(b.write(tmp_path / "loader.pt.trace.json"), AnalysisOptions.load()).to_dict()
     rules = [f["rule"] for f in report["findings"]]
     assert rules == ["EXPO001"]
     assert "does not say how many DataLoader workers" in report["findings"][0]["says"]
 
 
 def test_the_report_says_what_it_read_off_the_trace_and_what_it_could_not_see() -> None:
-    single = analyze_path(BARE / "data_bound.pt.trace.json.gz", AnalysisOptions()).to_dict()["trace_only"]
+    single = analyze_trace(BARE / "data_bound.pt.trace.json.gz", AnalysisOptions.load()).to_dict()["trace_only"]
     assert single["read_off"]["dataloader"] == "num_workers=0 (single-process iterator)"
     assert single["read_off"]["device"] == "NVIDIA H100 80GB HBM3"
     assert "how many DataLoader workers, and how busy they are" not in single["not_seen"]
-    multi = analyze_path(BARE / "well_tuned.pt.trace.json.gz", AnalysisOptions()).to_dict()
+    multi = analyze_trace(BARE / "well_tuned.pt.trace.json.gz", AnalysisOptions.load()).to_dict()
     assert "how many DataLoader workers, and how busy they are" in multi["trace_only"]["not_seen"]
     assert multi["trace_only"]["read_off"]["optimizer"] == {"class": "AdamW", "implementation": "foreach/fused"}
     assert "how many parameter tensors the optimizer updates" in multi["trace_only"]["not_seen"]
@@ -151,5 +153,5 @@ def test_the_report_says_what_it_read_off_the_trace_and_what_it_could_not_see() 
 
 
 def test_a_run_directory_has_no_trace_only_section() -> None:
-    report = analyze_path(Path(__file__).parent / "data" / "well_tuned", AnalysisOptions()).to_dict()
+    report = analyze_run(RunDir(Path(__file__).parent / "data" / "well_tuned"), AnalysisOptions.load()).to_dict()
     assert report["trace_only"] is None
