@@ -101,6 +101,8 @@ class Diagnosis:
     considered: list[str] = field(default_factory=list)
     #: the replay check and the prediction settings (``Predictor.to_dict``), when there was one
     replay: dict[str, Any] | None = None
+    #: rules that failed while evaluated on this run, one line each: skipped, never fatal
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -175,18 +177,39 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predicto
     nexts: list[Finding] = []
     dropped: list[str] = []
     considered: list[str] = []
+    skipped: list[str] = []
     floor = max(MIN_GAIN - 1, predictor.spread if predictor is not None else 0.0)
-    fired = [rule for rule in rules if rule.fires(values)]
+
+    def skip(rule: Rule, exc: Exception) -> None:
+        # rule files are checked at load time; what still fails on this run's values costs
+        # that rule its finding, never the report
+        skipped.append(f"rule {rule.id} ({rule.source.name}) was skipped: {type(exc).__name__}: {str(exc)[:200]}")
+
+    fired = []
+    for rule in rules:
+        try:
+            if rule.fires(values):
+                fired.append(rule)
+        except Exception as exc:  # noqa: BLE001 - see skip()
+            skip(rule, exc)
     superseded = superseded_by(fired)
     for rule in fired:
         if rule.id in superseded:
             continue
-        finding = make_finding(rule, symptoms)
+        try:
+            finding = make_finding(rule, symptoms)
+        except Exception as exc:  # noqa: BLE001 - see skip()
+            skip(rule, exc)
+            continue
         if finding.gain is not None and finding.gain < MIN_GAIN:
             dropped.append(rule.id)
             continue
         if predictor is not None:
-            _predict(finding, rule, values, predictor)
+            try:
+                _predict(finding, rule, values, predictor)
+            except Exception as exc:  # noqa: BLE001 - the finding stands on its bound
+                finding.predicted = None
+                finding.prediction_note = f"{rule.predict}: not predicted ({type(exc).__name__}: {str(exc)[:200]})"
         if finding.predicted is not None and finding.predicted < 1 + floor:
             why = (
                 f"within the {predictor.spread:.0%} step-to-step spread"
@@ -205,4 +228,5 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predicto
         superseded=superseded,
         considered=considered,
         replay=predictor.to_dict() if predictor is not None else None,
+        skipped=skipped,
     )

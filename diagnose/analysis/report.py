@@ -244,6 +244,7 @@ def build_report(
         report.findings_not_shown = len(findings) - len(shown)
         report.next_steps = [f.to_dict() for f in diagnosis.next_steps]
         report.considered = list(diagnosis.considered)
+        report.warnings.extend(diagnosis.skipped)
         report.replay = diagnosis.replay
         report.healthy = diagnosis.healthy and report.breakdown is not None
         report.verdict = _verdict(report, diagnosis, breakdown)

@@ -73,12 +73,24 @@ _COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     "==": lambda a, b: math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12),
     "!=": lambda a, b: not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12),
 }
+def _rounded(round_fn: Callable[[float], int]) -> Callable[[float], float]:
+    """``ceil``/``floor`` that pass infinities and NaN through (``math.ceil`` raises on them)."""
+    return lambda x: float(round_fn(x)) if math.isfinite(x) else x
+
+
 _FUNCS: dict[str, Callable[..., float]] = {
     "min": min,
     "max": max,
-    "ceil": lambda x: float(math.ceil(x)),
-    "floor": lambda x: float(math.floor(x)),
+    "ceil": _rounded(math.ceil),
+    "floor": _rounded(math.floor),
 }
+#: how many arguments each function takes: (least, most); None is no upper limit
+_ARITY: dict[str, tuple[int, int | None]] = {"min": (2, None), "max": (2, None), "ceil": (1, 1), "floor": (1, 1)}
+#: parentheses, calls and minus signs nested deeper than this are refused at load time (a
+#: recursive evaluation of a deeper tree would exhaust Python's stack)
+MAX_NESTING = 32
+#: a longer expression is refused too: ``a + a + ...`` builds a tree as deep as it is long
+MAX_TOKENS = 256
 
 
 class ExprError(ValueError):
@@ -98,7 +110,10 @@ class _Parser:
             kind = m.lastgroup or ""
             self.tokens.append((kind, m.group(kind)))
             pos = m.end()
+            if len(self.tokens) > MAX_TOKENS:
+                raise ExprError(f"{self.text[:40]!r}... is longer than {MAX_TOKENS} tokens")
         self.i = 0
+        self.depth = 0
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -131,9 +146,21 @@ class _Parser:
         return node
 
     def factor(self) -> Node:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise ExprError(f"{self.text[:40]!r}... nests deeper than {MAX_NESTING} levels")
+        try:
+            return self._factor()
+        finally:
+            self.depth -= 1
+
+    def _factor(self) -> Node:
         kind, value = self.take()
         if kind == "num":
-            return float(value)
+            number = float(value)
+            if not math.isfinite(number):
+                raise ExprError(f"the number {value} is too large in {self.text!r}")
+            return number
         if kind == "name":
             if value in ("true", "false"):
                 return 1.0 if value == "true" else 0.0
@@ -144,6 +171,10 @@ class _Parser:
                     self.take()
                     args.append(self.expr())
                 self.take(")")
+                least, most = _ARITY[value]
+                if len(args) < least or (most is not None and len(args) > most):
+                    wanted = f"{least}" if least == most else f"at least {least}"
+                    raise ExprError(f"{value}() takes {wanted} argument(s), not {len(args)}, in {self.text!r}")
                 return ("call", value, *args)
             return value
         if value == "(":
@@ -228,6 +259,32 @@ def render_template(text: str, values: Mapping[str, float], extra: Mapping[str, 
         return format_value(values.get(name), spec, unit)
 
     return _PLACEHOLDER.sub(replace, text)
+
+
+#: a format spec of the mini-language for numbers (``>8.2f``, ``,.0f``, ``+.1%``)
+_FORMAT_SPEC = re.compile(r"^(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d+)?[,_]?(?:\.(?P<precision>\d+))?[eEfFgGn%]?$")
+#: widths and precisions beyond these are refused: ``{x:>1500000000}`` would write 1.5 GB
+MAX_FORMAT_WIDTH = 40
+MAX_FORMAT_PRECISION = 12
+
+
+def template_spec_problem(text: str) -> str | None:
+    """What is wrong with a template's format specs (None: they are all usable)."""
+    for m in _PLACEHOLDER.finditer(text):
+        spec = m.group(2)
+        if not spec or spec in ("%", "x", "bytes"):
+            continue
+        parsed = _FORMAT_SPEC.match(spec)
+        if parsed is None:
+            return f"{{{m.group(1)}:{spec}}}: not a number format (like .1f, >8.2f, %, x or bytes)"
+        width, precision = int(parsed.group("width") or 0), int(parsed.group("precision") or 0)
+        if width > MAX_FORMAT_WIDTH or precision > MAX_FORMAT_PRECISION:
+            return f"{{{m.group(1)}:{spec}}}: width over {MAX_FORMAT_WIDTH} or precision over {MAX_FORMAT_PRECISION}"
+        try:
+            format(1.5, spec)
+        except ValueError as exc:
+            return f"{{{m.group(1)}:{spec}}}: {exc}"
+    return None
 
 
 def template_names(text: str) -> set[str]:
@@ -321,8 +378,8 @@ class Rule:
             value = evaluate(self.gain_tree, values)
         except MissingSymptom:
             return None
-        if math.isnan(value) or value <= 0:
-            return None
+        if not math.isfinite(value) or value <= 0:
+            return None  # an infinite bound (a share of 100%) bounds nothing: unknown, not "infx"
         return value
 
 
@@ -469,6 +526,8 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
 
     for key in ("says", "do"):
         _check_names(template_names(data[key]) - {"gain"}, data[key], fail)
+        if (problem := template_spec_problem(data[key])) is not None:
+            raise fail(f"{key}: {problem}", key)
 
     do_by_framework = data.get("do_by_framework", {})
     if not isinstance(do_by_framework, dict):
@@ -491,6 +550,8 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     knobs = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in knobs.items()}
     for value in knobs.values():
         _check_names(template_names(value), value, fail)
+        if (problem := template_spec_problem(value)) is not None:
+            raise fail(f"knob: {problem}", "knob")
 
     quote = data.get("quote")
     if quote is not None and (not isinstance(quote, str) or CATALOG.get(quote, ("",))[0] != "text"):

@@ -1,0 +1,100 @@
+"""Faults of issue 19, each reproduced as a user or a hostile input met it: rule files that load
+but would fail when evaluated, non-finite numbers, duplicated events, escapes in trace strings,
+malformed files, analysing a user's own folder, and two runs started at the same instant."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from diagnose.analysis.findings import diagnose_symptoms
+from diagnose.analysis.rules import MAX_NESTING, ExprError, Rule, load_rule_file, parse_condition, parse_expr
+from diagnose.analysis.symptoms import symptoms_from_values
+from diagnose.errors import RuleError
+from tests.test_rules import VALID
+
+# --- 3. rule files: checked fully at load time, and never fatal at run time ----------------------
+
+
+@pytest.mark.parametrize(
+    ("gain", "problem"),
+    [
+        ("ceil(gpu.busy, 2)", "ceil() takes 1 argument(s), not 2"),
+        ("max(gpu.busy)", "max() takes at least 2 argument(s), not 1"),
+        ("ceil(1e999)", "the number 1e999 is too large"),
+        ("(" * 330 + "gpu.busy" + ")" * 330, "longer than 256 tokens"),
+        ("(" * (MAX_NESTING + 1) + "1" + ")" * (MAX_NESTING + 1), f"nests deeper than {MAX_NESTING} levels"),
+        (" + ".join(["gpu.busy"] * 200), "longer than 256 tokens"),
+    ],
+)
+def test_gain_expressions_are_checked_at_load_time(tmp_path: Path, gain: str, problem: str) -> None:
+    path = tmp_path / "MY001.toml"
+    path.write_text(VALID.replace('why = "w"', f'why = "w"\ngain = "{gain}"'))
+    with pytest.raises(RuleError) as info:
+        load_rule_file(path)
+    assert f"{path}:6: bad gain expression" in info.value.message and problem in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("says", "problem"),
+    [
+        ("{gpu.busy:>1500000000}", "width over 40"),
+        ("{gpu.busy:.99f}", "precision over 12"),
+        ("{gpu.busy:d}", "not a number format"),
+        ("{gpu.busy:!r}", "not a number format"),
+    ],
+)
+def test_format_specs_are_checked_at_load_time(tmp_path: Path, says: str, problem: str) -> None:
+    path = tmp_path / "MY001.toml"
+    path.write_text(VALID.replace('says = "s"', f'says = "{says}"'))
+    with pytest.raises(RuleError) as info:
+        load_rule_file(path)
+    assert f"{path}:3: says: " in info.value.message and problem in info.value.message
+
+
+def test_sane_format_specs_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "MY001.toml"
+    path.write_text(VALID.replace('says = "s"', 'says = "{gpu.busy:%} {gpu.busy:>8,.2f} {gpu.busy:x} {gpu.busy:+.1e}"'))
+    assert load_rule_file(path).says.startswith("{gpu.busy:%}")
+
+
+@pytest.mark.parametrize(("text", "expected"), [("ceil(1 / 0)", math.inf), ("floor(0 / 0)", math.nan), ("ceil(-1 / 0)", -math.inf)])
+def test_rounding_passes_non_finite_values_through(text: str, expected: float) -> None:
+    from diagnose.analysis.rules import evaluate
+
+    value = evaluate(parse_expr(text), {})
+    assert (math.isnan(value) and math.isnan(expected)) or value == expected
+
+
+def test_an_infinite_gain_is_an_unknown_bound_not_infx(tmp_path: Path) -> None:
+    path = tmp_path / "MY001.toml"
+    path.write_text(VALID.replace('why = "w"', 'why = "w"\ngain = "ceil(1 / gpu.busy)"').replace('says = "s"', 'says = "up to {gain}"'))
+    rule = load_rule_file(path)
+    diagnosis = diagnose_symptoms([rule], symptoms_from_values({"gpu.busy": 0.0}))
+    (finding,) = diagnosis.findings
+    assert finding.gain is None and finding.says == "up to n/a"
+
+
+def test_a_rule_failing_at_run_time_is_skipped_with_a_note(tmp_path: Path) -> None:
+    path = tmp_path / "MY001.toml"
+    path.write_text(VALID)
+    good = load_rule_file(path)
+
+    class Exploding(ExprError):
+        pass
+
+    def explode(values: object) -> bool:
+        raise Exploding("cannot evaluate")
+
+    broken = Rule(**{**good.__dict__, "id": "MY002"})
+    object.__setattr__(broken, "fires", explode)
+    diagnosis = diagnose_symptoms([broken, good], symptoms_from_values({"gpu.busy": 0.1}))
+    assert [f.rule_id for f in diagnosis.findings] == ["MY001"]
+    assert diagnosis.skipped == ["rule MY002 (MY001.toml) was skipped: Exploding: cannot evaluate"]
+
+
+def test_conditions_still_parse() -> None:
+    assert parse_condition("max(gpu.busy, 0.5) < ceil(2.5)")[0] == "<"
