@@ -98,3 +98,66 @@ def test_a_rule_failing_at_run_time_is_skipped_with_a_note(tmp_path: Path) -> No
 
 def test_conditions_still_parse() -> None:
     assert parse_condition("max(gpu.busy, 0.5) < ceil(2.5)")[0] == "<"
+
+
+# --- 10. non-finite numbers, duplicated events, escapes in trace strings ---------------------------
+
+STEPS = [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 100, "dur": 100},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 110, "dur": 50},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 110, "dur": 20},  # same start, nested
+]
+
+
+def _analyse(tmp_path: Path, events: list[dict], name: str = "t.json"):  # noqa: ANN202 - Report
+    from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
+
+    path = tmp_path / name
+    path.write_text(json.dumps({"traceEvents": events}))
+    return analyze_trace(path, AnalysisOptions.load())
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_never_holds_nan_or_infinity(tmp_path: Path) -> None:
+    report = _analyse(tmp_path, STEPS)
+    report.throughput["profiled"]["steps_per_s"] = math.inf
+    report.symptoms["gpu.busy"] = {"value": math.nan, "unit": "share", "description": "d"}
+    data = _strict_json(report.to_json())
+    assert data["throughput"]["profiled"]["steps_per_s"] is None and data["symptoms"]["gpu.busy"]["value"] is None
+
+
+def test_a_share_of_100_percent_bounds_nothing_and_says_no_infx(tmp_path: Path) -> None:
+    from diagnose.renderers import TerminalRenderer
+
+    report = _analyse(tmp_path, STEPS)  # all host time is "other": 1 / (1 - 1) is unbounded
+    assert all(f["gain_bound"] is None or math.isfinite(f["gain_bound"]) for f in report.findings)
+    text = TerminalRenderer(color=False).render(report)
+    assert "infx" not in text and "inf ms" not in text and "nan" not in text.lower().split()
+
+
+def test_duplicated_events_are_counted_once_and_said(tmp_path: Path) -> None:
+    once = _analyse(tmp_path, STEPS, "once.json")
+    twice = _analyse(tmp_path, STEPS + STEPS, "twice.json")
+    assert twice.breakdown["steps"] == once.breakdown["steps"]
+    assert any("holds 5 duplicated event(s)" in w for w in twice.warnings), twice.warnings
+    assert not any("duplicated" in w for w in once.warnings)
+
+
+@pytest.mark.parametrize("color", [False, True])
+def test_escape_sequences_in_trace_strings_never_reach_the_terminal(tmp_path: Path, color: bool) -> None:
+    from diagnose.renderers import TerminalRenderer
+
+    hostile = STEPS + [{"ph": "X", "cat": "\x1b[2Jquantum\x1b]0;pwned\x07", "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
+    text = TerminalRenderer(color=color).render(_analyse(tmp_path, hostile))
+    assert "\\x1b[2Jquantum\\x1b]0;pwned\\x07" in text  # shown, written out
+    assert "\x1b[2J" not in text and "\x1b]0" not in text and "\x07" not in text
+    if not color:
+        assert "\x1b" not in text

@@ -369,6 +369,11 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     if timeline.meta.unknown_categories:
         cats = ", ".join(f"{k} ({v})" for k, v in sorted(timeline.meta.unknown_categories.items()))
         notes.append(f"ignored event categories this version does not know: {cats}")
+    if timeline.meta.duplicate_events:
+        notes.append(
+            f"the trace holds {timeline.meta.duplicate_events} duplicated event(s) (identical to another one: "
+            "was it merged or written twice?); each was counted once"
+        )
     return Breakdown(
         steps=result_steps,
         has_gpu=timeline.has_gpu,

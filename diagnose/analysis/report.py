@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,7 +94,8 @@ class Report:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, default=_json_default)
+        # allow_nan=False: NaN and Infinity are not JSON; sanitized() made them null
+        return json.dumps(sanitized(self.to_dict()), indent=1, default=_json_default, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
@@ -155,6 +158,26 @@ def upgrade_from_v1(data: dict[str, Any]) -> dict[str, Any]:
 def _evidence_as_names(finding: dict[str, Any]) -> dict[str, Any]:
     evidence = [e["symptom"] if isinstance(e, dict) else e for e in finding.get("evidence") or []]
     return dict(finding, evidence=evidence)
+
+
+#: control characters (C0 but newline and tab, DEL, C1): in a kernel or file name from a trace
+#: they would reach the terminal as escape sequences
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def sanitized(value: Any, text: bool = False) -> Any:
+    """A copy of a report's data fit for output: infinite and NaN numbers become None (JSON has
+    neither, and "inf ms/step" says nothing); with ``text``, control characters in strings are
+    written out as ``\\xNN`` (escape sequences from a trace never reach a terminal raw)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value) if text else value
+    if isinstance(value, dict):
+        return {sanitized(k, text) if isinstance(k, str) else k: sanitized(v, text) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [sanitized(v, text) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:

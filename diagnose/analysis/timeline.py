@@ -13,7 +13,8 @@ import gc
 import math
 import os
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from operator import itemgetter
 from contextlib import contextmanager
 from collections import Counter
 from dataclasses import dataclass, field
@@ -108,6 +109,8 @@ class TraceMeta:
     optimizer_step_ops: list[dict[str, int]] = field(default_factory=list)
     #: thread names the trace carries (``thread_name`` metadata), by thread id
     thread_names: dict[str, str] = field(default_factory=dict)
+    #: events identical to another one (same category, name, thread and times), counted once
+    duplicate_events: int = 0
 
 
 @dataclass
@@ -398,6 +401,8 @@ class _Columns:
     def finish(self, meta: TraceMeta) -> Timeline:
         meta.event_count = self.event_count
         meta.unknown_categories = dict(self.unknown)
+        duplicates = _Duplicates()
+        self.annotations = duplicates.unique(sorted(self.annotations, key=itemgetter(2)), start=itemgetter(2))
         main_tid = self._main_thread()
         read = _read_annotations(self.annotations, main_tid)
         steps = read.steps
@@ -409,7 +414,8 @@ class _Columns:
             if complete
         ]
         main_ops.sort(key=lambda op: (op[0], -op[1]))
-        backward_ops = sorted(self.backward_ops)
+        main_ops = duplicates.unique(main_ops)
+        backward_ops = duplicates.unique(sorted(self.backward_ops))
         bw_prefix = P.BACKWARD_OP_PREFIX
         training = {main_tid} | {tid for tid, ops in self.thread_ops.items() if any(op[2].startswith(bw_prefix) for op in ops)}
         host_event_starts = [op[0] for tid in training for op in self.thread_ops.get(tid, ())]
@@ -436,16 +442,22 @@ class _Columns:
 
         syncs = [SyncCall(ts, end, name) for tid, ts, end, name in self.sync_calls if tid == main_tid]
         syncs.sort(key=lambda s: s.start)
+        syncs = duplicates.unique(syncs)
 
         device_counts = Counter(None if d is UNSET else d for d in self.kernel_devices)
         device = device_counts.most_common(1)[0][0] if device_counts else None
         kernels = _on_device(self.kernels, self.kernel_devices, device)
         kernels.sort(key=lambda k: k.start)
+        kernels = duplicates.unique(kernels)
         memcpys = _on_device(self.memcpys, self.memcpy_devices, device)
         memcpys.sort(key=lambda m: m.start)
-        memsets = sorted(self.memsets)
+        memcpys = duplicates.unique(memcpys)
+        memsets = sorted(self.memsets)  # each memset is in memset_ops too: counted there
+        memsets = _Duplicates().unique(memsets)
         memset_ops = _on_device(self.memset_ops, self.memset_devices, device)
         memset_ops.sort(key=lambda m: m.start)
+        memset_ops = duplicates.unique(memset_ops)
+        meta.duplicate_events = duplicates.dropped
 
         has_marks = bool(steps)
         if not steps:
@@ -502,6 +514,29 @@ def _ops_inside(main_ops: list[tuple[float, float, str, bool]], spans: list[Inte
         if names:
             out.append(names)
     return out
+class _Duplicates:
+    """Drops events identical to another one (a trace merged or written twice would otherwise
+    count every operator and kernel twice), and counts them. Items come sorted by start, so
+    that copies sit in the same run of equal starts; within a run they are compared whole."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+
+    def unique(self, items: list[Any], start: Callable[[Any], Any] = itemgetter(0)) -> list[Any]:
+        out: list[Any] = []
+        run: list[Any] = []  # the items kept so far with the current start
+        run_start: Any = object()
+        for item in items:
+            item_start = start(item)
+            if item_start != run_start:
+                run_start, run = item_start, [item]
+                out.append(item)
+            elif item in run:
+                self.dropped += 1
+            else:
+                run.append(item)
+                out.append(item)
+        return out
 
 
 def _on_device(items: list[Any], devices: list[Any], device: Any) -> list[Any]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.analysis.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS, exposed_categories, exposed_labels
-from diagnose.analysis.report import Report
+from diagnose.analysis.report import Report, sanitized
 from diagnose.units import format_value
 
 #: An exposed category is listed in the tables when it holds at least this share of the window.
@@ -370,6 +370,8 @@ class ReportView:
 
     @classmethod
     def from_report(cls, report: Report) -> ReportView:
+        # every renderer reads this view: no infinite number and no control character past here
+        report = Report.from_dict(sanitized(report.to_dict(), text=True))
         labels = exposed_labels(report.on_gpu)
         findings = tuple(_finding(f, report) for f in report.findings)
         return cls(
