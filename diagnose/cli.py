@@ -150,6 +150,9 @@ def _exit_for(record, plan) -> None:  # noqa: ANN001
             err=True,
         )
         raise typer.Exit(errors.EXIT_NO_STEPS)
+    if record.status in ("interrupted", "terminated"):
+        what = "interrupted (Ctrl-C)" if record.status == "interrupted" else "terminated (SIGTERM)"
+        typer.echo(f"diagnose: {what}: what was measured until then is in the report", err=True)
     if record.status in ("completed", "stopped"):
         if record.completed_steps() <= plan.warmup:
             typer.echo(
@@ -165,14 +168,14 @@ def _exit_for(record, plan) -> None:  # noqa: ANN001
 def analyze(
     path: Path = typer.Argument(..., help="A run directory, or a trace written by torch.profiler (.json or .json.gz)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    html: bool = typer.Option(False, "--html", help="Also write report.html (into the run directory, or beside the trace)."),
+    html: bool = typer.Option(False, "--html", help="Also write report.html (into the run directory; for a bare trace or a folder of traces, into a new one)."),
     show_all: bool = typer.Option(False, "--all", help="Show every finding that fired."),
     rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
     max_trace_gb: Optional[float] = typer.Option(
         None, "--max-trace-gb", help="Refuse traces whose JSON is larger than this (default: any size the memory available allows)."
     ),
     steps_table: bool = typer.Option(False, "--steps", help="Also print the breakdown of every step."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="For a bare trace: save report.json (and --html) in this folder."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="For a bare trace or a folder of traces: save report.json (and --html) in this new folder."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
@@ -182,8 +185,14 @@ def analyze(
 
     try:
         options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
-        if path.is_dir():
+        if path.is_dir() and RunDir(path).holds_run():
             report = session.analyze_and_save(RunDir(path), options, html=html)
+        elif path.is_dir():  # a folder of the user's own traces: never written into
+            report = session.analyze_run(RunDir(path), options)
+            if html or out is not None:
+                run_dir = RunDir.create_for("analyze-" + (path.resolve().name or "traces"), out)
+                session.save_outputs(run_dir, report, html=html, events=False)
+                typer.echo(f"wrote {run_dir.path}", err=True)
         else:
             report = analyze_trace(path, options)
             if html or out is not None:  # never write beside the user's trace: a run directory
@@ -407,6 +416,22 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("diagnose: interrupted", err=True)
         sys.exit(errors.EXIT_INTERRUPTED)
+    except SystemExit as exc:
+        # Typer turns Ctrl-C into a silent exit 130: say what happened
+        if _raised_by_interrupt(exc):
+            typer.echo("diagnose: interrupted", err=True)
+        raise
+
+
+def _raised_by_interrupt(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ without torch and without running the script again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -224,6 +225,9 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        """A record from its JSON form; ``ValueError`` (saying which field) for a value of the
+        wrong kind: a corrupt or edited run.json must not fail deep inside the analysis."""
+        check_field_kinds(cls, data)
         data = dict(data)
         data["dataloaders"] = [DataLoaderInfo(**d) for d in data.get("dataloaders", [])]
         data["optimizers"] = [OptimizerInfo(**o) for o in data.get("optimizers", [])]
@@ -240,3 +244,29 @@ class RunRecord:
     @classmethod
     def load(cls, path: Path) -> RunRecord:
         return cls.from_dict(json.loads(path.read_text()))
+
+
+#: the JSON kinds a field's annotation allows (``None`` also where the annotation says so)
+_KINDS: dict[str, tuple[type, ...]] = {
+    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "list": (list,), "dict": (dict,),
+}
+
+
+def check_field_kinds(cls: type, data: Any) -> None:
+    if not isinstance(data, dict):
+        raise ValueError(f"holds {type(data).__name__}, not an object")
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value, annotation = data[f.name], str(f.type)
+        if value is None and "None" in annotation:
+            continue
+        outer, _, inner = annotation.split(" | ")[0].partition("[")
+        kinds = _KINDS.get(outer.strip())
+        if kinds is None:
+            continue
+        if not isinstance(value, kinds) or (isinstance(value, bool) and outer.strip() in ("int", "float")):
+            raise ValueError(f"its field {f.name} is {json.dumps(value)[:40]}, not {outer}")
+        element = _KINDS.get(inner.rstrip("]").strip()) if outer.strip() == "list" else None
+        if element is not None and not all(isinstance(v, element) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"its field {f.name} holds {json.dumps(value)[:40]}, not a {annotation}")

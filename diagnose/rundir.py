@@ -50,14 +50,21 @@ _RANK_RECORD = re.compile(r"^rank(\d+)\.run\.json$")
 
 
 def default_location(name: str, root: Path = Path("runs")) -> Path:
-    """``runs/<name>-<YYYYmmdd-HHMMSS>``, made unique when two runs start in the same second."""
+    """``runs/<name>-<YYYYmmdd-HHMMSS>``, made unique when two runs start in the same second.
+    The folder is created here, by an exclusive ``mkdir``: two runs started at the same instant
+    (both finding the name free) would otherwise share it; the loser takes the next name."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = root / f"{name}-{stamp}"
     candidate, n = base, 1
-    while candidate.exists():
-        n += 1
-        candidate = base.with_name(f"{base.name}-{n}")
-    return candidate
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = base.with_name(f"{base.name}-{n}")
+        except OSError:
+            return candidate  # not creatable: RunDir.create says why, with its exit code
 
 
 def shared_location(name: str, environ: Mapping[str, str] = os.environ) -> Path:
@@ -108,6 +115,11 @@ class RunDir:
     def create_for(cls, name: str, out: Path | None, overwrite: bool = False) -> RunDir:
         """``--out`` when given, else a fresh ``runs/<name>-<time>/``."""
         return cls.create(out if out is not None else default_location(name), overwrite=overwrite)
+
+    def holds_run(self) -> bool:
+        """Whether this is a diagnose run directory (it holds a run record): only those are
+        written into by ``analyze``; a folder of a user's own traces is not."""
+        return self.record_path().is_file() or bool(self.ranks())
 
     def child(self, label: str) -> RunDir:
         """The folder of one run of a verify or sweep, named after its label (not created)."""
@@ -188,11 +200,11 @@ class RunDir:
 
     def load_record(self, rank: int | None = None) -> RunRecord | None:
         path = self.record_path(rank)
-        return RunRecord.load(path) if path.is_file() else None
+        return _load_record(path) if path.is_file() else None
 
     def load_ranks(self) -> dict[int, RunRecord]:
         """Each rank's record, by rank (empty for a single-process run)."""
-        return {rank: RunRecord.load(self.record_path(rank)) for rank in self.ranks()}
+        return {rank: _load_record(self.record_path(rank)) for rank in self.ranks()}
 
     def save_record(self, record: RunRecord, rank: int | None = None) -> Path:
         path = self.record_path(rank)
@@ -207,7 +219,7 @@ class RunDir:
             raise UsageError(f"no {REPORT_JSON} in {self.path}", hint=f"diagnose analyze {self.path} makes one")
         try:
             return Report.load(path)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
             raise UsageError(f"cannot read {path}: {exc}", hint=f"diagnose analyze {self.path} rewrites it") from None
 
     def save_report(self, report: Report) -> Path:
@@ -239,3 +251,11 @@ class RunDir:
         except OSError as exc:
             raise OutputError(f"cannot write {path}: {exc.strerror}") from exc
         return path
+
+
+def _load_record(path: Path) -> RunRecord:
+    """A run.json, or one line saying why it cannot be used (corrupt, edited, cut short)."""
+    try:
+        return RunRecord.load(path)
+    except (OSError, ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise UsageError(f"cannot read {path}: {exc}", hint="a run.json is written by diagnose run; re-run the script to get a new one") from None

@@ -161,3 +161,151 @@ def test_escape_sequences_in_trace_strings_never_reach_the_terminal(tmp_path: Pa
     assert "\x1b[2J" not in text and "\x1b]0" not in text and "\x07" not in text
     if not color:
         assert "\x1b" not in text
+
+
+# --- 11. two runs that start at the same instant --------------------------------------------------
+
+
+def _start_a_run(root: str, barrier: object, made: object) -> None:
+    from diagnose.rundir import RunDir, default_location
+
+    barrier.wait()  # type: ignore[attr-defined]
+    made.put(str(RunDir.create(default_location("train", root=Path(root))).path))  # type: ignore[attr-defined]
+
+
+def test_runs_started_at_the_same_instant_never_share_a_default_run_directory(tmp_path: Path) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    starters = 24
+    barrier, made = ctx.Barrier(starters), ctx.Queue()
+    processes = [ctx.Process(target=_start_a_run, args=(str(tmp_path), barrier, made)) for _ in range(starters)]
+    for p in processes:
+        p.start()
+    paths = [made.get(timeout=60) for _ in processes]
+    for p in processes:
+        p.join(timeout=60)
+    assert len(set(paths)) == starters, f"{starters - len(set(paths))} runs shared a folder"
+
+
+# --- 8. malformed fields and files: one line, the right exit code, never a traceback ---------------
+
+KERNEL_STEP = [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 30, "dur": 5, "args": {"correlation": 1, "stream": 7}},
+]
+
+
+def _with(index: int, **fields: object) -> list[dict]:
+    events = [dict(e) for e in KERNEL_STEP]
+    events[index] = {**events[index], **fields}
+    return events
+
+
+@pytest.mark.parametrize(
+    ("events", "message"),
+    [
+        (_with(1, args={"correlation": 1, "stream": [7]}), "event 1 (kernel 'k') has args.stream [7], not a number or a string"),
+        (_with(1, args=[1, 2]), "event 1 (kernel 'k') has args [1, 2], not an object"),
+        (_with(1, args={"correlation": [1]}), "has args.correlation [1], not a number or a string"),
+        (_with(1, name=None), "event 1 has name None, not a string"),
+        (_with(1, name=5), "event 1 has name 5, not a string"),
+    ],
+)
+def test_malformed_trace_fields_are_one_line(tmp_path: Path, events: list[dict], message: str) -> None:
+    from tests.test_failures import diagnose, error_line
+
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    proc = diagnose("analyze", "t.json", cwd=tmp_path)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
+    assert message in error_line(proc)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ('{"status": ', "cannot read"),
+        ('{"status": 5}', "its field status is 5, not str"),
+        ('{"trace_files": 7}', "its field trace_files is 7, not list"),
+        ('{"trace_files": [7]}', "its field trace_files holds [7], not a list[str]"),
+        ("[]", "holds list, not an object"),
+    ],
+)
+def test_a_corrupt_run_json_is_one_line(tmp_path: Path, record: str, message: str) -> None:
+    from tests.test_failures import diagnose, error_line
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(record)
+    (run / "h_1.1.pt.trace.json").write_text(json.dumps({"traceEvents": STEPS}))
+    proc = diagnose("analyze", "run", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot read run/run.json: " in error_line(proc) and message in error_line(proc)
+
+
+@pytest.mark.parametrize("saved", ["[]", '{"findings": 3}', "{"])
+def test_a_corrupt_report_json_is_one_line(tmp_path: Path, saved: str) -> None:
+    from tests.test_failures import diagnose, error_line
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text(saved)
+    proc = diagnose("report", "run", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot read" in error_line(proc)
+
+
+# --- 9. analyze FOLDER: a user's own folder is never written into ---------------------------------
+
+
+def test_analyze_of_a_users_folder_of_traces_writes_nothing_there(tmp_path: Path) -> None:
+    from tests.test_failures import diagnose
+
+    mine = tmp_path / "my_traces"
+    mine.mkdir()
+    (mine / "host_1.1.pt.trace.json").write_text(json.dumps({"traceEvents": STEPS}))
+    (mine / "report.json").write_text("my own notes")
+    before = sorted((p.name, p.read_bytes()) for p in mine.iterdir())
+    proc = diagnose("analyze", "--json", "my_traces", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["breakdown"]["steps"]
+    proc = diagnose("analyze", "--html", "my_traces", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted((p.name, p.read_bytes()) for p in mine.iterdir()) == before
+    (written,) = (tmp_path / "runs").iterdir()
+    assert written.name.startswith("analyze-my_traces-") and (written / "report.html").is_file()
+    assert f"wrote {written}" in proc.stderr
+
+
+def test_analyze_of_a_run_directory_still_rewrites_its_report(tmp_path: Path) -> None:
+    from tests.test_failures import diagnose
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    (run / "h_1.1.pt.trace.json").write_text(json.dumps({"traceEvents": STEPS}))
+    proc = diagnose("analyze", "run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((run / "report.json").read_text())["breakdown"]["steps"]
+
+
+# --- 11. Ctrl-C says so --------------------------------------------------------------------------
+
+
+def test_ctrl_c_outside_the_script_prints_the_interrupted_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": STEPS}))
+    code = (
+        "import sys, diagnose.analysis.pipeline as p\n"
+        "def interrupted(*a, **k): raise KeyboardInterrupt\n"
+        "p.analyze = interrupted\n"
+        "sys.argv = ['diagnose', 'analyze', 't.json']\n"
+        "from diagnose.cli import main; main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 130
+    assert "diagnose: interrupted" in proc.stderr and "Traceback" not in proc.stderr

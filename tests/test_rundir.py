@@ -72,7 +72,7 @@ def test_default_and_shared_locations() -> None:
 
 def test_default_location_is_unique_within_a_second(tmp_path: Path) -> None:
     first = default_location("train", root=tmp_path)
-    first.mkdir()
+    assert first.is_dir()  # claimed: made by an exclusive mkdir
     second = default_location("train", root=tmp_path)
     assert second != first and second.name.startswith(first.name)
 

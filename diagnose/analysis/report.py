@@ -34,7 +34,7 @@ from diagnose.analysis.bare import not_seen_line, trace_only
 from diagnose.analysis.breakdown import Breakdown
 from diagnose.analysis.categories import EXPOSED, PHASES, exposed_labels
 from diagnose.analysis.findings import Diagnosis
-from diagnose.record import RunRecord, WindowPlan
+from diagnose.record import RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.timeline import TraceMeta
 from diagnose.units import percent
@@ -99,7 +99,9 @@ class Report:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
-        """A report from its JSON form; a schema 1 report is upgraded to schema 2."""
+        """A report from its JSON form; a schema 1 report is upgraded to schema 2. ``ValueError``
+        (saying which field) for a value of the wrong kind (``[]``, an edited file)."""
+        check_field_kinds(cls, data)
         if data.get("schema") == "diagnose.report/1":
             data = upgrade_from_v1(data)
         known = set(cls.__dataclass_fields__)

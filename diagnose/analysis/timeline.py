@@ -382,20 +382,20 @@ class _Columns:
             device = args.device
             if type(device) is not int and device is not UNSET:
                 device = _key(device, e, events, first, "args.device")
+            stream = args.stream
+            if type(stream) is not int:
+                stream = 0 if stream is UNSET else _key(stream, e, events, first, "args.stream")
             if kind == _KERNEL:
-                stream = args.stream
-                kernels_append(new_tuple(GpuKernel, (ts, end, corr, name, 0 if stream is UNSET else stream)))
+                kernels_append(new_tuple(GpuKernel, (ts, end, corr, name, stream)))
                 kernel_devices_append(device)
             elif kind == _MEMCPY:
                 nbytes = args.bytes
                 nbytes = int(_num(None if nbytes is UNSET else nbytes, e, events, first, "args.bytes"))
-                stream = args.stream
-                self.memcpys.append(GpuMemcpy(ts, end, corr, P.memcpy_kind(name), nbytes, 0 if stream is UNSET else stream))
+                self.memcpys.append(GpuMemcpy(ts, end, corr, P.memcpy_kind(name), nbytes, stream))
                 self.memcpy_devices.append(device)
             else:  # _MEMSET
                 self.memsets.append((ts, end))
-                stream = args.stream
-                self.memset_ops.append(GpuMemset(ts, end, corr, 0 if stream is UNSET else stream))
+                self.memset_ops.append(GpuMemset(ts, end, corr, stream))
                 self.memset_devices.append(device)
 
     def finish(self, meta: TraceMeta) -> Timeline:
