@@ -171,8 +171,9 @@ class RunDir:
 
     def trace_for(self, record: RunRecord | None, rank: int | None = None) -> tuple[Path | None, list[str]]:
         """The trace to analyse, and warnings. The one the record names (its latest window) wins:
-        another trace in the folder may be an earlier run's (``--overwrite``). Without a record
-        that names an existing trace, the folder's last trace by name."""
+        another trace in the folder may be an earlier run's (``--overwrite``) or the script's own.
+        A record that names none gets none; without a record (or when the one it names is gone),
+        the folder's last trace by name."""
         present = self.traces(rank)
         named = [self.path / name for name in (record.trace_files if record is not None else [])]
         named = [p for p in named if p.is_file()]
@@ -181,6 +182,11 @@ class RunDir:
             others = [p for p in present if p != chosen]
             warnings = [f"{len(others)} other trace(s) in the run directory; analysed {chosen.name}, the one its record names"] if others else []
             return chosen, warnings
+        if record is not None and not record.trace_files:
+            # a diagnose run that saved no trace: any trace here is the script's own (its
+            # torch.profiler writing into the run directory) or an earlier run's, not this window
+            ignored = [f"{len(present)} trace(s) in the run directory that its record does not name were not analysed"] if present else []
+            return None, ignored
         if not present:
             return None, []
         chosen = present[-1]

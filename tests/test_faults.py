@@ -281,7 +281,7 @@ def test_analyze_of_a_run_directory_still_rewrites_its_report(tmp_path: Path) ->
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "run.json").write_text("{}")
+    (run / "run.json").write_text('{"trace_files": ["h_1.1.pt.trace.json"]}')
     (run / "h_1.1.pt.trace.json").write_text(json.dumps({"traceEvents": STEPS}))
     proc = diagnose("analyze", "run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -309,3 +309,16 @@ def test_ctrl_c_outside_the_script_prints_the_interrupted_line(tmp_path: Path) -
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 130
     assert "diagnose: interrupted" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- 4. the trace run.json names, never a stray one -------------------------------------------------
+
+
+def test_a_stray_trace_is_not_analysed_when_the_record_names_none(tmp_path: Path) -> None:
+    from diagnose.record import RunRecord
+    from diagnose.rundir import RunDir
+
+    (tmp_path / "script_1.1.pt.trace.json").write_text(json.dumps({"traceEvents": STEPS}))  # the script's own
+    chosen, warnings = RunDir(tmp_path).trace_for(RunRecord(status="stopped", trace_files=[]))
+    assert chosen is None
+    assert warnings == ["1 trace(s) in the run directory that its record does not name were not analysed"]
