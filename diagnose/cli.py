@@ -91,6 +91,7 @@ def run(
     from diagnose.distributed import rank_info
     from diagnose.record import WindowPlan
     from diagnose.runtime.knobs import Knobs
+    from diagnose.signals import SignalHold
 
     script_args = list(args or [])
     if script_args[:1] == ["--"]:
@@ -118,15 +119,19 @@ def run(
         code = session.launch_ranks(request, nproc_per_node, run_dir, quiet_stdout=json_out)
         _analyze_and_emit(run_dir, request, json_out, color)
         raise typer.Exit(code)
+    hold = SignalHold()  # from the script's end until report.json is saved
     try:
-        record = session.run_script(request, run_dir, rank, quiet_stdout=json_out)
-    except DiagnoseError as exc:
-        typer.echo(f"run directory: {run_dir.path}", err=True)
-        raise _fail(exc) from None
-    if session.merges_here(rank):
-        if rank is not None:
-            run_dir.wait_for_ranks(rank.world_size)
-        _analyze_and_emit(run_dir, request, json_out, color)
+        try:
+            record = session.run_script(request, run_dir, rank, quiet_stdout=json_out, signal_hold=hold)
+        except DiagnoseError as exc:
+            typer.echo(f"run directory: {run_dir.path}", err=True)
+            raise _fail(exc) from None
+        if session.merges_here(rank):
+            if rank is not None:
+                run_dir.wait_for_ranks(rank.world_size)
+            _analyze_and_emit(run_dir, request, json_out, color)
+    finally:
+        hold.release()
     _exit_for(record, request.plan)
 
 

@@ -29,6 +29,7 @@ from diagnose.distributed import PARENT_MERGES, RankInfo
 from diagnose.errors import UsageError
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.rundir import RunDir, shared_location
+from diagnose.signals import SignalHold
 
 if TYPE_CHECKING:
     from diagnose.runtime.knobs import Knobs
@@ -129,9 +130,12 @@ def merges_here(rank: RankInfo | None) -> bool:
     return rank is None or (rank.rank == 0 and not os.environ.get(PARENT_MERGES))
 
 
-def run_script(request: RunRequest, run_dir: RunDir, rank: RankInfo | None = None, quiet_stdout: bool = False) -> RunRecord:
+def run_script(
+    request: RunRequest, run_dir: RunDir, rank: RankInfo | None = None, quiet_stdout: bool = False, signal_hold: SignalHold | None = None
+) -> RunRecord:
     """Run the script into ``run_dir``. A script that cannot start leaves a run directory that
-    says why, then raises the usage error."""
+    says why, then raises the usage error. With ``signal_hold``, SIGINT and SIGTERM stay held
+    after the script ended, until the caller releases them (when the report is saved)."""
     from diagnose.errors import DiagnoseError
     from diagnose.progress import Progress
     from diagnose.runtime.lines import LineAttribution
@@ -156,6 +160,7 @@ def run_script(request: RunRequest, run_dir: RunDir, rank: RankInfo | None = Non
         return run_target(
             target, request.plan, run_dir, rank=rank_number, knobs=request.knobs if request.knobs else None,
             progress=Progress(enabled=not request.quiet), extra_hooks=hooks, on_hard_exit=before_hard_exit,
+            signal_hold=signal_hold,
         )
 
 

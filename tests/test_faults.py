@@ -322,3 +322,46 @@ def test_a_stray_trace_is_not_analysed_when_the_record_names_none(tmp_path: Path
     chosen, warnings = RunDir(tmp_path).trace_for(RunRecord(status="stopped", trace_files=[]))
     assert chosen is None
     assert warnings == ["1 trace(s) in the run directory that its record does not name were not analysed"]
+
+
+# --- 2. a second signal while diagnose saves ---------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "exit_code", "state"), [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+@pytest.mark.parametrize("gap_s", [0.02, 0.1])
+def test_a_second_signal_soon_after_the_first_keeps_the_report(write_script, tmp_path: Path, sig: str, exit_code: int, state: str, gap_s: float) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+    from tests.scripts import MLP_TRAIN
+
+    write_script(
+        MLP_TRAIN.replace(
+            "opt.step()",
+            "opt.step()\n        n = globals().setdefault('n', [0]); n[0] += 1\n"
+            "        if n[0] == 6: open('in_window', 'w').close()\n"
+            "        if n[0] >= 6: __import__('time').sleep(0.05)",
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diagnose", "run", "--warmup", "2", "--steps", "50", "--quiet", "--out", "run", "train.py"],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 120
+    while not (tmp_path / "in_window").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(getattr(signal, sig))
+    time.sleep(gap_s)
+    proc.send_signal(getattr(signal, sig))
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == exit_code, stderr[-3000:]
+    assert "diagnose/" not in stderr and "Terminated" not in stderr.replace("terminated (SIGTERM)", ""), stderr[-3000:]
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert run["status"] == state and report["status"]["state"] == state

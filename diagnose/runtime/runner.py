@@ -29,6 +29,7 @@ from diagnose.errors import UsageError
 from diagnose.progress import Progress
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.rundir import RunDir
+from diagnose.signals import SignalHold
 
 
 class Terminated(BaseException):
@@ -104,10 +105,18 @@ def run_target(
     progress: Progress | None = None,
     extra_hooks: list[Any] | None = None,
     on_hard_exit: Callable[[RunRecord], None] | None = None,
+    signal_hold: SignalHold | None = None,
 ) -> RunRecord:
     """Run the target under the profiler. Never raises for the script's own failures. With
-    ``rank`` (a distributed run) the record and trace carry the rank's names."""
-    return _ScriptRun(target, plan, run_dir, rank, knobs, progress or Progress(), list(extra_hooks or []), on_hard_exit).execute()
+    ``rank`` (a distributed run) the record and trace carry the rank's names. SIGINT and SIGTERM
+    are held from the moment the script ends: with ``signal_hold`` the caller releases them
+    (once it has saved the report), else they are released when the record is saved."""
+    hold = signal_hold if signal_hold is not None else SignalHold()
+    try:
+        return _ScriptRun(target, plan, run_dir, rank, knobs, progress or Progress(), list(extra_hooks or []), on_hard_exit, hold).execute()
+    finally:
+        if signal_hold is None:
+            hold.release()
 
 
 class _ScriptRun:
@@ -126,9 +135,11 @@ class _ScriptRun:
         progress: Progress,
         hooks: list[Any],
         on_hard_exit: Callable[[RunRecord], None] | None,
+        hold: SignalHold,
     ) -> None:
         from diagnose.runtime.instrument import Instrumentation, StepClock
 
+        self.hold = hold
         self.target, self.plan, self.run_dir, self.rank = target, plan, run_dir, rank
         self.knobs, self.progress, self.hooks, self.on_hard_exit = knobs, progress, hooks, on_hard_exit
         self.record = RunRecord(
@@ -188,8 +199,10 @@ class _ScriptRun:
                 signal.signal(signal.SIGCHLD, self.saved.sigchld)
             except (AttributeError, TypeError, ValueError, OSError):  # no SIGCHLD, none saved, not the main thread
                 pass
+            self.hold.hold({"SIGTERM": self.saved.sigterm})  # a second Ctrl-C or SIGTERM must not cut the saving short
             status, exit_code, error = self._ending(exc)
         finally:
+            self.hold.hold({"SIGTERM": self.saved.sigterm})
             os._exit = self.real_exit
             try:
                 self._finalize(status, exit_code, error)
@@ -219,7 +232,7 @@ class _ScriptRun:
         if self.knobs is not None:
             _safely(self.knobs.remove)
         self.instrumentation.remove()
-        self.saved.restore()
+        self.saved.restore(keep_held=self.hold.holding)
 
     def _run_script(self) -> None:
         target = self.target
@@ -299,7 +312,7 @@ class _ScriptRun:
             self.real_exit(code)
         self.record.warnings.append(f"the script called os._exit({code})")
         _safely(lambda: self._finalize("exited" if code else "completed", code))
-        _safely(self.saved.restore)
+        _safely(lambda: self.saved.restore(keep_held=self.hold.holding))
         if self.on_hard_exit is not None:
             _safely(lambda: self.on_hard_exit(self.record))  # type: ignore[misc]
         self.real_exit(code)
@@ -401,13 +414,17 @@ class _SysState:
                 handlers.append(None)
         return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), *handlers)
 
-    def restore(self) -> None:
+    def restore(self, keep_held: bool = False) -> None:
+        """Put back what the run changed; with ``keep_held``, SIGTERM stays held (``SignalHold``
+        puts back the handler saved here when it releases)."""
         sys.argv = self.argv
         if sys.path:
             sys.path[0] = self.path0
         if self.main_module is not None:
             sys.modules["__main__"] = self.main_module
         for name, handler in (("SIGTERM", self.sigterm), ("SIGCHLD", self.sigchld)):
+            if name == "SIGTERM" and keep_held:
+                continue
             if handler is not None:
                 try:
                     signal.signal(getattr(signal, name), handler)
