@@ -365,3 +365,28 @@ def test_a_second_signal_soon_after_the_first_keeps_the_report(write_script, tmp
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert run["status"] == state and report["status"]["state"] == state
+
+
+# --- 7. out of memory while saving the trace -------------------------------------------------------
+
+
+def test_a_failed_compression_keeps_the_raw_trace_and_leaves_no_empty_gz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnose.progress import Progress
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+    from diagnose.runtime import capture
+
+    class Profiler:
+        def export_chrome_trace(self, path: str) -> None:
+            Path(path).write_text(json.dumps({"traceEvents": STEPS}))
+
+    def out_of_memory(*args: object) -> None:
+        raise MemoryError("cannot allocate")
+
+    monkeypatch.setattr(capture.shutil, "copyfileobj", out_of_memory)
+    session = capture.CaptureSession(WindowPlan(), RunDir(tmp_path), Progress(enabled=False), window=None)  # type: ignore[arg-type]
+    session._save_trace(Profiler())
+    (kept,) = tmp_path.iterdir()
+    assert kept.name.endswith(".pt.trace.json") and session.trace_files == [kept.name]
+    assert "could not be compressed (MemoryError: cannot allocate)" in session.notes[0]
+    assert RunDir(tmp_path).traces() == [kept]

@@ -207,9 +207,19 @@ class CaptureSession:
         raw = path.with_name(path.name[: -len(".gz")])
         prof.export_chrome_trace(str(raw))
         # torch would gzip at level 9 (seconds for a large trace); level 6 is 3x faster and
-        # within a few percent of the size.
-        with raw.open("rb") as src, gzip.open(path, "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
+        # within a few percent of the size. Written under a name no reader looks for, renamed
+        # when complete: a compression that fails (out of memory, disk full) leaves the raw
+        # trace, which is then the one recorded, and no cut-short .gz beside it.
+        partial = path.with_name(path.name + ".partial")
+        try:
+            with raw.open("rb") as src, gzip.open(partial, "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
+            partial.replace(path)
+        except (OSError, MemoryError) as exc:
+            partial.unlink(missing_ok=True)
+            self.notes.append(f"the trace could not be compressed ({type(exc).__name__}: {exc}); kept uncompressed as {raw.name}")
+            self.trace_files.append(raw.name)
+            return
         raw.unlink()
         self.trace_files.append(path.name)
 
