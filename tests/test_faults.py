@@ -390,3 +390,28 @@ def test_a_failed_compression_keeps_the_raw_trace_and_leaves_no_empty_gz(tmp_pat
     assert kept.name.endswith(".pt.trace.json") and session.trace_files == [kept.name]
     assert "could not be compressed (MemoryError: cannot allocate)" in session.notes[0]
     assert RunDir(tmp_path).traces() == [kept]
+
+
+# --- 5. a quote or a backslash in the run directory's path -------------------------------------------
+
+
+@pytest.mark.parametrize("folder", ['we"ird', "back\\slash"])
+def test_a_quote_or_backslash_in_the_run_directory_keeps_the_trace_valid(tmp_path: Path, folder: str) -> None:
+    from diagnose.analysis.timeline import load_timeline
+    from diagnose.progress import Progress
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+    from diagnose.runtime import capture
+
+    class KinetoLike:
+        """Writes the path into the trace unescaped, as Kineto does."""
+
+        def export_chrome_trace(self, path: str) -> None:
+            Path(path).write_text('{"traceName": "' + path + '", "traceEvents": ' + json.dumps(STEPS) + "}")
+
+    run = RunDir.create(tmp_path / folder)
+    session = capture.CaptureSession(WindowPlan(), run, Progress(enabled=False), window=None)  # type: ignore[arg-type]
+    session._save_trace(KinetoLike())
+    (trace,) = run.traces()
+    assert session.trace_files == [trace.name] and len(load_timeline(trace).steps) == 2
+    assert sorted(p.name for p in run.path.iterdir()) == [trace.name]

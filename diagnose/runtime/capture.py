@@ -19,7 +19,9 @@ import gc
 import gzip
 import os
 import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 from diagnose.progress import Progress
@@ -205,7 +207,18 @@ class CaptureSession:
         path = self.run_dir.new_trace_path(self.rank)
         self.progress.phase("writing the trace")
         raw = path.with_name(path.name[: -len(".gz")])
-        prof.export_chrome_trace(str(raw))
+        # Kineto writes the path into the trace unescaped ("traceName"): a quote or a backslash
+        # in the run directory's path would make the JSON invalid. Export under a plain
+        # temporary path then, and move the file in.
+        plain = not any(c in str(raw) for c in '"\\')
+        exported = raw if plain else Path(tempfile.mkdtemp(prefix="diagnose-trace-")) / "trace.json"
+        try:
+            prof.export_chrome_trace(str(exported))
+            if not plain:
+                shutil.move(str(exported), str(raw))
+        finally:
+            if not plain:
+                shutil.rmtree(exported.parent, ignore_errors=True)
         # torch would gzip at level 9 (seconds for a large trace); level 6 is 3x faster and
         # within a few percent of the size. Written under a name no reader looks for, renamed
         # when complete: a compression that fails (out of memory, disk full) leaves the raw
