@@ -134,6 +134,84 @@ class FrameworkInfo:
 
 
 @dataclass
+class OpCount:
+    """One aten operator's totals over the counted step (``FlopCount.ops``)."""
+
+    calls: int = 0
+    #: from torch's own formulas (torch.utils.flop_counter): matmul, convolution, attention only
+    flops: int = 0
+    #: tensor bytes read and written, views not counted (an estimate of the memory traffic)
+    bytes: int = 0
+    elements_in: int = 0
+    elements_out: int = 0
+
+
+@dataclass
+class MatmulShape:
+    """A matmul or convolution shape seen in the counted step: ``m x n x k`` (a convolution:
+    ``n`` output channels, ``k`` input channels per group, ``m`` input pixels times the batch):
+    the dimensions Tensor Cores want in multiples of 8 or 16."""
+
+    op: str
+    m: int
+    n: int
+    k: int
+    dtype: str
+    calls: int = 0
+    flops: int = 0
+
+
+@dataclass
+class FlopCount:
+    """FLOPs of one training step, counted outside the profiled window by a dispatch mode
+    (``runtime/flops.py``): the step after the window, whose time is not measured."""
+
+    step: int
+    #: wall time of the counted step, counting overhead included (not a performance figure)
+    seconds: float
+    #: torch.utils.flop_counter's formulas: matmul, convolution and attention FLOPs
+    total: int
+    by_phase: dict[str, int] = field(default_factory=dict)
+    bytes_by_phase: dict[str, int] = field(default_factory=dict)
+    ops: dict[str, OpCount] = field(default_factory=dict)
+    matmuls: list[MatmulShape] = field(default_factory=list)
+    #: samples the counted step drew from its DataLoader, when it drew any
+    samples: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FlopCount:
+        data = dict(data)
+        data["ops"] = {name: OpCount(**o) for name, o in data.get("ops", {}).items()}
+        data["matmuls"] = [MatmulShape(**m) for m in data.get("matmuls", [])]
+        return cls(**data)
+
+
+@dataclass
+class MemorySplit:
+    """What held GPU memory, from the allocator's own figures (``runtime/memory.py``), measured
+    over one step (``when="step"``) or at an out-of-memory error (``when="oom"``)."""
+
+    when: str
+    parameters_bytes: int = 0
+    gradients_bytes: int = 0
+    optimizer_state_bytes: int = 0
+    #: allocated by tensors when the step began / ended (for ``oom``: at the error)
+    allocated_start_bytes: int = 0
+    allocated_end_bytes: int = 0
+    gradients_start_bytes: int = 0
+    #: the allocator's peaks over the step (for ``oom``: since the script started)
+    peak_allocated_bytes: int = 0
+    peak_reserved_bytes: int = 0
+    reserved_bytes: int = 0
+    capacity_bytes: int = 0
+    #: samples in the step (None when no DataLoader told)
+    samples: int | None = None
+    #: the first line of the out-of-memory message, when ``when == "oom"``
+    message: str | None = None
+
+
+@dataclass
 class RunRecord:
     schema: str = RUN_SCHEMA
     target: dict[str, Any] = field(default_factory=dict)
@@ -178,6 +256,10 @@ class RunRecord:
     host_samples: dict[str, Any] = field(default_factory=dict)
     worker_samples: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: FLOPs of one step outside the window (None: not counted, e.g. a CPU-only run or no step)
+    flops: FlopCount | None = None
+    #: GPU memory by owner over one step, or at the out-of-memory error
+    memory_split: MemorySplit | None = None
 
     # --- derived figures ----------------------------------------------------------------------
 
@@ -233,6 +315,10 @@ class RunRecord:
         data["optimizers"] = [OptimizerInfo(**o) for o in data.get("optimizers", [])]
         data["models"] = [ModelInfo(**m) for m in data.get("models", [])]
         data["frameworks"] = [FrameworkInfo(**f) for f in data.get("frameworks", [])]
+        if data.get("flops"):
+            data["flops"] = FlopCount.from_dict(data["flops"])
+        if data.get("memory_split"):
+            data["memory_split"] = MemorySplit(**data["memory_split"])
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -1,0 +1,293 @@
+"""The top kernels by time, their class, and where each class sits on this GPU's roofline.
+
+Contract: ``kernel_table(kernels, steps, flops, gpu, dtype) -> KernelTable``; pure, no torch.
+``kernels`` are the trace's GPU kernels (anything with ``name``, ``start``, ``end`` in us) over
+``steps`` profiled steps; ``flops`` is the ``FlopCount`` of one step (``runtime/flops.py``).
+
+Kernel classes come from names, kept as data below (as in ``patterns.py``): matmul, attention,
+elementwise, reduction, copy, comm, other. Operator classes (``aten.mm`` ...) come from the same
+kind of table, so that the counted step's FLOPs and bytes can be set against the trace's kernel
+time class by class.
+
+What is measured and what is estimated: kernel times are measured (the trace). The trace carries
+no FLOPs or bytes per kernel, so a class's FLOPs and bytes per step come from the counted step
+(matmul and attention FLOPs from torch's formulas; elementwise FLOPs estimated as one per output
+element, reduction FLOPs as one per input element; bytes as the tensors' sizes read and written)
+and are spread over the class's kernels in proportion to their time. Every kernel of a class
+therefore shows the class's average rate; ``estimated`` says so. A class with no FLOPs and no
+bytes (copies, communication, ...) gets no point on the roofline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from diagnose.analysis.hardware import GpuSpec
+from diagnose.record import FlopCount, MatmulShape
+
+CLASSES = ("matmul", "attention", "elementwise", "reduction", "copy", "comm", "other")
+
+
+@dataclass(frozen=True)
+class NamePattern:
+    kind: str
+    regex: re.Pattern[str]
+    why: str
+
+
+def _k(kind: str, pattern: str, why: str) -> NamePattern:
+    return NamePattern(kind, re.compile(pattern), why)
+
+
+#: Kernel names to classes, tried in order (attention kernels also look like matmuls; copies and
+#: reductions also run through torch's elementwise templates).
+KERNEL_PATTERNS: tuple[NamePattern, ...] = (
+    _k("comm", r"nccl", "NCCL collectives"),
+    _k("attention", r"fmha|flash|sdpa|[Aa]ttention|_mha_", "fused scaled-dot-product attention (flash, memory-efficient, cuDNN)"),
+    _k("matmul", r"gemm|gemv|xmma|nvjet|cutlass|Gemm|wgrad|dgrad|fprop|implicit_gemm|conv2d|convolve|winograd"
+       r"|cudnn_generated|^triton_tem_|splitKreduce", "cuBLAS, cuBLASLt, CUTLASS, cuDNN and Inductor template matmuls and convolutions"),
+    _k("copy", r"direct_copy|copy_kernel|CatArray|cat_|[Tt]ranspose|nchwToNhwc|nhwcToNchw|[Mm]emcpy|index_select|gather_kernel",
+       "copies, concatenations, layout transposes"),
+    _k("reduction", r"reduce|Reduce|[Ss]oft[Mm]ax|layer_norm|LayerNorm|batch_norm|BatchNorm|welford|Welford|nll_loss"
+       r"|cross_entropy|cub::|DeviceScan|DeviceRadix|^triton_red_|^triton_per_|norm_kernel|RowwiseMoments",
+       "reductions, softmax, normalisations, losses"),
+    _k("elementwise", r"elementwise|Functor|pointwise|^triton_poi_|multi_tensor_apply|fused_adam|FusedAdam|dropout|fill"
+       r"|vectorized|activation|gelu|relu|sigmoid|tanh|unrolled", "one output per input element: activations, arithmetic, optimizers"),
+)
+
+#: aten operators to classes; operators missing here are elementwise when they move bytes.
+OP_CLASSES: dict[str, str] = {
+    **dict.fromkeys(
+        ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm", "aten.convolution", "aten._convolution",
+         "aten.cudnn_convolution", "aten.convolution_backward", "aten._slow_conv2d_forward", "aten.convolution_overrideable"),
+        "matmul",
+    ),
+    **dict.fromkeys(
+        ("aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
+         "aten._scaled_dot_product_cudnn_attention", "aten._scaled_dot_product_flash_attention_backward",
+         "aten._scaled_dot_product_efficient_attention_backward", "aten._scaled_dot_product_cudnn_attention_backward",
+         "aten._flash_attention_forward", "aten._flash_attention_backward", "aten._efficient_attention_forward",
+         "aten._efficient_attention_backward"),
+        "attention",
+    ),
+    **dict.fromkeys(
+        ("aten.sum", "aten.mean", "aten.amax", "aten.amin", "aten.max", "aten.min", "aten.argmax", "aten.argmin",
+         "aten.norm", "aten.linalg_vector_norm", "aten._softmax", "aten._log_softmax", "aten._softmax_backward_data",
+         "aten._log_softmax_backward_data", "aten.native_layer_norm", "aten.native_layer_norm_backward",
+         "aten.native_batch_norm", "aten.native_batch_norm_backward", "aten._native_batch_norm_legit",
+         "aten._native_batch_norm_legit_functional", "aten._native_batch_norm_legit_no_training",
+         "aten.cudnn_batch_norm", "aten.cudnn_batch_norm_backward", "aten.native_group_norm",
+         "aten.native_group_norm_backward", "aten.nll_loss_forward", "aten.nll_loss_backward", "aten.nll_loss2d_forward",
+         "aten.nll_loss2d_backward", "aten.cumsum", "aten.var", "aten.std", "aten.var_mean", "aten.prod",
+         "aten.logsumexp", "aten._fused_rms_norm", "aten._fused_rms_norm_backward", "aten.topk", "aten.sort"),
+        "reduction",
+    ),
+    **dict.fromkeys(
+        ("aten.copy_", "aten._to_copy", "aten.clone", "aten.cat", "aten.index_select", "aten.gather", "aten.embedding",
+         "aten.embedding_dense_backward", "aten.index", "aten.index_put_", "aten._pin_memory", "aten.scatter_add_"),
+        "copy",
+    ),
+    # no kernel of their own: allocations, scalar reads, profiler marks
+    **dict.fromkeys(
+        ("aten.empty", "aten.empty_strided", "aten.empty_like", "aten.new_empty", "aten.new_empty_strided",
+         "aten.lift_fresh", "aten._local_scalar_dense", "aten.set_", "aten.resize_", "aten.record_stream"),
+        "none",
+    ),
+}
+
+
+def kernel_class(name: str) -> str:
+    for pattern in KERNEL_PATTERNS:
+        if pattern.regex.search(name):
+            return pattern.kind
+    return "other"
+
+
+def op_class(op: str) -> str:
+    """The class of an aten operator, by the table (``profiler.*`` and the like: none)."""
+    if op in OP_CLASSES:
+        return OP_CLASSES[op]
+    return "elementwise" if op.startswith("aten.") else "none"
+
+
+class _Kernel(Protocol):
+    name: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class ClassWork:
+    """One class's work per step: measured kernel time, counted or estimated FLOPs and bytes."""
+
+    kind: str
+    time_s: float
+    flops: float
+    bytes: float
+    #: FLOPs from torch's formulas (matmul, attention) rather than an element count
+    flops_counted: bool
+
+    @property
+    def tflops(self) -> float | None:
+        return self.flops / self.time_s / 1e12 if self.time_s > 0 and self.flops > 0 else None
+
+    @property
+    def gbs(self) -> float | None:
+        return self.bytes / self.time_s / 1e9 if self.time_s > 0 and self.bytes > 0 else None
+
+    @property
+    def intensity(self) -> float | None:
+        """FLOPs per byte (the roofline's x axis)."""
+        return self.flops / self.bytes if self.bytes > 0 and self.flops > 0 else None
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    kind: str
+    intensity: float
+    tflops: float
+    #: the roof over this intensity on this GPU: min(compute peak, intensity x bandwidth)
+    roof_tflops: float
+    bound: str  # "memory" or "compute": which side of the ridge point it sits on
+    time_share: float
+
+    @property
+    def of_roof(self) -> float:
+        return self.tflops / self.roof_tflops if self.roof_tflops > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    kind: str
+    time_s: float  # per step
+    share: float  # of all kernel time
+    calls: float  # per step
+    tflops: float | None  # the class's average rate (estimated)
+    gbs: float | None
+
+
+@dataclass
+class KernelTable:
+    rows: list[KernelRow]
+    classes: dict[str, ClassWork]
+    roofline: list[RooflinePoint]
+    kernel_time_s: float  # all kernels, per step
+    #: the peak and bandwidth the roofline used, and the dtype of the peak
+    peak_tflops: float | None = None
+    memory_gbs: float | None = None
+    dtype: str | None = None
+    estimated: list[str] = field(default_factory=list)
+
+    def share(self, kind: str) -> float:
+        work = self.classes.get(kind)
+        return work.time_s / self.kernel_time_s if work and self.kernel_time_s > 0 else 0.0
+
+
+def class_work_from_flops(flops: FlopCount) -> dict[str, tuple[float, float, bool]]:
+    """(FLOPs, bytes, counted) per class for one step from the counted operators."""
+    out: dict[str, list[Any]] = defaultdict(lambda: [0.0, 0.0, False])
+    for op, count in flops.ops.items():
+        kind = op_class(op)
+        if kind == "none":
+            continue
+        entry = out[kind]
+        if count.flops:
+            entry[0] += count.flops
+            entry[2] = True
+        elif kind == "elementwise":
+            entry[0] += count.elements_out
+        elif kind == "reduction":
+            entry[0] += count.elements_in
+        entry[1] += count.bytes
+    return {kind: (f, b, counted) for kind, (f, b, counted) in out.items()}
+
+
+def kernel_table(
+    kernels: Iterable[_Kernel],
+    steps: int,
+    flops: FlopCount | None = None,
+    gpu: GpuSpec | None = None,
+    dtype: str | None = None,
+    top: int = 15,
+    samples_scale: float = 1.0,
+) -> KernelTable:
+    """Top kernels per step, class totals and roofline points. ``samples_scale`` scales the
+    counted step's work to the profiled steps' batch (when the counted step's batch differed)."""
+    steps = max(steps, 1)
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for k in kernels:
+        entry = by_name[k.name]
+        entry[0] += (k.end - k.start) / 1e6
+        entry[1] += 1
+    total = sum(t for t, _ in by_name.values()) / steps
+    class_time: dict[str, float] = defaultdict(float)
+    for name, (t, _) in by_name.items():
+        class_time[kernel_class(name)] += t / steps
+    work = class_work_from_flops(flops) if flops is not None else {}
+    classes = {}
+    for kind in CLASSES:
+        t = class_time.get(kind, 0.0)
+        f, b, counted = work.get(kind, (0.0, 0.0, False))
+        if t > 0 or f > 0:
+            classes[kind] = ClassWork(kind, t, f * samples_scale, b * samples_scale, counted)
+    rows = []
+    for name, (t, calls) in sorted(by_name.items(), key=lambda item: -item[1][0])[:top]:
+        kind = kernel_class(name)
+        cw = classes.get(kind)
+        rows.append(KernelRow(name, kind, t / steps, (t / steps) / total if total else 0.0, calls / steps,
+                              cw.tflops if cw else None, cw.gbs if cw else None))
+    peak = gpu.peak(dtype) if gpu is not None and dtype else None
+    bandwidth = gpu.memory_gbs if gpu is not None else None
+    points = roofline_points(classes, total, peak, bandwidth)
+    estimated = []
+    if flops is not None:
+        estimated.append("per-kernel FLOP/s and bytes/s: the class's counted step totals spread over its kernels by time")
+        estimated.append("elementwise FLOPs: one per output element; reduction FLOPs: one per input element")
+        estimated.append("bytes: tensor sizes read and written by each operator (cache reuse not seen)")
+    return KernelTable(rows, classes, points, total, peak, bandwidth, dtype, estimated)
+
+
+def roofline_points(classes: dict[str, ClassWork], kernel_time_s: float, peak_tflops: float | None, memory_gbs: float | None) -> list[RooflinePoint]:
+    """A point per class with both FLOPs and bytes, against ``min(peak, intensity x bandwidth)``."""
+    if not peak_tflops or not memory_gbs:
+        return []
+    ridge = peak_tflops * 1e12 / (memory_gbs * 1e9)
+    points = []
+    for kind, cw in classes.items():
+        intensity, tflops = cw.intensity, cw.tflops
+        if intensity is None or tflops is None:
+            continue
+        roof = min(peak_tflops, intensity * memory_gbs * 1e9 / 1e12)
+        share = cw.time_s / kernel_time_s if kernel_time_s > 0 else 0.0
+        points.append(RooflinePoint(kind, intensity, tflops, roof, "memory" if intensity < ridge else "compute", share))
+    return points
+
+
+# --- Tensor Core alignment ---------------------------------------------------------------------
+
+#: elements per 16 bytes: the multiple Tensor Core matmuls want in each dimension (cuBLAS
+#: "Matrix Multiplication Background" guide: multiples of 8 for fp16/bf16, 4 for tf32, 16 for fp8)
+ALIGNMENT = {"float16": 8, "bfloat16": 8, "float32": 4, "float8_e4m3fn": 16, "float8_e5m2": 16}
+
+
+def misaligned(shape: MatmulShape) -> list[str]:
+    """The dimensions of ``shape`` that are not multiples of its dtype's alignment. For a
+    convolution only the channels count (``n``, ``k``); for a matmul all three."""
+    align = ALIGNMENT.get(shape.dtype)
+    if align is None:
+        return []
+    dims = {"n": shape.n, "k": shape.k} if "conv" in shape.op else {"m": shape.m, "n": shape.n, "k": shape.k}
+    return [name for name, value in dims.items() if value % align]
+
+
+def misaligned_flop_share(matmuls: list[MatmulShape]) -> float | None:
+    """Share of the counted matmul FLOPs in shapes with a misaligned dimension."""
+    total = sum(s.flops for s in matmuls)
+    if total <= 0:
+        return None
+    return sum(s.flops for s in matmuls if misaligned(s)) / total
