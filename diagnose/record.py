@@ -258,8 +258,10 @@ class RunRecord:
     warnings: list[str] = field(default_factory=list)
     #: FLOPs of one step outside the window (None: not counted, e.g. a CPU-only run or no step)
     flops: FlopCount | None = None
-    #: GPU memory by owner over one step, or at the out-of-memory error
+    #: GPU memory by owner over the step after the window
     memory_split: MemorySplit | None = None
+    #: GPU memory by owner when the script ran out of it (the error's own moment)
+    memory_at_oom: MemorySplit | None = None
 
     # --- derived figures ----------------------------------------------------------------------
 
@@ -317,8 +319,9 @@ class RunRecord:
         data["frameworks"] = [FrameworkInfo(**f) for f in data.get("frameworks", [])]
         if data.get("flops"):
             data["flops"] = FlopCount.from_dict(data["flops"])
-        if data.get("memory_split"):
-            data["memory_split"] = MemorySplit(**data["memory_split"])
+        for name in ("memory_split", "memory_at_oom"):
+            if data.get(name):
+                data[name] = MemorySplit(**data[name])
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -263,3 +263,16 @@ def test_python_dash_m_module(write_script, tmp_path: Path, monkeypatch) -> None
     assert record.status == "stopped"
     assert record.batch_size() == 4
     sys.modules.pop("pkg", None)
+
+
+def test_the_step_after_the_window_is_counted_and_reloads(write_script) -> None:
+    """FLOPs of one step, outside the window: the step that absorbs the export (index 5 here)."""
+    script = write_script(MLP_TRAIN)
+    record = run(script, ["--batch-size", "8"])
+    count = record.flops
+    assert count is not None and count.step == SMALL.warmup + SMALL.steps and count.samples == 8
+    forward = 2 * 8 * 32 * 64 + 2 * 8 * 64 * 4
+    backward = 2 * 8 * 32 * 64 + 2 * 2 * 8 * 64 * 4  # no gradient for the input
+    assert count.by_phase == {"forward": forward, "backward": backward, "optimizer": 0}
+    assert record.memory_split is None  # a CPU run: no allocator to read
+    assert RunRecord.load(script.parent / "run" / RUN_JSON).flops == count

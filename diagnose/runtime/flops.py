@@ -88,7 +88,10 @@ class StepCounter:
     """Counts one step. ``start(step)`` at a boundary, ``stop(samples)`` at the next one; both
     are safe to call twice, and ``stop`` is safe to call when nothing started."""
 
-    def __init__(self) -> None:
+    def __init__(self, device_type: str | None = None) -> None:
+        #: count only operators with a tensor on this device ("cuda": leave out the DataLoader's
+        #: collation and other CPU work); None counts everything (a CPU-only run)
+        self.device_type = device_type
         self.result: FlopCount | None = None
         self._mode: Any = None
         self._hooks: list[Any] = []
@@ -165,6 +168,8 @@ class StepCounter:
 
         inputs = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         outputs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
+        if self.device_type is not None and not any(t.device.type == self.device_type for t in (*inputs, *outputs)):
+            return
         entry = self._totals.ops[op]
         entry.calls += 1
         entry.flops += flops

@@ -182,6 +182,8 @@ class Instrumentation:
         self.in_window = False
         #: a CUDA out-of-memory error was raised, even if the script caught it and exited
         self.oom_message: str | None = None
+        #: called once with the message when the first out-of-memory error is made
+        self.on_oom: Callable[[str], None] | None = None
         self._undo: list[Callable[[], None]] = []
         self._forward_hook: Any = None
         self._prefixes: tuple[str, ...] = ()
@@ -307,7 +309,13 @@ class Instrumentation:
         def __init__(error: Any, *args: Any, **kwargs: Any) -> None:
             original(error, *args, **kwargs)
             if instrumentation.oom_message is None:
-                instrumentation.oom_message = str(args[0] if args else "CUDA out of memory").splitlines()[0]
+                message = str(args[0] if args else "CUDA out of memory")
+                instrumentation.oom_message = message.splitlines()[0]
+                if instrumentation.on_oom is not None:
+                    try:
+                        instrumentation.on_oom(message)
+                    except Exception:  # measuring must never replace the script's own error
+                        pass
 
         return __init__
 

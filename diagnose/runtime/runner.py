@@ -137,7 +137,9 @@ class _ScriptRun:
         on_hard_exit: Callable[[RunRecord], None] | None,
         hold: SignalHold,
     ) -> None:
+        from diagnose.runtime.flops import StepCounter
         from diagnose.runtime.instrument import Instrumentation, StepClock
+        from diagnose.runtime.memory import MemoryProbe
 
         self.hold = hold
         self.target, self.plan, self.run_dir, self.rank = target, plan, run_dir, rank
@@ -151,8 +153,12 @@ class _ScriptRun:
         )
         self.t0 = time.perf_counter()
         self.session = CaptureSession(plan, run_dir, progress, window=self, rank=rank)
-        self.clock = StepClock(on_boundary=self.session.on_boundary, on_reset=self.session.on_reset)
+        self.clock = StepClock(on_boundary=self._on_boundary, on_reset=self.session.on_reset)
         self.instrumentation = Instrumentation(self.clock, knobs=knobs)
+        self.instrumentation.on_oom = self._on_oom
+        #: the FLOPs and memory owners of the step after the window (the one never timed)
+        self.step_count = StepCounter()
+        self.memory_probe = MemoryProbe()
         self.saved = _SysState.save()
         self.real_exit = os._exit
         self.owner_pid = os.getpid()
@@ -184,6 +190,37 @@ class _ScriptRun:
         if self.instrumentation.compile_watch is not None:
             record.compile = _safely(self.instrumentation.compile_watch.summary, {})
         self.window_closing()  # no-op for hooks already closed at the boundary
+
+    # --- the counted step and the OOM snapshot -------------------------------------------------
+
+    def _on_boundary(self, now: float) -> None:
+        """The capture session's boundary, with the counted step around it: the step that absorbs
+        the trace export (boundary ``window_end`` to ``first_timed``) is never timed, so counting
+        its FLOPs and memory owners there costs the measurement nothing."""
+        session, plan = self.session, self.plan
+        k_next = len(session.boundaries)
+        if k_next == plan.first_timed and not session.finished:
+            self._finish_counted_step()  # before the timed steps start their clocks
+        session.on_boundary(now)
+        if k_next == plan.window_end and session.window_closed and not session.finished:
+            if _cuda_in_use():
+                self.step_count.device_type = "cuda"
+                _safely(self.memory_probe.start)
+            _safely(lambda: self.step_count.start(k_next))
+
+    def _finish_counted_step(self) -> None:
+        samples = self.clock.samples_per_step[-1] if self.clock.samples_per_step else None
+        self.record.flops = _safely(lambda: self.step_count.stop(samples), None)
+        self.record.memory_split = _safely(lambda: self.memory_probe.stop(samples), None)
+
+    def _on_oom(self, message: str) -> None:
+        """The first CUDA out-of-memory error is being made: what filled the memory, now."""
+        from diagnose.runtime.memory import snapshot_at_oom
+
+        if self.record.memory_at_oom is None and _cuda_in_use():
+            clock = self.clock
+            samples = clock.samples_this_step or (clock.samples_per_step[-1] if clock.samples_per_step else None)
+            self.record.memory_at_oom = snapshot_at_oom(message, samples)
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -271,6 +308,10 @@ class _ScriptRun:
             return
         self.finalized = True
         record, session, plan = self.record, self.session, self.plan
+        if self.step_count.active:  # the script ended inside the counted step: what it ran is partial
+            self._finish_counted_step()
+            if record.flops is not None:
+                record.flops.notes.append("the script ended during the counted step: its FLOPs are partial")
         _safely(session.finish)
         if not record.flags:
             record.flags = _safely(describe_flags, {})
@@ -325,6 +366,12 @@ def _safely(fn: Callable[[], Any], default: Any = None) -> Any:
     except Exception as exc:  # noqa: BLE001 - a fact we cannot read is reported, not fatal
         print(f"diagnose: warning: {getattr(fn, '__name__', 'a step')} failed: {exc}", file=sys.stderr)
         return default
+
+
+def _cuda_in_use() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
 def _exit_code(exc: SystemExit) -> int:
