@@ -276,3 +276,15 @@ def test_the_step_after_the_window_is_counted_and_reloads(write_script) -> None:
     assert count.by_phase == {"forward": forward, "backward": backward, "optimizer": 0}
     assert record.memory_split is None  # a CPU run: no allocator to read
     assert RunRecord.load(script.parent / "run" / RUN_JSON).flops == count
+
+
+def test_planted_oom_example_ends_as_oom_on_cpu(tmp_path: Path) -> None:
+    """examples/oom.py --simulate-oom raises torch's own OOM error: status "oom", its message kept.
+    (No allocator on CPU, so no memory owners: those come from the GPU run, benchmarks/mfu_gpu.py.)"""
+    script = Path(__file__).parent.parent / "examples" / "oom.py"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = run_target(resolve_target(str(script), None, ["--small", "--simulate-oom"]), SMALL, run_dir, progress=Progress(enabled=False))
+    assert record.status == "oom"
+    assert record.error["message"].startswith("CUDA out of memory. Tried to allocate 4.00 GiB")
+    assert record.memory_at_oom is None

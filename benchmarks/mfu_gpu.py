@@ -1,0 +1,137 @@
+"""Issue 20 on the GPU: MFU against a hand computation, the roofline's placement of a known
+memory-bound and a known compute-bound kernel, and an out-of-memory run explained.
+
+    python benchmarks/mfu_gpu.py --out "$OUT"     # about 3 minutes on an H100; JSON in $OUT
+
+1. examples/matmul_only.py under ``diagnose run``: MFU from what diagnose recorded (the counted
+   step's FLOPs, the steady step time, the GPU table) against MFU by hand (repeat x 2n^3 FLOPs
+   over the script's own plain-timer step time, the same table's peak). Must agree within 2%.
+2. examples/roofline.py under ``diagnose run``: the elementwise class must sit left of the
+   ridge point (memory-bound), the matmul class right of it (compute-bound).
+3. examples/oom.py under ``diagnose run``: status "oom", the memory owners at the error, what
+   filled it and what to change; then ``--batch-size 16384``: the split over a step and the
+   largest batch estimated to fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from _bench import PLAIN_RE, REPO, run_in_repo
+
+sys.path.insert(0, str(REPO))
+
+from diagnose.analysis import hardware, kernels, memory  # noqa: E402
+from diagnose.analysis.timeline import load_timeline  # noqa: E402
+from diagnose.record import RunRecord  # noqa: E402
+
+
+def diagnose_run(script: str, out: Path, name: str, args: list[str]) -> tuple[RunRecord, Path, str]:
+    run_dir = out / name
+    cmd = [sys.executable, "-m", "diagnose", "run", "--out", str(run_dir), f"examples/{script}", "--", *args]
+    t0 = time.perf_counter()
+    proc = run_in_repo(cmd, timeout=240)
+    print(f"[{name}] {' '.join(cmd[2:])}: exit {proc.returncode} in {time.perf_counter() - t0:.0f} s", flush=True)
+    (out / f"{name}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    return RunRecord.load(run_dir / "run.json"), run_dir, proc.stdout + proc.stderr
+
+
+def steady_step_s(record: RunRecord) -> float:
+    return record.timed_seconds / record.timed_steps
+
+
+def flops_by_dtype(record: RunRecord) -> dict[str, float]:
+    count = record.flops
+    seen: dict[str, float] = {}
+    for shape in count.matmuls:
+        seen[shape.dtype] = seen.get(shape.dtype, 0.0) + shape.flops
+    tf32 = bool(record.flags.get("matmul_allow_tf32")) or record.flags.get("float32_matmul_precision") in ("high", "medium")
+    return hardware.split_by_dtype(count.total, seen, tf32)
+
+
+def check_mfu(out: Path, result: dict) -> None:
+    n, repeat = 8192, 8
+    record, _, log = diagnose_run("matmul_only.py", out, "matmul", ["--n", str(n), "--repeat", str(repeat), "--steps", "80"])
+    gpu = hardware.find_gpu(record.environment.get("device_name"))
+    ours = hardware.utilisation(flops_by_dtype(record), steady_step_s(record), gpu)
+    rates = [float(m.group(3)) for m in PLAIN_RE.finditer(log)]
+    hand_flops = repeat * 2 * n**3
+    hand_step_s = 1 / rates[-1] if rates else float("nan")
+    hand_mfu = hand_flops / hand_step_s / (gpu.peak("bf16") * 1e12)
+    result["mfu"] = {
+        "device": record.environment.get("device_name"), "gpu": gpu.name, "peak_bf16_tflops": gpu.peak("bf16"),
+        "flops_counted": record.flops.total, "flops_by_hand": hand_flops,
+        "step_s_diagnose": steady_step_s(record), "step_s_plain_timer": hand_step_s,
+        "tflops_diagnose": ours.achieved_tflops, "tflops_by_hand": hand_flops / hand_step_s / 1e12,
+        "mfu_diagnose": ours.mfu, "mfu_by_hand": hand_mfu, "relative_difference": abs(ours.mfu - hand_mfu) / hand_mfu,
+    }
+    r = result["mfu"]
+    print(f"MFU: diagnose {r['mfu_diagnose']:.4f} ({r['tflops_diagnose']:.1f} TFLOP/s), by hand {r['mfu_by_hand']:.4f} "
+          f"({r['tflops_by_hand']:.1f} TFLOP/s): {r['relative_difference']:.2%} apart (must be < 2%)")
+    result["checks"]["mfu_within_2pct"] = r["relative_difference"] < 0.02 and r["flops_counted"] == hand_flops
+
+
+def check_roofline(out: Path, result: dict) -> None:
+    record, run_dir, _ = diagnose_run("roofline.py", out, "roofline", ["--steps", "80"])
+    gpu = hardware.find_gpu(record.environment.get("device_name"))
+    timeline = load_timeline(run_dir / record.trace_files[0])
+    table = kernels.kernel_table(timeline.kernels, len(timeline.steps), record.flops, gpu, "bf16")
+    points = {p.kind: p for p in table.roofline}
+    result["roofline"] = {
+        "ridge_flop_per_byte": gpu.ridge_point("bf16"),
+        "points": {k: {"intensity": p.intensity, "tflops": p.tflops, "roof_tflops": p.roof_tflops, "bound": p.bound,
+                       "of_roof": p.of_roof, "time_share": p.time_share} for k, p in points.items()},
+        "classes": {k: {"time_us": c.time_s * 1e6, "flops": c.flops, "bytes": c.bytes, "gbs": c.gbs} for k, c in table.classes.items()},
+        "top": [{"name": r.name[:90], "kind": r.kind, "us": r.time_s * 1e6} for r in table.rows[:6]],
+    }
+    for kind, p in points.items():
+        print(f"roofline: {kind:12s} {p.intensity:10.2f} FLOP/B {p.tflops:8.2f} TFLOP/s, roof {p.roof_tflops:8.2f}: {p.bound}-bound, {p.of_roof:.0%} of roof")
+    result["checks"]["roofline_placement"] = (
+        "elementwise" in points and points["elementwise"].bound == "memory"
+        and "matmul" in points and points["matmul"].bound == "compute"
+    )
+
+
+def check_oom(out: Path, result: dict) -> None:
+    record, _, _ = diagnose_run("oom.py", out, "oom", ["--steps", "20"])
+    entry: dict = {"status": record.status, "error": (record.error or {}).get("message", "")[:300]}
+    if record.memory_at_oom is not None:
+        why = memory.explain_oom(record.memory_at_oom)
+        entry["at_oom"] = {"parts_gib": {k: v / 2**30 for k, v in why.parts.items()}, "largest": why.largest,
+                           "requested_gib": (why.requested or 0) / 2**30, "changes": why.changes}
+        print(f"OOM: {why.largest} held {why.largest_bytes / 2**30:.1f} GiB; first change: {why.changes[0] if why.changes else '-'}")
+    fixed, _, _ = diagnose_run("oom.py", out, "oom_fixed", ["--batch-size", "16384", "--steps", "40"])
+    entry["fixed_status"] = fixed.status
+    if fixed.memory_split is not None:
+        m = memory.memory_breakdown(fixed.memory_split)
+        entry["fixed_split_gib"] = {k: v / 2**30 for k, v in m.parts().items()}
+        entry["fixed_largest_batch_estimate"] = memory.largest_batch(m)
+        print(f"fits at 16384: split {json.dumps({k: round(v, 2) for k, v in entry['fixed_split_gib'].items()})}; "
+              f"largest batch estimated {entry['fixed_largest_batch_estimate']}")
+    result["oom"] = entry
+    result["checks"]["oom_explained"] = record.status == "oom" and record.memory_at_oom is not None
+    result["checks"]["fixed_fits_with_split"] = fixed.status == "stopped" and fixed.memory_split is not None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    result: dict = {"checks": {}}
+    for check in (check_mfu, check_roofline, check_oom):
+        try:
+            check(args.out, result)
+        except Exception as exc:  # one failed part must not hide the others' figures
+            result["checks"][check.__name__] = f"error: {type(exc).__name__}: {exc}"
+            print(f"{check.__name__}: {type(exc).__name__}: {exc}", flush=True)
+    (args.out / "mfu_gpu.json").write_text(json.dumps(result, indent=1, default=str))
+    print(json.dumps(result["checks"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
