@@ -39,6 +39,27 @@ def test_counts_one_step_by_phase() -> None:
     assert counter.stop() is count  # a second stop changes nothing
     counter.start(step=9)  # nor does a second start
     assert not counter.active
+    counter.close()
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+    assert not _global_optimizer_pre_hooks and not _global_optimizer_post_hooks
+
+
+def test_stopping_inside_an_optimizer_post_hook() -> None:
+    """The runner finds a boundary inside an optimizer post-hook: stopping there must work."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    counter = StepCounter()
+    handle = register_optimizer_step_post_hook(lambda *a: counter.stop())
+    try:
+        counter.start(step=0)
+        _step(model, opt, torch.randn(2, 4))
+    finally:
+        handle.remove()
+        counter.close()
+    assert counter.result is not None and counter.result.by_phase["backward"] > 0
 
 
 def test_dtype_is_what_the_kernel_sees_under_autocast() -> None:
@@ -48,6 +69,7 @@ def test_dtype_is_what_the_kernel_sees_under_autocast() -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         layer(torch.randn(4, 16))
     count = counter.stop()
+    counter.close()
     assert [s.dtype for s in count.matmuls] == ["bfloat16"]
 
 
@@ -100,4 +122,5 @@ def test_counts_only_the_device_given() -> None:
     counter.start(step=0)
     torch.randn(4, 4) @ torch.randn(4, 4)  # CPU work (a DataLoader's collation, say): left out
     count = counter.stop()
+    counter.close()
     assert count.total == 0 and count.ops == {}

@@ -86,7 +86,8 @@ def matmul_dims(op: str, args: tuple[Any, ...]) -> tuple[int, int, int] | None:
 
 class StepCounter:
     """Counts one step. ``start(step)`` at a boundary, ``stop(samples)`` at the next one; both
-    are safe to call twice, and ``stop`` is safe to call when nothing started."""
+    are safe to call twice, and ``stop`` is safe to call when nothing started. ``close()``
+    when the script has ended."""
 
     def __init__(self, device_type: str | None = None) -> None:
         #: count only operators with a tensor on this device ("cuda": leave out the DataLoader's
@@ -123,12 +124,8 @@ class StepCounter:
         if self._mode is None:
             return self.result
         mode, self._mode = self._mode, None
-        try:
-            mode.__exit__(None, None, None)
-        finally:
-            for handle in self._hooks:
-                handle.remove()
-            self._hooks = []
+        self._in_optimizer = 0
+        mode.__exit__(None, None, None)
         t = self._totals
         shapes = sorted(t.shapes.values(), key=lambda s: -s.flops)
         notes = []
@@ -147,13 +144,23 @@ class StepCounter:
         )
         return self.result
 
+    def close(self) -> None:
+        """Remove the optimizer hooks. Not done in ``stop``: a step boundary is often found inside
+        an optimizer post-hook, and removing a hook while torch iterates over them fails."""
+        self.stop()
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+
     # --- called from the mode and the hooks ------------------------------------------------------
 
     def _optimizer_entered(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._in_optimizer += 1
+        if self._mode is not None:
+            self._in_optimizer += 1
 
     def _optimizer_left(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._in_optimizer = max(0, self._in_optimizer - 1)
+        if self._mode is not None:
+            self._in_optimizer = max(0, self._in_optimizer - 1)
 
     def phase(self) -> str:
         import torch

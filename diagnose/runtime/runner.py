@@ -264,6 +264,7 @@ class _ScriptRun:
 
     def _uninstall(self) -> None:
         """Undo in the reverse order of installation: later patches wrap earlier ones."""
+        _safely(self.step_count.close)
         for hook in reversed(self.hooks):
             _safely(hook.remove)
         if self.knobs is not None:
