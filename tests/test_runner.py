@@ -275,7 +275,7 @@ def test_the_step_after_the_window_is_counted_and_reloads(write_script) -> None:
     backward = 2 * 8 * 32 * 64 + 2 * 2 * 8 * 64 * 4  # no gradient for the input
     assert count.by_phase == {"forward": forward, "backward": backward, "optimizer": 0}
     assert record.memory_split is None  # a CPU run: no allocator to read
-    assert RunRecord.load(script.parent / "run" / RUN_JSON).flops == count
+    assert RunRecord.load(script.parent / "run" / "run.json").flops == count
 
 
 def test_planted_oom_example_ends_as_oom_on_cpu(tmp_path: Path) -> None:
@@ -284,7 +284,7 @@ def test_planted_oom_example_ends_as_oom_on_cpu(tmp_path: Path) -> None:
     script = Path(__file__).parent.parent / "examples" / "oom.py"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    record = run_target(resolve_target(str(script), None, ["--small", "--simulate-oom"]), SMALL, run_dir, progress=Progress(enabled=False))
+    record = run_target(resolve_target(str(script), None, ["--small", "--simulate-oom"]), SMALL, RunDir(run_dir), progress=Progress(enabled=False))
     assert record.status == "oom"
     assert record.error["message"].startswith("CUDA out of memory. Tried to allocate 4.00 GiB")
     assert record.memory_at_oom is None
