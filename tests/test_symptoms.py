@@ -3,7 +3,7 @@ and the registry: declared dependencies set the order, undeclared reads are erro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -12,7 +12,7 @@ from diagnose.analysis.ranks import RankSet, RankSummary
 from diagnose.analysis.symptoms import CATALOG, compute_symptoms
 from diagnose.analysis.symptoms.registry import declare, evaluate, evaluation_order, symptom
 from diagnose.analysis.timeline import TraceMeta
-from diagnose.record import DataLoaderInfo, FrameworkInfo, ModelInfo, OptimizerInfo, RunRecord
+from diagnose.record import DataLoaderInfo, FlopCount, FrameworkInfo, MatmulShape, MemorySplit, ModelInfo, OpCount, OptimizerInfo, RunRecord
 
 # dyadic shares, so that sums are exact
 EXPOSED_SHARE = dict(zip(EXPOSED, (0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.125, 0.125, 0.0625, 0.0)))
@@ -62,6 +62,40 @@ def _record(**kw) -> RunRecord:
 
 def _summary(rank: int, wait_ms: float, comm: float | None, samples: float) -> RankSummary:
     return RankSummary(rank, "stopped", 10.0, wait_ms, wait_ms / 10, 0.0, comm, None, samples, "data_wait", "gloo")
+
+
+# --- the distance to the hardware limit: an H100 step of 4.947 TFLOP in 10 ms (bf16: MFU 0.5) ---
+
+LIMITS_GPU = replace(_breakdown(), kernels_by_name={
+    "sm90_xmma_gemm_bf16bf16_bf16f32": (12000.0, 4), "vectorized_elementwise_kernel<add>": (6000.0, 8), "reduce_kernel<softmax>": (2000.0, 2),
+})
+LIMITS_FLOPS = FlopCount(
+    step=15, seconds=0.2, total=4_947_000_000_000, by_phase={"forward": 1_649_000_000_000, "backward": 3_298_000_000_000, "optimizer": 0},
+    ops={
+        "aten.mm": OpCount(calls=2, flops=4_328_625_000_000, bytes=3_000_000_000),
+        "aten.bmm": OpCount(calls=2, flops=618_375_000_000),  # beside a softmax, no SDPA: hand-written attention
+        "aten.add": OpCount(calls=8, bytes=6_000_000_000, elements_out=1_000_000_000),
+        "aten._softmax": OpCount(calls=2, bytes=1_000_000_000, elements_in=500_000_000),
+    },
+    # a 50,257-wide head (n not a multiple of 8) carries a quarter of the matmul FLOPs
+    matmuls=[MatmulShape("aten.mm", 4096, 4096, 4096, "bfloat16", 1, 3_000_000_000_000),
+             MatmulShape("aten.mm", 4096, 50257, 768, "bfloat16", 1, 1_000_000_000_000)],
+)
+LIMITS_SPLIT = MemorySplit(
+    when="step", parameters_bytes=2_000_000_000, gradients_bytes=2_000_000_000, optimizer_state_bytes=4_000_000_000,
+    allocated_start_bytes=7_000_000_000, allocated_end_bytes=9_000_000_000, peak_allocated_bytes=29_000_000_000,
+    peak_reserved_bytes=30_000_000_000, capacity_bytes=80_000_000_000, samples=64,
+)
+LIMITS_OOM = MemorySplit(
+    when="oom", parameters_bytes=2_000_000_000, gradients_bytes=2_000_000_000, optimizer_state_bytes=4_000_000_000,
+    allocated_end_bytes=78_000_000_000, peak_allocated_bytes=78_000_000_000, peak_reserved_bytes=78_000_000_000,
+    capacity_bytes=80_000_000_000, message="CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB",
+)
+LIMITS_RECORD_FIELDS = dict(
+    environment={"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"}, flags={"matmul_allow_tf32": False},
+    timed_seconds=0.02, timed_steps=2, flops=LIMITS_FLOPS, memory_split=LIMITS_SPLIT,
+)
+LIMITS_RECORD = RunRecord(**LIMITS_RECORD_FIELDS)
 
 
 @dataclass
@@ -197,6 +231,39 @@ CASES = {
         Case("out of memory, capacity unknown", record=_record(status="oom"), expected={
             "memory.oom": 1, "memory.capacity_gb": None, "batch.size": None, "suggest.batch_size": None,
         }),
+    ],
+    "limits": [
+        Case("bf16 on an H100: half the peak, 3 kernel classes, a misaligned head, hand-written attention, memory by owner",
+             breakdown=LIMITS_GPU, record=LIMITS_RECORD, expected={
+            "flops.tflop_per_step": 4.947, "flops.achieved_tflops": 494.7, "flops.peak_tflops": 989.4, "flops.mfu": 0.5,
+            "kernels.matmul_share": 0.6, "kernels.elementwise_share": 0.3, "kernels.reduction_share": 0.1, "kernels.attention_share": 0.0,
+            "kernels.summary": "matmul 60% (compute-bound, 83% of its roof), elementwise 30% (memory-bound, 60% of its roof), "
+                               "reduction 10% (memory-bound, 30% of its roof)",
+            "attention.unfused_flop_share": 0.125, "matmul.misaligned_share": 0.25,
+            "memory.parameters_gb": 2.0, "memory.gradients_gb": 2.0, "memory.optimizer_gb": 4.0, "memory.activations_gb": 20.0,
+            "memory.headroom_gb": 50.0, "memory.largest_batch": 201,
+            "oom.allocated_gb": None, "oom.requested_gb": None, "oom.largest": None, "oom.changes": None,
+        }, tolerance=1e-9),
+        Case("out of memory: the snapshot at the error", record=_record(status="oom", memory_at_oom=LIMITS_OOM), expected={
+            "oom.allocated_gb": 78.0, "oom.requested_gb": 2.147483648, "oom.activations_gb": 70.0, "oom.parameters_gb": 2.0,
+            "oom.gradients_gb": 2.0, "oom.optimizer_gb": 4.0, "oom.largest": "activations",
+            "oom.changes": "# 1. a smaller batch (activations scale with it), or gradient accumulation over micro-batches\n"
+                           "# 2. activation checkpointing: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)\n"
+                           '# 3. bf16 autocast: with torch.autocast("cuda", dtype=torch.bfloat16) halves activations\n'
+                           "# 4. smaller optimizer state: SGD with momentum keeps one copy of the weights, Adam two"
+                           " (or shard it: ZeroRedundancyOptimizer, FSDP)\n"
+                           "# 5. optimizer.zero_grad(set_to_none=True) frees gradients between steps (the default since torch 2.0)",
+            "memory.parameters_gb": None, "flops.mfu": None,
+        }),
+        Case("an unknown GPU: achieved TFLOP/s, no peak, no MFU", breakdown=LIMITS_GPU,
+             record=_record(**{**LIMITS_RECORD_FIELDS, "environment": {"device": "cuda", "device_name": "Some Future GPU"}}), expected={
+            "flops.achieved_tflops": 494.7, "flops.peak_tflops": None, "flops.mfu": None, "kernels.matmul_share": 0.6,
+            "kernels.summary": "matmul 60%, elementwise 30%, reduction 10%",
+        }, tolerance=1e-9),
+        Case("a bare trace: kernel classes, never a FLOP count or a guess", breakdown=LIMITS_GPU, expected={
+            "kernels.elementwise_share": 0.3, "flops.mfu": None, "flops.achieved_tflops": None, "attention.unfused_flop_share": None,
+            "matmul.misaligned_share": None, "memory.largest_batch": None,
+        }, tolerance=1e-9),
     ],
     "environment": [
         Case("flags and two models", record=_record(

@@ -118,6 +118,9 @@ class Breakdown:
     profiler_inflation: float | None = None
     #: the median step in time order, in ``STRIP_BINS`` equal slices (see ``_strip``)
     timeline_strip: dict | None = None
+    #: kernel name -> (GPU time in us, calls) over the profiled steps: the kernel table and the
+    #: roofline (analysis/kernels.py) read it; kept out of report.json (the report keeps the top rows)
+    kernels_by_name: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property
     def total_us(self) -> float:
@@ -355,7 +358,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
                 phase_events=per_step_events[index],
             )
         )
-    _kernel_stats(timeline, result_steps, kernel_labels)
+    kernels_by_name = _kernel_stats(timeline, result_steps, kernel_labels)
     _copy_stats(timeline, result_steps)
     _sync_stats(timeline, result_steps, user_syncs, host_starts, merge([iv for ivs in gpu_intervals.values() for iv in ivs]))
 
@@ -384,6 +387,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
         notes=notes,
         dataloader_kinds=dict(timeline.dataloader_kinds),
         timeline_strip=_strip(segments, steps[median_index], STRIP_BINS) if median_index is not None else None,
+        kernels_by_name=kernels_by_name,
     )
 
 
@@ -651,9 +655,11 @@ def _step_of(step_starts: list[float], steps: list[StepBreakdown], t: float) -> 
     return None
 
 
-def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels: list[str]) -> None:
+def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels: list[str]) -> dict[str, tuple[float, int]]:
+    """Fill the steps' kernel figures; return each kernel name's time and calls over the steps."""
     starts = [s.start_us for s in steps]
     durations: list[list[float]] = [[] for _ in steps]
+    by_name: dict[str, tuple[float, int]] = {}
     classify = P.classify_kernel
     for k, label in zip(timeline.kernels, kernel_labels):
         i = _step_of(starts, steps, k.start)
@@ -661,6 +667,8 @@ def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels:
             continue
         step = steps[i]
         dur = k.end - k.start
+        total, calls = by_name.get(k.name, (0.0, 0))
+        by_name[k.name] = (total + dur, calls + 1)
         durations[i].append(dur)
         step.kernel_count += 1
         step.kernel_time_us += dur
@@ -681,6 +689,7 @@ def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels:
                 step.multi_tensor_kernels += 1
     for step, durs in zip(steps, durations):
         step.median_kernel_us = statistics.median(durs) if durs else None
+    return by_name
 
 
 def _copy_stats(timeline: Timeline, steps: list[StepBreakdown]) -> None:

@@ -3,6 +3,8 @@
 Contract: ``kernel_table(kernels, steps, flops, gpu, dtype) -> KernelTable``; pure, no torch.
 ``kernels`` are the trace's GPU kernels (anything with ``name``, ``start``, ``end`` in us) over
 ``steps`` profiled steps; ``flops`` is the ``FlopCount`` of one step (``runtime/flops.py``).
+``table_from_totals`` does the same from each name's total time and calls (what the breakdown
+keeps, ``Breakdown.kernels_by_name``).
 
 Kernel classes come from names, kept as data below (as in ``patterns.py``): matmul, attention,
 elementwise, reduction, copy, comm, other. Operator classes (``aten.mm`` ...) come from the same
@@ -218,12 +220,25 @@ def kernel_table(
 ) -> KernelTable:
     """Top kernels per step, class totals and roofline points. ``samples_scale`` scales the
     counted step's work to the profiled steps' batch (when the counted step's batch differed)."""
-    steps = max(steps, 1)
-    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    totals: dict[str, tuple[float, int]] = {}
     for k in kernels:
-        entry = by_name[k.name]
-        entry[0] += (k.end - k.start) / 1e6
-        entry[1] += 1
+        us, calls = totals.get(k.name, (0.0, 0))
+        totals[k.name] = (us + (k.end - k.start), calls + 1)
+    return table_from_totals(totals, steps, flops, gpu, dtype, top, samples_scale)
+
+
+def table_from_totals(
+    totals: dict[str, tuple[float, int]],
+    steps: int,
+    flops: FlopCount | None = None,
+    gpu: GpuSpec | None = None,
+    dtype: str | None = None,
+    top: int = 15,
+    samples_scale: float = 1.0,
+) -> KernelTable:
+    """:func:`kernel_table` from each kernel name's (time in us, calls) over ``steps`` steps."""
+    steps = max(steps, 1)
+    by_name = {name: (us / 1e6, calls) for name, (us, calls) in totals.items()}
     total = sum(t for t, _ in by_name.values()) / steps
     class_time: dict[str, float] = defaultdict(float)
     for name, (t, _) in by_name.items():

@@ -34,6 +34,7 @@ from diagnose.analysis.bare import not_seen_line, trace_only
 from diagnose.analysis.breakdown import Breakdown
 from diagnose.analysis.categories import EXPOSED, PHASES, exposed_labels
 from diagnose.analysis.findings import Diagnosis
+from diagnose.analysis.limits import distance_to_limits, limits_to_dict
 from diagnose.record import RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.timeline import TraceMeta
@@ -88,6 +89,9 @@ class Report:
     #: a trace analysed without its run record: what was read off it, what it could not show
     #: (``diagnose.analysis.bare``)
     trace_only: dict[str, Any] | None = None
+    #: the distance to the hardware limit: GPU peaks, FLOPs by phase, top kernels, roofline,
+    #: memory by owner, the OOM explanation (analysis/limits.py); MFU itself is a symptom
+    limits: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -262,6 +266,7 @@ def build_report(
     report.symptoms = {
         name: {"value": _round(s.value, 6), "unit": s.unit, "description": s.description} for name, s in symptoms.items()
     }
+    report.limits = limits_to_dict(distance_to_limits(breakdown, record, meta), record)
     if diagnosis is not None:
         findings = [f.to_dict() for f in diagnosis.findings]
         shown = findings if limit is None else findings[:limit]

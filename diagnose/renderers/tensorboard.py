@@ -138,6 +138,15 @@ def _window_scalars(view: ReportView) -> Iterator[tuple[int, str, Any]]:
             yield 0, f"throughput/{window}_{figure}", getattr(timing, figure) if timing else None
     for figure in MEMORY_FIGURES:
         yield 0, f"memory/{figure}", getattr(view.memory, figure)
+    limits = view.limits
+    if limits is not None:  # the distance to the hardware limit (renderers/limitsview.py)
+        yield 0, "limits/mfu", limits.mfu
+        yield 0, "limits/achieved_tflops", limits.achieved_tflops
+        yield 0, "limits/peak_tflops", limits.peak_tflops
+        yield 0, "limits/tflop_per_step", limits.tflop_per_step
+        for owner in limits.memory:
+            yield 0, f"memory/{owner.owner.replace(' ', '_')}_bytes", owner.bytes
+        yield 0, "memory/largest_batch", limits.largest_batch
     breakdown = view.breakdown
     if breakdown is None:
         return

@@ -59,6 +59,8 @@ class TerminalRenderer(Renderer):
             self._gpu_line(console, view)
             if self.show_steps:
                 self._steps_table(console, view)
+        if view.limits:
+            self._limits(console, view)
         if view.ranks:
             self._ranks(console, view)
         self._config(console, view)
@@ -162,6 +164,38 @@ class TerminalRenderer(Renderer):
                 f"{human_bytes(mem.peak_reserved_bytes or 0)} reserved, of {human_bytes(mem.capacity_bytes)}"
                 f" ({percent(mem.peak_reserved_share or 0, 0)})"
             )
+
+    def _limits(self, c: Console, v: ReportView) -> None:
+        """The distance to the hardware limit: MFU, memory by owner, the top kernels."""
+        lim = v.limits
+        assert lim is not None
+        if lim.achieved_tflops is not None:
+            parts = [f"MFU {percent(lim.mfu, 0)}" if lim.mfu is not None else "MFU n/a (no peak known for this GPU)"]
+            peak = f" of {lim.peak_tflops:.0f} peak" if lim.peak_tflops else ""
+            where = ", ".join(x for x in (lim.dtype, lim.gpu) if x)
+            parts.append(f"{lim.achieved_tflops:.1f} TFLOP/s{peak}" + (f" ({where})" if where else ""))
+            if lim.tflop_per_step is not None:
+                parts.append(f"{lim.tflop_per_step:.3g} TFLOP/step")
+            c.print(Text.assemble(("compute: ", "bold"), " · ".join(parts)))
+        if lim.memory:
+            owners = " · ".join(f"{m.owner} {human_bytes(m.bytes)}" for m in lim.memory if m.bytes)
+            tail = ""
+            if lim.headroom_gb is not None:
+                tail += f" · free {lim.headroom_gb:.1f} GB"
+            if lim.largest_batch:
+                tail += f" · about {lim.largest_batch:g} samples/step fit (estimate)"
+            c.print(Text.assemble(("memory at the step's peak: ", "bold"), owners + tail))
+        if lim.kernels:
+            table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+            table.add_column("top kernels", no_wrap=True, max_width=self.width - 40, overflow="ellipsis")
+            table.add_column("class")
+            table.add_column("ms/step", justify="right")
+            table.add_column("share", justify="right")
+            table.add_column("TFLOP/s", justify="right")
+            for k in lim.kernels[:5]:
+                table.add_row(k.name, k.kind, f"{k.ms_per_step:.3f}", percent(k.share, 0), f"{k.tflops:.1f}" if k.tflops is not None else "")
+            c.print(table)
+        c.print()
 
     def _steps_table(self, c: Console, v: ReportView) -> None:
         rows = v.breakdown.exposed  # type: ignore[union-attr]

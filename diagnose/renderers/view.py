@@ -23,6 +23,7 @@ from typing import Any
 
 from diagnose.analysis.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS, exposed_categories, exposed_labels
 from diagnose.analysis.report import Report, sanitized
+from diagnose.renderers.limitsview import LimitsView, limits_view
 from diagnose.units import format_value
 
 #: An exposed category is listed in the tables when it holds at least this share of the window.
@@ -358,6 +359,8 @@ class ReportView:
     diagnose_version: str
     schema: str
     created_at: str
+    #: MFU, top kernels, roofline, memory by owner, OOM explanation (renderers/limitsview.py)
+    limits: LimitsView | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -396,6 +399,7 @@ class ReportView:
             diagnose_version=report.diagnose_version,
             schema=report.schema,
             created_at=report.created_at,
+            limits=limits_view(report),
         )
 
 

@@ -38,6 +38,7 @@ class HTMLRenderer(Renderer):
             sections.status(view),
             sections.throughput_and_memory(view),
             *(sections.breakdown_sections(view) if view.breakdown else [sections.nothing_profiled(view)]),
+            sections.hardware_limit(view),
             sections.ranks(view),
             sections.findings(view),
             sections.experiments(view),

@@ -1,5 +1,5 @@
 """The page's charts, drawn here as inline SVG: per-step stacked columns, the median step's
-strips, and a sweep's bar charts. Inputs are the view's rows; output is ``Markup``."""
+strips, a sweep's bar charts, and the roofline. Inputs are the view's rows; output is ``Markup``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from diagnose.renderers.html.markup import Markup, el
+from diagnose.renderers.limitsview import Roofline
 from diagnose.renderers.view import ExperimentRow, Segment, StepRow
 from diagnose.units import ms, percent
 
@@ -177,3 +178,63 @@ def svg(height: float, parts: list[Markup], css_class: str, label: str) -> Marku
 def n(value: float) -> str:
     """An SVG coordinate: one decimal at most, no trailing zeros."""
     return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+# --- the roofline ----------------------------------------------------------------------------------
+
+
+def _decades(low: float, high: float) -> list[float]:
+    """Powers of ten from below ``low`` to above ``high``: the ticks of a log axis."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    if last == first:
+        last += 1
+    return [10.0**e for e in range(first, last + 1)]
+
+
+def roofline_chart(roofline: Roofline) -> Markup:
+    """Log-log: arithmetic intensity (FLOPs per byte) across, TFLOP/s up; the memory roof
+    (intensity x bandwidth) meets the compute roof (the dtype's dense peak) at the ridge point;
+    one dot per kernel class, its area proportional to its share of kernel time."""
+    height, left, right, top, bottom = 360, 72, 24, 28, 44
+    plot_w, plot_h = CHART_WIDTH - left - right, height - top - bottom
+    peak, ridge = roofline.peak_tflops, roofline.ridge
+    intensities = [d.intensity for d in roofline.dots] + [ridge]
+    rates = [d.tflops for d in roofline.dots if d.tflops > 0] + [peak]
+    xs = _decades(min(intensities) / 3, max(intensities) * 3)
+    ys = _decades(min(rates) / 3, peak * 1.5)
+
+    def x_of(intensity: float) -> float:
+        return left + (math.log10(intensity) - math.log10(xs[0])) / (math.log10(xs[-1]) - math.log10(xs[0])) * plot_w
+
+    def y_of(tflops: float) -> float:
+        return top + plot_h - (math.log10(tflops) - math.log10(ys[0])) / (math.log10(ys[-1]) - math.log10(ys[0])) * plot_h
+
+    parts: list[Markup] = []
+    for tick in xs:
+        x = x_of(tick)
+        parts.append(el("line", x1=n(x), x2=n(x), y1=n(top), y2=n(top + plot_h), class_="grid-line"))
+        parts.append(el("text", f"{tick:g}", x=n(x), y=n(top + plot_h + 16), class_="tick", text_anchor="middle"))
+    for tick in ys:
+        y = y_of(tick)
+        parts.append(el("line", x1=n(left), x2=n(left + plot_w), y1=n(y), y2=n(y), class_="grid-line"))
+        parts.append(el("text", f"{tick:g}", x=n(left - 8), y=n(y + 4), class_="tick", text_anchor="end"))
+    parts.append(el("text", "TFLOP/s", x=n(left - 8), y=n(top - 12), class_="axis-title", text_anchor="end"))
+    parts.append(el("text", "FLOPs per byte moved (arithmetic intensity)", x=n(left + plot_w / 2), y=n(height - 6),
+                    class_="axis-title", text_anchor="middle"))
+    # the roofs: memory-bound up to the ridge, compute-bound after it
+    start = max(xs[0], ys[0] * 1e12 / (roofline.memory_gbs * 1e9))
+    roof = [(start, start * roofline.memory_gbs * 1e9 / 1e12), (ridge, peak), (xs[-1], peak)]
+    points = " ".join(f"{n(x_of(i))},{n(y_of(t))}" for i, t in roof)
+    parts.append(el("polyline", el("title", f"roof: {roofline.memory_gbs:g} GB/s up to {ridge:.0f} FLOP/byte, then {peak:g} TFLOP/s"),
+                    points=points, class_="roof"))
+    parts.append(el("text", f"{peak:g} TFLOP/s {roofline.dtype or ''} peak", x=n(x_of(xs[-1]) - 4), y=n(y_of(peak) - 6),
+                    class_="limit-label", text_anchor="end"))
+    parts.append(el("text", f"{roofline.memory_gbs:g} GB/s", x=n(x_of(start) + 6), y=n(y_of(roof[0][1]) - 6), class_="limit-label"))
+    for dot in roofline.dots:
+        x, y = x_of(dot.intensity), y_of(max(dot.tflops, ys[0]))
+        radius = 4 + 14 * math.sqrt(max(dot.time_share, 0.0))
+        tip = (f"{dot.kind}: {dot.tflops:.3g} TFLOP/s at {dot.intensity:.3g} FLOP/byte, {dot.bound}-bound, "
+               f"{percent(dot.tflops / dot.roof_tflops if dot.roof_tflops else 0, 0)} of its roof, {percent(dot.time_share, 0)} of kernel time")
+        parts.append(el("circle", el("title", tip), cx=n(x), cy=n(y), r=n(radius), class_=f"dot k-{dot.kind}", data_class=dot.kind))
+        parts.append(el("text", dot.kind, x=n(x + radius + 4), y=n(y + 4), class_="dot-label"))
+    return svg(height, parts, "roofline", "roofline: kernel classes against this GPU's compute and memory roofs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from diagnose.renderers.html.charts import SweepMetric, bar_chart, steps_chart, strip
+from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
 from diagnose.renderers.view import ExperimentRow, FindingRow, ReportView, Timing
 from diagnose.units import human_bytes, ms, percent, plain, rate
@@ -21,6 +21,8 @@ def _nav_entries(view: ReportView) -> list[tuple[str, str]]:
     entries = [("throughput", "Throughput")]
     if view.breakdown:
         entries += [("steps", "Step time"), ("median-step", "One step")]
+    if view.limits:
+        entries.append(("limits", "Hardware limit"))
     if view.ranks:
         entries.append(("ranks", "Ranks"))
     entries.append(("findings", "Findings"))
@@ -236,6 +238,53 @@ def _phase_table(view: ReportView) -> Markup:
             cells.append(el("td", percent(row.hidden_share), class_="num"))
         rows.append(el("tr", cells))
     return el("table", el("thead", el("tr", header_cells)), el("tbody", rows), class_="grid legend")
+
+
+def hardware_limit(view: ReportView) -> Markup | None:
+    """MFU, memory by owner, the top kernels and the roofline (the distance to the hardware limit)."""
+    lim = view.limits
+    if lim is None:
+        return None
+    chips = []
+    if lim.mfu is not None:
+        chips.append(f"MFU {percent(lim.mfu)}")
+    if lim.achieved_tflops is not None:
+        chips.append(f"{lim.achieved_tflops:.1f} TFLOP/s achieved" + (f" of {lim.peak_tflops:g} peak" if lim.peak_tflops else ""))
+    if lim.dtype or lim.gpu:
+        chips.append(" on ".join(x for x in (lim.dtype, lim.gpu) if x))
+    if lim.tflop_per_step is not None:
+        chips.append(f"{lim.tflop_per_step:.3g} TFLOP per step")
+    parts: list[Any] = [el("p", [el("span", chip, class_="chip") for chip in chips], class_="chips") if chips else None]
+    if lim.flops_by_phase:
+        parts.append(kv_table((phase, f"{flops / 1e12:.4g} TFLOP") for phase, flops in lim.flops_by_phase))
+    if lim.roofline is not None and lim.roofline.dots:
+        parts.append(el("figure", roofline_chart(lim.roofline), el("figcaption", "Each dot is a class of kernels: its counted FLOPs and bytes "
+                        "per step over its measured kernel time, against this GPU's roofs. " + " ".join(lim.estimated))))
+    if lim.kernels:
+        parts.append(_kernel_table(lim.kernels))
+    if lim.memory:
+        free = f" · {lim.headroom_gb:.1f} GB free" if lim.headroom_gb is not None else ""
+        batch = f" · about {lim.largest_batch:g} samples per step would fit (an estimate; diagnose sweep finds the real one)" if lim.largest_batch else ""
+        parts.append(el("p", el("strong", "Memory at the step's peak: "), " · ".join(f"{m.owner} {human_bytes(m.bytes)}" for m in lim.memory) + free + batch))
+    if lim.oom is not None:
+        oom = lim.oom
+        asked = f" asking for {human_bytes(oom.requested_bytes)}" if oom.requested_bytes else ""
+        parts.append(el("p", el("strong", f"Out of memory{asked}: "), " · ".join(f"{m.owner} {human_bytes(m.bytes)}" for m in oom.owners),
+                        f"; the largest: {oom.largest}."))
+        parts.append(el("ol", [el("li", change) for change in oom.changes]))
+    return section("Distance to the hardware limit", *[p for p in parts if p is not None], anchor="limits")
+
+
+def _kernel_table(kernels: tuple[Any, ...]) -> Markup:
+    header_row = el("tr", el("th", "kernel"), el("th", "class"), el("th", "ms per step", class_="num"), el("th", "share", class_="num"),
+                    el("th", "TFLOP/s (class mean)", class_="num"), el("th", "GB/s (class mean)", class_="num"))
+    rows = [
+        el("tr", el("td", el("code", k.name[:120])), el("td", k.kind), el("td", f"{k.ms_per_step:.3f}", class_="num"),
+           el("td", percent(k.share), class_="num"), el("td", f"{k.tflops:.2f}" if k.tflops is not None else "", class_="num"),
+           el("td", f"{k.gbs:.0f}" if k.gbs is not None else "", class_="num"))
+        for k in kernels
+    ]
+    return el("table", el("thead", header_row), el("tbody", rows), class_="grid")
 
 
 def nothing_profiled(view: ReportView) -> Markup:
