@@ -40,6 +40,20 @@ def diagnose_run(script: str, out: Path, name: str, args: list[str]) -> tuple[Ru
     return RunRecord.load(run_dir / "run.json"), run_dir, proc.stdout + proc.stderr
 
 
+def report_of(run_dir: Path) -> dict:
+    """What diagnose itself reported (report.json): the symptoms, findings and limits section."""
+    path = run_dir / "report.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def symptom(report: dict, name: str) -> float | None:
+    return (report.get("symptoms", {}).get(name) or {}).get("value")
+
+
+def rule_ids(report: dict) -> list[str]:
+    return [f.get("rule") for f in report.get("findings", []) + report.get("next_steps", [])]
+
+
 def steady_step_s(record: RunRecord) -> float:
     return record.timed_seconds / record.timed_steps
 
@@ -55,7 +69,8 @@ def flops_by_dtype(record: RunRecord) -> dict[str, float]:
 
 def check_mfu(out: Path, result: dict) -> None:
     n, repeat = 8192, 8
-    record, _, log = diagnose_run("matmul_only.py", out, "matmul", ["--n", str(n), "--repeat", str(repeat), "--steps", "80"])
+    record, run_dir, log = diagnose_run("matmul_only.py", out, "matmul", ["--n", str(n), "--repeat", str(repeat), "--steps", "80"])
+    report = report_of(run_dir)
     gpu = hardware.find_gpu(record.environment.get("device_name"))
     ours = hardware.utilisation(flops_by_dtype(record), steady_step_s(record), gpu)
     rates = [float(m.group(3)) for m in PLAIN_RE.finditer(log)]
@@ -68,15 +83,20 @@ def check_mfu(out: Path, result: dict) -> None:
         "step_s_diagnose": steady_step_s(record), "step_s_plain_timer": hand_step_s,
         "tflops_diagnose": ours.achieved_tflops, "tflops_by_hand": hand_flops / hand_step_s / 1e12,
         "mfu_diagnose": ours.mfu, "mfu_by_hand": hand_mfu, "relative_difference": abs(ours.mfu - hand_mfu) / hand_mfu,
+        "mfu_report": symptom(report, "flops.mfu"), "tflops_report": symptom(report, "flops.achieved_tflops"),
+        "rules": rule_ids(report),
     }
     r = result["mfu"]
     print(f"MFU: diagnose {r['mfu_diagnose']:.4f} ({r['tflops_diagnose']:.1f} TFLOP/s), by hand {r['mfu_by_hand']:.4f} "
           f"({r['tflops_by_hand']:.1f} TFLOP/s): {r['relative_difference']:.2%} apart (must be < 2%)")
     result["checks"]["mfu_within_2pct"] = r["relative_difference"] < 0.02 and r["flops_counted"] == hand_flops
+    result["checks"]["report_mfu_within_2pct"] = r["mfu_report"] is not None and abs(r["mfu_report"] - hand_mfu) / hand_mfu < 0.02
 
 
 def check_roofline(out: Path, result: dict) -> None:
     record, run_dir, _ = diagnose_run("roofline.py", out, "roofline", ["--steps", "80"])
+    report = report_of(run_dir)
+    reported = {p["class"]: p["bound"] for p in ((report.get("limits") or {}).get("roofline") or {}).get("points", [])}
     gpu = hardware.find_gpu(record.environment.get("device_name"))
     timeline = load_timeline(run_dir / record.trace_files[0])
     table = kernels.kernel_table(timeline.kernels, len(timeline.steps), record.flops, gpu, "bf16")
@@ -87,6 +107,7 @@ def check_roofline(out: Path, result: dict) -> None:
                        "of_roof": p.of_roof, "time_share": p.time_share} for k, p in points.items()},
         "classes": {k: {"time_us": c.time_s * 1e6, "flops": c.flops, "bytes": c.bytes, "gbs": c.gbs} for k, c in table.classes.items()},
         "top": [{"name": r.name[:90], "kind": r.kind, "us": r.time_s * 1e6} for r in table.rows[:6]],
+        "report_bounds": reported, "rules": rule_ids(report),
     }
     for kind, p in points.items():
         print(f"roofline: {kind:12s} {p.intensity:10.2f} FLOP/B {p.tflops:8.2f} TFLOP/s, roof {p.roof_tflops:8.2f}: {p.bound}-bound, {p.of_roof:.0%} of roof")
@@ -94,11 +115,15 @@ def check_roofline(out: Path, result: dict) -> None:
         "elementwise" in points and points["elementwise"].bound == "memory"
         and "matmul" in points and points["matmul"].bound == "compute"
     )
+    result["checks"]["report_roofline_placement"] = reported.get("elementwise") == "memory" and reported.get("matmul") == "compute"
 
 
 def check_oom(out: Path, result: dict) -> None:
-    record, _, _ = diagnose_run("oom.py", out, "oom", ["--steps", "20"])
-    entry: dict = {"status": record.status, "error": (record.error or {}).get("message", "")[:300]}
+    record, run_dir, _ = diagnose_run("oom.py", out, "oom", ["--steps", "20"])
+    report = report_of(run_dir)
+    mem003 = next((f for f in report.get("findings", []) if f.get("rule") == "MEM003"), None)
+    entry: dict = {"status": record.status, "error": (record.error or {}).get("message", "")[:300],
+                   "rules": rule_ids(report), "MEM003_says": mem003 and mem003["says"], "MEM003_do": mem003 and mem003["do"]}
     if record.memory_at_oom is not None:
         why = memory.explain_oom(record.memory_at_oom)
         entry["at_oom"] = {"parts_gib": {k: v / 2**30 for k, v in why.parts.items()}, "largest": why.largest,
@@ -113,7 +138,7 @@ def check_oom(out: Path, result: dict) -> None:
         print(f"fits at 16384: split {json.dumps({k: round(v, 2) for k, v in entry['fixed_split_gib'].items()})}; "
               f"largest batch estimated {entry['fixed_largest_batch_estimate']}")
     result["oom"] = entry
-    result["checks"]["oom_explained"] = record.status == "oom" and record.memory_at_oom is not None
+    result["checks"]["oom_explained"] = record.status == "oom" and record.memory_at_oom is not None and mem003 is not None
     result["checks"]["fixed_fits_with_split"] = fixed.status == "stopped" and fixed.memory_split is not None
 
 

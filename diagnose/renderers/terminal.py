@@ -170,7 +170,11 @@ class TerminalRenderer(Renderer):
         lim = v.limits
         assert lim is not None
         if lim.achieved_tflops is not None:
-            parts = [f"MFU {percent(lim.mfu, 0)}" if lim.mfu is not None else "MFU n/a (no peak known for this GPU)"]
+            parts = []
+            if lim.mfu is not None:
+                parts.append(f"MFU {percent(lim.mfu, 0)}")
+            elif v.on_gpu:
+                parts.append("MFU n/a (this GPU is not in the peak table)")
             peak = f" of {lim.peak_tflops:.0f} peak" if lim.peak_tflops else ""
             where = ", ".join(x for x in (lim.dtype, lim.gpu) if x)
             parts.append(f"{lim.achieved_tflops:.1f} TFLOP/s{peak}" + (f" ({where})" if where else ""))
