@@ -23,6 +23,13 @@ def percent(share: float, digits: int = 1) -> str:
     return f"{share * 100:.{digits}f}%"
 
 
+def spread_ms(low: float | None, high: float | None, digits: int = 2) -> str:
+    """A per-step p10-p90 range in ms: ``1.20–3.40``; ``-`` when the report has none."""
+    if low is None or high is None:
+        return "-"
+    return f"{low:.{digits}f}–{high:.{digits}f}"
+
+
 def speedup(factor: float) -> str:
     """A factor, two decimals: ``2.50x``."""
     return f"{factor:.2f}x"

@@ -291,3 +291,43 @@ def test_median_step_timeline_in_time_order(monkeypatch) -> None:
         ["data_wait", 3], ["h2d_copy", 1], ["gpu_forward", 2], ["gpu_backward", 2], ["gpu_optimizer", 1], ["sync", 1],
     ]
     assert strip["phases"] == [["data_wait", 3], ["h2d_copy", 1], ["forward", 2], ["backward", 1], ["optimizer", 2], ["other", 1]]
+
+
+def _waiting_steps(waits: list[float], step_us: float = 100) -> TraceBuilder:
+    """CPU-only steps of ``step_us`` each, the first ``waits[i]`` us of step i waiting for data."""
+    b = TraceBuilder()
+    for i, wait in enumerate(waits):
+        b.step(i, i * step_us, step_us)
+        if wait:
+            b.data_wait(i * step_us, wait)
+    return b
+
+
+def test_a_table_row_is_the_mean_with_the_steps_spread() -> None:
+    from diagnose.analysis.breakdown import per_step_stats, reference_step_us
+
+    bd = analyse(_waiting_steps([0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]))
+    wait = per_step_stats(bd, "exposed")["data_wait"]
+    # the mean is share x step (50% of 100 us), not the median; p10-p90 interpolated: 10 and 90
+    assert reference_step_us(bd) == 100
+    assert (wait.mean_us, wait.low_us, wait.high_us) == pytest.approx((50, 10, 90))
+    assert per_step_stats(bd, "phases")["data_wait"].mean_us == pytest.approx(50)
+
+
+def test_calibrated_rows_are_shares_of_the_steady_step_and_their_spread_scales_with_them() -> None:
+    from diagnose.analysis.breakdown import calibrate_to_steady_state, per_step_stats, reference_step_us
+
+    b = TraceBuilder()
+    for i, forward_us in enumerate((60, 80, 100)):  # host-only steps: all host time, inflated by profiling
+        b.step(i, i * 100, 100)
+        b.op("aten::linear", i * 100, forward_us, forward=True)
+    raw = analyse(b)
+    steady = calibrate_to_steady_state(raw, steady_step_us=50)
+    assert reference_step_us(steady) == pytest.approx(50)
+    assert reference_step_us(steady, "phases") == pytest.approx(100)  # phases stay the profiled step's
+    stats = per_step_stats(steady, "exposed")
+    for category, row in stats.items():
+        assert row.mean_us == pytest.approx(steady.exposed_share[category] * 50)
+    forward = stats["host_forward"]
+    scale = forward.mean_us / 80  # the trace's mean forward is 80 us
+    assert (forward.low_us, forward.high_us) == pytest.approx((64 * scale, 96 * scale))

@@ -61,6 +61,11 @@ def _symptom(value: float, unit: str = "share", description: str = "") -> dict[s
     return {"value": value, "unit": unit, "description": description}
 
 
+def _stat(mean_ms: float) -> dict[str, float]:
+    """A table row's statistics: the mean, and a spread of 10% either side."""
+    return {"mean_ms": mean_ms, "p10_ms": round(mean_ms * 0.9, 4), "p90_ms": round(mean_ms * 1.1, 4)}
+
+
 def hand_made() -> dict[str, Any]:
     symptoms = {f"exposed.{cat}": _symptom(SHARES.get(cat, 0.0)) for cat in EXPOSED}
     symptoms |= {f"phase.{p}": _symptom(PHASE_SHARES.get(p, 0.0)) for p in PHASES}
@@ -98,9 +103,14 @@ def hand_made() -> dict[str, Any]:
                 "median_step_ms": 11.0,
                 "trace_exposed_share": None,
                 "profiler_inflation": None,
-                "median_ms": {
-                    "exposed": {cat: {"data_wait": 5.0, "gpu_forward": 3.0, "gpu_backward": 3.0}.get(cat, 0.0) for cat in EXPOSED},
-                    "phases": {p: {"data_wait": 5.0, "forward": 3.0, "backward": 3.0}.get(p, 0.0) for p in PHASES},
+                "per_step": {
+                    "statistic": "mean",
+                    "spread": "p10-p90",
+                    "exposed_basis": "profiled",
+                    "exposed_step_ms": 11.0,
+                    "phase_step_ms": 11.0,
+                    "exposed": {cat: _stat(SHARES.get(cat, 0.0) * 11.0) for cat in EXPOSED},
+                    "phases": {p: _stat(PHASE_SHARES.get(p, 0.0) * 11.0) for p in PHASES},
                 },
                 "h2d_pinned_bytes_per_step": 2048,
             },
@@ -135,17 +145,18 @@ def test_rows_of_a_hand_made_report() -> None:
     assert breakdown is not None and breakdown.on_gpu
     assert [row.number for row in breakdown.steps] == [5, 6]
     assert breakdown.listed == (
-        ExposedRow("data_wait", "waiting for data (DataLoader)", 5.0, 0.45, listed=True, present=True),
-        ExposedRow("gpu_forward", "GPU: forward kernels", 3.0, 0.27, listed=True, present=True),
-        ExposedRow("gpu_backward", "GPU: backward kernels", 3.0, 0.2796, listed=True, present=True),
+        ExposedRow("data_wait", "waiting for data (DataLoader)", 4.95, 4.455, 5.445, 0.45, listed=True, present=True),
+        ExposedRow("gpu_forward", "GPU: forward kernels", 2.97, 2.673, 3.267, 0.27, listed=True, present=True),
+        ExposedRow("gpu_backward", "GPU: backward kernels", 3.0756, 2.768, 3.3832, 0.2796, listed=True, present=True),
     )
     # under half a permille: not listed, and no step has time in it
-    assert ExposedRow("sync", "host-GPU syncs (.item(), .cpu(), ...)", 0.0, 0.0004, listed=False, present=False) in breakdown.exposed
+    assert ExposedRow("sync", "host-GPU syncs (.item(), .cpu(), ...)", 0.0044, 0.004, 0.0048, 0.0004, listed=False, present=False) in breakdown.exposed
     assert breakdown.phases[:3] == (
-        PhaseRow("data_wait", "data wait", 5.0, 0.45, 0.0),
-        PhaseRow("h2d_copy", "host-to-device copy", 0.0, 0.0, 0.0),
-        PhaseRow("forward", "forward", 3.0, 0.3, 0.1),
+        PhaseRow("data_wait", "data wait", 4.95, 4.455, 5.445, 0.45, 0.0),
+        PhaseRow("h2d_copy", "host-to-device copy", 0.0, 0.0, 0.0, 0.0, 0.0),
+        PhaseRow("forward", "forward", 3.3, 2.97, 3.63, 0.3, 0.1),
     )
+    assert (breakdown.exposed_basis, breakdown.exposed_step_ms, breakdown.phase_step_ms) == ("profiled", 11.0, 11.0)
     assert breakdown.gpu == GpuCounters(0.55, 40, 12.5, 0, 2048, 0)
     median = breakdown.median_step  # steps of 10 and 12 ms: the lower median is step 5
     assert (median.number, median.duration_ms, median.in_time_order) == (5, 10.0, False)
@@ -226,3 +237,29 @@ def test_a_report_with_nothing_profiled_renders(renderer) -> None:
     data["symptoms"] = {}
     text = renderer.render(Report.from_dict(data))
     assert "diagnose stopped the script" in text
+
+
+def test_each_table_row_is_one_statistic_and_every_renderer_shows_the_same() -> None:
+    """ms = share x the table's step, in report.json, the terminal, markdown and TensorBoard."""
+    from diagnose.renderers.tensorboard import view_scalars
+
+    report = analyze_run(RunDir(DATA / "data_bound"), AnalysisOptions.load())
+    view = ReportView.from_report(report)
+    bd = view.breakdown
+    assert bd is not None
+    window = report.breakdown["window"]["per_step"]  # type: ignore[index]
+    assert (window["statistic"], window["spread"]) == ("mean", "p10-p90")
+    for row in bd.exposed:
+        assert row.mean_ms == pytest.approx(row.share * bd.exposed_step_ms, abs=2e-3)
+        assert row.p10_ms is not None and row.p90_ms is not None and row.p10_ms <= row.p90_ms
+    for phase in bd.phases:
+        assert phase.mean_ms == pytest.approx(phase.share * bd.phase_step_ms, abs=2e-3)
+    terminal = TerminalRenderer(color=False, width=140).render_view(view)
+    markdown = MarkdownRenderer().render(report)
+    scalars = {tag: value for _, tag, value in view_scalars(view)}
+    top = max(bd.listed, key=lambda row: row.share)
+    for text in (terminal, markdown):
+        assert "mean ms/step" in text and "p10–p90 ms" in text and "mean per step = share x" in text
+    line = next(line for line in terminal.splitlines() if top.label in line and "%" in line)
+    assert f"{top.mean_ms:.2f}" in line and f"{top.p10_ms:.2f}–{top.p90_ms:.2f}" in line
+    assert scalars[f"mean/exposed_{top.category}_ms"] == top.mean_ms

@@ -746,3 +746,60 @@ def _sync_stats(
         i = _step_of(starts, steps, t)
         if i is not None:
             steps[i].graph_launches += 1
+
+
+# --- one statistic per table ------------------------------------------------------------------
+
+#: the quantiles of the per-step spread every table shows beside the mean
+SPREAD_QUANTILES = (0.1, 0.9)
+
+
+@dataclass(frozen=True)
+class PerStep:
+    """One category's time per step: the mean, and the p10-p90 range of the steps (µs).
+
+    The mean is the category's share times the reference step, so that a table's ms column and
+    its share column say the same thing (ms = share x step)."""
+
+    mean_us: float
+    low_us: float
+    high_us: float
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default), 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    below = int(pos)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (pos - below)
+
+
+def reference_step_us(bd: Breakdown, view: str = "exposed") -> float:
+    """The step the shares of ``view`` are shares of: the steady (profiler-off) step for the
+    calibrated exposed view, else the profiled window's mean step."""
+    n = len(bd.steps)
+    profiled_mean = bd.total_us / n if n else 0.0
+    if view == "exposed" and bd.trace_exposed_share is not None and bd.profiler_inflation:
+        return profiled_mean / bd.profiler_inflation
+    return profiled_mean
+
+
+def per_step_stats(bd: Breakdown, view: str) -> dict[str, PerStep]:
+    """Mean and spread per category of ``view`` ("exposed" or "phases").
+
+    The spread is read off the profiled steps; when the exposed view was calibrated to the
+    steady state, each category's per-step values are scaled by the same factor as its mean."""
+    shares = bd.exposed_share if view == "exposed" else bd.phase_share
+    step_us = reference_step_us(bd, view)
+    out: dict[str, PerStep] = {}
+    for key, share in shares.items():
+        values = [getattr(s, view).get(key, 0.0) for s in bd.steps]
+        mean_us = share * step_us
+        measured_mean = sum(values) / len(values) if values else 0.0
+        scale = mean_us / measured_mean if measured_mean > 0 else 0.0
+        low, high = (quantile(values, q) * scale for q in SPREAD_QUANTILES)
+        out[key] = PerStep(mean_us, low, high)
+    return out

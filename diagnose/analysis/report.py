@@ -31,7 +31,7 @@ from typing import Any
 
 from diagnose import __version__
 from diagnose.analysis.bare import not_seen_line, trace_only
-from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.breakdown import Breakdown, per_step_stats, quantile, reference_step_us
 from diagnose.analysis.categories import EXPOSED, PHASES, exposed_labels
 from diagnose.analysis.findings import Diagnosis
 from diagnose.analysis.limits import distance_to_limits, limits_to_dict
@@ -198,24 +198,25 @@ def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
+#: a window whose p90 step exceeds its median by this factor is reported as noisy
+NOISY_P90_OVER_MEDIAN = 1.5
 
 
 def _timing(durations_s: list[float], samples: list[int] | None, total_s: float | None = None) -> dict[str, Any]:
-    """Median, p90, steps/s and samples/s of a run of steps."""
+    """Mean with its p10-p90 spread, median, steps/s and samples/s of a run of steps; ``noisy``
+    when the p90 step is over ``NOISY_P90_OVER_MEDIAN`` times the median."""
     if not durations_s:
         return {"steps": 0}
     total = total_s if total_s is not None else sum(durations_s)
+    median = statistics.median(durations_s)
+    p90 = quantile(durations_s, 0.9)
     out: dict[str, Any] = {
         "steps": len(durations_s),
-        "median_step_ms": _round(statistics.median(durations_s) * 1000, 3),
-        "p90_step_ms": _round(_percentile(durations_s, 0.9) * 1000, 3),  # type: ignore[operator]
+        "median_step_ms": _round(median * 1000, 3),
+        "p10_step_ms": _round(quantile(durations_s, 0.1) * 1000, 3),
+        "p90_step_ms": _round(p90 * 1000, 3),
         "mean_step_ms": _round(total / len(durations_s) * 1000, 3),
+        "noisy": bool(median > 0 and p90 > NOISY_P90_OVER_MEDIAN * median),
         "steps_per_s": _round(len(durations_s) / total if total > 0 else None, 3),
         "samples_per_s": None,
     }
@@ -415,12 +416,26 @@ def breakdown_to_dict(bd: Breakdown) -> dict[str, Any]:
                 {k: _round(bd.trace_exposed_share[k], 5) for k in EXPOSED} if bd.trace_exposed_share else None
             ),
             "profiler_inflation": _round(bd.profiler_inflation, 4),
-            "median_ms": {
-                "exposed": {k: _round(bd.median_of("exposed", k) / 1000, 4) for k in EXPOSED},
-                "phases": {k: _round(bd.median_of("phases", k) / 1000, 4) for k in PHASES},
+            # one statistic per table: the mean per step (= share x the step below) and the
+            # p10-p90 range of the steps
+            "per_step": {
+                "statistic": "mean",
+                "spread": "p10-p90",
+                "exposed_step_ms": _round(reference_step_us(bd, "exposed") / 1000, 4),
+                "exposed_basis": "steady" if bd.trace_exposed_share is not None else "profiled",
+                "phase_step_ms": _round(reference_step_us(bd, "phases") / 1000, 4),
+                "exposed": _per_step_dict(bd, "exposed"),
+                "phases": _per_step_dict(bd, "phases"),
             },
             "h2d_pinned_bytes_per_step": bd.median("h2d_pinned_bytes"),
         },
+    }
+
+
+def _per_step_dict(bd: Breakdown, view: str) -> dict[str, dict[str, float | None]]:
+    return {
+        key: {"mean_ms": _round(stat.mean_us / 1000, 4), "p10_ms": _round(stat.low_us / 1000, 4), "p90_ms": _round(stat.high_us / 1000, 4)}
+        for key, stat in per_step_stats(bd, view).items()
     }
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from diagnose.renderers.base import Renderer
-from diagnose.renderers.view import ReportView
-from diagnose.units import human_bytes, percent
+from diagnose.renderers.view import ReportView, exposed_caption, phase_caption
+from diagnose.units import human_bytes, percent, spread_ms
 
 TRUST_NOTE = """\
 **Which numbers to trust.** The `exposed/*` and `phase/*` scalars and this text come from diagnose's
@@ -56,11 +56,18 @@ def _throughput(view: ReportView) -> str:
             continue
         samples = timing.samples_per_s
         rows.append(
-            [label, str(timing.steps), f"{timing.median_step_ms:.2f}", f"{timing.steps_per_s:.2f}", f"{samples:.0f}" if samples else "-"]
+            [
+                label,
+                str(timing.steps),
+                f"{timing.mean_step_ms if timing.mean_step_ms is not None else timing.median_step_ms:.2f}",
+                spread_ms(timing.p10_step_ms, timing.p90_step_ms),
+                f"{timing.steps_per_s:.2f}",
+                f"{samples:.0f}" if samples else "-",
+            ]
         )
     if not rows:
         return ""
-    return "### Throughput\n\n" + _table(["window", "steps", "median ms/step", "steps/s", "samples/s"], rows)
+    return "### Throughput\n\n" + _table(["window", "steps", "mean ms/step", "p10–p90 ms", "steps/s", "samples/s"], rows)
 
 
 def _findings(view: ReportView) -> str:
@@ -84,17 +91,19 @@ def _breakdown(view: ReportView) -> str:
     breakdown = view.breakdown
     if breakdown is None:
         return ""
-    exposed_rows = [[row.label, f"{row.median_ms:.3f}", percent(row.share)] for row in breakdown.listed]
-    phase_header = ["host thread phase", "ms/step", "share"] + (["hidden behind GPU"] if view.on_gpu else [])
+    exposed_rows = [[row.label, f"{row.mean_ms:.3f}", spread_ms(row.p10_ms, row.p90_ms, 3), percent(row.share)] for row in breakdown.listed]
+    phase_header = ["host thread phase", "mean ms/step", "p10–p90 ms", "share"] + (["hidden behind GPU"] if view.on_gpu else [])
     phase_rows = []
     for phase in breakdown.phases:
-        row = [phase.label, f"{phase.median_ms:.3f}", percent(phase.share)]
+        row = [phase.label, f"{phase.mean_ms:.3f}", spread_ms(phase.p10_ms, phase.p90_ms, 3), percent(phase.share)]
         if phase.hidden_share is not None:
             row.append(percent(phase.hidden_share))
         phase_rows.append(row)
     lines = [
         f"### Where a step goes ({len(breakdown.steps)} profiled steps, median {breakdown.median_step_ms:.2f} ms)",
-        _table(["exposed: what limits the step", "ms/step (median)", "share"], exposed_rows),
+        exposed_caption(breakdown.exposed_basis, breakdown.exposed_step_ms),
+        _table(["exposed: what limits the step", "mean ms/step", "p10–p90 ms", "share"], exposed_rows),
+        phase_caption(breakdown.phase_step_ms),
         _table(phase_header, phase_rows),
     ]
     gpu = breakdown.gpu

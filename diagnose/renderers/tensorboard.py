@@ -51,7 +51,7 @@ GPU_STEP_SCALARS = {
     "sync/count": "syncs",
     "sync/blocked_ms": "sync_blocked_ms",
 }
-THROUGHPUT_FIGURES = ("samples_per_s", "steps_per_s", "median_step_ms", "p90_step_ms")
+THROUGHPUT_FIGURES = ("samples_per_s", "steps_per_s", "mean_step_ms", "p10_step_ms", "p90_step_ms", "median_step_ms")
 MEMORY_FIGURES = (
     "peak_allocated_bytes",
     "peak_reserved_bytes",
@@ -152,8 +152,12 @@ def _window_scalars(view: ReportView) -> Iterator[tuple[int, str, Any]]:
         return
     for category in breakdown.categories:
         yield 0, f"share/exposed_{category}", breakdown.share(category)
+    for row in breakdown.exposed:  # the table's own rows: mean = share x its step
+        if row.category in breakdown.categories:
+            yield 0, f"mean/exposed_{row.category}_ms", row.mean_ms
     for phase in breakdown.phases:
         yield 0, f"share/phase_{phase.phase}", phase.share
+        yield 0, f"mean/phase_{phase.phase}_ms", phase.mean_ms
     if breakdown.gpu is not None:
         yield 0, "share/gpu_busy", breakdown.gpu.busy_share
         for phase in breakdown.phases:

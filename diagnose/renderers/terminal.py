@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.renderers.base import Renderer
-from diagnose.renderers.view import FindingRow, ReportView, Timing
-from diagnose.units import human_bytes, percent
+from diagnose.renderers.view import FindingRow, ReportView, Timing, exposed_caption, phase_caption
+from diagnose.units import human_bytes, percent, spread_ms
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
 STYLES: dict[str, tuple[str, str]] = {
@@ -112,31 +112,40 @@ class TerminalRenderer(Renderer):
         c.print(Text("[", style="dim") + bar + Text("]", style="dim"))
 
     def _exposed_table(self, c: Console, v: ReportView) -> None:
+        bd = v.breakdown
+        assert bd is not None
+        c.print(Text(exposed_caption(bd.exposed_basis, bd.exposed_step_ms), style="dim"))
         table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
         table.add_column("", no_wrap=True)
         table.add_column("exposed: what limits the step", no_wrap=True)
-        table.add_column("ms/step", justify="right")
+        table.add_column("mean ms/step", justify="right")
+        table.add_column("p10–p90 ms", justify="right")
         table.add_column("share", justify="right")
-        for row in v.breakdown.listed:  # type: ignore[union-attr]
+        for row in bd.listed:
             style, glyph = STYLES[row.category]
             table.add_row(
                 Text("■" if self.color else glyph, style=style if self.color else ""),
                 row.label,
-                f"{row.median_ms:.2f}",
+                f"{row.mean_ms:.2f}",
+                spread_ms(row.p10_ms, row.p90_ms),
                 percent(row.share),
             )
         c.print(table)
         c.print()
 
     def _phase_table(self, c: Console, v: ReportView) -> None:
+        bd = v.breakdown
+        assert bd is not None
+        c.print(Text(phase_caption(bd.phase_step_ms), style="dim"))
         table = Table(box=None, pad_edge=False, header_style="bold")
         table.add_column("host thread phases", no_wrap=True)
-        table.add_column("ms/step", justify="right")
+        table.add_column("mean ms/step", justify="right")
+        table.add_column("p10–p90 ms", justify="right")
         table.add_column("share", justify="right")
         if v.on_gpu:
             table.add_column("hidden behind GPU", justify="right")
-        for row in v.breakdown.phases:  # type: ignore[union-attr]
-            cells = [row.label, f"{row.median_ms:.2f}", percent(row.share)]
+        for row in bd.phases:
+            cells = [row.label, f"{row.mean_ms:.2f}", spread_ms(row.p10_ms, row.p90_ms), percent(row.share)]
             if row.hidden_share is not None:
                 cells.append(percent(row.hidden_share))
             table.add_row(*cells)
@@ -351,10 +360,15 @@ def _num(value: Any, fmt: str) -> str:
 
 
 def _timing_text(t: Timing) -> Text:
-    parts = [f"{t.median_step_ms:.1f} ms/step median (p90 {t.p90_step_ms:.1f})", f"{t.steps_per_s:.2f} steps/s"]
+    mean = t.mean_step_ms if t.mean_step_ms is not None else t.median_step_ms
+    spread = f"p10–p90 {t.p10_step_ms:.1f}–{t.p90_step_ms:.1f}" if t.p10_step_ms is not None else f"p90 {t.p90_step_ms:.1f}"
+    parts = [f"{mean:.1f} ms/step mean ({spread})", f"{t.steps_per_s:.2f} steps/s"]
     if t.samples_per_s:
         parts.append(f"{t.samples_per_s:.0f} samples/s")
-    return Text(" · ".join(parts))
+    text = Text(" · ".join(parts))
+    if t.noisy:
+        text.append("  noisy: p90 over 1.5x the median", style="yellow")
+    return text
 
 
 def _apportion(shares: dict[str, float], width: int) -> dict[str, int]:

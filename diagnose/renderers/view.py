@@ -67,6 +67,9 @@ class Timing:
     mean_step_ms: float | None
     steps_per_s: float
     samples_per_s: float | None
+    p10_step_ms: float | None = None
+    #: the p90 step is over 1.5x the median (report.NOISY_P90_OVER_MEDIAN)
+    noisy: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,9 @@ class StepRow:
 class ExposedRow:
     category: str
     label: str
-    median_ms: float  # per step
+    mean_ms: float  # per step: share x the table's step (BreakdownView.exposed_step_ms)
+    p10_ms: float | None  # the spread of the steps (None in a report from before it was kept)
+    p90_ms: float | None
     share: float  # of the window
     listed: bool  # holds at least MIN_SHARE_LISTED of the window
     present: bool  # some step has time in it
@@ -122,7 +127,9 @@ class ExposedRow:
 class PhaseRow:
     phase: str
     label: str
-    median_ms: float
+    mean_ms: float  # per step: share x the profiled step (BreakdownView.phase_step_ms)
+    p10_ms: float | None
+    p90_ms: float | None
     share: float
     hidden_share: float | None  # behind GPU work; None on a CPU-only run
 
@@ -166,6 +173,10 @@ class BreakdownView:
     on_gpu: bool
     steps: tuple[StepRow, ...]
     median_step_ms: float
+    #: the step the exposed shares are shares of: "steady" (profiler off, calibrated) or "profiled"
+    exposed_basis: str
+    exposed_step_ms: float
+    phase_step_ms: float  # the profiled window's mean step: phases are not calibrated
     exposed: tuple[ExposedRow, ...]  # every category, display order
     phases: tuple[PhaseRow, ...]
     categories: tuple[str, ...]  # the exposed categories this kind of run can have
@@ -447,6 +458,8 @@ def _timing(timing: Mapping[str, Any] | None) -> Timing | None:
         mean_step_ms=timing.get("mean_step_ms"),
         steps_per_s=timing["steps_per_s"],
         samples_per_s=timing.get("samples_per_s"),
+        p10_step_ms=timing.get("p10_step_ms"),
+        noisy=bool(timing.get("noisy")),
     )
 
 
@@ -493,11 +506,16 @@ def _breakdown(report: Report, labels: Mapping[str, str]) -> BreakdownView:
     on_gpu = report.on_gpu
     steps = tuple(_step(s) for s in data["steps"])
     shares = report.exposed_shares()
+    per_step = _per_step(window, steps, (report.throughput or {}).get("steady") or {})
+    exposed_stats = per_step["exposed"]
+    phase_stats = per_step["phases"]
     exposed = tuple(
         ExposedRow(
             category=cat,
             label=labels[cat],
-            median_ms=window["median_ms"]["exposed"][cat],
+            mean_ms=exposed_stats[cat]["mean_ms"] if cat in exposed_stats else shares[cat] * per_step["exposed_step_ms"],
+            p10_ms=exposed_stats.get(cat, {}).get("p10_ms"),
+            p90_ms=exposed_stats.get(cat, {}).get("p90_ms"),
             share=shares[cat],
             listed=shares[cat] >= MIN_SHARE_LISTED,
             present=any(step.exposed_ms[cat] > 0 for step in steps),
@@ -508,7 +526,13 @@ def _breakdown(report: Report, labels: Mapping[str, str]) -> BreakdownView:
         PhaseRow(
             phase=phase,
             label=PHASE_LABELS[phase],
-            median_ms=window["median_ms"]["phases"][phase],
+            mean_ms=(
+                phase_stats[phase]["mean_ms"]
+                if phase in phase_stats
+                else (report.symptom_value(f"phase.{phase}") or 0.0) * per_step["phase_step_ms"]
+            ),
+            p10_ms=phase_stats.get(phase, {}).get("p10_ms"),
+            p90_ms=phase_stats.get(phase, {}).get("p90_ms"),
             share=report.symptom_value(f"phase.{phase}") or 0.0,
             hidden_share=(report.symptom_value(f"hidden.{phase}") or 0.0) if on_gpu else None,
         )
@@ -528,12 +552,43 @@ def _breakdown(report: Report, labels: Mapping[str, str]) -> BreakdownView:
         on_gpu=on_gpu,
         steps=steps,
         median_step_ms=window["median_step_ms"],
+        exposed_basis=per_step["exposed_basis"],
+        exposed_step_ms=per_step["exposed_step_ms"],
+        phase_step_ms=per_step["phase_step_ms"],
         exposed=exposed,
         phases=phases,
         categories=exposed_categories(on_gpu),
         gpu=gpu,
         median_step=_median_step(steps, exposed, data.get("median_step_timeline"), labels),
     )
+
+
+def _per_step(window: Mapping[str, Any], steps: tuple[StepRow, ...], steady: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The window's per-step statistics; a report written before they were kept (its tables
+    held medians) gets means from its shares, with no spread: over the steady step where its
+    exposed shares were calibrated to it, else over the profiled mean step."""
+    if window.get("per_step"):
+        return window["per_step"]
+    mean_step = sum(step.duration_ms for step in steps) / len(steps) if steps else 0.0
+    calibrated = bool(window.get("trace_exposed_share")) and bool(steady.get("mean_step_ms"))
+    return {
+        "exposed_basis": "steady" if calibrated else "profiled",
+        "exposed_step_ms": steady["mean_step_ms"] if calibrated else mean_step,
+        "phase_step_ms": mean_step,
+        "exposed": {},
+        "phases": {},
+    }
+
+
+def exposed_caption(basis: str, step_ms: float) -> str:
+    """What the exposed table's numbers are, in words every renderer prints above it."""
+    step = f"the {step_ms:.2f} ms steady step (profiler off)" if basis == "steady" else f"the {step_ms:.2f} ms profiled step"
+    return f"mean per step = share x {step}; p10–p90 over the profiled steps"
+
+
+def phase_caption(step_ms: float) -> str:
+    """What the phase table's numbers are (phases are not calibrated: shares of the profiled step)."""
+    return f"mean per step = share x the {step_ms:.2f} ms profiled step; p10–p90 over the profiled steps"
 
 
 def median_of(steps: tuple[StepRow, ...]) -> StepRow:

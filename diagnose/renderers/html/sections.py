@@ -7,8 +7,8 @@ from typing import Any
 
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
-from diagnose.renderers.view import ExperimentRow, FindingRow, ReportView, Timing
-from diagnose.units import human_bytes, ms, percent, plain, rate
+from diagnose.renderers.view import ExperimentRow, FindingRow, ReportView, Timing, exposed_caption, phase_caption
+from diagnose.units import human_bytes, ms, percent, plain, rate, spread_ms
 
 
 def header(view: ReportView) -> Markup:
@@ -79,8 +79,13 @@ def _timing_card(title: str, subtitle: str, timing: Timing | None) -> Markup | N
     headline = f"{rate(samples)} samples/s" if samples else f"{rate(timing.steps_per_s)} steps/s"
     details = [
         f"{rate(timing.steps_per_s)} steps/s" if samples else None,
-        f"median {ms(timing.median_step_ms)} per step (p90 {ms(timing.p90_step_ms)})",
+        (
+            f"mean {ms(timing.mean_step_ms)} per step (p10–p90 {spread_ms(timing.p10_step_ms, timing.p90_step_ms)} ms, median {ms(timing.median_step_ms)})"
+            if timing.mean_step_ms is not None
+            else f"median {ms(timing.median_step_ms)} per step (p90 {ms(timing.p90_step_ms)})"
+        ),
         f"{timing.steps} steps",
+        "noisy: the p90 step is over 1.5x the median" if timing.noisy else None,
     ]
     return el(
         "div",
@@ -156,7 +161,8 @@ def _exposed_table(view: ReportView) -> Markup:
             "tr",
             el("td", swatch(f"c-{row.category}")),
             el("td", row.label),
-            el("td", ms(row.median_ms), class_="num"),
+            el("td", ms(row.mean_ms), class_="num"),
+            el("td", spread_ms(row.p10_ms, row.p90_ms), class_="num"),
             el("td", percent(row.share), class_="num"),
             class_="legend-row",
             data_category=row.category,
@@ -167,10 +173,14 @@ def _exposed_table(view: ReportView) -> Markup:
         "tr",
         el("th", ""),
         el("th", "exposed: what limits the step"),
-        el("th", "median per step", class_="num"),
+        el("th", "mean per step", class_="num"),
+        el("th", "p10–p90 ms", class_="num"),
         el("th", "share of the window", class_="num"),
     )
-    return el("table", el("thead", header_row), el("tbody", rows), class_="grid legend")
+    bd = view.breakdown
+    assert bd is not None
+    caption = el("caption", exposed_caption(bd.exposed_basis, bd.exposed_step_ms))
+    return el("table", caption, el("thead", header_row), el("tbody", rows), class_="grid legend")
 
 
 def _gpu_counters(view: ReportView) -> Markup | None:
@@ -221,7 +231,8 @@ def _phase_table(view: ReportView) -> Markup:
     header_cells = [
         el("th", ""),
         el("th", "host thread phase"),
-        el("th", "median per step", class_="num"),
+        el("th", "mean per step", class_="num"),
+        el("th", "p10–p90 ms", class_="num"),
         el("th", "share", class_="num"),
     ]
     if view.on_gpu:
@@ -231,13 +242,15 @@ def _phase_table(view: ReportView) -> Markup:
         cells = [
             el("td", swatch(f"p-{row.phase}")),
             el("td", row.label),
-            el("td", ms(row.median_ms), class_="num"),
+            el("td", ms(row.mean_ms), class_="num"),
+            el("td", spread_ms(row.p10_ms, row.p90_ms), class_="num"),
             el("td", percent(row.share), class_="num"),
         ]
         if row.hidden_share is not None:
             cells.append(el("td", percent(row.hidden_share), class_="num"))
         rows.append(el("tr", cells))
-    return el("table", el("thead", el("tr", header_cells)), el("tbody", rows), class_="grid legend")
+    caption = el("caption", phase_caption(view.breakdown.phase_step_ms))  # type: ignore[union-attr]
+    return el("table", caption, el("thead", el("tr", header_cells)), el("tbody", rows), class_="grid legend")
 
 
 def hardware_limit(view: ReportView) -> Markup | None:
