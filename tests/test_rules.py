@@ -196,3 +196,50 @@ def test_every_catalog_symptom_has_unit_and_description() -> None:
     for name, (unit, description) in CATALOG.items():
         assert description, name
         assert "." in name
+
+
+WAIT_RULE = """
+id = "MY002"
+title = "Waits for data"
+category = "data"
+why = "A rule over one share."
+says = "waits {exposed.data_wait:%}"
+do = "more workers"
+gain = "1 / (1 - exposed.data_wait)"
+evidence = ["exposed.data_wait"]
+[when]
+all = ["exposed.data_wait >= 0.10"]
+[[examples]]
+symptoms = { "exposed.data_wait" = 0.3 }
+fires = true
+[[examples]]
+symptoms = { "exposed.data_wait" = 0.05 }
+fires = false
+"""
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "high", "fires", "borderline"),
+    [
+        (0.30, 0.25, 0.35, True, False),  # clear: the whole spread is over the threshold
+        (0.11, 0.07, 0.15, True, True),  # fired, but a step at p10 would not: borderline
+        (0.08, 0.05, 0.12, False, True),  # did not fire, but a step at p90 would: a near miss
+        (0.02, 0.01, 0.04, False, False),  # clearly not
+    ],
+)
+def test_a_finding_within_its_symptoms_spread_of_the_threshold_is_borderline(
+    tmp_path: Path, value: float, low: float, high: float, fires: bool, borderline: bool
+) -> None:
+    from diagnose.analysis.symptoms.registry import Symptom, Symptoms
+
+    rule = load_rule_file(_rule(tmp_path, WAIT_RULE))
+    symptoms = Symptoms({"exposed.data_wait": Symptom("exposed.data_wait", value, "share", "", low=low, high=high)})
+    diagnosis = diagnose_symptoms([rule], symptoms)
+    assert [f.rule_id for f in diagnosis.findings] == (["MY002"] if fires else [])
+    if fires:
+        assert diagnosis.findings[0].borderline == (["exposed.data_wait"] if borderline else [])
+        assert diagnosis.borderline == []
+    else:
+        assert len(diagnosis.borderline) == (1 if borderline else 0)
+        if borderline:
+            assert diagnosis.borderline[0].startswith("borderline: MY002") and "exposed.data_wait 5%–12%" in diagnosis.borderline[0]

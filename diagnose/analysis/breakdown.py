@@ -766,6 +766,24 @@ class PerStep:
     high_us: float
 
 
+def one_step(bd: Breakdown, index: int) -> Breakdown:
+    """The breakdown of one of its steps alone (shares of that step, uncalibrated): what the
+    symptoms are computed on to find their step-to-step spread."""
+    step = bd.steps[index]
+    total = step.duration_us or 1.0
+    exposed_share = {k: step.exposed.get(k, 0.0) / total for k in EXPOSED}
+    phase_share = {k: step.phases.get(k, 0.0) / total for k in PHASES}
+    return Breakdown(
+        steps=[step],
+        has_gpu=bd.has_gpu,
+        has_step_marks=bd.has_step_marks,
+        exposed_share=exposed_share,
+        phase_share=phase_share,
+        hidden_share=_hidden(phase_share, exposed_share),
+        dataloader_kinds=bd.dataloader_kinds,
+    )
+
+
 def quantile(values: list[float], q: float) -> float:
     """Linear-interpolated quantile (numpy's default), 0 for no values."""
     if not values:

@@ -15,6 +15,12 @@ Under a training framework (the ``framework.*`` symptoms) a finding's change is 
 for that framework where it has one, and its ``where`` line starts at the user's framework
 object (``lines.framework``: the Trainer, TrainingArguments or Accelerator, and the user's
 ``training_step``), not at the ``.fit()``/``.train()`` call the samples land on.
+
+Each rule's conditions are also evaluated at the edges of its symptoms' step-to-step spread
+(``Symptom.low``/``high``, the p10 and p90 of the steps): a finding that would not fire at one
+edge is ``borderline`` (it says so, naming the symptoms), and a rule that did not fire but would
+at one edge is a near miss (``Diagnosis.borderline``, one line each). Outside that band the same
+script gives the same verdict twice; inside it, a rerun may differ, and the report says so.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ class Finding:
     lines: str | None = None
     #: the training framework whose terms ``do`` is written in (None: plain PyTorch)
     framework: str | None = None
+    #: symptoms whose step-to-step spread reaches the rule's threshold: a rerun may not fire it
+    borderline: list[str] = field(default_factory=list)
     #: the replayed speedup of the fix (None: no transformation, or the model cannot express it)
     predicted: float | None = None
     prediction_note: str | None = None
@@ -87,6 +95,7 @@ class Finding:
             "knobs": self.knobs,
             "lines": self.lines,
             "framework": self.framework,
+            "borderline": self.borderline,
         }
 
 
@@ -103,6 +112,8 @@ class Diagnosis:
     replay: dict[str, Any] | None = None
     #: rules that failed while evaluated on this run, one line each: skipped, never fatal
     skipped: list[str] = field(default_factory=list)
+    #: rules that did not fire but would at an edge of their symptoms' spread: one line each
+    borderline: list[str] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -145,6 +156,30 @@ def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
     )
 
 
+def flips_within_spread(rule: Rule, values: dict[str, float], spreads: dict[str, tuple[float, float]]) -> list[str]:
+    """The symptoms of ``rule``'s conditions that, moved to either edge of their step-to-step
+    spread (one at a time, then all of them to the same side), change whether it fires."""
+    names = sorted(n for n in rule.condition_names() if n in spreads)
+    if not names:
+        return []
+    fires = rule.fires(values)
+    flipping = [n for n in names if any(rule.fires({**values, n: edge}) != fires for edge in spreads[n])]
+    if not flipping:
+        for side in (0, 1):
+            if rule.fires({**values, **{n: spreads[n][side] for n in names}}) != fires:
+                return names
+    return flipping
+
+
+def _spread_text(names: list[str], symptoms: Symptoms) -> str:
+    parts = []
+    for name in names:
+        s = symptoms[name]
+        low, high = s.spread or (s.value, s.value)
+        parts.append(f"{name} {format_value(low, None, s.unit)}–{format_value(high, None, s.unit)}")
+    return ", ".join(parts)
+
+
 def _rank_key(f: Finding) -> tuple[int, float]:
     expected = f.expected
     return (0, -expected) if expected is not None else (1, 0.0)
@@ -179,6 +214,7 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predicto
     considered: list[str] = []
     skipped: list[str] = []
     floor = max(MIN_GAIN - 1, predictor.spread if predictor is not None else 0.0)
+    spreads = symptoms.spreads()
 
     def skip(rule: Rule, exc: Exception) -> None:
         # rule files are checked at load time; what still fails on this run's values costs
@@ -193,6 +229,19 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predicto
         except Exception as exc:  # noqa: BLE001 - see skip()
             skip(rule, exc)
     superseded = superseded_by(fired)
+    fired_ids = {rule.id for rule in fired}
+    near_misses = []
+    for rule in rules:
+        if rule.kind == "problem" and rule.id not in fired_ids:
+            try:
+                flipping = flips_within_spread(rule, values, spreads)
+            except Exception:  # noqa: BLE001 - a rule that fails on this run was skipped above
+                continue
+            if flipping:
+                near_misses.append(
+                    f"borderline: {rule.id} ({rule.title}) did not fire, but would within the steps' spread of "
+                    f"{_spread_text(flipping, symptoms)}"
+                )
     for rule in fired:
         if rule.id in superseded:
             continue
@@ -201,6 +250,7 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predicto
         except Exception as exc:  # noqa: BLE001 - see skip()
             skip(rule, exc)
             continue
+        finding.borderline = flips_within_spread(rule, values, spreads)
         if finding.gain is not None and finding.gain < MIN_GAIN:
             dropped.append(rule.id)
             continue
@@ -229,4 +279,5 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predicto
         considered=considered,
         replay=predictor.to_dict() if predictor is not None else None,
         skipped=skipped,
+        borderline=near_misses,
     )

@@ -78,6 +78,8 @@ class Report:
     findings_not_shown: int = 0
     #: fixes that fired but were predicted to gain less than the spread, one line each
     considered: list[str] = field(default_factory=list)
+    #: rules that did not fire but would within their symptoms' step-to-step spread, one line each
+    borderline: list[str] = field(default_factory=list)
     #: the replay of the unchanged step against the measured one, and the prediction settings
     replay: dict[str, Any] | None = None
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
@@ -264,9 +266,7 @@ def build_report(
     if breakdown is not None and breakdown.steps:
         report.breakdown = breakdown_to_dict(breakdown)
         report.warnings.extend(breakdown.notes)
-    report.symptoms = {
-        name: {"value": _round(s.value, 6), "unit": s.unit, "description": s.description} for name, s in symptoms.items()
-    }
+    report.symptoms = {name: _symptom_dict(s) for name, s in symptoms.items()}
     report.limits = limits_to_dict(distance_to_limits(breakdown, record, meta), record)
     if diagnosis is not None:
         findings = [f.to_dict() for f in diagnosis.findings]
@@ -276,10 +276,18 @@ def build_report(
         report.next_steps = [f.to_dict() for f in diagnosis.next_steps]
         report.considered = list(diagnosis.considered)
         report.warnings.extend(diagnosis.skipped)
+        report.borderline = list(diagnosis.borderline)
         report.replay = diagnosis.replay
         report.healthy = diagnosis.healthy and report.breakdown is not None
         report.verdict = _verdict(report, diagnosis, breakdown)
     return report
+
+
+def _symptom_dict(symptom: Any) -> dict[str, Any]:
+    out = {"value": _round(symptom.value, 6), "unit": symptom.unit, "description": symptom.description}
+    if symptom.spread is not None:  # the p10-p90 of the steps, centred on the value
+        out["low"], out["high"] = _round(symptom.low, 6), _round(symptom.high, 6)
+    return out
 
 
 def _status(report: Report, record: RunRecord | None) -> None:
@@ -449,6 +457,8 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
         bound = f" (up to {top.gain:.2f}x faster)" if top.gain else ""
         if top.predicted is not None:
             bound = f" (predicted {top.predicted:.2f}x faster, at most {top.gain:.2f}x)" if top.gain else f" (predicted {top.predicted:.2f}x faster)"
+        if top.borderline:
+            bound += "; borderline: its evidence lies within the steps' spread of the threshold, a rerun may differ"
         return f"{top.title}{bound}."
     assert breakdown is not None  # a report has a breakdown exactly when the analysis had one
     if not breakdown.has_gpu:
@@ -460,4 +470,6 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
     precision = report.symptom_value("gpu.reduced_precision_share")
     if precision is not None and precision >= 0.5:
         what += f", {percent(precision, 0)} of matmul time in bf16/fp16"
+    if diagnosis.borderline:
+        what += f"; borderline: {len(diagnosis.borderline)} rule(s) would fire within the steps' spread, a rerun may differ"
     return f"No bottleneck found: {what}."

@@ -371,6 +371,14 @@ class Rule:
             return self.do_by_framework[framework], framework
         return self.do, None
 
+    def condition_names(self) -> set[str]:
+        """The symptoms the rule's conditions read."""
+        out: set[str] = set()
+        for condition in (*self.all_of, *self.any_of, *self.none_of):
+            _, left, right = condition.tree
+            out |= names_in(left) | names_in(right)
+        return out
+
     def gain(self, values: Mapping[str, float]) -> float | None:
         if self.gain_tree is None:
             return None

@@ -251,6 +251,8 @@ class TerminalRenderer(Renderer):
             c.print(Text(f"... and {v.findings_not_shown} more (--all shows every finding)", style="dim"))
         for line in v.considered:
             c.print(Text(line, style="dim"))
+        for line in v.borderline:
+            c.print(Text(line, style="yellow"))
         if v.replay:
             rp = v.replay
             c.print(Text(
@@ -272,6 +274,11 @@ class TerminalRenderer(Renderer):
         c.print(Text(f"    {f.says}"))
         if f.evidence:
             c.print(Text("    evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in f.evidence), style="dim"))
+        if f.borderline:
+            c.print(Text(
+                f"    borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not fire it",
+                style="yellow",
+            ))
         if f.lines:
             c.print(Text(f"    where: {f.lines}", style="yellow"))
         for line in f.do.splitlines():

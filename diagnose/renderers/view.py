@@ -254,6 +254,8 @@ class FindingRow:
     lines: str | None
     references: tuple[str, ...]
     knobs: Mapping[str, str]
+    #: symptoms whose step-to-step spread reaches the rule's threshold (a rerun may not fire it)
+    borderline: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -363,6 +365,8 @@ class ReportView:
     findings_not_shown: int
     #: fixes that fired but were left out, predicted under the step-to-step spread: one line each
     considered: tuple[str, ...]
+    #: rules that did not fire but would within the steps' spread: one line each
+    borderline: tuple[str, ...]
     replay: ReplayView | None
     experiments: ExperimentsView | None
     config: ConfigView
@@ -403,6 +407,7 @@ class ReportView:
             next_steps=tuple(_finding(f, report) for f in report.next_steps),
             findings_not_shown=report.findings_not_shown,
             considered=tuple(report.considered),
+            borderline=tuple(report.borderline),
             replay=_replay(report.replay),
             experiments=_experiments(report.experiments, labels),
             config=_config(report),
@@ -646,7 +651,10 @@ def _finding(finding: Mapping[str, Any], report: Report) -> FindingRow:
     for name in finding.get("evidence") or []:
         symptom = report.symptoms.get(name) or {}
         value, unit = symptom.get("value"), symptom.get("unit", "")
-        evidence.append(EvidenceRow(name, value, unit, format_value(value, None, unit), symptom.get("description", "")))
+        text = format_value(value, None, unit)
+        if symptom.get("low") is not None and symptom.get("high") is not None:
+            text += f" (p10–p90 {format_value(symptom['low'], None, unit)}–{format_value(symptom['high'], None, unit)})"
+        evidence.append(EvidenceRow(name, value, unit, text, symptom.get("description", "")))
     return FindingRow(
         rule=finding["rule"],
         title=finding["title"],
@@ -661,6 +669,7 @@ def _finding(finding: Mapping[str, Any], report: Report) -> FindingRow:
         lines=finding.get("lines"),
         references=tuple(finding.get("references") or ()),
         knobs=dict(finding.get("knobs") or {}),
+        borderline=tuple(finding.get("borderline") or ()),
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.breakdown import SPREAD_QUANTILES, Breakdown, one_step
 from diagnose.analysis.ranks import RankSet
 from diagnose.analysis.symptoms import compiled, copies, dataloader, distributed, environment, exposed, frameworks, gpu, limits, lines, memory, optimizer, syncs
 from diagnose.analysis.symptoms.dataloader import suggest_num_workers
@@ -37,15 +37,29 @@ CATALOG = MappingProxyType({d.name: (d.unit, d.description) for d in DEFINITIONS
 def compute_symptoms(
     breakdown: Breakdown | None, record: RunRecord | None, meta: TraceMeta | None = None, ranks: RankSet | None = None
 ) -> Symptoms:
+    """The symptoms of the window; with three profiled steps or more, each also carries its
+    step-to-step spread (the same symptom computed on each step alone), which the findings use
+    to tell a clear verdict from a borderline one."""
     steps = breakdown if breakdown is not None and breakdown.steps else None
-    inputs = {
+    window = evaluate(DEFINITIONS, _inputs(steps, record, meta, ranks))
+    if steps is None or len(steps.steps) < MIN_STEPS_FOR_SPREAD:
+        return window
+    per_step = [evaluate(DEFINITIONS, _inputs(one_step(steps, i), record, meta, None)) for i in range(len(steps.steps))]
+    return window.with_spreads(per_step, SPREAD_QUANTILES)
+
+
+#: fewer profiled steps than this give no spread worth the name
+MIN_STEPS_FOR_SPREAD = 3
+
+
+def _inputs(steps: Breakdown | None, record: RunRecord | None, meta: TraceMeta | None, ranks: RankSet | None) -> dict[str, object]:
+    return {
         "steps": steps,
         "gpu": steps if steps is not None and steps.has_gpu else None,
         "record": record,
         "meta": meta,
         "ranks": ranks,
     }
-    return evaluate(DEFINITIONS, inputs)
 
 
 def symptoms_from_values(values: dict[str, float]) -> Symptoms:

@@ -133,6 +133,14 @@ class Symptom:
     value: float
     unit: str
     description: str
+    #: the value's step-to-step spread: the p10 and p90 of its per-step values, moved to sit
+    #: around ``value`` (None when it does not vary from step to step, or was not measured per step)
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        return (self.low, self.high) if self.low is not None and self.high is not None else None
 
 
 class Symptoms(Mapping[str, Symptom]):
@@ -153,6 +161,37 @@ class Symptoms(Mapping[str, Symptom]):
 
     def values_by_name(self) -> dict[str, float]:
         return {name: s.value for name, s in self._items.items()}
+
+    def spreads(self) -> dict[str, tuple[float, float]]:
+        """(low, high) of each symptom that varies from step to step."""
+        return {name: s.spread for name, s in self._items.items() if s.spread is not None}
+
+    def with_spreads(self, per_step: list[Symptoms], quantiles: tuple[float, float]) -> Symptoms:
+        """These symptoms, each with the spread of its values over ``per_step`` (the same
+        symptoms computed on each step alone), centred on this value: low = value - (mean - p10),
+        high = value + (p90 - mean). Centred, because the window's value may be calibrated to
+        the steady state while the steps are not."""
+        items: dict[str, Symptom] = {}
+        for name, symptom in self._items.items():
+            values = [step[name].value for step in per_step if name in step]
+            if len(values) < 2 or max(values) == min(values):
+                items[name] = symptom
+                continue
+            mean = sum(values) / len(values)
+            low, high = (_quantile(values, q) for q in quantiles)
+            items[name] = Symptom(
+                name, symptom.value, symptom.unit, symptom.description,
+                low=symptom.value - (mean - low), high=symptom.value + (high - mean),
+            )
+        return Symptoms(items, self.texts)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    below = int(pos)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (pos - below)
 
 
 def evaluate(ordered: tuple[Definition, ...], inputs: Mapping[str, Any]) -> Symptoms:

@@ -364,6 +364,7 @@ def findings(view: ReportView) -> Markup:
         body.append(el("p", "No problem found.", class_="muted"))
     if view.findings_not_shown:
         body.append(el("p", f"... and {view.findings_not_shown} more (--all shows every finding).", class_="muted"))
+    body += [el("p", line, class_="borderline") for line in view.borderline]
     if view.next_steps:
         body.append(el("h3", "What would be next"))
         body += [_finding(i, f) for i, f in enumerate(view.next_steps, 1)]
@@ -381,6 +382,12 @@ def _finding(rank: int, finding: FindingRow) -> Markup:
         class_="finding-head",
     )
     parts = [heading, el("p", finding.says)]
+    if finding.borderline:
+        parts.append(el(
+            "p",
+            f"borderline: {', '.join(finding.borderline)} within the steps' spread of the threshold; a rerun may not fire it",
+            class_="borderline",
+        ))
     if finding.lines:
         parts.append(el("p", el("strong", "where: "), el("code", finding.lines), class_="where"))
     if finding.evidence:
