@@ -231,6 +231,9 @@ class RunRecord:
     samples_per_step: list[int] = field(default_factory=list)
     profiled_steps: int = 0
     timed_steps: int = 0
+    #: steps after the window left untimed: they drew the batches the DataLoader workers had
+    #: queued during the (slower) profiled steps
+    timed_skipped: int = 0
     timed_seconds: float | None = None
     timed_samples: int | None = None
     trace_files: list[str] = field(default_factory=list)
@@ -280,6 +283,14 @@ class RunRecord:
 
     def durations_between(self, first: int, count: int) -> list[float]:
         return self.step_durations()[first : first + count]
+
+    def first_timed_step(self) -> int:
+        """The first step timed with the profiler off (after the untimed prefetched ones)."""
+        return WindowPlan(**self.plan).first_timed + self.timed_skipped if self.plan else 0
+
+    def steady_durations(self) -> list[float]:
+        """The timed steps' durations (profiler off), in seconds."""
+        return self.durations_between(self.first_timed_step(), self.timed_steps) if self.timed_steps else []
 
     def train_loader(self) -> DataLoaderInfo | None:
         """The DataLoader the profiled steps drew from (the most fetches in the window)."""

@@ -110,6 +110,14 @@ class Case:
 
 
 GPU = _breakdown()
+# four 1 ms steps: one waits 600 us for data, one 40 us (under 5% of its step: not a wait), two none
+BURSTY = Breakdown(
+    steps=[
+        StepBreakdown(i, i * 1000.0, 1000.0, phases={}, exposed={"data_wait": wait}) for i, wait in enumerate((600.0, 40.0, 0.0, 0.0))
+    ],
+    has_gpu=False, has_step_marks=True, exposed_share={c: 0.16 if c == "data_wait" else 0.0 for c in EXPOSED},
+    phase_share=dict(PHASE_SHARE), hidden_share=dict(HIDDEN_SHARE),
+)
 SYNC_SITES = [
     {"site": "/a/train.py:10", "code": "loss.item()", "kind": "item", "count": 4, "blocked_ms_per_step": 0.5},
     {"site": "/a/train.py:12", "code": "x.to(dev)", "kind": "blocking copy", "count": 2},
@@ -220,6 +228,7 @@ CASES = {
         Case("a record without a DataLoader", breakdown=_breakdown(kinds={"multi": 2}), record=_record(), expected={
             "dataloader.present": 0, "dataloader.single_process": 0,
         }),
+        Case("one step in four waits long: bursty", breakdown=BURSTY, expected={"data.waiting_steps": 0.25}),
     ],
     "memory": [
         Case("an eighth of 80 GB reserved", record=_record(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ from diagnose.analysis.categories import EXPOSED, PHASES
 from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
-from diagnose.analysis.report import REPORT_SCHEMA, Report
+from diagnose.analysis.report import REPORT_SCHEMA, Report, build_report
+from diagnose.analysis.symptoms import Symptoms
+from diagnose.record import RunRecord, WindowPlan
 from diagnose.renderers.markdown import MarkdownRenderer
 from diagnose.renderers.terminal import TerminalRenderer
 from diagnose.renderers.view import (
@@ -263,3 +266,33 @@ def test_each_table_row_is_one_statistic_and_every_renderer_shows_the_same() -> 
     line = next(line for line in terminal.splitlines() if top.label in line and "%" in line)
     assert f"{top.mean_ms:.2f}" in line and f"{top.p10_ms:.2f}–{top.p90_ms:.2f}" in line
     assert scalars[f"mean/exposed_{top.category}_ms"] == top.mean_ms
+
+
+def _record_with_steps(durations_ms: list[float], timed_skipped: int) -> RunRecord:
+    """A record of warm-up 1, profiled 2, timed 4 steps, the given step times."""
+    boundaries = [0.0]
+    for d in durations_ms:
+        boundaries.append(boundaries[-1] + d / 1000)
+    plan = WindowPlan(warmup=1, steps=2, timed=4)
+    first = plan.first_timed + timed_skipped
+    return RunRecord(
+        plan=asdict(plan), boundaries_s=boundaries, samples_per_step=[8] * len(durations_ms), profiled_steps=2,
+        timed_steps=4, timed_skipped=timed_skipped, timed_seconds=(boundaries[first + 4] - boundaries[first]),
+    )
+
+
+def test_the_steady_state_leaves_out_the_batches_the_workers_queued() -> None:
+    # warm-up 10, profiled 30 30, export 500, then 4 fast steps on queued batches, then the real 20s
+    durations = [10, 30, 30, 500, 2, 2, 2, 2, 20, 20, 20, 20]
+    skipped = build_report(record=_record_with_steps(durations, 4), meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None)
+    assert skipped.throughput["steady"]["mean_step_ms"] == pytest.approx(20.0)
+    assert skipped.throughput["steady"]["samples_per_s"] == pytest.approx(400.0)
+    naive = build_report(record=_record_with_steps(durations, 0), meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None)
+    assert naive.throughput["steady"]["mean_step_ms"] == pytest.approx(2.0)  # what the queued batches made it look
+
+
+def test_a_noisy_window_is_reported_as_such() -> None:
+    durations = [10, 30, 30, 500, 20, 20, 20, 60]  # p90 over 1.5x the median
+    report = build_report(record=_record_with_steps(durations, 0), meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None)
+    assert report.throughput["steady"]["noisy"]
+    assert any(w.startswith("noisy steady state") for w in report.warnings)

@@ -19,7 +19,7 @@ from diagnose.errors import TraceError, UsageError
 from diagnose.analysis.findings import DEFAULT_LIMIT, diagnose_symptoms
 from diagnose.analysis.predict import Predictor, step_spread
 from diagnose.analysis.replay import StepModel, build_model, host_code_scale, replay_check
-from diagnose.record import RunRecord, WindowPlan
+from diagnose.record import RunRecord
 from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.rules import Rule, load_rules
@@ -149,7 +149,7 @@ def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown:
     check = replay_check(model)
     steady_durations: list[float] = []
     if record is not None and record.timed_steps and record.plan:
-        steady_durations = record.durations_between(WindowPlan(**record.plan).first_timed, record.timed_steps)
+        steady_durations = record.steady_durations()
     durations = steady_durations if len(steady_durations) >= 2 else list(model.step_durations_us)
     return Predictor(model, check, host_code_scale(model, check, _steady_step_us(record)), step_spread(durations))
 

@@ -268,6 +268,7 @@ def build_report(
         report.warnings.extend(breakdown.notes)
     report.symptoms = {name: _symptom_dict(s) for name, s in symptoms.items()}
     report.limits = limits_to_dict(distance_to_limits(breakdown, record, meta), record)
+    report.warnings.extend(_steadiness_notes(report))
     if diagnosis is not None:
         findings = [f.to_dict() for f in diagnosis.findings]
         shown = findings if limit is None else findings[:limit]
@@ -281,6 +282,31 @@ def build_report(
         report.healthy = diagnosis.healthy and report.breakdown is not None
         report.verdict = _verdict(report, diagnosis, breakdown)
     return report
+
+
+#: the input pipeline is called bursty when data waits hold at least this share of the window
+#: while at most ``BURSTY_WAITING_STEPS`` of the steps waited
+BURSTY_DATA_WAIT = 0.05
+BURSTY_WAITING_STEPS = 0.5
+
+
+def _steadiness_notes(report: Report) -> list[str]:
+    """Say when the numbers vary too much from step to step to be read as one figure."""
+    notes = []
+    for window, timing in (("steady state", report.throughput.get("steady")), ("profiled window", report.throughput.get("profiled"))):
+        if timing and timing.get("noisy"):
+            notes.append(
+                f"noisy {window}: the p90 step ({timing['p90_step_ms']:.1f} ms) is over {NOISY_P90_OVER_MEDIAN}x the median "
+                f"({timing['median_step_ms']:.1f} ms); the mean, its spread and the verdict may differ on a rerun"
+            )
+    waiting, wait = report.symptom_value("data.waiting_steps"), report.symptom_value("exposed.data_wait")
+    if waiting is not None and wait is not None and wait >= BURSTY_DATA_WAIT and waiting <= BURSTY_WAITING_STEPS:
+        notes.append(
+            f"bursty input pipeline: {percent(waiting, 0)} of the steps waited for data, for {percent(wait, 0)} of the "
+            "window's time; the others found their batch ready (periodic long waits: a slow worker, a slow shard, "
+            "or workers that fall behind and catch up)"
+        )
+    return notes
 
 
 def _symptom_dict(symptom: Any) -> dict[str, Any]:
@@ -377,8 +403,8 @@ def _throughput(report: Report, record: RunRecord | None, breakdown: Breakdown |
         durations = record.durations_between(plan_warmup, record.profiled_steps)
         out["profiled"] = _timing(durations, record.samples_per_step[plan_warmup:])
     if record is not None and record.timed_seconds:
-        first = WindowPlan(**record.plan).first_timed
-        durations = record.durations_between(first, record.timed_steps)
+        first = record.first_timed_step()
+        durations = record.steady_durations()
         samples = record.samples_per_step[first : first + record.timed_steps]
         out["steady"] = _timing(durations, samples, total_s=record.timed_seconds)
     elif record is not None and record.completed_steps():

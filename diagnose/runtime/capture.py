@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,6 +55,7 @@ class CaptureSession:
         progress: Progress,
         window: WindowListener,
         rank: int | None = None,
+        prefetched: Callable[[], int] | None = None,
     ) -> None:
         self.plan = plan
         self.run_dir = run_dir
@@ -64,6 +66,11 @@ class CaptureSession:
         self.trace_files: list[str] = []
         self.timed_start: float | None = None
         self.timed_end: float | None = None
+        #: how many batches the DataLoader workers can hold queued (num_workers x prefetch_factor)
+        self.prefetched = prefetched or (lambda: 0)
+        #: steps after the window that are not timed: they drew batches the workers queued
+        #: while the slower profiled steps ran, which would overstate the steady state
+        self.timed_skip = 0
         self.window_closed = False
         #: whether the current step is a profiled one (the listener was told it opened)
         self.in_window = False
@@ -119,6 +126,7 @@ class CaptureSession:
         self._drop_profiler()
         self.boundaries = []
         self.timed_start = self.timed_end = None
+        self.timed_skip = 0
         self.window_closed = False
 
     def on_boundary(self, now: float) -> None:
@@ -142,10 +150,12 @@ class CaptureSession:
         if plan.in_window(k) and not self.in_window and not self.window_closed:
             self.in_window = True
             self.window.window_opened()
-        if k == plan.first_timed:
+        if k == plan.window_end + 1 and not self.timed_skip:
+            self.timed_skip = max(0, int(self.prefetched()))
+        if k == plan.first_timed + self.timed_skip:
             self._synchronize()
             self.timed_start = time.perf_counter()
-        if k == plan.last_boundary:
+        if k == plan.last_boundary + self.timed_skip:
             self._synchronize()
             self.timed_end = time.perf_counter()
             self.finished = True
@@ -283,10 +293,15 @@ class CaptureSession:
             if k == plan.warmup:
                 self.progress.phase(f"profiling steps {plan.warmup}-{plan.window_end - 1}")
             self.progress.step(f"profiling step {k - plan.warmup + 1}/{plan.steps}")
-        elif k >= plan.first_timed:
+        elif plan.first_timed <= k < plan.first_timed + self.timed_skip:
             if k == plan.first_timed:
+                self.progress.phase(f"drawing the {self.timed_skip} batches the DataLoader workers queued during the window")
+            self.progress.step(f"untimed step {k - plan.first_timed + 1}/{self.timed_skip}")
+        elif k >= plan.first_timed:
+            first = plan.first_timed + self.timed_skip
+            if k == first:
                 self.progress.phase(f"timing {plan.timed} steps with the profiler off")
-            self.progress.step(f"timed step {k - plan.first_timed + 1}/{plan.timed}")
+            self.progress.step(f"timed step {k - first + 1}/{plan.timed}")
 
     # --- results --------------------------------------------------------------------------------
 

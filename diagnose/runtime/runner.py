@@ -152,7 +152,7 @@ class _ScriptRun:
             knobs=knobs.as_dict() if knobs is not None else {},
         )
         self.t0 = time.perf_counter()
-        self.session = CaptureSession(plan, run_dir, progress, window=self, rank=rank)
+        self.session = CaptureSession(plan, run_dir, progress, window=self, rank=rank, prefetched=self._prefetched_batches)
         self.clock = StepClock(on_boundary=self._on_boundary, on_reset=self.session.on_reset)
         self.instrumentation = Instrumentation(self.clock, knobs=knobs)
         self.instrumentation.on_oom = self._on_oom
@@ -332,8 +332,9 @@ class _ScriptRun:
         record.trace_files = list(session.trace_files)
         if session.timed_start is not None and session.timed_end is not None:
             record.timed_steps = plan.timed
+            record.timed_skipped = session.timed_skip
             record.timed_seconds = session.timed_end - session.timed_start
-            timed = record.samples_per_step[plan.timed_slice()]
+            timed = record.samples_per_step[record.first_timed_step() : record.first_timed_step() + plan.timed]
             record.timed_samples = sum(timed) if timed and all(timed) else None
         record.warnings.extend(session.notes)
         record.dataloaders = list(self.instrumentation.dataloaders.values())
@@ -346,6 +347,16 @@ class _ScriptRun:
         record.ended_at = _now()
         record.wall_s = time.perf_counter() - self.t0
         self.run_dir.save_record(record, self.rank)
+
+    def _prefetched_batches(self) -> int:
+        """Batches the training DataLoader's workers can hold queued: its workers times its
+        prefetch factor (torch's default 2), 0 without workers."""
+        loaders = list(self.instrumentation.dataloaders.values())
+        self.record.dataloaders = loaders
+        loader = self.record.train_loader()
+        if loader is None or not loader.num_workers or not loader.fetches_in_window:
+            return 0
+        return loader.num_workers * (loader.prefetch_factor or 2)
 
     def _hard_exit(self, code: int = 0) -> None:
         """``os._exit`` skips every ``finally``: save the capture first, then really exit. Forked

@@ -166,3 +166,19 @@ def suggest_num_workers(cpus: int | None, workers: int, exposed_wait: float, pha
     else:
         needed = math.ceil(workers / max(1.0 - exposed_wait, MIN_REST_SHARE)) + 1
     return int(min(limit, max(needed, workers + 1, 2)))
+
+
+#: a step "waited" for data when its exposed data wait is at least this share of the step
+WAITED_SHARE_OF_STEP = 0.05
+
+
+@symptom(
+    "data.waiting_steps", "share",
+    "share of profiled steps that waited for data (exposed data wait of 5% of the step or more); "
+    "low beside a large exposed.data_wait means a bursty input pipeline: periodic long waits",
+)
+def waiting_steps(steps: Breakdown) -> float | None:
+    if len(steps.steps) < 2:
+        return None
+    waited = [s for s in steps.steps if s.duration_us and s.exposed.get("data_wait", 0.0) >= WAITED_SHARE_OF_STEP * s.duration_us]
+    return len(waited) / len(steps.steps)
