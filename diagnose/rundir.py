@@ -10,15 +10,21 @@ Layout (``tensorboard --logdir runs`` finds every run)::
 
     runs/<script>-<YYYYmmdd-HHMMSS>/
         <host>_<pid>.<ms>.pt.trace.json.gz   the torch.profiler trace that run.json names
-        run.json                               what the runner saw (schema diagnose.run/1)
-        report.json                            the analysis (schema diagnose.report/2)
+        diagnose/run.json                      what the runner saw (schema diagnose.run/1)
+        diagnose/report.json                   the analysis (schema diagnose.report/2)
         report.html                            with --html
-        events.out.tfevents.*.diagnose         TensorBoard scalars and text
+        events.out.tfevents.*.diagnose         TensorBoard scalars and text (runs that measured steps)
         workers/worker-<pid>.json              DataLoader worker samples (line attribution)
         <label>/                               verify and sweep: one run directory per run
         sweep.png                              sweep: throughput and memory per point
 
-A distributed run holds one set per rank instead: ``rank<R>.run.json``,
+The traces are the only ``*.json``/``*.json.gz`` files at the top: HTA's
+``TraceAnalysis(trace_dir=RUN_DIR)`` reads every such file there as a trace, torch-tb-profiler
+and Perfetto take the ``*.pt.trace.json.gz`` files as they are. Our own files live in
+``diagnose/``. Run directories written before that layout (run.json and report.json at the top)
+are still read: each file is looked up in ``diagnose/`` first, then at the top.
+
+A distributed run holds one set per rank instead: ``diagnose/rank<R>.run.json``,
 ``rank<R>_<host>_<pid>.<ms>.pt.trace.json.gz`` and ``workers-rank<R>/``; ``report.json`` is the
 ranks' merged report.
 """
@@ -42,6 +48,8 @@ from diagnose.record import RunRecord
 if TYPE_CHECKING:
     from diagnose.analysis.report import Report
 
+#: the subfolder of diagnose's own files (kept away from the traces that other tools read)
+OWN_FILES = "diagnose"
 RUN_JSON = "run.json"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -128,12 +136,22 @@ class RunDir:
 
     # --- names --------------------------------------------------------------------------------
 
+    @property
+    def own_path(self) -> Path:
+        """``diagnose/``: run.json and report.json, where no trace reader looks."""
+        return self.path / OWN_FILES
+
     def record_path(self, rank: int | None = None) -> Path:
-        return self.path / (RUN_JSON if rank is None else f"{_rank_prefix(rank)}.{RUN_JSON}")
+        """Where the record is (an older layout's, when only that one exists), else where it goes."""
+        return self._existing(RUN_JSON if rank is None else f"{_rank_prefix(rank)}.{RUN_JSON}")
 
     @property
     def report_path(self) -> Path:
-        return self.path / REPORT_JSON
+        return self._existing(REPORT_JSON)
+
+    def _existing(self, name: str) -> Path:
+        own, legacy = self.own_path / name, self.path / name
+        return legacy if legacy.is_file() and not own.is_file() else own
 
     @property
     def html_path(self) -> Path:
@@ -160,8 +178,8 @@ class RunDir:
 
     def ranks(self) -> list[int]:
         """The ranks that saved a record here (empty for a single-process run)."""
-        found = (_RANK_RECORD.match(p.name) for p in self.path.iterdir()) if self.path.is_dir() else ()
-        return sorted(int(m.group(1)) for m in found if m)
+        names = [p.name for folder in (self.own_path, self.path) if folder.is_dir() for p in folder.iterdir()]
+        return sorted({int(m.group(1)) for m in map(_RANK_RECORD.match, names) if m})
 
     def traces(self, rank: int | None = None) -> list[Path]:
         """Trace files in the folder (one rank's with ``rank``), sorted by name."""
@@ -214,6 +232,7 @@ class RunDir:
 
     def save_record(self, record: RunRecord, rank: int | None = None) -> Path:
         path = self.record_path(rank)
+        path.parent.mkdir(exist_ok=True)
         record.save(path)
         return path
 
@@ -253,6 +272,7 @@ class RunDir:
     @staticmethod
     def _write(path: Path, write: Callable[[Path], object]) -> Path:
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             write(path)
         except OSError as exc:
             raise OutputError(f"cannot write {path}: {exc.strerror}") from exc

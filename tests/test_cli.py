@@ -40,7 +40,8 @@ def test_run_writes_the_run_directory_and_prints_the_report(finished_run) -> Non
     assert proc.returncode == 0, proc.stderr
     run_dir = folder / "runs" / "first"
     names = sorted(p.name for p in run_dir.iterdir())
-    assert "run.json" in names and "report.json" in names
+    assert sorted(p.name for p in (run_dir / "diagnose").iterdir()) == ["report.json", "run.json"]
+    assert [n for n in names if n.endswith((".json", ".gz"))] == [n for n in names if n.endswith(".pt.trace.json.gz")]
     (trace,) = [n for n in names if n.endswith(".pt.trace.json.gz")]
     assert re.fullmatch(r".+_\d+\.\d+\.pt\.trace\.json\.gz", trace)
     assert any(n.startswith("events.out.tfevents.") for n in names)
@@ -48,7 +49,7 @@ def test_run_writes_the_run_directory_and_prints_the_report(finished_run) -> Non
     for text in ("Where a step goes", "Steady state (profiler off, 5 steps)", "host thread phases", "CPU only, no GPU used"):
         assert text in out, text
     assert "samples/s" in out and "batch: 32 samples per step" in out
-    report = json.loads((run_dir / "report.json").read_text())
+    report = json.loads((run_dir / "diagnose" / "report.json").read_text())
     assert report["schema"] == "diagnose.report/2"
     assert report["status"]["state"] == "stopped"
     assert report["throughput"]["steady"]["steps"] == 5
@@ -63,7 +64,7 @@ def test_run_writes_the_run_directory_and_prints_the_report(finished_run) -> Non
 @pytest.mark.slow
 def test_analyze_a_saved_run_again(finished_run) -> None:
     folder, _ = finished_run
-    before = json.loads((folder / "runs/first/report.json").read_text())
+    before = json.loads((folder / "runs/first/diagnose/report.json").read_text())
     proc = diagnose("analyze", "--json", "runs/first", cwd=folder)
     assert proc.returncode == 0, proc.stderr
     again = json.loads(proc.stdout)

@@ -117,10 +117,11 @@ def test_nproc_per_node_launches_through_torchrun_and_merges(tmp_path: Path) -> 
     assert report["distributed"]["straggler"]["rank"] == 1
     assert report["findings"][0]["rule"] == "DIST003"
     names = sorted(p.name for p in (tmp_path / "run").iterdir())
-    assert {"rank0.run.json", "rank1.run.json", "report.json"} <= set(names)
+    own = sorted(p.name for p in (tmp_path / "run" / "diagnose").iterdir())
+    assert {"rank0.run.json", "rank1.run.json", "report.json"} <= set(own)
     assert any(n.startswith("rank0_") and n.endswith(".pt.trace.json.gz") for n in names)
     assert any(n.startswith("rank1_") and n.endswith(".pt.trace.json.gz") for n in names)
-    backend = json.loads((tmp_path / "run" / "rank1.run.json").read_text())["distributed"]
+    backend = json.loads((tmp_path / "run" / "diagnose" / "rank1.run.json").read_text())["distributed"]
     assert backend["backend"] == "gloo" and backend["world_size"] == 2
 
 

@@ -258,7 +258,7 @@ def test_sweep_cli_finds_the_largest_batch_that_fits(write_script, tmp_path: Pat
     assert [r["status"] for r in rows] == ["ok", "ok", "oom", "oom"]
     assert rows[3]["error"].startswith("skipped")  # larger than a size that already failed
     assert "the largest that fits: arg.batch_size=32" in " ".join(report["experiments"]["conclusions"])
-    assert (out / "report.json").is_file()
+    assert (out / "diagnose" / "report.json").is_file()
     if report["experiments"].get("plot"):
         assert (out / "sweep.png").stat().st_size > 1000
 
@@ -306,4 +306,4 @@ def test_verify_cli_measures_the_top_recommendation(write_script, tmp_path: Path
     assert tried["status"] == "ok" and tried["verdict"] in ("helped", "no effect", "slower")
     assert tried["speedup"] > 0 and tried["top_exposed"]["category"]
     assert any(line.startswith("TEST001 (num_workers=1 via DataLoader(num_workers=...))") for line in experiments["conclusions"])
-    assert (out / "report.json").is_file() and (out / "baseline-1" / "run.json").is_file()
+    assert (out / "diagnose" / "report.json").is_file() and (out / "baseline-1" / "diagnose" / "run.json").is_file()

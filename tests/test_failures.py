@@ -32,7 +32,8 @@ def run_dir_of(tmp_path: Path) -> Path:
 
 
 def saved(run_dir: Path) -> tuple[dict, dict]:
-    return json.loads((run_dir / "run.json").read_text()), json.loads((run_dir / "report.json").read_text())
+    own = run_dir / "diagnose"
+    return json.loads((own / "run.json").read_text()), json.loads((own / "report.json").read_text())
 
 
 def error_line(proc: subprocess.CompletedProcess[str]) -> str:

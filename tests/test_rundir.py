@@ -36,8 +36,8 @@ def cpu_trace(path: Path, first_step: int = 2, data_wait_us: int = 300) -> Path:
 
 def test_names_of_a_single_process_run(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
-    assert run.record_path() == tmp_path / "run.json"
-    assert run.report_path == tmp_path / "report.json"
+    assert run.record_path() == tmp_path / "diagnose" / "run.json"
+    assert run.report_path == tmp_path / "diagnose" / "report.json"
     assert run.html_path == tmp_path / "report.html"
     assert run.workers_path() == tmp_path / "workers"
     assert run.plot_path == tmp_path / "sweep.png"
@@ -48,7 +48,7 @@ def test_names_of_a_single_process_run(tmp_path: Path) -> None:
 
 def test_names_of_a_rank(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
-    assert run.record_path(2) == tmp_path / "rank2.run.json"
+    assert run.record_path(2) == tmp_path / "diagnose" / "rank2.run.json"
     assert run.workers_path(2) == tmp_path / "workers-rank2"
     assert run.new_trace_path(2).name.startswith(f"rank2_{socket.gethostname()}_{os.getpid()}.")
 
@@ -75,6 +75,43 @@ def test_default_location_is_unique_within_a_second(tmp_path: Path) -> None:
     assert first.is_dir()  # claimed: made by an exclusive mkdir
     second = default_location("train", root=tmp_path)
     assert second != first and second.name.startswith(first.name)
+
+
+def test_an_older_layout_with_its_files_at_the_top_is_still_read(tmp_path: Path) -> None:
+    RunRecord(status="stopped").save(tmp_path / "run.json")
+    RunRecord(status="failed").save(tmp_path / "rank1.run.json")
+    Report(verdict="old").save(tmp_path / "report.json")
+    run = RunDir(tmp_path)
+    assert run.record_path() == tmp_path / "run.json" and run.load_record().status == "stopped"
+    assert run.ranks() == [1] and run.load_ranks()[1].status == "failed"
+    assert run.load_report().verdict == "old"
+    run.save_report(Report(verdict="again"))  # re-analysing an old run rewrites its own file
+    assert Report.load(tmp_path / "report.json").verdict == "again"
+
+
+def hta_trace_files(folder: Path) -> list[str]:
+    """HTA's rule (hta/common/trace_file.py, create_rank_to_trace_dict_from_dir): every name at the
+    top of the folder ending in .gz or .json is read as a trace."""
+    return sorted(name for name in os.listdir(folder) if name.endswith((".gz", ".json")))
+
+
+def test_the_traces_are_the_only_json_files_at_the_top_of_a_run_directory(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    trace = cpu_trace(run.new_trace_path())
+    run.save_record(RunRecord(status="stopped", trace_files=[trace.name]))
+    analyze_and_save(run, AnalysisOptions.load(), html=True)
+    run.save_record(RunRecord(status="stopped"), rank=0)
+    assert hta_trace_files(tmp_path) == [trace.name]
+    assert run.report_path.is_file() and run.load_record() is not None
+
+
+def test_hta_reads_a_run_directory_as_it_is(tmp_path: Path) -> None:
+    trace_analysis = pytest.importorskip("hta.trace_analysis")
+    run = RunDir(tmp_path)
+    cpu_trace(run.new_trace_path())
+    analyze_and_save(run, AnalysisOptions.load(), html=True)
+    analysis = trace_analysis.TraceAnalysis(trace_dir=str(tmp_path))
+    assert list(analysis.t.traces) == [0]
 
 
 # --- creating ---------------------------------------------------------------------------------
@@ -118,7 +155,7 @@ def test_report_round_trip_and_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no report.json in"):
         run.load_report()
     report = Report(verdict="fine", warnings=["w"])
-    assert run.save_report(report) == tmp_path / "report.json"
+    assert run.save_report(report) == tmp_path / "diagnose" / "report.json"
     assert run.load_report().to_dict() == report.to_dict()
     run.report_path.write_text("{not json")
     with pytest.raises(UsageError, match="cannot read"):
@@ -136,7 +173,7 @@ def test_save_html_and_events(tmp_path: Path) -> None:
 
 def test_an_unwritable_report_is_an_output_error(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
-    run.report_path.mkdir()  # a folder where the file should go
+    run.report_path.mkdir(parents=True)  # a folder where the file should go
     with pytest.raises(OutputError, match="cannot write"):
         run.save_report(Report())
 

@@ -26,8 +26,8 @@ def run(script: Path, args: list[str] | None = None, plan: WindowPlan = SMALL, t
     run_dir = (tmp or script.parent) / "run"
     run_dir.mkdir(exist_ok=True)
     record = run_target(resolve_target(str(script), None, args or []), plan, RunDir(run_dir), progress=Progress(enabled=False))
-    assert (run_dir / "run.json").is_file()
-    assert RunRecord.load(run_dir / "run.json").status == record.status
+    assert (run_dir / "diagnose" / "run.json").is_file()
+    assert RunRecord.load(run_dir / "diagnose" / "run.json").status == record.status
     return record
 
 
