@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from diagnose import __version__, errors
+from diagnose.cliparse import Command, ScriptCommand
 from diagnose.errors import DiagnoseError
 
 app = typer.Typer(
@@ -24,8 +25,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+#: run, verify and sweep: ScriptCommand sorts the words (diagnose's options anywhere before --,
+#: the script's after the script or after --); click then sees options, --, script and its words
 RUN_CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 
 
@@ -63,29 +67,32 @@ def _emit(report, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN00
     sys.stdout.flush()
 
 
-@app.command(context_settings=RUN_CONTEXT)
+@app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
 def run(
-    script: Optional[str] = typer.Argument(None, help="The training script, run as `python SCRIPT ARGS` would."),
-    args: Optional[list[str]] = typer.Argument(None, help="The script's own arguments (after SCRIPT, or after --)."),
-    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m MODULE` would."),
-    warmup: int = typer.Option(5, "--warmup", min=1, help="Steps to skip before profiling (compilation, caches, cuDNN autotuning)."),
-    steps: int = typer.Option(10, "--steps", min=1, help="Steps to profile."),
-    timed_steps: int = typer.Option(20, "--timed-steps", min=1, help="Steps timed after the window with the profiler off."),
+    script: Optional[str] = typer.Argument(None, metavar="SCRIPT", help="The training script, run as `python SCRIPT ARGS` would."),
+    args: Optional[list[str]] = typer.Argument(None, metavar="SCRIPT_ARGS", help="The script's own arguments: after --, or after SCRIPT when diagnose has no option of that name."),
+    module: Optional[str] = typer.Option(None, "-m", "--module", metavar="MODULE", help="Run a module as `python -m MODULE` would."),
+    warmup: int = typer.Option(5, "--warmup", min=1, metavar="N", help="Steps to skip before profiling (compilation, caches, cuDNN autotuning)."),
+    steps: int = typer.Option(10, "--steps", min=1, metavar="N", help="Steps to profile."),
+    timed_steps: int = typer.Option(20, "--timed-steps", min=1, metavar="N", help="Steps timed after the window with the profiler off."),
     no_stop: bool = typer.Option(False, "--no-stop", help="Let the script run to its end after measuring."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default runs/<script>-<time>/)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Run directory (default runs/<script>-<time>/)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Reuse a non-empty --out directory."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json to stdout (the script's output goes to stderr)."),
     html: bool = typer.Option(False, "--html", help="Also write a self-contained report.html."),
     show_all: bool = typer.Option(False, "--all", help="Show every finding that fired, not only the top ones."),
-    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
-    knob: Optional[list[str]] = typer.Option(None, "--set", help="A what-if change, e.g. --set num_workers=4 (diagnose knobs lists them)."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", metavar="DIR", help="A folder (or file) of extra rule files."),
+    knob: Optional[list[str]] = typer.Option(None, "--set", metavar="KNOB=VALUE", help="A what-if change, e.g. --set num_workers=4 (diagnose knobs lists them)."),
     no_lines: bool = typer.Option(False, "--no-lines", help="No line attribution (sync sites, sampled hot lines, DataLoader workers)."),
-    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, help="Launch N ranks through torchrun (DDP); each profiles itself."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, metavar="N", help="Launch N ranks through torchrun (DDP); each profiles itself."),
     rank_aware: bool = typer.Option(False, "--rank-aware", help="Under torchrun or srun: profile this rank into a shared run directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
 ) -> None:
-    """Run a training script under the profiler, break each step down, and diagnose it."""
+    """Run a training script under the profiler, break each step down, and diagnose it.
+
+    diagnose's options go before or after SCRIPT; everything after -- is the script's.
+    """
     from diagnose import session
     from diagnose.analysis.pipeline import AnalysisOptions
     from diagnose.distributed import rank_info
@@ -169,18 +176,18 @@ def _exit_for(record, plan) -> None:  # noqa: ANN001
     raise typer.Exit(record.exit_code or errors.EXIT_SCRIPT_FAILED)
 
 
-@app.command()
+@app.command(cls=Command)
 def analyze(
-    path: Path = typer.Argument(..., help="A run directory, or a trace written by torch.profiler (.json or .json.gz)."),
+    path: Path = typer.Argument(..., metavar="PATH", help="A run directory, or a trace written by torch.profiler (.json or .json.gz)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     html: bool = typer.Option(False, "--html", help="Also write report.html (into the run directory; for a bare trace or a folder of traces, into a new one)."),
     show_all: bool = typer.Option(False, "--all", help="Show every finding that fired."),
-    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", metavar="DIR", help="A folder (or file) of extra rule files."),
     max_trace_gb: Optional[float] = typer.Option(
-        None, "--max-trace-gb", help="Refuse traces whose JSON is larger than this (default: any size the memory available allows)."
+        None, "--max-trace-gb", metavar="GB", help="Refuse traces whose JSON is larger than this (default: any size the memory available allows)."
     ),
     steps_table: bool = typer.Option(False, "--steps", help="Also print the breakdown of every step."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="For a bare trace or a folder of traces: save report.json (and --html) in this new folder."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="For a bare trace or a folder of traces: save report.json (and --html) in this new folder."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
@@ -214,9 +221,9 @@ def analyze(
     _emit(report, json_out, color)
 
 
-@app.command()
+@app.command(cls=Command)
 def report(
-    run_dir: Path = typer.Argument(..., help="A run directory with report.json."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory with report.json."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json."),
     html: bool = typer.Option(False, "--html", help="Write report.html into the run directory."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
@@ -271,22 +278,22 @@ def _save_and_emit(out_dir, report, html: bool, json_out: bool, color: Optional[
     _emit(report, json_out, color)
 
 
-@app.command(context_settings=RUN_CONTEXT)
+@app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
 def verify(
-    script: Optional[str] = typer.Argument(None, help="The training script."),
-    args: Optional[list[str]] = typer.Argument(None, help="The script's own arguments (after --)."),
-    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m MODULE` would."),
-    top: int = typer.Option(3, "--top", min=1, help="How many of the top recommendations to try."),
-    repeats: int = typer.Option(2, "--repeats", min=1, help="Baseline runs, to measure the run-to-run spread."),
-    warmup: int = typer.Option(5, "--warmup", min=1, help="Warm-up steps of every run."),
-    steps: int = typer.Option(5, "--steps", min=1, help="Profiled steps of every run."),
-    timed_steps: int = typer.Option(20, "--timed-steps", min=1, help="Timed steps of every run."),
-    knob: Optional[list[str]] = typer.Option(None, "--set", help="A change applied to every run, baseline included."),
-    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="A folder (or file) of extra rule files."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the runs (default runs/verify-<script>-<time>/)."),
+    script: Optional[str] = typer.Argument(None, metavar="SCRIPT", help="The training script."),
+    args: Optional[list[str]] = typer.Argument(None, metavar="SCRIPT_ARGS", help="The script's own arguments (after --)."),
+    module: Optional[str] = typer.Option(None, "-m", "--module", metavar="MODULE", help="Run a module as `python -m MODULE` would."),
+    top: int = typer.Option(3, "--top", min=1, metavar="N", help="How many of the top recommendations to try."),
+    repeats: int = typer.Option(2, "--repeats", min=1, metavar="N", help="Baseline runs, to measure the run-to-run spread."),
+    warmup: int = typer.Option(5, "--warmup", min=1, metavar="N", help="Warm-up steps of every run."),
+    steps: int = typer.Option(5, "--steps", min=1, metavar="N", help="Profiled steps of every run."),
+    timed_steps: int = typer.Option(20, "--timed-steps", min=1, metavar="N", help="Timed steps of every run."),
+    knob: Optional[list[str]] = typer.Option(None, "--set", metavar="KNOB=VALUE", help="A change applied to every run, baseline included."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", metavar="DIR", help="A folder (or file) of extra rule files."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Folder for the runs (default runs/verify-<script>-<time>/)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report (with the experiments) as JSON."),
     html: bool = typer.Option(False, "--html", help="Also write report.html."),
-    timeout: float = typer.Option(1800, "--timeout", help="Seconds one run may take."),
+    timeout: float = typer.Option(1800, "--timeout", metavar="SECONDS", help="Seconds one run may take."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Diagnose, then measure what each top recommendation really buys, one at a time and combined."""
@@ -315,20 +322,20 @@ def verify(
     _save_and_emit(out_dir, report, html, json_out, color)
 
 
-@app.command(context_settings=RUN_CONTEXT)
+@app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
 def sweep(
-    script: Optional[str] = typer.Argument(None, help="The training script."),
-    args: Optional[list[str]] = typer.Argument(None, help="The script's own arguments (after --)."),
-    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m MODULE` would."),
-    knob: list[str] = typer.Option(..., "--set", help="A knob and its values, e.g. --set num_workers=0,2,4,8 (one or two)."),
-    fixed: Optional[list[str]] = typer.Option(None, "--with", help="A change applied to every point, e.g. --with autocast=bf16."),
-    warmup: int = typer.Option(5, "--warmup", min=1, help="Warm-up steps of every run."),
-    steps: int = typer.Option(5, "--steps", min=1, help="Profiled steps of every run."),
-    timed_steps: int = typer.Option(20, "--timed-steps", min=1, help="Timed steps of every run."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the runs (default runs/sweep-<script>-<time>/)."),
+    script: Optional[str] = typer.Argument(None, metavar="SCRIPT", help="The training script."),
+    args: Optional[list[str]] = typer.Argument(None, metavar="SCRIPT_ARGS", help="The script's own arguments (after --)."),
+    module: Optional[str] = typer.Option(None, "-m", "--module", metavar="MODULE", help="Run a module as `python -m MODULE` would."),
+    knob: list[str] = typer.Option(..., "--set", metavar="KNOB=V1,V2,...", help="A knob and its values, e.g. --set num_workers=0,2,4,8 (one or two)."),
+    fixed: Optional[list[str]] = typer.Option(None, "--with", metavar="KNOB=VALUE", help="A change applied to every point, e.g. --with autocast=bf16."),
+    warmup: int = typer.Option(5, "--warmup", min=1, metavar="N", help="Warm-up steps of every run."),
+    steps: int = typer.Option(5, "--steps", min=1, metavar="N", help="Profiled steps of every run."),
+    timed_steps: int = typer.Option(20, "--timed-steps", min=1, metavar="N", help="Timed steps of every run."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Folder for the runs (default runs/sweep-<script>-<time>/)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report (with the sweep) as JSON."),
     html: bool = typer.Option(False, "--html", help="Also write report.html with the sweep charts."),
-    timeout: float = typer.Option(1800, "--timeout", help="Seconds one run may take."),
+    timeout: float = typer.Option(1800, "--timeout", metavar="SECONDS", help="Seconds one run may take."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Run the script once per value of a knob (or a pair of knobs): throughput, GPU busy, memory."""
@@ -368,12 +375,12 @@ def _progress_printer(quiet: bool):  # noqa: ANN202 - a callback
     return show
 
 
-@app.command()
+@app.command(cls=Command)
 def trim(
-    trace: Path = typer.Argument(..., help="A torch.profiler trace (.json or .json.gz)."),
-    out: Path = typer.Argument(..., help="Where to write the trimmed trace (.json or .json.gz)."),
-    steps: int = typer.Option(3, "--steps", min=1, help="Steps to keep."),
-    skip: int = typer.Option(1, "--skip", min=0, help="Steps to leave out first."),
+    trace: Path = typer.Argument(..., metavar="TRACE", help="A torch.profiler trace (.json or .json.gz)."),
+    out: Path = typer.Argument(..., metavar="OUT", help="Where to write the trimmed trace (.json or .json.gz)."),
+    steps: int = typer.Option(3, "--steps", min=1, metavar="N", help="Steps to keep."),
+    skip: int = typer.Option(1, "--skip", min=0, metavar="N", help="Steps to leave out first."),
 ) -> None:
     """Cut a trace to a few steps and the events the analysis reads (to share it, or as a test fixture)."""
     from diagnose.analysis.trim import trim_file
@@ -385,7 +392,7 @@ def trim(
     typer.echo(f"wrote {written} ({written.stat().st_size / 1e3:.0f} KB)", err=True)
 
 
-@app.command(name="knobs")
+@app.command(name="knobs", cls=Command)
 def knobs_command() -> None:
     """List the knobs that --set, verify and sweep can change without editing the script."""
     from diagnose.runtime.knobs import knobs_help
@@ -393,9 +400,9 @@ def knobs_command() -> None:
     sys.stdout.write(knobs_help())
 
 
-@app.command(name="rules")
+@app.command(name="rules", cls=Command)
 def rules_command(
-    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="Also load the rule files of this folder."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", metavar="DIR", help="Also load the rule files of this folder."),
     symptoms: bool = typer.Option(False, "--symptoms", help="List the symptoms rules can test, with units."),
     markdown: bool = typer.Option(False, "--markdown", help="Print docs/rules.md (generated from the rule files)."),
 ) -> None:

@@ -30,7 +30,8 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subpro
     """One real `diagnose run` on a tiny script written into a temp folder, shared by the tests."""
     folder = tmp_path_factory.mktemp("cli")
     (folder / "train.py").write_text(MLP_TRAIN.lstrip())
-    proc = diagnose("run", *FAST, "--no-color", "--out", "runs/first", "train.py", "--", "--batch-size", "32", cwd=folder)
+    # diagnose's options on both sides of the script (issue 18: --html after it went to the script)
+    proc = diagnose("run", *FAST, "train.py", "--no-color", "--html", "--out", "runs/first", "--", "--batch-size", "32", cwd=folder)
     return folder, proc
 
 
@@ -45,6 +46,7 @@ def test_run_writes_the_run_directory_and_prints_the_report(finished_run) -> Non
     (trace,) = [n for n in names if n.endswith(".pt.trace.json.gz")]
     assert re.fullmatch(r".+_\d+\.\d+\.pt\.trace\.json\.gz", trace)
     assert any(n.startswith("events.out.tfevents.") for n in names)
+    assert "report.html" in names
     out = proc.stdout
     for text in ("Where a step goes", "Steady state (profiler off, 5 steps)", "host thread phases", "CPU only, no GPU used"):
         assert text in out, text
