@@ -6,8 +6,6 @@ errors become one line on stderr and an exit code (docs/failures.md).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -53,17 +51,15 @@ def _fail(exc: DiagnoseError) -> typer.Exit:
     return typer.Exit(exc.exit_code)
 
 
-def _emit(report, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - Report
+def _emit(report, json_out: bool, color: Optional[bool], show_steps: bool = False) -> None:  # noqa: ANN001 - Report
     from diagnose.renderers import JSONRenderer, TerminalRenderer
+    from diagnose.renderers.terminal import ConsoleSettings
 
     if json_out:
         sys.stdout.write(JSONRenderer().render(report) + "\n")
         return
-    use_color = sys.stdout.isatty() if color is None else color
-    width = 100
-    with contextlib.suppress(OSError):
-        width = min(max(os.get_terminal_size().columns, 80), 140)
-    sys.stdout.write(TerminalRenderer(color=use_color, width=width).render(report))
+    renderer = TerminalRenderer.with_settings(ConsoleSettings.detect(color, sys.stdout), show_steps=show_steps)
+    sys.stdout.write(renderer.render(report))
     sys.stdout.flush()
 
 
@@ -213,12 +209,7 @@ def analyze(
                 typer.echo(f"wrote {run_dir.path}", err=True)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    if steps_table and not json_out:
-        from diagnose.renderers import TerminalRenderer
-
-        sys.stdout.write(TerminalRenderer(color=bool(color), show_steps=True).render(report))
-        return
-    _emit(report, json_out, color)
+    _emit(report, json_out, color, show_steps=steps_table)
 
 
 @app.command(cls=Command)

@@ -4,7 +4,12 @@ the ranked findings with their evidence. Reads the report's view only."""
 from __future__ import annotations
 
 import io
-from typing import Any
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -34,19 +39,66 @@ BAR_WIDTH = 60
 DATALOADER_LINE = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers")
 
 
+#: the layout width when nothing wraps (piped output): wide enough that no table is squeezed
+UNWRAPPED_WIDTH = 1000
+_TRAILING_SPACE = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    """How the report is printed: in colour or not, and wrapped at ``width`` or not at all (None)."""
+
+    color: bool
+    width: int | None
+
+    @classmethod
+    def detect(cls, color: bool | None = None, stream: TextIO | None = None, environ: Mapping[str, str] = os.environ) -> ConsoleSettings:
+        """``--color/--no-color`` first, then NO_COLOR (any value: no colour, no-color.org), then
+        FORCE_COLOR, then whether ``stream`` is a terminal. The width is COLUMNS when set, else the
+        terminal's; piped output is not wrapped (a reader or a pager wraps it)."""
+        stream = sys.stdout if stream is None else stream
+        is_tty = bool(getattr(stream, "isatty", lambda: False)())
+        if color is None:
+            if environ.get("NO_COLOR"):
+                color = False
+            elif environ.get("FORCE_COLOR", "") not in ("", "0"):
+                color = True
+            else:
+                color = is_tty
+        width: int | None = None
+        columns = environ.get("COLUMNS", "")
+        if columns.isdigit() and int(columns) > 0:
+            width = int(columns)
+        elif is_tty:
+            try:
+                width = os.get_terminal_size(stream.fileno()).columns
+            except (OSError, ValueError, AttributeError):
+                width = None
+        return cls(color=color, width=width)
+
+
 class TerminalRenderer(Renderer):
-    def __init__(self, color: bool = True, width: int = 100, show_steps: bool = False) -> None:
+    def __init__(self, color: bool = True, width: int | None = 100, show_steps: bool = False) -> None:
         self.color = color
         self.width = width
         self.show_steps = show_steps
 
+    @classmethod
+    def with_settings(cls, settings: ConsoleSettings, show_steps: bool = False) -> TerminalRenderer:
+        return cls(color=settings.color, width=settings.width, show_steps=show_steps)
+
     def render_view(self, view: ReportView) -> str:
+        # no line ends in spaces (rich pads wrapped lines and table cells to the width)
+        return _TRAILING_SPACE.sub(r"\1", self._render_view(view))
+
+    def _render_view(self, view: ReportView) -> str:
         buffer = io.StringIO()
         console = Console(
             file=buffer,
             force_terminal=self.color,
             no_color=not self.color,
-            width=self.width,
+            width=self.width or UNWRAPPED_WIDTH,
+            soft_wrap=self.width is None,
             highlight=False,
             color_system="truecolor" if self.color else None,
         )
