@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -157,12 +159,51 @@ def test_script_that_ends_inside_the_window_is_analysed(write_script) -> None:
     script = write_script(MLP_TRAIN)
     record = run(script, ["--batch-size", "128", "--epochs", "1"], plan=WindowPlan(warmup=1, steps=10, timed=4))
     assert record.status == "completed"
-    # 512/128 = 4 batches. Steps start at the fetch after an optimizer step, so iterations
-    # 2-4 are steps 0-2 (the last one ends at the fetch that finds the loader exhausted):
-    # one warm-up step, two profiled
-    assert record.completed_steps() == 3
-    assert record.profiled_steps == 2
+    # 512/128 = 4 batches, 4 optimizer steps: the first step began at its fetch, the last ends
+    # at the fetch that finds the loader exhausted. One warm-up step, three profiled.
+    assert record.completed_steps() == 4
+    assert record.profiled_steps == 3
     assert record.trace_files, "what the window captured is saved"
+
+
+THREE_STEPS = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+{loop}
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+WITH_LOADER = "for x, y in DataLoader(TensorDataset(torch.randn(12, 4), torch.randn(12, 1)), batch_size=4):"
+WITHOUT_LOADER = "for x, y in [(torch.randn(4, 4), torch.randn(4, 1)) for _ in range(3)]:"
+
+
+@pytest.mark.parametrize("loop", [WITH_LOADER, WITHOUT_LOADER], ids=["dataloader", "no dataloader"])
+def test_three_optimizer_steps_are_three_steps(write_script, loop: str) -> None:
+    record = run(write_script(THREE_STEPS.format(loop=loop)), plan=WindowPlan(warmup=5, steps=3, timed=4))
+    assert record.status == "completed" and record.step_mode == "optimizer"
+    assert record.completed_steps() == 3  # issue 18: reported as 2 (the first step was lost to the mode switch)
+
+
+def test_torchs_own_warnings_keep_their_origin(write_script) -> None:
+    script = write_script(THREE_STEPS.format(loop=WITH_LOADER.replace("batch_size=4)", "batch_size=4, pin_memory=True)")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(script)
+    origins = {Path(w.filename).name for w in caught if "pin_memory" in str(w.message)}
+    if not origins:
+        pytest.skip("this torch has an accelerator or no longer warns about pin_memory")
+    assert origins == {"dataloader.py"}  # torch's own file, as without diagnose; was instrument.py
+
+
+def test_the_warm_up_line_is_printed_once(write_script, tmp_path: Path) -> None:
+    script = write_script(THREE_STEPS.format(loop=WITH_LOADER))
+    stream = io.StringIO()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run_target(resolve_target(str(script), None, []), WindowPlan(warmup=2, steps=1, timed=1), RunDir(run_dir), progress=Progress(stream=stream))
+    assert [line for line in stream.getvalue().splitlines() if "warm-up:" in line] == ["diagnose ▸ warm-up: 2 steps"]
 
 
 def test_script_failure_is_recorded_with_its_traceback(write_script, capsys) -> None:

@@ -287,7 +287,8 @@ class CaptureSession:
         plan = self.plan
         if k < plan.warmup:
             if k == 0:
-                self.progress.phase(f"warm-up: {plan.warmup} steps (steps found by {self.mode})")
+                # no mode in the text: a stronger signal restarts the count, and the line once is enough
+                self.progress.phase(f"warm-up: {plan.warmup} steps")
             self.progress.step(f"warm-up step {k + 1}/{plan.warmup}")
         elif plan.in_window(k):
             if k == plan.warmup:

@@ -17,11 +17,12 @@ A stronger signal restarts the count: warm-up steps are counted in the final mod
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -41,6 +42,8 @@ class StepClock:
         self._on_boundary = on_boundary
         self._on_reset = on_reset
         self._pending = False
+        #: when the last boundary was reported: the start of the step in progress
+        self._last_boundary_at: float | None = None
         self._fetches_since_step = 0
         self._fetched_last_iteration = False
         self._lead_optimizer: int | None = None
@@ -53,16 +56,25 @@ class StepClock:
         if self.mode == mode:
             return True
         if self.mode is None or MODES.index(mode) > MODES.index(self.mode):
+            step_started = self._last_boundary_at
             self.mode = mode
             self.samples_per_step = []
             self._on_reset(mode)
+            if mode == "optimizer" and step_started is not None:
+                # The first optimizer step ends a step that began at the weaker signal's last
+                # boundary (the fetch or the model call): that step counts too, else a script of
+                # 3 optimizer steps would be reported as 2. Its samples stay with it.
+                self.samples_per_step.append(0)
+                self._last_boundary_at = step_started
+                self._on_boundary(step_started)
             return True
         return False
 
     def _boundary(self) -> None:
         self.samples_per_step.append(self.samples_this_step)
         self.samples_this_step = 0
-        self._on_boundary(time.perf_counter())
+        self._last_boundary_at = time.perf_counter()
+        self._on_boundary(self._last_boundary_at)
 
     # --- signals ------------------------------------------------------------------------------
 
@@ -99,6 +111,27 @@ class StepClock:
             self._lead_module = module_id
         if module_id == self._lead_module and self._use_mode("forward"):
             self._boundary()
+
+
+@contextlib.contextmanager
+def warnings_keep_their_origin() -> Iterator[None]:
+    """Around a patched constructor's call of the original: a warning the original issues with
+    ``stacklevel=2`` names its caller, which is now our wrapper in this file. Re-issue it at the
+    frame that called the wrapper, where it pointed before we patched anything (torch's own file,
+    or the user's line); other warnings are re-issued as they were. Constructors only: catching
+    warnings resets the filters' registries, too costly for every batch."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    wrapper = sys._getframe(2)  # 0: here, 1: contextlib, 2: the wrapper
+    caller = wrapper.f_back
+    for w in caught:
+        filename, lineno, module_globals = w.filename, w.lineno, None
+        if os.path.abspath(w.filename) == os.path.abspath(__file__) and caller is not None:
+            filename, lineno, module_globals = caller.f_code.co_filename, caller.f_lineno, caller.f_globals
+        module = (module_globals or {}).get("__name__") or os.path.splitext(os.path.basename(filename))[0]
+        registry = (module_globals if module_globals is not None else {}).setdefault("__warningregistry__", {})
+        warnings.warn_explicit(w.message, w.category, filename, lineno, module=module, registry=registry, module_globals=module_globals)
 
 
 def leading_dim(batch: Any, depth: int = 0) -> int:
@@ -298,7 +331,8 @@ class Instrumentation:
         instrumentation = self
 
         def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
-            original(optimizer, *args, **kwargs)
+            with warnings_keep_their_origin():
+                original(optimizer, *args, **kwargs)
             instrumentation._optimizer_sites.setdefault(id(optimizer), user_frame(instrumentation._prefixes))
 
         return __init__
@@ -326,7 +360,8 @@ class Instrumentation:
             applied: dict[str, Any] = {}
             if instrumentation.knobs is not None:
                 args, kwargs, applied = instrumentation.knobs.apply_to_dataloader(original, loader, args, kwargs)
-            original(loader, *args, **kwargs)
+            with warnings_keep_their_origin():
+                original(loader, *args, **kwargs)
             instrumentation._record_loader(loader, applied)
 
         return __init__
@@ -367,7 +402,8 @@ class Instrumentation:
 
     def _wrap_iter_init(self, original: Callable[..., None]) -> Callable[..., None]:
         def __init__(iterator: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
-            original(iterator, loader, *args, **kwargs)
+            with warnings_keep_their_origin():  # e.g. torch's "'pin_memory' ... no accelerator"
+                original(iterator, loader, *args, **kwargs)
             iterator._diagnose_loader = id(loader)
             iterator._diagnose_new = 1  # a fresh iterator: with workers, fresh processes
 
