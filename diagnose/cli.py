@@ -147,7 +147,16 @@ def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool]) -
         raise _fail(exc) from None
     _emit(report, json_out, color)
     if not json_out:
-        typer.echo(f"run directory: {run_dir.path}  (tensorboard --logdir {run_dir.path.parent})", err=True)
+        typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
+
+
+def _tensorboard_hint(path: Path) -> str:
+    """Where TensorBoard is installed and the run wrote its events: how to open it."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is None or not any(path.glob("events.out.tfevents.*")):
+        return ""
+    return f"  (tensorboard --logdir {path.parent})"
 
 
 def _exit_for(record, plan) -> None:  # noqa: ANN001
@@ -384,10 +393,19 @@ def trim(
 
 
 @app.command(name="knobs", cls=Command)
-def knobs_command() -> None:
+def knobs_command(
+    json_out: bool = typer.Option(False, "--json", help="Print the knobs as JSON (name, kind, help)."),
+) -> None:
     """List the knobs that --set, verify and sweep can change without editing the script."""
-    from diagnose.runtime.knobs import knobs_help
+    from diagnose.runtime.knobs import KNOB_SPECS, knobs_help
 
+    if json_out:
+        import orjson
+
+        knobs = [{"name": spec.name, "kind": spec.kind, "help": spec.help} for spec in KNOB_SPECS.values()]
+        knobs.append({"name": "arg.<flag>", "kind": "text", "help": "a flag of the script itself, e.g. arg.batch_size=64"})
+        sys.stdout.write(orjson.dumps(knobs, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
     sys.stdout.write(knobs_help())
 
 
@@ -396,16 +414,31 @@ def rules_command(
     rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", metavar="DIR", help="Also load the rule files of this folder."),
     symptoms: bool = typer.Option(False, "--symptoms", help="List the symptoms rules can test, with units."),
     markdown: bool = typer.Option(False, "--markdown", help="Print docs/rules.md (generated from the rule files)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the rules (or with --symptoms, the symptoms) as JSON."),
 ) -> None:
     """List the rules (built-in and your own)."""
     from diagnose.analysis.rules import load_rules
     from diagnose.analysis.rulesdoc import rules_markdown, rules_table, symptoms_table
+    from diagnose.analysis.symptoms import CATALOG
 
     try:
         loaded = load_rules(list(rules_dirs or []))
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    if markdown:
+    if json_out:
+        import orjson
+
+        if symptoms:
+            rows: list[dict] = [{"name": name, "unit": unit, "description": text} for name, (unit, text) in sorted(CATALOG.items())]
+        else:
+            rows = [
+                {"id": r.id, "kind": r.kind, "category": r.category, "title": r.title, "builtin": r.builtin, "source": str(r.source),
+                 "when": {"all": [c.text for c in r.all_of], "any": [c.text for c in r.any_of], "none": [c.text for c in r.none_of]},
+                 "gain": r.gain_text, "evidence": list(r.evidence), "knobs": r.knobs, "supersedes": list(r.supersedes), "predict": r.predict}
+                for r in loaded
+            ]
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif markdown:
         sys.stdout.write(rules_markdown(loaded))
     elif symptoms:
         sys.stdout.write(symptoms_table())

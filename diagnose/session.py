@@ -54,9 +54,11 @@ def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
 
 
 def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bool = True) -> Report:
-    """report.json, then the TensorBoard events (with ``events``) and report.html (with ``html``)."""
+    """report.json, then the TensorBoard events (with ``events``, for a run that measured steps
+    and ended well) and report.html (with ``html``)."""
     run_dir.save_report(report)
-    if events:
+    # a run that failed or measured no step writes no events: TensorBoard would list it as a run
+    if events and report.breakdown and report.status.get("state") in ("completed", "stopped", "trace"):
         run_dir.save_events(report)
     if html:
         run_dir.save_html(report)

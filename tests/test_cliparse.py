@@ -95,3 +95,31 @@ def test_help_shows_the_form_that_works_and_no_python_types() -> None:
         assert not re.search(r"<(str|int|float|path|bool|list\[.*?\]|\w+ range)>", text), (name, text)
     usage = runner.invoke(app, ["sweep", "--help"]).output.splitlines()[0]
     assert usage.endswith("sweep [OPTIONS] SCRIPT [OPTIONS] [-- SCRIPT_ARGS...]")
+
+
+def test_rules_and_knobs_print_json() -> None:
+    import json
+
+    runner = CliRunner()
+    rules = json.loads(runner.invoke(app, ["rules", "--json"]).output)
+    assert {"DATA001", "SYNC001"} <= {r["id"] for r in rules}
+    data001 = next(r for r in rules if r["id"] == "DATA001")
+    assert data001["kind"] == "problem" and "exposed.data_wait >= 0.10" in data001["when"]["all"]
+    symptoms = json.loads(runner.invoke(app, ["rules", "--symptoms", "--json"]).output)
+    assert {"name": "cpu.count", "unit": "count", "description": "CPUs this process may use"} in symptoms
+    knobs = json.loads(runner.invoke(app, ["knobs", "--json"]).output)
+    assert {"name": "num_workers", "kind": "int", "help": "DataLoader num_workers"} in knobs
+
+
+def test_the_tensorboard_hint_only_where_tensorboard_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from diagnose import cli
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "events.out.tfevents.1.diagnose").write_bytes(b"")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert cli._tensorboard_hint(tmp_path / "run") == ""
+    monkeypatch.undo()
+    if importlib.util.find_spec("tensorboard") is not None:
+        assert cli._tensorboard_hint(tmp_path / "run") == f"  (tensorboard --logdir {tmp_path})"

@@ -179,3 +179,15 @@ def test_traces_finds_the_trace_and_nothing_else(tmp_path: Path) -> None:
     analyze_and_save(RunDir(run_dir), AnalysisOptions.load())
     assert [p.name for p in RunDir(run_dir).traces()] == [p.name for p in run_dir.iterdir() if WORKER_PATTERN.match(p.name)]
     assert len(RunDir(run_dir).traces()) == 1
+
+
+def test_a_failed_run_writes_no_events(tmp_path: Path) -> None:
+    """TensorBoard lists every folder with an event file as a run: a failed run is not one."""
+    from diagnose.record import RunRecord
+
+    run_dir = run_dir_with(cpu_steps(), tmp_path)
+    (trace,) = RunDir(run_dir).traces()
+    RunDir(run_dir).save_record(RunRecord(status="failed", exit_code=1, trace_files=[trace.name]))
+    analyze_and_save(RunDir(run_dir), AnalysisOptions.load())
+    assert RunDir(run_dir).report_path.is_file()
+    assert not list(run_dir.glob("events.out.tfevents.*"))
