@@ -151,7 +151,7 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
 def knobs_via(run_dir: Path) -> dict[str, str]:
     """How each knob of a run reached the script, from its run.json (empty if unreadable)."""
     try:
-        record = json.loads((Path(run_dir) / "run.json").read_text())
+        record = json.loads(RunDir(Path(run_dir)).record_path().read_text())  # RunDir knows the layouts
     except (OSError, ValueError):
         return {}
     via = record.get("knobs_via") if isinstance(record, dict) else None

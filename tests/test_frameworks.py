@@ -286,7 +286,7 @@ def test_diagnose_run_under_the_framework(tmp_path: Path, script: str, framework
         capture_output=True, text=True, env=env, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    record = RunRecord.load(out / "run.json")
+    record = RunRecord.load(out / "diagnose" / "run.json")
     assert record.status in ("stopped", "completed") and record.completed_steps() >= 8
     assert record.loop_framework() == framework
     info = next(f for f in record.frameworks if f.cls == cls)
