@@ -157,9 +157,39 @@ def test_trim_keeps_the_breakdown_of_the_kept_steps(tmp_path: Path) -> None:
         assert s.exposed == full[s.number].exposed and s.phases == full[s.number].phases
 
 
-def test_readme_starts_with_the_two_commands_and_ci_runs_the_test_one() -> None:
+def test_readme_starts_with_the_two_commands_and_ci_runs_both_in_fresh_venvs() -> None:
     readme = (REPO / "README.md").read_text().splitlines()
+    assert readme[2] == "```bash"
     assert readme[3].startswith("pip install torch==2.13.0") and "diagnose run" in readme[3]
-    test_command = readme[4].split("&&")[-1].strip()
-    assert test_command == "python -m pytest -q"
-    assert test_command in (REPO / ".ci" / "run").read_text().splitlines()
+    assert readme[4].split("&&")[-1].strip() == "python -m pytest -q"
+    ci = (REPO / ".ci" / "run").read_text()
+    # .ci/run takes both lines from the README itself and runs each in a fresh venv
+    assert "awk '/^```bash$/" in ci and "python3 -m venv" in ci
+    assert 'run_in_fresh_venv first "${README_COMMANDS[0]' in ci and 'run_in_fresh_venv test "${README_COMMANDS[1]}"' in ci
+
+
+def test_the_readmes_first_install_brings_what_the_workload_imports() -> None:
+    """Issue 18: `pip install -e .` left numpy and Pillow out; the workload imports both at the top."""
+    import ast
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    first = (REPO / "README.md").read_text().splitlines()[3]
+    install = re.search(r'pip install -e "?\.(\[([a-z,]+)\])?"?', first)
+    assert install, first
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    requirements = list(project["dependencies"])
+    for extra in (install.group(2) or "").split(","):
+        requirements += project["optional-dependencies"].get(extra, []) if extra else []
+    installed = {re.split(r"[<>=;\[ ]", r, maxsplit=1)[0].lower() for r in requirements}
+    distribution = {"PIL": "pillow", "numpy": "numpy", "torch": "torch"}
+    for path in (REPO / "workloads").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:  # top-level imports only (transformers is lazy)
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for name in names:
+                top = name.split(".")[0]
+                if top in distribution:
+                    assert distribution[top] in installed, f"{path.name} imports {top}; {first!r} does not install it"
