@@ -145,7 +145,7 @@ def test_script_shorter_than_the_warmup(write_script, tmp_path: Path) -> None:
     write_script(MLP_TRAIN)
     proc = diagnose("run", "--warmup", "5", "--quiet", "train.py", "--", "--batch-size", "256", "--epochs", "1", cwd=tmp_path)
     assert proc.returncode == 0
-    assert "ran only 1 steps, not more than --warmup 5" in proc.stderr
+    assert "ran only 2 steps, not more than --warmup 5" in proc.stderr  # 512 samples, batches of 256: 2 optimizer steps
     run, report = saved(run_dir_of(tmp_path))
     assert run["status"] == "completed" and report["breakdown"] is None
     assert "Nothing to diagnose" in report["verdict"]
