@@ -154,7 +154,7 @@ def test_compiled_run_on_the_cpu_names_the_graph_break(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    record = json.loads((out / "run.json").read_text())
+    record = json.loads((out / "diagnose" / "run.json").read_text())
     compiled = record["compile"]
     assert compiled["enabled"] and compiled["modes"] == ["default"]
     assert compiled["calls"][0]["target"] == "TinyNet" and compiled["calls"][0]["site"].endswith("compiled_break.py:39")

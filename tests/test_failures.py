@@ -194,8 +194,9 @@ def test_script_with_its_own_profiler(write_script, tmp_path: Path, where: str) 
         body = MLP_TRAIN.replace(
             "opt.step()",
             "opt.step()\n        n = globals().setdefault('n', [0]); n[0] += 1\n"
-            "        if n[0] == 6:\n            own = torch.profiler.profile(); own.start()\n"
-            "        if n[0] == 9:\n            own.stop()",
+            # optimizer step 4 is inside our window (warm-up 2, then steps 2-4 profiled)
+            "        if n[0] == 4:\n            own = torch.profiler.profile(); own.start()\n"
+            "        if n[0] == 7:\n            own.stop()",
         )
     write_script(body)
     proc = diagnose("run", *FAST, "--json", "train.py", "--", "--epochs", "3", cwd=tmp_path)
