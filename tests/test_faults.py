@@ -285,7 +285,9 @@ def test_analyze_of_a_run_directory_still_rewrites_its_report(tmp_path: Path) ->
     (run / "h_1.1.pt.trace.json").write_text(json.dumps({"traceEvents": STEPS}))
     proc = diagnose("analyze", "run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((run / "report.json").read_text())["breakdown"]["steps"]
+    from diagnose.rundir import RunDir
+
+    assert json.loads(RunDir(run).report_path.read_text())["breakdown"]["steps"]
 
 
 # --- 11. Ctrl-C says so --------------------------------------------------------------------------

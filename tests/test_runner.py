@@ -316,7 +316,9 @@ def test_the_step_after_the_window_is_counted_and_reloads(write_script) -> None:
     backward = 2 * 8 * 32 * 64 + 2 * 2 * 8 * 64 * 4  # no gradient for the input
     assert count.by_phase == {"forward": forward, "backward": backward, "optimizer": 0}
     assert record.memory_split is None  # a CPU run: no allocator to read
-    assert RunRecord.load(script.parent / "run" / "run.json").flops == count
+    from diagnose.rundir import RunDir
+
+    assert RunRecord.load(RunDir(script.parent / "run").record_path()).flops == count
 
 
 def test_planted_oom_example_ends_as_oom_on_cpu(tmp_path: Path) -> None:

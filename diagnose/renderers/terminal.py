@@ -252,7 +252,7 @@ class TerminalRenderer(Renderer):
             c.print(Text.assemble(("memory at the step's peak: ", "bold"), owners + tail))
         if lim.kernels:
             table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-            table.add_column("top kernels", no_wrap=True, max_width=self.width - 40, overflow="ellipsis")
+            table.add_column("top kernels", no_wrap=True, max_width=self.width - 40 if self.width else None, overflow="ellipsis")
             table.add_column("class")
             table.add_column("ms/step", justify="right")
             table.add_column("share", justify="right")
