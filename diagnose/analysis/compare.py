@@ -15,11 +15,11 @@ run has it, else the profiled one (``throughput_of``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from diagnose.analysis.categories import EXPOSED, PHASE_LABELS, PHASES, exposed_categories
-from diagnose.analysis.report import Report
+from diagnose.analysis.report import Report, html_frame
 from diagnose.units import percent
 
 COMPARISON_SCHEMA = "diagnose.comparison/1"
@@ -114,6 +114,8 @@ class Comparison:
     exposed: tuple[ShareRow, ...]  # the categories with time in some run, display order
     phases: tuple[ShareRow, ...]
     titles: dict[str, str]  # rule id -> title, for every rule that fired in some run
+    #: the reports compared, in order (the HTML page draws their steps); not part of to_dict()
+    reports: tuple[Report, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -122,6 +124,12 @@ class Comparison:
     @property
     def shifts(self) -> tuple[str, ...]:
         return tuple(run.shift for run in self.runs if run.shift)
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a comparison as its HTML page (renderers imported only when asked)."""
+        from diagnose.renderers.comparison import render_comparison
+
+        return html_frame(render_comparison(self, "html"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,7 +192,7 @@ def compare_reports(runs: Sequence[tuple[str, Report]]) -> Comparison:
             )
         )
     titles = {f["rule"]: f.get("title", "") for r in reports for f in r.findings}
-    return Comparison(tuple(columns), rate_key, on_gpu, exposed_rows, phase_rows, titles)
+    return Comparison(tuple(columns), rate_key, on_gpu, exposed_rows, phase_rows, titles, tuple(reports))
 
 
 def shift_sentence(

@@ -122,6 +122,13 @@ class Report:
     def load(cls, path: Path) -> Report:
         return cls.from_dict(json.loads(path.read_text()))
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a report as its HTML page, in a frame of its own (its stylesheet and
+        Content-Security-Policy stay inside). The renderer is imported only when asked."""
+        from diagnose.renderers.html import HTMLRenderer
+
+        return html_frame(HTMLRenderer().render(self))
+
     # --- the figures kept once, read back ----------------------------------------------------
 
     @property
@@ -144,6 +151,13 @@ class Report:
         if not self.breakdown:
             return None
         return self.symptom_value("gpu.busy") or 0.0
+
+
+def html_frame(page: str, height_px: int = 900) -> str:
+    """A whole HTML page inside an ``iframe`` (``srcdoc``), for a notebook's output cell."""
+    import html
+
+    return f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:{height_px}px;border:0" sandbox=""></iframe>'
 
 
 def upgrade_from_v1(data: dict[str, Any]) -> dict[str, Any]:

@@ -18,11 +18,12 @@ LABEL_CHAR_PX = 6.6
 Formatter = Callable[[float], str]
 
 
-def steps_chart(steps: tuple[StepRow, ...], categories: list[str], labels: dict[str, str]) -> Markup:
-    """Stacked columns, one per step, one segment per exposed category with time in that step."""
+def steps_chart(steps: tuple[StepRow, ...], categories: list[str], labels: dict[str, str], max_ms: float | None = None) -> Markup:
+    """Stacked columns, one per step, one segment per exposed category with time in that step.
+    ``max_ms`` sets the axis (charts side by side share one scale), else the longest step."""
     height, left, right, top, bottom = 310, 64, 16, 26, 40
     plot_w, plot_h = CHART_WIDTH - left - right, height - top - bottom
-    ticks = nice_ticks(max(step.duration_ms for step in steps))
+    ticks = nice_ticks(max(max_ms or 0.0, *(step.duration_ms for step in steps)))
     scale = plot_h / ticks[-1]
     slot = plot_w / len(steps)
     bar_w = min(slot * 0.7, 56)

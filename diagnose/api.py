@@ -1,0 +1,232 @@
+"""The Python API, for notebooks and scripts: profile in-process, analyse a path, compare runs.
+
+Contract (docs/api.md):
+
+* ``profile(fn=None, **options)``: with a function, call it under the profiler and return the
+  finished ``ProfiledRun``; without, a context manager (``with diagnose.profile() as run:
+  train()``) whose ``run.report`` is set on leaving the block. Steps come from optimizer steps,
+  as in ``diagnose run``; with ``stop=True`` (the default) the block is stopped once the window
+  and the timed steps are measured, and the ``with`` ends quietly.
+* ``analyze(path) -> Report``: a run directory (its report.json, else re-analysed from its
+  record and trace), or a bare trace.
+* ``load_runs(path) -> [(label, Report)]``: the runs a path holds: a verify or sweep directory
+  holds one per child run, anything else one.
+* ``compare(*runs) -> Comparison``: paths, reports or ``(label, report)`` pairs; the first
+  run is the baseline.
+
+A ``Report`` and a ``Comparison`` show themselves as HTML in Jupyter (``_repr_html_``).
+Importing this module imports neither torch nor the analysis: each function imports what it
+needs when it is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    from diagnose.analysis.compare import Comparison
+    from diagnose.analysis.pipeline import AnalysisOptions
+    from diagnose.analysis.report import Report
+    from diagnose.record import RunRecord
+
+PathLike = Union[str, Path]
+RunLike = Union[PathLike, "Report", "tuple[str, Report]"]
+
+
+# --- analysing and comparing --------------------------------------------------------------------
+
+
+def _options(rules: Sequence[PathLike] = (), show_all: bool = False) -> AnalysisOptions:
+    from diagnose.analysis.pipeline import AnalysisOptions
+
+    return AnalysisOptions.load([Path(r) for r in rules], show_all=show_all)
+
+
+def analyze(path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = False, reanalyze: bool = False) -> Report:
+    """The report of a run directory or a trace. A run directory's saved report.json is read
+    as is, unless ``reanalyze`` (or extra ``rules``, or ``show_all``) asks for a fresh analysis."""
+    from diagnose.errors import UsageError
+    from diagnose.rundir import RunDir
+
+    path = Path(path)
+    if path.is_dir():
+        run_dir = RunDir(path)
+        if run_dir.report_path.is_file() and not (reanalyze or rules or show_all):
+            return run_dir.load_report()
+        from diagnose.session import analyze_run
+
+        return analyze_run(run_dir, _options(rules, show_all))
+    if not path.is_file():
+        raise UsageError(f"no such run directory or trace: {path}")
+    if path.name.endswith(".json") and not path.name.endswith(".trace.json") and _is_report_file(path):
+        from diagnose.analysis.report import Report
+
+        return Report.load(path)
+    from diagnose.analysis.pipeline import analyze_trace
+
+    return analyze_trace(path, _options(rules, show_all))
+
+
+def _is_report_file(path: Path) -> bool:
+    """A saved report.json (its first bytes name the report schema), not a trace."""
+    with path.open("rb") as stream:
+        return b'"diagnose.report/' in stream.read(200)
+
+
+def load_runs(path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = False) -> list[tuple[str, Report]]:
+    """The labelled runs a path holds: a verify or sweep directory's child runs in its own order
+    (labelled as the experiment labelled them), else the one run or trace."""
+    path = Path(path)
+    children = experiment_children(path)
+    if children:
+        return [(label, analyze(child, rules=rules, show_all=show_all)) for label, child in children]
+    return [(_label(path), analyze(path, rules=rules, show_all=show_all))]
+
+
+def experiment_children(path: Path) -> list[tuple[str, Path]]:
+    """A verify or sweep directory's child runs (label, folder) that left a report; empty for
+    anything else. Its report.json lists them in order; without one, the sub-folders by name."""
+    import json
+
+    from diagnose.rundir import RunDir
+
+    if not path.is_dir():
+        return []
+    parent = RunDir(path)
+    found: list[tuple[str, Path]] = []
+    if parent.report_path.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            experiments = json.loads(parent.report_path.read_text()).get("experiments") or {}
+            for row in experiments.get("rows") or []:
+                child = Path(str(row.get("run_dir") or ""))
+                child = child if child.is_absolute() else path / child.name
+                if not child.is_dir():
+                    child = path / child.name  # the parent folder was moved since
+                if RunDir(child).report_path.is_file():
+                    found.append((str(row.get("label") or child.name), child))
+        if found or parent.record_path().is_file() or parent.traces():
+            return found
+    if parent.record_path().is_file() or parent.ranks():
+        return []
+    return [(child.name, child) for child in sorted(path.iterdir()) if child.is_dir() and RunDir(child).report_path.is_file()]
+
+
+def _label(path: Path) -> str:
+    name = path.name
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def compare(*runs: RunLike, labels: Sequence[str] | None = None, rules: Sequence[PathLike] = ()) -> Comparison:
+    """Compare runs, the first being the baseline. Each run is a path (a verify or sweep
+    directory gives all its runs), a ``Report``, or a ``(label, Report)`` pair."""
+    from diagnose.analysis.compare import compare_reports
+    from diagnose.analysis.report import Report
+
+    labelled: list[tuple[str, Report]] = []
+    for i, run in enumerate(runs):
+        if isinstance(run, Report):
+            labelled.append((f"run {i + 1}", run))
+        elif isinstance(run, tuple):
+            labelled.append(run)
+        else:
+            labelled.extend(load_runs(run, rules=rules))
+    if labels is not None:
+        if len(labels) != len(labelled):
+            raise ValueError(f"{len(labels)} labels for {len(labelled)} runs")
+        labelled = [(label, report) for label, (_, report) in zip(labels, labelled)]
+    return compare_reports(unique_labels(labelled))
+
+
+def unique_labels(runs: list[tuple[str, Report]]) -> list[tuple[str, Report]]:
+    """Labels made distinct ("baseline-1", "baseline-1 (2)"): the columns are told apart by them."""
+    seen: dict[str, int] = {}
+    out = []
+    for label, report in runs:
+        seen[label] = seen.get(label, 0) + 1
+        out.append((label if seen[label] == 1 else f"{label} ({seen[label]})", report))
+    return out
+
+
+# --- profiling in-process -----------------------------------------------------------------------
+
+
+@dataclass
+class ProfiledRun:
+    """A run profiled in this process. ``report`` is set once the block has ended."""
+
+    run_dir: Path
+    record: RunRecord | None = None
+    report: Report | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def _repr_html_(self) -> str | None:
+        return self.report._repr_html_() if self.report is not None else None
+
+
+def profile(
+    fn: Callable[[], Any] | None = None,
+    *,
+    name: str | None = None,
+    warmup: int = 5,
+    steps: int = 10,
+    timed_steps: int = 20,
+    stop: bool = True,
+    out: PathLike | None = None,
+    overwrite: bool = False,
+    knobs: Sequence[str] = (),
+    lines: bool = False,
+    rules: Sequence[PathLike] = (),
+    show_all: bool = False,
+    html: bool = False,
+    quiet: bool = True,
+) -> Any:
+    """Profile ``fn()`` and return its ``ProfiledRun``; without ``fn``, a context manager that
+    profiles its block. The run directory is ``out``, else ``runs/<name>-<time>/``."""
+    context = _profiling(
+        name or (getattr(fn, "__name__", None) if fn is not None else None) or "block",
+        warmup=warmup, steps=steps, timed_steps=timed_steps, stop=stop, out=out, overwrite=overwrite,
+        knobs=knobs, lines=lines, rules=rules, show_all=show_all, html=html, quiet=quiet,
+    )
+    if fn is None:
+        return context
+    with context as run:
+        fn()
+    return run
+
+
+@contextlib.contextmanager
+def _profiling(
+    name: str, *, warmup: int, steps: int, timed_steps: int, stop: bool, out: PathLike | None, overwrite: bool,
+    knobs: Sequence[str], lines: bool, rules: Sequence[PathLike], show_all: bool, html: bool, quiet: bool,
+) -> Iterator[ProfiledRun]:
+    from diagnose.progress import Progress
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+    from diagnose.runtime.block import BlockRun
+    from diagnose.runtime.knobs import Knobs
+    from diagnose.session import analyze_and_save
+
+    options = _options(rules, show_all)  # a bad rule file fails before the block runs
+    parsed = Knobs.parse(list(knobs))
+    run_dir = RunDir.create_for(name, Path(out) if out is not None else None, overwrite=overwrite)
+    hooks: list[Any] = []
+    if lines:
+        from diagnose.runtime.lines import LineAttribution
+
+        hooks.append(LineAttribution(run_dir.workers_path()))
+    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=stop)
+    run = ProfiledRun(run_dir.path, options={"plan": plan, "knobs": list(knobs)})
+    block = BlockRun(name, plan, run_dir, knobs=parsed if parsed else None, progress=Progress(enabled=not quiet), extra_hooks=hooks)
+    try:
+        with block:
+            yield run
+    finally:
+        run.record = block.record
+        run.report = analyze_and_save(run_dir, options, html=html)

@@ -1,0 +1,128 @@
+"""A comparison of runs (``diagnose compare``) as text for people or machines.
+
+Contract: ``render_comparison(comparison, format, views=...) -> str`` with format ``terminal``
+(rich tables), ``json`` (``Comparison.to_dict()``) or ``html`` (``renderers/html/comparison.py``:
+per-step bars side by side, drawn from each compared report's ``ReportView``). The renderers read
+the ``Comparison`` value (and, for the charts, the views), never a report's dictionaries.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from diagnose.analysis.compare import Comparison, ShareRow
+from diagnose.renderers.view import ReportView
+from diagnose.units import ms, percent
+
+FORMATS = ("terminal", "json", "html")
+
+
+def render_comparison(comparison: Comparison, fmt: str = "terminal", color: bool = False, width: int = 100) -> str:
+    if fmt == "json":
+        return json.dumps(comparison.to_dict(), indent=1) + "\n"
+    if fmt == "html":
+        from diagnose.renderers.html.comparison import comparison_html
+
+        return comparison_html(comparison, [ReportView.from_report(r) for r in comparison.reports])
+    if fmt == "terminal":
+        return ComparisonTerminalRenderer(color=color, width=width).render(comparison)
+    raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
+
+
+def rate_words(rate_key: str) -> str:
+    return "samples/s" if rate_key == "samples_per_s" else "steps/s"
+
+
+def signed_points(delta: float | None) -> str:
+    """A change of share in percentage points: "+12.0 pt", "-61.0 pt", "" for none."""
+    if delta is None:
+        return ""
+    if abs(delta) < 0.0005:
+        return "±0"
+    return f"{delta * 100:+.1f} pt"
+
+
+def speedup_text(speedup: float | None) -> str:
+    return "" if speedup is None else f"{speedup:.2f}x"
+
+
+class ComparisonTerminalRenderer:
+    def __init__(self, color: bool = True, width: int = 100) -> None:
+        self.color = color
+        self.width = width
+
+    def render(self, comparison: Comparison) -> str:
+        buffer = io.StringIO()
+        console = Console(
+            file=buffer, force_terminal=self.color, no_color=not self.color, width=self.width, highlight=False,
+            color_system="truecolor" if self.color else None,
+        )
+        c = comparison
+        console.print(f"[bold]diagnose compare[/]  ·  {len(c.runs)} runs, the first is the baseline")
+        for run in c.runs[1:]:
+            console.print(f"[bold cyan]{escape(run.label)}[/]: {escape(run.shift or '')}")
+        console.print()
+        for table in (
+            self._summary(c),
+            self._shares("What limits the step (share of the step; change from the baseline)", c, c.exposed),
+            self._shares("What the host thread does (phases)", c, c.phases),
+        ):
+            console.print(table)
+            console.print()
+        self._findings(console, c)
+        return buffer.getvalue()
+
+    def _columns(self, table: Table, c: Comparison, first: str) -> None:
+        table.add_column(first)
+        for run in c.runs:
+            table.add_column(run.label, justify="right")
+
+    def _summary(self, c: Comparison) -> Table:
+        table = Table(title="Throughput", title_justify="left", show_edge=False)
+        self._columns(table, c, "")
+        table.add_row(rate_words(c.rate_key), *[_cell(r.throughput, f"{r.throughput:,.1f}" if r.throughput else "", r.speedup) for r in c.runs])
+        table.add_row("median step", *[ms(r.median_step_ms) if r.median_step_ms is not None else "—" for r in c.runs])
+        if c.on_gpu:
+            table.add_row("GPU busy", *[percent(r.gpu_busy, 0) if r.gpu_busy is not None else "—" for r in c.runs])
+        table.add_row("status", *[r.state for r in c.runs])
+        return table
+
+    def _shares(self, title: str, c: Comparison, rows: tuple[ShareRow, ...]) -> Table:
+        table = Table(title=title, title_justify="left", show_edge=False)
+        self._columns(table, c, "")
+        for row in rows:
+            cells = []
+            for i, (share, delta) in enumerate(zip(row.shares, row.deltas)):
+                if share is None:
+                    cells.append("—")
+                else:
+                    cells.append(percent(share, 1) + (f" ({signed_points(delta)})" if i else ""))
+            table.add_row(row.label, *cells)
+        return table
+
+    def _findings(self, console: Console, c: Comparison) -> None:
+        console.print("[bold]Findings[/]")
+        base = c.runs[0]
+        console.print(f"  {escape(base.label)}: {', '.join(base.findings) or 'none'}")
+        for run in c.runs[1:]:
+            parts = []
+            if run.disappeared:
+                parts.append("gone " + ", ".join(run.disappeared))
+            if run.appeared:
+                parts.append("new " + ", ".join(run.appeared))
+            kept = [r for r in run.findings if r not in run.appeared]
+            if kept:
+                parts.append("still " + ", ".join(kept))
+            console.print(f"  {escape(run.label)}: {escape('; '.join(parts) or 'none, as in the baseline')}")
+        for rule, title in sorted(c.titles.items()):
+            console.print(f"  [dim]{rule}: {escape(title)}[/]")
+
+
+def _cell(value: float | None, text: str, speedup: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{text} ({speedup_text(speedup)})" if speedup is not None and speedup != 1.0 else text
