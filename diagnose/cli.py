@@ -7,6 +7,7 @@ errors become one line on stderr and an exit code (docs/failures.md).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -84,6 +85,8 @@ def run(
     rank_aware: bool = typer.Option(False, "--rank-aware", help="Under torchrun or srun: profile this rank into a shared run directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
+    fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="The run directory (or report.json) that throughput<baseline compares with."),
 ) -> None:
     """Run a training script under the profiler, break each step down, and diagnose it.
 
@@ -102,6 +105,7 @@ def run(
     if module and script:
         script_args = [script, *script_args]
         script = None
+    gate = _gate(fail_on, baseline)  # a bad condition fails before the script runs
     rank = rank_info()
     if rank_aware and rank is None:
         raise _fail(errors.UsageError("--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)", hint="use --nproc-per-node N to launch through torchrun"))
@@ -120,7 +124,9 @@ def run(
     if nproc_per_node:
         typer.echo(f"diagnose ▸ launching {nproc_per_node} ranks through torchrun into {run_dir.path}", err=True)
         code = session.launch_ranks(request, nproc_per_node, run_dir, quiet_stdout=json_out)
-        _analyze_and_emit(run_dir, request, json_out, color)
+        report = _analyze_and_emit(run_dir, request, json_out, color)
+        if code == errors.EXIT_OK:
+            _apply_gate(gate, [report])
         raise typer.Exit(code)
     hold = SignalHold()  # from the script's end until report.json is saved
     try:
@@ -129,16 +135,19 @@ def run(
         except DiagnoseError as exc:
             typer.echo(f"run directory: {run_dir.path}", err=True)
             raise _fail(exc) from None
+        report = None
         if session.merges_here(rank):
             if rank is not None:
                 run_dir.wait_for_ranks(rank.world_size)
-            _analyze_and_emit(run_dir, request, json_out, color)
+            report = _analyze_and_emit(run_dir, request, json_out, color)
     finally:
         hold.release()
+    if report is not None and record.status in ("completed", "stopped"):
+        _apply_gate(gate, [report])  # the script's own failure keeps its own exit code
     _exit_for(record, request.plan)
 
 
-def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - RunDir, RunRequest
+def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool]):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report
     from diagnose.session import analyze_and_save
 
     try:
@@ -148,6 +157,53 @@ def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool]) -
     _emit(report, json_out, color)
     if not json_out:
         typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
+    return report
+
+
+# --- the CI gate (docs/ci.md) -------------------------------------------------------------------
+
+
+@dataclass
+class _Gate:
+    conditions: list  # of analysis.gate.Condition
+    baseline: object = None  # a Report, when --baseline was given
+
+
+def _gate(fail_on: Optional[list[str]], baseline: Optional[Path], first_run_is_baseline: bool = False) -> _Gate:
+    """The parsed ``--fail-on`` conditions and the ``--baseline`` report, checked before any work
+    (``compare`` takes its first run as the baseline)."""
+    from diagnose.analysis.gate import parse_condition
+
+    try:
+        conditions = [parse_condition(text) for text in fail_on or []]
+        base = None
+        if baseline is not None:
+            from diagnose.api import analyze as load_report
+
+            base = load_report(baseline)
+        elif any(c.needs_baseline for c in conditions) and not first_run_is_baseline:
+            raise errors.UsageError("--fail-on throughput<baseline needs --baseline RUN_DIR")
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    return _Gate(conditions, base)
+
+
+def _apply_gate(gate: _Gate, reports: list, baseline=None) -> None:  # noqa: ANN001 - Reports
+    """Exit 6 (one line per condition that held) when a --fail-on condition holds for a report."""
+    from diagnose.analysis.gate import check
+
+    if not gate.conditions:
+        return
+    failures = []
+    try:
+        for report in reports:
+            failures += check(report, gate.conditions, baseline if baseline is not None else gate.baseline)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    for line in failures:
+        typer.echo(f"diagnose: fail-on: {line}", err=True)
+    if failures:
+        raise typer.Exit(errors.EXIT_GATE)
 
 
 def _tensorboard_hint(path: Path) -> str:
@@ -194,12 +250,15 @@ def analyze(
     steps_table: bool = typer.Option(False, "--steps", help="Also print the breakdown of every step."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="For a bare trace or a folder of traces: save report.json (and --html) in this new folder."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
+    fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="The run directory (or report.json) that throughput<baseline compares with."),
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
     from diagnose import session
     from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
     from diagnose.rundir import RunDir
 
+    gate = _gate(fail_on, baseline)
     try:
         options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
         if path.is_dir() and RunDir(path).holds_run():
@@ -219,6 +278,7 @@ def analyze(
     except DiagnoseError as exc:
         raise _fail(exc) from None
     _emit(report, json_out, color, show_steps=steps_table)
+    _apply_gate(gate, [report])
 
 
 @app.command(cls=Command)
@@ -240,6 +300,41 @@ def report(
     except DiagnoseError as exc:
         raise _fail(exc) from None
     _emit(saved, json_out, color)
+
+
+@app.command()
+def compare(
+    paths: list[Path] = typer.Argument(..., help="Run directories, verify or sweep directories (their runs), traces or report.json files; the first run is the baseline."),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as a self-contained HTML page to this file."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="Re-analyse every run with these extra rule files."),
+    fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", help="Exit 6 when this holds for a run after the first: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal output."),
+) -> None:
+    """Compare runs side by side: throughput, where the step time went, the findings that came and went, and how the bottleneck moved."""
+    from diagnose.api import compare as compare_runs
+    from diagnose.renderers.comparison import render_comparison
+
+    gate = _gate(fail_on, None, first_run_is_baseline=True)
+    try:
+        comparison = compare_runs(*paths, rules=rules_dirs or ())
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    except ValueError as exc:  # fewer than two runs
+        raise _fail(errors.UsageError(str(exc), hint="give two run directories or more, or one verify or sweep directory")) from None
+    if html is not None:
+        try:
+            html.write_text(render_comparison(comparison, "html"), encoding="utf-8")
+        except OSError as exc:
+            raise _fail(errors.OutputError(f"cannot write {html}: {exc.strerror}")) from None
+        typer.echo(f"wrote {html}", err=True)
+    if json_out:
+        sys.stdout.write(render_comparison(comparison, "json"))
+    else:
+        settings = ConsoleSettings.detect(color, sys.stdout)
+        # a wide table: the terminal's width (COLUMNS), or 140 columns when piped
+        sys.stdout.write(render_comparison(comparison, "terminal", color=settings.color, width=settings.width or 140))
+    _apply_gate(gate, list(comparison.reports[1:]), baseline=comparison.reports[0])
 
 
 def _script_args(script: Optional[str], args: Optional[list[str]], module: Optional[str]) -> list[str]:
@@ -276,6 +371,23 @@ def _save_and_emit(out_dir, report, html: bool, json_out: bool, color: Optional[
     except DiagnoseError as exc:
         raise _fail(exc) from None
     _emit(report, json_out, color)
+    _experiment_events(out_dir)
+
+
+def _experiment_events(out_dir) -> None:  # noqa: ANN001 - RunDir
+    """A verify or sweep parent's runs side by side in TensorBoard: an event file of the
+    comparison of its child runs (each child has its own). Skipped without tensorboard, or with
+    fewer than two runs that left a report."""
+    from diagnose.api import compare as compare_runs
+
+    try:
+        from diagnose.renderers.comparison_events import write_comparison_events
+
+        write_comparison_events(compare_runs(out_dir.path), out_dir.path)
+    except ImportError:
+        return
+    except (DiagnoseError, ValueError, OSError) as exc:
+        typer.echo(f"diagnose: note: no comparison events in {out_dir.path}: {getattr(exc, 'message', exc)}", err=True)
 
 
 @app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)

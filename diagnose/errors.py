@@ -13,6 +13,7 @@ EXIT_USAGE = 2  # bad command line, missing script, malformed rule file
 EXIT_NO_STEPS = 3  # the run ended before a single step could be profiled
 EXIT_TRACE = 4  # a trace that cannot be read or analysed
 EXIT_OUTPUT = 5  # the run directory cannot be written
+EXIT_GATE = 6  # a --fail-on condition held (docs/ci.md)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it
 EXIT_TERMINATED = 143  # SIGTERM
 
