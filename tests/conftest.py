@@ -3,6 +3,7 @@ patched DataLoader methods, a running profiler): the runner must always clean up
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -78,3 +79,33 @@ def write_script(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+# --- every report.json a test writes validates against the shipped JSON Schema ------------------
+
+SCHEMA_PATH = REPO / "diagnose" / "schema" / "report.schema.json"
+
+
+def report_errors(report: dict) -> list[str]:
+    """What is wrong with a report.json's content against the schema (empty: it validates)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(report)]
+
+
+@pytest.fixture(autouse=True)
+def reports_written_validate(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used tmp_path: each report.json it left there (a run, an analysis, a
+    verify or sweep, written in this process or by a child) validates against the schema."""
+    folder = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if folder is None:
+        return
+    try:
+        import jsonschema  # noqa: F401 - a test dependency
+    except ImportError:
+        return
+    for path in folder.rglob("report.json"):
+        data = json.loads(path.read_text())
+        if str(data.get("schema", "")).endswith("/2"):
+            assert report_errors(data) == [], f"{path} does not validate"
