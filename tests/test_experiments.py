@@ -259,6 +259,7 @@ def test_sweep_cli_finds_the_largest_batch_that_fits(write_script, tmp_path: Pat
     assert rows[3]["error"].startswith("skipped")  # larger than a size that already failed
     assert "the largest that fits: arg.batch_size=32" in " ".join(report["experiments"]["conclusions"])
     assert (out / "diagnose" / "report.json").is_file()
+    assert len(list(out.glob("events.out.tfevents.*.diagnose-compare"))) == 1  # its runs side by side in TensorBoard
     if report["experiments"].get("plot"):
         assert (out / "sweep.png").stat().st_size > 1000
 
