@@ -85,8 +85,8 @@ def run(
     rank_aware: bool = typer.Option(False, "--rank-aware", help="Under torchrun or srun: profile this rank into a shared run directory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
-    fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="The run directory (or report.json) that throughput<baseline compares with."),
+    fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", metavar="RUN_DIR", help="The run directory (or report.json) that throughput<baseline compares with."),
 ) -> None:
     """Run a training script under the profiler, break each step down, and diagnose it.
 
@@ -250,8 +250,8 @@ def analyze(
     steps_table: bool = typer.Option(False, "--steps", help="Also print the breakdown of every step."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="For a bare trace or a folder of traces: save report.json (and --html) in this new folder."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
-    fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="The run directory (or report.json) that throughput<baseline compares with."),
+    fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", metavar="RUN_DIR", help="The run directory (or report.json) that throughput<baseline compares with."),
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
     from diagnose import session
@@ -302,13 +302,13 @@ def report(
     _emit(saved, json_out, color)
 
 
-@app.command()
+@app.command(cls=Command)
 def compare(
-    paths: list[Path] = typer.Argument(..., help="Run directories, verify or sweep directories (their runs), traces or report.json files; the first run is the baseline."),
+    paths: list[Path] = typer.Argument(..., metavar="PATHS...", help="Run directories, verify or sweep directories (their runs), traces or report.json files; the first run is the baseline."),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as a self-contained HTML page to this file."),
+    html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write the comparison as a self-contained HTML page to this file."),
     rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="Re-analyse every run with these extra rule files."),
-    fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", help="Exit 6 when this holds for a run after the first: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
+    fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds for a run after the first: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal output."),
 ) -> None:
     """Compare runs side by side: throughput, where the step time went, the findings that came and went, and how the bottleneck moved."""
@@ -331,6 +331,8 @@ def compare(
     if json_out:
         sys.stdout.write(render_comparison(comparison, "json"))
     else:
+        from diagnose.renderers.terminal import ConsoleSettings
+
         settings = ConsoleSettings.detect(color, sys.stdout)
         # a wide table: the terminal's width (COLUMNS), or 140 columns when piped
         sys.stdout.write(render_comparison(comparison, "terminal", color=settings.color, width=settings.width or 140))

@@ -80,12 +80,13 @@ def test_default_location_is_unique_within_a_second(tmp_path: Path) -> None:
 def test_an_older_layout_with_its_files_at_the_top_is_still_read(tmp_path: Path) -> None:
     RunRecord(status="stopped").save(tmp_path / "run.json")
     RunRecord(status="failed").save(tmp_path / "rank1.run.json")
-    Report(verdict="old").save(tmp_path / "report.json")
+    status = {"state": "stopped", "exit_code": 0, "message": "", "error": None}
+    Report(verdict="old", source={"kind": "run"}, status=status).save(tmp_path / "report.json")
     run = RunDir(tmp_path)
     assert run.record_path() == tmp_path / "run.json" and run.load_record().status == "stopped"
     assert run.ranks() == [1] and run.load_ranks()[1].status == "failed"
     assert run.load_report().verdict == "old"
-    run.save_report(Report(verdict="again"))  # re-analysing an old run rewrites its own file
+    run.save_report(Report(verdict="again", source={"kind": "run"}, status=status))  # re-analysing an old run rewrites its own file
     assert Report.load(tmp_path / "report.json").verdict == "again"
 
 
