@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.rundir import RunDir
 from tests.conftest import DATA, REPO
 
 TRAIN = """
@@ -87,7 +88,8 @@ def test_a_notebook_profiles_a_block_and_a_function_and_shows_the_report(tmp_pat
     assert out["comparison_html"]
     assert out["argv"] == ["-c"]  # a block leaves the kernel's argv alone
     for name in ("block", "fn"):
-        assert (tmp_path / name / "report.json").is_file() and (tmp_path / name / "run.json").is_file()
+        run = RunDir(tmp_path / name)
+        assert run.report_path.is_file() and run.record_path().is_file()
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from diagnose.record import WindowPlan
 from diagnose.rundir import RunDir
 from diagnose.runtime.capture import StopScript
 from diagnose.runtime.runner import Target, _describe_error, _is_oom, _ScriptRun
+from diagnose.signals import SignalHold
 
 
 class BlockRun(_ScriptRun):
@@ -39,7 +40,10 @@ class BlockRun(_ScriptRun):
         progress: Progress | None = None,
         extra_hooks: list[Any] | None = None,
     ) -> None:
-        super().__init__(Target("block", name), plan, run_dir, None, knobs, progress or Progress(), list(extra_hooks or []), None)
+        # a block never holds the caller's signals: the hold is released as soon as it is taken
+        super().__init__(
+            Target("block", name), plan, run_dir, None, knobs, progress or Progress(), list(extra_hooks or []), None, SignalHold()
+        )
         self.record.target = {"kind": "block", "value": name, "args": [], "cwd": os.getcwd()}
 
     def __enter__(self) -> BlockRun:
@@ -60,6 +64,7 @@ class BlockRun(_ScriptRun):
             self._finalize(status, exit_code, error)
         finally:
             self._uninstall()
+            self.hold.release()
         record = self.record
         if record.completed_steps() == 0 and record.status in ("completed", "stopped"):
             record.status = "no_steps"
