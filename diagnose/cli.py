@@ -307,7 +307,7 @@ def compare(
     paths: list[Path] = typer.Argument(..., metavar="PATHS...", help="Run directories, verify or sweep directories (their runs), traces or report.json files; the first run is the baseline."),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write the comparison as a self-contained HTML page to this file."),
-    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", help="Re-analyse every run with these extra rule files."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", metavar="DIR", help="Re-analyse every run with these extra rule files."),
     fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds for a run after the first: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal output."),
 ) -> None:

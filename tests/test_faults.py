@@ -364,8 +364,11 @@ def test_a_second_signal_soon_after_the_first_keeps_the_report(write_script, tmp
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == exit_code, stderr[-3000:]
     assert "diagnose/" not in stderr and "Terminated" not in stderr.replace("terminated (SIGTERM)", ""), stderr[-3000:]
-    run = json.loads((tmp_path / "run" / "run.json").read_text())
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    from diagnose.rundir import RunDir
+
+    saved = RunDir(tmp_path / "run")
+    run = json.loads(saved.record_path().read_text())
+    report = json.loads(saved.report_path.read_text())
     assert run["status"] == state and report["status"]["state"] == state
 
 
