@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._bench import REPO, run_in_repo  # noqa: E402
+from diagnose.rundir import RunDir  # noqa: E402
 
 #: name -> the script and its arguments, relative to the repository
 CASES: dict[str, list[str]] = {
@@ -50,7 +51,7 @@ def main() -> None:
             print(f"{name}: exit {result.returncode}\n{result.stderr[-2000:]}")
             continue
         report = json.loads(result.stdout)
-        record = json.loads((run_dir / "run.json").read_text())
+        record = json.loads(RunDir(run_dir).record_path().read_text())
         fixture = args.out / "fixtures" / name
         shutil.rmtree(fixture, ignore_errors=True)
         fixture.mkdir(parents=True)

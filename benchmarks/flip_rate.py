@@ -28,6 +28,9 @@ from pathlib import Path
 from _bench import REPO, run_in_repo
 from overhead import EXAMPLES
 
+sys.path.insert(0, str(REPO))
+from diagnose.rundir import RunDir  # noqa: E402
+
 
 def top_of(report: dict) -> dict:
     """The run's top finding, whether it is borderline, and the near misses."""
@@ -59,7 +62,7 @@ def run_once(example: str, run_dir: Path, small: bool, timeout: int) -> dict:
 def from_reports(folders: list[Path]) -> list[dict]:
     rows = []
     for folder in folders:
-        path = folder / "report.json" if folder.is_dir() else folder
+        path = RunDir(folder).report_path if folder.is_dir() else folder
         report = json.loads(path.read_text())
         target = ((report.get("run") or {}).get("target") or {}).get("value") or str(folder)
         rows.append({"example": Path(target).stem, "source": str(path), **top_of(report)})

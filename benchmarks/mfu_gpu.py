@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO))
 
 from diagnose.analysis import hardware, kernels, memory  # noqa: E402
 from diagnose.analysis.timeline import load_timeline  # noqa: E402
-from diagnose.record import RunRecord  # noqa: E402
+from diagnose.record import RunRecord
+from diagnose.rundir import RunDir  # noqa: E402
 
 
 def diagnose_run(script: str, out: Path, name: str, args: list[str]) -> tuple[RunRecord, Path, str]:
@@ -37,12 +38,12 @@ def diagnose_run(script: str, out: Path, name: str, args: list[str]) -> tuple[Ru
     proc = run_in_repo(cmd, timeout=240)
     print(f"[{name}] {' '.join(cmd[2:])}: exit {proc.returncode} in {time.perf_counter() - t0:.0f} s", flush=True)
     (out / f"{name}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-    return RunRecord.load(run_dir / "run.json"), run_dir, proc.stdout + proc.stderr
+    return RunRecord.load(RunDir(run_dir).record_path()), run_dir, proc.stdout + proc.stderr
 
 
 def report_of(run_dir: Path) -> dict:
     """What diagnose itself reported (report.json): the symptoms, findings and limits section."""
-    path = run_dir / "report.json"
+    path = RunDir(run_dir).report_path
     return json.loads(path.read_text()) if path.exists() else {}
 
 
