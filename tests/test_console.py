@@ -78,3 +78,12 @@ def test_the_command_honours_no_color_and_columns_through_a_pipe() -> None:
     assert "\x1b[" in report(FORCE_COLOR="1") and "\x1b[" not in report(FORCE_COLOR="1", NO_COLOR="1")
     assert max(map(len, report(COLUMNS="90").splitlines())) <= 90
     assert max(map(len, report().splitlines())) > 200
+
+
+def test_kernel_names_are_cut_to_fit_a_terminal() -> None:
+    from diagnose.renderers.terminal import KERNEL_NAME_CHARS, short_kernel_name
+
+    assert short_kernel_name("void cudnn::engines::nchwToNhwcKernel<__nv_bfloat16, float>(params)") == "cudnn::engines::nchwToNhwcKernel<…>"
+    assert short_kernel_name("ampere_sgemm_128x64_tn") == "ampere_sgemm_128x64_tn"
+    mangled = "_ZN17cutlass" + "x" * 500
+    assert len(short_kernel_name(mangled)) == KERNEL_NAME_CHARS and short_kernel_name(mangled).endswith("…")

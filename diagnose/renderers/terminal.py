@@ -252,13 +252,13 @@ class TerminalRenderer(Renderer):
             c.print(Text.assemble(("memory at the step's peak: ", "bold"), owners + tail))
         if lim.kernels:
             table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-            table.add_column("top kernels", no_wrap=True, max_width=self.width - 40 if self.width else None, overflow="ellipsis")
+            table.add_column("top kernels", no_wrap=True, overflow="ellipsis")
             table.add_column("class")
             table.add_column("ms/step", justify="right")
             table.add_column("share", justify="right")
             table.add_column("TFLOP/s", justify="right")
             for k in lim.kernels[:5]:
-                table.add_row(k.name, k.kind, f"{k.ms_per_step:.3f}", percent(k.share, 0), f"{k.tflops:.1f}" if k.tflops is not None else "")
+                table.add_row(short_kernel_name(k.name), k.kind, f"{k.ms_per_step:.3f}", percent(k.share, 0), f"{k.tflops:.1f}" if k.tflops is not None else "")
             c.print(table)
         c.print()
 
@@ -438,3 +438,19 @@ def _apportion(shares: dict[str, float], width: int) -> dict[str, int]:
     for k in sorted(raw, key=lambda k: raw[k] - cells[k], reverse=True)[: max(left, 0)]:
         cells[k] += 1
     return cells
+
+
+#: kernel names longer than this are cut in the terminal (HTML and report.json keep them whole)
+KERNEL_NAME_CHARS = 60
+
+
+def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
+    """A kernel's name without ``void``, template arguments and parameters: C++ kernel names run
+    to thousands of characters, which push the table's figures off any terminal."""
+    name = name.removeprefix("void ").strip()
+    for cut in ("<", "("):
+        head = name.split(cut, 1)[0]
+        if head:
+            name = head + ("<…>" if cut == "<" and cut in name else "")
+            break
+    return name if len(name) <= limit else name[: limit - 1] + "…"
