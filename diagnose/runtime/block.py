@@ -73,12 +73,7 @@ class BlockRun(_ScriptRun):
 
     def _install(self) -> None:
         """The script run's hooks without the process-wide changes a script run makes."""
-        self.instrumentation.install()
-        self.session.guard_foreign_profilers()
-        if self.knobs is not None:
-            self.knobs.install()
-        for hook in self.hooks:
-            hook.install()
+        self._install_hooks()
 
     def _ending(self, exc: BaseException) -> tuple[str, int, dict[str, Any] | None]:
         """How the block ended. Its own exception is raised again on leaving the ``with``, so

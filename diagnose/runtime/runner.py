@@ -251,13 +251,18 @@ class _ScriptRun:
             self.run_dir.save_record(record, self.rank)
         return record
 
-    def _install(self) -> None:
+    def _install_hooks(self) -> None:
+        """What every run installs: the instrumentation, the foreign-profiler guard, the knobs
+        and the extra hooks (a script run adds its process-wide changes; a block does not)."""
         self.instrumentation.install()
         self.session.guard_foreign_profilers()
         if self.knobs is not None:
             self.knobs.install()
         for hook in self.hooks:
             hook.install()
+
+    def _install(self) -> None:
+        self._install_hooks()
         os._exit = self._hard_exit  # type: ignore[assignment]
         _install_sigterm()
         _prepare_sys(self.target)
