@@ -186,6 +186,10 @@ def test_cpu_wording_and_no_gpu_figures_on_a_cpu_run() -> None:
     assert view.breakdown.categories == EXPOSED[:7]
     assert all(row.hidden_share is None for row in view.breakdown.phases)
     assert view.labels["host_forward"] == "forward (CPU compute)"
+    data["environment"].pop("cpu_count", None)  # a bare trace records no CPU count: say so, no "?"
+    assert ReportView.from_report(Report.from_dict(data)).device == (
+        "CPU only, no GPU used (CPU count unknown: a bare trace does not record it)"
+    )
 
 
 def test_the_straggler_is_flagged_only_when_its_rule_fired() -> None:

@@ -429,7 +429,8 @@ def _run_name(report: Report) -> str:
 def _device(report: Report) -> str | None:
     env = report.environment
     if (report.breakdown and not report.on_gpu) or env.get("device") == "cpu":
-        return f"CPU only, no GPU used ({env.get('cpu_count', '?')} cores)"
+        cores = f"{env['cpu_count']} cores" if env.get("cpu_count") else "CPU count unknown: a bare trace does not record it"
+        return f"CPU only, no GPU used ({cores})"
     return env.get("device_name") or None
 
 
