@@ -24,9 +24,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 def augment(x):
-    total = 0.0
-    for v in x.flatten().tolist():
-        total += v * v   # HOT-MAIN: slow per-element Python
+    # one line holds the step's CPU work; the sorts release the GIL, so the sampler sees this line
+    # whenever it runs (a pure-Python loop is only seen at the interpreter's switch points, which
+    # land on its neighbours as often as on its body on a loaded machine)
+    total = float(torch.sort(x.flatten().repeat(8)).values[-1])  # HOT-MAIN: slow CPU work in the loop
     return x * 0 + total
 
 m = torch.nn.Linear(64, 1); opt = torch.optim.SGD(m.parameters(), lr=1e-6)
