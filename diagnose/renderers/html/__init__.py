@@ -19,12 +19,11 @@ from diagnose.renderers.base import Renderer
 from diagnose.renderers.html import sections
 from diagnose.renderers.html.charts import nice_ticks
 from diagnose.renderers.html.markup import Markup, el
-from diagnose.renderers.html.style import CATEGORY_COLOURS, PHASE_COLOURS, stylesheet
+from diagnose.renderers.html.style import CATEGORY_COLOURS, CSP, PHASE_COLOURS, page
 from diagnose.renderers.view import ReportView
 
 __all__ = ["CATEGORY_COLOURS", "CSP", "HTMLRenderer", "Markup", "PHASE_COLOURS", "el", "nice_ticks"]
 
-CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 
 class HTMLRenderer(Renderer):
@@ -46,12 +45,4 @@ class HTMLRenderer(Renderer):
             sections.warnings(view),
             sections.footer(view),
         )
-        head = el(
-            "head",
-            el("meta", charset="utf-8"),
-            el("meta", http_equiv="Content-Security-Policy", content=CSP),
-            el("meta", name="viewport", content="width=device-width, initial-scale=1"),
-            el("title", f"diagnose · {view.name}"),
-            el("style", Markup(stylesheet())),
-        )
-        return "<!DOCTYPE html>\n" + el("html", head, el("body", body), lang="en") + "\n"
+        return page(f"diagnose · {view.name}", body)

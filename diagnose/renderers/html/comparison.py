@@ -16,12 +16,11 @@ from diagnose.analysis.compare import Comparison, ShareRow
 from diagnose.renderers.comparison import rate_words, signed_points, speedup_text
 from diagnose.renderers.html.charts import steps_chart
 from diagnose.renderers.html.markup import Markup, el, section, swatch
-from diagnose.renderers.html.style import stylesheet
+from diagnose.renderers.html.style import page
 from diagnose.renderers.view import ReportView
 from diagnose import __version__
 from diagnose.units import ms, percent
 
-CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 
 def comparison_html(comparison: Comparison, views: Sequence[ReportView]) -> str:
@@ -37,15 +36,7 @@ def comparison_html(comparison: Comparison, views: Sequence[ReportView]) -> str:
         _findings(c),
         el("footer", f"diagnose {__version__} · {c.to_dict()['schema']}"),
     )
-    head = el(
-        "head",
-        el("meta", charset="utf-8"),
-        el("meta", http_equiv="Content-Security-Policy", content=CSP),
-        el("meta", name="viewport", content="width=device-width, initial-scale=1"),
-        el("title", f"diagnose · compare {' vs '.join(c.labels)}"),
-        el("style", Markup(stylesheet())),
-    )
-    return "<!DOCTYPE html>\n" + el("html", head, el("body", body), lang="en") + "\n"
+    return page(f"diagnose · compare {' vs '.join(c.labels)}", body)
 
 
 def _shifts(c: Comparison) -> Markup:

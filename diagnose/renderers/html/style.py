@@ -11,7 +11,11 @@ from importlib import resources
 from rich.color import Color
 from rich.terminal_theme import SVG_EXPORT_THEME
 
+from diagnose.renderers.html.markup import Markup, el
 from diagnose.renderers.terminal import STYLES
+
+#: No script, no outside resource: the page is one file that can be mailed or archived.
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 #: The colour of each exposed category: the terminal's, as rich renders it in its SVG export.
 CATEGORY_COLOURS = {cat: Color.parse(style).get_truecolor(SVG_EXPORT_THEME).hex for cat, (style, _) in STYLES.items()}
@@ -44,3 +48,16 @@ def stylesheet() -> str:
         for phase, hex_ in PHASE_COLOURS.items()
     ]
     return "\n" + css + "\n".join(colour_rules) + "\n"
+
+
+def page(title: str, body: Markup) -> str:
+    """A whole self-contained page: the head (charset, CSP, viewport, title, stylesheet) and ``body``."""
+    head = el(
+        "head",
+        el("meta", charset="utf-8"),
+        el("meta", http_equiv="Content-Security-Policy", content=CSP),
+        el("meta", name="viewport", content="width=device-width, initial-scale=1"),
+        el("title", title),
+        el("style", Markup(stylesheet())),
+    )
+    return "<!DOCTYPE html>\n" + el("html", head, el("body", body), lang="en") + "\n"
