@@ -29,25 +29,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from diagnose.analysis.hardware import GpuSpec
+from diagnose.analysis.patterns import KernelPattern
 from diagnose.record import FlopCount, MatmulShape
 
 CLASSES = ("matmul", "attention", "elementwise", "reduction", "copy", "comm", "other")
 
 
-@dataclass(frozen=True)
-class NamePattern:
-    kind: str
-    regex: re.Pattern[str]
-    why: str
-
-
-def _k(kind: str, pattern: str, why: str) -> NamePattern:
-    return NamePattern(kind, re.compile(pattern), why)
+def _k(kind: str, pattern: str, why: str) -> KernelPattern:
+    return KernelPattern(kind, re.compile(pattern), why)
 
 
 #: Kernel names to classes, tried in order (attention kernels also look like matmuls; copies and
 #: reductions also run through torch's elementwise templates).
-KERNEL_PATTERNS: tuple[NamePattern, ...] = (
+KERNEL_PATTERNS: tuple[KernelPattern, ...] = (
     _k("comm", r"nccl", "NCCL collectives"),
     _k("attention", r"fmha|flash|sdpa|[Aa]ttention|_mha_", "fused scaled-dot-product attention (flash, memory-efficient, cuDNN)"),
     _k("matmul", r"gemm|gemv|xmma|nvjet|cutlass|Gemm|wgrad|dgrad|fprop|implicit_gemm|conv2d|convolve|winograd"
@@ -105,7 +99,7 @@ OP_CLASSES: dict[str, str] = {
 def kernel_class(name: str) -> str:
     for pattern in KERNEL_PATTERNS:
         if pattern.regex.search(name):
-            return pattern.kind
+            return pattern.name
     return "other"
 
 
