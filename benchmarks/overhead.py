@@ -48,11 +48,16 @@ from pathlib import Path
 from _bench import PLAIN_RE, REPO, run_in_repo
 
 EXAMPLES = ["data_bound", "pageable_copies", "fp32_transformer", "launch_bound", "item_syncs", "forloop_optimizer",
-            "cpu_preprocessing", "well_tuned", "prefetch_loader"]
+            "cpu_preprocessing", "well_tuned", "prefetch_loader", "implicit_syncs", "pageable_prebuilt"]
+#: the framework loops (issue 15): the overhead is published over these too
+FRAMEWORK_EXAMPLES = ["lightning_fp32", "hf_trainer_workers", "accelerate_fp32", "closure_optimizer", "compiled_launch_bound"]
+EXAMPLES += FRAMEWORK_EXAMPLES
 VARIANTS = ["plain", "diagnose", "no-lines"]
 #: --in-process: steps per timed window, about 3 s of each example on an H200
 WINDOW_STEPS = {"data_bound": 12, "pageable_copies": 100, "fp32_transformer": 25, "launch_bound": 200, "item_syncs": 600,
-                "forloop_optimizer": 25, "cpu_preprocessing": 15, "well_tuned": 150, "prefetch_loader": 60}
+                "forloop_optimizer": 25, "cpu_preprocessing": 15, "well_tuned": 150, "prefetch_loader": 60,
+                "implicit_syncs": 100, "pageable_prebuilt": 60, "lightning_fp32": 25, "hf_trainer_workers": 25,
+                "accelerate_fp32": 25, "closure_optimizer": 25, "compiled_launch_bound": 200}
 
 
 def command(example: str, variant: str, run_dir: Path, small: bool) -> list[str]:
