@@ -166,7 +166,8 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def pooled_ratio(summary: list[dict], variant: str = "diagnose", draws: int = 2000, seed: int = 0) -> dict | None:
     """Geometric mean over the examples of median(variant) / median(plain), and its 95% bootstrap
-    interval: each draw resamples every example's runs of both variants with replacement."""
+    interval: each draw resamples the examples, then each drawn example's runs of both variants,
+    with replacement."""
     pairs = [(e["plain"]["runs"], e[variant]["runs"]) for e in summary if e["plain"]["runs"] and e.get(variant, {}).get("runs")]
     if not pairs:
         return None
@@ -176,8 +177,12 @@ def pooled_ratio(summary: list[dict], variant: str = "diagnose", draws: int = 20
         return math.exp(sum(logs) / len(logs))
 
     rng = random.Random(seed)
+    # two levels: the examples are a sample of the workloads users run, and each example's runs a
+    # sample of its run-to-run noise; resampling both keeps the interval honest when an example
+    # has one run per variant (its noise then shows only through the spread between examples)
     boot = sorted(
-        pooled([([rng.choice(p) for _ in p], [rng.choice(d) for _ in d]) for p, d in pairs]) for _ in range(draws)
+        pooled([([rng.choice(p) for _ in p], [rng.choice(d) for _ in d]) for p, d in (rng.choice(pairs) for _ in pairs)])
+        for _ in range(draws)
     )
     return {
         "variant": variant,
@@ -214,7 +219,13 @@ def main() -> None:
     p.add_argument("--timeout", type=int, default=240, help="seconds one run may take")
     p.add_argument("--deadline", type=float, default=None, help="epoch seconds after which no run starts")
     p.add_argument("--in-process", action="store_true", help="time before and after diagnose's window in one process")
+    p.add_argument("--summarize", type=Path, default=None, metavar="RUNS_JSONL",
+                   help="run nothing: summarize the rows of an earlier runs.jsonl (several may be concatenated)")
     args = p.parse_args()
+    if args.summarize:
+        rows = [json.loads(line) for line in args.summarize.read_text().splitlines() if line.strip()]
+        write_summary(rows, args.out, args.in_process)
+        return
     if args.in_process:
         args.variants = [v for v in args.variants if v != "no-lines"]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -234,16 +245,21 @@ def main() -> None:
                     log.write(json.dumps(row) + "\n")
                     log.flush()
                     print(json.dumps({k: v for k, v in row.items() if k != "error"}), flush=True)
-    summary = summarize_in_process(rows) if args.in_process else summarize(rows)
-    table = markdown_in_process(summary) if args.in_process else markdown(summary)
+    write_summary(rows, args.out, args.in_process)
+
+
+def write_summary(rows: list[dict], out: Path, in_process: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize_in_process(rows) if in_process else summarize(rows)
+    table = markdown_in_process(summary) if in_process else markdown(summary)
     output: dict = {"examples": summary}
-    if not args.in_process:
+    if not in_process:
         output["pooled"] = [x for x in (pooled_ratio(summary, v) for v in ("diagnose", "no-lines")) if x]
         for x in output["pooled"]:
             table += (f"\npooled {x['variant']} / plain over {x['examples']} examples: {x['ratio']:.3f} "
                       f"(95% interval {x['low']:.3f}-{x['high']:.3f})\n")
-    (args.out / "overhead.json").write_text(json.dumps(output, indent=1))
-    (args.out / "overhead.md").write_text(table)
+    (out / "overhead.json").write_text(json.dumps(output, indent=1))
+    (out / "overhead.md").write_text(table)
     print(table)
 
 
