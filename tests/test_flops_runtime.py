@@ -110,6 +110,38 @@ def test_memory_probe_reads_the_allocator_at_both_ends() -> None:
     assert probe.stop() is split
 
 
+def _figures() -> object:
+    return iter([
+        {"allocated": 100, "peak_allocated": 100, "reserved": 800, "peak_reserved": 800, "capacity": 1000},
+        {"allocated": 150, "peak_allocated": 700, "reserved": 800, "peak_reserved": 800, "capacity": 1000},
+    ])
+
+
+def test_memory_probe_reads_the_batch_from_the_model_input_when_no_dataloader_told() -> None:
+    # examples/oom.py makes its batch with torch.randn: no DataLoader counts samples, and with
+    # no sample count the largest batch that fits could not be estimated
+    model = torch.nn.Sequential(torch.nn.Linear(10, 100), torch.nn.ReLU(), torch.nn.Linear(100, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    figures = _figures()
+    probe = MemoryProbe(stats=lambda: next(figures), device_type="cpu", reset_peak=lambda: None)
+    probe.start()
+    torch.nn.ReLU()(torch.randn(3, 5))  # a module with no parameters (an activation, a loss): not the model
+    _step(model, opt, torch.randn(24, 10))
+    split = probe.stop(samples=None)
+    assert split.samples == 24
+    model(torch.randn(5, 10))  # the hook is gone after the step
+    assert probe.input_batch == 24
+
+
+def test_memory_probe_prefers_the_dataloader_count() -> None:
+    model = torch.nn.Linear(10, 10)
+    figures = _figures()
+    probe = MemoryProbe(stats=lambda: next(figures), device_type="cpu", reset_peak=lambda: None)
+    probe.start()
+    model(torch.randn(7, 10))  # one sequence of 7 positions from a batch of 1, say
+    assert probe.stop(samples=1).samples == 1
+
+
 def test_snapshot_at_oom_keeps_the_message() -> None:
     stats = {"allocated": 9, "peak_allocated": 10, "reserved": 12, "peak_reserved": 12, "capacity": 16}
     split = snapshot_at_oom("CUDA out of memory. Tried to allocate 2.00 GiB\nmore", stats=lambda: stats, device_type="cpu")

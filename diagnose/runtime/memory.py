@@ -5,6 +5,13 @@ models and optimizers once through the garbage collector, reads the allocator, r
 ``stop(samples) -> MemorySplit`` at the next boundary. ``snapshot_at_oom(message)`` measures the
 same owners when an out-of-memory error is raised, before the script unwinds and frees them.
 
+The samples in the step come from the DataLoader when the script uses one (``stop(samples)``).
+A script that makes its batch itself (``x = torch.randn(batch, ...)``) tells no DataLoader, and
+without a sample count the headroom cannot become a batch size; so the probe also reads the
+leading dimension of the first tensor passed to the first module with parameters called in the
+step (the model's input: ``(batch, ...)``; an embedding's ``(batch, positions)``), and uses it
+when no DataLoader told.
+
 Sizes are the allocator's own figures (``torch.cuda.memory_stats``) and the byte sizes of the
 tensors each owner holds, counted once per storage; ``analysis/memory.py`` turns them into the
 split (activations are what the step allocated above what it started with) and advice.
@@ -119,6 +126,9 @@ class MemoryProbe:
         self._optimizers: list[Any] = []
         self._start: dict[str, int] | None = None
         self._grads_start = 0
+        self._input_hook: Any = None
+        #: the leading dimension of the model's input in the measured step (0: not seen yet)
+        self.input_batch = 0
         self.result: MemorySplit | None = None
 
     def start(self) -> None:
@@ -126,6 +136,7 @@ class MemoryProbe:
             return
         self._modules, self._optimizers = find_owners()
         _, self._grads_start, _ = owner_bytes(self._modules, self._optimizers, self._device_type)
+        self._watch_input()
         if self._reset_peak is not None:
             self._reset_peak()
         else:
@@ -138,6 +149,7 @@ class MemoryProbe:
         if self._start is None:
             return self.result
         start, self._start = self._start, None
+        self._unwatch_input()
         end = self._stats()
         p, g, o = owner_bytes(self._modules, self._optimizers, self._device_type)
         self._modules, self._optimizers = [], []
@@ -153,9 +165,30 @@ class MemoryProbe:
             peak_reserved_bytes=end["peak_reserved"],
             reserved_bytes=end["reserved"],
             capacity_bytes=end["capacity"],
-            samples=samples if samples else None,
+            samples=samples or self.input_batch or None,
         )
         return self.result
+
+    def _watch_input(self) -> None:
+        """Until the step's first module with parameters is called with a tensor, read that
+        tensor's leading dimension (one global pre-hook, removed once it has seen one)."""
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        from diagnose.runtime.instrument import leading_dim
+
+        def first_input(module: Any, args: Any) -> None:
+            if self.input_batch or next(module.parameters(), None) is None:
+                return
+            self.input_batch = leading_dim(args)
+            if self.input_batch:
+                self._unwatch_input()
+
+        self._input_hook = register_module_forward_pre_hook(first_input)
+
+    def _unwatch_input(self) -> None:
+        if self._input_hook is not None:
+            self._input_hook.remove()
+            self._input_hook = None
 
 
 def snapshot_at_oom(message: str, samples: int | None = None, stats: Stats | None = None, device_type: str = "cuda") -> MemorySplit:
