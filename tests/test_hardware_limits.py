@@ -177,6 +177,50 @@ def test_misaligned_flop_share() -> None:
     assert kernels.misaligned_flop_share([]) is None
 
 
+H100 = hardware.find_gpu("NVIDIA H100 80GB HBM3")  # bf16 989.4 TFLOP/s dense, 3,350 GB/s
+
+
+def test_a_16_row_bf16_matmul_is_memory_bound_on_its_weight() -> None:
+    # 16 x 8192 @ 8192 x 8192: 2.147 GFLOP over (16*8192 + 8192^2 + 16*8192) * 2 bytes
+    shape = MatmulShape("aten.mm", 16, 8192, 8192, "bfloat16", 3, 3 * 2 * 16 * 8192 * 8192)
+    moved = (2 * 16 * 8192 + 8192 * 8192) * 2
+    assert kernels.matmul_roof_time(shape, H100, False) == pytest.approx(3 * moved / 3350e9)
+    at_peak = 2 * 16 * 8192 * 8192 / 989.4e12
+    assert kernels.matmul_roof_share([shape], H100, False) == pytest.approx(at_peak / (moved / 3350e9))
+    assert kernels.matmul_roof_share([shape], H100, False) == pytest.approx(0.0540, abs=1e-4)
+    # the backward's weight gradient has the batch as its inner dimension: the same bound
+    wgrad = MatmulShape("aten.mm", 8192, 8192, 16, "bfloat16", 1, 2 * 16 * 8192 * 8192)
+    assert kernels.matmul_roof_share([wgrad], H100, False) == kernels.matmul_roof_share([shape], H100, False)
+
+
+def test_a_large_matmul_reaches_the_peak_and_convolutions_and_bmm_are_left_out() -> None:
+    big = MatmulShape("aten.addmm", 4096, 4096, 4096, "bfloat16", 1, 2 * 4096**3)
+    assert kernels.matmul_roof_share([big], H100, False) == pytest.approx(1.0)
+    others = [MatmulShape("aten.convolution", 16, 8, 8, "bfloat16", 1, 1), MatmulShape("aten.bmm", 16, 8, 8, "bfloat16", 1, 1)]
+    assert kernels.matmul_roof_share(others, H100, False) is None
+    assert kernels.matmul_roof_share([big], None, False) is None
+
+
+def test_fp32_matmuls_are_judged_at_the_tf32_peak_when_allowed() -> None:
+    shape = MatmulShape("aten.mm", 64, 4096, 4096, "float32", 1, 2 * 64 * 4096 * 4096)
+    # 128 FLOP per 4-byte element pair: ~32 FLOP/byte; the fp32 ridge is 67e12/3350e9 = 20 (compute-bound),
+    # the TF32 ridge 148 (memory-bound)
+    assert kernels.matmul_roof_share([shape], H100, False) == pytest.approx(1.0)
+    assert kernels.matmul_roof_share([shape], H100, True) < 0.25
+
+
+def test_batch_to_fill_stops_where_the_shapes_reach_the_peak_or_memory_ends() -> None:
+    layer = [MatmulShape("aten.mm", 16, 8192, 8192, "bfloat16", 1, 2 * 16 * 8192 * 8192)]
+    # 16 rows x 32 = 512: intensity ~455 FLOP/byte, past the ridge (295): 90% of the peak reached
+    assert kernels.matmul_roof_share(layer, H100, False, 16) < 0.9 <= kernels.matmul_roof_share(layer, H100, False, 32)
+    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=100_000) == 512
+    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=200) == 128  # what fits
+    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=31) is None  # not even twice
+    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=None) is None
+    big = [MatmulShape("aten.mm", 4096, 4096, 4096, "bfloat16", 1, 2 * 4096**3)]
+    assert kernels.batch_to_fill_matmuls(big, H100, False, 4096, largest=100_000) is None  # filled already
+
+
 GiB = 1024**3
 
 

@@ -20,7 +20,7 @@ from diagnose.renderers.html import HTMLRenderer
 from diagnose.renderers.tensorboard import scalars
 from diagnose.renderers.terminal import TerminalRenderer
 from diagnose.renderers.view import ReportView
-from tests.test_symptoms import LIMITS_GPU, LIMITS_OOM, LIMITS_RECORD_FIELDS
+from tests.test_symptoms import LIMITS_GPU, LIMITS_OOM, LIMITS_RECORD_FIELDS, LIMITS_TINY_FIELDS
 
 RULES = load_rules()
 
@@ -110,3 +110,16 @@ def test_low_mfu_is_a_next_step_only_when_nothing_else_fired() -> None:
     next_step = next(f for f in report.next_steps if f["rule"] == "NEXT002")
     assert next_step["says"].startswith("MFU 5%: 49.5 TFLOP/s of this GPU's 989 TFLOP/s dense peak")
     assert "matmul 60% (compute-bound" in next_step["says"]
+
+
+def test_tiny_batch_matmuls_ask_for_the_batch_that_fills_them_and_fits() -> None:
+    report = _report(RunRecord(**LIMITS_TINY_FIELDS))
+    ids = [f["rule"] for f in report.findings]
+    assert "MEM004" in ids
+    finding = report.findings[ids.index("MEM004")]
+    assert "allow at most 5% of the GPU's compute peak" in finding["says"]
+    assert "The step held 16 samples; about 896 fit in memory, and 512 fill the matmuls." in finding["says"]
+    assert finding["do"].startswith("loader = DataLoader(dataset, batch_size=512, ...)   # was 16")
+    assert finding["knobs"] == {"batch_size": "512"}
+    # the 4096-row step of the other tests: its matmuls are compute-bound, no such finding
+    assert "MEM004" not in [f["rule"] for f in _report(RunRecord(**LIMITS_RECORD_FIELDS)).findings]

@@ -96,6 +96,17 @@ LIMITS_RECORD_FIELDS = dict(
     timed_seconds=0.02, timed_steps=2, flops=LIMITS_FLOPS, memory_split=LIMITS_SPLIT,
 )
 LIMITS_RECORD = RunRecord(**LIMITS_RECORD_FIELDS)
+# a tiny batch: 16 rows through 8192-wide bf16 layers (forward, input and weight gradients),
+# 16 GB of persistent memory and 1 GB of activations (62.5 MB a sample)
+LIMITS_TINY_FIELDS = dict(
+    LIMITS_RECORD_FIELDS,
+    flops=FlopCount(step=15, seconds=0.1, total=3 * 2 * 16 * 8192 * 8192, ops={"aten.mm": OpCount(calls=3, flops=3 * 2 * 16 * 8192 * 8192)},
+                    matmuls=[MatmulShape("aten.mm", 16, 8192, 8192, "bfloat16", 2, 2 * 2 * 16 * 8192 * 8192),
+                             MatmulShape("aten.mm", 8192, 8192, 16, "bfloat16", 1, 2 * 16 * 8192 * 8192)]),
+    memory_split=MemorySplit(when="step", parameters_bytes=4_000_000_000, gradients_bytes=4_000_000_000, optimizer_state_bytes=8_000_000_000,
+                             allocated_start_bytes=12_000_000_000, peak_allocated_bytes=17_000_000_000, peak_reserved_bytes=18_000_000_000,
+                             capacity_bytes=80_000_000_000, samples=16),
+)
 
 
 @dataclass
@@ -250,9 +261,16 @@ CASES = {
                                "reduction 10% (memory-bound, 30% of its roof)",
             "attention.unfused_flop_share": 0.125, "matmul.misaligned_share": 0.25,
             "memory.parameters_gb": 2.0, "memory.gradients_gb": 2.0, "memory.optimizer_gb": 4.0, "memory.activations_gb": 20.0,
-            "memory.headroom_gb": 50.0, "memory.largest_batch": 201,
+            "memory.headroom_gb": 50.0, "memory.largest_batch": 201, "memory.samples": 64,
+            "matmul.roof_share": 1.0, "suggest.batch_to_fill": None,
             "oom.allocated_gb": None, "oom.requested_gb": None, "oom.largest": None, "oom.changes": None,
         }, tolerance=1e-9),
+        Case("a tiny batch: 16-row matmuls at 5% of the peak at best, 512 rows fill them and fit", breakdown=LIMITS_GPU,
+             record=_record(**LIMITS_TINY_FIELDS), expected={
+            # activations 17 - 12 - 4 (gradients made) = 1 GB for 16 samples; (72 - 16) GB / 62.5 MB = 896
+            "memory.activations_gb": 1.0, "memory.samples": 16, "memory.largest_batch": 896,
+            "matmul.roof_share": 0.05396, "suggest.batch_to_fill": 512,
+        }, tolerance=1e-4),
         Case("out of memory: the snapshot at the error", record=_record(status="oom", memory_at_oom=LIMITS_OOM), expected={
             "oom.allocated_gb": 78.0, "oom.requested_gb": 2.147483648, "oom.activations_gb": 70.0, "oom.parameters_gb": 2.0,
             "oom.gradients_gb": 2.0, "oom.optimizer_gb": 4.0, "oom.largest": "activations",

@@ -300,3 +300,79 @@ def misaligned_flop_share(matmuls: list[MatmulShape]) -> float | None:
     if total <= 0:
         return None
     return sum(s.flops for s in matmuls if misaligned(s)) / total
+
+
+# --- matmuls too small for the Tensor Cores (a tiny batch) -------------------------------------
+
+#: bytes per element of the dtypes matmuls run in
+ELEMENT_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+#: the 2-d matmuls of linear layers: one of their dimensions is the batch (times the positions).
+#: Batched matmuls fold their batch into ``m`` (their bytes cannot be told from the shape) and
+#: convolutions reuse each input many times (im2col): neither is sized by this model.
+LINEAR_MATMULS = ("aten.mm", "aten.addmm")
+
+
+def matmul_roof_time(shape: MatmulShape, gpu: GpuSpec, tf32_allowed: bool, batch_factor: float = 1.0) -> float | None:
+    """The least time ``shape``'s calls can take on ``gpu``: each call's FLOPs at the compute
+    peak or its three operands read and written once at the memory bandwidth, whichever is
+    longer (the roofline). ``batch_factor`` scales the smallest dimension (the batch's, when
+    the batch is what makes the matmul small) to ask what a larger batch would allow."""
+    from diagnose.analysis.hardware import compute_dtype
+
+    peak = gpu.peak(compute_dtype(shape.dtype, tf32_allowed))
+    size = ELEMENT_BYTES.get(shape.dtype)
+    if not peak or not size or not gpu.memory_gbs or shape.calls <= 0:
+        return None
+    dims = sorted((shape.m, shape.n, shape.k))
+    dims[0] = dims[0] * batch_factor
+    small, b, c = dims
+    flops = 2 * small * b * c
+    moved = (small * b + small * c + b * c) * size
+    return shape.calls * max(flops / (peak * 1e12), moved / (gpu.memory_gbs * 1e9))
+
+
+def matmul_roof_share(matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_allowed: bool, batch_factor: float = 1.0) -> float | None:
+    """The most of the GPU's compute peak the counted linear-layer matmul shapes allow: their
+    FLOPs at the peak over their least time on the roofline (1.0: every shape is right of the
+    ridge point; 0.05: the shapes, not the kernels, hold the matmuls to 5% of the peak, as a
+    16-row matmul in bf16 on an H100 does, memory-bound on its weights). None without a GPU
+    table entry or linear matmuls."""
+    if gpu is None:
+        return None
+    from diagnose.analysis.hardware import compute_dtype
+
+    at_peak = at_roof = 0.0
+    for shape in matmuls:
+        if shape.op not in LINEAR_MATMULS:
+            continue
+        roof = matmul_roof_time(shape, gpu, tf32_allowed, batch_factor)
+        peak = gpu.peak(compute_dtype(shape.dtype, tf32_allowed))
+        if roof is None or not peak:
+            continue
+        dims = sorted((shape.m, shape.n, shape.k))
+        at_peak += shape.calls * 2 * dims[0] * batch_factor * dims[1] * dims[2] / (peak * 1e12)
+        at_roof += roof
+    return at_peak / at_roof if at_roof > 0 else None
+
+
+def batch_to_fill_matmuls(
+    matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_allowed: bool, batch: int, largest: int | None,
+    enough: float = 0.9, most: int = 64,
+) -> int | None:
+    """The batch to suggest when the linear matmuls are too small: the first power-of-two
+    multiple of ``batch`` whose shapes allow ``enough`` of the peak, or the largest that stays
+    within ``largest`` (the batch that fits the memory), at most ``most`` times the batch.
+    None when the shapes already allow ``enough``, when even twice the batch does not fit, or
+    when nothing is known."""
+    if not batch or not largest or gpu is None:
+        return None
+    now = matmul_roof_share(matmuls, gpu, tf32_allowed)
+    if now is None or now >= enough:
+        return None
+    factor = 1
+    while factor < most and batch * factor * 2 <= largest:
+        factor *= 2
+        share = matmul_roof_share(matmuls, gpu, tf32_allowed, factor)
+        if share is None or share >= enough:
+            break
+    return batch * factor if factor > 1 else None

@@ -20,7 +20,7 @@ from typing import Any
 
 from diagnose.analysis.breakdown import Breakdown
 from diagnose.analysis.hardware import GpuSpec, Utilisation, find_gpu, split_by_dtype, utilisation
-from diagnose.analysis.kernels import KernelTable, misaligned_flop_share, table_from_totals
+from diagnose.analysis.kernels import KernelTable, batch_to_fill_matmuls, matmul_roof_share, misaligned_flop_share, table_from_totals
 from diagnose.analysis.memory import MemoryBreakdown, OomExplanation, explain_oom, largest_batch, memory_breakdown
 from diagnose.analysis.timeline import TraceMeta
 from diagnose.record import FlopCount, RunRecord
@@ -56,6 +56,10 @@ class Limits:
     misaligned_matmul_share: float | None
     #: what scaled the counted step to the steady batch (1.0: the same batch)
     samples_scale: float = 1.0
+    #: the most of the compute peak the counted linear-layer matmul shapes allow (roofline)
+    matmul_roof_share: float | None = None
+    #: a larger batch for matmuls too small for the Tensor Cores, within what memory holds
+    batch_to_fill: int | None = None
 
 
 def device_name(record: RunRecord | None, meta: TraceMeta | None) -> str | None:
@@ -119,6 +123,12 @@ def distance_to_limits(breakdown: Breakdown | None, record: RunRecord | None, me
     memory = memory_breakdown(split) if split is not None else None
     at_oom = record.memory_at_oom if record is not None else None
     mixed = bool(util is not None and util.main_dtype in ("bf16", "fp16", "fp8"))
+    tf32 = tf32_allowed(record) if record is not None else False
+    fits = largest_batch(memory) if memory is not None else None
+    roof = matmul_roof_share(count.matmuls, gpu, tf32) if count is not None else None
+    fill = None
+    if roof is not None and memory is not None and memory.samples:
+        fill = batch_to_fill_matmuls(count.matmuls, gpu, tf32, memory.samples, fits)  # type: ignore[union-attr]
     return Limits(
         gpu=gpu,
         step_s=step_s,
@@ -126,12 +136,14 @@ def distance_to_limits(breakdown: Breakdown | None, record: RunRecord | None, me
         utilisation=util,
         kernels=kernels,
         memory=memory,
-        largest_batch=largest_batch(memory) if memory is not None else None,
+        largest_batch=fits,
         oom_memory=memory_breakdown(at_oom) if at_oom is not None else None,
         oom=explain_oom(at_oom, mixed_precision=mixed) if at_oom is not None else None,
         unfused_attention_flop_share=unfused_attention_share(count) if count is not None else None,
         misaligned_matmul_share=misaligned_flop_share(count.matmuls) if count is not None else None,
         samples_scale=scale,
+        matmul_roof_share=roof,
+        batch_to_fill=fill,
     )
 
 

@@ -85,6 +85,16 @@ def misaligned_share(record: RunRecord, steps: Breakdown | None = None, meta: Tr
     return _limits(record, steps, meta).misaligned_matmul_share
 
 
+@symptom("matmul.roof_share", "share", "the most of the compute peak the step's linear-layer matmul shapes allow on this GPU's roofline (low: too few rows, memory-bound on the weights)")
+def matmul_roof_share(record: RunRecord, steps: Breakdown | None = None, meta: TraceMeta | None = None) -> float | None:
+    return _limits(record, steps, meta).matmul_roof_share
+
+
+@symptom("suggest.batch_to_fill", "count", "a power-of-two multiple of the measured batch whose matmul shapes reach 90% of the peak on the roofline, or the largest that fits the memory")
+def batch_to_fill(record: RunRecord, steps: Breakdown | None = None, meta: TraceMeta | None = None) -> int | None:
+    return _limits(record, steps, meta).batch_to_fill
+
+
 # --- memory by owner ------------------------------------------------------------------------------
 
 
@@ -120,6 +130,12 @@ def activations_gb(record: RunRecord) -> float | None:
 def headroom_gb(record: RunRecord) -> float | None:
     m = _limits(record, None, None).memory
     return _gb(m.headroom) if m and m.capacity else None
+
+
+@symptom("memory.samples", "count", "samples in the step whose memory was measured: the DataLoader's batch, else the leading dimension of the model's input")
+def memory_samples(record: RunRecord) -> int | None:
+    m = _limits(record, None, None).memory
+    return m.samples if m else None
 
 
 @symptom("memory.largest_batch", "count", "the batch whose activations would fit beside what persists, 10% of the device kept free (an estimate)")
