@@ -10,7 +10,14 @@ memory-bound and a known compute-bound kernel, and an out-of-memory run explaine
    ridge point (memory-bound), the matmul class right of it (compute-bound).
 3. examples/oom.py under ``diagnose run``: status "oom", the memory owners at the error, what
    filled it and what to change; then ``--batch-size 16384``: the split over a step and the
-   largest batch estimated to fit.
+   largest batch estimated to fit (the batch read from the model's input: no DataLoader).
+4. With ``--planted`` (about 6 more minutes): the planted examples of the rules over these
+   numbers under ``diagnose verify --top 1`` (benchmarks/truth.py's ``one``): the top finding
+   must be the planted rule, and the fix is measured: the rule's knob where it has one
+   (FUSE001: compile, MEM004: batch_size), else the example's fix flag by hand. small_model.py
+   must get no finding and NEXT002 as a next step.
+
+    python benchmarks/mfu_gpu.py --out "$OUT" --planted --only planted    # the planted part alone
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+import truth
 from _bench import PLAIN_RE, REPO, run_in_repo
 
 sys.path.insert(0, str(REPO))
@@ -141,15 +149,61 @@ def check_oom(out: Path, result: dict) -> None:
     result["oom"] = entry
     result["checks"]["oom_explained"] = record.status == "oom" and record.memory_at_oom is not None and mem003 is not None
     result["checks"]["fixed_fits_with_split"] = fixed.status == "stopped" and fixed.memory_split is not None
+    fixed_report = report_of(out / "oom_fixed")
+    entry["fixed_report_largest_batch"] = symptom(fixed_report, "memory.largest_batch")
+    entry["fixed_report_samples"] = symptom(fixed_report, "memory.samples")
+    result["checks"]["fixed_largest_batch_estimated"] = (
+        entry.get("fixed_largest_batch_estimate") is not None and entry["fixed_report_samples"] == 16384
+        and (entry["fixed_report_largest_batch"] or 0) > 16384
+    )
+
+
+#: the planted examples of issue 20's rules: example -> (the rule that must come first, the
+#: fix applied by hand when the rule has no knob verify can apply)
+PLANTED: dict[str, tuple[str | None, list[str]]] = {
+    "attention_by_hand": ("ATTN001", ["--sdpa"]),
+    "misaligned_matmuls": ("PREC004", ["--hidden", "4096"]),
+    "elementwise_chain": ("FUSE001", []),
+    "tiny_batch": ("MEM004", []),
+    "small_model": (None, []),
+}
+
+
+def check_planted(out: Path, result: dict) -> None:
+    """Each planted example under ``diagnose verify --top 1`` through truth.py's ``one`` (which
+    also measures a by-hand fix and the plain timer)."""
+    for name, (rule, by_hand) in PLANTED.items():
+        truth.PLANTED[name] = rule
+        if by_hand:
+            truth.BY_HAND[name] = by_hand
+    rows = {}
+    for name, (rule, _) in PLANTED.items():
+        try:
+            row = truth.one(name, out / "planted", [], timeout=540, top=1)
+        except Exception as exc:  # one example's failure must not hide the others
+            row = {"example": name, "error": f"{type(exc).__name__}: {exc}"}
+        rows[name] = row
+        speedup = row.get("fix_speedup")
+        print(f"planted {name}: top {row.get('top_rule')} (fired {row.get('fired')}, next {row.get('next_steps')}); "
+              f"fix {row.get('fix_knobs') or row.get('fix')}: {speedup}x {row.get('fix_verdict')}", flush=True)
+        if rule is None:
+            result["checks"][f"planted_{name}"] = bool(row.get("right")) and "NEXT002" in (row.get("next_steps") or [])
+        else:
+            result["checks"][f"planted_{name}"] = bool(row.get("right")) and row.get("fix_verdict") == "helped"
+    result["planted"] = rows
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--planted", action="store_true", help="also run the planted examples of ATTN001, PREC004, FUSE001, MEM004, NEXT002")
+    p.add_argument("--only", nargs="+", choices=("mfu", "roofline", "oom", "planted"), help="run only these parts")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict = {"checks": {}}
-    for check in (check_mfu, check_roofline, check_oom):
+    parts = {"mfu": check_mfu, "roofline": check_roofline, "oom": check_oom, "planted": check_planted}
+    wanted = args.only or ["mfu", "roofline", "oom", *(["planted"] if args.planted else [])]
+    for check in (parts[name] for name in wanted):
         try:
             check(args.out, result)
         except Exception as exc:  # one failed part must not hide the others' figures
