@@ -1,5 +1,5 @@
 """Planted: nothing wrong, and far from the GPU's peak. A small language model (width 256, 4
-layers, sequence 256, 64 sequences a step) done right: bf16 autocast, fused AdamW,
+layers, sequence 256, 128 sequences a step) done right: bf16 autocast, fused AdamW,
 torch.compile, pinned and prefetched input from persistent workers, non_blocking copies, no
 syncs in the loop. The GPU is busy, yet its matmuls are short (256-wide) and much of the step is
 normalisation, softmax and the loss: MFU stays far under what a large model reaches.
@@ -22,9 +22,10 @@ from well_tuned import LM, Tokens
 def main() -> None:
     p = parser(__doc__, steps=300)
     p.add_argument("--eager", action="store_true", help="do not compile the model")
+    p.add_argument("--batch-size", "--batch_size", type=int, default=128)
     args = p.parse_args()
     dev = device()
-    vocab, d, layers, batch, seq = (100, 64, 2, 4, 32) if args.small else (4096, 256, 4, 64, 256)
+    vocab, d, layers, batch, seq = (100, 64, 2, 4, 32) if args.small else (4096, 256, 4, args.batch_size, 256)
     data = DataLoader(Tokens(batch * args.steps, seq, vocab), batch_size=batch, num_workers=0 if args.small else 4,
                       pin_memory=dev.type == "cuda", persistent_workers=not args.small, prefetch_factor=None if args.small else 4)
     model = LM(vocab, d, layers).to(dev)

@@ -221,6 +221,16 @@ def test_batch_to_fill_stops_where_the_shapes_reach_the_peak_or_memory_ends() ->
     assert kernels.batch_to_fill_matmuls(big, H100, False, 4096, largest=100_000) is None  # filled already
 
 
+def test_a_narrow_model_is_not_told_a_larger_batch_widens_its_matmuls() -> None:
+    # width 64 at 8192 rows: memory-bound because the model is narrow, not the batch small
+    narrow = [MatmulShape("aten.mm", 8192, 192, 64, "bfloat16", 1, 2 * 8192 * 192 * 64),
+              MatmulShape("aten.mm", 8192, 256, 64, "bfloat16", 1, 2 * 8192 * 256 * 64)]
+    assert kernels.matmul_roof_share(narrow, H100, False) < 0.5
+    assert kernels.rows_dimension(narrow[0]) is None and kernels.rows_limited_share(narrow, H100, False) == 0.0
+    assert kernels.matmul_roof_share(narrow, H100, False, 8) == kernels.matmul_roof_share(narrow, H100, False)
+    assert kernels.batch_to_fill_matmuls(narrow, H100, False, 16, largest=100_000) is None
+
+
 GiB = 1024**3
 
 

@@ -306,29 +306,47 @@ def misaligned_flop_share(matmuls: list[MatmulShape]) -> float | None:
 
 #: bytes per element of the dtypes matmuls run in
 ELEMENT_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
-#: the 2-d matmuls of linear layers: one of their dimensions is the batch (times the positions).
+#: the 2-d matmuls of linear layers: one of their dimensions is the rows (batch x positions).
 #: Batched matmuls fold their batch into ``m`` (their bytes cannot be told from the shape) and
 #: convolutions reuse each input many times (im2col): neither is sized by this model.
 LINEAR_MATMULS = ("aten.mm", "aten.addmm")
+#: a dimension this many times smaller than both others is taken for the rows: a linear layer's
+#: other two are its weight's (in and out features, within a few times of each other), and a
+#: tiny batch makes the rows the odd one out in the forward, input-gradient and weight-gradient
+#: matmul alike. A shape with no such dimension (a narrow model at any batch) is not one a
+#: larger batch widens.
+ROWS_RATIO = 8
 
 
-def matmul_roof_time(shape: MatmulShape, gpu: GpuSpec, tf32_allowed: bool, batch_factor: float = 1.0) -> float | None:
-    """The least time ``shape``'s calls can take on ``gpu``: each call's FLOPs at the compute
-    peak or its three operands read and written once at the memory bandwidth, whichever is
-    longer (the roofline). ``batch_factor`` scales the smallest dimension (the batch's, when
-    the batch is what makes the matmul small) to ask what a larger batch would allow."""
+def rows_dimension(shape: MatmulShape) -> int | None:
+    """The dimension of a linear matmul that a larger batch would widen, when one stands out."""
+    small, b, c = sorted((shape.m, shape.n, shape.k))
+    return small if small * ROWS_RATIO <= b else None
+
+
+def _roof(shape: MatmulShape, gpu: GpuSpec, tf32_allowed: bool, batch_factor: float) -> tuple[float, float] | None:
+    """(FLOPs, least time) of ``shape``'s calls on the roofline, its rows scaled by ``batch_factor``."""
     from diagnose.analysis.hardware import compute_dtype
 
     peak = gpu.peak(compute_dtype(shape.dtype, tf32_allowed))
     size = ELEMENT_BYTES.get(shape.dtype)
     if not peak or not size or not gpu.memory_gbs or shape.calls <= 0:
         return None
-    dims = sorted((shape.m, shape.n, shape.k))
-    dims[0] = dims[0] * batch_factor
-    small, b, c = dims
+    small, b, c = sorted((shape.m, shape.n, shape.k))
+    if rows_dimension(shape) is not None:
+        small = small * batch_factor
     flops = 2 * small * b * c
     moved = (small * b + small * c + b * c) * size
-    return shape.calls * max(flops / (peak * 1e12), moved / (gpu.memory_gbs * 1e9))
+    return shape.calls * flops, shape.calls * max(flops / (peak * 1e12), moved / (gpu.memory_gbs * 1e9))
+
+
+def matmul_roof_time(shape: MatmulShape, gpu: GpuSpec, tf32_allowed: bool, batch_factor: float = 1.0) -> float | None:
+    """The least time ``shape``'s calls can take on ``gpu``: each call's FLOPs at the compute
+    peak or its three operands read and written once at the memory bandwidth, whichever is
+    longer (the roofline). ``batch_factor`` scales the rows (``rows_dimension``) to ask what a
+    larger batch would allow."""
+    roof = _roof(shape, gpu, tf32_allowed, batch_factor)
+    return roof[1] if roof is not None else None
 
 
 def matmul_roof_share(matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_allowed: bool, batch_factor: float = 1.0) -> float | None:
@@ -343,16 +361,21 @@ def matmul_roof_share(matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_allo
 
     at_peak = at_roof = 0.0
     for shape in matmuls:
-        if shape.op not in LINEAR_MATMULS:
+        roof = _roof(shape, gpu, tf32_allowed, batch_factor) if shape.op in LINEAR_MATMULS else None
+        if roof is None:
             continue
-        roof = matmul_roof_time(shape, gpu, tf32_allowed, batch_factor)
-        peak = gpu.peak(compute_dtype(shape.dtype, tf32_allowed))
-        if roof is None or not peak:
-            continue
-        dims = sorted((shape.m, shape.n, shape.k))
-        at_peak += shape.calls * 2 * dims[0] * batch_factor * dims[1] * dims[2] / (peak * 1e12)
-        at_roof += roof
+        at_peak += roof[0] / (gpu.peak(compute_dtype(shape.dtype, tf32_allowed)) * 1e12)  # type: ignore[operator]
+        at_roof += roof[1]
     return at_peak / at_roof if at_roof > 0 else None
+
+
+def rows_limited_share(matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_allowed: bool) -> float:
+    """Share of the linear matmuls' least time in shapes whose rows stand out as small."""
+    if gpu is None:
+        return 0.0
+    times = [(rows_dimension(s) is not None, _roof(s, gpu, tf32_allowed, 1.0)) for s in matmuls if s.op in LINEAR_MATMULS]
+    total = sum(r[1] for _, r in times if r is not None)
+    return sum(r[1] for rows, r in times if rows and r is not None) / total if total > 0 else 0.0
 
 
 def batch_to_fill_matmuls(
@@ -362,12 +385,13 @@ def batch_to_fill_matmuls(
     """The batch to suggest when the linear matmuls are too small: the first power-of-two
     multiple of ``batch`` whose shapes allow ``enough`` of the peak, or the largest that stays
     within ``largest`` (the batch that fits the memory), at most ``most`` times the batch.
-    None when the shapes already allow ``enough``, when even twice the batch does not fit, or
-    when nothing is known."""
+    None when the shapes already allow ``enough``, when most of their time is not in shapes
+    with few rows (a narrow model: a larger batch does not widen its matmuls), when even
+    twice the batch does not fit, or when nothing is known."""
     if not batch or not largest or gpu is None:
         return None
     now = matmul_roof_share(matmuls, gpu, tf32_allowed)
-    if now is None or now >= enough:
+    if now is None or now >= enough or rows_limited_share(matmuls, gpu, tf32_allowed) < 0.5:
         return None
     factor = 1
     while factor < most and batch * factor * 2 <= largest:
