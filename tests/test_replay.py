@@ -21,6 +21,7 @@ from diagnose.analysis.predict import (
     autocast_bf16,
     compile_model,
     fused_optimizer,
+    larger_batch,
     more_workers,
     pinned_copies,
     predict,
@@ -183,6 +184,22 @@ def test_fused_optimizer_collapses_the_per_tensor_loop() -> None:
     # launch (10 µs); 20 µs of other code follow: 10 + 10 + 10 + 20
     assert replay(changed).window_us == 50.0
 
+
+
+def test_a_larger_batch_grows_weight_bound_matmuls_only_once_their_flops_catch_up() -> None:
+    model = model_of(synced_step())
+    plain = larger_batch(model, {}, factor=4)
+    weight_bound = larger_batch(model, {}, factor=4, matmul_roof_share=0.5)
+    # 4x the rows: the relu's 10 µs grow 4x either way; the matmul grows 4x when its time is
+    # its FLOPs, but 4 x 0.5 = 2x when it runs at half the peak its shape allows (its weight
+    # reads are paid once)
+    assert [op.duration_us for op in plain.ops] == [400.0, 40.0]
+    assert [op.duration_us for op in weight_bound.ops] == [200.0, 40.0]
+    # the matmul sits on the path to the sync: 200 µs less GPU time, 200 µs shorter step
+    assert (replay(plain).window_us, replay(weight_bound).window_us) == (530.0, 330.0)
+    check = replay_check(model)
+    speedup = predict(model, check, "larger_batch", {}, {"factor": 4, "matmul_roof_share": 0.5}).speedup
+    assert speedup == pytest.approx(200.0 / 330.0 * 4)
 
 @dataclass
 class CannotCase:

@@ -359,20 +359,34 @@ def remove_syncs(model: StepModel, facts: Mapping[str, float], keep_every: float
     return replace(model, items=tuple(items))
 
 
-def larger_batch(model: StepModel, facts: Mapping[str, float], factor: float | None = None, **_: Any) -> StepModel:
+def larger_batch(
+    model: StepModel, facts: Mapping[str, float], factor: float | None = None, matmul_roof_share: float | None = None, **_: Any
+) -> StepModel:
     """A batch ``factor`` times larger: the GPU work of forward and backward and the data loading
-    scale with it; launches, host code, the optimizer and communication do not."""
+    scale with it; launches, host code, the optimizer and communication do not.
+
+    With ``matmul_roof_share`` (the share of the compute peak the step's matmul shapes allow,
+    ``matmul.roof_share``), matmul kernels that are bound by reading their weights do not scale
+    with the rows: a matmul at share ``r`` of the peak runs ``1 / r`` slower than its FLOPs need,
+    so ``factor`` times the rows take ``max(1, factor * r)`` times as long (the weight reads are
+    paid once, the FLOPs grow until they, not the reads, set the time)."""
     if not factor:
         size, suggested = _fact(facts, "batch.size"), _fact(facts, "suggest.batch_size")
         factor = suggested / size if size and suggested else None
     if not factor or factor <= 1:
         raise CannotPredict("no larger batch to predict for (the memory headroom is unknown)")
-    ops = [
-        replace(op, duration_us=op.duration_us * factor)
-        if op.phase not in ("optimizer",) and op.kind != "memset" and not P.classify_kernel(op.name).communication
-        else op
-        for op in model.ops
-    ]
+    matmul_scale = factor
+    if matmul_roof_share is not None and 0 < matmul_roof_share < 1:
+        matmul_scale = max(1.0, factor * matmul_roof_share)
+
+    def scaled(op: GpuOp) -> GpuOp:
+        kind = P.classify_kernel(op.name)
+        if op.phase in ("optimizer",) or op.kind == "memset" or kind.communication:
+            return op
+        grow = matmul_scale if op.kind == "kernel" and kind.precision is not None and not kind.convolution else factor
+        return replace(op, duration_us=op.duration_us * grow)
+
+    ops = [scaled(op) for op in model.ops]
     items = [replace(it, duration_us=it.duration_us * factor) if it.fetch is not None else it for it in model.items]
     return replace(model, ops=tuple(ops), items=tuple(items), batch_factor=model.batch_factor * factor)
 
