@@ -4,6 +4,7 @@
     python benchmarks/flip_rate.py --out flips/ --only launch_bound data_bound --runs 3
     python benchmarks/flip_rate.py --out flips/ --reports runs/verify-*/baseline-*/   # reuse verify's baselines
     python benchmarks/flip_rate.py --out flips/ --small --runs 2 --only well_tuned     # CPU smoke test
+    python benchmarks/flip_rate.py --out fixed/ --run-args="--max-steps 10"   # the window never grows
 
 Each example runs ``--runs`` times under ``diagnose run``; a run's top finding is its first
 finding's rule, or "none". The modal top finding is the example's verdict; a run that differs
@@ -37,7 +38,10 @@ def top_of(report: dict) -> dict:
     findings = report.get("findings") or []
     top = findings[0] if findings else {}
     steady = (report.get("throughput") or {}).get("steady") or {}
+    growth = (report.get("run") or {}).get("window_growth") or {}
     return {
+        "profiled_steps": (report.get("run") or {}).get("profiled_steps"),
+        "window_grew": growth.get("steps", 0) > growth.get("planned_steps", 0),
         "top": top.get("rule", "none"),
         "top_borderline": bool(top.get("borderline")),
         "near_misses": len(report.get("borderline") or []),
@@ -46,9 +50,9 @@ def top_of(report: dict) -> dict:
     }
 
 
-def run_once(example: str, run_dir: Path, small: bool, timeout: int) -> dict:
+def run_once(example: str, run_dir: Path, small: bool, timeout: int, run_args: list[str] | None = None) -> dict:
     script = str(REPO / "examples" / f"{example}.py")
-    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), script,
+    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), *(run_args or []), script,
            "--", *(["--small"] if small else [])]
     try:
         p = run_in_repo(cmd, timeout)
@@ -88,17 +92,18 @@ def summarize(rows: list[dict]) -> list[dict]:
             "unexcused_flips": len(flips) - len(excused),
             "borderline_runs": sum(1 for r in runs if r["top_borderline"] or r["near_misses"]),
             "noisy_runs": sum(1 for r in runs if r["noisy"]),
+            "grown_runs": sum(1 for r in runs if r.get("window_grew")),
         })
     return out
 
 
 def markdown(summary: list[dict]) -> str:
-    lines = ["| example | runs | top finding | tops seen | flip rate | unexcused flips | borderline runs | noisy runs |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| example | runs | top finding | tops seen | flip rate | unexcused flips | borderline runs | noisy runs | window grew |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for e in summary:
         tops = ", ".join(f"{k} x{v}" for k, v in e["tops"].items())
         lines.append(f"| {e['example']} | {e['runs']} | {e['top']} | {tops} | {e['flip_rate']:.0%} | {e['unexcused_flips']} "
-                     f"| {e['borderline_runs']} | {e['noisy_runs']} |")
+                     f"| {e['borderline_runs']} | {e['noisy_runs']} | {e.get('grown_runs', 0)} |")
     total = sum(e["unexcused_flips"] for e in summary)
     return "\n".join(lines) + f"\n\nunexcused flips over all examples: {total} (target 0)\n"
 
@@ -111,6 +116,7 @@ def main() -> None:
     p.add_argument("--reports", nargs="*", type=Path, default=None, help="report.json files or run directories to read instead")
     p.add_argument("--small", action="store_true")
     p.add_argument("--timeout", type=int, default=240)
+    p.add_argument("--run-args", default="", help="more `diagnose run` options, e.g. --run-args=\"--max-steps 10\"")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.reports:
@@ -120,7 +126,7 @@ def main() -> None:
         with (args.out / "runs.jsonl").open("a") as log:
             for i in range(args.runs):  # round by round: a drift of the machine hits every example alike
                 for example in args.only:
-                    row = run_once(example, args.out / "runs" / f"{example}-{i + 1}", args.small, args.timeout)
+                    row = run_once(example, args.out / "runs" / f"{example}-{i + 1}", args.small, args.timeout, args.run_args.split())
                     row["run"] = i + 1
                     rows.append(row)
                     log.write(json.dumps(row) + "\n")

@@ -71,6 +71,7 @@ def run(
     module: Optional[str] = typer.Option(None, "-m", "--module", metavar="MODULE", help="Run a module as `python -m MODULE` would."),
     warmup: int = typer.Option(5, "--warmup", min=1, metavar="N", help="Steps to skip before profiling (compilation, caches, cuDNN autotuning)."),
     steps: int = typer.Option(10, "--steps", min=1, metavar="N", help="Steps to profile."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, metavar="N", help="Profile up to N steps while step times vary widely (p90 over 1.5x the median); default 3x --steps, --max-steps equal to --steps keeps the window fixed."),
     timed_steps: int = typer.Option(20, "--timed-steps", min=1, metavar="N", help="Steps timed after the window with the profiler off."),
     no_stop: bool = typer.Option(False, "--no-stop", help="Let the script run to its end after measuring."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Run directory (default runs/<script>-<time>/)."),
@@ -95,7 +96,7 @@ def run(
     from diagnose import session
     from diagnose.analysis.pipeline import AnalysisOptions
     from diagnose.distributed import rank_info
-    from diagnose.record import WindowPlan
+    from diagnose.record import GROWTH_FACTOR, WindowPlan
     from diagnose.runtime.knobs import Knobs
     from diagnose.signals import SignalHold
 
@@ -114,7 +115,7 @@ def run(
         request = session.RunRequest(
             script=script, module=module, script_args=script_args, knobs=Knobs.parse(knob or []),
             options=AnalysisOptions.load(rules_dirs or (), show_all=show_all),  # a bad rule file fails before the script runs
-            plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop),
+            plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop, max_steps=GROWTH_FACTOR * steps if max_steps is None else max_steps),
             out=out, overwrite=overwrite, html=html, lines=not no_lines, quiet=quiet,
             knob_assignments=list(knob or []), rules_dirs=tuple(rules_dirs or ()),
         )

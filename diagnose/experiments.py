@@ -6,9 +6,12 @@ under ``diagnose run --set ...``; ``verify(...)`` and ``sweep(...)`` compose suc
 report (schema in diagnose/report.py). The bookkeeping (spread, "no effect", speedups, OOM,
 compile break-even) is pure and tested without running anything.
 
-Throughput is compared in samples per second where both runs know it (a batch-size change
-alters the work per step), else in steps per second. A change whose speedup lies inside the
-baseline's own run-to-run spread is called "no effect".
+The statistic is the report's steady figure: the mean over the timed steps (profiler off), as
+samples per second where every run knows it (a batch-size change alters the work per step), else
+steps per second, with the p10-p90 of those steps (``mean_step_ms``, ``p10_step_ms``,
+``p90_step_ms``). A change whose speedup lies inside the baseline's own spread of that statistic
+is called "no effect": half the range of the baseline repeats' means, or, with one repeat, half
+the p10-p90 range of its timed steps over its mean step (``Baseline.spread``, ``spread_from``).
 
 Each outcome says how its knobs reached the script (``via``, from the run's ``run.json``): the
 framework's own switch (``TrainingArguments(bf16=True)``, ``Trainer(precision="bf16-mixed")``)
@@ -56,7 +59,10 @@ class Outcome:
     rule: str | None = None
     steps_per_s: float | None = None
     samples_per_s: float | None = None
-    median_step_ms: float | None = None
+    #: the timed steps' mean step and its p10-p90 (the report's steady figure)
+    mean_step_ms: float | None = None
+    p10_step_ms: float | None = None
+    p90_step_ms: float | None = None
     gpu_busy: float | None = None
     peak_reserved_bytes: int | None = None
     top_exposed: dict[str, Any] | None = None
@@ -132,7 +138,9 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
     steady = (report.get("throughput") or {}).get("steady") or {}
     out.steps_per_s = steady.get("steps_per_s")
     out.samples_per_s = steady.get("samples_per_s")
-    out.median_step_ms = steady.get("median_step_ms")
+    out.mean_step_ms = steady.get("mean_step_ms")
+    out.p10_step_ms = steady.get("p10_step_ms")
+    out.p90_step_ms = steady.get("p90_step_ms")
     parsed = Report.from_dict(report)  # schema 2 keeps the window's shares among the symptoms
     out.gpu_busy = parsed.gpu_busy_share()
     shares = parsed.exposed_shares()
@@ -165,6 +173,9 @@ def describe_change(knobs: dict[str, str], via: dict[str, str]) -> str:
 
 # --- bookkeeping ------------------------------------------------------------------------------
 
+#: what every rate, speedup and spread of verify and sweep is computed on (their tables say it)
+STATISTIC = "mean of the timed steps with the profiler off, and their p10-p90"
+
 
 @dataclass
 class Baseline:
@@ -181,12 +192,43 @@ class Baseline:
         return statistics.mean(rates) if rates else None  # type: ignore[arg-type]
 
     @property
+    def spread_from(self) -> str | None:
+        """Where the spread comes from: "repeats" (two or more baseline runs), "steps" (one run,
+        its timed steps' p10-p90), None (one run that did not say its steps' spread)."""
+        ok = self.ok
+        if len(ok) >= 2:
+            return "repeats"
+        if len(ok) == 1 and _step_spread(ok[0]) is not None:
+            return "steps"
+        return None
+
+    @property
     def spread(self) -> float:
-        """Half the relative range of the baseline repeats (0 with one run)."""
-        rates = [r.rate(self.by_samples) for r in self.ok]
-        if len(rates) < 2 or not self.rate:
-            return 0.0
-        return (max(rates) - min(rates)) / 2 / self.rate  # type: ignore[type-var,operator]
+        """The baseline's relative half-width in the compared statistic: half the range of the
+        repeats' means over their mean; with one repeat, half its steps' p10-p90 range over its
+        mean step (the steps the mean is taken over); 0 when neither is known."""
+        source = self.spread_from
+        if source == "repeats":
+            rates = [r.rate(self.by_samples) for r in self.ok]
+            return (max(rates) - min(rates)) / 2 / self.rate if self.rate else 0.0  # type: ignore[type-var,operator]
+        if source == "steps":
+            return _step_spread(self.ok[0]) or 0.0
+        return 0.0
+
+    def spread_words(self) -> str:
+        """What the spread is, for the tables: "half the range of 3 baseline runs' means"."""
+        if self.spread_from == "repeats":
+            return f"half the range of {len(self.ok)} baseline runs' means"
+        if self.spread_from == "steps":
+            return "half the p10-p90 range of the baseline's timed steps"
+        return "no baseline spread measured"
+
+
+def _step_spread(o: Outcome) -> float | None:
+    """Half an outcome's p10-p90 step range over its mean step (None when it did not say)."""
+    if o.mean_step_ms and o.p10_step_ms is not None and o.p90_step_ms is not None:
+        return (o.p90_step_ms - o.p10_step_ms) / 2 / o.mean_step_ms
+    return None
 
 
 def compare_by_samples(outcomes: list[Outcome]) -> bool:
@@ -218,13 +260,13 @@ def compile_cost(outcome: Outcome, baseline: Baseline) -> dict[str, float] | Non
     """Extra start-up time of a compiled run over the baseline, and the steps after which the
     faster steps have paid it back."""
     base_startup = [b.startup_s for b in baseline.ok if b.startup_s is not None]
-    if outcome.startup_s is None or not base_startup or not outcome.median_step_ms:
+    if outcome.startup_s is None or not base_startup or not outcome.mean_step_ms:
         return None
     extra = outcome.startup_s - statistics.mean(base_startup)  # type: ignore[arg-type]
-    base_steps = [b.median_step_ms for b in baseline.ok if b.median_step_ms]
+    base_steps = [b.mean_step_ms for b in baseline.ok if b.mean_step_ms]
     if not base_steps:
         return None
-    saved_ms = statistics.mean(base_steps) - outcome.median_step_ms  # type: ignore[arg-type]
+    saved_ms = statistics.mean(base_steps) - outcome.mean_step_ms  # type: ignore[arg-type]
     result = {"compile_s": round(max(extra, 0.0), 2)}
     if saved_ms > 0:
         result["break_even_steps"] = round(max(extra, 0.0) * 1000 / saved_ms)
@@ -324,8 +366,10 @@ def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, 
         "kind": "verify",
         "parameters": [],
         "compared_by": "samples_per_s" if result.baseline.by_samples else "steps_per_s",
+        "statistic": STATISTIC,
         "baseline_rate": result.baseline.rate,
         "baseline_spread": round(result.baseline.spread, 4),
+        "baseline_spread_from": result.baseline.spread_from,
         "rows": rows,
         "conclusions": lines,
     }
@@ -337,7 +381,8 @@ def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: 
         lines = [f"{change} helped: {o.speedup:.2f}x faster" + (f" (its bound: {bound:.2f}x)" if bound else "")]
     elif o.verdict == "no effect":
         noise = max(baseline.spread, MIN_EFFECT) * 100
-        lines = [f"{change} had no effect: {o.speedup:.3f}x is inside the baseline's ±{noise:.1f}% spread"]
+        within = f"the baseline's ±{noise:.1f}% spread ({baseline.spread_words()})" if baseline.spread >= MIN_EFFECT else f"±{noise:.1f}% (the smallest change counted)"
+        lines = [f"{change} had no effect: {o.speedup:.3f}x is inside {within}"]
     elif o.verdict == "slower":
         lines = [f"{change} made it slower: {o.speedup:.2f}x; do not apply it"]
     else:
@@ -443,6 +488,7 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
         "kind": "sweep",
         "parameters": names,
         "compared_by": "samples_per_s" if by_samples else "steps_per_s",
+        "statistic": STATISTIC,
         "rows": rows,
         "conclusions": conclusions,
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,25 @@ FRAMEWORKS = ("lightning", "hf_trainer", "accelerate")
 STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps", "not_run")
 
 
+#: steps vary widely when the p90 step is over this many times the median step: the profiled
+#: window grows while they do, and the report calls such a window (or steady state) noisy
+NOISY_P90_OVER_MEDIAN = 1.5
+#: the window grows only while it has lasted under this many seconds (a slow model's steps)
+GROWTH_BUDGET_S = 120.0
+#: ``diagnose run`` lets the window grow to this many times ``--steps`` (``--max-steps``)
+GROWTH_FACTOR = 3
+
+
+def steps_vary_widely(durations: list[float]) -> bool:
+    """Whether the p90 of these step times (linear interpolation, numpy's default) is over
+    ``NOISY_P90_OVER_MEDIAN`` times their median; never for fewer than two steps."""
+    if len(durations) < 2:
+        return False
+    median = statistics.median(durations)
+    p90 = statistics.quantiles(durations, n=10, method="inclusive")[8]
+    return median > 0 and p90 > NOISY_P90_OVER_MEDIAN * median
+
+
 @dataclass(frozen=True)
 class WindowPlan:
     """Which steps are warm-up, profiled and timed; whether to stop the script afterwards.
@@ -34,12 +53,30 @@ class WindowPlan:
         warmup .. window_end-1     profiled: the trace
         window_end                 absorbs the trace export, not measured
         first_timed .. last_boundary-1   timed with the profiler off
+
+    With ``max_steps`` over ``steps`` the window may grow: while the profiled steps vary widely
+    (``steps_vary_widely``) the capture profiles one more step at a time, up to ``max_steps``
+    (``grown()`` is the plan one step longer; the later boundaries move with it).
     """
 
     warmup: int = 5
     steps: int = 10
     timed: int = 20
     stop: bool = True
+    #: the most steps the window may grow to (None, or not over ``steps``: a fixed window)
+    max_steps: int | None = None
+
+    @property
+    def step_bound(self) -> int:
+        """The most profiled steps: ``steps`` for a fixed window."""
+        return max(self.steps, self.max_steps or 0)
+
+    def grows(self) -> bool:
+        return self.step_bound > self.steps
+
+    def grown(self) -> WindowPlan:
+        """The same plan with one more profiled step (never past ``step_bound``)."""
+        return replace(self, steps=min(self.steps + 1, self.step_bound))
 
     @property
     def window_end(self) -> int:
@@ -69,7 +106,7 @@ class WindowPlan:
 
     def to_argv(self) -> list[str]:
         """The plan as ``diagnose run`` options: what a rank or an experiment is started with."""
-        argv = ["--warmup", str(self.warmup), "--steps", str(self.steps), "--timed-steps", str(self.timed)]
+        argv = ["--warmup", str(self.warmup), "--steps", str(self.steps), "--max-steps", str(self.step_bound), "--timed-steps", str(self.timed)]
         return argv if self.stop else [*argv, "--no-stop"]
 
 
@@ -234,6 +271,10 @@ class RunRecord:
     #: steps after the window left untimed: they drew the batches the DataLoader workers had
     #: queued during the (slower) profiled steps
     timed_skipped: int = 0
+    #: how the profiled window grew past the planned steps (empty: it did not try):
+    #: ``planned_steps``, ``max_steps``, ``steps`` (the window's final length), ``ended_by``
+    #: ("steady", "bound", "budget", "script end") and ``p90_over_median`` of the window as planned
+    window_growth: dict[str, Any] = field(default_factory=dict)
     timed_seconds: float | None = None
     timed_samples: int | None = None
     trace_files: list[str] = field(default_factory=list)
@@ -284,9 +325,15 @@ class RunRecord:
     def durations_between(self, first: int, count: int) -> list[float]:
         return self.step_durations()[first : first + count]
 
+    def window_plan(self) -> WindowPlan:
+        """The plan as it ran: the planned window grown to the steps it grew to."""
+        plan = WindowPlan(**self.plan)
+        grown = self.window_growth.get("steps")
+        return replace(plan, steps=grown) if isinstance(grown, int) and grown > plan.steps else plan
+
     def first_timed_step(self) -> int:
         """The first step timed with the profiler off (after the untimed prefetched ones)."""
-        return WindowPlan(**self.plan).first_timed + self.timed_skipped if self.plan else 0
+        return self.window_plan().first_timed + self.timed_skipped if self.plan else 0
 
     def steady_durations(self) -> list[float]:
         """The timed steps' durations (profiler off), in seconds."""

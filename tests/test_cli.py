@@ -17,7 +17,7 @@ from tests.conftest import REPO
 from tests.scripts import MLP_TRAIN
 from tests.tracebuilder import one_gpu_step
 
-FAST = ["--warmup", "2", "--steps", "4", "--timed-steps", "5"]
+FAST = ["--warmup", "2", "--steps", "4", "--max-steps", "4", "--timed-steps", "5"]
 
 
 def diagnose(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -101,10 +101,11 @@ def test_analyze_a_bare_trace_written_by_the_users_own_profiler(tmp_path: Path) 
 @pytest.mark.slow
 def test_json_keeps_stdout_for_the_report(write_script, tmp_path: Path) -> None:
     write_script(MLP_TRAIN.replace("for epoch in range(a.epochs):", "print('the script talks on stdout')\nfor epoch in range(a.epochs):"))
-    proc = diagnose("run", *FAST, "--json", "--quiet", "train.py", cwd=tmp_path)
+    proc = diagnose("run", "--warmup", "2", "--steps", "4", "--timed-steps", "5", "--json", "--quiet", "train.py", cwd=tmp_path)
     assert proc.returncode == 0
     report = json.loads(proc.stdout)  # nothing but the report
     assert report["status"]["state"] == "stopped"
+    assert report["run"]["plan"]["max_steps"] == 12  # without --max-steps the window may grow to 3x --steps
     assert "the script talks on stdout" in proc.stderr
 
 

@@ -138,7 +138,7 @@ def test_compare_command_gate_and_exit_codes(tmp_path: Path) -> None:
 def test_a_sweep_directory_compares_its_child_runs_and_gets_events(tmp_path: Path) -> None:
     import shutil
 
-    from diagnose.renderers.comparison_events import comparison_scalars, write_comparison_events
+    from diagnose.renderers.comparison_events import comparison_markdown, comparison_scalars, write_comparison_events
 
     parent = tmp_path / "sweep"
     for label, fixture in (("num_workers=0", "data_bound"), ("num_workers=8", "well_tuned")):
@@ -154,6 +154,7 @@ def test_a_sweep_directory_compares_its_child_runs_and_gets_events(tmp_path: Pat
     scalars = {(step, tag): value for step, tag, value in comparison_scalars(comparison)}
     assert scalars[(1, "compare/exposed_data_wait")] == pytest.approx(0.967823)
     assert scalars[(0, "compare/samples_per_s")] == pytest.approx(796.55)
+    assert comparison_markdown(comparison).startswith("| step | run | mean samples/s | speedup | findings |")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(path)).Reload()

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import asdict
 import sys
 from pathlib import Path
 
 import pytest
 
 from diagnose.errors import UsageError
+from diagnose.analysis.report import Report
 from diagnose.experiments import (
+    STATISTIC,
     Baseline,
     Outcome,
     Spec,
+    VerifyResult,
     compare_by_samples,
     compile_cost,
     judge,
     merge_knobs,
+    outcome_from_report,
     parse_sweep,
     summarize_sweep,
+    summarize_verify,
 )
+from diagnose.renderers import TerminalRenderer
 from diagnose.runtime.knobs import Knobs
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
@@ -50,9 +57,65 @@ def test_spread_and_no_effect_calls() -> None:
 
 
 def test_small_changes_are_no_effect_even_with_a_tight_baseline() -> None:
-    baseline = Baseline([ok("b", 10.0)], by_samples=False)  # one run: no spread known
-    assert baseline.spread == 0
+    baseline = Baseline([ok("b", 10.0)], by_samples=False)  # one run that did not say its steps' spread
+    assert baseline.spread == 0 and baseline.spread_from is None
     assert judge(ok("x", 10.15), baseline).verdict == "no effect"  # under the 2% floor
+
+
+def steady(mean: float, p10: float, p90: float) -> dict[str, float]:
+    return {"mean_step_ms": mean, "p10_step_ms": p10, "p90_step_ms": p90}
+
+
+def test_one_baseline_run_spreads_by_its_steps_p10_p90() -> None:
+    # a 100 ms mean step, p10-p90 90-130 ms: the band is half that range over the mean, ±20%
+    baseline = Baseline([ok("b", 10.0, **steady(100.0, 90.0, 130.0))], by_samples=False)
+    assert (baseline.spread_from, baseline.spread) == ("steps", pytest.approx(0.2))
+    assert judge(ok("x", 11.9), baseline).verdict == "no effect"  # 1.19x
+    assert judge(ok("x", 12.1), baseline).verdict == "helped"  # 1.21x
+    assert judge(ok("x", 8.1), baseline).verdict == "no effect"  # 0.81x
+    assert judge(ok("x", 7.9), baseline).verdict == "slower"
+
+
+def test_repeats_spread_by_their_means_not_their_steps() -> None:
+    # two runs whose means agree within ±1% however widely their own steps vary
+    baseline = Baseline([ok("b", 10.0, **steady(100.0, 50.0, 150.0)), ok("b", 10.2, **steady(98.0, 49.0, 147.0))], by_samples=False)
+    assert (baseline.spread_from, baseline.spread) == ("repeats", pytest.approx(0.1 / 10.1))
+    assert judge(ok("x", 10.1 * 1.05), baseline).verdict == "helped"
+    # a failed repeat does not count: one run left, its steps' spread
+    failed = Baseline([ok("b", 10.0, **steady(100.0, 95.0, 105.0)), Outcome("b", {}, "failed", "")], by_samples=False)
+    assert (failed.spread_from, failed.spread) == ("steps", pytest.approx(0.05))
+
+
+def test_outcomes_carry_the_reports_steady_mean_and_its_p10_p90(tmp_path: Path) -> None:
+    report = {
+        "status": {"state": "stopped"},
+        "throughput": {"steady": {"steps": 20, "steps_per_s": 10.0, "samples_per_s": 640.0, "median_step_ms": 95.0, **steady(100.0, 90.0, 130.0)}},
+    }
+    o = outcome_from_report(Spec("baseline"), report, tmp_path, 0)
+    assert (o.status, o.steps_per_s, o.samples_per_s) == ("ok", 10.0, 640.0)
+    assert (o.mean_step_ms, o.p10_step_ms, o.p90_step_ms) == (100.0, 90.0, 130.0)
+    assert "median_step_ms" not in asdict(o)  # one statistic: the mean, as the report's steady figure
+
+
+def test_verify_summary_names_its_statistic_and_its_spread() -> None:
+    base = ok("baseline-1", 10.0, **steady(100.0, 90.0, 130.0))
+    tried = Outcome("DATA001", {"num_workers": "4"}, "ok", "", rule="DATA001", steps_per_s=11.0, **steady(91.0, 85.0, 97.0))
+    baseline = Baseline([base], by_samples=False)
+    judge(tried, baseline)
+    summary = summarize_verify(VerifyResult(baseline, [tried], None, []), {"findings": [{"rule": "DATA001", "gain_bound": 1.5}]})
+    assert summary["statistic"] == STATISTIC == "mean of the timed steps with the profiler off, and their p10-p90"
+    assert (summary["baseline_spread"], summary["baseline_spread_from"]) == (0.2, "steps")
+    assert summary["conclusions"][0] == (
+        "DATA001 (num_workers=4) had no effect: 1.100x is inside the baseline's ±20.0% spread "
+        "(half the p10-p90 range of the baseline's timed steps)"
+    )
+    row = next(r for r in summary["rows"] if r["role"] == "recommendation")
+    assert (row["mean_step_ms"], row["p10_step_ms"], row["p90_step_ms"]) == (91.0, 85.0, 97.0)
+    # the terminal labels the table and the spread
+    text = " ".join(TerminalRenderer(color=False, width=200).render(Report.from_dict({"experiments": summary})).split())
+    assert f"What each recommendation really buys: {STATISTIC}" in text
+    assert "mean steps/s" in text and "mean step ms (p10-p90)" in text and "91.0 (85.0-97.0)" in text
+    assert "baseline spread: ±20.0% (one baseline run: half the p10-p90 range of its timed steps; changes inside it count as no effect)" in text
 
 
 def test_samples_per_second_is_compared_when_every_run_has_it() -> None:
@@ -64,8 +127,8 @@ def test_samples_per_second_is_compared_when_every_run_has_it() -> None:
 
 
 def test_compile_time_and_break_even() -> None:
-    baseline = Baseline([ok("b", 10.0, median_step_ms=100.0, startup_s=5.0)], by_samples=False)
-    compiled = ok("c", 20.0, median_step_ms=50.0, startup_s=45.0)
+    baseline = Baseline([ok("b", 10.0, mean_step_ms=100.0, startup_s=5.0)], by_samples=False)
+    compiled = ok("c", 20.0, mean_step_ms=50.0, startup_s=45.0)
     assert compile_cost(compiled, baseline) == {"compile_s": 40.0, "break_even_steps": 800}
 
 
@@ -109,9 +172,9 @@ def test_sweep_summary_reports_the_largest_batch_that_fits() -> None:
 
 def test_sweep_over_compile_reports_compile_time_and_break_even() -> None:
     outcomes = [
-        Outcome("compile=none", {"arg.compile": "none"}, "ok", "", steps_per_s=2.0, median_step_ms=500.0, startup_s=20.0),
-        Outcome("compile=flag", {"arg.compile": "flag"}, "ok", "", steps_per_s=2.5, median_step_ms=400.0, startup_s=95.0),
-        Outcome("compile=slow", {"compile": "max-autotune"}, "ok", "", steps_per_s=1.9, median_step_ms=520.0, startup_s=30.0),
+        Outcome("compile=none", {"arg.compile": "none"}, "ok", "", steps_per_s=2.0, mean_step_ms=500.0, startup_s=20.0),
+        Outcome("compile=flag", {"arg.compile": "flag"}, "ok", "", steps_per_s=2.5, mean_step_ms=400.0, startup_s=95.0),
+        Outcome("compile=slow", {"compile": "max-autotune"}, "ok", "", steps_per_s=1.9, mean_step_ms=520.0, startup_s=30.0),
     ]
     summary = summarize_sweep(["arg.compile"], outcomes)
     rows = summary["rows"]

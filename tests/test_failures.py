@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import REPO
 from tests.scripts import MLP_TRAIN
 
-FAST = ["--warmup", "2", "--steps", "3", "--timed-steps", "3", "--quiet"]
+FAST = ["--warmup", "2", "--steps", "3", "--max-steps", "3", "--timed-steps", "3", "--quiet"]
 
 
 def diagnose(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:

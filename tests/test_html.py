@@ -62,6 +62,7 @@ def sweep(rows: list[tuple[str, str, float | None, float | None]]) -> dict[str, 
     return {
         "kind": "sweep",
         "parameters": ["num_workers"],
+        "statistic": "mean of the timed steps with the profiler off, and their p10-p90",
         "rows": [
             {
                 "label": label,
@@ -69,7 +70,9 @@ def sweep(rows: list[tuple[str, str, float | None, float | None]]) -> dict[str, 
                 "status": status,
                 "steps_per_s": None if rate is None else rate / 64,
                 "samples_per_s": rate,
-                "median_step_ms": None if rate is None else 64_000 / rate,
+                "mean_step_ms": None if rate is None else 64_000 / rate,
+                "p10_step_ms": None if rate is None else 0.9 * 64_000 / rate,
+                "p90_step_ms": None if rate is None else 1.1 * 64_000 / rate,
                 "gpu_busy": None,
                 "peak_reserved_bytes": peak,
                 "speedup": None if rate is None else rate / 1000,
@@ -227,6 +230,14 @@ def test_sweep_draws_both_charts_and_marks_failed_rows(gpu_report: Report) -> No
     assert len(with_class(found, "rect", "bar-failed")) == 2 * 2
     assert len(with_class(found, "rect", "status-oom")) == 2
     assert len(with_class(found, "tr", "failed")) == 2
+
+
+def test_sweep_table_says_which_statistic_it_shows(gpu_report: Report) -> None:
+    gpu_report.experiments = sweep(SWEEP_ROWS)
+    page = HTMLRenderer().render(gpu_report)
+    assert "Rates and steps: mean of the timed steps with the profiler off, and their p10-p90." in page
+    assert "<th>mean samples/s</th>" in page and "<th>mean step ms (p10–p90)</th>" in page
+    assert "<td>64.0 (57.6–70.4)</td>" in page  # 1,000 samples/s of 64: a 64 ms mean step
 
 
 def test_sweep_without_memory_figures_draws_throughput_only(gpu_report: Report) -> None:

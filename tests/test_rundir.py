@@ -240,13 +240,18 @@ def test_window_arithmetic() -> None:
 
 
 def test_window_argv() -> None:
-    assert WindowPlan(warmup=3, steps=4, timed=5).to_argv() == ["--warmup", "3", "--steps", "4", "--timed-steps", "5"]
+    # a fixed window says so: without --max-steps a child `diagnose run` would let its window grow
+    assert WindowPlan(warmup=3, steps=4, timed=5).to_argv() == ["--warmup", "3", "--steps", "4", "--max-steps", "4", "--timed-steps", "5"]
+    assert WindowPlan(warmup=3, steps=4, timed=5, max_steps=12).to_argv()[4:6] == ["--max-steps", "12"]
     assert WindowPlan(warmup=1, steps=2, timed=3, stop=False).to_argv()[-1] == "--no-stop"
 
 
-@pytest.mark.parametrize("plan", [WindowPlan(warmup=3, steps=4, timed=5), WindowPlan(warmup=1, steps=2, timed=9, stop=False)])
+@pytest.mark.parametrize(
+    "plan", [WindowPlan(warmup=3, steps=4, timed=5, max_steps=4), WindowPlan(warmup=1, steps=2, timed=9, stop=False, max_steps=6)]
+)
 def test_window_argv_round_trips_through_diagnose_run(plan: WindowPlan) -> None:
     """What a rank or an experiment is started with parses back, in ``diagnose run``, to the plan."""
     command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     params = command.make_context("run", [*plan.to_argv(), "train.py"]).params
-    assert WindowPlan(warmup=params["warmup"], steps=params["steps"], timed=params["timed_steps"], stop=not params["no_stop"]) == plan
+    parsed = WindowPlan(warmup=params["warmup"], steps=params["steps"], timed=params["timed_steps"], stop=not params["no_stop"], max_steps=params["max_steps"])
+    assert parsed == plan

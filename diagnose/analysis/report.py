@@ -35,7 +35,7 @@ from diagnose.analysis.breakdown import Breakdown, per_step_stats, quantile, ref
 from diagnose.analysis.categories import EXPOSED, PHASES, exposed_labels
 from diagnose.analysis.findings import Diagnosis
 from diagnose.analysis.limits import distance_to_limits, limits_to_dict
-from diagnose.record import RunRecord, WindowPlan, check_field_kinds
+from diagnose.record import NOISY_P90_OVER_MEDIAN, RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.timeline import TraceMeta
 from diagnose.units import percent
@@ -214,8 +214,8 @@ def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-#: a window whose p90 step exceeds its median by this factor is reported as noisy
-NOISY_P90_OVER_MEDIAN = 1.5
+# a window whose p90 step exceeds its median by NOISY_P90_OVER_MEDIAN is reported as noisy; the
+# profiled window grows while its steps are that noisy (record.py holds the one definition)
 
 
 def _timing(durations_s: list[float], samples: list[int] | None, total_s: float | None = None) -> dict[str, Any]:
@@ -363,6 +363,7 @@ def _from_record(report: Report, record: RunRecord) -> None:
         "steps_seen": record.completed_steps(),
         "startup_s": _round(record.startup_seconds(record.plan.get("warmup", 0)), 3),
         "profiled_steps": record.profiled_steps,
+        "window_growth": record.window_growth or None,
         "knobs": record.knobs,
         "trace_files": record.trace_files,
     }
@@ -383,6 +384,33 @@ def _from_record(report: Report, record: RunRecord) -> None:
     report.host_hotspots = record.host_samples
     report.worker_hotspots = record.worker_samples
     report.warnings.extend(record.warnings)
+    grown = growth_note(record.window_growth)
+    if grown:
+        report.warnings.append(grown)
+
+
+#: why a grown window ended, as the note says it
+_GROWTH_ENDS = {
+    "steady": "it ended once they no longer did",
+    "bound": "it ended at --max-steps",
+    "budget": "it ended at the time budget",
+    "script end": "the script ended first",
+}
+
+
+def growth_note(growth: dict[str, Any]) -> str | None:
+    """One line saying that the profiled window grew, from what to what, and why (None when it
+    did not grow)."""
+    planned, steps = growth.get("planned_steps"), growth.get("steps")
+    if not isinstance(planned, int) or not isinstance(steps, int) or steps <= planned:
+        return None
+    ratio = growth.get("p90_over_median")
+    why = f" (p90 {ratio:.1f}x the median)" if isinstance(ratio, (int, float)) else ""
+    end = _GROWTH_ENDS.get(str(growth.get("ended_by")), "")
+    return (
+        f"the profiled window grew from {planned} to {steps} steps (at most {growth.get('max_steps')}): "
+        f"the profiled steps varied widely{why}" + (f"; {end}" if end else "")
+    )
 
 
 def _loader_dict(loader: Any) -> dict[str, Any]:

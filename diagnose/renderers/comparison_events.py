@@ -42,7 +42,8 @@ def comparison_scalars(comparison: Comparison) -> list[tuple[int, str, float]]:
 
 def comparison_markdown(comparison: Comparison) -> str:
     c = comparison
-    lines = ["| step | run | " + rate_words(c.rate_key) + " | speedup | findings |", "|---|---|---|---|---|"]
+    # the rates are means over the steps (steady when timed): the statistic verify and sweep compare
+    lines = ["| step | run | mean " + rate_words(c.rate_key) + " | speedup | findings |", "|---|---|---|---|---|"]
     for i, run in enumerate(c.runs):
         rate = "" if run.throughput is None else f"{run.throughput:,.1f}"
         lines.append(f"| {i} | {run.label} | {rate} | {speedup_text(run.speedup)} | {', '.join(run.findings) or 'none'} |")

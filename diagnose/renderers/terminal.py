@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.renderers.base import Renderer
-from diagnose.renderers.view import FindingRow, ReportView, Timing, exposed_caption, phase_caption
+from diagnose.renderers.view import FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
 from diagnose.units import human_bytes, percent, spread_ms
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
@@ -374,11 +374,13 @@ class TerminalRenderer(Renderer):
         assert e is not None
         key = e.compared_by
         title = "What each recommendation really buys" if e.kind == "verify" else "Sweep"
+        title += f": {e.statistic}" if e.statistic else ""
         table = Table(title=title, title_justify="left", box=None, header_style="bold")
         for column, justify in (
             ("run", "left"),
             ("result", "left"),
-            (key.replace("_per_s", "/s"), "right"),
+            ("mean " + key.replace("_per_s", "/s"), "right"),
+            ("mean step ms (p10-p90)", "right"),
             ("speedup", "right"),
             ("predicted", "right"),
             ("bound", "right"),
@@ -397,6 +399,7 @@ class TerminalRenderer(Renderer):
                 escape(row.label),
                 verdict,
                 f"{compared:.2f}" if compared else "-",
+                row.step_text() or "-",
                 f"{row.speedup:.2f}x" if row.speedup else "-",
                 f"{row.predicted_speedup:.2f}x" if row.predicted_speedup else "",
                 f"{row.gain_bound:.2f}x" if row.gain_bound else "",
@@ -406,7 +409,8 @@ class TerminalRenderer(Renderer):
             )
         c.print(table)
         if e.kind == "verify":
-            c.print(Text(f"baseline spread: ±{percent(e.baseline_spread)} (changes inside it count as no effect)", style="dim"))
+            source = spread_words(e.baseline_spread_from)
+            c.print(Text(f"baseline spread: ±{percent(e.baseline_spread)} ({source + '; ' if source else ''}changes inside it count as no effect)", style="dim"))
         for line in e.conclusions:
             c.print(Text(line))
         if e.plot:

@@ -266,7 +266,10 @@ class ExperimentRow:
     failed: bool  # out of memory or failed: nothing measured
     steps_per_s: float | None
     samples_per_s: float | None
-    median_step_ms: float | None
+    #: the timed steps' mean step and its p10-p90 (what the rates are means of)
+    mean_step_ms: float | None
+    p10_step_ms: float | None
+    p90_step_ms: float | None
     gpu_busy: float | None
     peak_reserved_bytes: float | None
     speedup: float | None
@@ -279,10 +282,26 @@ class ExperimentRow:
     compile_s: float | None
     break_even_steps: int | None
 
+    def step_text(self, dash: str = "-") -> str | None:
+        """The mean step with its p10-p90, ``"101.2 (95.0-110.3)"`` in ms; None when not measured."""
+        if self.mean_step_ms is None:
+            return None
+        if self.p10_step_ms is None or self.p90_step_ms is None:
+            return f"{self.mean_step_ms:.1f}"
+        return f"{self.mean_step_ms:.1f} ({self.p10_step_ms:.1f}{dash}{self.p90_step_ms:.1f})"
+
     def figure(self, name: str) -> float | None:
         """A measured figure by its report name (``samples_per_s`` ...), for charts that pick one."""
         value = getattr(self, name)
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def spread_words(source: str | None) -> str:
+    """Where a verify baseline's spread comes from, in words for the tables."""
+    return {
+        "repeats": "half the range of the baseline runs' means",
+        "steps": "one baseline run: half the p10-p90 range of its timed steps",
+    }.get(source or "", "")
 
 
 @dataclass(frozen=True)
@@ -292,6 +311,12 @@ class ExperimentsView:
     compared_by: str  # the figure speedups are computed on
     rate_key: str  # samples_per_s when any row has it, else steps_per_s
     baseline_spread: float
+    #: "repeats" (half the range of the baseline runs' means), "steps" (one run: half its timed
+    #: steps' p10-p90), None (not known; also a report written before this was recorded)
+    baseline_spread_from: str | None
+    #: what the rates, speedups and spreads are computed on (experiments.STATISTIC; None in a
+    #: report written before it was recorded)
+    statistic: str | None
     rows: tuple[ExperimentRow, ...]
     conclusions: tuple[str, ...]
     plot: str | None
@@ -702,7 +727,9 @@ def _experiments(experiments: Mapping[str, Any] | None, labels: Mapping[str, str
                 failed=row.get("status") in FAILED_STATES,
                 steps_per_s=row.get("steps_per_s"),
                 samples_per_s=row.get("samples_per_s"),
-                median_step_ms=row.get("median_step_ms"),
+                mean_step_ms=row.get("mean_step_ms"),
+                p10_step_ms=row.get("p10_step_ms"),
+                p90_step_ms=row.get("p90_step_ms"),
                 gpu_busy=row.get("gpu_busy"),
                 peak_reserved_bytes=row.get("peak_reserved_bytes"),
                 speedup=row.get("speedup"),
@@ -722,6 +749,8 @@ def _experiments(experiments: Mapping[str, Any] | None, labels: Mapping[str, str
         compared_by=str(experiments.get("compared_by", "steps_per_s")),
         rate_key="samples_per_s" if any(r.samples_per_s for r in rows) else "steps_per_s",
         baseline_spread=experiments.get("baseline_spread", 0),
+        baseline_spread_from=experiments.get("baseline_spread_from"),
+        statistic=experiments.get("statistic"),
         rows=tuple(rows),
         conclusions=tuple(experiments.get("conclusions") or ()),
         plot=experiments.get("plot"),

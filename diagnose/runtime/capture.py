@@ -9,6 +9,15 @@ plain clocks and the profiler off. The session alone opens and closes the window
 ``WindowListener`` (the runner) when the first profiled step starts, when the last one ended
 (before the trace is written) and when the profiler has stopped.
 
+The window grows when the plan allows it (``WindowPlan.max_steps``): the profiler's schedule is
+active for up to ``max_steps``, and at the planned window's end, then at each later boundary,
+the session profiles one more step while the profiled steps vary widely
+(``record.steps_vary_widely``: p90 over 1.5x the median), the bound is not reached and the window
+has lasted under ``record.GROWTH_BUDGET_S``; otherwise it stops the profiler there (the trace
+ends with the last completed step). ``self.plan`` is then the plan as it runs: every later
+boundary (export, timed steps, stop) moves with it. A rank of a distributed run never grows its
+window: the ranks must stop at the same step.
+
 Only what the analysis needs is collected: no shapes, stacks, memory events or FLOPs, which
 make traces 5-20x larger.
 """
@@ -19,6 +28,7 @@ import gc
 import gzip
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,7 +36,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from diagnose.progress import Progress
-from diagnose.record import WindowPlan
+from diagnose import record as _record
+from diagnose.record import WindowPlan, steps_vary_widely
 from diagnose.rundir import RunDir
 
 
@@ -57,7 +68,12 @@ class CaptureSession:
         rank: int | None = None,
         prefetched: Callable[[], int] | None = None,
     ) -> None:
+        #: the plan as it runs: the window may grow past the planned steps
         self.plan = plan
+        self.planned = plan
+        self.may_grow = plan.grows() and rank is None
+        #: how the window grew (``RunRecord.window_growth``); empty while it did not try
+        self.growth: dict[str, Any] = {}
         self.run_dir = run_dir
         self.progress = progress
         self.window = window
@@ -128,25 +144,30 @@ class CaptureSession:
         self.timed_start = self.timed_end = None
         self.timed_skip = 0
         self.window_closed = False
+        self.plan = self.planned
+        self.growth = {}
 
     def on_boundary(self, now: float) -> None:
         if self.finished:
             return
         k = len(self.boundaries)
         self.boundaries.append(now)
+        if k == self.plan.window_end and self.may_grow and self._profiler is not None:
+            self._grow_or_end(k, now)
         plan = self.plan
         if not plan.in_window(k):
             self._leave_window()  # before the export: samplers stop first
         if k == 0 and not self.profiler_blocked:
             self._start_profiler()
-        elif self._profiler is not None and k <= plan.window_end:
+        elif self._profiler is not None and k == plan.window_end:
+            # stop() ends the last step's mark and saves the trace, wherever the schedule is
+            # (a grown window ends before the schedule's last active step)
+            self._close_window()
+        elif self._profiler is not None and k < plan.window_end:
             try:
                 self._profiler.step()
             except RuntimeError as exc:  # e.g. the script's own profiler holds Kineto
                 self._profiler_failed(exc)
-            else:
-                if k == plan.window_end:
-                    self._close_window()
         if plan.in_window(k) and not self.in_window and not self.window_closed:
             self.in_window = True
             self.window.window_opened()
@@ -165,6 +186,31 @@ class CaptureSession:
             self.progress.phase("--no-stop: the script runs on to its end")
             return
         self._report(k)
+
+    def _grow_or_end(self, k: int, now: float) -> None:
+        """At the window's current end: one more profiled step while the profiled steps vary
+        widely, under the bound and the time budget; else say why the window ends here."""
+        plan = self.plan
+        durations = [self.boundaries[i + 1] - self.boundaries[i] for i in range(plan.warmup, k)]
+        if not self.growth:
+            self.growth = {"planned_steps": self.planned.steps, "max_steps": plan.step_bound, "steps": plan.steps, "ended_by": None,
+                           "p90_over_median": _p90_over_median(durations)}
+        if not steps_vary_widely(durations):
+            ended_by = "steady"
+        elif plan.steps >= plan.step_bound:
+            ended_by = "bound"
+        elif now - self.boundaries[plan.warmup] >= _record.GROWTH_BUDGET_S:
+            ended_by = "budget"
+        else:
+            if plan.steps == self.planned.steps:
+                self.progress.phase(
+                    f"the profiled steps vary widely (p90 {self.growth['p90_over_median']:.1f}x the median): "
+                    f"profiling up to {plan.step_bound} steps while they do"
+                )
+            self.plan = plan.grown()
+            self.growth["steps"] = self.plan.steps
+            return
+        self.growth["ended_by"] = ended_by
 
     def _leave_window(self) -> None:
         if self.in_window:
@@ -202,7 +248,8 @@ class CaptureSession:
         plan = self.plan
         return profile(
             activities=activities,
-            schedule=schedule(wait=max(plan.warmup - 1, 0), warmup=1 if plan.warmup else 0, active=plan.steps, repeat=1),
+            # active for the most steps the window may grow to: the session stops it at the window's end
+            schedule=schedule(wait=max(plan.warmup - 1, 0), warmup=1 if plan.warmup else 0, active=self._active_steps(), repeat=1),
             on_trace_ready=self._save_trace,
             record_shapes=False,
             profile_memory=False,
@@ -210,6 +257,9 @@ class CaptureSession:
             with_flops=False,
             with_modules=False,
         )
+
+    def _active_steps(self) -> int:
+        return self.plan.step_bound if self.may_grow else self.plan.steps
 
     def _save_trace(self, prof: Any) -> None:
         if self._discard_trace:
@@ -272,6 +322,8 @@ class CaptureSession:
             self._restore_start()
             self._restore_start = None
         if self._profiler is not None:
+            if self.growth and self.growth["ended_by"] is None:
+                self.growth["ended_by"] = "script end"
             self._end_window_early()
         self.progress.done()
 
@@ -293,7 +345,7 @@ class CaptureSession:
         elif plan.in_window(k):
             if k == plan.warmup:
                 self.progress.phase(f"profiling steps {plan.warmup}-{plan.window_end - 1}")
-            self.progress.step(f"profiling step {k - plan.warmup + 1}/{plan.steps}")
+            self.progress.step(f"profiling step {k - plan.warmup + 1}/{plan.steps if plan.steps == self.planned.steps else plan.step_bound}")
         elif plan.first_timed <= k < plan.first_timed + self.timed_skip:
             if k == plan.first_timed:
                 self.progress.phase(f"drawing the {self.timed_skip} batches the DataLoader workers queued during the window")
@@ -309,3 +361,10 @@ class CaptureSession:
     def profiled_steps(self) -> int:
         """Steps inside the profiled window that completed."""
         return self.plan.profiled(max(0, len(self.boundaries) - 1))
+
+
+def _p90_over_median(durations: list[float]) -> float | None:
+    """The window's p90 step over its median step (None for fewer than two steps)."""
+    if len(durations) < 2 or statistics.median(durations) <= 0:
+        return None
+    return round(statistics.quantiles(durations, n=10, method="inclusive")[8] / statistics.median(durations), 3)

@@ -197,12 +197,12 @@ class _ScriptRun:
         """The capture session's boundary, with the counted step around it: the step that absorbs
         the trace export (boundary ``window_end`` to ``first_timed``) is never timed, so counting
         its FLOPs and memory owners there costs the measurement nothing."""
-        session, plan = self.session, self.plan
+        session = self.session  # its plan, as it runs: the window may have grown
         k_next = len(session.boundaries)
-        if k_next == plan.first_timed and not session.finished:
+        if k_next == session.plan.first_timed and not session.finished:
             self._finish_counted_step()  # before the timed steps start their clocks
         session.on_boundary(now)
-        if k_next == plan.window_end and session.window_closed and not session.finished:
+        if k_next == session.plan.window_end and session.window_closed and not session.finished:
             if _cuda_in_use():
                 self.step_count.device_type = "cuda"
                 _safely(self.memory_probe.start)
@@ -334,6 +334,7 @@ class _ScriptRun:
         record.boundaries_s = list(session.boundaries)
         record.samples_per_step = self.clock.samples_per_step[1:]
         record.profiled_steps = session.profiled_steps()
+        record.window_growth = dict(session.growth)
         record.trace_files = list(session.trace_files)
         if session.timed_start is not None and session.timed_end is not None:
             record.timed_steps = plan.timed

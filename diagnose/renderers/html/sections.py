@@ -7,7 +7,7 @@ from typing import Any
 
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
-from diagnose.renderers.view import ExperimentRow, FindingRow, ReportView, Timing, exposed_caption, phase_caption
+from diagnose.renderers.view import ExperimentRow, FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
 from diagnose.units import human_bytes, ms, percent, plain, rate, spread_ms
 
 
@@ -425,12 +425,16 @@ def experiments(view: ReportView) -> Markup | None:
     if e is None:
         return None
     metrics = [
-        SweepMetric(e.rate_key, f"throughput ({e.rate_key.replace('_per_s', '/s')})", rate, with_speedup=True),
+        SweepMetric(e.rate_key, f"throughput (mean {e.rate_key.replace('_per_s', '/s')})", rate, with_speedup=True),
         SweepMetric("peak_reserved_bytes", "peak GPU memory reserved", human_bytes, limit=view.memory.capacity_bytes),
     ]
     varied = ", ".join(e.parameters) or "—"
+    measured = f" Rates and steps: {e.statistic}." if e.statistic else ""
+    if e.kind == "verify":
+        source = spread_words(e.baseline_spread_from)
+        measured += f" Baseline spread ±{percent(e.baseline_spread)}{f' ({source})' if source else ''}: changes inside it count as no effect."
     parts = [
-        el("p", f"{e.kind} over {varied}: one short run per row; failed and out-of-memory rows are marked in red.", class_="muted"),
+        el("p", f"{e.kind} over {varied}: one short run per row; failed and out-of-memory rows are marked in red.{measured}", class_="muted"),
         *(bar_chart(e.rows, metric) for metric in metrics if any(row.figure(metric.key) is not None for row in e.rows)),
         _experiment_table(e.rows),
     ]
@@ -440,20 +444,23 @@ def experiments(view: ReportView) -> Markup | None:
 
 
 def _experiment_table(rows: tuple[ExperimentRow, ...]) -> Markup:
-    columns: list[tuple[str, str, Callable[[Any], str]]] = [
-        ("label", "run", str),
-        ("status", "status", str),
-        ("steps_per_s", "steps/s", rate),
-        ("samples_per_s", "samples/s", rate),
-        ("median_step_ms", "median step", ms),
-        ("gpu_busy", "GPU busy", percent),
-        ("peak_reserved_bytes", "peak reserved", human_bytes),
-        ("speedup", "speedup", lambda v: f"{v:.2f}x"),
+    def figure(name: str, fmt: Callable[[Any], str]) -> Callable[[ExperimentRow], str | None]:
+        return lambda row: None if getattr(row, name) is None else fmt(getattr(row, name))
+
+    columns: list[tuple[str, Callable[[ExperimentRow], str | None]]] = [
+        ("run", figure("label", str)),
+        ("status", figure("status", str)),
+        ("mean steps/s", figure("steps_per_s", rate)),
+        ("mean samples/s", figure("samples_per_s", rate)),
+        ("mean step ms (p10–p90)", lambda row: row.step_text("–")),
+        ("GPU busy", figure("gpu_busy", percent)),
+        ("peak reserved", figure("peak_reserved_bytes", human_bytes)),
+        ("speedup", figure("speedup", lambda v: f"{v:.2f}x")),
     ]
-    header_row = el("tr", [el("th", title) for _, title, _ in columns], el("th", "what limits the step most"))
+    header_row = el("tr", [el("th", title) for title, _ in columns], el("th", "what limits the step most"))
     body = []
     for row in rows:
-        cells = [el("td", "—" if getattr(row, name) is None else fmt(getattr(row, name))) for name, _, fmt in columns]
+        cells = [el("td", cell(row) or "—") for _, cell in columns]
         cells.append(el("td", f"{row.top_label} ({percent(row.top_share or 0)})" if row.top_category else "—"))
         body.append(el("tr", cells, class_="failed" if row.failed else None))
     return el("table", el("thead", header_row), el("tbody", body), class_="grid")

@@ -1,0 +1,180 @@
+"""The profiled window grows (bounded) while the profiled steps vary widely (issue 17, item 3).
+
+The scripts sleep a planned time in each step (a fast step 100 ms, a slow one 1 s), so that
+whether the window's p90 step is over 1.5x its median is known for every window length: the
+expected number of profiled steps is exact. Where the window stops growing its p90 is the slowest
+fast step, so a fast step 50 ms late would grow it one step more (seen with 50 ms fast steps and
+25 ms of jitter on the loaded 2-core development host).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diagnose import record as record_module
+from diagnose.analysis.report import growth_note
+from diagnose.record import RunRecord, WindowPlan, steps_vary_widely
+
+FAST, SLOW = 0.1, 1.0
+
+
+# --- the criterion and the plan's arithmetic ----------------------------------------------------
+
+
+def test_steps_vary_widely_is_p90_over_one_and_a_half_medians() -> None:
+    # one slow step among four: p90 = 0.1 + 0.7 x 0.9 = 0.73 s, median 0.1 s
+    assert steps_vary_widely([FAST, SLOW, FAST, FAST])
+    # among ten: p90 = 0.1 + 0.1 x 0.9 = 0.19 s > 0.15 s
+    assert steps_vary_widely([FAST] * 9 + [SLOW])
+    # among eleven: the p90 is the largest fast step
+    assert not steps_vary_widely([FAST] * 10 + [SLOW])
+    # exactly 1.5x is not over it
+    assert not steps_vary_widely([1.0, 1.0, 1.0, 1.5, 1.5, 1.5])
+    assert not steps_vary_widely([SLOW])
+    assert not steps_vary_widely([])
+
+
+def test_a_plan_grows_one_step_at_a_time_up_to_its_bound() -> None:
+    plan = WindowPlan(warmup=2, steps=4, timed=3, max_steps=6)
+    assert plan.grows() and plan.step_bound == 6
+    grown = plan.grown()
+    assert (grown.steps, grown.window_end, grown.first_timed, grown.last_boundary) == (5, 7, 8, 11)
+    assert grown.grown().grown().steps == 6  # never past the bound
+    assert not WindowPlan(steps=4).grows() and WindowPlan(steps=4, max_steps=3).step_bound == 4
+    assert plan.to_argv() == ["--warmup", "2", "--steps", "4", "--max-steps", "6", "--timed-steps", "3"]
+
+
+def test_a_record_times_the_steps_after_the_grown_window() -> None:
+    record = RunRecord(plan={"warmup": 2, "steps": 4, "timed": 3, "stop": True, "max_steps": 12}, timed_steps=3)
+    record.window_growth = {"planned_steps": 4, "max_steps": 12, "steps": 11, "ended_by": "steady", "p90_over_median": 7.3}
+    record.boundaries_s = [float(i) for i in range(20)]
+    assert record.window_plan().window_end == 13
+    assert record.first_timed_step() == 14
+    assert record.steady_durations() == [1.0, 1.0, 1.0]
+    assert RunRecord.from_dict(record.to_dict()).first_timed_step() == 14
+    assert RunRecord(plan={"warmup": 2, "steps": 4, "timed": 3, "stop": True}).first_timed_step() == 7  # older run.json
+
+
+def test_the_note_says_from_what_to_what_and_why() -> None:
+    growth = {"planned_steps": 4, "max_steps": 12, "steps": 11, "ended_by": "steady", "p90_over_median": 7.3}
+    assert growth_note(growth) == (
+        "the profiled window grew from 4 to 11 steps (at most 12): the profiled steps varied widely "
+        "(p90 7.3x the median); it ended once they no longer did"
+    )
+    assert growth_note({**growth, "steps": 4}) is None
+    assert growth_note({}) is None
+
+
+# --- real runs --------------------------------------------------------------------------------
+
+pytest.importorskip("torch")
+
+from diagnose.analysis.pipeline import AnalysisOptions  # noqa: E402
+from diagnose.analysis.timeline import load_timeline  # noqa: E402
+from diagnose.renderers import TerminalRenderer  # noqa: E402
+from diagnose.session import analyze_run  # noqa: E402
+from diagnose.progress import Progress  # noqa: E402
+from diagnose.rundir import RunDir  # noqa: E402
+from diagnose.runtime.runner import resolve_target, run_target  # noqa: E402
+
+#: step 0 runs from iteration 0's model call to its optimizer step, step k from the optimizer
+#: step of iteration k-1 to that of k: step k sleeps in iteration k
+SLEEPY = """
+import sys, time, torch
+slow = {{int(k) for k in sys.argv[1].split(",") if k}}
+iterations = int(sys.argv[2])
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(iterations):
+    time.sleep({slow} if i in slow else {fast})
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+print("script finished", file=sys.stderr)
+""".format(slow=SLOW, fast=FAST)
+
+PLAN = WindowPlan(warmup=2, steps=4, timed=2, max_steps=12)
+
+
+def run(write_script, slow: list[int], iterations: int = 40, plan: WindowPlan = PLAN, rank: int | None = None) -> tuple[RunRecord, Path]:
+    script = write_script(SLEEPY)
+    run_dir = script.parent / "run"
+    run_dir.mkdir(exist_ok=True)
+    args = [",".join(map(str, slow)), str(iterations)]
+    record = run_target(resolve_target(str(script), None, args), plan, RunDir(run_dir), rank=rank, progress=Progress(enabled=False))
+    return record, run_dir
+
+
+def traced_steps(run_dir: Path, record: RunRecord) -> int:
+    (trace,) = record.trace_files
+    return len(load_timeline(run_dir / trace).steps)
+
+
+@pytest.mark.parametrize("stop", [True, False], ids=["stopped", "--no-stop"])
+def test_the_window_grows_while_steps_vary_then_stops_when_they_do_not(write_script, stop: bool) -> None:
+    # profiled steps 2-5 hold one slow step (3): the window grows one fast step at a time until
+    # eleven steps, where the p90 is a fast step (see the criterion's test above)
+    plan = WindowPlan(warmup=2, steps=4, timed=2, max_steps=12, stop=stop)
+    record, run_dir = run(write_script, slow=[3], iterations=24, plan=plan)
+    assert record.status == ("stopped" if stop else "completed")
+    assert record.profiled_steps == 11
+    assert record.window_growth == {
+        "planned_steps": 4, "max_steps": 12, "steps": 11, "ended_by": "steady",
+        "p90_over_median": record.window_growth["p90_over_median"],
+    }
+    assert record.window_growth["p90_over_median"] > 5
+    assert traced_steps(run_dir, record) == 11
+    # the export step after the window, then the timed steps: all fast
+    assert record.first_timed_step() == 2 + 11 + 1
+    assert record.timed_steps == 2 and all(FAST * 0.9 < d < SLOW * 0.6 for d in record.steady_durations())
+    assert record.plan["steps"] == 4  # the plan as asked; window_growth says how it ran
+    assert len(record.boundaries_s) == 2 + 11 + 1 + 2 + 1  # with --no-stop the steps after are not kept
+    # the report says so: report.json's run and notes, the terminal
+    report = analyze_run(RunDir(run_dir), AnalysisOptions.load(()))
+    assert report.run["window_growth"]["steps"] == 11
+    assert report.throughput["profiled"]["steps"] == 11
+    note = growth_note(record.window_growth)
+    assert note is not None and note.startswith("the profiled window grew from 4 to 11 steps (at most 12)") and note in report.warnings
+    assert "the profiled window grew from 4 to 11 steps" in " ".join(TerminalRenderer().render(report).split())
+
+
+def test_the_window_stops_growing_at_its_bound(write_script) -> None:
+    # every third step slow: the steps vary widely however long the window
+    record, run_dir = run(write_script, slow=list(range(3, 40, 3)), plan=WindowPlan(warmup=2, steps=4, timed=2, max_steps=7))
+    assert record.status == "stopped"
+    assert record.profiled_steps == 7 and traced_steps(run_dir, record) == 7
+    assert record.window_growth["steps"] == 7 and record.window_growth["ended_by"] == "bound"
+    assert record.first_timed_step() == 2 + 7 + 1
+
+
+def test_the_window_does_not_grow_when_the_steps_are_steady(write_script) -> None:
+    record, run_dir = run(write_script, slow=[])
+    assert record.profiled_steps == 4 and traced_steps(run_dir, record) == 4
+    assert record.window_growth["steps"] == 4 and record.window_growth["ended_by"] == "steady"
+    assert record.first_timed_step() == 2 + 4 + 1
+
+
+def test_the_window_stops_growing_at_the_time_budget(write_script, monkeypatch) -> None:
+    monkeypatch.setattr(record_module, "GROWTH_BUDGET_S", 0.0)
+    record, run_dir = run(write_script, slow=[3])
+    assert record.profiled_steps == 4 and traced_steps(run_dir, record) == 4
+    assert record.window_growth["ended_by"] == "budget" and record.window_growth["steps"] == 4
+
+
+def test_a_script_that_ends_while_the_window_grows_keeps_what_was_profiled(write_script) -> None:
+    # 10 iterations: boundaries 0-10, steps 0-9; the window (from step 2) grows until the script ends
+    record, run_dir = run(write_script, slow=[3], iterations=10)
+    assert record.status == "completed"
+    assert record.profiled_steps == 8
+    # the trace also holds the step the last optimizer step began, cut short by the script's end
+    assert traced_steps(run_dir, record) == 9
+    assert record.window_growth["ended_by"] == "script end"
+    assert record.timed_steps == 0
+
+
+def test_a_rank_of_a_distributed_run_never_grows_its_window(write_script) -> None:
+    # the ranks must stop at the same step; a fixed plan (no max_steps) is the plans' test above
+    record, run_dir = run(write_script, slow=[3], rank=0)
+    assert record.profiled_steps == 4 and record.window_growth == {}
