@@ -20,7 +20,9 @@ from diagnose.analysis.predict import (
     Predictor,
     autocast_bf16,
     compile_model,
+    cuda_graphs,
     fused_optimizer,
+    graph_breaks,
     more_workers,
     pinned_copies,
     predict,
@@ -111,12 +113,77 @@ def test_removing_the_sync_lets_the_host_go_on() -> None:
     assert replay(remove_syncs(model, {})).window_us == 170.0
 
 
-def test_compile_shrinks_the_forward_host_code_to_its_launches() -> None:
+def long_forward_step() -> TraceBuilder:
+    """A 1000 µs forward that launches two matmuls (at 100 and 900 µs, 10 µs after each its
+    kernel starts), then 200 µs of other host code. 1200 µs."""
+    b = TraceBuilder()
+    b.step(1, 0, 1200)
+    b.op("aten::linear", 0, 1000, forward=True)
+    b.kernel(FP32_GEMM, 110, 50, launch_ts=100)
+    b.kernel(FP32_GEMM, 910, 10, launch_ts=900)
+    return b
+
+
+def test_compile_shrinks_the_forward_host_code_to_its_launches_and_one_call() -> None:
+    model = model_of(long_forward_step())
+    assert replay(model).window_us == 1200.0
+    # the forward's 1000 µs become its two 1 µs launches and one compiled call
+    # (COMPILED_CALL_HOST_US = 176 µs): 178 µs, then the 200 µs of other code
+    assert replay(compile_model(model, {})).window_us == pytest.approx(378.0)
+    # CUDA graphs: one graph launch (1 µs) and the call with cudagraph trees' checks and the
+    # graph launch (176 + 169 µs)
+    assert replay(cuda_graphs(model, {})).window_us == pytest.approx(546.0)
+
+
+def test_compile_leaves_a_small_piece_its_eager_cost() -> None:
     model = model_of(synced_step())
-    changed = compile_model(model, {})
-    # forward host code (60 µs) becomes two launches of 1 µs; then 50 µs of other code; the
-    # matmul, launched at 1/3 µs, ends at 110.33, the relu at 120.33, the sync returns at 130.33
-    assert replay(changed).window_us == pytest.approx(190.0 + 1 / 3)
+    # 60 µs of forward host code with two launches: one compiled call (176 µs) would cost more
+    assert replay(compile_model(model, {})).window_us == 200.0
+
+
+def checked_layers(sync: bool, layers: int = 10) -> TraceBuilder:
+    """A forward of ``layers`` layers of 100 µs, each launching a 10 µs matmul 10 µs in; with
+    ``sync`` each layer ends checking its output on the host (``if not isfinite(x).all():``):
+    a 10 µs sync at 85 µs (the GPU is long done). 100 µs of other host code follow."""
+    b = TraceBuilder()
+    b.step(1, 0, layers * 100 + 100)
+    for i in range(layers):
+        t = i * 100
+        b.op("aten::linear", t, 100, forward=True)
+        b.kernel(FP32_GEMM, t + 20, 10, launch_ts=t + 10)
+        if sync:
+            b.sync(t + 85, 10)
+    return b
+
+
+def test_a_sync_in_the_forward_breaks_the_compiled_graph_at_each_site() -> None:
+    unchecked = model_of(checked_layers(sync=False))
+    assert replay(unchecked).window_us == 1100.0
+    # one graph: the forward's 1000 µs become ten 1 µs launches and one call (176 µs)
+    assert replay(compile_model(unchecked, {})).window_us == pytest.approx(186.0 + 100.0)
+    checked = model_of(checked_layers(sync=True))
+    assert len(graph_breaks(checked)) == 10
+    assert replay(checked).window_us == 1100.0
+    # ten breaks: ten pieces of 85 + 5 µs of host code, each cheaper eagerly than a compiled
+    # call; the syncs stay: nothing to gain
+    for change in (compile_model, cuda_graphs):
+        assert replay(change(checked, {})).window_us == pytest.approx(1100.0)
+    assert predict(checked, replay_check(checked), "cuda_graphs", {}).speedup == pytest.approx(1.0)
+
+
+def test_removing_the_syncs_ranks_above_compiling_a_forward_they_break() -> None:
+    rules = {r.id: r for r in load_rules()}
+    model = model_of(checked_layers(sync=True))
+    values = {
+        "sync.per_step": 10, "sync.cost_share": 0.3, "sync.blocked_share": 0.1, "sync.idle_after_share": 0.2,
+        "exposed.launch_model": 0.8, "gpu.busy": 0.1, "exposed.data_wait": 0.0, "gpu.kernels_per_step": 60,
+        "gpu.present": 1, "model.compiled": 0,
+    }
+    symptoms = symptoms_from_values(values)
+    assert rules["SYNC001"].fires(values) and rules["LAUNCH001"].fires(values)
+    diagnosis = diagnose_symptoms([rules["LAUNCH001"], rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01))
+    assert [f.rule_id for f in diagnosis.findings] == ["SYNC001"]
+    assert diagnosis.considered == ["considered LAUNCH001: predicted 1.00x, under the 3% worth a change"]
 
 
 def loader_steps() -> TraceBuilder:
