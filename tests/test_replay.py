@@ -103,9 +103,40 @@ def test_bf16_adds_a_cast_kernel_and_its_launch() -> None:
     changed = autocast_bf16(model, {})
     assert [op.name for op in changed.ops][-1] == "autocast cast"
     assert len(changed.items) == len(model.items) + 1
+    assert changed.ops[1].duration_us == 5.0  # the relu moves bf16: half the bytes, half the time
     # host: +1 µs for the cast's launch; the relu then starts at 56 and ends at 66, the sync
     # returns at 121, 60 µs later the step ends
     assert replay(changed).window_us == pytest.approx(181.0)
+
+
+def test_bf16_halves_memory_bound_kernels_but_not_those_autocast_keeps_in_fp32() -> None:
+    b = TraceBuilder()
+    b.step(1, 0, 300)
+    b.op("aten::linear", 0, 300, forward=True)
+    b.kernel(FP32_GEMM, 20, 100, launch_ts=10)
+    b.kernel(ELEMENTWISE, 120, 40, launch_ts=20)
+    b.kernel("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>", 160, 40, launch_ts=30)
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >", 200, 40, launch_ts=40)
+    model = model_of(b)
+    changed = autocast_bf16(model, {})
+    assert [op.duration_us for op in changed.ops[1:4]] == [20.0, 40.0, 40.0]
+    # the GPU: the cast (the median memory-bound kernel, 40 µs) launched at 10 runs 20-60, the
+    # matmul right after for 100 / 14.77 µs, then 20 + 40 + 40
+    assert replay(changed).gpu_end_us == pytest.approx(60 + 100 / (989.4 / 67) + 100)
+
+
+def test_an_op_launched_onto_a_busy_stream_waits_for_the_gpu_not_its_launch() -> None:
+    """The host queued the elementwise kernel long before it ran; it started 10 µs after the
+    matmul: a gap the GPU set. Faster matmuls bring it forward."""
+    b = TraceBuilder()
+    b.step(1, 0, 320)
+    b.op("aten::linear", 0, 50, forward=True)
+    b.kernel(FP32_GEMM, 20, 280, launch_ts=10)
+    b.kernel(ELEMENTWISE, 310, 10, launch_ts=20)
+    model = model_of(b)
+    assert replay(model).gpu_end_us == 320.0
+    assert (model.ops[1].latency_us, model.ops[1].gap_us) == (10.0, 10.0)
+    assert replay(tf32(model, {})).gpu_end_us == pytest.approx(20 + 280 / (494.7 / 67) + 10 + 10)
 
 
 def test_removing_the_sync_lets_the_host_go_on() -> None:

@@ -65,6 +65,17 @@ ELEMENTWISE_KERNEL = re.compile(
 )
 
 
+#: Under autocast, a memory-bound kernel fed by a bf16 matmul moves bf16 elements (2 bytes)
+#: instead of fp32 ones (4 bytes): it takes half as long.
+AUTOCAST_BYTE_RATIO = 4 / 2
+#: Kernels that stay fp32 under autocast: CUDA autocast runs softmax, the norms and reductions
+#: (sum, mean, the losses) in fp32 (the "ops that autocast to float32" list of torch.amp's
+#: documentation).
+AUTOCAST_FP32_KERNEL = re.compile(r"softmax|layer_norm|LayerNorm|group_norm|batch_norm|reduce_kernel|nll_loss|cross_entropy", re.I)
+#: Kernels whose name says they already move 16-bit elements.
+HALF_KERNEL = re.compile(r"bfloat16|bf16|half|fp16|__nv_bfloat|c10::Half", re.I)
+
+
 class CannotPredict(Exception):
     """The model cannot express this change; the message says why."""
 
@@ -123,8 +134,11 @@ def _rebuild(model: StepModel, items: list[HostItem], ops: list[GpuOp]) -> StepM
 
 def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> StepModel:
     """Scale matmul/conv/attention kernels by a rate ratio per current precision; with ``casts``
-    add one cast kernel (and its launch) before each forward matmul: autocast casts its weight
-    (inputs that come from another matmul are bf16 already)."""
+    (autocast) the forward's and backward's memory-bound kernels move bf16 elements
+    (``AUTOCAST_BYTE_RATIO``; not those autocast keeps in fp32, ``AUTOCAST_FP32_KERNEL``), and
+    one cast kernel (and its launch) comes before each forward matmul: autocast casts its weight
+    (inputs that come from another matmul are bf16 already). Casts take as long as the median
+    memory-bound kernel did."""
     ops = list(model.ops)
     scaled = set()
     for i, op in enumerate(ops):
@@ -138,6 +152,10 @@ def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> Ste
         raise CannotPredict("no matmul/convolution kernel in this precision to speed up")
     if not casts:
         return model.with_ops(ops)
+    for i, op in enumerate(ops):  # memory-bound kernels of forward and backward move bf16
+        if i not in scaled and _is_elementwise(op) and op.phase in ("forward", "backward", "unknown"):
+            if not AUTOCAST_FP32_KERNEL.search(op.name) and not HALF_KERNEL.search(op.name):
+                ops[i] = replace(op, duration_us=op.duration_us / AUTOCAST_BYTE_RATIO)
     cast_us = _median_duration(model.ops, _is_elementwise) or 0.0
     items: list[HostItem] = []
     for it in model.items:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from diagnose.analysis import patterns as P
-from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge
+from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
 from diagnose.analysis.timeline import Interval, Timeline
 
 #: An op that starts within this many microseconds of its stream predecessor's end was waiting
@@ -154,12 +154,19 @@ class Replay:
 def _host_labels(timeline: Timeline) -> dict[str, list[Interval]]:
     forward_starts = [op[0] for op in timeline.forward_ops]
     backward = backward_spans(timeline.backward_ops, forward_starts)
+    # model phases nest (forward and backward inside ``optimizer.step(closure)``): the innermost
+    # wins, as in the breakdown
+    model_phases = resolve_nesting(
+        {
+            "optimizer": merge(timeline.optimizer_spans),
+            "backward": merge(backward),
+            "forward": merge(forward_spans(timeline.forward_ops, backward, [(s.start, s.end) for s in timeline.steps])),
+        }
+    )
     return {
         "data_wait": merge(timeline.data_waits),
         "h2d_copy": merge(h2d_host_ops(timeline)),
-        "optimizer": merge(timeline.optimizer_spans),
-        "backward": merge(backward),
-        "forward": merge(forward_spans(timeline.forward_ops, backward, [(s.start, s.end) for s in timeline.steps])),
+        **{label: model_phases.get(label, []) for label in ("optimizer", "backward", "forward")},
     }
 
 
@@ -219,7 +226,9 @@ def build_model(timeline: Timeline) -> StepModel | None:
     waited = []
     for start, _end, _k, _n, corr, _s, _ck, _b, prev_end in in_model:
         launch = launches.get(corr)
-        if launch is not None and w0 <= launch[0] and start - prev_end > STREAM_GAP_US:
+        # waited for its launch: started well after its stream went idle, and the stream was
+        # idle when it was launched (else it waited on the GPU, however long after its launch)
+        if launch is not None and w0 <= launch[0] and start - prev_end > STREAM_GAP_US and prev_end <= launch[0]:
             waited.append(start - launch[0])
     latency_cap = statistics.median(waited) if waited else STREAM_GAP_US
     back_to_back = [r[0] - r[-1] for r in in_model if 0 <= r[0] - r[-1] <= STREAM_GAP_US]
@@ -240,7 +249,10 @@ def build_model(timeline: Timeline) -> StepModel | None:
             phase = "other"
         latency, gap = start - ready, start - prev_end
         delays.append(latency)
-        if gap <= STREAM_GAP_US:
+        if gap <= STREAM_GAP_US or prev_end > ready:
+            # waited for the stream: right after its predecessor, or after a gap the GPU set (its
+            # stream was still busy when it was launched: a cross-stream wait, the GPU's own
+            # scheduling), which stays as measured
             latency = min(latency, latency_cap)
         else:
             gap = gap_floor
