@@ -326,6 +326,15 @@ def test_predict_reports_the_speedup_of_the_replayed_step() -> None:
     assert p.step_us == 170.0
 
 
+def test_a_sync_returns_after_the_gpu_at_the_hosts_pace() -> None:
+    """What a sync takes once the GPU is done is the runtime's host code (and the profiler's cost
+    on it): it scales with the host, like the model code around it."""
+    model = model_of(synced_step())
+    # host code halved: the matmul (launched at 5) ends at 115, the relu (launched at 22.5) at
+    # 125; the host reaches the sync at 55 and leaves it at 125 + 10 / 2; then 60 / 2 µs
+    assert replay(model, 0.5).window_us == 160.0
+
+
 def test_host_scale_matches_the_steady_step() -> None:
     model = model_of(synced_step())
     check = replay_check(model)

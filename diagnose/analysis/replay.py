@@ -17,7 +17,7 @@ The model of the profiled window (every ``ProfilerStep`` of the trace, end to en
   latency is capped at the trace's own launch latency; any other op was waiting for its launch
   (or for another stream: a cross-stream event), and keeps its measured latency;
 - a blocking item ends at ``max(host, the awaited GPU work ends) + after``, ``after`` being what
-  the call took once the GPU was done. It waits on the streams whose work launched before it had
+  the call took once the GPU was done (host code: it scales with the host's model code). It waits on the streams whose work launched before it had
   ended when it returned (a stream sync leaves the other streams running).
 
 GPU work already queued when the window opened (launched in an earlier step, or by a launch the
@@ -386,8 +386,11 @@ def _inside(merged: list[Interval], t: float) -> bool:
 
 def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
     """Replay the model. ``host_code_scale`` multiplies the host's model-code time (work and
-    non-blocking launches in forward, backward, optimizer and other code): 0 replays a host that
-    keeps ahead of the GPU whatever its code costs."""
+    non-blocking launches in forward, backward, optimizer and other code) and what a sync takes
+    once the GPU is done (the runtime's own host code, which the profiler slows like the rest;
+    left unscaled, the steady step would be matched by shrinking the model code too far, and a
+    removed sync over-predicted): 0 replays a host that keeps ahead of the GPU whatever its
+    code costs."""
     w0 = model.start_us
     stream_end = dict(model.stream_busy_until)
     last_end: dict[int, float] = dict(model.stream_busy_until)  # end of the last op enqueued, per stream
@@ -424,12 +427,12 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
                 enqueue(index, call_start)
             if item.blocking:
                 done = max(ends[i] for i in item.ops)
-                h = max(h, max(call_start, done) + item.after_us)
+                h = max(h, max(call_start, done) + item.after_us * host_code_scale)
             else:
                 h += duration
         else:
             done = max((last_end.get(s, float("-inf")) for s in item.streams), default=float("-inf"))
-            h = max(h, max(h - lead, done) + item.after_us)
+            h = max(h, max(h - lead, done) + item.after_us * host_code_scale)
     gpu_end = max((end for end, op in zip(ends, model.ops) if not op.spills), default=w0)
     return Replay(window_us=max(h, gpu_end) - w0, host_end_us=h - w0, gpu_end_us=gpu_end - w0, gpu_busy_us=busy)
 
