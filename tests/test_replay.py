@@ -200,6 +200,9 @@ def test_a_sync_in_the_forward_breaks_the_compiled_graph_at_each_site() -> None:
     for change in (compile_model, cuda_graphs):
         assert replay(change(checked, {})).window_us == pytest.approx(1100.0)
     assert predict(checked, replay_check(checked), "cuda_graphs", {}).speedup == pytest.approx(1.0)
+    # a piece left eager launches its kernels as before; a graph runs them without launch latency
+    assert {op.latency_us for op in cuda_graphs(checked, {}).ops} == {10.0}
+    assert {op.latency_us for op in cuda_graphs(unchecked, {}).ops} == {0.0}
 
 
 def test_removing_the_syncs_ranks_above_compiling_a_forward_they_break() -> None:

@@ -312,8 +312,6 @@ def compile_model(
                 run.clear()
         else:
             runs.pop((op.stream, op.phase), None)
-    if cuda_graphs:
-        ops = [replace(op, latency_us=0.0, gap_us=min(op.gap_us, STREAM_GAP_US)) if op.phase in phases else op for op in ops]
     fused = _drop_ops(_rebuild(model, list(model.items), ops), keep)
     breaks = set(graph_breaks(fused))
     call_us = COMPILED_CALL_HOST_US + (CUDA_GRAPH_CALL_HOST_US if cuda_graphs else 0.0)
@@ -336,7 +334,12 @@ def compile_model(
         replace(it, duration_us=it.duration_us * scales[i], lead_us=it.lead_us * scales[i]) if i in scales else it
         for i, it in enumerate(fused.items)
     ]
-    return replace(fused, items=tuple(items))
+    ops = list(fused.ops)
+    if cuda_graphs:  # a piece that became a graph runs its ops back to back; one left eager does not
+        graphed = {j for i, it in enumerate(fused.items) if it.kind == "launch" and scales.get(i, 1.0) < 1.0 for j in it.ops}
+        graphed |= {j for j, op in enumerate(ops) if op.carried_ready_us is not None and op.phase in phases}
+        ops = [replace(op, latency_us=0.0, gap_us=min(op.gap_us, STREAM_GAP_US)) if j in graphed else op for j, op in enumerate(ops)]
+    return replace(fused, items=tuple(items), ops=tuple(ops))
 
 
 def cuda_graphs(model: StepModel, facts: Mapping[str, float], **params: Any) -> StepModel:
