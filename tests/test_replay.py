@@ -81,6 +81,22 @@ def test_replay_reproduces_a_synced_step_and_reads_its_dependencies() -> None:
     assert replay(model).gpu_end_us == 130.0
 
 
+def test_forward_and_backward_inside_a_closure_are_forward_and_backward() -> None:
+    """``optimizer.step(closure)`` (Lightning, LBFGS): the innermost phase launches, as in the
+    breakdown, so that bf16 casts and compiled pieces find the forward."""
+    b = TraceBuilder()
+    b.step(1, 0, 200)
+    b.optimizer(0, 200, name="SGD")
+    b.op("aten::linear", 10, 40, forward=True)
+    b.kernel(FP32_GEMM, 30, 20, launch_ts=20)
+    b.backward_op(60, 40)
+    b.kernel(ELEMENTWISE, 80, 10, launch_ts=70, tid=2)
+    b.kernel(ELEMENTWISE, 160, 10, launch_ts=150)
+    model = model_of(b)
+    assert [op.phase for op in model.ops] == ["forward", "backward", "optimizer"]
+    assert replay(model).window_us == 200.0
+
+
 def test_a_gpu_that_runs_behind_makes_the_host_wait_longer_at_the_sync() -> None:
     model = model_of(synced_step())
     slower = model.with_ops([model.ops[0].__class__(**{**model.ops[0].__dict__, "duration_us": 150.0}), model.ops[1]])
