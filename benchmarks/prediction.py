@@ -10,6 +10,12 @@ replay predicted (diagnose.analysis.predict). Writes ``prediction.json`` and ``p
 into --out: the table, the median and worst |predicted - measured| / measured (issue 16's goal:
 median <= 15%, worst <= 35%), and every top recommendation that measured slower than the
 baseline's spread.
+
+    python benchmarks/prediction.py --fixtures              # no GPU: the recorded fixtures
+
+prints what the analysis predicts, finding by finding, on every recorded GPU fixture under
+tests/data/ (runs with their record, the framework loops, the bare traces): the offline half of
+the comparison, to see what a change to the models does before measuring it.
 """
 
 from __future__ import annotations
@@ -103,6 +109,28 @@ def markdown(results: list[dict], summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fixture_predictions() -> list[dict]:
+    """Every recorded GPU fixture's findings with their predicted speedup and bound."""
+    sys.path.insert(0, str(REPO))
+    from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
+    from diagnose.rundir import RunDir
+    from diagnose.session import analyze_run
+
+    data = REPO / "tests" / "data"
+    options = AnalysisOptions.load(show_all=True)
+    runs = [r.parent for r in sorted(data.glob("*/run.json")) + sorted(data.glob("frameworks_gpu/*/run.json"))]
+    reports = [(str(run.relative_to(data)), analyze_run(RunDir(run), options).to_dict()) for run in runs if not run.name.endswith("_cpu")]
+    reports += [(f"bare/{t.name.split('.')[0]}", analyze_trace(t, options).to_dict()) for t in sorted((data / "bare").glob("*.pt.trace.json.gz"))]
+    out = []
+    for name, report in reports:
+        if not (report.get("replay") or {}).get("steps"):
+            continue  # a CPU run: nothing replayed
+        for f in report["findings"]:
+            out.append({"fixture": name, "rule": f["rule"], "predicted": f["predicted_speedup"], "bound": f["gain_bound"], "note": f["prediction_note"]})
+        out += [{"fixture": name, "rule": None, "predicted": None, "bound": None, "note": line} for line in report.get("considered", [])]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("prediction"))
@@ -112,7 +140,17 @@ def main() -> None:
     parser.add_argument("--timeout", type=int, default=1800)
     parser.add_argument("--verify-args", default="", help="more options for diagnose verify, e.g. '--warmup 3 --steps 5'")
     parser.add_argument("--deadline-s", type=float, default=None, help="start no example after this many seconds")
+    parser.add_argument("--fixtures", action="store_true", help="print the predictions on the recorded fixtures (no GPU) and stop")
     args = parser.parse_args()
+    if args.fixtures:
+        for row in fixture_predictions():
+            if row["rule"] is None:
+                print(f"{row['fixture']:32} {row['note']}")
+                continue
+            predicted = f"{row['predicted']:.2f}x" if row["predicted"] else "-"
+            bound = f"{row['bound']:.2f}x" if row["bound"] else "-"
+            print(f"{row['fixture']:32} {row['rule']:9} predicted {predicted:>7}  bound {bound:>7}  {row['note'] or ''}")
+        return
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     results = []

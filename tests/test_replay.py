@@ -20,7 +20,9 @@ from diagnose.analysis.predict import (
     Predictor,
     autocast_bf16,
     compile_model,
+    cuda_graphs,
     fused_optimizer,
+    graph_breaks,
     larger_batch,
     more_workers,
     pinned_copies,
@@ -80,6 +82,22 @@ def test_replay_reproduces_a_synced_step_and_reads_its_dependencies() -> None:
     assert replay(model).gpu_end_us == 130.0
 
 
+def test_forward_and_backward_inside_a_closure_are_forward_and_backward() -> None:
+    """``optimizer.step(closure)`` (Lightning, LBFGS): the innermost phase launches, as in the
+    breakdown, so that bf16 casts and compiled pieces find the forward."""
+    b = TraceBuilder()
+    b.step(1, 0, 200)
+    b.optimizer(0, 200, name="SGD")
+    b.op("aten::linear", 10, 40, forward=True)
+    b.kernel(FP32_GEMM, 30, 20, launch_ts=20)
+    b.backward_op(60, 40)
+    b.kernel(ELEMENTWISE, 80, 10, launch_ts=70, tid=2)
+    b.kernel(ELEMENTWISE, 160, 10, launch_ts=150)
+    model = model_of(b)
+    assert [op.phase for op in model.ops] == ["forward", "backward", "optimizer"]
+    assert replay(model).window_us == 200.0
+
+
 def test_a_gpu_that_runs_behind_makes_the_host_wait_longer_at_the_sync() -> None:
     model = model_of(synced_step())
     slower = model.with_ops([model.ops[0].__class__(**{**model.ops[0].__dict__, "duration_us": 150.0}), model.ops[1]])
@@ -102,9 +120,40 @@ def test_bf16_adds_a_cast_kernel_and_its_launch() -> None:
     changed = autocast_bf16(model, {})
     assert [op.name for op in changed.ops][-1] == "autocast cast"
     assert len(changed.items) == len(model.items) + 1
+    assert changed.ops[1].duration_us == 5.0  # the relu moves bf16: half the bytes, half the time
     # host: +1 µs for the cast's launch; the relu then starts at 56 and ends at 66, the sync
     # returns at 121, 60 µs later the step ends
     assert replay(changed).window_us == pytest.approx(181.0)
+
+
+def test_bf16_halves_memory_bound_kernels_but_not_those_autocast_keeps_in_fp32() -> None:
+    b = TraceBuilder()
+    b.step(1, 0, 300)
+    b.op("aten::linear", 0, 300, forward=True)
+    b.kernel(FP32_GEMM, 20, 100, launch_ts=10)
+    b.kernel(ELEMENTWISE, 120, 40, launch_ts=20)
+    b.kernel("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>", 160, 40, launch_ts=30)
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >", 200, 40, launch_ts=40)
+    model = model_of(b)
+    changed = autocast_bf16(model, {})
+    assert [op.duration_us for op in changed.ops[1:4]] == [20.0, 40.0, 40.0]
+    # the GPU: the cast (the median memory-bound kernel, 40 µs) launched at 10 runs 20-60, the
+    # matmul right after for 100 / 14.77 µs, then 20 + 40 + 40
+    assert replay(changed).gpu_end_us == pytest.approx(60 + 100 / (989.4 / 67) + 100)
+
+
+def test_an_op_launched_onto_a_busy_stream_waits_for_the_gpu_not_its_launch() -> None:
+    """The host queued the elementwise kernel long before it ran; it started 10 µs after the
+    matmul: a gap the GPU set. Faster matmuls bring it forward."""
+    b = TraceBuilder()
+    b.step(1, 0, 320)
+    b.op("aten::linear", 0, 50, forward=True)
+    b.kernel(FP32_GEMM, 20, 280, launch_ts=10)
+    b.kernel(ELEMENTWISE, 310, 10, launch_ts=20)
+    model = model_of(b)
+    assert replay(model).gpu_end_us == 320.0
+    assert (model.ops[1].latency_us, model.ops[1].gap_us) == (10.0, 10.0)
+    assert replay(tf32(model, {})).gpu_end_us == pytest.approx(20 + 280 / (494.7 / 67) + 10 + 10)
 
 
 def test_removing_the_sync_lets_the_host_go_on() -> None:
@@ -112,12 +161,80 @@ def test_removing_the_sync_lets_the_host_go_on() -> None:
     assert replay(remove_syncs(model, {})).window_us == 170.0
 
 
-def test_compile_shrinks_the_forward_host_code_to_its_launches() -> None:
+def long_forward_step() -> TraceBuilder:
+    """A 1000 µs forward that launches two matmuls (at 100 and 900 µs, 10 µs after each its
+    kernel starts), then 200 µs of other host code. 1200 µs."""
+    b = TraceBuilder()
+    b.step(1, 0, 1200)
+    b.op("aten::linear", 0, 1000, forward=True)
+    b.kernel(FP32_GEMM, 110, 50, launch_ts=100)
+    b.kernel(FP32_GEMM, 910, 10, launch_ts=900)
+    return b
+
+
+def test_compile_shrinks_the_forward_host_code_to_its_launches_and_one_call() -> None:
+    model = model_of(long_forward_step())
+    assert replay(model).window_us == 1200.0
+    # the forward's 1000 µs become its two 1 µs launches and one compiled call
+    # (COMPILED_CALL_HOST_US = 176 µs): 178 µs, then the 200 µs of other code
+    assert replay(compile_model(model, {})).window_us == pytest.approx(378.0)
+    # CUDA graphs: one graph launch (1 µs) and the call with cudagraph trees' checks and the
+    # graph launch (176 + 169 µs)
+    assert replay(cuda_graphs(model, {})).window_us == pytest.approx(546.0)
+
+
+def test_compile_leaves_a_small_piece_its_eager_cost() -> None:
     model = model_of(synced_step())
-    changed = compile_model(model, {})
-    # forward host code (60 µs) becomes two launches of 1 µs; then 50 µs of other code; the
-    # matmul, launched at 1/3 µs, ends at 110.33, the relu at 120.33, the sync returns at 130.33
-    assert replay(changed).window_us == pytest.approx(190.0 + 1 / 3)
+    # 60 µs of forward host code with two launches: one compiled call (176 µs) would cost more
+    assert replay(compile_model(model, {})).window_us == 200.0
+
+
+def checked_layers(sync: bool, layers: int = 10) -> TraceBuilder:
+    """A forward of ``layers`` layers of 100 µs, each launching a 10 µs matmul 10 µs in; with
+    ``sync`` each layer ends checking its output on the host (``if not isfinite(x).all():``):
+    a 10 µs sync at 85 µs (the GPU is long done). 100 µs of other host code follow."""
+    b = TraceBuilder()
+    b.step(1, 0, layers * 100 + 100)
+    for i in range(layers):
+        t = i * 100
+        b.op("aten::linear", t, 100, forward=True)
+        b.kernel(FP32_GEMM, t + 20, 10, launch_ts=t + 10)
+        if sync:
+            b.sync(t + 85, 10)
+    return b
+
+
+def test_a_sync_in_the_forward_breaks_the_compiled_graph_at_each_site() -> None:
+    unchecked = model_of(checked_layers(sync=False))
+    assert replay(unchecked).window_us == 1100.0
+    # one graph: the forward's 1000 µs become ten 1 µs launches and one call (176 µs)
+    assert replay(compile_model(unchecked, {})).window_us == pytest.approx(186.0 + 100.0)
+    checked = model_of(checked_layers(sync=True))
+    assert len(graph_breaks(checked)) == 10
+    assert replay(checked).window_us == 1100.0
+    # ten breaks: ten pieces of 85 + 5 µs of host code, each cheaper eagerly than a compiled
+    # call; the syncs stay: nothing to gain
+    for change in (compile_model, cuda_graphs):
+        assert replay(change(checked, {})).window_us == pytest.approx(1100.0)
+    assert predict(checked, replay_check(checked), "cuda_graphs", {}).speedup == pytest.approx(1.0)
+    # a piece left eager launches its kernels as before; a graph runs them without launch latency
+    assert {op.latency_us for op in cuda_graphs(checked, {}).ops} == {10.0}
+    assert {op.latency_us for op in cuda_graphs(unchecked, {}).ops} == {0.0}
+
+
+def test_removing_the_syncs_ranks_above_compiling_a_forward_they_break() -> None:
+    rules = {r.id: r for r in load_rules()}
+    model = model_of(checked_layers(sync=True))
+    values = {
+        "sync.per_step": 10, "sync.cost_share": 0.3, "sync.blocked_share": 0.1, "sync.idle_after_share": 0.2,
+        "exposed.launch_model": 0.8, "gpu.busy": 0.1, "exposed.data_wait": 0.0, "gpu.kernels_per_step": 60,
+        "gpu.present": 1, "model.compiled": 0,
+    }
+    symptoms = symptoms_from_values(values)
+    assert rules["SYNC001"].fires(values) and rules["LAUNCH001"].fires(values)
+    diagnosis = diagnose_symptoms([rules["LAUNCH001"], rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01))
+    assert [f.rule_id for f in diagnosis.findings] == ["SYNC001"]
+    assert diagnosis.considered == ["considered LAUNCH001: predicted 1.00x, under the 3% worth a change"]
 
 
 def loader_steps() -> TraceBuilder:
@@ -243,6 +360,15 @@ def test_predict_reports_the_speedup_of_the_replayed_step() -> None:
     p = predict(model, replay_check(model), "remove_syncs", {})
     assert p.speedup == pytest.approx(200 / 170)
     assert p.step_us == 170.0
+
+
+def test_a_sync_returns_after_the_gpu_at_the_hosts_pace() -> None:
+    """What a sync takes once the GPU is done is the runtime's host code (and the profiler's cost
+    on it): it scales with the host, like the model code around it."""
+    model = model_of(synced_step())
+    # host code halved: the matmul (launched at 5) ends at 115, the relu (launched at 22.5) at
+    # 125; the host reaches the sync at 55 and leaves it at 125 + 10 / 2; then 60 / 2 µs
+    assert replay(model, 0.5).window_us == 160.0
 
 
 def test_host_scale_matches_the_steady_step() -> None:

@@ -243,3 +243,18 @@ def test_a_finding_within_its_symptoms_spread_of_the_threshold_is_borderline(
         assert len(diagnosis.borderline) == (1 if borderline else 0)
         if borderline:
             assert diagnosis.borderline[0].startswith("borderline: MY002") and "exposed.data_wait 5%–12%" in diagnosis.borderline[0]
+
+
+def test_the_sync_rules_verify_with_the_sync_sites_found() -> None:
+    """SYNC001 and EXPO003 measure their fix with ``unsync`` at the sites line attribution found;
+    a bare trace records no site, and the knob is left out rather than given a blank value."""
+    from diagnose.analysis.findings import make_finding
+    from diagnose.analysis.symptoms import symptoms_from_values
+
+    rules = {r.id: r for r in RULES}
+    values = {"sync.per_step": 49, "sync.cost_share": 0.4, "sync.blocked_share": 0.2, "sync.idle_after_share": 0.2}
+    symptoms = symptoms_from_values(values)
+    symptoms.texts = {"lines.sync_sites": "implicit_syncs.py:29+implicit_syncs.py:48"}
+    for rule_id in ("SYNC001", "EXPO003"):
+        assert make_finding(rules[rule_id], symptoms).knobs == {"unsync": "implicit_syncs.py:29+implicit_syncs.py:48"}
+        assert make_finding(rules[rule_id], symptoms_from_values(values)).knobs == {}

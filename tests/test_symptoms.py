@@ -338,6 +338,7 @@ CASES = {
             optimizers=[OptimizerInfo("Adam", 100, 1000, "for-loop", created_at="/x/train.py:12")],
         ), expected={
             "lines.sync": "train.py:10 `loss.item()` (item, 2/step, 0.5 ms/step blocked); train.py:12 `x.to(dev)` (blocking copy, 1/step)",
+            "lines.sync_sites": "train.py:10",  # the blocking copy is DATA002's, not a sync to unsync
             "lines.h2d": "train.py:12 `x.to(dev)` (1/step)",
             "lines.model": "model.py:5 `self.fc(x)` (model, 50% of the step)",
             "lines.optimizer": "train.py:12 (Adam, for-loop, 100 tensors); train.py:30 `opt.step()` (6% of the step)",
@@ -347,7 +348,7 @@ CASES = {
         }),
         Case("the workers' lines, when sampled", record=_record(host_samples={"lines": HOST_LINES[2:3]}, worker_samples={
             "lines": [{"site": "/a/data.py:40", "code": "decode(f)", "activity": "cpu", "share": 0.75}],
-        }), expected={"lines.data": "data.py:40 `decode(f)` (cpu, 75% of worker time)", "lines.sync": None, "host.other_user_share": None}),
+        }), expected={"lines.data": "data.py:40 `decode(f)` (cpu, 75% of worker time)", "lines.sync": None, "lines.sync_sites": None, "host.other_user_share": None}),
     ],
     "frameworks": [
         Case("the HF Trainer (and the Accelerator it builds itself)", record=_record(frameworks=[

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.analysis.predict import Predictor
-from diagnose.analysis.rules import Rule, render_template
+from diagnose.analysis.rules import Rule, render_template, template_names
+from diagnose.analysis.symptoms import CATALOG
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.units import format_value
 from diagnose.record import FRAMEWORKS
@@ -150,10 +151,21 @@ def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
         gain_formula=rule.gain_text,
         evidence=evidence,
         references=list(rule.references),
-        knobs={k: render_template(v, values) for k, v in rule.knobs.items()},
+        knobs=rule_knobs(rule, values, symptoms.texts),
         lines=lines,
         framework=framework,
     )
+
+
+def rule_knobs(rule: Rule, values: dict[str, float], texts: dict[str, str]) -> dict[str, str]:
+    """The rule's knobs with their values filled in; a knob whose value comes from source lines
+    this run did not record (``{lines.sync_sites}`` in a bare trace) is left out."""
+    out = {}
+    for name, template in rule.knobs.items():
+        if any(CATALOG.get(n, ("",))[0] == "text" and not texts.get(n) for n in template_names(template)):
+            continue
+        out[name] = render_template(template, values, texts)
+    return out
 
 
 def flips_within_spread(rule: Rule, values: dict[str, float], spreads: dict[str, tuple[float, float]]) -> list[str]:

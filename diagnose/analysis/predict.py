@@ -65,6 +65,17 @@ ELEMENTWISE_KERNEL = re.compile(
 )
 
 
+#: Under autocast, a memory-bound kernel fed by a bf16 matmul moves bf16 elements (2 bytes)
+#: instead of fp32 ones (4 bytes): it takes half as long.
+AUTOCAST_BYTE_RATIO = 4 / 2
+#: Kernels that stay fp32 under autocast: CUDA autocast runs softmax, the norms and reductions
+#: (sum, mean, the losses) in fp32 (the "ops that autocast to float32" list of torch.amp's
+#: documentation).
+AUTOCAST_FP32_KERNEL = re.compile(r"softmax|layer_norm|LayerNorm|group_norm|batch_norm|reduce_kernel|nll_loss|cross_entropy", re.I)
+#: Kernels whose name says they already move 16-bit elements.
+HALF_KERNEL = re.compile(r"bfloat16|bf16|half|fp16|__nv_bfloat|c10::Half", re.I)
+
+
 class CannotPredict(Exception):
     """The model cannot express this change; the message says why."""
 
@@ -123,8 +134,11 @@ def _rebuild(model: StepModel, items: list[HostItem], ops: list[GpuOp]) -> StepM
 
 def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> StepModel:
     """Scale matmul/conv/attention kernels by a rate ratio per current precision; with ``casts``
-    add one cast kernel (and its launch) before each forward matmul: autocast casts its weight
-    (inputs that come from another matmul are bf16 already)."""
+    (autocast) the forward's and backward's memory-bound kernels move bf16 elements
+    (``AUTOCAST_BYTE_RATIO``; not those autocast keeps in fp32, ``AUTOCAST_FP32_KERNEL``), and
+    one cast kernel (and its launch) comes before each forward matmul: autocast casts its weight
+    (inputs that come from another matmul are bf16 already). Casts take as long as the median
+    memory-bound kernel did."""
     ops = list(model.ops)
     scaled = set()
     for i, op in enumerate(ops):
@@ -138,6 +152,10 @@ def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> Ste
         raise CannotPredict("no matmul/convolution kernel in this precision to speed up")
     if not casts:
         return model.with_ops(ops)
+    for i, op in enumerate(ops):  # memory-bound kernels of forward and backward move bf16
+        if i not in scaled and _is_elementwise(op) and op.phase in ("forward", "backward", "unknown"):
+            if not AUTOCAST_FP32_KERNEL.search(op.name) and not HALF_KERNEL.search(op.name):
+                ops[i] = replace(op, duration_us=op.duration_us / AUTOCAST_BYTE_RATIO)
     cast_us = _median_duration(model.ops, _is_elementwise) or 0.0
     items: list[HostItem] = []
     for it in model.items:
@@ -223,12 +241,61 @@ def _drop_ops(model: StepModel, keep: list[bool]) -> StepModel:
     return _rebuild(model, items, ops)
 
 
+#: Host cost of one call of a compiled graph beyond its kernels' launches, as a profile shows
+#: it (pytorch/pytorch#150488, one small graph on an H100-class GPU): TorchDynamo's cache lookup
+#: and guards, 176 µs; with CUDA graphs, cudagraph trees' checks (128 µs) and cudaGraphLaunch
+#: (41 µs) on top. Every graph break makes one more call: each piece of a broken forward is its
+#: own graph, and so is its backward (which the autograd engine calls without a cache lookup).
+COMPILED_CALL_HOST_US = 176.0
+CUDA_GRAPH_CALL_HOST_US = 128.0 + 41.0
+
+
+def _elastic(it: HostItem) -> bool:
+    return it.kind != "wait" and not it.blocking
+
+
+def graph_breaks(model: StepModel) -> list[int]:
+    """Items at which a compiled forward or backward would break its graph: the script's own
+    syncs inside them (``if t.all():``, ``.item()``, ``.tolist()``: Dynamo cannot trace a value
+    read on the host, so it ends the graph there, runs the sync eagerly and resumes in a new one)."""
+    return [
+        i
+        for i, it in enumerate(model.items)
+        if it.phase in ("forward", "backward") and _is_user_sync(model, it)
+    ]
+
+
+def _is_user_sync(model: StepModel, it: HostItem) -> bool:
+    if it.kind == "wait":
+        return it.sync_kind == "user"
+    return it.kind == "launch" and it.blocking and bool(it.ops) and all(model.ops[j].copy_kind == "DtoH" for j in it.ops)
+
+
+def _runs(items: tuple[HostItem, ...], phase: str, breaks: set[int]) -> list[list[int]]:
+    """Maximal runs of ``phase``'s elastic items, cut at every item that is not one of them and
+    at each graph break: the pieces one compiled graph each replaces."""
+    runs: list[list[int]] = []
+    current: list[int] = []
+    for i, it in enumerate(items):
+        if it.phase == phase and _elastic(it) and i not in breaks:
+            current.append(i)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
+
+
 def compile_model(
     model: StepModel, facts: Mapping[str, float], fusion: float = COMPILE_ELEMENTWISE_FUSION, cuda_graphs: bool = False, **_: Any
 ) -> StepModel:
-    """torch.compile: forward/backward pointwise kernels fuse ``fusion`` to one, and the host's
-    model code shrinks to the launches left. With ``cuda_graphs`` the launches go too (one graph
-    launch per step) and the GPU runs the ops back to back."""
+    """torch.compile: forward/backward pointwise kernels fuse ``fusion`` to one, and each piece of
+    the host's model code (a forward, or the part of it between two graph breaks; a backward)
+    becomes one compiled call: its remaining launches (with ``cuda_graphs``: one graph launch, the
+    GPU running the ops back to back) plus the call's own cost (``COMPILED_CALL_HOST_US``). A
+    piece never costs more than it did eagerly: a small piece between two syncs keeps its launches
+    (Dynamo's resumed frame and guards cost what the few eager launches did). The syncs stay."""
     phases = ("forward", "backward", "unknown")
     ops = list(model.ops)
     keep = [True] * len(ops)
@@ -245,23 +312,34 @@ def compile_model(
                 run.clear()
         else:
             runs.pop((op.stream, op.phase), None)
-    if cuda_graphs:
-        ops = [replace(op, latency_us=0.0, gap_us=min(op.gap_us, STREAM_GAP_US)) if op.phase in phases else op for op in ops]
     fused = _drop_ops(_rebuild(model, list(model.items), ops), keep)
-    host_before = sum(it.duration_us for it in fused.items if it.phase in phases[:2] and not it.blocking and it.kind != "wait")
-    launches = sum(1 for it in fused.items if it.kind == "launch" and it.phase in phases[:2])
-    if cuda_graphs:
-        host_after = model.launch_cost_us * max(model.steps, 1) * 2  # one graph for forward, one for backward
-    else:
-        host_after = launches * model.launch_cost_us
-    scale = min(1.0, host_after / host_before) if host_before else 1.0
+    breaks = set(graph_breaks(fused))
+    call_us = COMPILED_CALL_HOST_US + (CUDA_GRAPH_CALL_HOST_US if cuda_graphs else 0.0)
+    backward_call_us = CUDA_GRAPH_CALL_HOST_US if cuda_graphs else 0.0
+    forward_pieces = _runs(fused.items, "forward", breaks)
+    backward_pieces = _runs(fused.items, "backward", breaks)
+    # the backward of each forward piece is a graph of its own: as many backward calls as
+    # forward pieces, shared out over the backward's runs
+    backward_calls = len(forward_pieces) / len(backward_pieces) if backward_pieces and forward_pieces else 1.0
+    scales: dict[int, float] = {}
+    for pieces, per_call, calls in ((forward_pieces, call_us, 1.0), (backward_pieces, backward_call_us, backward_calls)):
+        for piece in pieces:
+            eager = sum(fused.items[i].duration_us for i in piece)
+            launches = sum(1 for i in piece if fused.items[i].kind == "launch")
+            remaining = model.launch_cost_us * (min(launches, 1) if cuda_graphs else launches)
+            after = min(eager, remaining + per_call * calls)
+            for i in piece:
+                scales[i] = after / eager if eager > 0 else 1.0
     items = [
-        replace(it, duration_us=it.duration_us * scale, lead_us=it.lead_us * scale)
-        if it.phase in phases[:2] and not it.blocking and it.kind != "wait"
-        else it
-        for it in fused.items
+        replace(it, duration_us=it.duration_us * scales[i], lead_us=it.lead_us * scales[i]) if i in scales else it
+        for i, it in enumerate(fused.items)
     ]
-    return replace(fused, items=tuple(items))
+    ops = list(fused.ops)
+    if cuda_graphs:  # a piece that became a graph runs its ops back to back; one left eager does not
+        graphed = {j for i, it in enumerate(fused.items) if it.kind == "launch" and scales.get(i, 1.0) < 1.0 for j in it.ops}
+        graphed |= {j for j, op in enumerate(ops) if op.carried_ready_us is not None and op.phase in phases}
+        ops = [replace(op, latency_us=0.0, gap_us=min(op.gap_us, STREAM_GAP_US)) if j in graphed else op for j, op in enumerate(ops)]
+    return replace(fused, items=tuple(items), ops=tuple(ops))
 
 
 def cuda_graphs(model: StepModel, facts: Mapping[str, float], **params: Any) -> StepModel:

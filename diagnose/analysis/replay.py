@@ -17,7 +17,7 @@ The model of the profiled window (every ``ProfilerStep`` of the trace, end to en
   latency is capped at the trace's own launch latency; any other op was waiting for its launch
   (or for another stream: a cross-stream event), and keeps its measured latency;
 - a blocking item ends at ``max(host, the awaited GPU work ends) + after``, ``after`` being what
-  the call took once the GPU was done. It waits on the streams whose work launched before it had
+  the call took once the GPU was done (host code: it scales with the host's model code). It waits on the streams whose work launched before it had
   ended when it returned (a stream sync leaves the other streams running).
 
 GPU work already queued when the window opened (launched in an earlier step, or by a launch the
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from diagnose.analysis import patterns as P
-from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge
+from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
 from diagnose.analysis.timeline import Interval, Timeline
 
 #: An op that starts within this many microseconds of its stream predecessor's end was waiting
@@ -154,12 +154,19 @@ class Replay:
 def _host_labels(timeline: Timeline) -> dict[str, list[Interval]]:
     forward_starts = [op[0] for op in timeline.forward_ops]
     backward = backward_spans(timeline.backward_ops, forward_starts)
+    # model phases nest (forward and backward inside ``optimizer.step(closure)``): the innermost
+    # wins, as in the breakdown
+    model_phases = resolve_nesting(
+        {
+            "optimizer": merge(timeline.optimizer_spans),
+            "backward": merge(backward),
+            "forward": merge(forward_spans(timeline.forward_ops, backward, [(s.start, s.end) for s in timeline.steps])),
+        }
+    )
     return {
         "data_wait": merge(timeline.data_waits),
         "h2d_copy": merge(h2d_host_ops(timeline)),
-        "optimizer": merge(timeline.optimizer_spans),
-        "backward": merge(backward),
-        "forward": merge(forward_spans(timeline.forward_ops, backward, [(s.start, s.end) for s in timeline.steps])),
+        **{label: model_phases.get(label, []) for label in ("optimizer", "backward", "forward")},
     }
 
 
@@ -219,7 +226,9 @@ def build_model(timeline: Timeline) -> StepModel | None:
     waited = []
     for start, _end, _k, _n, corr, _s, _ck, _b, prev_end in in_model:
         launch = launches.get(corr)
-        if launch is not None and w0 <= launch[0] and start - prev_end > STREAM_GAP_US:
+        # waited for its launch: started well after its stream went idle, and the stream was
+        # idle when it was launched (else it waited on the GPU, however long after its launch)
+        if launch is not None and w0 <= launch[0] and start - prev_end > STREAM_GAP_US and prev_end <= launch[0]:
             waited.append(start - launch[0])
     latency_cap = statistics.median(waited) if waited else STREAM_GAP_US
     back_to_back = [r[0] - r[-1] for r in in_model if 0 <= r[0] - r[-1] <= STREAM_GAP_US]
@@ -240,7 +249,10 @@ def build_model(timeline: Timeline) -> StepModel | None:
             phase = "other"
         latency, gap = start - ready, start - prev_end
         delays.append(latency)
-        if gap <= STREAM_GAP_US:
+        if gap <= STREAM_GAP_US or prev_end > ready:
+            # waited for the stream: right after its predecessor, or after a gap the GPU set (its
+            # stream was still busy when it was launched: a cross-stream wait, the GPU's own
+            # scheduling), which stays as measured
             latency = min(latency, latency_cap)
         else:
             gap = gap_floor
@@ -374,8 +386,11 @@ def _inside(merged: list[Interval], t: float) -> bool:
 
 def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
     """Replay the model. ``host_code_scale`` multiplies the host's model-code time (work and
-    non-blocking launches in forward, backward, optimizer and other code): 0 replays a host that
-    keeps ahead of the GPU whatever its code costs."""
+    non-blocking launches in forward, backward, optimizer and other code) and what a sync takes
+    once the GPU is done (the runtime's own host code, which the profiler slows like the rest;
+    left unscaled, the steady step would be matched by shrinking the model code too far, and a
+    removed sync over-predicted): 0 replays a host that keeps ahead of the GPU whatever its
+    code costs."""
     w0 = model.start_us
     stream_end = dict(model.stream_busy_until)
     last_end: dict[int, float] = dict(model.stream_busy_until)  # end of the last op enqueued, per stream
@@ -412,12 +427,12 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
                 enqueue(index, call_start)
             if item.blocking:
                 done = max(ends[i] for i in item.ops)
-                h = max(h, max(call_start, done) + item.after_us)
+                h = max(h, max(call_start, done) + item.after_us * host_code_scale)
             else:
                 h += duration
         else:
             done = max((last_end.get(s, float("-inf")) for s in item.streams), default=float("-inf"))
-            h = max(h, max(h - lead, done) + item.after_us)
+            h = max(h, max(h - lead, done) + item.after_us * host_code_scale)
     gpu_end = max((end for end, op in zip(ends, model.ops) if not op.spills), default=w0)
     return Replay(window_us=max(h, gpu_end) - w0, host_end_us=h - w0, gpu_end_us=gpu_end - w0, gpu_busy_us=busy)
 

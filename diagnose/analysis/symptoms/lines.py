@@ -42,6 +42,16 @@ def sync_lines(record: RunRecord, steps: Breakdown | None = None) -> str:
     return "; ".join(site_text(s) for s in record.sync_sites[:3])
 
 
+#: at most this many sync sites go into the ``unsync`` what-if (the ones that sync most)
+UNSYNC_SITES = 8
+
+
+@symptom("lines.sync_sites", "text", "the script's sync sites as FILE:LINE joined by + (most frequent first; not blocking copies): the unsync knob's value")
+def sync_sites(record: RunRecord) -> str:
+    sites = [s for s in record.sync_sites if s["kind"] != "blocking copy"]
+    return "+".join(_short(s["site"]) for s in sites[:UNSYNC_SITES])
+
+
 @symptom("lines.h2d", "text", "the lines that copy to the GPU from pageable memory")
 def h2d_lines(record: RunRecord, steps: Breakdown | None = None) -> str:
     copies = [s for s in record.sync_sites if s["kind"] == "blocking copy"]
