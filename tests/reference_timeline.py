@@ -174,6 +174,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         launches=launches,
         graph_launches=sorted(graph_launches),
         collectives=read.collectives,
+        collective_ops=read.collective_ops,
         data_parallel_spans=read.data_parallel,
         closure_spans=read.closures,
         kernels=kernels,
@@ -240,11 +241,13 @@ class _Annotations(NamedTuple):
     collectives: list[Interval]
     data_parallel: list[Interval]
     closures: list[Interval]
+    collective_ops: list[HostOp]
 
 
 def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Annotations:
     steps: list[StepMark] = []
     collectives: list[Interval] = []
+    collective_ops: list[HostOp] = []
     data_parallel: list[Interval] = []
     other: Counter[str] = Counter()
     loader_kinds: Counter[str] = Counter()
@@ -280,6 +283,7 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
                 closure_spans.append((ts, end))
         elif name.startswith(P.CPU_COLLECTIVE_PREFIXES):
             collectives.append((ts, end))
+            collective_ops.append(HostOp(ts, end, name))
         elif name.startswith(P.DATA_PARALLEL_PREFIXES) and on_main:
             data_parallel.append((ts, end))
         else:
@@ -293,7 +297,7 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
     steps = [s for s in steps if s.end > s.start]
     return _Annotations(
         steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(optimizer_steps), optimizer_classes,
-        sorted(collectives), sorted(data_parallel), sorted(closure_spans),
+        sorted(collectives), sorted(data_parallel), sorted(closure_spans), sorted(collective_ops),
     )
 
 

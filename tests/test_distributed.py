@@ -119,6 +119,9 @@ def test_nproc_per_node_launches_through_torchrun_and_merges(tmp_path: Path) -> 
     names = sorted(p.name for p in (tmp_path / "run").iterdir())
     own = sorted(p.name for p in (tmp_path / "run" / "diagnose").iterdir())
     assert {"rank0.run.json", "rank1.run.json", "report.json"} <= set(own)
+    # each rank analysed its own trace; the launcher merged from their summaries
+    assert {"rank0.report.json", "rank1.report.json", "rank0.summary.json", "rank1.summary.json"} <= set(own)
+    assert report["distributed"]["gathered"] == "run directory"
     assert any(n.startswith("rank0_") and n.endswith(".pt.trace.json.gz") for n in names)
     assert any(n.startswith("rank1_") and n.endswith(".pt.trace.json.gz") for n in names)
     backend = json.loads((tmp_path / "run" / "diagnose" / "rank1.run.json").read_text())["distributed"]
@@ -133,6 +136,9 @@ def test_torchrun_dash_m_diagnose_rank_aware(tmp_path: Path) -> None:
     reports = [json.loads(line) for line in _json_objects(proc.stdout)]
     assert len(reports) == 1, "rank 0 alone merges and prints"
     assert reports[0]["distributed"]["straggler"]["rank"] == 1
+    # the summaries came over the job's process-group store, kept after the script destroyed its group
+    assert reports[0]["distributed"]["gathered"] == "process group store"
+    assert reports[0]["distributed"]["ranks"][1]["collectives"]["all_reduce"]["calls_per_step"] == 1.0
 
 
 def _json_objects(text: str) -> list[str]:
