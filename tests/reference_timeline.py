@@ -81,6 +81,9 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
     training = {main_tid} | {e.get("tid") for e in cpu_ops if e.get("name", "").startswith(bw_prefix)}
     on_training = [e for e in cpu_ops if e.get("tid") in training]
     host_event_starts = sorted(_num(e.get("ts")) for e in on_training + [r for r in runtime if r.get("tid") in training])
+    collective_calls = sorted({
+        HostOp(_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur")), e["name"]) for e in on_training if e.get("name", "").startswith(P.COLLECTIVE_CALL_PREFIX)
+    })
     no_work_op_us = []
     for e in on_training:
         if e.get("name") in P.NO_WORK_OPS:
@@ -175,6 +178,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         graph_launches=sorted(graph_launches),
         collectives=read.collectives,
         collective_ops=read.collective_ops,
+        collective_calls=collective_calls,
         data_parallel_spans=read.data_parallel,
         closure_spans=read.closures,
         kernels=kernels,

@@ -113,7 +113,7 @@ def test_gloo_reduce_scatter_runs_as_an_all_reduce_and_takes_the_issuing_calls_k
     b.x("user_annotation", "gloo:all_gather", 15, 200, tid=5)  # 15-215
     b.op("aten::linear", 100, 300, forward=True)  # compute 100-400: 115 overlapped, 100 exposed
     b.backward_op(500, 200, tid=AUTOGRAD)  # 500-700
-    b.op("c10d::_reduce_scatter_base_", 600, 10)
+    b.op("c10d::_reduce_scatter_base_", 600, 10, tid=AUTOGRAD)  # FSDP reduces from a backward hook
     b.x("user_annotation", "gloo:all_reduce", 610, 300, tid=5)  # 610-910: 90 overlapped, 210 exposed
     times = collective_times(build_timeline(b.to_dict()))
     assert times["all_gather"].to_dict() == {"calls_per_step": 1.0, "ms": 0.2, "exposed_ms": 0.085, "overlapped_ms": 0.115}

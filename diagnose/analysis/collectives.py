@@ -14,7 +14,8 @@ Where a collective is and what "beside compute" means:
   threads; compute is the training threads' work (forward and backward operators, the optimizer,
   the main thread's top-level operators other than the collectives' own ``c10d::`` calls). gloo
   runs a reduce-scatter as an all-reduce: its kind is that of the ``c10d::`` call that issued it
-  (the main thread's last one before it started).
+  (the training threads' last one before it started: FSDP issues reduce-scatters from the
+  autograd thread).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def _gpu_collectives(timeline: Timeline) -> tuple[dict[str, list[Interval]], lis
 
 
 def _cpu_collectives(timeline: Timeline) -> tuple[dict[str, list[Interval]], list[Interval]]:
-    issued = [op for op in timeline.host_ops if op.name.startswith("c10d::")]
+    issued = timeline.collective_calls
     issued_starts = [op.start for op in issued]
     by_kind: dict[str, list[Interval]] = {}
     for op in timeline.collective_ops:

@@ -136,6 +136,9 @@ class Timeline:
     #: the same collectives with their names (``gloo:all_gather`` ...), for the per-kind split
     #: of communication (``analysis.collectives``)
     collective_ops: list[HostOp] = field(default_factory=list)
+    #: the training threads' ``c10d::`` calls that issue collectives (FSDP issues its
+    #: reduce-scatters from the autograd thread): they name a gloo collective's kind
+    collective_calls: list[HostOp] = field(default_factory=list)
     #: DistributedDataParallel.forward ... on the main thread
     data_parallel_spans: list[Interval] = field(default_factory=list)
     #: closures that ``optimizer.step(closure)`` called (diagnose's own annotation), main thread
@@ -426,6 +429,7 @@ class _Columns:
         host_event_starts.sort()
         no_work = P.NO_WORK_OPS
         no_work_op_us = [op[1] - op[0] for tid in training for op in self.thread_ops.get(tid, ()) if op[2] in no_work]
+        collective_calls = sorted({HostOp(op[0], op[1], op[2]) for tid in training for op in self.thread_ops.get(tid, ()) if op[2].startswith(P.COLLECTIVE_CALL_PREFIX)})
         self.thread_ops.clear()
         self.runtime_starts.clear()
         meta.optimizer_classes = dict(read.optimizer_classes)
@@ -480,6 +484,7 @@ class _Columns:
             graph_launches=sorted(self.graph_launches),
             collectives=read.collectives,
             collective_ops=read.collective_ops,
+            collective_calls=collective_calls,
             data_parallel_spans=read.data_parallel,
             closure_spans=read.closures,
             kernels=kernels,
