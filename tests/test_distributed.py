@@ -153,3 +153,22 @@ def test_rank_aware_without_a_launcher_is_a_usage_error(tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.run([sys.executable, "-m", "diagnose", "run", "--rank-aware", "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "--rank-aware needs" in proc.stderr
+
+
+@pytest.mark.slow
+def test_fsdp2_over_gloo_splits_all_gathers_from_reduce_scatters(tmp_path: Path) -> None:
+    """examples/fsdp_exposed_comm.py --small: 6 fully_shard blocks and the root, 2 gloo ranks.
+    Per step, forward gathers 7 groups and backward re-gathers the 6 blocks (they reshard after
+    forward; the root's parameters stay gathered); 7 reduce-scatters, issued from the autograd
+    thread, run as gloo all-reduces."""
+    example = str(REPO / "examples" / "fsdp_exposed_comm.py")
+    proc = _run([sys.executable, "-m", "diagnose", "run", "--nproc-per-node", "2", *WINDOW, "--json", "--out", "run", example, "--", "--small", "--steps", "30"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    for row in report["distributed"]["ranks"]:
+        kinds = row["collectives"]
+        assert sorted(kinds) == ["all_gather", "reduce_scatter"]
+        assert kinds["all_gather"]["calls_per_step"] == 13.0 and kinds["reduce_scatter"]["calls_per_step"] == 7.0
+        for c in kinds.values():
+            assert c["ms"] == pytest.approx(c["exposed_ms"] + c["overlapped_ms"], abs=2e-4)
+    assert report["symptoms"]["dist.all_gather_exposed"]["value"] > 0
