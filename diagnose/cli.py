@@ -162,7 +162,7 @@ def run(
         report = None
         if rank is not None:  # every rank analyses its own trace; the merging one combines
             try:
-                report = session.finish_rank(request, run_dir, rank, exchange)
+                report = session.finish_rank(run_dir, rank, request.options, exchange, keep_traces=request.keep_traces, html=request.html)
             except DiagnoseError as exc:
                 raise _fail(exc) from None
             if report is not None:

@@ -9,7 +9,7 @@ Contract:
   (report.json, TensorBoard events and, on request, report.html);
 * ``RunRequest``: what ``diagnose run`` was asked; ``open_run_dir``, ``run_script``,
   ``launch_ranks`` and ``merges_here`` run it, in one process or one per rank;
-* ``finish_rank(request, run_dir, rank, exchange) -> Report | None``: in each rank's process,
+* ``finish_rank(run_dir, rank, options, exchange) -> Report | None``: in each rank's process,
   right after its run: its own analysis, report and summary; on the merging rank, the job's
   report from every rank's summary (``merge_ranks`` does the same from the run directory).
 
@@ -219,7 +219,8 @@ SUMMARY_TIMEOUT_S = 120.0
 
 
 def finish_rank(
-    request: RunRequest, run_dir: RunDir, rank: RankInfo, exchange: SummaryExchange | None = None, timeout_s: float = SUMMARY_TIMEOUT_S
+    run_dir: RunDir, rank: RankInfo, options: AnalysisOptions, exchange: SummaryExchange | None = None, keep_traces: str = "notable",
+    html: bool = False, timeout_s: float = SUMMARY_TIMEOUT_S,
 ) -> Report | None:
     """Right after a rank's run, in its own process: analyse its own trace, write its report
     (``rank<R>.report.json``) and its summary (``rank<R>.summary.json``, and over the job's
@@ -230,8 +231,8 @@ def finish_rank(
     if record is None:
         return None
     trace, warnings = run_dir.trace_for(record, rank.rank)
-    analysis = analyse_rank(rank.rank, record, trace, request.options, warnings)
-    own = rank_report(analysis, request.options, source)
+    analysis = analyse_rank(rank.rank, record, trace, options, warnings)
+    own = rank_report(analysis, options, source)
     run_dir.save_rank_report(rank.rank, own)
     analysis.summary.report = run_dir.rank_report_path(rank.rank).name
     summary = analysis.summary.to_dict()
@@ -244,10 +245,10 @@ def finish_rank(
     if gathered is None:  # no store reached, or a rank missed the deadline: what the directory holds
         run_dir.wait_for_ranks(rank.world_size, timeout_s, summaries=True)
         gathered = list(run_dir.load_rank_summaries().values())
-    report = combine_ranks(analysis, [RankSummary.from_dict(s) for s in gathered], request.options, source)
+    report = combine_ranks(analysis, [RankSummary.from_dict(s) for s in gathered], options, source)
     report.distributed["gathered"] = "process group store" if exchange is not None and exchange.store is not None and len(gathered) == rank.world_size else "run directory"
-    keep_notable_traces(run_dir, report, request.keep_traces)
-    return save_outputs(run_dir, report, html=request.html)
+    keep_notable_traces(run_dir, report, keep_traces)
+    return save_outputs(run_dir, report, html=html)
 
 
 def merge_ranks(run_dir: RunDir, options: AnalysisOptions, html: bool = False, keep_traces: str = "notable") -> Report:

@@ -140,6 +140,9 @@ def _four_ranks(tmp_path: Path) -> RunDir:
     return RunDir(folder)
 
 
+OPTIONS = AnalysisOptions.load()
+
+
 class _FakeExchange:
     """The job's store, for one process: what the ranks published."""
 
@@ -165,8 +168,8 @@ def test_each_rank_writes_its_report_and_summary_and_rank_0_merges_from_summarie
     run_dir = _four_ranks(tmp_path)
     exchange = _FakeExchange()
     for rank in (3, 2, 1):  # the others first: they publish and return, merging nothing
-        assert finish_rank(_request(), run_dir, RankInfo(rank, 4, rank, "torchrun"), exchange) is None  # type: ignore[arg-type]
-    report = finish_rank(_request(), run_dir, RankInfo(0, 4, 0, "torchrun"), exchange)  # type: ignore[arg-type]
+        assert finish_rank(run_dir, RankInfo(rank, 4, rank, "torchrun"), OPTIONS, exchange) is None  # type: ignore[arg-type]
+    report = finish_rank(run_dir, RankInfo(0, 4, 0, "torchrun"), OPTIONS, exchange)  # type: ignore[arg-type]
     assert report is not None
     own = sorted(p.name for p in run_dir.own_path.iterdir())
     assert own == [f"rank{r}.{kind}.json" for r in range(4) for kind in ("report", "run", "summary")] + ["report.json"]
@@ -192,8 +195,8 @@ def test_each_rank_writes_its_report_and_summary_and_rank_0_merges_from_summarie
 def test_keep_traces_all_removes_none_and_a_missing_store_falls_back_to_the_run_directory(tmp_path: Path) -> None:
     run_dir = _four_ranks(tmp_path)
     for rank in (1, 2, 3):
-        finish_rank(_request("all"), run_dir, RankInfo(rank, 4, rank, "slurm"), None)
-    report = finish_rank(_request("all"), run_dir, RankInfo(0, 4, 0, "slurm"), None, timeout_s=5)
+        finish_rank(run_dir, RankInfo(rank, 4, rank, "slurm"), OPTIONS, None, keep_traces="all")
+    report = finish_rank(run_dir, RankInfo(0, 4, 0, "slurm"), OPTIONS, None, keep_traces="all", timeout_s=5)
     assert report is not None
     assert report.distributed["gathered"] == "run directory"
     assert report.distributed["traces_removed"] == []
@@ -263,3 +266,51 @@ def test_rank_summaries_of_a_run_record_alone(tmp_path: Path) -> None:
     record = RunRecord(target={"kind": "script", "value": "x.py", "args": []}, command=[], status="failed")
     summary = analyse_rank(4, record, None, AnalysisOptions.load()).summary
     assert (summary.rank, summary.status, summary.median_step_ms, summary.step_ms, summary.trace) == (4, "failed", None, [], None)
+
+
+RAY_WORKER = """
+import json, os, sys
+import torch
+from torch import nn
+import diagnose
+
+# Ray Train: train_loop_per_worker gets its rank from ray.train.get_context(); the recipe in
+# docs/distributed.md puts it where diagnose reads it, as this worker's environment already has
+torch.manual_seed(int(os.environ["RANK"]))
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with diagnose.profile(rank_aware=True, out=sys.argv[1], warmup=1, steps=3, timed_steps=3) as run:
+    for _ in range(50):
+        x = torch.randn(16, 32)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+print(json.dumps({"rank": os.environ["RANK"], "world": (run.report.distributed or {}).get("world_size")}))
+"""
+
+
+@pytest.mark.slow
+def test_ray_train_workers_profile_themselves_and_rank_0_merges(tmp_path: Path) -> None:
+    """Two workers with the variables a Ray Train (or Kubeflow) worker has, no process group:
+    the summaries meet in the run directory."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    (tmp_path / "worker.py").write_text(RAY_WORKER)
+    procs = []
+    for rank in (1, 0):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
+        env.update(PYTHONPATH=str(REPO), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_PORT="29999")
+        procs.append(subprocess.Popen([sys.executable, "worker.py", str(tmp_path / "job")], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    lines = {json.loads(out.strip().splitlines()[-1])["rank"]: json.loads(out.strip().splitlines()[-1]) for out, _ in outputs}
+    assert lines["0"]["world"] == 2 and lines["1"]["world"] is None  # rank 0's report is the job's
+    report = json.loads((tmp_path / "job" / "diagnose" / "report.json").read_text())
+    assert report["distributed"]["gathered"] == "run directory"
+    assert [r["rank"] for r in report["distributed"]["ranks"]] == [0, 1]
+    assert sorted(p.name for p in (tmp_path / "job" / "diagnose").iterdir()) == [
+        "rank0.report.json", "rank0.run.json", "rank0.summary.json", "rank1.report.json", "rank1.run.json", "rank1.summary.json", "report.json",
+    ]
