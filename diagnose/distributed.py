@@ -95,11 +95,18 @@ def launch(
     """Run torchrun; with ``quiet_stdout`` (``--json``) the ranks' output goes to stderr, so that
     stdout carries the merged report alone. On one node this process merges once torchrun
     returns; across nodes the job's rank 0 merges (each node's launcher would otherwise merge)."""
-    env = dict(os.environ)
+    command = torchrun_command(nproc, run_dir, rank_args, target, torchrun_options)
+    env = launch_environment(torchrun_options)
+    return subprocess.run(command, env=env, check=False, stdout=sys.stderr if quiet_stdout else None).returncode
+
+
+def launch_environment(torchrun_options: Sequence[str] = (), environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The ranks' environment: on one node, this launcher merges (the ranks' rank 0 must not);
+    across nodes each node's launcher would merge, so the job's rank 0 does instead."""
+    env = dict(environ)
     if not torchrun_options:
         env[PARENT_MERGES] = "1"
-    command = torchrun_command(nproc, run_dir, rank_args, target, torchrun_options)
-    return subprocess.run(command, env=env, check=False, stdout=sys.stderr if quiet_stdout else None).returncode
+    return env
 
 
 # --- the ranks' summaries, over the job's process-group store ----------------------------------

@@ -14,7 +14,7 @@ from diagnose.analysis.collectives import collective_kind, collective_times
 from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank
 from diagnose.analysis.ranks import RankSummary, job_view, notable_ranks, outliers, slowest
 from diagnose.analysis.timeline import build_timeline
-from diagnose.distributed import RankInfo, launch_options, rank_info, torchrun_command
+from diagnose.distributed import PARENT_MERGES, RankInfo, launch_environment, launch_options, rank_info, torchrun_command
 from diagnose.errors import UsageError
 from diagnose.record import RunRecord
 from diagnose.rundir import RunDir, shared_location
@@ -254,6 +254,30 @@ def test_multi_node_torchrun_takes_the_rendezvous_options_instead_of_standalone(
         launch_options(["--warmup=3"])
     with pytest.raises(UsageError):
         launch_options(["--nnodes"])  # no value
+
+
+def test_one_node_merges_in_the_launcher_several_nodes_in_the_jobs_rank_0() -> None:
+    assert launch_environment((), {"PATH": "/bin"}) == {"PATH": "/bin", PARENT_MERGES: "1"}
+    assert launch_environment(["--nnodes=2"], {"PATH": "/bin"}) == {"PATH": "/bin"}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--nnodes", "2", "t.py"], "go with --nproc-per-node"),
+    (["--nproc-per-node", "2", "--nnodes", "2", "--rdzv-endpoint", "h:1", "t.py"], "needs --out"),
+    (["--keep-traces", "some", "t.py"], "--keep-traces takes notable or all"),
+])
+def test_launcher_options_are_checked_before_anything_runs(tmp_path: Path, args: list[str], message: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    (tmp_path / "t.py").write_text("raise SystemExit('must not run')\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "diagnose", "run", *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def test_the_ranks_are_told_which_traces_to_keep() -> None:
