@@ -186,13 +186,20 @@ def profile(
     show_all: bool = False,
     html: bool = False,
     quiet: bool = True,
+    rank_aware: bool = False,
+    keep_traces: str = "notable",
 ) -> Any:
     """Profile ``fn()`` and return its ``ProfiledRun``; without ``fn``, a context manager that
-    profiles its block. The run directory is ``out``, else ``runs/<name>-<time>/``."""
+    profiles its block. The run directory is ``out``, else ``runs/<name>-<time>/``.
+
+    With ``rank_aware`` (a worker of a distributed job whose launcher set RANK and WORLD_SIZE,
+    or SLURM's variables: Ray Train, a notebook cluster), each rank profiles itself into the
+    shared ``out``, analyses its own trace, and rank 0's ``report`` is the job's (the other
+    ranks' is their own)."""
     context = _profiling(
         name or (getattr(fn, "__name__", None) if fn is not None else None) or "block",
         warmup=warmup, steps=steps, timed_steps=timed_steps, stop=stop, out=out, overwrite=overwrite,
-        knobs=knobs, lines=lines, rules=rules, show_all=show_all, html=html, quiet=quiet,
+        knobs=knobs, lines=lines, rules=rules, show_all=show_all, html=html, quiet=quiet, rank_aware=rank_aware, keep_traces=keep_traces,
     )
     if fn is None:
         return context
@@ -201,10 +208,18 @@ def profile(
     return run
 
 
+def _own_report(run_dir: Any, rank: int) -> Report | None:
+    from diagnose.analysis.report import Report
+
+    path = run_dir.rank_report_path(rank)
+    return Report.load(path) if path.is_file() else None
+
+
 @contextlib.contextmanager
 def _profiling(
     name: str, *, warmup: int, steps: int, timed_steps: int, stop: bool, out: PathLike | None, overwrite: bool,
     knobs: Sequence[str], lines: bool, rules: Sequence[PathLike], show_all: bool, html: bool, quiet: bool,
+    rank_aware: bool = False, keep_traces: str = "notable",
 ) -> Iterator[ProfiledRun]:
     from diagnose.progress import Progress
     from diagnose.record import WindowPlan
@@ -213,20 +228,42 @@ def _profiling(
     from diagnose.runtime.knobs import Knobs
     from diagnose.session import analyze_and_save
 
+    from diagnose.distributed import SummaryExchange, rank_info
+    from diagnose.errors import UsageError
+    from diagnose.rundir import shared_location
+    from diagnose.session import finish_rank
+
     options = _options(rules, show_all)  # a bad rule file fails before the block runs
     parsed = Knobs.parse(list(knobs))
-    run_dir = RunDir.create_for(name, Path(out) if out is not None else None, overwrite=overwrite)
+    rank = rank_info() if rank_aware else None
+    if rank_aware and rank is None:
+        raise UsageError("rank_aware needs the launcher's RANK and WORLD_SIZE (or SLURM's) in the environment")
+    rank = rank if rank is not None and rank.world_size > 1 else None
+    if rank is None:
+        run_dir = RunDir.create_for(name, Path(out) if out is not None else None, overwrite=overwrite)
+    else:  # every rank writes its own names into one shared folder
+        run_dir = RunDir.create(Path(out) if out is not None else shared_location(name), overwrite=True)
     hooks: list[Any] = []
     if lines:
         from diagnose.runtime.lines import LineAttribution
 
-        hooks.append(LineAttribution(run_dir.workers_path()))
+        hooks.append(LineAttribution(run_dir.workers_path(rank.rank if rank is not None else None)))
+    exchange = SummaryExchange(rank) if rank is not None else None
+    if exchange is not None:
+        hooks.append(exchange)
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=stop)
     run = ProfiledRun(run_dir.path, options={"plan": plan, "knobs": list(knobs)})
-    block = BlockRun(name, plan, run_dir, knobs=parsed if parsed else None, progress=Progress(enabled=not quiet), extra_hooks=hooks)
+    block = BlockRun(
+        name, plan, run_dir, knobs=parsed if parsed else None, progress=Progress(enabled=not quiet), extra_hooks=hooks,
+        rank=rank.rank if rank is not None else None,
+    )
     try:
         with block:
             yield run
     finally:
         run.record = block.record
-        run.report = analyze_and_save(run_dir, options, html=html)
+        if rank is None:
+            run.report = analyze_and_save(run_dir, options, html=html)
+        else:
+            merged = finish_rank(run_dir, rank, options, exchange, keep_traces=keep_traces, html=html)
+            run.report = merged if merged is not None else _own_report(run_dir, rank.rank)

@@ -84,6 +84,12 @@ def run(
     no_lines: bool = typer.Option(False, "--no-lines", help="No line attribution (sync sites, sampled hot lines, DataLoader workers)."),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, metavar="N", help="Launch N ranks through torchrun (DDP); each profiles itself."),
     rank_aware: bool = typer.Option(False, "--rank-aware", help="Under torchrun or srun: profile this rank into a shared run directory."),
+    keep_traces: str = typer.Option("notable", "--keep-traces", metavar="WHICH", help="Ranks whose traces stay: notable (the first, slowest, straggler, outliers) or all."),
+    nnodes: Optional[str] = typer.Option(None, "--nnodes", metavar="N|MIN:MAX", help="With --nproc-per-node: nodes of a multi-node torchrun (with --rdzv-*)."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", min=0, metavar="N", help="With --nproc-per-node: this node's rank (static rendezvous)."),
+    rdzv_backend: Optional[str] = typer.Option(None, "--rdzv-backend", metavar="NAME", help="torchrun's rendezvous backend (c10d), multi-node."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT", help="torchrun's rendezvous endpoint, multi-node."),
+    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", metavar="ID", help="torchrun's rendezvous (job) id, multi-node."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
     fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
@@ -95,7 +101,7 @@ def run(
     """
     from diagnose import session
     from diagnose.analysis.pipeline import AnalysisOptions
-    from diagnose.distributed import rank_info
+    from diagnose.distributed import SummaryExchange, rank_info
     from diagnose.record import GROWTH_FACTOR, WindowPlan
     from diagnose.runtime.knobs import Knobs
     from diagnose.signals import SignalHold
@@ -111,13 +117,24 @@ def run(
     if rank_aware and rank is None:
         raise _fail(errors.UsageError("--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)", hint="use --nproc-per-node N to launch through torchrun"))
     rank = rank if rank is not None and rank.world_size > 1 else None
+    torchrun_options = [
+        f"{name}={value}" for name, value in (("--nnodes", nnodes), ("--node-rank", node_rank), ("--rdzv-backend", rdzv_backend), ("--rdzv-endpoint", rdzv_endpoint), ("--rdzv-id", rdzv_id))
+        if value is not None
+    ]
+    if torchrun_options and not nproc_per_node:
+        raise _fail(errors.UsageError("--nnodes, --node-rank and --rdzv-* go with --nproc-per-node", hint="under your own torchrun, give them to torchrun"))
+    if torchrun_options and out is None:
+        raise _fail(errors.UsageError("a multi-node run needs --out DIR on a file system every node shares"))
+    if keep_traces not in session.KEEP_TRACES:
+        raise _fail(errors.UsageError(f"--keep-traces takes {' or '.join(session.KEEP_TRACES)}, not {keep_traces}"))
     try:
         request = session.RunRequest(
             script=script, module=module, script_args=script_args, knobs=Knobs.parse(knob or []),
             options=AnalysisOptions.load(rules_dirs or (), show_all=show_all),  # a bad rule file fails before the script runs
             plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop, max_steps=GROWTH_FACTOR * steps if max_steps is None else max_steps),
             out=out, overwrite=overwrite, html=html, lines=not no_lines, quiet=quiet,
-            knob_assignments=list(knob or []), rules_dirs=tuple(rules_dirs or ()),
+            knob_assignments=list(knob or []), rules_dirs=tuple(rules_dirs or ()), keep_traces=keep_traces,
+            torchrun_options=torchrun_options,
         )
         run_dir = session.open_run_dir(request, None if nproc_per_node else rank)
     except DiagnoseError as exc:
@@ -125,21 +142,35 @@ def run(
     if nproc_per_node:
         typer.echo(f"diagnose ▸ launching {nproc_per_node} ranks through torchrun into {run_dir.path}", err=True)
         code = session.launch_ranks(request, nproc_per_node, run_dir, quiet_stdout=json_out)
-        report = _analyze_and_emit(run_dir, request, json_out, color)
+        if torchrun_options:  # several nodes: the job's rank 0 merged (on whichever node it ran)
+            if run_dir.report_path.is_file():
+                _emit(run_dir.load_report(), json_out, color)
+            else:
+                typer.echo(f"diagnose ▸ this node's ranks ended; the job's rank 0 writes the report into {run_dir.path}", err=True)
+            raise typer.Exit(code)
+        report = _analyze_and_emit(run_dir, request, json_out, color, merge=True)
         if code == errors.EXIT_OK:
             _apply_gate(gate, [report])
         raise typer.Exit(code)
     hold = SignalHold()  # from the script's end until report.json is saved
     try:
         try:
-            record = session.run_script(request, run_dir, rank, quiet_stdout=json_out, signal_hold=hold)
+            exchange = SummaryExchange(rank) if rank is not None else None
+            record = session.run_script(request, run_dir, rank, quiet_stdout=json_out, signal_hold=hold, exchange=exchange)
         except DiagnoseError as exc:
             typer.echo(f"run directory: {run_dir.path}", err=True)
             raise _fail(exc) from None
         report = None
-        if session.merges_here(rank):
-            if rank is not None:
-                run_dir.wait_for_ranks(rank.world_size)
+        if rank is not None:  # every rank analyses its own trace; the merging one combines
+            try:
+                report = session.finish_rank(run_dir, rank, request.options, exchange, keep_traces=request.keep_traces, html=request.html)
+            except DiagnoseError as exc:
+                raise _fail(exc) from None
+            if report is not None:
+                _emit(report, json_out, color)
+                if not json_out:
+                    typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
+        elif session.merges_here(rank):
             report = _analyze_and_emit(run_dir, request, json_out, color)
     finally:
         hold.release()
@@ -148,11 +179,16 @@ def run(
     _exit_for(record, request.plan)
 
 
-def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool]):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report
-    from diagnose.session import analyze_and_save
+def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], merge: bool = False):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report
+    """Analyse and print; with ``merge`` (the ranks of --nproc-per-node have ended), the job's
+    report from their summaries, the traces not worth keeping removed."""
+    from diagnose.session import analyze_and_save, merge_ranks
 
     try:
-        report = analyze_and_save(run_dir, request.options, html=request.html)
+        if merge:
+            report = merge_ranks(run_dir, request.options, html=request.html, keep_traces=request.keep_traces)
+        else:
+            report = analyze_and_save(run_dir, request.options, html=request.html)
     except DiagnoseError as exc:
         raise _fail(exc) from None
     _emit(report, json_out, color)

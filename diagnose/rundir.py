@@ -25,13 +25,17 @@ and Perfetto take the ``*.pt.trace.json.gz`` files as they are. Our own files li
 are still read: each file is looked up in ``diagnose/`` first, then at the top.
 
 A distributed run holds one set per rank instead: ``diagnose/rank<R>.run.json``,
-``rank<R>_<host>_<pid>.<ms>.pt.trace.json.gz`` and ``workers-rank<R>/``; ``report.json`` is the
-ranks' merged report.
+``rank<R>_<host>_<pid>.<ms>.pt.trace.json.gz`` and ``workers-rank<R>/``, plus what each rank's
+own analysis wrote: ``diagnose/rank<R>.report.json`` (its report) and
+``diagnose/rank<R>.summary.json`` (its ``RankSummary``, what the job's view is built from);
+``report.json`` is the ranks' merged report. Only the traces worth opening are kept (the first
+rank's, the slowest's, the straggler's, the outliers'), unless every one was asked for.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import re
 import socket
@@ -55,6 +59,9 @@ REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 _RANK_RECORD = re.compile(r"^rank(\d+)\.run\.json$")
+_RANK_SUMMARY = re.compile(r"^rank(\d+)\.summary\.json$")
+RANK_SUMMARY = "summary.json"
+RANK_REPORT = "report.json"
 
 
 def default_location(name: str, root: Path = Path("runs")) -> Path:
@@ -211,14 +218,61 @@ class RunDir:
         warnings = [f"{len(present)} traces in the run directory; analysed {chosen.name}"] if len(present) > 1 else []
         return chosen, warnings
 
-    def wait_for_ranks(self, world_size: int, timeout_s: float = 120.0) -> list[int]:
-        """Rank 0 waits for every rank's record (they stop at the same step, give or take)."""
+    def wait_for_ranks(self, world_size: int, timeout_s: float = 120.0, summaries: bool = False) -> list[int]:
+        """Rank 0 waits for every rank's record (with ``summaries``: its summary, written after
+        its own analysis); they stop at the same step, give or take."""
         deadline = time.monotonic() + timeout_s
         while True:
-            found = self.ranks()
+            found = self.summary_ranks() if summaries else self.ranks()
             if len(found) >= world_size or time.monotonic() > deadline:
                 return found
             time.sleep(0.2)
+
+    # --- each rank's own analysis -------------------------------------------------------------
+
+    def rank_summary_path(self, rank: int) -> Path:
+        return self.own_path / f"{_rank_prefix(rank)}.{RANK_SUMMARY}"
+
+    def rank_report_path(self, rank: int) -> Path:
+        return self.own_path / f"{_rank_prefix(rank)}.{RANK_REPORT}"
+
+    def summary_ranks(self) -> list[int]:
+        """The ranks that saved a summary here."""
+        if not self.own_path.is_dir():
+            return []
+        return sorted({int(m.group(1)) for m in map(_RANK_SUMMARY.match, (p.name for p in self.own_path.iterdir())) if m})
+
+    def save_rank_summary(self, rank: int, summary: dict) -> Path:
+        """Written whole under a temporary name, then renamed: a rank that waits for it never
+        reads half a file."""
+        path = self.rank_summary_path(rank)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        return self._write(path, lambda p: (partial.write_bytes(json.dumps(summary, indent=1).encode()), partial.replace(p)))
+
+    def load_rank_summaries(self) -> dict[int, dict]:
+        """Each rank's summary, by rank (a run of an older diagnose has none)."""
+        found = {}
+        for rank in self.summary_ranks():
+            try:
+                found[rank] = json.loads(self.rank_summary_path(rank).read_text())
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"cannot read {self.rank_summary_path(rank)}: {exc}", hint="re-run the job to write it again") from None
+        return found
+
+    def save_rank_report(self, rank: int, report: Report) -> Path:
+        return self._write(self.rank_report_path(rank), report.save)
+
+    def remove_traces(self, ranks: list[int]) -> list[Path]:
+        """Remove these ranks' traces (their summaries and reports stay); the paths removed."""
+        removed = []
+        for rank in ranks:
+            for trace in self.traces(rank):
+                try:
+                    trace.unlink()
+                    removed.append(trace)
+                except OSError:
+                    pass  # already gone, or not ours to remove: it stays
+        return removed
 
     # --- load and save ------------------------------------------------------------------------
 

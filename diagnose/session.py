@@ -8,7 +8,10 @@ Contract:
 * ``analyze_and_save(run_dir, options, html) -> Report``: the same, then ``save_outputs``
   (report.json, TensorBoard events and, on request, report.html);
 * ``RunRequest``: what ``diagnose run`` was asked; ``open_run_dir``, ``run_script``,
-  ``launch_ranks`` and ``merges_here`` run it, in one process or one per rank.
+  ``launch_ranks`` and ``merges_here`` run it, in one process or one per rank;
+* ``finish_rank(run_dir, rank, options, exchange) -> Report | None``: in each rank's process,
+  right after its run: its own analysis, report and summary; on the merging rank, the job's
+  report from every rank's summary (``merge_ranks`` does the same from the run directory).
 
 The runtime side (torch) is imported only when a script is run: analysing needs no torch.
 """
@@ -23,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from diagnose.analysis.pipeline import AnalysisOptions, analyze, analyze_ranks
+from diagnose.analysis.pipeline import AnalysisOptions, RankAnalysis, analyse_rank, analyze, combine_ranks, rank_report
+from diagnose.analysis.ranks import RankSummary
 from diagnose.analysis.report import Report
-from diagnose.distributed import PARENT_MERGES, RankInfo
+from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
 from diagnose.errors import UsageError
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.rundir import RunDir, shared_location
@@ -38,12 +42,12 @@ if TYPE_CHECKING:
 
 
 def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
-    """Analyse what a run left: each rank's record and trace, or the one record and its trace."""
+    """Analyse what a run left: the ranks' summaries and the first rank's trace, or the one
+    record and its trace."""
     source = {"kind": "run", "run_dir": str(run_dir.path)}
     ranks = run_dir.load_ranks()
     if ranks:
-        inputs = {rank: (record, run_dir.trace_for(record, rank)[0]) for rank, record in ranks.items()}
-        return analyze_ranks(inputs, options, source)
+        return _combine_from_dir(run_dir, ranks, options, source)
     if not run_dir.path.is_dir():
         raise UsageError(f"no such run directory or trace: {run_dir.path}", hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file")
     record = run_dir.load_record()
@@ -51,6 +55,32 @@ def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
     if record is None and trace is None:
         raise UsageError(f"{run_dir.path} holds neither run.json nor a trace", hint="is it a diagnose run directory?")
     return analyze(record, trace, options, source, warnings)
+
+
+def _combine_from_dir(run_dir: RunDir, ranks: dict[int, RunRecord], options: AnalysisOptions, source: dict[str, Any]) -> Report:
+    """The job's report from the run directory: the first rank's trace, every other rank's
+    summary. A rank that left no summary (an older diagnose, or one killed before its own
+    analysis) is summarised from its trace, one at a time."""
+    saved = run_dir.load_rank_summaries()
+    first_rank = min(ranks)
+    first = _analyse_from_dir(run_dir, first_rank, ranks[first_rank], options)
+    summaries = [first.summary]
+    for rank, record in sorted(ranks.items()):
+        if rank == first_rank:
+            continue
+        if rank in saved:
+            summaries.append(RankSummary.from_dict(saved[rank]))
+        else:
+            summaries.append(_analyse_from_dir(run_dir, rank, record, options).summary)
+    return combine_ranks(first, summaries, options, source)
+
+
+def _analyse_from_dir(run_dir: RunDir, rank: int, record: RunRecord, options: AnalysisOptions) -> RankAnalysis:
+    trace, warnings = run_dir.trace_for(record, rank)
+    analysis = analyse_rank(rank, record, trace, options, warnings)
+    if run_dir.rank_report_path(rank).is_file():
+        analysis.summary.report = run_dir.rank_report_path(rank).name
+    return analysis
 
 
 def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bool = True) -> Report:
@@ -103,6 +133,10 @@ class RunRequest:
     #: the ``--set`` and ``--rules`` options as given, passed on to the ranks
     knob_assignments: list[str] = field(default_factory=list)
     rules_dirs: tuple[Path, ...] = ()
+    #: the ranks whose traces stay: "notable" (the first, slowest, straggler, outliers) or "all"
+    keep_traces: str = "notable"
+    #: torchrun's multi-node options (``--nnodes=2`` ...), passed on as they are
+    torchrun_options: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -115,7 +149,7 @@ class RunRequest:
 
     def rank_argv(self) -> list[str]:
         """The options every rank's ``diagnose run --rank-aware`` is started with."""
-        argv = [*self.plan.to_argv(), "--quiet", *([] if self.lines else ["--no-lines"])]
+        argv = [*self.plan.to_argv(), "--quiet", *([] if self.lines else ["--no-lines"]), "--keep-traces", self.keep_traces]
         return argv + [x for k in self.knob_assignments for x in ("--set", k)] + rules_argv(self.rules_dirs)
 
 
@@ -133,11 +167,13 @@ def merges_here(rank: RankInfo | None) -> bool:
 
 
 def run_script(
-    request: RunRequest, run_dir: RunDir, rank: RankInfo | None = None, quiet_stdout: bool = False, signal_hold: SignalHold | None = None
+    request: RunRequest, run_dir: RunDir, rank: RankInfo | None = None, quiet_stdout: bool = False, signal_hold: SignalHold | None = None,
+    exchange: SummaryExchange | None = None,
 ) -> RunRecord:
     """Run the script into ``run_dir``. A script that cannot start leaves a run directory that
     says why, then raises the usage error. With ``signal_hold``, SIGINT and SIGTERM stay held
-    after the script ended, until the caller releases them (when the report is saved)."""
+    after the script ended, until the caller releases them (when the report is saved). With
+    ``exchange`` (a rank), the job's process-group store is kept when the window closes."""
     from diagnose.errors import DiagnoseError
     from diagnose.progress import Progress
     from diagnose.runtime.lines import LineAttribution
@@ -157,7 +193,9 @@ def run_script(
             analyze_and_save(run_dir, request.options, html=request.html)
             print(f"diagnose: the script called os._exit; the report is in {run_dir.path}", file=sys.stderr)
 
-    hooks = [LineAttribution(run_dir.workers_path(rank_number))] if request.lines else []
+    hooks: list[Any] = [LineAttribution(run_dir.workers_path(rank_number))] if request.lines else []
+    if exchange is not None:
+        hooks.append(exchange)
     with _stdout_to_stderr(quiet_stdout):
         return run_target(
             target, request.plan, run_dir, rank=rank_number, knobs=request.knobs if request.knobs else None,
@@ -171,7 +209,74 @@ def launch_ranks(request: RunRequest, nproc: int, run_dir: RunDir, quiet_stdout:
     ``run_dir``; the caller then analyses them together. Returns torchrun's exit code."""
     from diagnose.distributed import launch
 
-    return launch(nproc, run_dir.path, request.rank_argv(), request.target_argv(), quiet_stdout=quiet_stdout)
+    return launch(nproc, run_dir.path, request.rank_argv(), request.target_argv(), quiet_stdout=quiet_stdout, torchrun_options=request.torchrun_options)
+
+
+# --- each rank's own analysis, and the job's view -------------------------------------------------
+
+#: how long the merging rank waits for the others' summaries (they stop at the same step)
+SUMMARY_TIMEOUT_S = 120.0
+
+
+def finish_rank(
+    run_dir: RunDir, rank: RankInfo, options: AnalysisOptions, exchange: SummaryExchange | None = None, keep_traces: str = "notable",
+    html: bool = False, timeout_s: float = SUMMARY_TIMEOUT_S,
+) -> Report | None:
+    """Right after a rank's run, in its own process: analyse its own trace, write its report
+    (``rank<R>.report.json``) and its summary (``rank<R>.summary.json``, and over the job's
+    store). The merging rank then builds the job's report from every rank's summary, never
+    their traces, saves it and returns it; the other ranks return None."""
+    source = {"kind": "run", "run_dir": str(run_dir.path)}
+    record = run_dir.load_record(rank.rank)
+    if record is None:
+        return None
+    trace, warnings = run_dir.trace_for(record, rank.rank)
+    analysis = analyse_rank(rank.rank, record, trace, options, warnings)
+    own = rank_report(analysis, options, source)
+    run_dir.save_rank_report(rank.rank, own)
+    analysis.summary.report = run_dir.rank_report_path(rank.rank).name
+    summary = analysis.summary.to_dict()
+    run_dir.save_rank_summary(rank.rank, summary)  # first: a merge from the directory finds it
+    if exchange is not None:
+        exchange.publish(summary)
+    if not merges_here(rank):
+        return None
+    gathered = exchange.collect(timeout_s) if exchange is not None else None
+    if gathered is None:  # no store reached, or a rank missed the deadline: what the directory holds
+        run_dir.wait_for_ranks(rank.world_size, timeout_s, summaries=True)
+        gathered = list(run_dir.load_rank_summaries().values())
+    report = combine_ranks(analysis, [RankSummary.from_dict(s) for s in gathered], options, source)
+    report.distributed["gathered"] = "process group store" if exchange is not None and exchange.store is not None and len(gathered) == rank.world_size else "run directory"
+    keep_notable_traces(run_dir, report, keep_traces)
+    return save_outputs(run_dir, report, html=html)
+
+
+def merge_ranks(run_dir: RunDir, options: AnalysisOptions, html: bool = False, keep_traces: str = "notable") -> Report:
+    """The job's report from a run directory whose ranks have all ended (``--nproc-per-node``:
+    the launching process, once torchrun returned); then the traces not worth keeping go."""
+    report = analyze_run(run_dir, options)
+    if report.distributed is not None:
+        report.distributed["gathered"] = "run directory"
+        keep_notable_traces(run_dir, report, keep_traces)
+    return save_outputs(run_dir, report, html=html)
+
+
+KEEP_TRACES = ("notable", "all")
+
+
+def keep_notable_traces(run_dir: RunDir, report: Report, keep: str) -> list[int]:
+    """Remove the traces of the ranks not worth opening (``keep`` "notable"); the ranks whose
+    traces went, also written into the report. Their summaries and own reports stay."""
+    distributed = report.distributed or {}
+    notable = {int(r) for r in distributed.get("notable_ranks", {})}
+    rows = distributed.get("ranks", [])
+    dropped = [] if keep == "all" else sorted(row["rank"] for row in rows if row["rank"] not in notable)
+    removed = {int(p.name[4:].split("_", 1)[0]) for p in run_dir.remove_traces(dropped)}
+    for row in rows:
+        if row["rank"] in removed:
+            row["trace"] = None
+    distributed["traces_removed"] = sorted(removed)
+    return sorted(removed)
 
 
 @contextlib.contextmanager

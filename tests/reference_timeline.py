@@ -81,6 +81,9 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
     training = {main_tid} | {e.get("tid") for e in cpu_ops if e.get("name", "").startswith(bw_prefix)}
     on_training = [e for e in cpu_ops if e.get("tid") in training]
     host_event_starts = sorted(_num(e.get("ts")) for e in on_training + [r for r in runtime if r.get("tid") in training])
+    collective_calls = sorted({
+        HostOp(_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur")), e["name"]) for e in on_training if e.get("name", "").startswith(P.COLLECTIVE_CALL_PREFIX)
+    })
     no_work_op_us = []
     for e in on_training:
         if e.get("name") in P.NO_WORK_OPS:
@@ -174,6 +177,8 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         launches=launches,
         graph_launches=sorted(graph_launches),
         collectives=read.collectives,
+        collective_ops=read.collective_ops,
+        collective_calls=collective_calls,
         data_parallel_spans=read.data_parallel,
         closure_spans=read.closures,
         kernels=kernels,
@@ -240,11 +245,13 @@ class _Annotations(NamedTuple):
     collectives: list[Interval]
     data_parallel: list[Interval]
     closures: list[Interval]
+    collective_ops: list[HostOp]
 
 
 def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Annotations:
     steps: list[StepMark] = []
     collectives: list[Interval] = []
+    collective_ops: list[HostOp] = []
     data_parallel: list[Interval] = []
     other: Counter[str] = Counter()
     loader_kinds: Counter[str] = Counter()
@@ -280,6 +287,7 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
                 closure_spans.append((ts, end))
         elif name.startswith(P.CPU_COLLECTIVE_PREFIXES):
             collectives.append((ts, end))
+            collective_ops.append(HostOp(ts, end, name))
         elif name.startswith(P.DATA_PARALLEL_PREFIXES) and on_main:
             data_parallel.append((ts, end))
         else:
@@ -293,7 +301,7 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
     steps = [s for s in steps if s.end > s.start]
     return _Annotations(
         steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(optimizer_steps), optimizer_classes,
-        sorted(collectives), sorted(data_parallel), sorted(closure_spans),
+        sorted(collectives), sorted(data_parallel), sorted(closure_spans), sorted(collective_ops),
     )
 
 

@@ -119,6 +119,9 @@ def test_nproc_per_node_launches_through_torchrun_and_merges(tmp_path: Path) -> 
     names = sorted(p.name for p in (tmp_path / "run").iterdir())
     own = sorted(p.name for p in (tmp_path / "run" / "diagnose").iterdir())
     assert {"rank0.run.json", "rank1.run.json", "report.json"} <= set(own)
+    # each rank analysed its own trace; the launcher merged from their summaries
+    assert {"rank0.report.json", "rank1.report.json", "rank0.summary.json", "rank1.summary.json"} <= set(own)
+    assert report["distributed"]["gathered"] == "run directory"
     assert any(n.startswith("rank0_") and n.endswith(".pt.trace.json.gz") for n in names)
     assert any(n.startswith("rank1_") and n.endswith(".pt.trace.json.gz") for n in names)
     backend = json.loads((tmp_path / "run" / "diagnose" / "rank1.run.json").read_text())["distributed"]
@@ -133,6 +136,9 @@ def test_torchrun_dash_m_diagnose_rank_aware(tmp_path: Path) -> None:
     reports = [json.loads(line) for line in _json_objects(proc.stdout)]
     assert len(reports) == 1, "rank 0 alone merges and prints"
     assert reports[0]["distributed"]["straggler"]["rank"] == 1
+    # the summaries came over the job's process-group store, kept after the script destroyed its group
+    assert reports[0]["distributed"]["gathered"] == "process group store"
+    assert reports[0]["distributed"]["ranks"][1]["collectives"]["all_reduce"]["calls_per_step"] == 1.0
 
 
 def _json_objects(text: str) -> list[str]:
@@ -147,3 +153,22 @@ def test_rank_aware_without_a_launcher_is_a_usage_error(tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.run([sys.executable, "-m", "diagnose", "run", "--rank-aware", "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "--rank-aware needs" in proc.stderr
+
+
+@pytest.mark.slow
+def test_fsdp2_over_gloo_splits_all_gathers_from_reduce_scatters(tmp_path: Path) -> None:
+    """examples/fsdp_exposed_comm.py --small: 6 fully_shard blocks and the root, 2 gloo ranks.
+    Per step, forward gathers 7 groups and backward re-gathers the 6 blocks (they reshard after
+    forward; the root's parameters stay gathered); 7 reduce-scatters, issued from the autograd
+    thread, run as gloo all-reduces."""
+    example = str(REPO / "examples" / "fsdp_exposed_comm.py")
+    proc = _run([sys.executable, "-m", "diagnose", "run", "--nproc-per-node", "2", *WINDOW, "--json", "--out", "run", example, "--", "--small", "--steps", "30"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    for row in report["distributed"]["ranks"]:
+        kinds = row["collectives"]
+        assert sorted(kinds) == ["all_gather", "reduce_scatter"]
+        assert kinds["all_gather"]["calls_per_step"] == 13.0 and kinds["reduce_scatter"]["calls_per_step"] == 7.0
+        for c in kinds.values():
+            assert c["ms"] == pytest.approx(c["exposed_ms"] + c["overlapped_ms"], abs=2e-4)
+    assert report["symptoms"]["dist.all_gather_exposed"]["value"] > 0

@@ -64,6 +64,13 @@ def _summary(rank: int, wait_ms: float, comm: float | None, samples: float) -> R
     return RankSummary(rank, "stopped", 10.0, wait_ms, wait_ms / 10, 0.0, comm, None, samples, "data_wait", "gloo")
 
 
+def _with_collectives(s: RankSummary, **kinds: tuple[float, ...]) -> RankSummary:
+    """kind=(exposed ms, overlapped ms[, calls per step]) per step of the summary's 10 ms."""
+    for kind, (exposed, overlapped, *calls) in kinds.items():
+        s.collectives[kind] = {"calls_per_step": calls[0] if calls else 1.0, "ms": exposed + overlapped, "exposed_ms": exposed, "overlapped_ms": overlapped}
+    return s
+
+
 # --- the distance to the hardware limit: an H100 step of 4.947 TFLOP in 10 ms (bf16: MFU 0.5) ---
 
 LIMITS_GPU = replace(_breakdown(), kernels_by_name={
@@ -330,7 +337,18 @@ CASES = {
         }),
         Case("one rank: no straggler", ranks=RankSet.of([_summary(0, 1.0, 0.5, 16)]), expected={
             "dist.world_size": 1, "dist.straggler_rank": None, "dist.samples_imbalance": 1.0, "dist.gloo_with_gpus": None,
+            "dist.all_gather_exposed": None, "dist.all_reduce_calls_per_step": None, "dist.all_reduce_overlapped": None,
         }),
+        Case("FSDP: the least exposed all-gather and reduce-scatter of any rank; the first rank's all-reduce", ranks=RankSet.of([
+            _with_collectives(_summary(0, 1.0, 0.5, 16), all_gather=(3.0, 1.0), reduce_scatter=(1.0, 1.0), all_reduce=(0.5, 1.5, 2)),
+            _with_collectives(_summary(1, 1.0, 0.5, 16), all_gather=(2.0, 2.0), reduce_scatter=(1.5, 0.5), all_reduce=(1.0, 1.0, 2)),
+        ]), expected={
+            "dist.all_gather_exposed": 0.2, "dist.reduce_scatter_exposed": 0.1, "dist.all_reduce_exposed": 0.05,
+            "dist.all_reduce_calls_per_step": 2, "dist.all_reduce_overlapped": 0.75,
+        }),
+        Case("a rank without the kind: none (its share is unknown, not zero)", ranks=RankSet.of([
+            _with_collectives(_summary(0, 1.0, 0.5, 16), all_gather=(3.0, 1.0)), _summary(1, 1.0, 0.5, 16),
+        ]), expected={"dist.all_gather_exposed": None, "dist.reduce_scatter_exposed": None}),
     ],
     "lines": [
         Case("syncs, a blocking copy, sampled lines", record=_record(

@@ -38,6 +38,8 @@ COMPILED_REGION_PREFIXES = ("Torch-Compiled Region", "TorchDynamo Cache Lookup")
 AMP_OPTIMIZER_OPS = frozenset({"aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"})
 #: user annotations of collectives that run on CPU threads (gloo, MPI, UCC); NCCL's run on the GPU
 CPU_COLLECTIVE_PREFIXES = ("gloo:", "mpi:", "ucc:")
+#: the operators that issue a collective (``c10d::allreduce_``, ``c10d::_reduce_scatter_base_`` ...)
+COLLECTIVE_CALL_PREFIX = "c10d::"
 #: the data-parallel wrappers' own annotations; a sync inside one waits for their communication
 #: (DDP's forward blocks until the previous step's gradient all-reduce has finished)
 DATA_PARALLEL_PREFIXES = ("DistributedDataParallel.", "FullyShardedDataParallel.")

@@ -2,7 +2,10 @@
 but the trace it reads (``session`` finds a run directory's inputs and writes its outputs).
 
 Contract: ``analyze(record, trace, options, source) -> Report`` for one process;
-``analyze_ranks(ranks, options, source) -> Report`` for a distributed run;
+``analyse_rank(rank, record, trace, options) -> RankAnalysis`` in each rank's own process, then
+``rank_report`` (its own report) and ``combine_ranks(first, summaries, ...)`` (the job's report
+from the first rank's analysis and the others' summaries, never their traces);
+``analyze_ranks(ranks, options, source) -> Report`` for a run directory without summaries;
 ``analyze_trace(trace, options) -> Report`` for a trace on its own. Every stage is a pure
 function of the previous stage's value: timeline -> breakdown -> symptoms -> findings -> report.
 """
@@ -23,7 +26,8 @@ from diagnose.record import RunRecord
 from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.rules import Rule, load_rules
-from diagnose.analysis.ranks import RankSet, job_samples_per_s, summarize_rank
+from diagnose.analysis.collectives import CollectiveTime, collective_times
+from diagnose.analysis.ranks import RankSet, RankSummary, job_view, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
 from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
 
@@ -76,45 +80,93 @@ def analyze(
     )
 
 
-def analyze_ranks(ranks: dict[int, RankInput], options: AnalysisOptions, source: dict[str, Any]) -> Report:
-    """A distributed run: every rank analysed, side by side; the report is the first rank's
-    diagnosis plus what only the ranks together show (a straggler, unbalanced data, the backend)."""
-    analysed = {}
-    first_models: list[StepModel] = []
-    for rank, (record, trace) in sorted(ranks.items()):
-        warnings: list[str] = []
-        models: list[StepModel] = []
-        analysed[rank] = (record, trace, *_breakdown(record, trace, options, warnings, models), warnings)
-        if rank == min(ranks):
-            first_models = models
-    rank_set = RankSet.of([summarize_rank(rank, record, bd) for rank, (record, _, bd, _, _) in analysed.items()])
-    record, trace, breakdown, meta, warnings = analysed[min(analysed)]
-    missing = sorted(set(range(max(analysed) + 1)) - set(analysed))
-    if missing:
-        warnings.append(f"no record from rank(s) {missing}: did they fail, or not finish?")
-    source = {**source, "ranks": sorted(analysed)}
-    if trace is not None:
-        source["trace"] = str(trace)
-    symptoms = compute_symptoms(breakdown, record, meta, rank_set)
-    predictor = make_predictor(first_models, record, breakdown)
+@dataclass
+class RankAnalysis:
+    """One rank's own analysis, made in its own process right after its window: what its report
+    and its summary are built from (the breakdown stays in memory, never the timeline)."""
+
+    rank: int
+    record: RunRecord
+    trace: Path | None
+    breakdown: Breakdown | None
+    meta: TraceMeta | None
+    warnings: list[str]
+    models: list[StepModel]
+    summary: RankSummary
+
+
+def analyse_rank(rank: int, record: RunRecord, trace: Path | None, options: AnalysisOptions, warnings: Sequence[str] = ()) -> RankAnalysis:
+    """One rank's trace, analysed on its own: its breakdown and its summary."""
+    found = list(warnings)
+    models: list[StepModel] = []
+    collectives: dict[str, CollectiveTime] = {}
+    breakdown, meta = _breakdown(record, trace, options, found, models, collectives)
+    summary = summarize_rank(rank, record, breakdown, collectives)
+    summary.trace = trace.name if trace is not None else None
+    return RankAnalysis(rank, record, trace, breakdown, meta, found, models, summary)
+
+
+def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[str, Any], rank_set: RankSet | None = None) -> Report:
+    """A rank's report: its own diagnosis; with ``rank_set`` (every rank's summary), the job's
+    report, with what only the ranks together show (a straggler, unequal data, the backend)."""
+    a = analysis
+    warnings = list(a.warnings)
+    source = {**source, "rank": a.rank}
+    if a.trace is not None:
+        source["trace"] = str(a.trace)
+    if rank_set is not None:
+        present = sorted(s.rank for s in rank_set.summaries)
+        missing = sorted(set(range(max(present) + 1)) - set(present))
+        if missing:
+            warnings.append(f"no record from rank(s) {missing}: did they fail, or not finish?")
+        source["ranks"] = present
+    symptoms = compute_symptoms(a.breakdown, a.record, a.meta, rank_set)
+    predictor = make_predictor(a.models, a.record, a.breakdown)
     report = build_report(
-        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor),
+        record=a.record, meta=a.meta, breakdown=a.breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor),
         source=source, limit=options.limit, warnings=warnings,
     )
-    report.distributed = {
-        "world_size": len(analysed),
-        "job_samples_per_s": job_samples_per_s(rank_set.summaries),
-        "ranks": [s.to_dict() for s in rank_set.summaries],
-        "straggler": rank_set.straggler,
-    }
+    if rank_set is not None:
+        report.distributed = {
+            "world_size": len(rank_set.summaries),
+            **job_view(rank_set.summaries),
+            "ranks": [s.to_dict() for s in rank_set.summaries],
+            "straggler": rank_set.straggler,
+            "notable_ranks": {str(rank): why for rank, why in notable_ranks(rank_set.summaries).items()},
+        }
     return report
 
 
+def combine_ranks(first: RankAnalysis, summaries: Sequence[RankSummary], options: AnalysisOptions, source: dict[str, Any]) -> Report:
+    """The job's report from the first rank's analysis and every rank's summary (the first's
+    own included or not): no other rank's trace is read."""
+    by_rank = {s.rank: s for s in summaries}
+    by_rank[first.rank] = first.summary
+    return rank_report(first, options, source, RankSet.of([by_rank[r] for r in sorted(by_rank)]))
+
+
+def analyze_ranks(ranks: dict[int, RankInput], options: AnalysisOptions, source: dict[str, Any]) -> Report:
+    """A distributed run whose ranks left no summaries (a run directory of an older diagnose):
+    each rank's trace analysed in turn, one at a time, and only its summary kept."""
+    first_rank = min(ranks)
+    first: RankAnalysis | None = None
+    summaries = []
+    for rank, (record, trace) in sorted(ranks.items()):
+        analysis = analyse_rank(rank, record, trace, options)
+        if rank == first_rank:
+            first = analysis
+        summaries.append(analysis.summary)
+    assert first is not None
+    return combine_ranks(first, summaries, options, source)
+
+
 def _breakdown(
-    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: list[str], models: list[StepModel] | None = None
+    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: list[str], models: list[StepModel] | None = None,
+    collectives: dict[str, CollectiveTime] | None = None,
 ) -> tuple[Breakdown | None, TraceMeta | None]:
     """The trace's breakdown, corrected to the run's steady state (None without a profiled step).
-    ``models`` receives the window's replay model, when there is one."""
+    ``models`` receives the window's replay model, when there is one; ``collectives`` the
+    communication by collective kind, when the trace shows any."""
     if trace is None:
         if record is not None and record.status not in ("no_steps",):
             warnings.append("no trace was written: the script ended before the profiled window")
@@ -125,6 +177,8 @@ def _breakdown(
             warnings.append(f"the trace {trace.name} holds no events on a training thread")
             return None, timeline.meta
         breakdown = compute_breakdown(timeline)
+        if collectives is not None:
+            collectives.update(collective_times(timeline))
         if models is not None:
             model = build_model(timeline)
             if model is not None:

@@ -2,19 +2,29 @@
 job's throughput. Pure, no torch; the launcher side (rank variables, torchrun, the shared run
 directory) is ``diagnose.distributed``.
 
-Contract: ``summarize_rank(rank, record, breakdown) -> RankSummary`` per rank;
+Each rank analyses its own trace in its own process and keeps a ``RankSummary`` of it: a few
+hundred bytes (steady step, phase and exposed shares, communication exposed and overlapped by
+collective kind, data wait, step times). The job's view is built from the summaries alone, never
+from the traces, so that combining 1,000 ranks costs what combining 2 does, times 500 small dicts.
+
+Contract: ``summarize_rank(rank, record, breakdown, collectives) -> RankSummary`` per rank
+(``RankSummary.to_dict``/``from_dict`` round-trip it through JSON or ``all_gather_object``);
 ``RankSet.of(summaries)`` holds them with their straggler, the input of the ``dist.*`` symptoms
-(``diagnose.analysis.symptoms.distributed``).
+(``diagnose.analysis.symptoms.distributed``); ``notable_ranks(summaries)`` names the ranks whose
+full traces are worth keeping (the first, the slowest, the straggler, the outliers).
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from diagnose.analysis.breakdown import Breakdown
 from diagnose.record import RunRecord
+
+if TYPE_CHECKING:
+    from diagnose.analysis.collectives import CollectiveTime
 
 
 @dataclass
@@ -32,23 +42,56 @@ class RankSummary:
     backend: str | None
     #: measured with the profiler off, after the window (None when too few steps ran)
     steady_samples_per_s: float | None = None
+    #: mean step with the profiler off (the timed steps)
+    steady_step_ms: float | None = None
+    #: every profiled step's time, in order
+    step_ms: list[float] = field(default_factory=list)
+    #: shares of the window's time per host phase and per exposed category
+    phase_share: dict[str, float] = field(default_factory=dict)
+    exposed_share: dict[str, float] = field(default_factory=dict)
+    #: communication per step: exposed (nothing else beside it) and overlapped with compute
+    communication_exposed_ms: float | None = None
+    communication_overlapped_ms: float | None = None
+    #: per collective kind ("all_gather", "reduce_scatter", "all_reduce", ...): calls_per_step,
+    #: ms, exposed_ms, overlapped_ms (``analysis.collectives``)
+    collectives: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the rank's own files in the run directory: its trace (None once removed) and report
+    trace: str | None = None
+    report: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(vars(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankSummary:
+        """A summary read back (a file, another rank's ``all_gather_object``); unknown keys (a
+        newer diagnose's) are left out, missing ones take their defaults."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize_rank(rank: int, record: RunRecord, bd: Breakdown | None) -> RankSummary:
-    """One rank's row of the side-by-side table."""
+def summarize_rank(
+    rank: int, record: RunRecord, bd: Breakdown | None, collectives: dict[str, CollectiveTime] | None = None
+) -> RankSummary:
+    """One rank's summary: its row of the side-by-side table and what the job's view needs."""
     steps = bd.steps if bd is not None else []
     median_step = _median([s.duration_us for s in steps])
     top = max(bd.exposed_share, key=bd.exposed_share.get) if bd is not None else None  # type: ignore[arg-type]
     comm_us = _median([s.communication_us for s in steps])
     exposed_comm = bd.exposed_share["communication"] if bd is not None else None
     data_wait_share = bd.exposed_share["data_wait"] if bd is not None else None
+    by_kind = {kind: c.to_dict() for kind, c in (collectives or {}).items()}
+    exposed_ms = overlapped_ms = None
+    if by_kind:  # the collectives as the trace shows them, kind by kind
+        exposed_ms = round(sum(c["exposed_ms"] for c in by_kind.values()), 4)
+        overlapped_ms = round(sum(c["overlapped_ms"] for c in by_kind.values()), 4)
+    elif exposed_comm is not None and median_step:
+        exposed_ms = round(exposed_comm * median_step / 1000, 4)
+    steady = record.timed_seconds / record.timed_steps * 1000 if record.timed_seconds and record.timed_steps else None
     return RankSummary(
         rank=rank,
         status=record.status,
@@ -64,6 +107,13 @@ def summarize_rank(rank: int, record: RunRecord, bd: Breakdown | None) -> RankSu
         steady_samples_per_s=(
             round(record.timed_samples / record.timed_seconds, 3) if record.timed_samples and record.timed_seconds else None
         ),
+        steady_step_ms=round(steady, 4) if steady is not None else None,
+        step_ms=[round(s.duration_us / 1000, 4) for s in steps],
+        phase_share={k: round(v, 5) for k, v in bd.phase_share.items()} if bd is not None else {},
+        exposed_share={k: round(v, 5) for k, v in bd.exposed_share.items()} if bd is not None else {},
+        communication_exposed_ms=exposed_ms,
+        communication_overlapped_ms=overlapped_ms,
+        collectives=by_kind,
     )
 
 
@@ -105,3 +155,82 @@ class RankSet:
     @classmethod
     def of(cls, summaries: list[RankSummary]) -> RankSet:
         return cls(summaries, straggler(summaries))
+
+
+def _step_of(s: RankSummary) -> float | None:
+    """A rank's step time: steady (profiler off) where timed, else the profiled median."""
+    return s.steady_step_ms if s.steady_step_ms is not None else s.median_step_ms
+
+
+def slowest(summaries: list[RankSummary]) -> int | None:
+    """The rank with the most work of its own per step: its step less the time it waited at
+    collectives. In synchronous training every rank's step is as long as the slowest one's (the
+    others wait for it at the all-reduce), so the step alone cannot tell them apart."""
+    own = [(s.rank, step - (s.communication_exposed_ms or 0.0)) for s in summaries if (step := _step_of(s)) is not None]
+    return max(own, key=lambda r: r[1])[0] if own else None
+
+
+#: a rank is an outlier when a metric lies this many robust deviations (1.4826 MAD) from the
+#: ranks' median, and by at least this share of the median step (a 0.1 ms wobble is no outlier)
+OUTLIER_DEVIATIONS = 3.5
+OUTLIER_MIN_STEP_SHARE = 0.05
+_OUTLIER_METRICS = (("step", _step_of), ("data wait", lambda s: s.data_wait_ms), ("exposed communication", lambda s: s.communication_exposed_ms))
+
+
+def outliers(summaries: list[RankSummary]) -> dict[int, list[str]]:
+    """The ranks that stand out from the others, with the metrics they stand out by (three ranks
+    or more: with two, neither is the odd one out)."""
+    if len(summaries) < 3:
+        return {}
+    steps = [x for x in (_step_of(s) for s in summaries) if x is not None]
+    floor = OUTLIER_MIN_STEP_SHARE * statistics.median(steps) if steps else 0.0
+    found: dict[int, list[str]] = {}
+    for label, metric in _OUTLIER_METRICS:
+        values = [(s.rank, metric(s)) for s in summaries]
+        present = [v for _, v in values if v is not None]
+        if len(present) < 3:
+            continue
+        middle = statistics.median(present)
+        spread = 1.4826 * statistics.median([abs(v - middle) for v in present])
+        for rank, value in values:
+            if value is not None and abs(value - middle) > max(OUTLIER_DEVIATIONS * spread, floor):
+                found.setdefault(rank, []).append(f"{label} {value:.2f} ms against a median of {middle:.2f}")
+    return found
+
+
+def notable_ranks(summaries: list[RankSummary]) -> dict[int, str]:
+    """The ranks whose full traces are worth opening, with why: the first rank (its breakdown is
+    the report's), the slowest, the straggler and the outliers."""
+    if not summaries:
+        return {}
+    notable: dict[int, list[str]] = {min(s.rank for s in summaries): ["the report's breakdown"]}
+    lagging = straggler(summaries)
+    if lagging is not None:
+        notable.setdefault(lagging["rank"], []).append("straggler")
+    slow = slowest(summaries)
+    if slow is not None:
+        notable.setdefault(slow, []).append("slowest step")
+    for rank, why in outliers(summaries).items():
+        notable.setdefault(rank, []).append("outlier: " + "; ".join(why))
+    return {rank: ", ".join(why) for rank, why in sorted(notable.items())}
+
+
+def job_view(summaries: list[RankSummary]) -> dict[str, Any]:
+    """What the ranks together show, from their summaries alone: throughput, step-time spread,
+    communication (the least exposed of any rank is what it costs: the last rank to arrive
+    waits for nothing but the reduction), and each collective kind at its worst rank."""
+    steps = [x for x in (_step_of(s) for s in summaries) if x is not None]
+    exposed = [s.communication_exposed_ms for s in summaries if s.communication_exposed_ms is not None]
+    kinds: dict[str, dict[str, Any]] = {}
+    for s in summaries:
+        for kind, c in s.collectives.items():
+            worst = kinds.get(kind)
+            if worst is None or c["exposed_ms"] > worst["exposed_ms"]:
+                kinds[kind] = {"rank": s.rank, **c}
+    return {
+        "job_samples_per_s": job_samples_per_s(summaries),
+        "step_ms": {"min": min(steps), "median": statistics.median(steps), "max": max(steps)} if steps else None,
+        "step_imbalance": round(max(steps) / min(steps), 4) if steps and min(steps) > 0 else None,
+        "communication_exposed_ms": {"min": min(exposed), "median": statistics.median(exposed), "max": max(exposed)} if exposed else None,
+        "collectives_worst_rank": kinds,
+    }

@@ -133,6 +133,12 @@ class Timeline:
     memsets: list[Interval]
     #: CPU-side collectives in flight (gloo/MPI all-reduce ... annotations, any thread)
     collectives: list[Interval] = field(default_factory=list)
+    #: the same collectives with their names (``gloo:all_gather`` ...), for the per-kind split
+    #: of communication (``analysis.collectives``)
+    collective_ops: list[HostOp] = field(default_factory=list)
+    #: the training threads' ``c10d::`` calls that issue collectives (FSDP issues its
+    #: reduce-scatters from the autograd thread): they name a gloo collective's kind
+    collective_calls: list[HostOp] = field(default_factory=list)
     #: DistributedDataParallel.forward ... on the main thread
     data_parallel_spans: list[Interval] = field(default_factory=list)
     #: closures that ``optimizer.step(closure)`` called (diagnose's own annotation), main thread
@@ -423,6 +429,7 @@ class _Columns:
         host_event_starts.sort()
         no_work = P.NO_WORK_OPS
         no_work_op_us = [op[1] - op[0] for tid in training for op in self.thread_ops.get(tid, ()) if op[2] in no_work]
+        collective_calls = sorted({HostOp(op[0], op[1], op[2]) for tid in training for op in self.thread_ops.get(tid, ()) if op[2].startswith(P.COLLECTIVE_CALL_PREFIX)})
         self.thread_ops.clear()
         self.runtime_starts.clear()
         meta.optimizer_classes = dict(read.optimizer_classes)
@@ -476,6 +483,8 @@ class _Columns:
             launches=self.launches,
             graph_launches=sorted(self.graph_launches),
             collectives=read.collectives,
+            collective_ops=read.collective_ops,
+            collective_calls=collective_calls,
             data_parallel_spans=read.data_parallel,
             closure_spans=read.closures,
             kernels=kernels,
@@ -661,11 +670,13 @@ class _Annotations(NamedTuple):
     collectives: list[Interval]
     data_parallel: list[Interval]
     closures: list[Interval]
+    collective_ops: list[HostOp]
 
 
 def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid: Any) -> _Annotations:
     steps: list[StepMark] = []
     collectives: list[Interval] = []
+    collective_ops: list[HostOp] = []
     data_parallel: list[Interval] = []
     other: Counter[str] = Counter()
     loader_kinds: Counter[str] = Counter()
@@ -699,6 +710,7 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
                 closure_spans.append((ts, end))
         elif name.startswith(P.CPU_COLLECTIVE_PREFIXES):
             collectives.append((ts, end))
+            collective_ops.append(HostOp(ts, end, name))
         elif name.startswith(P.DATA_PARALLEL_PREFIXES) and on_main:
             data_parallel.append((ts, end))
         else:
@@ -712,7 +724,7 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
     steps = [s for s in steps if s.end > s.start]
     return _Annotations(
         steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(optimizer_steps), optimizer_classes,
-        sorted(collectives), sorted(data_parallel), sorted(closure_spans),
+        sorted(collectives), sorted(data_parallel), sorted(closure_spans), sorted(collective_ops),
     )
 
 

@@ -39,10 +39,11 @@ class BlockRun(_ScriptRun):
         knobs: Any | None = None,
         progress: Progress | None = None,
         extra_hooks: list[Any] | None = None,
+        rank: int | None = None,
     ) -> None:
         # a block never holds the caller's signals: the hold is released as soon as it is taken
         super().__init__(
-            Target("block", name), plan, run_dir, None, knobs, progress or Progress(), list(extra_hooks or []), None, SignalHold()
+            Target("block", name), plan, run_dir, rank, knobs, progress or Progress(), list(extra_hooks or []), None, SignalHold()
         )
         self.record.target = {"kind": "block", "value": name, "args": [], "cwd": os.getcwd()}
 

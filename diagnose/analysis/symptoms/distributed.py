@@ -48,3 +48,45 @@ def samples_imbalance(ranks: RankSet) -> float | None:
 def gloo_with_gpus(record: RunRecord) -> bool | None:
     group = record.distributed
     return group.get("backend") == "gloo" and bool(group.get("cuda_available")) if group else None
+
+
+# --- communication by collective kind (analysis.collectives), from the ranks' summaries ----------
+# The least exposed share of any rank is what a collective itself costs: the rank that arrives
+# last at it waits only for the transfer, the others also for that rank (a straggler's fault).
+
+
+def _least_exposed_share(ranks: RankSet, kind: str) -> float | None:
+    shares = []
+    for s in ranks.summaries:
+        step = s.steady_step_ms or s.median_step_ms
+        if kind in s.collectives and step:
+            shares.append(s.collectives[kind]["exposed_ms"] / step)
+    return round(min(shares), 4) if shares and len(shares) == len(ranks.summaries) else None
+
+
+@symptom("dist.all_gather_exposed", "share", "share of the step the all-gathers (FSDP's parameter gathers) run with no compute beside them, least of any rank")
+def all_gather_exposed(ranks: RankSet) -> float | None:
+    return _least_exposed_share(ranks, "all_gather")
+
+
+@symptom("dist.reduce_scatter_exposed", "share", "share of the step the reduce-scatters (FSDP's gradient reductions) run with no compute beside them, least of any rank")
+def reduce_scatter_exposed(ranks: RankSet) -> float | None:
+    return _least_exposed_share(ranks, "reduce_scatter")
+
+
+@symptom("dist.all_reduce_exposed", "share", "share of the step the all-reduces (DDP's gradient buckets) run with no compute beside them, least of any rank")
+def all_reduce_exposed(ranks: RankSet) -> float | None:
+    return _least_exposed_share(ranks, "all_reduce")
+
+
+@symptom("dist.all_reduce_calls_per_step", "count", "all-reduce calls per step (DDP: one per gradient bucket), the first rank's")
+def all_reduce_calls_per_step(ranks: RankSet) -> float | None:
+    first = min(ranks.summaries, key=lambda s: s.rank)
+    return first.collectives["all_reduce"]["calls_per_step"] if "all_reduce" in first.collectives else None
+
+
+@symptom("dist.all_reduce_overlapped", "share", "share of the all-reduce time that runs beside compute (backward), the first rank's")
+def all_reduce_overlapped(ranks: RankSet) -> float | None:
+    first = min(ranks.summaries, key=lambda s: s.rank)
+    c = first.collectives.get("all_reduce")
+    return round(c["overlapped_ms"] / c["ms"], 4) if c and c["ms"] else None

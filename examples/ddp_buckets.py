@@ -1,0 +1,61 @@
+"""Planted (distributed, DDP): gradient buckets of the wrong size.
+
+A deep MLP under DistributedDataParallel; only ``bucket_cap_mb`` changes:
+
+    --bucket-cap-mb 10000   one bucket holds every gradient: its all-reduce starts when backward
+                            is over, nothing hides it (expected DIST008)
+    --bucket-cap-mb 0.25    dozens of small buckets a step, each paying the collective's latency
+                            (expected DIST009 where that latency is exposed)
+    --bucket-cap-mb 25      DDP's default, for comparison
+
+    diagnose run --nproc-per-node 2 examples/ddp_buckets.py -- --bucket-cap-mb 10000
+    diagnose run --nproc-per-node 2 examples/ddp_buckets.py -- --small --bucket-cap-mb 10000   # CPU, gloo
+
+NCCL on GPUs, gloo on CPUs; the GPU figures need a machine of 2-4 GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from _common import parser
+
+
+def main() -> None:
+    p = parser(__doc__, steps=300)
+    p.add_argument("--bucket-cap-mb", type=float, default=10000.0)
+    args = p.parse_args()
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    else:
+        torch.set_num_threads(1)
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    width, depth, batch = (256, 8, 32) if args.small else (2048, 24, 64)
+    layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(*layers, nn.Linear(width, 10)).to(dev), device_ids=[dev.index] if cuda else None,
+        bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=True,
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rank = dist.get_rank()
+    print(f"rank {rank}/{dist.get_world_size()} ({dist.get_backend()}): bucket_cap_mb={args.bucket_cap_mb}", flush=True)
+    g = torch.Generator(device=dev).manual_seed(rank)
+    try:
+        for _ in range(args.steps):
+            x = torch.randn(batch, width, device=dev, generator=g)
+            y = torch.randint(0, 10, (batch,), device=dev, generator=g)
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

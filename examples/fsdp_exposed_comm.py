@@ -1,0 +1,80 @@
+"""Planted (distributed, FSDP2): communication that compute does not hide.
+
+A stack of wide linear blocks, each wrapped with ``fully_shard`` (FSDP2), trained with a small
+per-rank batch: each block's parameters are large against the compute they feed, so each
+all-gather (before forward, and again before backward as the blocks reshard after forward)
+and each gradient reduce-scatter has little to hide under.
+
+    --plant all-gather      reshard after forward, no prefetch hints: expected DIST006
+    --plant reduce-scatter  parameters kept gathered (no backward all-gathers), fp32 gradients
+                            reduced every step: expected DIST007
+    --fixed                 the rules' advice: forward/backward prefetch two blocks ahead, the
+                            last block kept gathered, bf16 reduction, reduce every 4th micro-batch
+
+    diagnose run --nproc-per-node 2 examples/fsdp_exposed_comm.py -- --plant all-gather
+    diagnose run --nproc-per-node 2 examples/fsdp_exposed_comm.py -- --small    # CPU, gloo
+
+NCCL on GPUs, gloo on CPUs (FSDP2 runs over gloo on the CPU: the CPU run checks the path, the
+collectives' split and the rules' plumbing; the GPU figures need a machine of 2-4 GPUs).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from _common import parser
+
+
+def main() -> None:
+    p = parser(__doc__, steps=200)
+    p.add_argument("--plant", choices=("all-gather", "reduce-scatter"), default="all-gather")
+    p.add_argument("--fixed", action="store_true")
+    args = p.parse_args()
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    else:
+        torch.set_num_threads(1)
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    width, depth, batch = (256, 6, 8) if args.small else (4096, 12, 8)
+    blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth)).to(dev)
+    model = nn.Sequential(*blocks, nn.Linear(width, 10)).to(dev)
+    reduce_dtype = torch.bfloat16 if args.fixed and cuda else torch.float32
+    mp = MixedPrecisionPolicy(reduce_dtype=reduce_dtype)
+    keep_gathered = args.plant == "reduce-scatter"  # no re-gather before backward
+    for i, block in enumerate(blocks):
+        fully_shard(block, reshard_after_forward=not (keep_gathered or (args.fixed and i == depth - 1)), mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    if args.fixed:
+        for i, block in enumerate(blocks[:-1]):
+            block.set_modules_to_forward_prefetch(list(blocks[i + 1 : i + 3]))
+        for i in range(1, depth):
+            block_list = list(blocks[max(0, i - 2) : i])[::-1]
+            blocks[i].set_modules_to_backward_prefetch(block_list)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    accumulate = 4 if args.fixed else 1
+    rank = dist.get_rank()
+    print(f"rank {rank}/{dist.get_world_size()} ({dist.get_backend()}): {depth} blocks of {width}, batch {batch}, plant {args.plant}, fixed {args.fixed}", flush=True)
+    g = torch.Generator(device=dev).manual_seed(rank)
+    try:
+        for step in range(args.steps * accumulate):
+            x = torch.randn(batch, width, device=dev, generator=g)
+            y = torch.randint(0, 10, (batch,), device=dev, generator=g)
+            last = (step + 1) % accumulate == 0
+            model.set_requires_gradient_sync(last)
+            nn.functional.cross_entropy(model(x), y).backward()
+            if last:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
