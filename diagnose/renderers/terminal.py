@@ -375,8 +375,10 @@ class TerminalRenderer(Renderer):
         key = e.compared_by
         title = "What each recommendation really buys" if e.kind == "verify" else "Sweep"
         table = Table(title=title, title_justify="left", box=None, header_style="bold")
+        with_via = any(row.via for row in e.rows)  # how each knob reached the loop
         for column, justify in (
             ("run", "left"),
+            *((("via", "left"),) if with_via else ()),
             ("result", "left"),
             (key.replace("_per_s", "/s"), "right"),
             ("speedup", "right"),
@@ -395,6 +397,7 @@ class TerminalRenderer(Renderer):
             compared = row.figure(key)
             table.add_row(
                 escape(row.label),
+                *((escape(row.via),) if with_via else ()),
                 verdict,
                 f"{compared:.2f}" if compared else "-",
                 f"{row.speedup:.2f}x" if row.speedup else "-",

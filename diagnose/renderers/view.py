@@ -278,6 +278,8 @@ class ExperimentRow:
     compiled: bool
     compile_s: float | None
     break_even_steps: int | None
+    #: how the row's knobs reached the script's loop (``via_text``); "" for a baseline
+    via: str = ""
 
     def figure(self, name: str) -> float | None:
         """A measured figure by its report name (``samples_per_s`` ...), for charts that pick one."""
@@ -686,6 +688,15 @@ def _replay(replay: Mapping[str, Any] | None) -> ReplayView | None:
     )
 
 
+def via_text(knobs: Mapping[str, Any], via: Mapping[str, Any]) -> str:
+    """How an experiment's knobs reached the loop, for a table cell: the way alone for one knob
+    (``Trainer(precision="bf16-mixed")``), ``knob: way`` joined by ``; `` for several."""
+    ways = [(str(k), str(via[k])) for k in knobs if via.get(k)]
+    if len(ways) == 1 and len(knobs) == 1:
+        return ways[0][1]
+    return "; ".join(f"{k}: {way}" for k, way in ways)
+
+
 def _experiments(experiments: Mapping[str, Any] | None, labels: Mapping[str, str]) -> ExperimentsView | None:
     if not experiments or not experiments.get("rows"):
         return None
@@ -714,6 +725,7 @@ def _experiments(experiments: Mapping[str, Any] | None, labels: Mapping[str, str
                 compiled=bool(compile_info),
                 compile_s=compile_info.get("compile_s"),
                 break_even_steps=compile_info.get("break_even_steps"),
+                via=via_text(row.get("knobs") or {}, row.get("via") or {}),
             )
         )
     return ExperimentsView(

@@ -450,10 +450,12 @@ def _experiment_table(rows: tuple[ExperimentRow, ...]) -> Markup:
         ("peak_reserved_bytes", "peak reserved", human_bytes),
         ("speedup", "speedup", lambda v: f"{v:.2f}x"),
     ]
+    if any(row.via for row in rows):  # how each knob reached the loop: the framework's switch, the script's call
+        columns.insert(1, ("via", "via", str))
     header_row = el("tr", [el("th", title) for _, title, _ in columns], el("th", "what limits the step most"))
     body = []
     for row in rows:
-        cells = [el("td", "—" if getattr(row, name) is None else fmt(getattr(row, name))) for name, _, fmt in columns]
+        cells = [el("td", "—" if getattr(row, name) in (None, "") else fmt(getattr(row, name))) for name, _, fmt in columns]
         cells.append(el("td", f"{row.top_label} ({percent(row.top_share or 0)})" if row.top_category else "—"))
         body.append(el("tr", cells, class_="failed" if row.failed else None))
     return el("table", el("thead", header_row), el("tbody", body), class_="grid")
