@@ -311,3 +311,58 @@ def test_launch002_names_its_verify_knob() -> None:
     findings = diagnose_symptoms(load_rules(), symptoms_from_values(values)).findings
     launch = next(f for f in findings if f.rule_id == "LAUNCH002")
     assert launch.knobs == {"compile": "reduce-overhead"}
+
+
+LIBRARY_WRAPPER = '''
+import functools
+import torch
+
+def capture(compile_fn):
+    """Like Lightning's: wraps torch.compile after the watch, to remember the arguments."""
+    @functools.wraps(compile_fn)
+    def _capture(model=None, **kwargs):
+        compiled = compile_fn(model, **kwargs)
+        compiled.kwargs_seen = dict(kwargs)
+        return compiled
+    return _capture
+
+def setup(compiled):
+    """Like Fabric.setup: unwrap the script's compiled model, compile it again with its arguments."""
+    return torch.compile(compiled.inner, **compiled.kwargs_seen)
+'''
+
+
+def test_the_knob_sees_through_a_librarys_wrapper_and_reaches_its_recompile(monkeypatch) -> None:
+    """Lightning wraps torch.compile when it is imported (after the watch): the script's call then
+    reaches the watch through library code, and is still the script's. Fabric.setup compiles the
+    script's model again with the arguments it remembered: the knob applies there too; a library's
+    compile of anything else is left alone."""
+    calls: list[dict] = []
+
+    class Compiled:
+        def __init__(self, inner):
+            self.inner = inner
+
+    def recorder(model=None, **kwargs):
+        calls.append(kwargs)
+        return Compiled(model)
+
+    monkeypatch.setattr(torch, "compile", recorder)
+    torch_dir = os.path.dirname(torch.__file__)
+    namespace: dict = {}
+    exec(compile(LIBRARY_WRAPPER, os.path.join(torch_dir, "fake_framework.py"), "exec"), namespace)
+    knobs, watch = _watched(["compile=reduce-overhead"], library=(torch_dir,))
+    try:
+        torch.compile = namespace["capture"](torch.compile)  # installed after the watch, as on import
+        net, other = nn.Linear(2, 2), nn.Linear(2, 2)
+        compiled = torch.compile(net, mode="default")
+        assert compiled.kwargs_seen == {"mode": "default"}, "the library remembers the script's own arguments"
+        again = namespace["setup"](compiled)
+        stranger = Compiled(other)
+        stranger.kwargs_seen = {}
+        namespace["setup"](stranger)  # not the script's compiled model: left alone
+    finally:
+        watch.remove()
+    assert again.inner is net
+    assert calls == [{"mode": "reduce-overhead"}, {"mode": "reduce-overhead"}, {}]
+    assert knobs.via() == {"compile": "the script's torch.compile(...) call"}
