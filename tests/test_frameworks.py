@@ -9,6 +9,7 @@ built-in rule fires depends on timings, and the choice of text does not.
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import json
 import os
@@ -137,6 +138,8 @@ def test_framework_switches_per_knob() -> None:
     assert framework_switch("compile", "reduce-overhead", "hf_trainer", "arguments", True) == {
         "torch_compile": True, "torch_compile_mode": "reduce-overhead"}
     assert framework_switch("autocast", "bf16", "accelerate", "accelerator", True) == {"mixed_precision": "bf16"}
+    assert framework_switch("autocast", "bf16", "fabric", "fabric", False) == {"precision": "bf16-mixed"}
+    assert framework_switch("compile", "reduce-overhead", "fabric", "fabric", True) is None  # the script's own compile call
     assert framework_switch("tf32", True, "hf_trainer", "arguments", True) is None  # global flag
     assert framework_switch("num_workers", 4, "lightning", "trainer", True) is None  # the user's DataLoader
 
@@ -243,6 +246,7 @@ knob = { autocast = "bf16" }
 [do_by_framework]
 lightning = "LIGHTNING CHANGE"
 hf_trainer = "HF CHANGE"
+fabric = "FABRIC CHANGE"
 accelerate = "ACCELERATE CHANGE"
 
 [when]
@@ -263,6 +267,7 @@ CASES = [
      "TrainingArguments(bf16=True, fp16=False, use_cpu=True)", "HF CHANGE"),
     ("accelerate_fp32.py", "accelerate", "Accelerator", "mixed_precision", "bf16", 'Accelerator(mixed_precision="bf16")',
      "ACCELERATE CHANGE"),
+    ("fabric_fp32.py", "fabric", "Fabric", "precision", "bf16-mixed", 'Fabric(precision="bf16-mixed")', "FABRIC CHANGE"),
 ]
 
 
@@ -270,7 +275,7 @@ CASES = [
 @pytest.mark.parametrize("script, framework, cls, setting, value, via, change", CASES, ids=[c[1] for c in CASES])
 def test_diagnose_run_under_the_framework(tmp_path: Path, script: str, framework: str, cls: str, setting: str,
                                           value: object, via: str, change: str) -> None:
-    pytest.importorskip({"lightning": "lightning", "hf_trainer": "transformers", "accelerate": "accelerate"}[framework])
+    pytest.importorskip({"lightning": "lightning", "hf_trainer": "transformers", "accelerate": "accelerate", "fabric": "lightning"}[framework])
     import torch
 
     if framework == "hf_trainer" and torch.cuda.is_available():
@@ -301,3 +306,52 @@ def test_diagnose_run_under_the_framework(tmp_path: Path, script: str, framework
     assert finding["lines"].startswith(f"{script}:"), "the where line starts at the user's framework object"
     if framework == "lightning":
         assert f"{script}:" in finding["lines"].split(";")[1] and "TokenClassifier.training_step" in finding["lines"]
+    if framework == "fabric":
+        assert f"{script}:" in finding["lines"].split(";")[1] and "(fabric.setup(Sequential))" in finding["lines"]
+        # fabric.backward was annotated as the backward pass, and the annotation is in the trace
+        (trace,) = out.glob("*.pt.trace.json*")
+        opened = gzip.open(trace, "rt") if trace.suffix == ".gz" else trace.open()
+        with opened as f:
+            assert '"diagnose#backward"' in f.read()
+
+
+FABRIC_COMPILED = """
+import torch
+from lightning.fabric import Fabric          # Lightning wraps torch.compile as it is imported
+from torch import nn
+
+fabric = Fabric(accelerator="cpu", devices=1)
+model = torch.compile(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)), backend="eager")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+model, optimizer = fabric.setup(model, optimizer)   # compiles the model again, with the same arguments
+x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
+for step in range(40):
+    loss = nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    fabric.backward(loss)
+    optimizer.step()
+"""
+
+
+@pytest.mark.slow
+def test_the_compile_knob_reaches_a_fabric_scripts_own_compile(tmp_path: Path) -> None:
+    """Under Fabric the script's torch.compile call passes through Lightning's own wrapper, and
+    fabric.setup compiles the model again: both run in the knob's mode, and verify says the
+    script's call carried it."""
+    pytest.importorskip("lightning")
+    script = tmp_path / "fabric_compiled.py"
+    script.write_text(FABRIC_COMPILED)
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--out", str(out), *FAST, "--set", "compile=max-autotune",
+         str(script)],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = RunRecord.load(out / "diagnose" / "run.json")
+    assert record.loop_framework() == "fabric"
+    assert record.knobs_via == {"compile": "the script's torch.compile(...) call"}
+    calls = record.compile["calls"]
+    assert [c["mode"] for c in calls] == ["max-autotune", "max-autotune"], "the script's call, then setup's"
+    assert calls[0]["site"].endswith("fabric_compiled.py:7")

@@ -31,7 +31,7 @@ how sweeps drive a script's own flags.
 
 Under a training framework a knob takes the framework's own switch where it has one (the
 framework's constructor is patched: ``runtime/frameworks.py``): ``autocast`` becomes Lightning's
-``Trainer(precision="bf16-mixed")``, ``TrainingArguments(bf16=True)`` or
+``Trainer(precision="bf16-mixed")`` or ``Fabric(precision="bf16-mixed")``, ``TrainingArguments(bf16=True)`` or
 ``Accelerator(mixed_precision="bf16")`` (the global autocast is then left); the DataLoader knobs,
 ``batch_size`` and ``compile`` become ``TrainingArguments`` fields under the HF Trainer (which
 builds its DataLoaders and compiles the model from them); ``cudnn_benchmark`` becomes
@@ -539,6 +539,7 @@ GLOBAL_WAYS = {
 #: the class a user writes each framework switch in
 FRAMEWORK_CLASSES = {
     ("lightning", "trainer"): "Trainer",
+    ("fabric", "fabric"): "Fabric",
     ("hf_trainer", "arguments"): "TrainingArguments",
     ("accelerate", "accelerator"): "Accelerator",
 }
@@ -561,6 +562,12 @@ def framework_switch(knob: str, value: Any, framework: str, role: str, cuda: boo
             return {"precision": _LIGHTNING_PRECISION[value]}
         if knob == "cudnn_benchmark":
             return {"benchmark": bool(value)}
+    elif (framework, role) == ("fabric", "fabric"):
+        # Fabric's precision plugin runs the forward of each model given to setup() in autocast
+        # (and scales the loss in fabric.backward for fp16); compile goes through the script's own
+        # torch.compile call (which setup() re-applies), the rest is the user's own objects
+        if knob == "autocast":
+            return {"precision": _LIGHTNING_PRECISION[value]}
     elif (framework, role) == ("hf_trainer", "arguments"):
         if knob == "autocast":
             change: dict[str, Any] = {"bf16": value == "bf16", "fp16": value == "fp16"}
