@@ -80,7 +80,7 @@ KNOB_SPECS: dict[str, KnobSpec] = {
         KnobSpec("tf32", "bool", "TF32 for fp32 matmuls and convolutions"),
         KnobSpec("cudnn_benchmark", "bool", "torch.backends.cudnn.benchmark"),
         KnobSpec("optimizer", "fused|foreach|for-loop", "the optimizers' implementation"),
-        KnobSpec("compile", "default|reduce-overhead|max-autotune|off", "Module.compile() of the model"),
+        KnobSpec("compile", "default|reduce-overhead|max-autotune|off", "the mode of the script's own torch.compile calls (else: compile the first module called)"),
         KnobSpec("channels_last", "bool", "channels_last model and inputs for convolutions"),
         KnobSpec("item_every", "int", "what-if: .item() syncs once every N calls per line (stale values; measurement only)"),
         KnobSpec("pin_host", "bool", "pin host tensors sent to the GPU outside a DataLoader once; copy them non_blocking"),
