@@ -116,6 +116,64 @@ def test_an_already_imported_framework_is_patched_at_once_and_knobs_take_its_swi
     assert knobs.via() == {"autocast": 'Trainer(precision="bf16-mixed")', "num_workers": "DataLoader(num_workers=...)"}
 
 
+FAKE_FABRIC = '''
+class _Precision:
+    def __init__(self, precision):
+        self.precision = precision
+
+
+class _Strategy:
+    def __init__(self, precision):
+        self.precision = _Precision(precision)
+
+
+class Fabric:
+    def __init__(self, *, accelerator="auto", precision=None):
+        self.strategy = _Strategy(precision or "32-true")
+        self.world_size = 1
+
+    def setup(self, module, *optimizers):
+        return module
+
+    def backward(self, tensor):
+        tensor.backward()
+'''
+
+
+def test_fabric_is_recorded_with_its_setup_its_precision_switch_and_a_marked_backward(tmp_path: Path, monkeypatch) -> None:
+    """A stand-in for ``lightning.fabric.fabric``: the construction is recorded with the precision
+    its plugin holds, autocast takes ``Fabric(precision=...)``, ``setup`` names the user's model
+    and line, and ``backward`` runs inside a ``diagnose#backward`` annotation."""
+    import torch
+
+    (tmp_path / "fakefabric.py").write_text(textwrap.dedent(FAKE_FABRIC))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    watched = tuple(frameworks.Watched("fabric", "fakefabric", "fakefabric", "Fabric", method, role)
+                    for method, role in (("__init__", "fabric"), ("setup", "setup"), ("backward", "backward")))
+    monkeypatch.setattr(frameworks, "WATCHED", watched)
+    knobs = Knobs.parse(["autocast=bf16"])
+    watch = frameworks.FrameworkWatch(_here, knobs.framework_changes)
+    watch.install()
+    try:
+        module = importlib.import_module("fakefabric")
+        fabric = module.Fabric(accelerator="cpu")
+        model = fabric.setup(torch.nn.Linear(2, 1))
+        setup_line = sys._getframe().f_lineno - 1
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            fabric.backward(model(torch.randn(4, 2)).sum())
+    finally:
+        watch.remove()
+        sys.modules.pop("fakefabric", None)
+    (info,) = watch.seen
+    assert (info.framework, info.role, info.cls) == ("fabric", "fabric", "Fabric")
+    assert info.settings == {"precision": "bf16-mixed", "world_size": 1, "module": "Linear"}
+    assert info.sites == {"setup": f"{__file__}:{setup_line}"}
+    assert info.knobs_applied == {"autocast": 'Fabric(precision="bf16-mixed")'} == knobs.via()
+    assert "diagnose#backward" in [e.name for e in prof.events()]
+    assert model.weight.grad is not None, "the backward itself ran"
+    assert "__wrapped__" not in vars(module.Fabric.backward), "remove() gives the original back"
+
+
 def test_installing_the_watch_imports_no_framework() -> None:
     code = (
         "import sys; from diagnose.runtime.frameworks import FrameworkWatch; w = FrameworkWatch(lambda: None); "
