@@ -159,12 +159,12 @@ def test_compiled_run_on_the_cpu_names_the_graph_break(tmp_path: Path) -> None:
     assert compiled["enabled"] and compiled["modes"] == ["default"]
     assert compiled["calls"][0]["target"] == "TinyNet" and compiled["calls"][0]["site"].endswith("compiled_break.py:40")
     assert "Tensor.item()" in compiled["graph_breaks"][0]["reason"]
-    assert any(s["site"].endswith("compiled_break.py:26") for s in compiled["graph_break_sites"])
+    assert any(s["site"].endswith("compiled_break.py:27") for s in compiled["graph_break_sites"])
     lines = record["host_samples"].get("lines", [])
     assert all("torchinductor" not in x["site"] for x in lines)
     report = json.loads(result.stdout)
     comp = [f for f in report["findings"] if f["rule"] == "COMP001"]
-    assert comp and "Tensor.item()" in comp[0]["says"] and "compiled_break.py:26" in comp[0]["lines"]
+    assert comp and "Tensor.item()" in comp[0]["says"] and "compiled_break.py:27" in comp[0]["lines"]
 
 
 # --- the compile knob through the script's own torch.compile -------------------------------------
