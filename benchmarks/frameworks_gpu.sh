@@ -32,6 +32,7 @@ example hf hf_trainer_workers.py
 example accelerate accelerate_fp32.py
 example closure closure_optimizer.py
 example compiled compiled_launch_bound.py
+example fabric fabric_fp32.py
 
 # one archive: report.json, run.json and 3 steps of each trace (the full traces are large)
 STAGE=$(mktemp -d)

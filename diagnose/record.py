@@ -17,7 +17,7 @@ RUN_SCHEMA = "diagnose.run/1"
 
 #: the training frameworks diagnose recognises, from the one that owns the loop most completely
 #: (Lightning, the HF Trainer: both may build an ``Accelerator`` or their own loop) to the least
-FRAMEWORKS = ("lightning", "hf_trainer", "accelerate")
+FRAMEWORKS = ("lightning", "hf_trainer", "fabric", "accelerate")
 
 #: How a run ended. "stopped" means diagnose stopped the script on purpose after measuring;
 #: "not_run" that the script could not be started (missing, not Python, module not found).
@@ -153,11 +153,11 @@ class ModelInfo:
 
 @dataclass
 class FrameworkInfo:
-    """A training framework object the script built (Lightning ``Trainer``, HF ``Trainer`` or
-    ``TrainingArguments``, ``accelerate.Accelerator``): see ``runtime/frameworks.py``."""
+    """A training framework object the script built (Lightning ``Trainer`` or ``Fabric``, HF
+    ``Trainer`` or ``TrainingArguments``, ``accelerate.Accelerator``): see ``runtime/frameworks.py``."""
 
-    framework: str  # "lightning", "hf_trainer" or "accelerate"
-    role: str  # "trainer", "arguments" or "accelerator"
+    framework: str  # "lightning", "hf_trainer", "fabric" or "accelerate"
+    role: str  # "trainer", "arguments", "fabric" or "accelerator"
     cls: str
     version: str | None
     #: the user's line that built it (``file:line``) and its source text
@@ -165,6 +165,7 @@ class FrameworkInfo:
     code: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
     #: the user's code the framework runs (Lightning: ``training_step``), and the ``fit`` call
+    #: (Fabric: the ``setup`` call that hands it the model)
     sites: dict[str, str] = field(default_factory=dict)
     #: knob -> the framework setting ``diagnose verify`` changed for it
     knobs_applied: dict[str, str] = field(default_factory=dict)

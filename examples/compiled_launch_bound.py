@@ -4,8 +4,9 @@ The same 64 small blocks at batch 32 as ``launch_bound.py``, compiled with ``tor
 inductor fuses each block's elementwise work, but every fused kernel is still launched one by
 one from the host, and they run for a few microseconds each. ``mode="reduce-overhead"``
 captures the step's kernels in CUDA graphs, launched as one. ``--fixed`` compiles that way.
-Expected diagnosis: LAUNCH001, with ``mode="reduce-overhead"`` (compile is already on, in
-default mode: diagnose must not tell the user to turn it on).
+Expected diagnosis: LAUNCH002, ``mode="reduce-overhead"`` (compile is already on, in default
+mode: diagnose must not tell the user to turn it on). ``diagnose verify`` measures it through this
+script's own ``torch.compile(...)`` call, its mode replaced by the knob's.
 """
 
 from __future__ import annotations

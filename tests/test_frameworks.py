@@ -9,6 +9,7 @@ built-in rule fires depends on timings, and the choice of text does not.
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import json
 import os
@@ -115,6 +116,64 @@ def test_an_already_imported_framework_is_patched_at_once_and_knobs_take_its_swi
     assert knobs.via() == {"autocast": 'Trainer(precision="bf16-mixed")', "num_workers": "DataLoader(num_workers=...)"}
 
 
+FAKE_FABRIC = '''
+class _Precision:
+    def __init__(self, precision):
+        self.precision = precision
+
+
+class _Strategy:
+    def __init__(self, precision):
+        self.precision = _Precision(precision)
+
+
+class Fabric:
+    def __init__(self, *, accelerator="auto", precision=None):
+        self.strategy = _Strategy(precision or "32-true")
+        self.world_size = 1
+
+    def setup(self, module, *optimizers):
+        return module
+
+    def backward(self, tensor):
+        tensor.backward()
+'''
+
+
+def test_fabric_is_recorded_with_its_setup_its_precision_switch_and_a_marked_backward(tmp_path: Path, monkeypatch) -> None:
+    """A stand-in for ``lightning.fabric.fabric``: the construction is recorded with the precision
+    its plugin holds, autocast takes ``Fabric(precision=...)``, ``setup`` names the user's model
+    and line, and ``backward`` runs inside a ``diagnose#backward`` annotation."""
+    import torch
+
+    (tmp_path / "fakefabric.py").write_text(textwrap.dedent(FAKE_FABRIC))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    watched = tuple(frameworks.Watched("fabric", "fakefabric", "fakefabric", "Fabric", method, role)
+                    for method, role in (("__init__", "fabric"), ("setup", "setup"), ("backward", "backward")))
+    monkeypatch.setattr(frameworks, "WATCHED", watched)
+    knobs = Knobs.parse(["autocast=bf16"])
+    watch = frameworks.FrameworkWatch(_here, knobs.framework_changes)
+    watch.install()
+    try:
+        module = importlib.import_module("fakefabric")
+        fabric = module.Fabric(accelerator="cpu")
+        model = fabric.setup(torch.nn.Linear(2, 1))
+        setup_line = sys._getframe().f_lineno - 1
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            fabric.backward(model(torch.randn(4, 2)).sum())
+    finally:
+        watch.remove()
+        sys.modules.pop("fakefabric", None)
+    (info,) = watch.seen
+    assert (info.framework, info.role, info.cls) == ("fabric", "fabric", "Fabric")
+    assert info.settings == {"precision": "bf16-mixed", "world_size": 1, "module": "Linear"}
+    assert info.sites == {"setup": f"{__file__}:{setup_line}"}
+    assert info.knobs_applied == {"autocast": 'Fabric(precision="bf16-mixed")'} == knobs.via()
+    assert "diagnose#backward" in [e.name for e in prof.events()]
+    assert model.weight.grad is not None, "the backward itself ran"
+    assert "__wrapped__" not in vars(module.Fabric.backward), "remove() gives the original back"
+
+
 def test_installing_the_watch_imports_no_framework() -> None:
     code = (
         "import sys; from diagnose.runtime.frameworks import FrameworkWatch; w = FrameworkWatch(lambda: None); "
@@ -137,6 +196,8 @@ def test_framework_switches_per_knob() -> None:
     assert framework_switch("compile", "reduce-overhead", "hf_trainer", "arguments", True) == {
         "torch_compile": True, "torch_compile_mode": "reduce-overhead"}
     assert framework_switch("autocast", "bf16", "accelerate", "accelerator", True) == {"mixed_precision": "bf16"}
+    assert framework_switch("autocast", "bf16", "fabric", "fabric", False) == {"precision": "bf16-mixed"}
+    assert framework_switch("compile", "reduce-overhead", "fabric", "fabric", True) is None  # the script's own compile call
     assert framework_switch("tf32", True, "hf_trainer", "arguments", True) is None  # global flag
     assert framework_switch("num_workers", 4, "lightning", "trainer", True) is None  # the user's DataLoader
 
@@ -243,6 +304,7 @@ knob = { autocast = "bf16" }
 [do_by_framework]
 lightning = "LIGHTNING CHANGE"
 hf_trainer = "HF CHANGE"
+fabric = "FABRIC CHANGE"
 accelerate = "ACCELERATE CHANGE"
 
 [when]
@@ -263,6 +325,7 @@ CASES = [
      "TrainingArguments(bf16=True, fp16=False, use_cpu=True)", "HF CHANGE"),
     ("accelerate_fp32.py", "accelerate", "Accelerator", "mixed_precision", "bf16", 'Accelerator(mixed_precision="bf16")',
      "ACCELERATE CHANGE"),
+    ("fabric_fp32.py", "fabric", "Fabric", "precision", "bf16-mixed", 'Fabric(precision="bf16-mixed")', "FABRIC CHANGE"),
 ]
 
 
@@ -270,7 +333,7 @@ CASES = [
 @pytest.mark.parametrize("script, framework, cls, setting, value, via, change", CASES, ids=[c[1] for c in CASES])
 def test_diagnose_run_under_the_framework(tmp_path: Path, script: str, framework: str, cls: str, setting: str,
                                           value: object, via: str, change: str) -> None:
-    pytest.importorskip({"lightning": "lightning", "hf_trainer": "transformers", "accelerate": "accelerate"}[framework])
+    pytest.importorskip({"lightning": "lightning", "hf_trainer": "transformers", "accelerate": "accelerate", "fabric": "lightning"}[framework])
     import torch
 
     if framework == "hf_trainer" and torch.cuda.is_available():
@@ -301,3 +364,52 @@ def test_diagnose_run_under_the_framework(tmp_path: Path, script: str, framework
     assert finding["lines"].startswith(f"{script}:"), "the where line starts at the user's framework object"
     if framework == "lightning":
         assert f"{script}:" in finding["lines"].split(";")[1] and "TokenClassifier.training_step" in finding["lines"]
+    if framework == "fabric":
+        assert f"{script}:" in finding["lines"].split(";")[1] and "(fabric.setup(Sequential))" in finding["lines"]
+        # fabric.backward was annotated as the backward pass, and the annotation is in the trace
+        (trace,) = out.glob("*.pt.trace.json*")
+        opened = gzip.open(trace, "rt") if trace.suffix == ".gz" else trace.open()
+        with opened as f:
+            assert '"diagnose#backward"' in f.read()
+
+
+FABRIC_COMPILED = """
+import torch
+from lightning.fabric import Fabric          # Lightning wraps torch.compile as it is imported
+from torch import nn
+
+fabric = Fabric(accelerator="cpu", devices=1)
+model = torch.compile(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)), backend="eager")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+model, optimizer = fabric.setup(model, optimizer)   # compiles the model again, with the same arguments
+x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
+for step in range(40):
+    loss = nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    fabric.backward(loss)
+    optimizer.step()
+"""
+
+
+@pytest.mark.slow
+def test_the_compile_knob_reaches_a_fabric_scripts_own_compile(tmp_path: Path) -> None:
+    """Under Fabric the script's torch.compile call passes through Lightning's own wrapper, and
+    fabric.setup compiles the model again: both run in the knob's mode, and verify says the
+    script's call carried it."""
+    pytest.importorskip("lightning")
+    script = tmp_path / "fabric_compiled.py"
+    script.write_text(FABRIC_COMPILED)
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--out", str(out), *FAST, "--set", "compile=max-autotune",
+         str(script)],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = RunRecord.load(out / "diagnose" / "run.json")
+    assert record.loop_framework() == "fabric"
+    assert record.knobs_via == {"compile": "the script's torch.compile(...) call"}
+    calls = record.compile["calls"]
+    assert [c["mode"] for c in calls] == ["max-autotune", "max-autotune"], "the script's call, then setup's"
+    assert calls[0]["site"].endswith("fabric_compiled.py:7")

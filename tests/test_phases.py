@@ -99,6 +99,16 @@ NEST_CASES = [
         expected={"data_wait": 0, "h2d_copy": 0, "forward": 300, "backward": 250, "optimizer": 170, "other": 280},
     ),
     NestCase(
+        # Lightning Fabric: fabric.backward(loss) [400,800) scales the loss (16-mixed: a multiply that
+        # records autograd history, at 410), runs the engine [450,700), then the strategy's hooks
+        # [700,800); all of it is backward (diagnose#backward), none of it forward or other work
+        name="Fabric: the whole fabric.backward call is backward",
+        annotations=[("diagnose#backward", 400, 400), ("Optimizer.step#AdamW.step", 850, 100)],
+        forward=[(100, 10), (200, 10), (410, 10)],
+        backward=[(450, 250)],
+        expected={"data_wait": 0, "h2d_copy": 0, "forward": 300, "backward": 400, "optimizer": 100, "other": 200},
+    ),
+    NestCase(
         # optimizer-in-backward (a post-accumulate-grad hook steps each parameter): the step runs
         # inside the backward span and is optimizer work
         name="an optimizer step inside backward is optimizer work",

@@ -384,8 +384,15 @@ CASES = {
             "framework.lightning": 1, "framework.mixed_precision": 1,
             "lines.framework": "fit.py:30 `trainer = L.Trainer(` (Lightning Trainer 2.6.6); fit.py:12 (Net.training_step)",
         }),
+        Case("Lightning Fabric in 32-true, with the user's setup call", record=_record(frameworks=[
+            FrameworkInfo("fabric", "fabric", "Fabric", "2.6.6", "/u/loop.py:20", "fabric = Fabric(accelerator=\"cuda\")",
+                          {"precision": "32-true", "world_size": 1, "module": "GPT"}, {"setup": "/u/loop.py:24"}),
+        ]), expected={
+            "framework.fabric": 1, "framework.lightning": 0, "framework.accelerate": 0, "framework.mixed_precision": 0,
+            "lines.framework": 'loop.py:20 `fabric = Fabric(accelerator="cuda")` (Fabric 2.6.6); loop.py:24 (fabric.setup(GPT))',
+        }),
         Case("a plain PyTorch loop", record=_record(), expected={
-            "framework.lightning": 0, "framework.hf_trainer": 0, "framework.accelerate": 0,
+            "framework.lightning": 0, "framework.hf_trainer": 0, "framework.fabric": 0, "framework.accelerate": 0,
             "framework.mixed_precision": None, "lines.framework": None,
         }),
         Case("a bare trace: nothing known", expected={"framework.hf_trainer": None, "framework.mixed_precision": None}),

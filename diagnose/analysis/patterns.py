@@ -31,6 +31,9 @@ OPTIMIZER_SIDE_PREFIXES = (
 #: The closure an optimizer's ``step(closure)`` calls (Lightning's automatic optimization, LBFGS):
 #: the user's (or the framework's) training step, not the optimizer's own work.
 OPTIMIZER_CLOSURE_PREFIX = "diagnose#optimizer_closure"
+#: A framework's backward call (Lightning Fabric's ``fabric.backward``; diagnose.runtime.marks):
+#: all of it is the backward pass, the work around the autograd engine included.
+BACKWARD_MARK_PREFIX = "diagnose#backward"
 #: Top-level host ops of torch.compile around a compiled forward: the guard check and the region
 #: that runs the compiled graph (its ``CompiledFunction`` records the autograd history).
 COMPILED_REGION_PREFIXES = ("Torch-Compiled Region", "TorchDynamo Cache Lookup")

@@ -23,7 +23,9 @@ def symptoms_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-FRAMEWORK_NAMES = {"lightning": "PyTorch Lightning", "hf_trainer": "the Hugging Face Trainer", "accelerate": "accelerate"}
+FRAMEWORK_NAMES = {
+    "lightning": "PyTorch Lightning", "hf_trainer": "the Hugging Face Trainer", "fabric": "Lightning Fabric", "accelerate": "accelerate",
+}
 
 
 def rules_markdown(rules: list[Rule]) -> str:
@@ -86,9 +88,9 @@ def rules_markdown(rules: list[Rule]) -> str:
         "report's diagnosis records which rule spoke instead): one cause, one finding.",
         "",
         "Under a training framework (`framework.lightning`, `framework.hf_trainer`,",
-        "`framework.accelerate`) a finding shows the rule's `do_by_framework` text for it, where",
-        "there is one, and its `where` line starts at the user's Trainer, TrainingArguments or",
-        "Accelerator (`lines.framework`).",
+        "`framework.fabric`, `framework.accelerate`) a finding shows the rule's `do_by_framework`",
+        "text for it, where there is one, and its `where` line starts at the user's Trainer,",
+        "TrainingArguments, Fabric or Accelerator (`lines.framework`).",
         "",
         "## The rules",
         "",

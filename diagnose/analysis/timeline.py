@@ -421,7 +421,8 @@ class _Columns:
         ]
         main_ops.sort(key=lambda op: (op[0], -op[1]))
         main_ops = duplicates.unique(main_ops)
-        backward_ops = duplicates.unique(sorted(self.backward_ops))
+        # a framework's backward call (marked) is backward from end to end, around the engine's events
+        backward_ops = duplicates.unique(sorted(self.backward_ops + read.backward_marks))
         bw_prefix = P.BACKWARD_OP_PREFIX
         training = {main_tid} | {tid for tid, ops in self.thread_ops.items() if any(op[2].startswith(bw_prefix) for op in ops)}
         host_event_starts = [op[0] for tid in training for op in self.thread_ops.get(tid, ())]
@@ -671,6 +672,7 @@ class _Annotations(NamedTuple):
     data_parallel: list[Interval]
     closures: list[Interval]
     collective_ops: list[HostOp]
+    backward_marks: list[Interval]
 
 
 def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid: Any) -> _Annotations:
@@ -683,6 +685,7 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
     data_waits: list[Interval] = []
     optimizer_spans: list[Interval] = []
     closure_spans: list[Interval] = []
+    backward_marks: list[Interval] = []
     optimizer_steps: list[Interval] = []
     optimizer_classes: Counter[str] = Counter()
     for name, tid, ts, end in annotations:
@@ -708,6 +711,9 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
         elif name.startswith(P.OPTIMIZER_CLOSURE_PREFIX):
             if on_main:
                 closure_spans.append((ts, end))
+        elif name.startswith(P.BACKWARD_MARK_PREFIX):
+            if on_main:
+                backward_marks.append((ts, end))
         elif name.startswith(P.CPU_COLLECTIVE_PREFIXES):
             collectives.append((ts, end))
             collective_ops.append(HostOp(ts, end, name))
@@ -724,7 +730,7 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
     steps = [s for s in steps if s.end > s.start]
     return _Annotations(
         steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(optimizer_steps), optimizer_classes,
-        sorted(collectives), sorted(data_parallel), sorted(closure_spans), sorted(collective_ops),
+        sorted(collectives), sorted(data_parallel), sorted(closure_spans), sorted(collective_ops), sorted(backward_marks),
     )
 
 

@@ -32,6 +32,7 @@ class MarkdownRenderer(Renderer):
             _findings(view),
             _breakdown(view),
             _dataloader(view),
+            _experiments(view),
             _warnings(view),
             TRUST_NOTE,
         ]
@@ -123,6 +124,33 @@ def _dataloader(view: ReportView) -> str:
     rows = [[key, str(value)] for key, value in loader.settings]
     where = f" (created at `{_cell(loader.created_at)}`)" if loader.created_at else ""
     return f"### DataLoader{where}\n\n" + _table(["setting", "value"], rows)
+
+
+def _experiments(view: ReportView) -> str:
+    """verify's or sweep's rows: what each change measured, and how its knobs reached the loop."""
+    e = view.experiments
+    if e is None:
+        return ""
+    key = e.compared_by
+    with_via = any(row.via for row in e.rows)
+    header = ["run", *(["via"] if with_via else []), "result", key.replace("_per_s", "/s"), "speedup", "GPU busy", "top exposed after"]
+    rows = []
+    for row in e.rows:
+        compared = row.figure(key)
+        rows.append(
+            [
+                row.label,
+                *([row.via or "-"] if with_via else []),
+                row.verdict or row.status,
+                f"{compared:.2f}" if compared else "-",
+                f"{row.speedup:.2f}x" if row.speedup else "-",
+                percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-",
+                f"{row.top_label} {percent(row.top_share or 0, 0)}" if row.top_category else "-",
+            ]
+        )
+    title = "What each recommendation really buys" if e.kind == "verify" else "Sweep"
+    conclusions = "\n".join(f"* {_cell(line)}" for line in e.conclusions)
+    return "\n\n".join(x for x in (f"### {title}", _table(header, rows), conclusions) if x)
 
 
 def _warnings(view: ReportView) -> str:

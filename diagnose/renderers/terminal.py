@@ -376,8 +376,10 @@ class TerminalRenderer(Renderer):
         title = "What each recommendation really buys" if e.kind == "verify" else "Sweep"
         title += f": {e.statistic}" if e.statistic else ""
         table = Table(title=title, title_justify="left", box=None, header_style="bold")
+        with_via = any(row.via for row in e.rows)  # how each knob reached the loop
         for column, justify in (
             ("run", "left"),
+            *((("via", "left"),) if with_via else ()),
             ("result", "left"),
             ("mean " + key.replace("_per_s", "/s"), "right"),
             ("mean step ms (p10-p90)", "right"),
@@ -397,6 +399,7 @@ class TerminalRenderer(Renderer):
             compared = row.figure(key)
             table.add_row(
                 escape(row.label),
+                *((escape(row.via),) if with_via else ()),
                 verdict,
                 f"{compared:.2f}" if compared else "-",
                 row.step_text() or "-",

@@ -281,6 +281,8 @@ class ExperimentRow:
     compiled: bool
     compile_s: float | None
     break_even_steps: int | None
+    #: how the row's knobs reached the script's loop (``via_text``); "" for a baseline
+    via: str = ""
 
     def step_text(self, dash: str = "-") -> str | None:
         """The mean step with its p10-p90, ``"101.2 (95.0-110.3)"`` in ms; None when not measured."""
@@ -711,6 +713,15 @@ def _replay(replay: Mapping[str, Any] | None) -> ReplayView | None:
     )
 
 
+def via_text(knobs: Mapping[str, Any], via: Mapping[str, Any]) -> str:
+    """How an experiment's knobs reached the loop, for a table cell: the way alone for one knob
+    (``Trainer(precision="bf16-mixed")``), ``knob: way`` joined by ``; `` for several."""
+    ways = [(str(k), str(via[k])) for k in knobs if via.get(k)]
+    if len(ways) == 1 and len(knobs) == 1:
+        return ways[0][1]
+    return "; ".join(f"{k}: {way}" for k, way in ways)
+
+
 def _experiments(experiments: Mapping[str, Any] | None, labels: Mapping[str, str]) -> ExperimentsView | None:
     if not experiments or not experiments.get("rows"):
         return None
@@ -741,6 +752,7 @@ def _experiments(experiments: Mapping[str, Any] | None, labels: Mapping[str, str
                 compiled=bool(compile_info),
                 compile_s=compile_info.get("compile_s"),
                 break_even_steps=compile_info.get("break_even_steps"),
+                via=via_text(row.get("knobs") or {}, row.get("via") or {}),
             )
         )
     return ExperimentsView(

@@ -8,6 +8,16 @@ graph breaks with their reasons and the user lines where they happen, and the co
 happened after the warm-up (recompilations, with dynamo's reason for each).
 
 The summary is JSON-ready; it becomes ``RunRecord.compile`` (see docs/report-schema.md).
+
+With a ``knob_hook`` (``Knobs.script_compile``: ``diagnose verify``'s ``compile`` knob), the
+script's own calls are where that knob takes effect: a call made from the script's code (its
+direct caller is not library code: a framework's or torch's own compile is left alone) is given
+the knob's mode, or returns the model eager for ``compile=off``. Two cases need care: a library
+that wraps ``torch.compile`` itself after the watch (Lightning does, to remember the arguments)
+stands between the script and the watch, so wrappers of the watch's own function are looked
+through; and a framework that compiles the script's model again with the script's arguments
+(``Fabric.setup`` re-applies ``torch.compile`` to the module it wraps) gets the knob too. What
+is recorded is the call as it ran, with the knob's mode.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -48,15 +59,32 @@ def _target_name(model: Any) -> str:
     return getattr(model, "__qualname__", type(model).__name__)
 
 
-class CompileWatch:
-    """The wrappers and what they saw. One instance per run (the runner's hook registry)."""
+#: ``(api, kwargs) -> kwargs`` to compile with, or None to leave the model eager
+CompileKnobHook = Callable[[str, dict[str, Any]], "dict[str, Any] | None"]
 
-    def __init__(self, user_frame: Callable[[], str | None] | None = None) -> None:
+
+class CompileWatch:
+    """The wrappers and what they saw. One instance per run (the runner's hook registry).
+
+    ``is_library(filename)`` says whether a caller's file is library code (torch, site-packages,
+    diagnose): only the script's own calls reach ``knob_hook``."""
+
+    def __init__(
+        self,
+        user_frame: Callable[[], str | None] | None = None,
+        knob_hook: CompileKnobHook | None = None,
+        is_library: Callable[[str], bool] | None = None,
+    ) -> None:
         self.calls: list[dict[str, Any]] = []
         self._user_frame = user_frame or (lambda: None)
+        self.knob_hook = knob_hook
+        self._is_library = is_library or (lambda filename: False)
         self._undo: list[Callable[[], None]] = []
         self._inside_module_compile = False
         self._metrics_before: set[int] | None = None
+        self._compile_wrapper: Any = None  # the watch's own torch.compile
+        #: models whose compile the knob changed: a framework compiling one again gets it too
+        self._knob_models: weakref.WeakSet[Any] = weakref.WeakSet()
 
     # --- install / remove ---------------------------------------------------------------------
 
@@ -68,11 +96,21 @@ class CompileWatch:
 
         @functools.wraps(original_compile)
         def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if model is not None and not watch._inside_module_compile:
-                watch._record("torch.compile", model, kwargs)
+            from_script = watch._from_script(sys._getframe(1))
+            if model is None:
+                if from_script and not args:
+                    # ``@torch.compile(mode=...)``: the knob applies to what it will decorate
+                    return lambda fn: watch._compile_for_script("torch.compile", original_compile, fn, kwargs)
+                return original_compile(model, *args, **kwargs)
+            if watch._inside_module_compile:
+                return original_compile(model, *args, **kwargs)
+            if (from_script or watch._compiled_again(model)) and not args:
+                return watch._compile_for_script("torch.compile", original_compile, model, kwargs)
+            watch._record("torch.compile", model, kwargs)
             return original_compile(model, *args, **kwargs)
 
         torch.compile = compile  # type: ignore[assignment]
+        self._compile_wrapper = compile
         self._undo.append(lambda: setattr(torch, "compile", original_compile))
 
         module_cls = torch.nn.Module
@@ -81,6 +119,11 @@ class CompileWatch:
 
             @functools.wraps(original_method)
             def module_compile(module: Any, *args: Any, **kwargs: Any) -> Any:
+                if watch._from_script(sys._getframe(1)):
+                    changed = watch.knob_hook("Module.compile", dict(kwargs))  # type: ignore[misc]
+                    if changed is None:
+                        return None  # compile=off: the module stays eager
+                    kwargs = changed
                 watch._record("Module.compile", module, kwargs)
                 watch._inside_module_compile = True
                 try:
@@ -90,6 +133,49 @@ class CompileWatch:
 
             module_cls.compile = module_compile  # type: ignore[method-assign]
             self._undo.append(lambda: setattr(module_cls, "compile", original_method))
+
+    def _from_script(self, caller: Any) -> bool:
+        """Whether a compile call is the script's own, for the knob to change (with a knob set):
+        its caller, past any wrapper of the watch's ``torch.compile`` installed since, is not
+        library code."""
+        if self.knob_hook is None:
+            return False
+        import torch
+
+        wrappers = set()
+        outer = getattr(torch, "compile", None)
+        while outer is not None and outer is not self._compile_wrapper:
+            wrappers.add(getattr(outer, "__code__", None))
+            outer = getattr(outer, "__wrapped__", None)
+        if outer is None:  # the watch's function is not under torch.compile now: take the caller as it is
+            wrappers.clear()
+        while caller is not None and caller.f_code in wrappers:
+            caller = caller.f_back
+        return caller is not None and not self._is_library(caller.f_code.co_filename)
+
+    def _compiled_again(self, model: Any) -> bool:
+        """A framework compiling the script's model again, with the script's arguments (Fabric's
+        ``setup``), directly or inside its strategy's wrapper (``.module``)."""
+        if self.knob_hook is None or not self._knob_models:
+            return False
+        return any(self._is_knob_model(m) for m in (model, getattr(model, "module", None)) if m is not None)
+
+    def _is_knob_model(self, model: Any) -> bool:
+        try:
+            return model in self._knob_models
+        except TypeError:  # not weakly referenceable: never one of them
+            return False
+
+    def _compile_for_script(self, api: str, original: Callable[..., Any], model: Any, kwargs: dict[str, Any]) -> Any:
+        changed = self.knob_hook(api, dict(kwargs))  # type: ignore[misc]
+        if changed is None:
+            return model  # compile=off: the script gets its model back, eager
+        try:
+            self._knob_models.add(model)
+        except TypeError:  # a function or bound method that cannot be weakly referenced
+            pass
+        self._record(api, model, changed)
+        return original(model, **changed)
 
     def remove(self) -> None:
         while self._undo:

@@ -1,15 +1,21 @@
 """The training framework a script's loop runs under, seen without importing it.
 
-Lightning's ``Trainer``, the Hugging Face ``Trainer`` with its ``TrainingArguments``, and
-``accelerate.Accelerator`` are watched where they are defined: a module that is already imported
+Lightning's ``Trainer``, Lightning ``Fabric``, the Hugging Face ``Trainer`` with its
+``TrainingArguments``, and ``accelerate.Accelerator`` are watched where they are defined: a module that is already imported
 is patched at once, one that the script imports later is patched right after it executes (an
 import hook on ``sys.meta_path``). A framework the script does not use is never imported.
 
 For each construction the watch records the framework, its version, the user's line that built
 the object and the settings the advice depends on (``FrameworkInfo`` in the run record). The
 same constructors are where ``diagnose verify``'s knobs take the framework's own switch
-(``Trainer(precision="bf16-mixed")``, ``TrainingArguments(bf16=True)``,
-``Accelerator(mixed_precision="bf16")``): ``knobs.Knobs.framework_changes`` says what to set.
+(``Trainer(precision="bf16-mixed")``, ``Fabric(precision="bf16-mixed")``,
+``TrainingArguments(bf16=True)``, ``Accelerator(mixed_precision="bf16")``):
+``knobs.Knobs.framework_changes`` says what to set.
+
+Two more kinds of method are watched: ``Trainer.fit`` and ``Fabric.setup`` say where the user's
+model is (``sites``, quoted in a finding's ``where``), and ``Fabric.backward`` is annotated as the
+backward pass (``runtime/marks.py``): the precision plugin's and strategy's work around the
+autograd engine is backward, not other host work.
 
 Objects that one framework builds inside another's constructor (the ``Accelerator`` that the HF
 ``Trainer`` makes) are the outer framework's business: neither recorded nor changed.
@@ -26,6 +32,7 @@ from types import ModuleType
 from typing import Any
 
 from diagnose.record import FrameworkInfo
+from diagnose.runtime.marks import backward_mark
 
 
 @dataclass(frozen=True)
@@ -36,8 +43,8 @@ class Watched:
     package: str  # the distribution's top-level module, for the version
     module: str  # the module that defines the class
     cls: str
-    method: str  # "__init__", "__post_init__" (a dataclass: its fields are set), "fit"
-    role: str  # "trainer", "arguments", "accelerator", "fit"
+    method: str  # "__init__", "__post_init__" (a dataclass: its fields are set), "fit", "setup", "backward"
+    role: str  # "trainer", "arguments", "accelerator", "fabric" (constructions); "fit", "setup", "backward"
 
 
 WATCHED = (
@@ -45,14 +52,24 @@ WATCHED = (
     Watched("lightning", "lightning", "lightning.pytorch.trainer.trainer", "Trainer", "fit", "fit"),
     Watched("lightning", "pytorch_lightning", "pytorch_lightning.trainer.trainer", "Trainer", "__init__", "trainer"),
     Watched("lightning", "pytorch_lightning", "pytorch_lightning.trainer.trainer", "Trainer", "fit", "fit"),
+    Watched("fabric", "lightning", "lightning.fabric.fabric", "Fabric", "__init__", "fabric"),
+    Watched("fabric", "lightning", "lightning.fabric.fabric", "Fabric", "setup", "setup"),
+    Watched("fabric", "lightning", "lightning.fabric.fabric", "Fabric", "setup_module", "setup"),
+    Watched("fabric", "lightning", "lightning.fabric.fabric", "Fabric", "backward", "backward"),
+    Watched("fabric", "lightning_fabric", "lightning_fabric.fabric", "Fabric", "__init__", "fabric"),
+    Watched("fabric", "lightning_fabric", "lightning_fabric.fabric", "Fabric", "setup", "setup"),
+    Watched("fabric", "lightning_fabric", "lightning_fabric.fabric", "Fabric", "setup_module", "setup"),
+    Watched("fabric", "lightning_fabric", "lightning_fabric.fabric", "Fabric", "backward", "backward"),
     Watched("hf_trainer", "transformers", "transformers.training_args", "TrainingArguments", "__post_init__", "arguments"),
     Watched("hf_trainer", "transformers", "transformers.trainer", "Trainer", "__init__", "trainer"),
     Watched("accelerate", "accelerate", "accelerate.accelerator", "Accelerator", "__init__", "accelerator"),
 )
 
-#: settings read off each constructed object (attribute names; missing ones are skipped)
+#: settings read off each constructed object (attribute names, or ``name=dotted.path`` where the
+#: object keeps it deeper; missing ones are skipped)
 SETTINGS: dict[tuple[str, str], tuple[str, ...]] = {
     ("lightning", "trainer"): ("precision", "accumulate_grad_batches", "max_steps", "num_devices"),
+    ("fabric", "fabric"): ("precision=strategy.precision.precision", "world_size"),
     ("hf_trainer", "arguments"): (
         "bf16", "fp16", "tf32", "per_device_train_batch_size", "gradient_accumulation_steps",
         "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
@@ -75,9 +92,13 @@ def _plain(value: Any) -> Any:
 
 def read_settings(framework: str, role: str, obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name in SETTINGS.get((framework, role), ()):
+    for entry in SETTINGS.get((framework, role), ()):
+        name, _, path = entry.partition("=")
         try:
-            out[name] = _plain(getattr(obj, name))
+            value = obj
+            for part in (path or name).split("."):
+                value = getattr(value, part)
+            out[name] = _plain(value)
         except Exception:  # a property that needs a later stage of set-up
             continue
     return out
@@ -137,7 +158,7 @@ class FrameworkWatch:
             if cls is None or key in self._patched or w.method not in cls.__dict__:
                 continue
             original = cls.__dict__[w.method]
-            setattr(cls, w.method, self._wrap(w, original))
+            setattr(cls, w.method, backward_mark(original) if w.role == "backward" else self._wrap(w, original))
             self._patched.add(key)
             self._undo.append(lambda cls=cls, w=w, original=original: setattr(cls, w.method, original))
 
@@ -146,9 +167,11 @@ class FrameworkWatch:
 
         def wrapper(obj: Any, *args: Any, **kwargs: Any) -> Any:
             own = not watch._stack or watch._stack[-1] == w.framework
-            if not own or w.role == "fit":
-                if own:
+            if not own or w.role in ("fit", "setup"):
+                if own and w.role == "fit":
                     watch._record_fit(w, args, kwargs)
+                elif own:
+                    watch._record_setup(w, args, kwargs)
                 return original(obj, *args, **kwargs)
             applied: dict[str, str] = {}
             if watch.knob_hook is not None:
@@ -221,6 +244,18 @@ class FrameworkWatch:
                     info.sites["training_step"] = site
                 info.sites["fit"] = self.user_site() or ""
                 info.settings["module"] = type(model).__name__ if model is not None else None
+                break
+
+
+    def _record_setup(self, w: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Fabric's ``setup(model, *optimizers)``: where the user hands over the model, and its class."""
+        model = kwargs.get("module", args[0] if args else None)
+        model = getattr(model, "_orig_mod", model)  # compiled before setup: name the user's class
+        for info in reversed(self.seen):
+            if info.framework == w.framework and info.role == "fabric":
+                info.sites.setdefault("setup", self.user_site() or "")
+                if model is not None:
+                    info.settings.setdefault("module", type(model).__name__)
                 break
 
 

@@ -258,7 +258,12 @@ class Instrumentation:
         self.phase_marks.install()
         self._undo.append(self.phase_marks.remove)
         prefixes = self._prefixes
-        self.compile_watch = CompileWatch(user_frame=lambda: user_frame(prefixes))
+        self.compile_watch = CompileWatch(
+            user_frame=lambda: user_frame(prefixes),
+            # the compile knob reaches a script that compiles itself through its own calls
+            knob_hook=self.knobs.script_compile if self.knobs is not None else None,
+            is_library=lambda filename: filename.startswith(prefixes) or is_generated(filename),
+        )
         self.compile_watch.install()
         self._undo.append(self.compile_watch.remove)
 

@@ -10,8 +10,10 @@ autocast            ``bf16`` or ``fp16``: autocast around forward and loss (off 
 tf32                TF32 matmuls and convolutions (``allow_tf32``)
 cudnn_benchmark     ``torch.backends.cudnn.benchmark``
 optimizer           ``fused`` or ``foreach`` for every torch.optim optimizer that supports it
-compile             ``default``, ``reduce-overhead`` or ``max-autotune``: ``torch.compile`` of
-                    the forward of the outermost module the step calls
+compile             ``default``, ``reduce-overhead`` or ``max-autotune``: a script that compiles
+                    its model itself has its own ``torch.compile(...)`` / ``Module.compile(...)``
+                    calls run in that mode (``off``: they return the model eager); any other
+                    script gets ``torch.compile`` of the forward of the first module it calls
 channels_last       convolution models and their 4-d inputs in channels_last memory format
 item_every          what-if for host syncs: ``.item()`` really syncs once every N calls per line
                     and returns the previous value otherwise (measurement only: values go stale)
@@ -29,11 +31,14 @@ how sweeps drive a script's own flags.
 
 Under a training framework a knob takes the framework's own switch where it has one (the
 framework's constructor is patched: ``runtime/frameworks.py``): ``autocast`` becomes Lightning's
-``Trainer(precision="bf16-mixed")``, ``TrainingArguments(bf16=True)`` or
+``Trainer(precision="bf16-mixed")`` or ``Fabric(precision="bf16-mixed")``, ``TrainingArguments(bf16=True)`` or
 ``Accelerator(mixed_precision="bf16")`` (the global autocast is then left); the DataLoader knobs,
 ``batch_size`` and ``compile`` become ``TrainingArguments`` fields under the HF Trainer (which
 builds its DataLoaders and compiles the model from them); ``cudnn_benchmark`` becomes
 ``Trainer(benchmark=...)`` under Lightning (which would otherwise set the flag itself).
+A script that compiles its model itself is its own switch for ``compile``
+(``runtime/compilewatch.py`` hands its calls to ``Knobs.script_compile``): compiling the model a
+second time around the script's compiled one would measure neither.
 ``Knobs.via()`` says which way each knob went; it is saved in ``run.json`` and shown by verify.
 """
 
@@ -75,7 +80,7 @@ KNOB_SPECS: dict[str, KnobSpec] = {
         KnobSpec("tf32", "bool", "TF32 for fp32 matmuls and convolutions"),
         KnobSpec("cudnn_benchmark", "bool", "torch.backends.cudnn.benchmark"),
         KnobSpec("optimizer", "fused|foreach|for-loop", "the optimizers' implementation"),
-        KnobSpec("compile", "default|reduce-overhead|max-autotune|off", "Module.compile() of the model"),
+        KnobSpec("compile", "default|reduce-overhead|max-autotune|off", "the mode of the script's own torch.compile calls (else: compile the first module called)"),
         KnobSpec("channels_last", "bool", "channels_last model and inputs for convolutions"),
         KnobSpec("item_every", "int", "what-if: .item() syncs once every N calls per line (stale values; measurement only)"),
         KnobSpec("pin_host", "bool", "pin host tensors sent to the GPU outside a DataLoader once; copy them non_blocking"),
@@ -127,8 +132,11 @@ class Knobs:
     script_args: dict[str, str] = field(default_factory=dict)
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _compiled: bool = field(default=False, repr=False)
+    #: the module whose ``forward`` the compile knob replaced (``maybe_compile``), if any
+    _own_compiled: Any = field(default=None, repr=False)
     _autocast: Any = field(default=None, repr=False)
-    #: knob -> the framework switch that carried it (the others went the global way)
+    #: knob -> the framework switch (or the script's own call) that carried it; the others
+    #: went the global way
     _framework_via: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -487,7 +495,30 @@ class Knobs:
             return False
         module.forward = torch.compile(module.forward, mode=None if mode == "default" else mode)
         self._compiled = True
+        self._own_compiled = module
         return True
+
+    def script_compile(self, api: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        """The script's own ``torch.compile(...)`` / ``Module.compile(...)`` call (``api``) under
+        the compile knob: the keyword arguments to compile with (the knob's mode replaces the
+        script's ``mode`` and ``options``, which torch refuses together), or None for
+        ``compile=off`` (the model stays eager). Without the knob the call is left as it is.
+        The knob's own wrapping (``maybe_compile``) is skipped from now on, and undone if it came
+        first (a script that runs its model eagerly before compiling it)."""
+        value = self.values.get("compile")
+        if value is None:
+            return kwargs
+        self._compiled = True
+        if self._own_compiled is not None:
+            vars(self._own_compiled).pop("forward", None)  # the instance attribute maybe_compile set
+            self._own_compiled = None
+        self._framework_via.setdefault("compile", f"the script's {api}(...) call")
+        if value == "off":
+            return None
+        changed = {k: v for k, v in kwargs.items() if k not in ("mode", "options")}
+        if value != "default":
+            changed["mode"] = value
+        return changed
 
 
 #: how a knob reaches a plain PyTorch script
@@ -508,6 +539,7 @@ GLOBAL_WAYS = {
 #: the class a user writes each framework switch in
 FRAMEWORK_CLASSES = {
     ("lightning", "trainer"): "Trainer",
+    ("fabric", "fabric"): "Fabric",
     ("hf_trainer", "arguments"): "TrainingArguments",
     ("accelerate", "accelerator"): "Accelerator",
 }
@@ -530,6 +562,12 @@ def framework_switch(knob: str, value: Any, framework: str, role: str, cuda: boo
             return {"precision": _LIGHTNING_PRECISION[value]}
         if knob == "cudnn_benchmark":
             return {"benchmark": bool(value)}
+    elif (framework, role) == ("fabric", "fabric"):
+        # Fabric's precision plugin runs the forward of each model given to setup() in autocast
+        # (and scales the loss in fabric.backward for fp16); compile goes through the script's own
+        # torch.compile call (which setup() re-applies), the rest is the user's own objects
+        if knob == "autocast":
+            return {"precision": _LIGHTNING_PRECISION[value]}
     elif (framework, role) == ("hf_trainer", "arguments"):
         if knob == "autocast":
             change: dict[str, Any] = {"bf16": value == "bf16", "fp16": value == "fp16"}

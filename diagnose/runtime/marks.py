@@ -12,7 +12,11 @@ inside the step), nor gradient clipping, GradScaler's ``unscale_``/``step``/``up
   optimizer work, as Lightning, the HF Trainer and accelerate place it (right before the step);
 * ``diagnose#GradScaler.unscale_`` / ``.step`` / ``.update``: the fp16 loss scaler's share of the
   step, optimizer work;
-* ``diagnose#Module.zero_grad``: ``model.zero_grad()``, optimizer work like ``optimizer.zero_grad()``.
+* ``diagnose#Module.zero_grad``: ``model.zero_grad()``, optimizer work like ``optimizer.zero_grad()``;
+* ``diagnose#backward``: a framework's own backward call (Lightning Fabric's ``fabric.backward``,
+  patched by ``runtime/frameworks.py`` when Fabric is imported: ``backward_mark``), whose whole
+  span is backward (the precision plugin's loss scaling and the strategy's hooks around the
+  autograd engine), never other host work.
 
 Nothing else changes: every wrapper calls the original with the same arguments and returns its
 result. Inside code that torch.compile traces the annotation is left out (no graph break).
@@ -25,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 CLOSURE = "diagnose#optimizer_closure"
+BACKWARD = "diagnose#backward"
 
 
 def _annotated(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,6 +47,11 @@ def _annotated(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     wrapper.__diagnose_original__ = fn  # type: ignore[attr-defined]
     return wrapper
+
+
+def backward_mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a framework's backward method) annotated as the backward pass."""
+    return _annotated(BACKWARD, fn)
 
 
 def _closure_pre_hook(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple, dict] | None:

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=50)
 p.add_argument("--mode", default=None)
+p.add_argument("--backend", default="inductor", help="eager: dynamo without code generation (fast tests)")
 p.add_argument("--vary-batch", action="store_true")
 a = p.parse_args()
 
@@ -36,7 +37,7 @@ if a.vary_batch:  # batches of 16, 17, ... 31 samples: a new shape each step
     dl = DataLoader(ds, batch_sampler=[list(range(s, e)) for s, e in zip(bounds, bounds[1:])])
 else:
     dl = DataLoader(ds, batch_size=32, shuffle=True, drop_last=True)
-model = torch.compile(TinyNet(), mode=a.mode, dynamic=False if a.vary_batch else None)
+model = torch.compile(TinyNet(), mode=a.mode, dynamic=False if a.vary_batch else None, backend=a.backend)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 for epoch in range(a.epochs):
     for x, y in dl:

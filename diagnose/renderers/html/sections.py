@@ -457,6 +457,8 @@ def _experiment_table(rows: tuple[ExperimentRow, ...]) -> Markup:
         ("peak reserved", figure("peak_reserved_bytes", human_bytes)),
         ("speedup", figure("speedup", lambda v: f"{v:.2f}x")),
     ]
+    if any(row.via for row in rows):  # how each knob reached the loop: the framework's switch, the script's call
+        columns.insert(1, ("via", lambda row: row.via or None))
     header_row = el("tr", [el("th", title) for title, _ in columns], el("th", "what limits the step most"))
     body = []
     for row in rows:
