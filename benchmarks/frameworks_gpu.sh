@@ -36,10 +36,10 @@ example fabric fabric_fp32.py
 
 # one archive: report.json, run.json and 3 steps of each trace (the full traces are large)
 STAGE=$(mktemp -d)
-for run in "$OUT"/runs/*/*/; do
-    [ -f "$run/run.json" ] || continue
+for record in $(find "$OUT/runs" -name run.json); do
+    meta=$(dirname "$record"); run=$meta; [ "$(basename "$meta")" = diagnose ] && run=$(dirname "$meta")
     rel=${run#"$OUT/runs/"}; mkdir -p "$STAGE/$rel"
-    cp "$run"/report.json "$run"/run.json "$STAGE/$rel/" 2>/dev/null
+    cp "$meta"/report.json "$meta"/run.json "$STAGE/$rel/" 2>/dev/null
     trace=$(ls "$run"/*.pt.trace.json* 2>/dev/null | head -1)
     [ -n "$trace" ] && $D trim "$trace" "$STAGE/$rel/trace.trimmed.json.gz" --steps 3 >/dev/null 2>&1
 done
