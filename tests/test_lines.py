@@ -183,3 +183,60 @@ def test_sync_time_is_matched_call_by_call_when_the_counts_agree() -> None:
     sites = attribute_sync_time(record, timeline)
     assert [s["blocked_ms_per_step"] for s in sites] == [pytest.approx(0.06), pytest.approx(0.03)]
     assert sites[0]["blocked_from"] == "shared by count"
+
+
+def test_the_sampler_holds_no_frame_of_the_sampled_thread_between_samples() -> None:
+    """A frame kept across the sampler's wait kept its function's locals alive after the
+    function returned, and freed them later on the sampler's thread."""
+    import threading
+    import time
+    import weakref
+
+    from diagnose.runtime.lines import Sampler
+
+    class Payload:
+        pass
+
+    def work() -> weakref.ref[Payload]:
+        payload = Payload()
+        ref = weakref.ref(payload)
+        time.sleep(0.6)  # the sampler takes one sample at 0.4 s, in this frame
+        return ref
+
+    sampler = Sampler(threading.get_ident(), 0.4, (), lambda f: "model")
+    sampler.start()
+    try:
+        ref = work()
+        alive = ref() is not None  # the sampler now waits until 0.8 s
+    finally:
+        sampler.stop()
+    assert sampler.samples >= 1
+    assert not alive
+
+
+def test_a_model_in_cuda_graphs_turns_main_thread_sampling_off_and_says_so(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    hook = LineAttribution(tmp_path / "workers")
+    hook.model_in_cuda_graphs()
+    hook.window_opened()
+    assert hook.main_sampler is None
+    record = SimpleNamespace(warnings=[], sync_sites=None, sync_sequence=None, host_samples=None, worker_samples=None)
+    hook.finish(record)
+    assert any("CUDA graphs" in w for w in record.warnings)
+
+
+CUDA_GRAPHS_MODE = """
+import torch
+m = torch.nn.Linear(8, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+graphed = torch.compile(m, mode="reduce-overhead")  # recorded by the compile watch; never called here
+for _ in range(40):
+    m(torch.randn(16, 8)).sum().backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def test_a_script_compiled_for_cuda_graphs_runs_without_the_main_thread_sampler(write_script, tmp_path: Path) -> None:
+    record, _ = _run(write_script(CUDA_GRAPHS_MODE), tmp_path)
+    assert record.compile and record.compile["cudagraphs"]
+    assert record.host_samples.get("samples", 0) == 0
+    assert any("CUDA graphs" in w for w in record.warnings)

@@ -99,17 +99,24 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            frame = sys._current_frames().get(self.thread_id)
-            if frame is None:
-                continue
-            self.samples += 1
-            where = self.classify(frame)
-            if where == "diagnose":
-                continue
-            self.where_counts[where] += 1
-            user = self.user_frame(frame)
-            if user is not None:
-                self.counts[(where, _site(user), user.f_code.co_name)] += 1
+            self._sample()
+
+    def _sample(self) -> None:
+        """One sample. The frames are local to this call, so no reference to the sampled
+        thread's frames outlives it: a frame held across the wait kept its function's locals
+        (the script's tensors) alive after the function returned, and freed them later on this
+        thread, at a moment the script does not control."""
+        frame = sys._current_frames().get(self.thread_id)
+        if frame is None:
+            return
+        self.samples += 1
+        where = self.classify(frame)
+        if where == "diagnose":
+            return
+        self.where_counts[where] += 1
+        user = self.user_frame(frame)
+        if user is not None:
+            self.counts[(where, _site(user), user.f_code.co_name)] += 1
 
 
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace(os.sep, "/") + "/"  # the diagnose package
@@ -280,6 +287,8 @@ class LineAttribution:
         self._showwarning: Any = None
         self._filters: Any = None
         self._undo: list[Callable[[], None]] = []
+        #: why the main thread is not sampled in this window (None: it is)
+        self.main_thread_off: str | None = None
 
     # --- runner hook interface ------------------------------------------------------------------
 
@@ -308,10 +317,25 @@ class LineAttribution:
         DataLoader.__init__ = __init__  # type: ignore[method-assign]
         self._undo.append(lambda: setattr(DataLoader, "__init__", original_init))
 
+    def model_in_cuda_graphs(self) -> None:
+        """The script's model runs in CUDA graphs (torch.compile mode="reduce-overhead"): the
+        main thread is neither sampled nor put in sync debug mode. CUDA graph trees track the
+        liveness of every output tensor and recycle their memory from the main thread; a
+        sampler on another thread that holds frames can end a tensor's life on that thread, and
+        a run of the compiled example with both on died inside torch's cudagraph_trees (a
+        freed storage's pointer read as None, torch 2.11 on an H100). Nothing else is lost:
+        steps, phases and the trace are as before."""
+        self.main_thread_off = (
+            "line attribution of the main thread and its sync sites was off: the model runs in CUDA graphs "
+            '(torch.compile mode="reduce-overhead"), whose memory bookkeeping a sampler thread can disturb'
+        )
+
     def window_opened(self) -> None:
         import torch
 
         self._window_start = time.perf_counter()
+        if self.main_thread_off is not None:
+            return
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(SAMPLING_SWITCH_INTERVAL_S)
         library = self.library
@@ -330,6 +354,8 @@ class LineAttribution:
 
     def finish(self, record: Any) -> None:
         self._stop_window()
+        if self.main_thread_off is not None and self.main_thread_off not in record.warnings:
+            record.warnings.append(self.main_thread_off)
         record.sync_sites = self._sync_sites()
         record.sync_sequence = list(self.sync_sequence)
         record.host_samples = self._host_hotspots()

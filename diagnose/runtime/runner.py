@@ -168,9 +168,13 @@ class _ScriptRun:
 
     def window_opened(self) -> None:
         self.instrumentation.in_window = True
-        if self.instrumentation.compile_watch is not None:  # compilations from here on are after the warm-up
-            self.instrumentation.compile_watch.window_opened()
+        watch = self.instrumentation.compile_watch
+        if watch is not None:  # compilations from here on are after the warm-up
+            watch.window_opened()
+        cuda_graphs = watch is not None and any(call.get("cudagraphs") for call in watch.calls)
         for hook in self.hooks:
+            if cuda_graphs and hasattr(hook, "model_in_cuda_graphs"):
+                hook.model_in_cuda_graphs()
             hook.window_opened()
 
     def window_closing(self) -> None:
