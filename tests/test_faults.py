@@ -372,6 +372,87 @@ def test_a_second_signal_soon_after_the_first_keeps_the_report(write_script, tmp
     assert run["status"] == state and report["status"]["state"] == state
 
 
+# --- 6. a DataLoader worker's death signalled while diagnose handles the script's failure ------------
+
+#: The race, made to happen every time. A worker dies; the script fails with an error of its own
+#: (a batch its dead worker was sending, say) before torch's SIGCHLD handler has run: the script
+#: blocks SIGCHLD. This driver runs ``diagnose run`` in-process and unblocks SIGCHLD at the first
+#: call diagnose's failure handling makes: the pending signal runs torch's handler right there,
+#: as a late SIGCHLD does (Python runs pending handlers between bytecodes, and ``signal.signal``
+#: runs them before it changes a handler: once in ~20 runs on this machine, before the fix).
+SIGCHLD_DRIVER = """
+import os, runpy, signal, sys
+from diagnose.runtime import runner
+
+HANDLING = {"execute", "_ending", "_describe_error", "_finalize", "_uninstall", "_print_script_traceback"}
+
+def deliver(frame, event, arg):
+    caller = frame if event == "c_call" else frame.f_back
+    if event in ("call", "c_call") and caller is not None and caller.f_code.co_name in HANDLING \\
+            and caller.f_code.co_filename == runner.__file__:
+        sys.setprofile(None)
+        print(f"SIGCHLD delivered in {caller.f_code.co_name}", file=sys.stderr)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+
+run_path = runpy.run_path
+def run_script(*args, **kwargs):
+    try:
+        return run_path(*args, **kwargs)
+    finally:  # the script ended (it failed): diagnose handles it from here
+        sys.setprofile(deliver)
+runpy.run_path = run_script
+sys.argv = ["diagnose", "run", "--warmup", "2", "--steps", "20", "--quiet", "--no-lines", "train.py"]
+runpy.run_module("diagnose", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_a_dead_workers_sigchld_during_the_failure_handling_keeps_the_report(write_script, tmp_path: Path) -> None:
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.test_failures import run_dir_of, saved
+
+    write_script(
+        """
+import os, signal, time, torch
+from torch.utils.data import DataLoader, Dataset
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # torch's handler does not run in the script
+torch.multiprocessing.set_sharing_strategy("file_system")  # a batch received needs no live sender
+class Data(Dataset):
+    def __len__(self):
+        return 100000
+    def __getitem__(self, i):
+        if i == 64:
+            os._exit(3)
+        return torch.ones(4)
+m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+batches = iter(DataLoader(Data(), batch_size=8, num_workers=1))
+for i, x in enumerate(batches):
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+    if i == 7:  # the worker was asked for batch 8: wait until it is dead (not reaped), then fail
+        deadline = time.time() + 60
+        while os.waitid(os.P_PID, batches._workers[0].pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None and time.time() < deadline:
+            time.sleep(0.05)
+        raise ConnectionResetError("the dead worker's batch cannot be received")
+"""
+    )
+    (tmp_path / "driver.py").write_text(SIGCHLD_DRIVER)
+    proc = subprocess.run(
+        [sys.executable, "driver.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=180, check=False
+    )
+    assert "SIGCHLD delivered in execute" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "diagnose/runtime" not in proc.stderr, proc.stderr[-3000:]  # the script's traceback, not diagnose's
+    run, report = saved(run_dir_of(tmp_path))
+    assert run["status"] == report["status"]["state"] == "failed"
+    assert "the dead worker's batch cannot be received" in report["status"]["message"]
+    assert any(re.search(r"torch reported: DataLoader worker \(pid \d+\) exited unexpectedly", w) for w in run["warnings"]), run["warnings"]
+
+
 # --- 7. out of memory while saving the trace -------------------------------------------------------
 
 
