@@ -478,6 +478,71 @@ def test_a_failed_compression_keeps_the_raw_trace_and_leaves_no_empty_gz(tmp_pat
     assert RunDir(tmp_path).traces() == [kept]
 
 
+def test_a_failed_export_leaves_no_trace_and_never_raises_into_the_script(tmp_path: Path) -> None:
+    from diagnose.progress import Progress
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+    from diagnose.runtime import capture
+
+    class OutOfMemory:
+        """Kineto writes part of the trace, then memory runs out."""
+
+        def export_chrome_trace(self, path: str) -> None:
+            Path(path).write_text('{"traceEvents": [')
+            raise MemoryError("std::bad_alloc")
+
+    session = capture.CaptureSession(WindowPlan(), RunDir(tmp_path), Progress(enabled=False), window=None)  # type: ignore[arg-type]
+    session._save_trace(OutOfMemory())
+    assert list(tmp_path.iterdir()) == [] and session.trace_files == []
+    assert "the trace could not be written (MemoryError: std::bad_alloc)" in session.notes[0]
+
+
+def test_analyze_never_picks_an_empty_trace_or_a_cut_short_gz(tmp_path: Path) -> None:
+    import gzip
+
+    from diagnose.record import RunRecord
+    from diagnose.rundir import RunDir
+
+    raw = tmp_path / "h_1.1.pt.trace.json"
+    raw.write_text(json.dumps({"traceEvents": STEPS}))
+    with gzip.open(tmp_path / "h_1.1.pt.trace.json.gz", "wb"):
+        pass  # the header alone, as a compression cut short leaves it
+    (tmp_path / "h_1.2.pt.trace.json").write_text("")
+    run = RunDir(tmp_path)
+    assert run.traces() == [raw]
+    assert run.trace_for(None)[0] == raw
+    named_empty = RunRecord(trace_files=["h_1.2.pt.trace.json"])
+    assert run.trace_for(named_empty)[0] == raw  # the record's trace is empty: none of it is read
+
+
+def test_memory_running_out_in_the_analysis_still_leaves_a_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnose import session
+    from diagnose.analysis.pipeline import AnalysisOptions
+    from diagnose.errors import TraceError
+    from diagnose.record import RunRecord
+    from diagnose.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    run.save_record(RunRecord(status="stopped", trace_files=["h_1.1.pt.trace.json"], boundaries_s=[0.0, 0.1, 0.2, 0.3]))
+    (tmp_path / "h_1.1.pt.trace.json").write_text(json.dumps({"traceEvents": STEPS}))
+
+    def out_of_memory(*args: object) -> None:
+        raise MemoryError()
+
+    monkeypatch.setattr(session, "analyze_run", out_of_memory)
+    with pytest.raises(TraceError, match="memory ran out while analysing the trace") as raised:
+        session.analyze_and_save(run, AnalysisOptions.load(()))
+    assert raised.value.exit_code == 4
+    report = json.loads(run.report_path.read_text())
+    assert report["status"]["state"] == "stopped"
+    assert any(w.startswith("the trace could not be analysed: memory ran out") for w in report["warnings"])
+    # a re-analysis that fails keeps the report the run has
+    run.report_path.write_text(json.dumps({**report, "warnings": ["kept"]}))
+    with pytest.raises(TraceError):
+        session.analyze_and_save(run, AnalysisOptions.load(()))
+    assert json.loads(run.report_path.read_text())["warnings"] == ["kept"]
+
+
 # --- 5. a quote or a backslash in the run directory's path -------------------------------------------
 
 

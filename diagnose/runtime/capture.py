@@ -279,15 +279,21 @@ class CaptureSession:
         path = self.run_dir.new_trace_path(self.rank)
         self.progress.phase("writing the trace")
         raw = path.with_name(path.name[: -len(".gz")])
-        # Kineto writes the path into the trace unescaped ("traceName"): a quote or a backslash
-        # in the run directory's path would make the JSON invalid. Export under a plain
-        # temporary path then, and move the file in.
+        # Written under a name no reader looks for and renamed when complete: an export that
+        # fails (out of memory, disk full) leaves no cut-short trace for ``analyze`` to pick,
+        # and never raises into the script. Kineto writes the path into the trace unescaped
+        # ("traceName"): a quote or a backslash in the run directory's path would make the JSON
+        # invalid, so such a run exports under a plain temporary folder.
         plain = not any(c in str(raw) for c in '"\\')
-        exported = raw if plain else Path(tempfile.mkdtemp(prefix="diagnose-trace-")) / "trace.json"
+        exported = raw.with_name(raw.name + ".partial") if plain else Path(tempfile.mkdtemp(prefix="diagnose-trace-")) / "trace.json"
         try:
             prof.export_chrome_trace(str(exported))
-            if not plain:
-                shutil.move(str(exported), str(raw))
+            shutil.move(str(exported), str(raw))
+        except (OSError, MemoryError, RuntimeError) as exc:  # RuntimeError: Kineto's own failures
+            self.notes.append(f"the trace could not be written ({type(exc).__name__}: {exc}); the report holds what was measured without it")
+            exported.unlink(missing_ok=True)
+            raw.unlink(missing_ok=True)
+            return
         finally:
             if not plain:
                 shutil.rmtree(exported.parent, ignore_errors=True)
