@@ -189,9 +189,15 @@ class RunDir:
         return sorted({int(m.group(1)) for m in map(_RANK_RECORD.match, names) if m})
 
     def traces(self, rank: int | None = None) -> list[Path]:
-        """Trace files in the folder (one rank's with ``rank``), sorted by name."""
+        """Trace files in the folder (one rank's with ``rank``), sorted by name. Never an empty
+        file, nor a ``.gz`` beside its own uncompressed trace: that is a compression cut short
+        (diagnose removes the raw trace only once the ``.gz`` is complete)."""
         prefix = "" if rank is None else f"{_rank_prefix(rank)}_"
-        found = [p for p in self.path.iterdir() if p.is_file() and p.name.startswith(prefix) and p.name.endswith(TRACE_SUFFIXES)]
+        found = [
+            p for p in self.path.iterdir() if p.is_file() and p.name.startswith(prefix) and p.name.endswith(TRACE_SUFFIXES) and p.stat().st_size > 0
+        ]
+        names = {p.name for p in found}
+        found = [p for p in found if not (p.name.endswith(".gz") and p.name[: -len(".gz")] in names)]
         return sorted(found, key=lambda p: p.name)
 
     def trace_for(self, record: RunRecord | None, rank: int | None = None) -> tuple[Path | None, list[str]]:
@@ -201,7 +207,7 @@ class RunDir:
         the folder's last trace by name."""
         present = self.traces(rank)
         named = [self.path / name for name in (record.trace_files if record is not None else [])]
-        named = [p for p in named if p.is_file()]
+        named = [p for p in named if p in present]  # an empty one is no trace
         if named:
             chosen = named[-1]
             others = [p for p in present if p != chosen]

@@ -30,7 +30,7 @@ from diagnose.analysis.pipeline import AnalysisOptions, RankAnalysis, analyse_ra
 from diagnose.analysis.ranks import RankSummary
 from diagnose.analysis.report import Report
 from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
-from diagnose.errors import UsageError
+from diagnose.errors import TraceError, UsageError
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.rundir import RunDir, shared_location
 from diagnose.signals import SignalHold
@@ -96,7 +96,35 @@ def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bo
 
 
 def analyze_and_save(run_dir: RunDir, options: AnalysisOptions, html: bool = False) -> Report:
-    return save_outputs(run_dir, analyze_run(run_dir, options), html=html)
+    """``analyze_run`` then ``save_outputs``. When the trace cannot be analysed (unreadable, or
+    memory runs out), a run's report.json still says what the run measured without the trace
+    (it is small), then the error is raised: the run's record is never left without a report."""
+    try:
+        return save_outputs(run_dir, analyze_run(run_dir, options), html=html)
+    except MemoryError:  # the traceback, and what the analysis held, are released on leaving
+        error = TraceError(
+            f"memory ran out while analysing the trace in {run_dir.path}",
+            hint="diagnose trim TRACE keeps fewer steps; or analyse it where more memory is free",
+        )
+    except TraceError as exc:
+        error = exc.with_traceback(None)
+    _save_without_trace(run_dir, options, error)
+    raise error
+
+
+def _save_without_trace(run_dir: RunDir, options: AnalysisOptions, error: TraceError) -> None:
+    """A single run's report without its trace, with a warning that says why; only where the
+    run has no report of its own yet (a re-analysis that fails keeps the one it has)."""
+    try:
+        record = run_dir.load_record() if not run_dir.ranks() else None
+    except UsageError:
+        return
+    report_path, record_path = run_dir.report_path, run_dir.record_path()
+    if record is None or (report_path.is_file() and report_path.stat().st_mtime >= record_path.stat().st_mtime):
+        return
+    source = {"kind": "run", "run_dir": str(run_dir.path)}
+    report = analyze(record, None, options, source, [f"the trace could not be analysed: {error.message}"])
+    save_outputs(run_dir, report, events=False)
 
 
 def save_not_run(run_dir: RunDir, target: dict[str, Any], message: str, options: AnalysisOptions) -> None:

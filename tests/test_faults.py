@@ -372,6 +372,87 @@ def test_a_second_signal_soon_after_the_first_keeps_the_report(write_script, tmp
     assert run["status"] == state and report["status"]["state"] == state
 
 
+# --- 6. a DataLoader worker's death signalled while diagnose handles the script's failure ------------
+
+#: The race, made to happen every time. A worker dies; the script fails with an error of its own
+#: (a batch its dead worker was sending, say) before torch's SIGCHLD handler has run: the script
+#: blocks SIGCHLD. This driver runs ``diagnose run`` in-process and unblocks SIGCHLD at the first
+#: call diagnose's failure handling makes: the pending signal runs torch's handler right there,
+#: as a late SIGCHLD does (Python runs pending handlers between bytecodes, and ``signal.signal``
+#: runs them before it changes a handler: once in ~20 runs on this machine, before the fix).
+SIGCHLD_DRIVER = """
+import os, runpy, signal, sys
+from diagnose.runtime import runner
+
+HANDLING = {"execute", "_ending", "_describe_error", "_finalize", "_uninstall", "_print_script_traceback"}
+
+def deliver(frame, event, arg):
+    caller = frame if event == "c_call" else frame.f_back
+    if event in ("call", "c_call") and caller is not None and caller.f_code.co_name in HANDLING \\
+            and caller.f_code.co_filename == runner.__file__:
+        sys.setprofile(None)
+        print(f"SIGCHLD delivered in {caller.f_code.co_name}", file=sys.stderr)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+
+run_path = runpy.run_path
+def run_script(*args, **kwargs):
+    try:
+        return run_path(*args, **kwargs)
+    finally:  # the script ended (it failed): diagnose handles it from here
+        sys.setprofile(deliver)
+runpy.run_path = run_script
+sys.argv = ["diagnose", "run", "--warmup", "2", "--steps", "20", "--quiet", "--no-lines", "train.py"]
+runpy.run_module("diagnose", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_a_dead_workers_sigchld_during_the_failure_handling_keeps_the_report(write_script, tmp_path: Path) -> None:
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.test_failures import run_dir_of, saved
+
+    write_script(
+        """
+import os, signal, time, torch
+from torch.utils.data import DataLoader, Dataset
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # torch's handler does not run in the script
+torch.multiprocessing.set_sharing_strategy("file_system")  # a batch received needs no live sender
+class Data(Dataset):
+    def __len__(self):
+        return 100000
+    def __getitem__(self, i):
+        if i == 64:
+            os._exit(3)
+        return torch.ones(4)
+m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+batches = iter(DataLoader(Data(), batch_size=8, num_workers=1))
+for i, x in enumerate(batches):
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+    if i == 7:  # the worker was asked for batch 8: wait until it is dead (not reaped), then fail
+        deadline = time.time() + 60
+        while os.waitid(os.P_PID, batches._workers[0].pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None and time.time() < deadline:
+            time.sleep(0.05)
+        raise ConnectionResetError("the dead worker's batch cannot be received")
+"""
+    )
+    (tmp_path / "driver.py").write_text(SIGCHLD_DRIVER)
+    proc = subprocess.run(
+        [sys.executable, "driver.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=180, check=False
+    )
+    assert "SIGCHLD delivered in execute" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "diagnose/runtime" not in proc.stderr, proc.stderr[-3000:]  # the script's traceback, not diagnose's
+    run, report = saved(run_dir_of(tmp_path))
+    assert run["status"] == report["status"]["state"] == "failed"
+    assert "the dead worker's batch cannot be received" in report["status"]["message"]
+    assert any(re.search(r"torch reported: DataLoader worker \(pid \d+\) exited unexpectedly", w) for w in run["warnings"]), run["warnings"]
+
+
 # --- 7. out of memory while saving the trace -------------------------------------------------------
 
 
@@ -395,6 +476,71 @@ def test_a_failed_compression_keeps_the_raw_trace_and_leaves_no_empty_gz(tmp_pat
     assert kept.name.endswith(".pt.trace.json") and session.trace_files == [kept.name]
     assert "could not be compressed (MemoryError: cannot allocate)" in session.notes[0]
     assert RunDir(tmp_path).traces() == [kept]
+
+
+def test_a_failed_export_leaves_no_trace_and_never_raises_into_the_script(tmp_path: Path) -> None:
+    from diagnose.progress import Progress
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+    from diagnose.runtime import capture
+
+    class OutOfMemory:
+        """Kineto writes part of the trace, then memory runs out."""
+
+        def export_chrome_trace(self, path: str) -> None:
+            Path(path).write_text('{"traceEvents": [')
+            raise MemoryError("std::bad_alloc")
+
+    session = capture.CaptureSession(WindowPlan(), RunDir(tmp_path), Progress(enabled=False), window=None)  # type: ignore[arg-type]
+    session._save_trace(OutOfMemory())
+    assert list(tmp_path.iterdir()) == [] and session.trace_files == []
+    assert "the trace could not be written (MemoryError: std::bad_alloc)" in session.notes[0]
+
+
+def test_analyze_never_picks_an_empty_trace_or_a_cut_short_gz(tmp_path: Path) -> None:
+    import gzip
+
+    from diagnose.record import RunRecord
+    from diagnose.rundir import RunDir
+
+    raw = tmp_path / "h_1.1.pt.trace.json"
+    raw.write_text(json.dumps({"traceEvents": STEPS}))
+    with gzip.open(tmp_path / "h_1.1.pt.trace.json.gz", "wb"):
+        pass  # the header alone, as a compression cut short leaves it
+    (tmp_path / "h_1.2.pt.trace.json").write_text("")
+    run = RunDir(tmp_path)
+    assert run.traces() == [raw]
+    assert run.trace_for(None)[0] == raw
+    named_empty = RunRecord(trace_files=["h_1.2.pt.trace.json"])
+    assert run.trace_for(named_empty)[0] == raw  # the record's trace is empty: none of it is read
+
+
+def test_memory_running_out_in_the_analysis_still_leaves_a_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnose import session
+    from diagnose.analysis.pipeline import AnalysisOptions
+    from diagnose.errors import TraceError
+    from diagnose.record import RunRecord
+    from diagnose.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    run.save_record(RunRecord(status="stopped", trace_files=["h_1.1.pt.trace.json"], boundaries_s=[0.0, 0.1, 0.2, 0.3]))
+    (tmp_path / "h_1.1.pt.trace.json").write_text(json.dumps({"traceEvents": STEPS}))
+
+    def out_of_memory(*args: object) -> None:
+        raise MemoryError()
+
+    monkeypatch.setattr(session, "analyze_run", out_of_memory)
+    with pytest.raises(TraceError, match="memory ran out while analysing the trace") as raised:
+        session.analyze_and_save(run, AnalysisOptions.load(()))
+    assert raised.value.exit_code == 4
+    report = json.loads(run.report_path.read_text())
+    assert report["status"]["state"] == "stopped"
+    assert any(w.startswith("the trace could not be analysed: memory ran out") for w in report["warnings"])
+    # a re-analysis that fails keeps the report the run has
+    run.report_path.write_text(json.dumps({**report, "warnings": ["kept"]}))
+    with pytest.raises(TraceError):
+        session.analyze_and_save(run, AnalysisOptions.load(()))
+    assert json.loads(run.report_path.read_text())["warnings"] == ["kept"]
 
 
 # --- 5. a quote or a backslash in the run directory's path -------------------------------------------

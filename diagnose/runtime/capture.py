@@ -39,6 +39,7 @@ from diagnose.progress import Progress
 from diagnose import record as _record
 from diagnose.record import WindowPlan, steps_vary_widely
 from diagnose.rundir import RunDir
+from diagnose.runtime.foreign import ForeignProfilers
 
 
 class StopScript(BaseException):
@@ -98,30 +99,35 @@ class CaptureSession:
         self._cuda = False
         #: why profiling stopped short or never ran (the script's own profiler, ...), if it did
         self.notes: list[str] = []
-        self._restore_start: Any = None
+        #: the script's own profilers (diagnose steps aside for them)
+        self.foreign = ForeignProfilers()
+        #: profiled steps kept when diagnose stepped aside for the script's profiler
+        self._profiled_cut: int | None = None
 
     # --- the script's own torch.profiler ----------------------------------------------------------
 
     def guard_foreign_profilers(self) -> None:
-        """Kineto allows one profiler at a time. When the script starts its own while ours
-        records, ours steps aside (saving what it has) instead of making the script fail."""
-        from torch.profiler import profile
+        """Kineto holds one session, and a second profiler's would crash whichever stops first
+        (``foreign.py``): from here on, diagnose's profiler steps aside for the script's."""
+        self.foreign.install(on_session=self._foreign_session_starting)
 
-        original = profile.start
-        session = self
+    def _foreign_session_starting(self) -> None:
+        """The script's profiler is about to take Kineto: diagnose's stops first."""
+        if self._profiler is not None:
+            self._step_aside(f"the script started its own torch.profiler during step {max(0, len(self.boundaries) - 1)}")
 
-        def start(prof: Any) -> None:
-            if prof is not session._profiler and session._profiler is not None:
-                session.notes.append(
-                    f"the script started its own torch.profiler at step {len(session.boundaries)}: "
-                    "diagnose stopped its window there (one profiler at a time); timings continue"
-                )
-                session._end_window_early()
-                session.profiler_blocked = True
-            return original(prof)
-
-        profile.start = start  # type: ignore[method-assign]
-        self._restore_start = lambda: setattr(profile, "start", original)
+    def _step_aside(self, why: str) -> None:
+        """Stop (or never start) diagnose's profiler for good, saving the profiled steps it has."""
+        profiled = self.plan.profiled(max(0, len(self.boundaries) - 1)) if self._profiler is not None else 0
+        if self._profiler is not None:
+            self._end_window_early()
+        self.profiler_blocked = True
+        self._profiled_cut = profiled
+        kept = f"kept the {profiled} profiled step(s) it had" if profiled else "did not profile"
+        self.notes.append(
+            f"{why}: Kineto holds one profiling session, so diagnose {kept} and left the profiler to the script; "
+            "step times and throughput are still measured"
+        )
 
     def _end_window_early(self) -> None:
         """Stop the profiler before the window's end: keep the trace if any profiled step ran."""
@@ -157,6 +163,10 @@ class CaptureSession:
         plan = self.plan
         if not plan.in_window(k):
             self._leave_window()  # before the export: samplers stop first
+        if (k == 0 or self._profiler is not None) and not self.profiler_blocked and k <= plan.window_end:
+            foreign = self.foreign.active()
+            if foreign is not None:  # never a second Kineto session over the script's
+                self._step_aside(f"the script's own torch.profiler was on at step {k} ({foreign})")
         if k == 0 and not self.profiler_blocked:
             self._start_profiler()
         elif self._profiler is not None and k == plan.window_end:
@@ -165,7 +175,8 @@ class CaptureSession:
             self._close_window()
         elif self._profiler is not None and k < plan.window_end:
             try:
-                self._profiler.step()
+                with self.foreign.ours():
+                    self._profiler.step()
             except RuntimeError as exc:  # e.g. the script's own profiler holds Kineto
                 self._profiler_failed(exc)
         if plan.in_window(k) and not self.in_window and not self.window_closed:
@@ -232,7 +243,8 @@ class CaptureSession:
         self._discard_trace = False
         try:
             self._profiler = self._new_profiler(profile, schedule, activities)
-            self._profiler.start()
+            with self.foreign.ours():
+                self._profiler.start()
         except RuntimeError as exc:
             self._profiler_failed(exc)
 
@@ -267,15 +279,21 @@ class CaptureSession:
         path = self.run_dir.new_trace_path(self.rank)
         self.progress.phase("writing the trace")
         raw = path.with_name(path.name[: -len(".gz")])
-        # Kineto writes the path into the trace unescaped ("traceName"): a quote or a backslash
-        # in the run directory's path would make the JSON invalid. Export under a plain
-        # temporary path then, and move the file in.
+        # Written under a name no reader looks for and renamed when complete: an export that
+        # fails (out of memory, disk full) leaves no cut-short trace for ``analyze`` to pick,
+        # and never raises into the script. Kineto writes the path into the trace unescaped
+        # ("traceName"): a quote or a backslash in the run directory's path would make the JSON
+        # invalid, so such a run exports under a plain temporary folder.
         plain = not any(c in str(raw) for c in '"\\')
-        exported = raw if plain else Path(tempfile.mkdtemp(prefix="diagnose-trace-")) / "trace.json"
+        exported = raw.with_name(raw.name + ".partial") if plain else Path(tempfile.mkdtemp(prefix="diagnose-trace-")) / "trace.json"
         try:
             prof.export_chrome_trace(str(exported))
-            if not plain:
-                shutil.move(str(exported), str(raw))
+            shutil.move(str(exported), str(raw))
+        except (OSError, MemoryError, RuntimeError) as exc:  # RuntimeError: Kineto's own failures
+            self.notes.append(f"the trace could not be written ({type(exc).__name__}: {exc}); the report holds what was measured without it")
+            exported.unlink(missing_ok=True)
+            raw.unlink(missing_ok=True)
+            return
         finally:
             if not plain:
                 shutil.rmtree(exported.parent, ignore_errors=True)
@@ -309,7 +327,8 @@ class CaptureSession:
         if self._profiler is None:
             return
         profiler, self._profiler = self._profiler, None
-        profiler.stop()
+        with self.foreign.ours():
+            profiler.stop()
 
     def _drop_profiler(self) -> None:
         self._discard_trace = True
@@ -318,13 +337,11 @@ class CaptureSession:
 
     def finish(self) -> None:
         """The script ended (or failed) early: save what the window captured so far."""
-        if self._restore_start is not None:
-            self._restore_start()
-            self._restore_start = None
         if self._profiler is not None:
             if self.growth and self.growth["ended_by"] is None:
                 self.growth["ended_by"] = "script end"
             self._end_window_early()
+        self.foreign.remove()
         self.progress.done()
 
     def _synchronize(self) -> None:
@@ -360,7 +377,8 @@ class CaptureSession:
 
     def profiled_steps(self) -> int:
         """Steps inside the profiled window that completed."""
-        return self.plan.profiled(max(0, len(self.boundaries) - 1))
+        completed = self.plan.profiled(max(0, len(self.boundaries) - 1))
+        return completed if self._profiled_cut is None else min(completed, self._profiled_cut)
 
 
 def _p90_over_median(durations: list[float]) -> float | None:

@@ -160,6 +160,7 @@ class _ScriptRun:
         self.step_count = StepCounter()
         self.memory_probe = MemoryProbe()
         self.saved = _SysState.save()
+        self.child_signals = _ChildSignals()
         self.real_exit = os._exit
         self.owner_pid = os.getpid()
         self.finalized = False
@@ -234,15 +235,13 @@ class _ScriptRun:
             self._install()
             self._run_script()
         except BaseException as exc:  # noqa: BLE001 - every way a script ends is recorded
-            # First, inline (a Python call would let it run first): a dead DataLoader worker's
-            # SIGCHLD may still be pending, and torch's handler would raise it here, in diagnose.
-            try:
-                signal.signal(signal.SIGCHLD, self.saved.sigchld)
-            except (AttributeError, TypeError, ValueError, OSError):  # no SIGCHLD, none saved, not the main thread
-                pass
+            # First, a plain attribute store (no Python call, so no signal handler can run before
+            # it): from here on torch's SIGCHLD handler is the script's no more (_ChildSignals).
+            self.child_signals.script_over = True
             self.hold.hold({"SIGTERM": self.saved.sigterm})  # a second Ctrl-C or SIGTERM must not cut the saving short
             status, exit_code, error = self._ending(exc)
         finally:
+            self.child_signals.script_over = True
             self.hold.hold({"SIGTERM": self.saved.sigterm})
             os._exit = self.real_exit
             try:
@@ -267,6 +266,7 @@ class _ScriptRun:
 
     def _install(self) -> None:
         self._install_hooks()
+        self.child_signals.install()
         os._exit = self._hard_exit  # type: ignore[assignment]
         _install_sigterm()
         _prepare_sys(self.target)
@@ -279,6 +279,7 @@ class _ScriptRun:
         if self.knobs is not None:
             _safely(self.knobs.remove)
         self.instrumentation.remove()
+        self.child_signals.remove()
         self.saved.restore(keep_held=self.hold.holding)
 
     def _run_script(self) -> None:
@@ -347,6 +348,8 @@ class _ScriptRun:
             timed = record.samples_per_step[record.first_timed_step() : record.first_timed_step() + plan.timed]
             record.timed_samples = sum(timed) if timed and all(timed) else None
         record.warnings.extend(session.notes)
+        if self.child_signals.late and not (error and "DataLoader worker" in error.get("message", "")):
+            record.warnings.append(f"after the script ended, torch reported: {self.child_signals.late[0]}")
         record.dataloaders = list(self.instrumentation.dataloaders.values())
         record.optimizers = list(self.instrumentation.optimizers.values())
         record.frameworks = self.instrumentation.frameworks_seen()
@@ -373,6 +376,7 @@ class _ScriptRun:
         children (DataLoader workers) inherit this function and must simply exit."""
         if os.getpid() != self.owner_pid:
             self.real_exit(code)
+        self.child_signals.script_over = True
         self.record.warnings.append(f"the script called os._exit({code})")
         _safely(lambda: self._finalize("exited" if code else "completed", code))
         _safely(lambda: self.saved.restore(keep_held=self.hold.holding))
@@ -460,6 +464,74 @@ def _prepare_sys(target: Target) -> None:
     else:
         sys.argv = [target.value, *target.args]  # runpy replaces argv[0] with the module's file
         sys.path[0] = os.getcwd()
+
+
+class _ChildSignals:
+    """torch's SIGCHLD handler, kept from raising inside diagnose.
+
+    A DataLoader with workers installs a Python SIGCHLD handler that raises when one of its
+    workers died. Python runs signal handlers between bytecodes, and ``signal.signal`` itself
+    first runs any that are pending: a worker's death signalled while the script's failure
+    unwinds made torch's handler raise inside diagnose's own handling (about 1 run in 22 for a
+    worker calling ``os._exit``), losing report.json. While the script runs, the handler torch
+    installs is wrapped: it raises in the script as torch intends; once ``script_over`` is set
+    (a plain attribute store, the first thing diagnose does when the script ends), what it
+    would raise is kept in ``late`` instead. The wrapper stays until the run's handlers are put
+    back, so that no pending signal finds torch's handler bare."""
+
+    def __init__(self) -> None:
+        self.script_over = False
+        #: what torch's handler raised after the script ended (first lines)
+        self.late: list[str] = []
+        self._restore: Callable[[], None] | None = None
+
+    def install(self) -> None:
+        try:
+            from torch.utils.data._utils import signal_handling
+        except ImportError:  # a torch without it: nothing to guard
+            return
+        original = signal_handling.__dict__.get("_set_SIGCHLD_handler")
+        if original is None:
+            return
+        guard = self
+
+        def _set_SIGCHLD_handler() -> None:  # noqa: N802 - torch's name
+            original()
+            guard.wrap_current()
+
+        signal_handling._set_SIGCHLD_handler = _set_SIGCHLD_handler
+        self._restore = lambda: setattr(signal_handling, "_set_SIGCHLD_handler", original)
+        self.wrap_current()  # a DataLoader of this process installed torch's before the run
+
+    def wrap_current(self) -> None:
+        """Wrap the Python SIGCHLD handler in place now, unless it is ours already."""
+        try:
+            current = signal.getsignal(signal.SIGCHLD)
+        except (AttributeError, ValueError, OSError):  # no SIGCHLD; not the main thread
+            return
+        if not callable(current) or getattr(current, "_diagnose_guard", False):
+            return
+        guard = self
+
+        def handler(signum: int, frame: Any) -> None:
+            if not guard.script_over:
+                current(signum, frame)
+                return
+            try:
+                current(signum, frame)
+            except Exception as exc:  # noqa: BLE001 - the script is over: its worker's death is noted, not raised in diagnose
+                guard.late.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+        handler._diagnose_guard = True  # type: ignore[attr-defined]
+        try:
+            signal.signal(signal.SIGCHLD, handler)
+        except (ValueError, OSError):
+            pass
+
+    def remove(self) -> None:
+        if self._restore is not None:
+            self._restore()
+            self._restore = None
 
 
 @dataclass
