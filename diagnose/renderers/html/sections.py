@@ -103,10 +103,8 @@ def _memory_card(view: ReportView) -> Markup | None:
     if reserved is None or not capacity:
         if capacity:
             text = f"Device capacity {human_bytes(capacity)}; peak use not measured (a trace analysed on its own)."
-        elif view.breakdown and not view.on_gpu:
-            text = "No GPU memory figures: a CPU-only run."
         else:
-            return None
+            return None  # a CPU-only run has no device memory to show; nor has a bare trace
         return el("div", el("h3", "GPU memory"), el("p", text, class_="muted"), class_="card")
     share = reserved / capacity
     meter = el(
@@ -204,8 +202,9 @@ def _median_step_section(view: ReportView) -> Markup:
         title = "One step, in time order"
         caption = (
             f"Step {step.number}, the median step ({ms(step.duration_ms)}), from its start (left) to its end (right), in "
-            f"{step.bins} slices of {ms(step.slice_ms or 0)}: each slice shows what filled most of it. Top: GPU busy "
-            "(greens) or idle and why (warm colours). Bottom: what the host thread was doing."
+            f"{step.bins} slices of {ms(step.slice_ms or 0)}: each slice shows what filled most of it. "
+            + ("Top: GPU busy (greens) or idle and why (warm colours). " if view.on_gpu else "Top: what limited the step. ")
+            + "Bottom: what the host thread was doing."
         )
     else:
         title = "One step, by category"
