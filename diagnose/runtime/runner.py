@@ -232,10 +232,18 @@ class _ScriptRun:
         except BaseException as exc:  # noqa: BLE001 - every way a script ends is recorded
             # First, inline (a Python call would let it run first): a dead DataLoader worker's
             # SIGCHLD may still be pending, and torch's handler would raise it here, in diagnose.
-            try:
-                signal.signal(signal.SIGCHLD, self.saved.sigchld)
-            except (AttributeError, TypeError, ValueError, OSError):  # no SIGCHLD, none saved, not the main thread
-                pass
+            # signal.signal itself runs pending handlers before it replaces one: torch's then
+            # raises inside it (under load, when the script saw the worker's death through its
+            # queue before the signal was handled). That error is the same death, told late: the
+            # script's own exception stays what ended it, and the handler is replaced on the retry.
+            for _ in range(3):
+                try:
+                    signal.signal(signal.SIGCHLD, self.saved.sigchld)
+                except RuntimeError:  # torch's handler, run for the pending SIGCHLD: try again
+                    continue
+                except (AttributeError, TypeError, ValueError, OSError):  # no SIGCHLD, none saved, not the main thread
+                    pass
+                break
             self.hold.hold({"SIGTERM": self.saved.sigterm})  # a second Ctrl-C or SIGTERM must not cut the saving short
             status, exit_code, error = self._ending(exc)
         finally:
