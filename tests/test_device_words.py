@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from diagnose.analysis.findings import diagnose_symptoms, make_finding
+from diagnose.analysis.findings import Finding, diagnose_symptoms, make_finding
 from diagnose.analysis.rules import Condition, Rule, load_rules, names_in
 from diagnose.analysis.symptoms import DEFINITIONS, symptoms_from_values
 from diagnose.analysis.symptoms.registry import Known
@@ -148,7 +148,7 @@ def test_on_cpu_texts_are_checked_at_load(tmp_path, case: BadCpuWords) -> None:
         load_rules([path], include_builtin=False)
 
 
-def preprocess_finding(values: dict[str, float]):
+def preprocess_finding(values: dict[str, float]) -> tuple[Finding, dict[str, float]]:
     """DATA004's finding with ``suggest.preprocess_workers`` and its basis computed as a run does."""
     from diagnose.analysis.symptoms import dataloader
 

@@ -5,9 +5,10 @@ without the sections of a single run."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from diagnose.analysis.report import Report
-from diagnose.experiments import Baseline, Outcome, Spec, judge, outcome_from_report, summarize_sweep, summarize_verify, VerifyResult
+from diagnose.experiments import Baseline, Outcome, Spec, VerifyResult, judge, outcome_from_report, summarize_sweep, summarize_verify
 from diagnose.renderers.html import HTMLRenderer
 from diagnose.renderers.terminal import TerminalRenderer
 
@@ -52,7 +53,7 @@ def terminal(report: Report) -> str:
 
 
 def test_a_point_that_ends_before_the_timed_window_says_so() -> None:
-    outcome = outcome_from_report(Spec("num_workers=2", {"num_workers": "2"}), too_short_report(), __import__("pathlib").Path("/nonexistent"), 0)
+    outcome = outcome_from_report(Spec("num_workers=2", {"num_workers": "2"}), too_short_report(), Path("/nonexistent"), 0)
     assert outcome.status == "failed"
     assert outcome.error is not None and "before the timed window" in outcome.error and "too few steps" in outcome.error
     summary = summarize_sweep(["num_workers"], [cpu_point("num_workers=0", 12.0), outcome])
