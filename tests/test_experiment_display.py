@@ -19,7 +19,7 @@ def cpu_point(label: str, samples_per_s: float) -> Outcome:
     """A point measured on a CPU: GPU busy 0, no device memory."""
     return Outcome(
         label, {"num_workers": label[-1]}, "ok", f"runs/s/{label}", steps_per_s=samples_per_s / 8, samples_per_s=samples_per_s,
-        median_step_ms=8000 / samples_per_s, gpu_busy=0.0, top_exposed={"category": "host_backward", "share": 0.5},
+        mean_step_ms=8000 / samples_per_s, gpu_busy=0.0, top_exposed={"category": "host_backward", "share": 0.5},
     )
 
 
