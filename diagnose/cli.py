@@ -471,6 +471,7 @@ def verify(
     report = Report.from_dict(base_report)
     report.experiments = summarize_verify(result, base_report)
     _save_and_emit(out_dir, report, html, json_out, color)
+    typer.echo(f"run directory: {out_dir.path}", err=True)
 
 
 @app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
@@ -510,12 +511,31 @@ def sweep(
         source={"kind": "sweep", "run_dir": str(out_dir.path)},
         status={"state": "sweep", "exit_code": 0, "message": f"{len(outcomes)} runs of {target.value}", "error": None},
         run={"target": {"kind": target.kind, "value": target.value, "args": target_args}},
+        # the machine the points ran on, as their own reports recorded it: the header names the device
+        environment=_environment_of(outcomes),
         verdict=summary["conclusions"][0] if summary["conclusions"] else "no run of the sweep succeeded",
         experiments=summary,
     )
     _save_and_emit(out_dir, report, html, json_out, color)
+    typer.echo(f"run directory: {out_dir.path}", err=True)
     if not any(o.status == "ok" for o in outcomes):
         raise typer.Exit(errors.EXIT_SCRIPT_FAILED)
+
+
+def _environment_of(outcomes) -> dict:  # noqa: ANN001 - list[Outcome]
+    """The environment recorded by the first of the sweep's runs that left a report."""
+    from diagnose.rundir import RunDir
+
+    for outcome in outcomes:
+        if not outcome.run_dir:
+            continue
+        try:
+            environment = RunDir(Path(outcome.run_dir)).load_report().environment
+        except (DiagnoseError, OSError, ValueError):
+            continue
+        if environment:
+            return dict(environment)
+    return {}
 
 
 def _progress_printer(quiet: bool):  # noqa: ANN202 - a callback

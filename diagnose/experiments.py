@@ -135,6 +135,10 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
     if status != "ok":
         error = (report.get("status") or {}).get("message") or stderr.strip().splitlines()[-1:] or ["no report"]
         out.error = error if isinstance(error, str) else error[0]
+        note = (report.get("throughput") or {}).get("note")
+        if status == "failed" and state in ("stopped", "completed") and note:
+            # the script ran fine but ended before the timed window: say so, not just "failed"
+            out.error = f"{out.error}, before the timed window ({note})"
     steady = (report.get("throughput") or {}).get("steady") or {}
     out.steps_per_s = steady.get("steps_per_s")
     out.samples_per_s = steady.get("samples_per_s")
@@ -474,6 +478,7 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
         rows.append(row)
     if best is not None:
         conclusions.insert(0, f"best: {best.label} at {best.rate(by_samples):.1f} {'samples' if by_samples else 'steps'}/s")
+    conclusions += [f"{o.label}: {o.status}: {o.error}" for o in outcomes if o.status != "ok" and o.error]
     for name in names:
         if _is_size_knob(name):
             fits = [_as_float(o.knobs[name]) for o in outcomes if o.status == "ok" and name in o.knobs]

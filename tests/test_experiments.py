@@ -322,6 +322,8 @@ def test_sweep_cli_finds_the_largest_batch_that_fits(write_script, tmp_path: Pat
     assert rows[3]["error"].startswith("skipped")  # larger than a size that already failed
     assert "the largest that fits: arg.batch_size=32" in " ".join(report["experiments"]["conclusions"])
     assert (out / "diagnose" / "report.json").is_file()
+    assert f"run directory: {out}" in proc.stderr  # where the runs are, as diagnose run says it
+    assert report["environment"]["cpu_count"] >= 1  # the header names the device the points ran on
     assert len(list(out.glob("events.out.tfevents.*.diagnose-compare"))) == 1  # its runs side by side in TensorBoard
     if report["experiments"].get("plot"):
         assert (out / "sweep.png").stat().st_size > 1000
@@ -371,3 +373,4 @@ def test_verify_cli_measures_the_top_recommendation(write_script, tmp_path: Path
     assert tried["speedup"] > 0 and tried["top_exposed"]["category"]
     assert any(line.startswith("TEST001 (num_workers=1 via DataLoader(num_workers=...))") for line in experiments["conclusions"])
     assert (out / "diagnose" / "report.json").is_file() and (out / "baseline-1" / "diagnose" / "run.json").is_file()
+    assert f"run directory: {out}" in proc.stderr

@@ -288,9 +288,15 @@ def test_the_profiler_guard_is_removed_after_the_run(tmp_path: Path) -> None:
     ],
 )
 def test_dataloader_worker_crash_or_hang(write_script, tmp_path: Path, failure: str, message: str) -> None:
+    # Batches pass from the worker as shared memory whose file descriptor the main process fetches
+    # from the worker itself (the default "file_descriptor" strategy): a worker killed while a
+    # batch is in flight then surfaces as a ConnectionResetError in that fetch, in most runs, and
+    # torch's own worker-death messages only in the others. Shared memory by name
+    # ("file_system") needs nothing from the dead worker, so its death is reported as such.
     write_script(
         f"""
 import os, time, torch
+torch.multiprocessing.set_sharing_strategy("file_system")
 from torch.utils.data import DataLoader, Dataset
 class Data(Dataset):
     def __len__(self):

@@ -187,6 +187,9 @@ def test_cpu_report_has_no_gpu_categories(tmp_path: Path) -> None:
     assert "CPU only" in page
     assert "forward (CPU compute)" in page
     assert "hidden behind GPU work" not in page
+    # the words fit the device: the header says no GPU was used, and nothing else speaks of one
+    visible = re.sub(r"<(style|script)\b.*?</\1>|<[^>]+>", " ", page, flags=re.S)
+    assert re.findall(r"[^.]{0,30}\bGPU\b[^.]{0,30}", visible.replace("no GPU used", "")) == []
 
 
 def test_report_of_a_run_that_failed_before_profiling() -> None:

@@ -244,6 +244,27 @@ for x in DataLoader(Data(), batch_size=8, num_workers=1, timeout=5):
     subprocess.run([sys.executable, "-c", "pass"], check=True)  # a child exits: nothing raises
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGCHLD"), reason="no SIGCHLD here")
+def test_a_dead_workers_pending_sigchld_cannot_raise_in_diagnose(write_script, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race behind the flaky test above, made certain: the script fails while a dead
+    worker's SIGCHLD is still pending, and signal.signal runs torch's handler (which raises)
+    before it replaces it. The script's own error is recorded; nothing escapes diagnose."""
+    real = signal.signal
+    pending = [True]
+
+    def with_pending_sigchld(signum: int, handler: object) -> object:
+        if signum == signal.SIGCHLD and pending:
+            pending.clear()
+            raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed.")  # torch's handler, run first
+        return real(signum, handler)
+
+    script = write_script("raise ValueError('the queue saw the worker die first')\n")
+    monkeypatch.setattr(signal, "signal", with_pending_sigchld)
+    record = run(script)
+    assert record.status == "failed" and not pending
+    assert "the queue saw the worker die first" in record.error["message"]
+
+
 def test_sys_exit_code_is_kept(write_script) -> None:
     script = write_script("import sys\nsys.exit(3)\n")
     record = run(script)

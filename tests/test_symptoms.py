@@ -229,6 +229,10 @@ CASES = {
             "dataloader.single_process": None, "workers.busy": 0.75, "workers.cpu_per_batch_ms": 12.0,
             "workers.balance": 5,  # ceil(12 / (3.0 * (1 - 0.125)))
             "suggest.num_workers": 6,  # the balance plus one
+            # the measured 12 ms per batch is 4 steps of 3 ms; plus the main thread's other work (12.5%),
+            # over the step left without data wait and other work (1 - 0.125 - 0.095): ceil(5.29) + 1
+            "suggest.preprocess_workers": 7,
+            "suggest.workers_basis": "16 CPUs: at most 15 workers beside the main process",
         }),
         Case("drop_last: whole batches only", record=_record(dataloaders=[_loader(drop_last=True, first_batch_wait_s=[])]), expected={
             "dataloader.steps_per_epoch": 31, "dataloader.startup_s": None, "dataloader.restart_share": None, "suggest.num_workers": None,
@@ -236,13 +240,17 @@ CASES = {
         Case("a bare trace of a single-process loader", breakdown=_breakdown(kinds={"single": 2}), expected={
             "dataloader.present": 1, "dataloader.single_process": 1, "dataloader.num_workers": 0,  # the iterator class says so
             "suggest.num_workers": 2,  # ceil(0.25 / 0.75) + 1, no CPU limit known
+            "suggest.preprocess_workers": None, "suggest.workers_basis": None,  # the CPU count is not in a trace
         }),
         Case("a bare trace of a multi-process loader: how many workers is not in the trace", breakdown=_breakdown(kinds={"multi": 2}), expected={
             "dataloader.present": 1, "dataloader.single_process": 0, "dataloader.num_workers": None, "suggest.num_workers": None,
         }),
         Case("a CPU-only run on 4 cores leaves the model half of them", breakdown=_breakdown(has_gpu=False), record=_record(
             environment={"cpu_count": 4}, dataloaders=[_loader(num_workers=0)],
-        ), expected={"suggest.num_workers": 1}),
+        ), expected={
+            "suggest.num_workers": 1, "suggest.preprocess_workers": 1,
+            "suggest.workers_basis": "4 CPUs, shared with the model's own threads (half for the workers): at most 1 worker beside the main process",
+        }),
         Case("a record without a DataLoader", breakdown=_breakdown(kinds={"multi": 2}), record=_record(), expected={
             "dataloader.present": 0, "dataloader.single_process": 0,
         }),

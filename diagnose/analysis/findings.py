@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.analysis.predict import Predictor
-from diagnose.analysis.rules import Rule, render_template, template_names
+from diagnose.analysis.rules import Rule, cpu_only_run, render_template, template_names
 from diagnose.analysis.symptoms import CATALOG
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.units import format_value
@@ -128,7 +128,9 @@ def loop_framework(values: dict[str, float]) -> str | None:
 
 def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
     values = symptoms.values_by_name()
-    do, framework = rule.do_for(loop_framework(values))
+    cpu_only = cpu_only_run(values)
+    texts = rule.texts(cpu_only)
+    do, framework = rule.do_for(loop_framework(values), cpu_only)
     lines = symptoms.texts.get(rule.quote) if rule.quote else None
     if framework is not None and symptoms.texts.get("lines.framework"):
         lines = "; ".join(x for x in (symptoms.texts["lines.framework"], lines) if x)
@@ -141,12 +143,12 @@ def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
             evidence.append(Evidence(name, s.value, s.unit, s.description))
     return Finding(
         rule_id=rule.id,
-        title=rule.title,
+        title=texts.title,
         category=rule.category,
         kind=rule.kind,
-        says=render_template(rule.says, values, extra),
+        says=render_template(texts.says, values, extra),
         do=render_template(do, values, extra),
-        why=rule.why,
+        why=texts.why,
         gain=gain,
         gain_formula=rule.gain_text,
         evidence=evidence,
@@ -251,7 +253,7 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predicto
                 continue
             if flipping:
                 near_misses.append(
-                    f"borderline: {rule.id} ({rule.title}) did not fire, but would within the steps' spread of "
+                    f"borderline: {rule.id} ({rule.texts(cpu_only_run(values)).title}) did not fire, but would within the steps' spread of "
                     f"{_spread_text(flipping, symptoms)}"
                 )
     for rule in fired:

@@ -14,6 +14,11 @@ over what the run did not measure).
 (``lightning``, ``hf_trainer``, ``accelerate``); ``Rule.do_for(framework)`` picks it, with the
 plain ``do`` for plain PyTorch and for frameworks the table leaves out.
 
+``[on_cpu]`` holds the words for a run that used no GPU (``gpu.present == 0``): any of
+``title``, ``says``, ``why`` and ``do``, each replacing the rule's own on such a run
+(``Rule.texts(cpu_only)``). A rule that can fire on a CPU-only run words its texts for either
+device, or carries the CPU words here: a CPU run never speaks of a GPU it does not have.
+
 Conditions and gains use a small grammar, never ``eval``::
 
     condition := expr ("<" | "<=" | ">" | ">=" | "==" | "!=") expr
@@ -46,6 +51,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 RULE_KINDS = ("problem", "next")
+#: the texts a rule may word differently for a run that used no GPU (``[on_cpu]``)
+DEVICE_TEXT_KEYS = ("title", "says", "why", "do")
 _ID_RE = re.compile(r"^[A-Z]{2,8}\d{3}$")
 
 
@@ -315,6 +322,22 @@ class Example:
 
 
 @dataclass(frozen=True)
+class RuleTexts:
+    """A rule's words for one kind of run (with a GPU, or CPU only); templates, not yet filled."""
+
+    title: str
+    says: str
+    why: str
+    do: str
+
+
+def cpu_only_run(values: Mapping[str, float]) -> bool:
+    """The run used no GPU: its trace holds no GPU activity (unknown counts as a GPU run, the
+    rules' default wording)."""
+    return values.get("gpu.present") == 0
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     title: str
@@ -355,6 +378,16 @@ class Rule:
 
     #: framework name -> the change as that framework's user makes it
     do_by_framework: Mapping[str, str] = field(default_factory=dict)
+    #: the words for a run that used no GPU: key of DEVICE_TEXT_KEYS -> text
+    on_cpu: Mapping[str, str] = field(default_factory=dict)
+
+    def texts(self, cpu_only: bool = False) -> RuleTexts:
+        """The rule's title, says, why and do, in the words of a CPU-only run where asked."""
+        words = self.on_cpu if cpu_only else {}
+        return RuleTexts(
+            title=words.get("title", self.title), says=words.get("says", self.says),
+            why=words.get("why", self.why), do=words.get("do", self.do),
+        )
 
     def fires(self, values: Mapping[str, float]) -> bool:
         """The conditions hold (whether the finding is shown also depends on ``supersedes``)."""
@@ -364,12 +397,12 @@ class Rule:
             return False
         return not self.any_of or any(c.holds(values) for c in self.any_of)
 
-    def do_for(self, framework: str | None) -> tuple[str, str | None]:
+    def do_for(self, framework: str | None, cpu_only: bool = False) -> tuple[str, str | None]:
         """The change's text for a loop under ``framework``, and the framework whose terms it
-        uses (None: the plain PyTorch text)."""
+        uses (None: the plain PyTorch text, in a CPU-only run's words where asked)."""
         if framework is not None and framework in self.do_by_framework:
             return self.do_by_framework[framework], framework
-        return self.do, None
+        return self.texts(cpu_only).do, None
 
     def condition_names(self) -> set[str]:
         """The symptoms the rule's conditions read."""
@@ -475,7 +508,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
 
     known_keys = {
         "id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples", "quote",
-        "supersedes", "predict", "do_by_framework",
+        "supersedes", "predict", "do_by_framework", "on_cpu",
     }
     for key in data:
         if key not in known_keys:
@@ -547,6 +580,19 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
             raise fail(f"do_by_framework.{framework} must be a non-empty string", framework)
         _check_names(template_names(text) - {"gain"}, text, fail)
 
+    on_cpu = data.get("on_cpu", {})
+    if not isinstance(on_cpu, dict):
+        raise fail(f"on_cpu must be a table of the CPU-only run's texts ({', '.join(DEVICE_TEXT_KEYS)})", "on_cpu")
+    for key, text in on_cpu.items():
+        if key not in DEVICE_TEXT_KEYS:
+            raise fail(f"on_cpu: unknown key {key!r} (known: {', '.join(DEVICE_TEXT_KEYS)})", "on_cpu")
+        if not isinstance(text, str) or not text.strip():
+            raise fail(f"on_cpu.{key} must be a non-empty string", "on_cpu")
+        if key in ("says", "do"):
+            _check_names(template_names(text) - {"gain"}, text, fail)
+            if (problem := template_spec_problem(text)) is not None:
+                raise fail(f"on_cpu.{key}: {problem}", "on_cpu")
+
     evidence = data.get("evidence", [])
     if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
         raise fail("evidence must be a list of symptom names", "evidence")
@@ -611,6 +657,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         predict=predict,
         predict_params=predict_params,
         do_by_framework={k: v.strip() for k, v in do_by_framework.items()},
+        on_cpu={k: v.strip() for k, v in on_cpu.items()},
     )
 
 

@@ -52,6 +52,8 @@ def rules_markdown(rules: list[Rule]) -> str:
         'do = """the change, as code"""',
         '[do_by_framework]                    # the change as a framework user writes it (optional)',
         'hf_trainer = "args = TrainingArguments(..., bf16=True)"   # also: lightning, accelerate',
+        '[on_cpu]                             # the words for a run that used no GPU (optional)',
+        'title = "..."                        # any of title, says, why, do',
         'gain = "1 / (1 - exposed.data_wait)"  # the most the change can give (optional)',
         'evidence = ["exposed.data_wait"]     # symptoms quoted with the finding',
         'knob = { num_workers = "{suggest.num_workers}" }   # what diagnose verify applies',
@@ -92,6 +94,12 @@ def rules_markdown(rules: list[Rule]) -> str:
         "text for it, where there is one, and its `where` line starts at the user's Trainer,",
         "TrainingArguments, Fabric or Accelerator (`lines.framework`).",
         "",
+        "On a run that used no GPU (`gpu.present == 0`) a finding shows the rule's `[on_cpu]` texts",
+        "where it has them: a rule that can fire on a CPU-only run words its texts for either device,",
+        "or says it for the CPU there, so that a CPU run never reads of a GPU it does not have",
+        "(tests/test_device_words.py checks every rule). A rule that only applies to a GPU run says so",
+        "in its conditions (`none = [\"gpu.present == 0\"]`).",
+        "",
         "## The rules",
         "",
         "| id | title | fires when | gain bound | predicted by | knob | supersedes |",
@@ -128,6 +136,11 @@ def rules_markdown(rules: list[Rule]) -> str:
         ]
         for framework, text in r.do_by_framework.items():
             out += [f"Under {FRAMEWORK_NAMES[framework]}:", "", "```python", text, "```", ""]
+        if r.on_cpu:
+            cpu = r.texts(cpu_only=True)
+            out += ["On a CPU-only run:", ""]
+            out += [f"- {key}: {' '.join(getattr(cpu, key).split())}" for key in ("title", "says", "why") if key in r.on_cpu]
+            out += [""] + (["```python", cpu.do, "```", ""] if "do" in r.on_cpu else [])
         if r.supersedes:
             out += ["Supersedes: " + ", ".join(f"[{x}](#{x.lower()})" for x in r.supersedes) + " (dropped when this rule fires)", ""]
         superseded_by = [o.id for o in rules if r.id in o.supersedes]

@@ -147,7 +147,8 @@ class TerminalRenderer(Renderer):
             c.print(Text(f"batch: {t.batch_size:g} samples per step (found from the data)", style="dim"))
         if t.note:
             c.print(Text(t.note, style="yellow"))
-        c.print()
+        if t.steady or t.profiled or t.batch_size or t.note:
+            c.print()
 
     def _bar(self, c: Console, v: ReportView) -> None:
         rows = v.breakdown.exposed  # type: ignore[union-attr]
@@ -286,7 +287,8 @@ class TerminalRenderer(Renderer):
             c.print(f"optimizer: {o.name} over {o.param_tensors} tensors ({o.implementation})")
         if v.config.cpu_count:
             c.print(Text(f"CPUs: {v.config.cpu_count}", style="dim"))
-        c.print()
+        if loader or v.config.optimizers or v.config.cpu_count:
+            c.print()
 
     def _findings(self, c: Console, v: ReportView) -> None:
         if not v.breakdown:
@@ -377,7 +379,8 @@ class TerminalRenderer(Renderer):
         title += f": {e.statistic}" if e.statistic else ""
         table = Table(title=title, title_justify="left", box=None, header_style="bold")
         with_via = any(row.via for row in e.rows)  # how each knob reached the loop
-        for column, justify in (
+        # a CPU-only run has no GPU busy figure and no device memory: no columns of dashes for them
+        columns = [
             ("run", "left"),
             *((("via", "left"),) if with_via else ()),
             ("result", "left"),
@@ -386,10 +389,11 @@ class TerminalRenderer(Renderer):
             ("speedup", "right"),
             ("predicted", "right"),
             ("bound", "right"),
-            ("GPU busy", "right"),
-            ("peak mem", "right"),
+            *([("GPU busy", "right")] if e.shows_gpu_busy else []),
+            *([("peak mem", "right")] if e.shows_memory else []),
             ("top exposed after", "left"),
-        ):
+        ]
+        for column, justify in columns:
             table.add_column(column, justify=justify)  # type: ignore[arg-type]
         for row in e.rows:
             verdict = row.verdict or row.status
@@ -403,17 +407,20 @@ class TerminalRenderer(Renderer):
                 verdict,
                 f"{compared:.2f}" if compared else "-",
                 row.step_text() or "-",
-                f"{row.speedup:.2f}x" if row.speedup else "-",
+                "reference" if row.reference else f"{row.speedup:.2f}x" if row.speedup else "-",
                 f"{row.predicted_speedup:.2f}x" if row.predicted_speedup else "",
                 f"{row.gain_bound:.2f}x" if row.gain_bound else "",
-                percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-",
-                human_bytes(row.peak_reserved_bytes) if row.peak_reserved_bytes else "-",
+                *([percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-"] if e.shows_gpu_busy else []),
+                *([human_bytes(row.peak_reserved_bytes) if row.peak_reserved_bytes else "-"] if e.shows_memory else []),
                 f"{row.top_category} {percent(row.top_share or 0, 0)}" if row.top_category else "-",
             )
         c.print(table)
         if e.kind == "verify":
             source = spread_words(e.baseline_spread_from)
-            c.print(Text(f"baseline spread: ±{percent(e.baseline_spread)} ({source + '; ' if source else ''}changes inside it count as no effect)", style="dim"))
+            c.print(Text(
+                f"speedups are against the baselines' mean; baseline spread: ±{percent(e.baseline_spread)} "
+                f"({source + '; ' if source else ''}changes inside it count as no effect)", style="dim",
+            ))
         for line in e.conclusions:
             c.print(Text(line))
         if e.plot:

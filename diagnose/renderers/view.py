@@ -291,6 +291,15 @@ class ExperimentRow:
         if self.p10_step_ms is None or self.p90_step_ms is None:
             return f"{self.mean_step_ms:.1f}"
         return f"{self.mean_step_ms:.1f} ({self.p10_step_ms:.1f}{dash}{self.p90_step_ms:.1f})"
+    #: "baseline" (the reference the speedups are measured against), "recommendation", "combined", "point"
+    role: str | None = None
+    #: why a failed run measured nothing
+    error: str | None = None
+
+    @property
+    def reference(self) -> bool:
+        """A verify baseline: the reference itself, shown as such rather than as a speedup."""
+        return self.role == "baseline"
 
     def figure(self, name: str) -> float | None:
         """A measured figure by its report name (``samples_per_s`` ...), for charts that pick one."""
@@ -322,6 +331,16 @@ class ExperimentsView:
     rows: tuple[ExperimentRow, ...]
     conclusions: tuple[str, ...]
     plot: str | None
+
+    @property
+    def shows_gpu_busy(self) -> bool:
+        """Some run used a GPU (a CPU-only sweep has no GPU busy figure worth a column)."""
+        return any(row.gpu_busy for row in self.rows)
+
+    @property
+    def shows_memory(self) -> bool:
+        """Some run measured its device memory (none does on a CPU)."""
+        return any(row.peak_reserved_bytes for row in self.rows)
 
 
 @dataclass(frozen=True)
@@ -407,6 +426,12 @@ class ReportView:
     @property
     def on_gpu(self) -> bool:
         return bool(self.breakdown and self.breakdown.on_gpu)
+
+    @property
+    def sweep_summary(self) -> bool:
+        """The parent report of a sweep: its runs are its content, it has no step of its own (no
+        throughput, breakdown or findings to show, nor to say are missing)."""
+        return self.experiments is not None and self.experiments.kind == "sweep" and self.breakdown is None
 
     @property
     def labels(self) -> dict[str, str]:
@@ -753,6 +778,8 @@ def _experiments(experiments: Mapping[str, Any] | None, labels: Mapping[str, str
                 compile_s=compile_info.get("compile_s"),
                 break_even_steps=compile_info.get("break_even_steps"),
                 via=via_text(row.get("knobs") or {}, row.get("via") or {}),
+                role=row.get("role"),
+                error=row.get("error"),
             )
         )
     return ExperimentsView(

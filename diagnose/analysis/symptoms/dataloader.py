@@ -116,7 +116,7 @@ def cpu_per_batch_ms(record: RunRecord) -> float | None:
 
 
 @symptom(
-    "workers.balance", "count", "DataLoader workers whose combined output matches the GPU's step rate",
+    "workers.balance", "count", "DataLoader workers whose combined output matches the step rate without the data wait",
     uses=("workers.cpu_per_batch_ms", "step.time_ms", "exposed.data_wait"),
 )
 def balance(known: Known) -> int | None:
@@ -129,7 +129,7 @@ def balance(known: Known) -> int | None:
 
 @symptom(
     "suggest.num_workers", "count",
-    "DataLoader workers that would keep the GPU fed, within the CPUs (half of them on a CPU-only run)",
+    "DataLoader workers that would keep up with the step, within the CPUs (half of them on a CPU-only run)",
     uses=("dataloader.num_workers", "dataloader.single_process", "cpu.count", "gpu.present", "exposed.data_wait", "phase.data_wait", "workers.balance"),
 )
 def suggested_workers(known: Known) -> int | None:
@@ -147,6 +147,60 @@ def suggested_workers(known: Known) -> int | None:
         limit = max(1, int(cpus) - 1) if cpus is not None else NO_CPU_LIMIT
         return int(min(limit, max(balance + 1, workers + 1, 2)))
     return suggest_num_workers(None if cpus is None else int(cpus), int(workers), data_wait, phase_wait)
+
+
+def workers_limit(cpus: int, cpu_only: bool) -> int:
+    """The most DataLoader workers a machine with ``cpus`` CPUs should run: one CPU is kept for
+    the main process, and on a CPU-only run the model computes on the same cores, so the workers
+    get half of them."""
+    usable = max(1, cpus // 2) if cpu_only else cpus
+    return max(1, usable - 1)
+
+
+@symptom(
+    "suggest.preprocess_workers", "count",
+    "DataLoader workers that would take over the main thread's own per-batch work (and the loading) and keep up with "
+    "the step, within the CPUs; absent when the CPU count is unknown",
+    uses=(
+        "cpu.count", "gpu.present", "dataloader.num_workers", "dataloader.single_process", "phase.other", "phase.data_wait",
+        "exposed.data_wait", "exposed.other_not_sync", "workers.cpu_per_batch_ms", "step.time_ms",
+    ),
+)
+def suggested_preprocess_workers(known: Known) -> int | None:
+    cpus, other = known.get("cpu.count"), known.get("phase.other")
+    workers = known.get("dataloader.num_workers")
+    if workers is None and known.get("dataloader.single_process") == 1:
+        workers = 0
+    if cpus is None or other is None or workers is None:
+        return None
+    # what one batch costs the loader now, as a share of the step: measured in the workers where
+    # they were sampled, else the main thread's loading (no workers) or n workers' turn-around
+    cpu_ms, step_ms = known.get("workers.cpu_per_batch_ms"), known.get("step.time_ms")
+    if cpu_ms is not None and step_ms:
+        load = cpu_ms / step_ms
+    elif workers == 0:
+        load = known.get("phase.data_wait") or 0.0
+    else:
+        load = float(workers)
+    # after the move neither the data wait nor the main thread's own work limits the step
+    rest = max(1.0 - (known.get("exposed.data_wait") or 0.0) - (known.get("exposed.other_not_sync") or 0.0), MIN_REST_SHARE)
+    needed = math.ceil((load + other) / rest) + 1  # one spare, so that a slow batch does not stall the step
+    return int(min(workers_limit(int(cpus), known.get("gpu.present") == 0), max(needed, int(workers), 1)))
+
+
+@symptom(
+    "suggest.workers_basis", "text",
+    "the CPU count behind a suggested number of DataLoader workers, as the findings quote it",
+    uses=("cpu.count", "gpu.present"),
+)
+def workers_basis(known: Known) -> str | None:
+    cpus = known.get("cpu.count")
+    if cpus is None:
+        return None
+    cpu_only = known.get("gpu.present") == 0
+    limit = workers_limit(int(cpus), cpu_only)
+    shared = ", shared with the model's own threads (half for the workers)" if cpu_only else ""
+    return f"{int(cpus)} CPUs{shared}: at most {limit} worker{'s' if limit != 1 else ''} beside the main process"
 
 
 def suggest_num_workers(cpus: int | None, workers: int, exposed_wait: float, phase_wait: float) -> int:

@@ -69,7 +69,7 @@ def launch_model(gpu: Breakdown) -> float:
 
 
 @symptom(
-    "exposed.other_not_sync", "share", "GPU idle while the host runs other code, not counting the idle that follows syncs",
+    "exposed.other_not_sync", "share", "share of the step in which the host runs other code and nothing else runs beside it, not counting the idle that follows syncs",
     uses=("sync.idle_after_share",),
 )
 def other_not_sync(steps: Breakdown, known: Known) -> float:

@@ -35,12 +35,18 @@ class HTMLRenderer(Renderer):
             sections.header(view),
             sections.verdict(view),
             sections.status(view),
-            sections.throughput_and_memory(view),
-            *(sections.breakdown_sections(view) if view.breakdown else [sections.nothing_profiled(view)]),
-            sections.hardware_limit(view),
-            sections.ranks(view),
-            sections.findings(view),
-            sections.experiments(view),
+            *(
+                [sections.experiments(view)]  # a sweep's parent: its runs are the whole content
+                if view.sweep_summary
+                else [
+                    sections.throughput_and_memory(view),
+                    *(sections.breakdown_sections(view) if view.breakdown else [sections.nothing_profiled(view)]),
+                    sections.hardware_limit(view),
+                    sections.ranks(view),
+                    sections.findings(view),
+                    sections.experiments(view),
+                ]
+            ),
             sections.configuration(view),
             sections.warnings(view),
             sections.footer(view),

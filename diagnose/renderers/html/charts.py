@@ -125,7 +125,9 @@ def _bar(row: ExperimentRow, metric: SweepMetric, x: float, width: float, base: 
     if value is None:
         return el("text", "not measured", x=n(x + width / 2), y=n(base - 8), class_="tick", text_anchor="middle")
     text = metric.fmt(value)
-    if metric.with_speedup and row.speedup:
+    if metric.with_speedup and row.reference:
+        text += " · reference"
+    elif metric.with_speedup and row.speedup:
         text += f" · {row.speedup:.2f}x"
     return el(
         "g",

@@ -7,7 +7,7 @@ from typing import Any
 
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
-from diagnose.renderers.view import ExperimentRow, FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
+from diagnose.renderers.view import ExperimentRow, ExperimentsView, FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
 from diagnose.units import human_bytes, ms, percent, plain, rate, spread_ms
 
 
@@ -103,10 +103,8 @@ def _memory_card(view: ReportView) -> Markup | None:
     if reserved is None or not capacity:
         if capacity:
             text = f"Device capacity {human_bytes(capacity)}; peak use not measured (a trace analysed on its own)."
-        elif view.breakdown and not view.on_gpu:
-            text = "No GPU memory figures: a CPU-only run."
         else:
-            return None
+            return None  # a CPU-only run has no device memory to show; nor has a bare trace
         return el("div", el("h3", "GPU memory"), el("p", text, class_="muted"), class_="card")
     share = reserved / capacity
     meter = el(
@@ -204,8 +202,9 @@ def _median_step_section(view: ReportView) -> Markup:
         title = "One step, in time order"
         caption = (
             f"Step {step.number}, the median step ({ms(step.duration_ms)}), from its start (left) to its end (right), in "
-            f"{step.bins} slices of {ms(step.slice_ms or 0)}: each slice shows what filled most of it. Top: GPU busy "
-            "(greens) or idle and why (warm colours). Bottom: what the host thread was doing."
+            f"{step.bins} slices of {ms(step.slice_ms or 0)}: each slice shows what filled most of it. "
+            + ("Top: GPU busy (greens) or idle and why (warm colours). " if view.on_gpu else "Top: what limited the step. ")
+            + "Bottom: what the host thread was doing."
         )
     else:
         title = "One step, by category"
@@ -436,26 +435,29 @@ def experiments(view: ReportView) -> Markup | None:
     parts = [
         el("p", f"{e.kind} over {varied}: one short run per row; failed and out-of-memory rows are marked in red.{measured}", class_="muted"),
         *(bar_chart(e.rows, metric) for metric in metrics if any(row.figure(metric.key) is not None for row in e.rows)),
-        _experiment_table(e.rows),
+        _experiment_table(e),
     ]
     if e.plot:
         parts.append(el("p", f"matplotlib plot: {e.plot} in the run directory.", class_="muted"))
     return section(e.kind.capitalize(), parts, anchor="experiments")
 
 
-def _experiment_table(rows: tuple[ExperimentRow, ...]) -> Markup:
+def _experiment_table(e: ExperimentsView) -> Markup:
+    rows = e.rows
+
     def figure(name: str, fmt: Callable[[Any], str]) -> Callable[[ExperimentRow], str | None]:
         return lambda row: None if getattr(row, name) is None else fmt(getattr(row, name))
 
+    # a CPU-only run has no GPU busy figure and no device memory: no columns of dashes for them
     columns: list[tuple[str, Callable[[ExperimentRow], str | None]]] = [
         ("run", figure("label", str)),
         ("status", figure("status", str)),
         ("mean steps/s", figure("steps_per_s", rate)),
         ("mean samples/s", figure("samples_per_s", rate)),
         ("mean step ms (p10–p90)", lambda row: row.step_text("–")),
-        ("GPU busy", figure("gpu_busy", percent)),
-        ("peak reserved", figure("peak_reserved_bytes", human_bytes)),
-        ("speedup", figure("speedup", lambda v: f"{v:.2f}x")),
+        *([("GPU busy", figure("gpu_busy", percent))] if e.shows_gpu_busy else []),
+        *([("peak reserved", figure("peak_reserved_bytes", human_bytes))] if e.shows_memory else []),
+        ("speedup", lambda row: "reference" if row.reference else None if row.speedup is None else f"{row.speedup:.2f}x"),
     ]
     if any(row.via for row in rows):  # how each knob reached the loop: the framework's switch, the script's call
         columns.insert(1, ("via", lambda row: row.via or None))
@@ -463,7 +465,7 @@ def _experiment_table(rows: tuple[ExperimentRow, ...]) -> Markup:
     body = []
     for row in rows:
         cells = [el("td", cell(row) or "—") for _, cell in columns]
-        cells.append(el("td", f"{row.top_label} ({percent(row.top_share or 0)})" if row.top_category else "—"))
+        cells.append(el("td", f"{row.top_label} ({percent(row.top_share or 0)})" if row.top_category else row.error or "—"))
         body.append(el("tr", cells, class_="failed" if row.failed else None))
     return el("table", el("thead", header_row), el("tbody", body), class_="grid")
 
