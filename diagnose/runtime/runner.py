@@ -523,15 +523,27 @@ class _ChildSignals:
                 guard.late.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
         handler._diagnose_guard = True  # type: ignore[attr-defined]
-        try:
-            signal.signal(signal.SIGCHLD, handler)
-        except (ValueError, OSError):
-            pass
+        _replace_handler(signal.SIGCHLD, handler)
 
     def remove(self) -> None:
         if self._restore is not None:
             self._restore()
             self._restore = None
+
+
+def _replace_handler(signum: int, handler: Any) -> None:
+    """``signal.signal``, which runs any pending handler before it replaces it: a SIGCHLD from a
+    dead DataLoader worker still pending runs torch's handler there, and it raises the worker's
+    death (told late: the script has seen it, or is past it). The handler is replaced on the
+    retry; nothing is raised into diagnose."""
+    for _ in range(3):
+        try:
+            signal.signal(signum, handler)
+        except RuntimeError:  # a pending handler raised: the replacement did not happen yet
+            continue
+        except (ValueError, OSError):  # not the main thread; not a signal here
+            return
+        return
 
 
 @dataclass
@@ -567,7 +579,4 @@ class _SysState:
             if name == "SIGTERM" and keep_held:
                 continue
             if handler is not None:
-                try:
-                    signal.signal(getattr(signal, name), handler)
-                except (ValueError, OSError):
-                    pass
+                _replace_handler(getattr(signal, name), handler)
