@@ -22,6 +22,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import islice
+from operator import eq, lt
 from typing import Any, Generic, TypeVar, Union, overload
 
 Item = TypeVar("Item")
@@ -45,26 +46,25 @@ def object_column(values: Iterable[Any] = ()) -> list[Any]:
 
 def extend_ints(column: IntColumn, values: Iterable[Any]) -> IntColumn:
     """``column`` extended by ``values``; a list from the first value that is not an int of 64 bits
-    (an id written as a string, say): equal values, just not compact."""
+    (an id written as a string, say): equal values, just not compact. (A bool is stored as 0 or 1,
+    which compare and hash as the bool did.)"""
     if type(column) is list:
         column.extend(values)
         return column
     values = values if isinstance(values, (list, tuple, array)) else list(values)
-    if all(type(v) is int for v in values):
-        n = len(column)
-        try:
-            column.extend(values)
-            return column
-        except OverflowError:
-            del column[n:]
+    n = len(column)
+    try:
+        column.extend(values)
+        return column
+    except (TypeError, OverflowError):
+        del column[n:]
     return column.tolist() + list(values)
 
 
-def take(column: Column, order: Sequence[int]) -> Column:
+def take(column: Column, order: Iterable[int]) -> Column:
     """``column`` reordered (``order`` lists indices)."""
-    if type(column) is list:
-        return [column[i] for i in order]
-    return array(column.typecode, [column[i] for i in order])  # type: ignore[union-attr]
+    values = map(column.__getitem__, order)
+    return list(values) if type(column) is list else array(column.typecode, values)  # type: ignore[union-attr]
 
 
 class Records(Sequence[Item], Generic[Item]):
@@ -142,11 +142,14 @@ class Launches(Mapping[Any, tuple[float, float]]):
         if type(correlations) is list:
             return {c: (s, e) for c, s, e in zip(correlations, starts, ends)}
         n = len(correlations)
-        if all(correlations[i] < correlations[i + 1] for i in range(n - 1)):  # the usual order
+        if all(map(lt, correlations, islice(correlations, 1, None))):  # the usual order
             return cls(correlations, starts, ends)
         order = sorted(range(n), key=correlations.__getitem__)  # stable: the last of equal ids wins below
-        keep = [i for j, i in enumerate(order) if j + 1 == n or correlations[order[j + 1]] != correlations[i]]
-        return cls(take(correlations, keep), take(starts, keep), take(ends, keep))  # type: ignore[arg-type]
+        ids = take(correlations, order)
+        if any(map(eq, ids, islice(ids, 1, None))):
+            order = [i for j, i in enumerate(order) if j + 1 == n or ids[j + 1] != ids[j]]
+            ids = take(correlations, order)
+        return cls(ids, take(starts, order), take(ends, order))  # type: ignore[arg-type]
 
     def _index(self, corr: Any) -> int:
         if type(corr) is not int:

@@ -377,7 +377,7 @@ class _Columns:
         backward_append = backward.append
         launches: list[tuple[Any, float, float]] = []
         launches_append = launches.append
-        runtime_starts: list[tuple[Any, float]] = []
+        runtime_starts: dict[Any, list[float]] = {}
         kernels: list[GpuKernel] = []
         kernels_append, kernel_devices_append = kernels.append, self.kernel_devices.append
         memsets: list[GpuMemset] = []
@@ -449,7 +449,10 @@ class _Columns:
                 tid = e.tid
                 if type(tid) is not int and tid is not UNSET:
                     tid = _key(tid, e, events, first, "tid")
-                runtime_starts.append((tid, ts))
+                starts = runtime_starts.get(tid)
+                if starts is None:
+                    starts = runtime_starts[tid] = []
+                starts.append(ts)
                 if corr is not None:
                     launches_append((corr, ts, end))
                 if name in sync_names:
@@ -484,11 +487,8 @@ class _Columns:
             columns.extend(ops, raw_ts.get(tid, []), incomplete.get(tid, []))
         _extend(self.backward, backward)
         _extend(self.launch_columns, launches)
-        for tid, ts in runtime_starts:
-            starts = self.runtime_starts.get(tid)
-            if starts is None:
-                starts = self.runtime_starts[tid] = C.float_column()
-            starts.append(ts)
+        for tid, piece_starts in runtime_starts.items():
+            self.runtime_starts.setdefault(tid, C.float_column()).extend(piece_starts)
         _extend(self.kernels, kernels)
         _extend(self.memsets, memsets)
 
