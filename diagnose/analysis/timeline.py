@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import math
+import multiprocessing
 import os
 from array import array
 from bisect import bisect_left
@@ -20,13 +21,14 @@ from operator import eq, itemgetter, le, neg
 from contextlib import contextmanager
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from diagnose.analysis import columns as C
 from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
-from diagnose.analysis.tracefile import UNSET, Event, EventArgs, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -216,21 +218,101 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+#: below this many bytes of JSON one process reads the trace: starting workers costs more than
+#: they save (a worker process takes 0.2-0.5 s to start and import the reader)
+PARALLEL_MIN_JSON_BYTES = 256 * 1024 * 1024
+#: most worker processes: each holds a piece or two and their decoded events (30-60 MiB), and the
+#: parent, which cuts the pieces and merges the columns in order, keeps up with about this many
+MAX_READER_WORKERS = 8
+#: environment variable that sets the number of worker processes (1: read in this process)
+WORKERS_ENV = "DIAGNOSE_READER_WORKERS"
+
+
+def reader_workers(json_bytes: int, cpus: int | None = None) -> int:
+    """How many processes decode the pieces of a trace of ``json_bytes``: 1 (this process does
+    everything) for a small trace or a machine of one or two cores; else one per core but one,
+    at most ``MAX_READER_WORKERS``. ``DIAGNOSE_READER_WORKERS`` overrides it."""
+    forced = os.environ.get(WORKERS_ENV, "").strip()
+    if forced:
+        try:
+            return max(1, int(forced))
+        except ValueError:
+            raise TraceError(f"{WORKERS_ENV}={forced!r} is not a number of processes") from None
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if json_bytes < PARALLEL_MIN_JSON_BYTES or cpus <= 2:
+        return 1
+    return min(cpus - 1, MAX_READER_WORKERS)
+
+
 def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) -> Timeline:
-    """Stream the trace into a Timeline: memory holds one piece of JSON (a few MB) and what the
-    Timeline keeps, never the parsed trace. ``max_bytes`` (None: no cap) refuses larger JSON;
-    whatever the size, the read stops with a clear error if the machine's memory runs short."""
+    """Stream the trace into a Timeline: memory holds a few pieces of JSON (a few MB each) and
+    what the Timeline keeps, never the parsed trace. ``max_bytes`` (None: no cap) refuses larger
+    JSON; whatever the size, the read stops with a clear error if the machine's memory runs
+    short. A large trace's pieces are decoded and folded into columns by worker processes
+    (``reader_workers``); this process cuts the pieces and merges the columns, in file order."""
     stream = _open(path, max_bytes)
     columns = _Columns()
     guard = memory.MemoryGuard(str(path))
-    with paused_gc():
-        for events in stream.decoded(decode_events):
-            columns.add(events)
+    workers = reader_workers(json_size_estimate(stream.path))
+    with paused_gc(), _worker_pool(workers) as pool:
+        if pool is None:
+            results = stream.decoded(decode_events)
+        else:
+            def submit(piece: Piece) -> Callable[[], Any]:
+                return partial(_folded, pool.apply_async(_fold_piece, (piece.text,)), piece)
+
+            results = stream.decoded(decode_events, submit, in_flight=2 * workers)
+        for result in results:
+            if type(result) is _Columns:
+                columns.merge(result)
+            else:
+                columns.add(result)
             guard.check(stream.bytes_read)
+    with paused_gc():
         timeline = columns.finish(_read_meta(stream.metadata))
     timeline.meta.path = str(path)
     timeline.meta.size_bytes = Path(path).stat().st_size
     return timeline
+
+
+@contextmanager
+def _worker_pool(workers: int) -> Iterator[Any]:
+    """A pool of ``workers`` forked processes (None for one, or where ``fork`` does not exist).
+    Forked, not spawned: a spawned worker imports the caller's ``__main__`` again, which in a
+    script without a ``__main__`` guard starts the analysis again, forever; and it starts in a
+    fraction of the time. The workers run only the decoder and ``_Columns.add``, which take no
+    lock that another thread of the parent could hold."""
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield None
+        return
+    pool = multiprocessing.get_context("fork").Pool(workers)
+    try:
+        yield pool
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _fold_piece(text: bytes) -> _Columns | None:
+    """In a worker: one piece decoded and folded into columns. None when an event's field is
+    malformed: the parent then folds the piece itself, to name the event by its index in the
+    whole trace. Text that does not parse raises the decoder's error, as ``decode_events`` does."""
+    with paused_gc():
+        events = decode_events(Piece(text, b"", 0))
+        columns = _Columns()
+        try:
+            columns.add(events)
+        except TraceError:
+            return None
+        columns.names = {}  # interned again by the parent: no need to send them twice
+        return columns
+
+
+def _folded(handle: Any, piece: Piece) -> _Columns | list[Event]:
+    """The result of ``_fold_piece``: its columns, or the piece's events to fold here."""
+    columns = handle.get()
+    return columns if columns is not None else decode_events(piece)
 
 
 def _open(path: str | os.PathLike[str], max_bytes: int | None) -> TraceStream:
@@ -492,6 +574,45 @@ class _Columns:
         _extend(self.kernels, kernels)
         _extend(self.memsets, memsets)
 
+    def merge(self, other: _Columns) -> None:
+        """Fold in the columns of the next piece, folded by ``add`` in a worker process (as if
+        ``add`` had been called here): names are interned again, thread-local indices shifted."""
+        names = self.names
+        intern = names.setdefault
+        self.event_count += other.event_count
+        self.annotations.extend((intern(n, n), tid, ts, end) for n, tid, ts, end in other.annotations)
+        for tid, ops in other.thread_ops.items():
+            mine = self.thread_ops.get(tid)
+            if mine is None:
+                mine = self.thread_ops[tid] = _ThreadOps()
+            base = len(mine.names)
+            mine.starts.extend(ops.starts)
+            mine.ends.extend(ops.ends)
+            mine.names.extend(map(intern, ops.names, ops.names))
+            for index, raw in ops.raw_ts.items():
+                mine.raw_ts[base + index] = raw
+            mine.incomplete.update(base + index for index in ops.incomplete)
+        self.busy.update(other.busy)
+        _extend_columns(self.backward, other.backward)
+        for tid, flows in other.flow_starts.items():
+            mine_flows = self.flow_starts.setdefault(tid, _FlowStarts())
+            mine_flows.numbers.extend(flows.numbers)
+            mine_flows.others.update(flows.others)
+        _extend_columns(self.launch_columns, other.launch_columns)
+        self.sync_calls.extend((tid, ts, end, intern(n, n)) for tid, ts, end, n in other.sync_calls)
+        self.graph_launches.extend(other.graph_launches)
+        kernel_names = other.kernels[3]
+        _extend_columns(self.kernels, [*other.kernels[:3], list(map(intern, kernel_names, kernel_names)), other.kernels[4]])
+        self.kernel_devices.extend(other.kernel_devices)
+        self.memcpys.extend(other.memcpys)
+        self.memcpy_devices.extend(other.memcpy_devices)
+        _extend_columns(self.memsets, other.memsets)
+        self.memset_devices.extend(other.memset_devices)
+        self.unknown.update(other.unknown)
+        for tid, starts in other.runtime_starts.items():
+            self.runtime_starts.setdefault(tid, C.float_column()).extend(starts)
+        self.thread_names.update(other.thread_names)
+
     def finish(self, meta: TraceMeta) -> Timeline:
         meta.event_count = self.event_count
         meta.unknown_categories = dict(self.unknown)
@@ -634,6 +755,16 @@ def _extend(columns: list[C.Column], rows: list[tuple[Any, ...]]) -> None:
     if not rows:
         return
     for k, values in enumerate(zip(*rows)):
+        column = columns[k]
+        if type(column) is not list and column.typecode == "q":  # type: ignore[union-attr]
+            columns[k] = C.extend_ints(column, values)
+        else:
+            column.extend(values)  # type: ignore[union-attr]
+
+
+def _extend_columns(columns: list[C.Column], more: list[C.Column]) -> None:
+    """Append ``more`` (columns of the same fields) to ``columns``, in place."""
+    for k, values in enumerate(more):
         column = columns[k]
         if type(column) is not list and column.typecode == "q":  # type: ignore[union-attr]
             columns[k] = C.extend_ints(column, values)
