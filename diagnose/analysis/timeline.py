@@ -1,8 +1,11 @@
 """Stage 3 of the pipeline: parse a torch.profiler (Kineto) Chrome trace into one ``Timeline``.
 
 Contract: ``load_timeline(path) -> Timeline``. The JSON is read once and reduced, in one pass over
-its events, to plain sorted lists of ``(start_us, end_us, ...)`` tuples: exactly what the
-breakdown needs and nothing else. Later stages never see the raw events.
+its events, to sorted sequences of ``(start_us, end_us, ...)`` tuples: exactly what the
+breakdown needs and nothing else. Later stages never see the raw events. The long sequences
+(kernels, launches, operators, event starts) are ``columns.Records``/``columns.Launches``: they
+read as lists of tuples and a dict, and hold a fifth of the memory. A large trace's pieces are
+decoded and folded by worker processes (``reader_workers``).
 
 This module does not import torch: a trace can be analysed on a machine without it.
 """

@@ -3,7 +3,9 @@
 Contract: ``TraceStream(path)`` opens the file (clear ``TraceError`` if it cannot be read);
 ``stream.decoded(decode)`` yields, a piece at a time, ``decode(piece)`` of each run of whole events
 of the ``traceEvents`` array (a few MB of JSON each); after the iteration ``stream.metadata`` holds
-the rest of the document (``deviceProperties``, versions ...). ``decode_events`` turns a piece into
+the rest of the document (``deviceProperties``, versions ...); with ``submit`` and ``in_flight``,
+several pieces are decoded at once elsewhere (worker processes), the results still in order.
+``decode_events`` turns a piece into
 typed ``Event``s holding only the fields the analysis reads; ``decode_objects`` into plain dicts.
 Memory is the current block and piece, whatever the file's size; ``.gz`` is decompressed as read.
 ``check_fits`` and ``MemoryGuard`` compare what a trace needs with the memory the machine has.
