@@ -305,3 +305,17 @@ def test_a_bad_worker_count_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv(timeline_module.WORKERS_ENV, "many")
     with pytest.raises(TraceError, match="DIAGNOSE_READER_WORKERS='many' is not a number"):
         timeline_module.reader_workers(10**9)
+
+
+def test_the_read_falls_back_to_one_process_when_workers_cannot_start(tiny_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(timeline_module.WORKERS_ENV, "2")
+
+    def no_fork(method: str) -> Any:
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(timeline_module.multiprocessing, "get_context", no_fork)
+    path = DATA / "item_syncs"
+    (trace,) = path.glob("*.json.gz")
+    with gzip.open(trace, "rb") as fh:
+        expected = reference_timeline.build_timeline(json.load(fh))
+    assert _timeline_fields(load_timeline(trace)) == _timeline_fields(expected)

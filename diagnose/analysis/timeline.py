@@ -289,7 +289,11 @@ def _worker_pool(workers: int) -> Iterator[Any]:
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         yield None
         return
-    pool = multiprocessing.get_context("fork").Pool(workers)
+    try:
+        pool = multiprocessing.get_context("fork").Pool(workers)
+    except (OSError, AssertionError):  # no process left to fork, or this is a daemonic worker itself
+        yield None
+        return
     try:
         yield pool
     finally:
