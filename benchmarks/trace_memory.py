@@ -3,6 +3,8 @@
     python benchmarks/trace_memory.py                        # 0.2, 1, 2, 5 and 10 GB
     python benchmarks/trace_memory.py --gb 0.2 1 --json-load-up-to 2
     python benchmarks/trace_memory.py --gb 1 --gzip          # the same trace gzipped
+    python benchmarks/trace_memory.py --gb 1 --workers 1     # the reader in one process
+    python benchmarks/trace_memory.py --gb 2 --read-only     # the reader and json.load only
     python benchmarks/trace_memory.py --build-only big.pt.trace.json --gb 1
 
 Each synthetic trace replicates the recorded step of tests/data/forloop_optimizer (an H200 step of
@@ -11,10 +13,14 @@ ids, flow ids and step numbers for every copy, written in Kineto's layout (one e
 one per line) until the file reaches the size asked for. It is written a step at a time, so that
 building a 10 GB trace takes little memory.
 
-Each measurement runs in a child process: its time is wall-clock from start to exit, its peak
-memory the largest total resident set of the child and its descendants (sampled every 20 ms from
-/proc, and the kernel's own maximum from wait4, whichever is larger). "diagnose" is the whole of
-``diagnose analyze`` before rendering (read, timeline, breakdown, symptoms, rules, report).
+Each measurement runs in a child process: its time is wall-clock from start to exit, its CPU time
+that of the child and its worker processes, its peak memory the largest total resident set of the
+child and its descendants (sampled every 20 ms from /proc, and the kernel's own maximum from
+wait4, whichever is larger; forked workers' shared pages count once per process, an upper bound).
+"read" is ``load_timeline`` alone (the streaming reader: JSON to the Timeline's columns);
+"diagnose" is the whole of ``diagnose analyze`` before rendering (read, timeline, breakdown,
+replay model, symptoms, rules, report). ``--workers N`` sets DIAGNOSE_READER_WORKERS for both
+(default: the reader's own choice, by the machine's cores and the trace's size).
 ``json.load`` is skipped above --json-load-up-to GB: it takes 5-6x the file's size in memory, and
 the child is refused more than --json-load-limit-gb of address space so that a machine shared with
 other work is not pushed into swapping; a refusal is printed as "out of memory".
@@ -129,9 +135,11 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def measure(code: str, trace: Path, address_limit_bytes: int | None = None) -> Measured:
+def measure(code: str, trace: Path, address_limit_bytes: int | None = None, workers: int | None = None) -> Measured:
     """Run ``code`` (``TRACE`` bound to the trace's path) in a fresh interpreter."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if workers is not None:
+        env["DIAGNOSE_READER_WORKERS"] = str(workers)
 
     def limit() -> None:
         if address_limit_bytes is not None:
@@ -170,6 +178,12 @@ with opener(TRACE, "rb") as fh:
 print(len(data["traceEvents"]), "events")
 """
 
+READ = """
+from diagnose.analysis.timeline import load_timeline
+timeline = load_timeline(TRACE)
+print(timeline.meta.event_count, "events,", len(timeline.kernels), "kernels")
+"""
+
 DIAGNOSE = """
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
 report = analyze_trace(TRACE, AnalysisOptions.load())
@@ -188,39 +202,57 @@ def main() -> None:
     p.add_argument("--json-load-up-to", type=float, default=2.0, help="measure json.load only up to this size (GB)")
     p.add_argument("--json-load-limit-gb", type=float, default=16.0, help="address space json.load's child may take")
     p.add_argument("--dir", type=Path, default=None, help="where to write the traces (default: a temporary folder)")
+    p.add_argument("--read-only", action="store_true", help="measure the reader (and json.load), not the whole analysis")
+    p.add_argument("--workers", type=int, default=None, help="reader worker processes (default: the reader's choice)")
     p.add_argument("--build-only", type=Path, default=None, help="write one trace of the first --gb size here and stop")
     args = p.parse_args()
     if args.build_only is not None:
         events = build_trace(int(args.gb[0] * 1e9), args.build_only, args.gzip)
         print(f"wrote {args.build_only}: {events:,} events, {args.build_only.stat().st_size / 1e9:.2f} GB")
         return
-    print("| JSON | file | events | json.load time (CPU) | json.load peak | diagnose time (CPU) | diagnose peak | time ratio |")
-    print("|---|---|---|---|---|---|---|---|", flush=True)
+    print(f"{os.cpu_count()} cores; reader workers: {args.workers or 'automatic'}", flush=True)
+    print("| JSON | file | events | json.load time (CPU) | json.load peak | read time (CPU) | read peak "
+          "| diagnose time (CPU) | diagnose peak | read / json.load (CPU) | diagnose / json.load (CPU) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for gb in args.gb:
             trace = Path(tmp) / ("bench.pt.trace.json" + (".gz" if args.gzip else ""))
             events = build_trace(int(gb * 1e9), trace, args.gzip)
             file_size = trace.stat().st_size
             try:
-                ours = measure(DIAGNOSE, trace)
-                if ours.returncode != 0:
-                    print(f"diagnose failed on {gb} GB:\n{ours.output}", file=sys.stderr)
+                read = measure(READ, trace, workers=args.workers)
+                ours = None if args.read_only else measure(DIAGNOSE, trace, workers=args.workers)
+                for name, m in (("read", read), ("diagnose", ours)):
+                    if m is None:
+                        continue
+                    if m.returncode != 0:
+                        print(f"{name} failed on {gb} GB:\n{m.output}", file=sys.stderr)
+                load_time, load_peak, read_ratio, ratio = "not run", "", "", ""
                 if gb <= args.json_load_up_to:
                     theirs = measure(JSON_LOAD, trace, int(args.json_load_limit_gb * 2**30))
                     if theirs.returncode == 0:
-                        load_time, load_peak = f"{theirs.seconds:.1f} s ({theirs.cpu_seconds:.1f} s)", _gib(theirs.peak_rss_bytes)
-                        ratio = f"{ours.seconds / theirs.seconds:.2f}x"
+                        load_time, load_peak = _time(theirs), _gib(theirs.peak_rss_bytes)
+                        read_ratio = _ratio(read, theirs)
+                        ratio = "" if ours is None else _ratio(ours, theirs)
                     else:
-                        load_time, load_peak, ratio = "out of memory", f"> {args.json_load_limit_gb:.0f} GiB", ""
-                else:
-                    load_time, load_peak, ratio = "not run", "", ""
+                        load_time, load_peak = "out of memory", f"> {args.json_load_limit_gb:.0f} GiB"
                 print(
                     f"| {gb:g} GB | {file_size / 1e9:.2f} GB | {events:,} | {load_time} | {load_peak} "
-                    f"| {ours.seconds:.1f} s ({ours.cpu_seconds:.1f} s) | {_gib(ours.peak_rss_bytes)} | {ratio} |",
+                    f"| {_time(read)} | {_gib(read.peak_rss_bytes)} "
+                    f"| {'not run' if ours is None else _time(ours)} | {'' if ours is None else _gib(ours.peak_rss_bytes)} "
+                    f"| {read_ratio} | {ratio} |",
                     flush=True,
                 )
             finally:
                 trace.unlink(missing_ok=True)
+
+
+def _time(m: Measured) -> str:
+    return f"{m.seconds:.1f} s ({m.cpu_seconds:.1f} s)"
+
+
+def _ratio(ours: Measured, theirs: Measured) -> str:
+    return f"{ours.seconds / theirs.seconds:.2f}x ({ours.cpu_seconds / theirs.cpu_seconds:.2f}x)"
 
 
 if __name__ == "__main__":

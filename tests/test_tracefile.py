@@ -8,10 +8,11 @@ import json
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
+from diagnose.analysis import timeline as timeline_module
 from diagnose.analysis import tracefile
 from diagnose.analysis.timeline import build_timeline, load_timeline, read_trace_json
 from diagnose.analysis.tracefile import TraceStream, decode_objects
@@ -233,3 +234,88 @@ def test_hand_written_trace_equals_the_reference(tmp_path: Path, tiny_blocks: No
     expected = reference_timeline.build_timeline(b.to_dict())
     assert _timeline_fields(load_timeline(path)) == _timeline_fields(expected)
     assert [k.name for k in expected.kernels if k.start < 20] == ["no device", "legacy"]
+
+
+# --- worker processes: the same Timeline, the same errors -------------------------------------------
+
+
+@pytest.fixture
+def two_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Every piece decoded and folded in one of two forked worker processes, whatever the size;
+    yields the sizes of the pools made (to check that workers did the work)."""
+    monkeypatch.setenv(timeline_module.WORKERS_ENV, "2")
+    pools: list[int] = []
+    make_pool = timeline_module._worker_pool
+
+    def counted(workers: int) -> Any:
+        pools.append(workers)
+        return make_pool(workers)
+
+    monkeypatch.setattr(timeline_module, "_worker_pool", counted)
+    yield pools
+
+
+def test_worker_processes_give_the_same_timeline_as_one_process(tiny_blocks: None, two_workers: list[int]) -> None:
+    (trace,) = (DATA / "item_syncs").glob("*.json.gz")
+    with gzip.open(trace, "rb") as fh:
+        expected = reference_timeline.build_timeline(json.load(fh))
+    assert _timeline_fields(load_timeline(trace)) == _timeline_fields(expected)
+    assert two_workers == [2]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS[:2], ids=lambda layout: layout.name)
+def test_worker_processes_join_pieces_cut_inside_strings(tmp_path: Path, tiny_blocks: None, two_workers: list[int], layout: Layout) -> None:
+    b: TraceBuilder = one_gpu_step()
+    b.events += [{**e, "pid": 0, "ts": 0.5 + i, "dur": 0.25} for i, e in enumerate(TRICKY[:2] + TRICKY[3:4])]
+    path = tmp_path / "t.json"
+    path.write_text(layout.dumps(b.to_dict()))
+    expected = reference_timeline.build_timeline(b.to_dict())
+    assert _timeline_fields(load_timeline(path)) == _timeline_fields(expected)
+
+
+def test_worker_processes_name_a_malformed_event_by_its_index_in_the_trace(tmp_path: Path, tiny_blocks: None, two_workers: list[int]) -> None:
+    doc = one_gpu_step().to_dict()
+    index = max(i for i, e in enumerate(doc["traceEvents"]) if e["cat"] == "kernel")
+    doc["traceEvents"][index]["dur"] = "Infinity"
+    path = _write(tmp_path, "t.json", json.dumps(doc).encode())
+    with pytest.raises(TraceError, match=f"malformed trace: event {index}\\b.*has dur 'Infinity'"):
+        load_timeline(path)
+    doc["traceEvents"][index]["dur"] = 1.0
+    path = _write(tmp_path, "bad.json", json.dumps(doc).encode()[:-40])
+    with pytest.raises(TraceError, match="is not valid JSON"):
+        load_timeline(path)
+
+
+@pytest.mark.parametrize(
+    ("json_bytes", "cpus", "forced", "workers"),
+    [
+        (10 * 2**30, 16, "", timeline_module.MAX_READER_WORKERS),
+        (10 * 2**30, 4, "", 3),
+        (10 * 2**30, 2, "", 1),  # the parent would compete with its only worker
+        (timeline_module.PARALLEL_MIN_JSON_BYTES - 1, 16, "", 1),
+        (1000, 2, "3", 3),
+    ],
+)
+def test_the_number_of_worker_processes(monkeypatch: pytest.MonkeyPatch, json_bytes: int, cpus: int, forced: str, workers: int) -> None:
+    monkeypatch.setenv(timeline_module.WORKERS_ENV, forced)
+    assert timeline_module.reader_workers(json_bytes, cpus) == workers
+
+
+def test_a_bad_worker_count_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(timeline_module.WORKERS_ENV, "many")
+    with pytest.raises(TraceError, match="DIAGNOSE_READER_WORKERS='many' is not a number"):
+        timeline_module.reader_workers(10**9)
+
+
+def test_the_read_falls_back_to_one_process_when_workers_cannot_start(tiny_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(timeline_module.WORKERS_ENV, "2")
+
+    def no_fork(method: str) -> Any:
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(timeline_module.multiprocessing, "get_context", no_fork)
+    path = DATA / "item_syncs"
+    (trace,) = path.glob("*.json.gz")
+    with gzip.open(trace, "rb") as fh:
+        expected = reference_timeline.build_timeline(json.load(fh))
+    assert _timeline_fields(load_timeline(trace)) == _timeline_fields(expected)

@@ -1,8 +1,11 @@
 """Stage 3 of the pipeline: parse a torch.profiler (Kineto) Chrome trace into one ``Timeline``.
 
 Contract: ``load_timeline(path) -> Timeline``. The JSON is read once and reduced, in one pass over
-its events, to plain sorted lists of ``(start_us, end_us, ...)`` tuples: exactly what the
-breakdown needs and nothing else. Later stages never see the raw events.
+its events, to sorted sequences of ``(start_us, end_us, ...)`` tuples: exactly what the
+breakdown needs and nothing else. Later stages never see the raw events. The long sequences
+(kernels, launches, operators, event starts) are ``columns.Records``/``columns.Launches``: they
+read as lists of tuples and a dict, and hold a fifth of the memory. A large trace's pieces are
+decoded and folded by worker processes (``reader_workers``).
 
 This module does not import torch: a trace can be analysed on a machine without it.
 """
@@ -11,19 +14,24 @@ from __future__ import annotations
 
 import gc
 import math
+import multiprocessing
 import os
+from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
-from operator import itemgetter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import compress, count, islice
+from operator import eq, itemgetter, le, neg
 from contextlib import contextmanager
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from diagnose.analysis import columns as C
 from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
-from diagnose.analysis.tracefile import UNSET, Event, EventArgs, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -122,15 +130,15 @@ class Timeline:
     steps: list[StepMark]
     data_waits: list[Interval]
     optimizer_spans: list[Interval]
-    backward_ops: list[Interval]
-    forward_ops: list[Interval]
-    host_ops: list[HostOp]
+    backward_ops: Sequence[Interval]
+    forward_ops: Sequence[Interval]
+    host_ops: Sequence[HostOp]
     syncs: list[SyncCall]
     #: correlation id -> host interval of the runtime call that launched the GPU work
-    launches: dict[int, Interval]
-    kernels: list[GpuKernel]
+    launches: Mapping[Any, Interval]
+    kernels: Sequence[GpuKernel]
     memcpys: list[GpuMemcpy]
-    memsets: list[Interval]
+    memsets: Sequence[Interval]
     #: CPU-side collectives in flight (gloo/MPI all-reduce ... annotations, any thread)
     collectives: list[Interval] = field(default_factory=list)
     #: the same collectives with their names (``gloo:all_gather`` ...), for the per-kind split
@@ -152,11 +160,11 @@ class Timeline:
     #: DataLoader iterator kinds seen on the main thread ("single" process, "multi" process)
     dataloader_kinds: Counter[str] = field(default_factory=Counter)
     #: memsets with their launch's correlation id and stream (``memsets`` keeps the intervals)
-    memset_ops: list[GpuMemset] = field(default_factory=list)
+    memset_ops: Sequence[GpuMemset] = field(default_factory=list)
     #: start times of every event the profiler recorded on the training threads (the main thread
     #: and the autograd engine's): operators and CUDA runtime calls. Each one cost the host the
     #: profiler's own bookkeeping (see analysis/profcost.py).
-    host_event_starts: list[float] = field(default_factory=list)
+    host_event_starts: Sequence[float] = field(default_factory=list)
     #: recorded lengths of the training threads' no-work operators (``patterns.NO_WORK_OPS``)
     no_work_op_us: list[float] = field(default_factory=list)
 
@@ -213,21 +221,105 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+#: below this many bytes of JSON one process reads the trace: starting workers costs more than
+#: they save (a worker process takes 0.2-0.5 s to start and import the reader)
+PARALLEL_MIN_JSON_BYTES = 256 * 1024 * 1024
+#: most worker processes: each holds a piece or two and their decoded events (30-60 MiB), and the
+#: parent, which cuts the pieces and merges the columns in order, keeps up with about this many
+MAX_READER_WORKERS = 8
+#: environment variable that sets the number of worker processes (1: read in this process)
+WORKERS_ENV = "DIAGNOSE_READER_WORKERS"
+
+
+def reader_workers(json_bytes: int, cpus: int | None = None) -> int:
+    """How many processes decode the pieces of a trace of ``json_bytes``: 1 (this process does
+    everything) for a small trace or a machine of one or two cores; else one per core but one,
+    at most ``MAX_READER_WORKERS``. ``DIAGNOSE_READER_WORKERS`` overrides it."""
+    forced = os.environ.get(WORKERS_ENV, "").strip()
+    if forced:
+        try:
+            return max(1, int(forced))
+        except ValueError:
+            raise TraceError(f"{WORKERS_ENV}={forced!r} is not a number of processes") from None
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if json_bytes < PARALLEL_MIN_JSON_BYTES or cpus <= 2:
+        return 1
+    return min(cpus - 1, MAX_READER_WORKERS)
+
+
 def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) -> Timeline:
-    """Stream the trace into a Timeline: memory holds one piece of JSON (a few MB) and what the
-    Timeline keeps, never the parsed trace. ``max_bytes`` (None: no cap) refuses larger JSON;
-    whatever the size, the read stops with a clear error if the machine's memory runs short."""
+    """Stream the trace into a Timeline: memory holds a few pieces of JSON (a few MB each) and
+    what the Timeline keeps, never the parsed trace. ``max_bytes`` (None: no cap) refuses larger
+    JSON; whatever the size, the read stops with a clear error if the machine's memory runs
+    short. A large trace's pieces are decoded and folded into columns by worker processes
+    (``reader_workers``); this process cuts the pieces and merges the columns, in file order."""
     stream = _open(path, max_bytes)
     columns = _Columns()
     guard = memory.MemoryGuard(str(path))
-    with paused_gc():
-        for events in stream.decoded(decode_events):
-            columns.add(events)
+    workers = reader_workers(json_size_estimate(stream.path))
+    with paused_gc(), _worker_pool(workers) as pool:
+        if pool is None:
+            results = stream.decoded(decode_events)
+        else:
+            def submit(piece: Piece) -> Callable[[], Any]:
+                return partial(_folded, pool.apply_async(_fold_piece, (piece.text,)), piece)
+
+            results = stream.decoded(decode_events, submit, in_flight=2 * workers)
+        for result in results:
+            if type(result) is _Columns:
+                columns.merge(result)
+            else:
+                columns.add(result)
             guard.check(stream.bytes_read)
+    with paused_gc():
         timeline = columns.finish(_read_meta(stream.metadata))
     timeline.meta.path = str(path)
     timeline.meta.size_bytes = Path(path).stat().st_size
     return timeline
+
+
+@contextmanager
+def _worker_pool(workers: int) -> Iterator[Any]:
+    """A pool of ``workers`` forked processes (None for one, or where ``fork`` does not exist).
+    Forked, not spawned: a spawned worker imports the caller's ``__main__`` again, which in a
+    script without a ``__main__`` guard starts the analysis again, forever; and it starts in a
+    fraction of the time. The workers run only the decoder and ``_Columns.add``, which take no
+    lock that another thread of the parent could hold."""
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield None
+        return
+    try:
+        pool = multiprocessing.get_context("fork").Pool(workers)
+    except (OSError, AssertionError):  # no process left to fork, or this is a daemonic worker itself
+        yield None
+        return
+    try:
+        yield pool
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _fold_piece(text: bytes) -> _Columns | None:
+    """In a worker: one piece decoded and folded into columns. None when an event's field is
+    malformed: the parent then folds the piece itself, to name the event by its index in the
+    whole trace. Text that does not parse raises the decoder's error, as ``decode_events`` does."""
+    with paused_gc():
+        events = decode_events(Piece(text, b"", 0))
+        columns = _Columns()
+        try:
+            columns.add(events)
+        except TraceError:
+            return None
+        columns.names = {}  # interned again by the parent: no need to send them twice
+        return columns
+
+
+def _folded(handle: Any, piece: Piece) -> _Columns | list[Event]:
+    """The result of ``_fold_piece``: its columns, or the piece's events to fold here."""
+    columns = handle.get()
+    return columns if columns is not None else decode_events(piece)
 
 
 def _open(path: str | os.PathLike[str], max_bytes: int | None) -> TraceStream:
@@ -279,34 +371,84 @@ def _category_kinds() -> dict[Any, int]:
 _KINDS = _category_kinds()
 
 
+class _ThreadOps:
+    """One thread's operators as columns, in file order. The rare operator whose trace ``ts``
+    is not a plain number (kept as written, to match the flow events that name it) or that is
+    not a complete ("X") event is noted by index."""
+
+    __slots__ = ("starts", "ends", "names", "raw_ts", "incomplete")
+
+    def __init__(self) -> None:
+        self.starts = C.float_column()
+        self.ends = C.float_column()
+        self.names: list[str] = []
+        self.raw_ts: dict[int, Any] = {}
+        self.incomplete: set[int] = set()
+
+    def extend(self, ops: list[tuple[float, float, str]], raw_ts: list[tuple[int, Any]], incomplete: list[int]) -> None:
+        base = len(self.names)
+        starts, ends, names = zip(*ops)
+        self.starts.extend(starts)
+        self.ends.extend(ends)
+        self.names.extend(names)
+        for index, raw in raw_ts:
+            self.raw_ts[base + index] = raw
+        self.incomplete.update(base + index for index in incomplete)
+
+    def raw(self, index: int) -> Any:
+        """The trace's own ``ts`` of an operator (None where it had none)."""
+        return self.raw_ts.get(index, self.starts[index])
+
+
+class _FlowStarts:
+    """The trace ``ts`` of one thread's flow starts (``fwdbwd`` "s" events): numbers as a float
+    column, anything else (a string, a missing ts) in a set."""
+
+    __slots__ = ("numbers", "others")
+
+    def __init__(self) -> None:
+        self.numbers = C.float_column()
+        self.others: set[Any] = set()
+
+    def add(self, raw: Any) -> None:
+        if type(raw) is float or (type(raw) is int and float(raw) == raw):
+            self.numbers.append(raw)
+        else:
+            self.others.add(raw)
+
+
 class _Columns:
     """What one pass over the events keeps, in file order, before the main thread and the main
     device are known: per thread, the operators (only the main thread's are kept in the end);
-    kernels and copies with their device. Names are interned: a kernel name repeats thousands
-    of times and is then held once."""
+    kernels and copies with their device. A piece's events are folded into Python lists (the
+    hot loop appends tuples), then moved into compact columns (``analysis/columns.py``) before
+    the next piece: what memory holds grows by about 40 bytes per kernel, launch or operator,
+    not by the 150-200 of a tuple of Python numbers. Names are interned: a kernel name repeats
+    thousands of times and is then held once."""
 
     def __init__(self) -> None:
         self.event_count = 0
         self.annotations: list[tuple[str, Any, float, float]] = []
-        #: tid -> (start, end, name, trace ts, is a complete event) of every operator
-        self.thread_ops: dict[Any, list[tuple[float, float, str, Any, bool]]] = {}
+        self.thread_ops: dict[Any, _ThreadOps] = {}
         self.busy: Counter[Any] = Counter()  # non-backward operators per thread
-        self.backward_ops: list[Interval] = []
-        self.flow_starts: set[tuple[Any, Any]] = set()
-        self.launches: dict[int, Interval] = {}
+        self.backward: list[C.Column] = [C.float_column(), C.float_column()]
+        self.flow_starts: dict[Any, _FlowStarts] = {}
+        #: every CUDA runtime/driver call with a correlation id, in file order
+        self.launch_columns: list[C.Column] = [C.int_column(), C.float_column(), C.float_column()]
         self.sync_calls: list[tuple[Any, float, float, str]] = []
         self.graph_launches: list[float] = []
-        self.kernels: list[GpuKernel] = []
+        #: (start, end, correlation, name, stream) and device of each kernel
+        self.kernels: list[C.Column] = [C.float_column(), C.float_column(), C.int_column(), [], C.int_column()]
         self.kernel_devices: list[Any] = []
-        self.memcpys: list[GpuMemcpy] = []
+        self.memcpys: list[GpuMemcpy] = []  # a few per step: kept as tuples
         self.memcpy_devices: list[Any] = []
-        self.memsets: list[Interval] = []
-        self.memset_ops: list[GpuMemset] = []
+        #: (start, end, correlation, stream) and device of each memset
+        self.memsets: list[C.Column] = [C.float_column(), C.float_column(), C.int_column(), C.int_column()]
         self.memset_devices: list[Any] = []
         self.unknown: Counter[str] = Counter()
         self.names: dict[str, str] = {}
-        #: (thread, start) of every CUDA runtime/driver call
-        self.runtime_starts: list[tuple[Any, float]] = []
+        #: start of every CUDA runtime/driver call, per thread
+        self.runtime_starts: dict[Any, array[float]] = {}
         self.thread_names: dict[Any, str] = {}
 
     def add(self, events: list[Event]) -> None:
@@ -316,11 +458,18 @@ class _Columns:
         names = self.names
         bw_prefix = P.BACKWARD_OP_PREFIX
         sync_names = P.SYNC_CALLS
-        thread_ops = self.thread_ops
+        thread_ops: dict[Any, list[tuple[float, float, str]]] = {}
+        raw_ts: dict[Any, list[tuple[int, Any]]] = {}  # tid -> (index in the piece, trace ts) where it is not a float
+        incomplete: dict[Any, list[int]] = {}
         busy = self.busy
-        backward_append = self.backward_ops.append
-        launches = self.launches
-        kernels_append, kernel_devices_append = self.kernels.append, self.kernel_devices.append
+        backward: list[Interval] = []
+        backward_append = backward.append
+        launches: list[tuple[Any, float, float]] = []
+        launches_append = launches.append
+        runtime_starts: dict[Any, list[float]] = {}
+        kernels: list[GpuKernel] = []
+        kernels_append, kernel_devices_append = kernels.append, self.kernel_devices.append
+        memsets: list[GpuMemset] = []
         new_tuple = tuple.__new__
         first = self.event_count
         self.event_count += len(events)
@@ -338,14 +487,19 @@ class _Columns:
                 continue
             if kind == _FLOW:
                 if e.ph == "s":
-                    self.flow_starts.add((_key(e.tid, e, events, first, "tid"), _raw(e.ts)))
+                    tid = _key(e.tid, e, events, first, "tid")
+                    flows = self.flow_starts.get(tid)
+                    if flows is None:
+                        flows = self.flow_starts[tid] = _FlowStarts()
+                    flows.add(_raw(e.ts))
                 continue
             name = e.name
             if type(name) is not str:
                 name = _text(name, e, events, first)
             name = names.setdefault(name, name)
             ts = e.ts
-            if type(ts) is not float or ts - ts != 0.0:  # not a finite float: inf - inf is nan
+            plain_ts = type(ts) is float and ts - ts == 0.0  # a finite float: inf - inf is nan
+            if not plain_ts:
                 ts = _num(ts, e, events, first, "ts")
             dur = e.dur
             if type(dur) is not float or dur - dur != 0.0:
@@ -362,8 +516,14 @@ class _Columns:
                 ops = thread_ops.get(tid)
                 if ops is None:
                     ops = thread_ops[tid] = []
+                if not plain_ts:
+                    raw = _raw(e.ts)
+                    if not (type(raw) is int and float(raw) == raw):
+                        raw_ts.setdefault(tid, []).append((len(ops), raw))
                 ph = e.ph
-                ops.append((ts, end, name, None if e.ts is UNSET else e.ts, ph is UNSET or ph == "X"))
+                if not (ph is UNSET or ph == "X"):
+                    incomplete.setdefault(tid, []).append(len(ops))
+                ops.append((ts, end, name))
                 continue
             if kind == _ANNOTATION:
                 self.annotations.append((name, _key(e.tid, e, events, first, "tid"), ts, end))
@@ -375,9 +535,15 @@ class _Columns:
             if type(corr) is not int:
                 corr = _key(corr, e, events, first, "args.correlation")
             if kind == _RUNTIME:
-                self.runtime_starts.append((e.tid, ts))
+                tid = e.tid
+                if type(tid) is not int and tid is not UNSET:
+                    tid = _key(tid, e, events, first, "tid")
+                starts = runtime_starts.get(tid)
+                if starts is None:
+                    starts = runtime_starts[tid] = []
+                starts.append(ts)
                 if corr is not None:
-                    launches[corr] = (ts, end)
+                    launches_append((corr, ts, end))
                 if name in sync_names:
                     self.sync_calls.append((_key(e.tid, e, events, first, "tid"), ts, end, name))
                 elif name == "cudaGraphLaunch" or name == "cuGraphLaunch":
@@ -400,9 +566,59 @@ class _Columns:
                 self.memcpys.append(GpuMemcpy(ts, end, corr, P.memcpy_kind(name), nbytes, stream))
                 self.memcpy_devices.append(device)
             else:  # _MEMSET
-                self.memsets.append((ts, end))
-                self.memset_ops.append(GpuMemset(ts, end, corr, stream))
+                memsets.append(GpuMemset(ts, end, corr, stream))
                 self.memset_devices.append(device)
+        # into the columns
+        for tid, ops in thread_ops.items():
+            columns = self.thread_ops.get(tid)
+            if columns is None:
+                columns = self.thread_ops[tid] = _ThreadOps()
+            columns.extend(ops, raw_ts.get(tid, []), incomplete.get(tid, []))
+        _extend(self.backward, backward)
+        _extend(self.launch_columns, launches)
+        for tid, piece_starts in runtime_starts.items():
+            self.runtime_starts.setdefault(tid, C.float_column()).extend(piece_starts)
+        _extend(self.kernels, kernels)
+        _extend(self.memsets, memsets)
+
+    def merge(self, other: _Columns) -> None:
+        """Fold in the columns of the next piece, folded by ``add`` in a worker process (as if
+        ``add`` had been called here): names are interned again, thread-local indices shifted."""
+        names = self.names
+        intern = names.setdefault
+        self.event_count += other.event_count
+        self.annotations.extend((intern(n, n), tid, ts, end) for n, tid, ts, end in other.annotations)
+        for tid, ops in other.thread_ops.items():
+            mine = self.thread_ops.get(tid)
+            if mine is None:
+                mine = self.thread_ops[tid] = _ThreadOps()
+            base = len(mine.names)
+            mine.starts.extend(ops.starts)
+            mine.ends.extend(ops.ends)
+            mine.names.extend(map(intern, ops.names, ops.names))
+            for index, raw in ops.raw_ts.items():
+                mine.raw_ts[base + index] = raw
+            mine.incomplete.update(base + index for index in ops.incomplete)
+        self.busy.update(other.busy)
+        _extend_columns(self.backward, other.backward)
+        for tid, flows in other.flow_starts.items():
+            mine_flows = self.flow_starts.setdefault(tid, _FlowStarts())
+            mine_flows.numbers.extend(flows.numbers)
+            mine_flows.others.update(flows.others)
+        _extend_columns(self.launch_columns, other.launch_columns)
+        self.sync_calls.extend((tid, ts, end, intern(n, n)) for tid, ts, end, n in other.sync_calls)
+        self.graph_launches.extend(other.graph_launches)
+        kernel_names = other.kernels[3]
+        _extend_columns(self.kernels, [*other.kernels[:3], list(map(intern, kernel_names, kernel_names)), other.kernels[4]])
+        self.kernel_devices.extend(other.kernel_devices)
+        self.memcpys.extend(other.memcpys)
+        self.memcpy_devices.extend(other.memcpy_devices)
+        _extend_columns(self.memsets, other.memsets)
+        self.memset_devices.extend(other.memset_devices)
+        self.unknown.update(other.unknown)
+        for tid, starts in other.runtime_starts.items():
+            self.runtime_starts.setdefault(tid, C.float_column()).extend(starts)
+        self.thread_names.update(other.thread_names)
 
     def finish(self, meta: TraceMeta) -> Timeline:
         meta.event_count = self.event_count
@@ -413,40 +629,55 @@ class _Columns:
         read = _read_annotations(self.annotations, main_tid)
         steps = read.steps
 
-        flow_starts = self.flow_starts
-        main_ops = [
-            (start, end, name, (main_tid, raw_ts) in flow_starts)
-            for start, end, name, raw_ts, complete in self.thread_ops.get(main_tid, ())
-            if complete
-        ]
-        main_ops.sort(key=lambda op: (op[0], -op[1]))
-        main_ops = duplicates.unique(main_ops)
+        main_ops = self._main_ops(main_tid, duplicates)
+        starts, ends, names, forward = main_ops.columns
         # a framework's backward call (marked) is backward from end to end, around the engine's events
-        backward_ops = duplicates.unique(sorted(self.backward_ops + read.backward_marks))
+        _extend(self.backward, read.backward_marks)
+        backward_ops = _sorted_unique(tuple, self.backward, duplicates, by=(0, 1))
         bw_prefix = P.BACKWARD_OP_PREFIX
-        training = {main_tid} | {tid for tid, ops in self.thread_ops.items() if any(op[2].startswith(bw_prefix) for op in ops)}
-        host_event_starts = [op[0] for tid in training for op in self.thread_ops.get(tid, ())]
-        host_event_starts += [ts for tid, ts in self.runtime_starts if tid in training]
-        host_event_starts.sort()
+        training = {main_tid} | {tid for tid, ops in self.thread_ops.items() if any(n.startswith(bw_prefix) for n in ops.names)}
+        event_starts = C.float_column()
+        for tid in training:
+            if tid in self.thread_ops:
+                event_starts.extend(self.thread_ops[tid].starts)
+            if tid in self.runtime_starts:
+                event_starts.extend(self.runtime_starts[tid])
+        host_event_starts = C.Records(None, [C.float_column(sorted(event_starts))])
+        del event_starts
         no_work = P.NO_WORK_OPS
-        no_work_op_us = [op[1] - op[0] for tid in training for op in self.thread_ops.get(tid, ()) if op[2] in no_work]
-        collective_calls = sorted({HostOp(op[0], op[1], op[2]) for tid in training for op in self.thread_ops.get(tid, ()) if op[2].startswith(P.COLLECTIVE_CALL_PREFIX)})
+        no_work_op_us = [
+            ops.ends[i] - ops.starts[i] for tid in training if (ops := self.thread_ops.get(tid)) for i, n in enumerate(ops.names) if n in no_work
+        ]
+        collective_calls = sorted(
+            {
+                HostOp(ops.starts[i], ops.ends[i], n)
+                for tid in training
+                if (ops := self.thread_ops.get(tid))
+                for i, n in enumerate(ops.names)
+                if n.startswith(P.COLLECTIVE_CALL_PREFIX)
+            }
+        )
         self.thread_ops.clear()
         self.runtime_starts.clear()
         meta.optimizer_classes = dict(read.optimizer_classes)
         meta.optimizer_step_ops = [dict(c) for c in _ops_inside(main_ops, read.optimizer_steps)]
         meta.thread_names = {str(tid): name for tid, name in self.thread_names.items()}
 
-        host_ops: list[HostOp] = []
-        forward_ops: list[Interval] = []
+        host_columns: tuple[C.Column, ...] = (C.float_column(), C.float_column(), [])
+        forward_columns = (C.float_column(), C.float_column())
         top_end = float("-inf")
-        for start, end, name, is_forward in main_ops:
+        for start, end, name, is_forward in zip(starts, ends, names, forward):
             if is_forward:
-                forward_ops.append((start, end))
+                forward_columns[0].append(start)
+                forward_columns[1].append(end)
             if start >= top_end:
-                host_ops.append(HostOp(start, end, name))
+                host_columns[0].append(start)  # type: ignore[union-attr]
+                host_columns[1].append(end)  # type: ignore[union-attr]
+                host_columns[2].append(name)  # type: ignore[union-attr]
                 top_end = end
             # nested operators stay inside their top-level parent
+        host_ops: C.Records[HostOp] = C.Records(HostOp, host_columns)
+        forward_ops: C.Records[Interval] = C.Records(tuple, forward_columns)
 
         syncs = [SyncCall(ts, end, name) for tid, ts, end, name in self.sync_calls if tid == main_tid]
         syncs.sort(key=lambda s: s.start)
@@ -454,18 +685,15 @@ class _Columns:
 
         device_counts = Counter(None if d is UNSET else d for d in self.kernel_devices)
         device = device_counts.most_common(1)[0][0] if device_counts else None
-        kernels = _on_device(self.kernels, self.kernel_devices, device)
-        kernels.sort(key=lambda k: k.start)
-        kernels = duplicates.unique(kernels)
-        memcpys = _on_device(self.memcpys, self.memcpy_devices, device)
+        kernels = _sorted_unique(GpuKernel, _on_device(self.kernels, self.kernel_devices, device), duplicates)
+        memcpys = [m for m, d in zip(self.memcpys, self.memcpy_devices) if d is UNSET or d == device]
         memcpys.sort(key=lambda m: m.start)
         memcpys = duplicates.unique(memcpys)
-        memsets = sorted(self.memsets)  # each memset is in memset_ops too: counted there
-        memsets = _Duplicates().unique(memsets)
-        memset_ops = _on_device(self.memset_ops, self.memset_devices, device)
-        memset_ops.sort(key=lambda m: m.start)
-        memset_ops = duplicates.unique(memset_ops)
+        # each memset is in memset_ops too: its duplicates are counted there
+        memsets = _sorted_unique(tuple, self.memsets[:2], _Duplicates(), by=(0, 1))
+        memset_ops = _sorted_unique(GpuMemset, _on_device(self.memsets, self.memset_devices, device), duplicates)
         meta.duplicate_events = duplicates.dropped
+        launches = C.Launches.from_calls(*self.launch_columns)
 
         has_marks = bool(steps)
         if not steps:
@@ -481,7 +709,7 @@ class _Columns:
             forward_ops=forward_ops,
             host_ops=host_ops,
             syncs=syncs,
-            launches=self.launches,
+            launches=launches,
             graph_launches=sorted(self.graph_launches),
             collectives=read.collectives,
             collective_ops=read.collective_ops,
@@ -499,6 +727,24 @@ class _Columns:
             no_work_op_us=no_work_op_us,
         )
 
+    def _main_ops(self, main_tid: Any, duplicates: _Duplicates) -> C.Records[tuple[float, float, str, bool]]:
+        """The main thread's complete operators as (start, end, name, starts a forward flow),
+        sorted by start and outermost first, duplicates dropped."""
+        ops = self.thread_ops.get(main_tid)
+        if ops is None:
+            return C.Records(tuple, (C.float_column(), C.float_column(), [], []))
+        flows = self.flow_starts.get(main_tid, _FlowStarts())
+        flow_numbers = set(flows.numbers)
+        forward = [
+            (ops.raw_ts[i] in flows.others if i in ops.raw_ts else s in flow_numbers) for i, s in enumerate(ops.starts)
+        ]
+        del flow_numbers
+        columns: tuple[C.Column, ...] = (ops.starts, ops.ends, ops.names, forward)
+        if ops.incomplete:
+            complete = [i for i in range(len(ops.names)) if i not in ops.incomplete]
+            columns = tuple(C.take(c, complete) for c in columns)
+        return _sorted_unique(tuple, columns, duplicates, by=(0, -1))
+
     def _main_thread(self) -> Any:
         """The thread that runs the training loop: the one with ProfilerStep marks, else the busiest."""
         step_threads = Counter(tid for name, tid, _, _ in self.annotations if name.startswith(P.PROFILER_STEP_PREFIX))
@@ -510,20 +756,75 @@ class _Columns:
         return busy.most_common(1)[0][0] if busy else None
 
 
-def _ops_inside(main_ops: list[tuple[float, float, str, bool]], spans: list[Interval]) -> list[Counter[str]]:
+def _extend(columns: list[C.Column], rows: list[tuple[Any, ...]]) -> None:
+    """Append a piece's rows (tuples of ``len(columns)`` fields) to the columns, in place; an
+    int column that meets a value other than a machine integer is replaced by a list."""
+    if not rows:
+        return
+    for k, values in enumerate(zip(*rows)):
+        column = columns[k]
+        if type(column) is not list and column.typecode == "q":  # type: ignore[union-attr]
+            columns[k] = C.extend_ints(column, values)
+        else:
+            column.extend(values)  # type: ignore[union-attr]
+
+
+def _extend_columns(columns: list[C.Column], more: list[C.Column]) -> None:
+    """Append ``more`` (columns of the same fields) to ``columns``, in place."""
+    for k, values in enumerate(more):
+        column = columns[k]
+        if type(column) is not list and column.typecode == "q":  # type: ignore[union-attr]
+            columns[k] = C.extend_ints(column, values)
+        else:
+            column.extend(values)  # type: ignore[union-attr]
+
+
+def _on_device(columns: list[C.Column], devices: list[Any], device: Any) -> list[C.Column]:
+    """The rows on ``device``, and those that name none (they count for every device)."""
+    if all(d is UNSET or d == device for d in devices):
+        return columns
+    keep = [i for i, d in enumerate(devices) if d is UNSET or d == device]
+    return [C.take(c, keep) for c in columns]
+
+
+def _in_order(columns: list[C.Column], by: tuple[int, ...]) -> Iterator[Any]:
+    """The sort key of each row: column ``k`` ascending for ``k`` in ``by``, ``-k`` descending."""
+    keys = [columns[k] if k >= 0 else map(neg, columns[-k]) for k in by]
+    return keys[0] if len(keys) == 1 else zip(*keys)  # type: ignore[return-value]
+
+
+def _sorted_unique(make: Any, columns: list[C.Column] | tuple[C.Column, ...], duplicates: _Duplicates, by: tuple[int, ...] = (0,)) -> C.Records[Any]:
+    """The rows as ``Records`` of ``make``, sorted (stably) by ``by`` (see ``_in_order``), rows
+    identical to an earlier one with the same start dropped and counted. Traces are mostly in
+    order already: checking that is one pass in C, and the sort is skipped."""
+    columns = list(columns)
+    if not all(map(le, _in_order(columns, by), islice(_in_order(columns, by), 1, None))):
+        keys = list(_in_order(columns, by))
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        del keys
+        columns = [C.take(c, order) for c in columns]
+    keep = duplicates.unique_rows(columns)
+    if keep is not None:
+        columns = [C.take(c, keep) for c in columns]
+    return C.Records(make, columns)
+
+
+def _ops_inside(main_ops: C.Records[tuple[float, float, str, bool]], spans: list[Interval]) -> list[Counter[str]]:
     """Per span (sorted), the names of the operators (sorted by start) that start inside it;
     spans with none (cut off by the profiled window) are left out."""
     out: list[Counter[str]] = []
-    starts = [op[0] for op in main_ops]
+    starts, names_of = main_ops.column(0), main_ops.column(2)
     for start, end in spans:
         names: Counter[str] = Counter()
         i = bisect_left(starts, start)
-        while i < len(main_ops) and main_ops[i][0] < end:
-            names[main_ops[i][2]] += 1
+        while i < len(starts) and starts[i] < end:
+            names[names_of[i]] += 1
             i += 1
         if names:
             out.append(names)
     return out
+
+
 class _Duplicates:
     """Drops events identical to another one (a trace merged or written twice would otherwise
     count every operator and kernel twice), and counts them. Items come sorted by start, so
@@ -548,10 +849,29 @@ class _Duplicates:
                 out.append(item)
         return out
 
-
-def _on_device(items: list[Any], devices: list[Any], device: Any) -> list[Any]:
-    """The items on ``device``, and those that name none (they count for every device)."""
-    return [item for item, d in zip(items, devices) if d is UNSET or d == device]
+    def unique_rows(self, columns: list[C.Column]) -> list[int] | None:
+        """``unique`` over rows held as columns (the first one the start): the indices of the rows
+        kept, None when none is dropped. Only runs of equal starts are looked at row by row."""
+        starts = columns[0]
+        equal = list(compress(count(1), map(eq, starts, islice(starts, 1, None))))  # i: start i == start i-1
+        if not equal:
+            return None
+        dropped: set[int] = set()
+        run: list[tuple[Any, ...]] = []
+        previous = -2
+        for i in equal:
+            if i != previous + 1:  # a new run, from i - 1
+                run = [tuple(c[i - 1] for c in columns)]
+            row = tuple(c[i] for c in columns)
+            if row in run:
+                dropped.add(i)
+            else:
+                run.append(row)
+            previous = i
+        if not dropped:
+            return None
+        self.dropped += len(dropped)
+        return [i for i in range(len(starts)) if i not in dropped]
 
 
 def _raw(value: Any) -> Any:
@@ -735,7 +1055,7 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
 
 
 def _whole_window(
-    main_ops: list[tuple[float, float, str, bool]], kernels: list[GpuKernel], memcpys: list[GpuMemcpy]
+    main_ops: Sequence[tuple[float, float, str, bool]], kernels: Sequence[GpuKernel], memcpys: list[GpuMemcpy]
 ) -> list[StepMark]:
     starts = [op[0] for op in main_ops[:1]] + [k.start for k in kernels[:1]] + [m.start for m in memcpys[:1]]
     ends = [max((op[1] for op in main_ops), default=float("-inf"))]

@@ -3,7 +3,9 @@
 Contract: ``TraceStream(path)`` opens the file (clear ``TraceError`` if it cannot be read);
 ``stream.decoded(decode)`` yields, a piece at a time, ``decode(piece)`` of each run of whole events
 of the ``traceEvents`` array (a few MB of JSON each); after the iteration ``stream.metadata`` holds
-the rest of the document (``deviceProperties``, versions ...). ``decode_events`` turns a piece into
+the rest of the document (``deviceProperties``, versions ...); with ``submit`` and ``in_flight``,
+several pieces are decoded at once elsewhere (worker processes), the results still in order.
+``decode_events`` turns a piece into
 typed ``Event``s holding only the fields the analysis reads; ``decode_objects`` into plain dicts.
 Memory is the current block and piece, whatever the file's size; ``.gz`` is decompressed as read.
 ``check_fits`` and ``MemoryGuard`` compare what a trace needs with the memory the machine has.
@@ -25,6 +27,7 @@ import gzip
 import io
 import re
 import zlib
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,9 +148,17 @@ class TraceStream:
             kind = "gzip " if self.gzipped else ""
             raise TraceError(f"cannot read {self.path}: {exc}", hint=f"the file may be truncated or not valid {kind}data") from exc
 
-    def decoded(self, decode: Callable[[Piece], Decoded]) -> Iterator[Decoded]:
+    def decoded(
+        self, decode: Callable[[Piece], Decoded], submit: Callable[[Piece], Callable[[], Any]] | None = None, in_flight: int = 1
+    ) -> Iterator[Any]:
         """``decode`` of each piece of the events array, in order; sets ``metadata`` at the end.
-        ``decode`` raises msgspec's or orjson's decode error on text that does not parse."""
+        ``decode`` raises msgspec's or orjson's decode error on text that does not parse.
+
+        ``submit(piece)``, when given, starts the decoding of a piece elsewhere (a worker process)
+        and returns what to call for its result (which raises the same errors): up to
+        ``in_flight`` pieces are under way at once, and the results still come in order. Joined
+        pieces (a cut that was not between events) and the array's last piece are decoded here
+        with ``decode``."""
         blocks = self._blocks()
         buf = b""
         prefix: bytes | None = None  # the document up to the array's "[" (b"" for a bare array)
@@ -163,6 +174,7 @@ class TraceStream:
         else:
             self._not_a_trace(buf)
         pending: Piece | None = None  # a piece that did not parse yet, waiting for the next
+        under_way: deque[tuple[Piece, Callable[[], Any] | None]] = deque()
         for block in blocks:
             buf += block
             cut = _last_boundary(buf)
@@ -171,7 +183,13 @@ class TraceStream:
             piece = Piece(buf[: cut[0]], buf[cut[0] : cut[1]], offset)
             offset += cut[1]
             buf = buf[cut[1] :]
-            pending, result = _settle(pending, piece, decode, self.path)
+            under_way.append((piece, None if submit is None else submit(piece)))
+            while len(under_way) >= max(in_flight, 1):
+                pending, result = _settle(pending, *under_way.popleft(), decode, self.path)
+                if pending is None and result is not None:
+                    yield result
+        while under_way:
+            pending, result = _settle(pending, *under_way.popleft(), decode, self.path)
             if pending is None and result is not None:
                 yield result
         if pending is not None:  # a cut inside the metadata after the array
@@ -180,7 +198,7 @@ class TraceStream:
         # which the events do: the metadata after the array may hold "]" too.
         for text, metadata in self._array_ends(prefix, buf):
             try:
-                result = _settle(pending, Piece(text, b"", offset), decode, self.path)[1]
+                result = _settle(pending, Piece(text, b"", offset), None, decode, self.path)[1]
             except TraceError:
                 continue
             if result is None and text.strip():
@@ -257,15 +275,18 @@ def _last_boundary(buf: bytes) -> tuple[int, int] | None:
 
 
 def _settle(
-    pending: Piece | None, piece: Piece, decode: Callable[[Piece], Decoded], path: Path
-) -> tuple[Piece | None, Decoded | None]:
-    """Decode ``piece``, joined to a piece that did not parse; (still pending, decoded)."""
+    pending: Piece | None, piece: Piece, started: Callable[[], Any] | None, decode: Callable[[Piece], Decoded], path: Path
+) -> tuple[Piece | None, Any]:
+    """Decode ``piece`` (``started``: its decoding under way elsewhere), joined to a piece that
+    did not parse; (still pending, decoded). A joined piece is decoded here: what was started
+    for the piece alone began inside an event and is dropped."""
     if pending is not None:
         piece = Piece(pending.text + pending.separator + piece.text, piece.separator, pending.offset)
+        started = None
     if not piece.text.strip():  # an empty array
         return None, None
     try:
-        return None, decode(piece)
+        return None, decode(piece) if started is None else started()
     except _SYNTAX_ERRORS:
         if len(piece.text) > MAX_JOINED_PIECE_BYTES:
             raise _invalid(path, piece) from None
@@ -311,9 +332,11 @@ def event_from_object(obj: Any) -> Event | None:
 
 # --- memory ---------------------------------------------------------------------------------------
 
-#: what the analysis holds per byte of trace JSON at its peak: benchmarks/trace_memory.py measured
-#: 1.0 GiB for 1 GB of replicated H200 steps (mostly kernels and launches, which the Timeline keeps)
-MEMORY_PER_JSON_BYTE = 1.0
+#: what the whole analysis holds per byte of trace JSON at its peak: benchmarks/trace_memory.py
+#: measured 0.41 GiB for 0.2 GB and 1.98 GiB for 1 GB of replicated H200 steps. The reader itself
+#: peaks at about 0.35 byte per byte; the rest is the replay model (analysis/replay.py), which
+#: holds an object per GPU op and launch of the window
+MEMORY_PER_JSON_BYTE = 2.2
 #: stop reading when the machine has less than this left: better a clear error than the OOM killer
 MEMORY_RESERVE_BYTES = 256 * 1024 * 1024
 

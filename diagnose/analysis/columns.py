@@ -1,0 +1,187 @@
+"""Compact storage of the Timeline's long lists: records kept as columns, read as tuples.
+
+Contract: ``Records(make, columns)`` is a read-only sequence of ``make`` tuples (a NamedTuple
+class, ``tuple`` for plain intervals, or ``None`` for a single column of bare values) whose fields
+are the given columns; iterating, indexing and slicing build the tuples on the fly, and it compares
+equal to a list of the same tuples. ``Launches(correlations, starts, ends)`` is the read-only
+mapping correlation id -> (start, end) of the runtime calls, kept as three sorted columns.
+``float_column``/``int_column``/``object_column`` make the columns; ``extend_ints`` extends an int
+column, turning it into a plain list when a value does not fit a machine integer.
+
+Why: a kernel held as a NamedTuple of Python floats and ints takes about 170 bytes; the same five
+fields in ``array`` columns take 40 (names are references to one interned string each). A
+timeline of millions of kernels, launches and operators then takes a fifth of the memory, and
+the code that reads ``timeline.kernels`` as a list of ``GpuKernel`` still does. No numpy: the
+analysis runs where only the standard library and the package's dependencies are installed.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import partial
+from itertools import islice
+from operator import eq, lt
+from typing import Any, Generic, TypeVar, Union, overload
+
+Item = TypeVar("Item")
+#: an int column: machine integers, or a list where some value is not one (a string id, say)
+IntColumn = Union["array[int]", list[Any]]
+Column = Union["array[float]", "array[int]", list[Any]]
+
+
+def float_column(values: Iterable[float] = ()) -> array[float]:
+    return array("d", values)
+
+
+def int_column(values: Iterable[Any] = ()) -> IntColumn:
+    column: IntColumn = array("q")
+    return extend_ints(column, values)
+
+
+def object_column(values: Iterable[Any] = ()) -> list[Any]:
+    return list(values)
+
+
+def extend_ints(column: IntColumn, values: Iterable[Any]) -> IntColumn:
+    """``column`` extended by ``values``; a list from the first value that is not an int of 64 bits
+    (an id written as a string, say): equal values, just not compact. (A bool is stored as 0 or 1,
+    which compare and hash as the bool did.)"""
+    if type(column) is list:
+        column.extend(values)
+        return column
+    values = values if isinstance(values, (list, tuple, array)) else list(values)
+    n = len(column)
+    try:
+        column.extend(values)
+        return column
+    except (TypeError, OverflowError):
+        del column[n:]
+    return column.tolist() + list(values)
+
+
+def take(column: Column, order: Iterable[int]) -> Column:
+    """``column`` reordered (``order`` lists indices)."""
+    values = map(column.__getitem__, order)
+    return list(values) if type(column) is list else array(column.typecode, values)  # type: ignore[union-attr]
+
+
+class Records(Sequence[Item], Generic[Item]):
+    """A read-only list of tuples stored as columns (see the module docstring)."""
+
+    __slots__ = ("make", "columns", "_new")
+
+    def __init__(self, make: type[Item] | None, columns: Sequence[Column]) -> None:
+        self.make = make
+        self.columns = tuple(columns)
+        lengths = {len(c) for c in self.columns}
+        if len(lengths) > 1:
+            raise ValueError(f"columns of different lengths: {sorted(lengths)}")
+        self._new = None if make is None else partial(tuple.__new__, make)
+
+    def __len__(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+    def __iter__(self) -> Iterator[Item]:
+        if self._new is None:
+            return iter(self.columns[0])
+        return map(self._new, zip(*self.columns))
+
+    @overload
+    def __getitem__(self, index: int) -> Item: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Item]: ...
+    def __getitem__(self, index: int | slice) -> Item | list[Item]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            return list(islice(self, start, stop, step))
+        if self._new is None:
+            return self.columns[0][index]  # type: ignore[return-value]
+        return self._new(tuple(c[index] for c in self.columns))
+
+    def column(self, index: int) -> Column:
+        """One field of every record (read-only by convention)."""
+        return self.columns[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Records, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: Iterable[Item]) -> list[Item]:
+        return [*self, *other]
+
+    def __radd__(self, other: Iterable[Item]) -> list[Item]:
+        return [*other, *self]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(map(repr, islice(self, 3)))
+        more = f", ... ({len(self):,} in all)" if len(self) > 3 else ""
+        return f"Records([{shown}{more}])"
+
+
+class Launches(Mapping[Any, tuple[float, float]]):
+    """Correlation id -> (start, end) of the runtime call that launched it, as sorted columns.
+    A lookup is a binary search (about 20 steps for a million launches) instead of a dict's
+    hash: a dict held about 180 bytes per launch, these columns 24."""
+
+    __slots__ = ("correlations", "starts", "ends")
+
+    def __init__(self, correlations: IntColumn, starts: array[float], ends: array[float]) -> None:
+        self.correlations = correlations
+        self.starts = starts
+        self.ends = ends
+
+    @classmethod
+    def from_calls(cls, correlations: IntColumn, starts: array[float], ends: array[float]) -> Launches | dict[Any, tuple[float, float]]:
+        """The launches of calls in file order: a later call with the same id replaces an earlier
+        one (as assigning into a dict did). A plain dict when the ids are not all integers."""
+        if type(correlations) is list:
+            return {c: (s, e) for c, s, e in zip(correlations, starts, ends)}
+        n = len(correlations)
+        if all(map(lt, correlations, islice(correlations, 1, None))):  # the usual order
+            return cls(correlations, starts, ends)
+        order = sorted(range(n), key=correlations.__getitem__)  # stable: the last of equal ids wins below
+        ids = take(correlations, order)
+        if any(map(eq, ids, islice(ids, 1, None))):
+            order = [i for j, i in enumerate(order) if j + 1 == n or ids[j + 1] != ids[j]]
+            ids = take(correlations, order)
+        return cls(ids, take(starts, order), take(ends, order))  # type: ignore[arg-type]
+
+    def _index(self, corr: Any) -> int:
+        if type(corr) is not int:
+            return -1
+        i = bisect_left(self.correlations, corr)
+        return i if i < len(self.correlations) and self.correlations[i] == corr else -1
+
+    def __getitem__(self, corr: Any) -> tuple[float, float]:
+        i = self._index(corr)
+        if i < 0:
+            raise KeyError(corr)
+        return (self.starts[i], self.ends[i])
+
+    def get(self, corr: Any, default: Any = None) -> Any:
+        i = self._index(corr)
+        return default if i < 0 else (self.starts[i], self.ends[i])
+
+    def __contains__(self, corr: object) -> bool:
+        return self._index(corr) >= 0
+
+    def __len__(self) -> int:
+        return len(self.correlations)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.correlations)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return len(self) == len(other) and all(other.get(c, None) == v for c, v in self.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Launches({len(self):,} calls)"

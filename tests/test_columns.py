@@ -1,0 +1,70 @@
+"""The Timeline's compact columns read exactly as the lists of tuples they replace."""
+
+from __future__ import annotations
+
+from array import array
+
+import pytest
+
+from diagnose.analysis.columns import Launches, Records, extend_ints, float_column, int_column, take
+from diagnose.analysis.timeline import GpuKernel
+
+KERNELS = [GpuKernel(1.0, 2.5, 7, "gemm", 0), GpuKernel(2.0, 3.0, 8, "relu", 1), GpuKernel(4.0, 4.5, -1, "gemm", 0)]
+
+
+def _kernel_records(kernels: list[GpuKernel]) -> Records[GpuKernel]:
+    return Records(GpuKernel, [float_column(k.start for k in kernels), float_column(k.end for k in kernels),
+                               int_column(k.correlation for k in kernels), [k.name for k in kernels], int_column(k.stream for k in kernels)])
+
+
+def test_records_read_as_the_list_of_tuples() -> None:
+    records = _kernel_records(KERNELS)
+    assert records == KERNELS and KERNELS == records and list(records) == KERNELS
+    assert len(records) == 3 and bool(records) and not Records(tuple, [float_column(), float_column()])
+    assert records[1] == KERNELS[1] and type(records[1]) is GpuKernel and records[-1].name == "gemm"
+    assert records[:1] == KERNELS[:1] and records[::2] == KERNELS[::2]
+    assert records + [KERNELS[0]] == KERNELS + [KERNELS[0]] and [KERNELS[0]] + records == [KERNELS[0]] + KERNELS
+    assert sorted(records, key=lambda k: -k.start) == sorted(KERNELS, key=lambda k: -k.start)
+    assert records != KERNELS[:2] and records != [*KERNELS[:2], KERNELS[2]._replace(stream=3)]
+    with pytest.raises(IndexError):
+        records[3]
+
+
+def test_a_single_column_reads_as_bare_values() -> None:
+    starts = Records(None, [float_column([1.0, 0.5])])
+    assert starts == [1.0, 0.5] and starts[1] == 0.5 and list(starts) == [1.0, 0.5]
+
+
+def test_int_columns_become_lists_for_values_that_are_not_machine_integers() -> None:
+    column = int_column([1, 2])
+    assert type(column) is array
+    column = extend_ints(column, [3])
+    assert type(column) is array and list(column) == [1, 2, 3]
+    for odd in (["corr-4"], [2**70], [None], [4.5]):
+        widened = extend_ints(int_column([1, 2]), odd)
+        assert type(widened) is list and widened == [1, 2, *odd]
+    assert take(int_column([5, 6, 7]), [2, 0]) == array("q", [7, 5]) and take(["a", "b"], [1]) == ["b"]
+
+
+@pytest.mark.parametrize(
+    ("correlations", "expected"),
+    [
+        ([1, 2, 5], {1: (0.0, 1.0), 2: (1.0, 2.0), 5: (2.0, 3.0)}),  # in order: kept as it is
+        ([5, 1, 2], {5: (0.0, 1.0), 1: (1.0, 2.0), 2: (2.0, 3.0)}),
+        ([3, 1, 3], {1: (1.0, 2.0), 3: (2.0, 3.0)}),  # the later call wins, as a dict's assignment did
+    ],
+)
+def test_launches_map_correlations_like_the_dict_they_replace(correlations: list[int], expected: dict[int, tuple[float, float]]) -> None:
+    launches = Launches.from_calls(int_column(correlations), float_column([0.0, 1.0, 2.0]), float_column([1.0, 2.0, 3.0]))
+    assert type(launches) is Launches
+    assert launches == expected and dict(launches.items()) == expected and len(launches) == len(expected)
+    for corr, span in expected.items():
+        assert launches[corr] == span and launches.get(corr) == span and corr in launches
+    assert launches.get(4) is None and 4 not in launches and launches.get("1") is None and launches.get(None, "none") == "none"
+    with pytest.raises(KeyError):
+        launches[4]
+
+
+def test_launches_with_ids_that_are_not_integers_are_a_dict() -> None:
+    launches = Launches.from_calls(["a", 2], float_column([0.0, 1.0]), float_column([1.0, 2.0]))
+    assert launches == {"a": (0.0, 1.0), 2: (1.0, 2.0)}
