@@ -276,7 +276,9 @@ def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predicto
                 finding.prediction_note = f"{rule.predict}: not predicted ({type(exc).__name__}: {str(exc)[:200]})"
         if finding.predicted is not None and finding.predicted < 1 + floor:
             why = (
-                f"within the {predictor.spread:.0%} step-to-step spread"
+                "slower than the step as it is"
+                if finding.predicted < 1 / (1 + floor)
+                else f"within the {predictor.spread:.0%} step-to-step spread"
                 if predictor is not None and predictor.spread >= MIN_GAIN - 1
                 else f"under the {MIN_GAIN - 1:.0%} worth a change"
             )
