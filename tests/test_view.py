@@ -205,6 +205,31 @@ def test_the_straggler_is_flagged_only_when_its_rule_fired() -> None:
     assert "straggler: rank 1 waits 6.24 ms/step for data, the others 1.75" in TerminalRenderer(color=False).render_view(view)
 
 
+def test_a_large_job_lists_its_notable_ranks_and_sums_up_the_rest() -> None:
+    from diagnose.renderers.html import HTMLRenderer
+
+    data = hand_made()
+    data["distributed"] = {
+        "world_size": 40,
+        "ranks": [{"rank": r, "status": "stopped", "median_step_ms": 100.0 + r} for r in range(40)],
+        "notable_ranks": {"39": "the slowest"},
+    }
+    view = ReportView.from_report(Report.from_dict(data))
+    ranks = view.ranks
+    assert ranks is not None and len(ranks.rows) == 40
+    assert [row.rank for row in ranks.shown] == [0, 39]
+    # ranks 1-38: steps of 101-138 ms
+    assert ranks.others is not None and (ranks.others.count, ranks.others.step_ms_median) == (38, 119.5)
+    assert (ranks.others.step_ms_p10, ranks.others.step_ms_p90) == pytest.approx((104.7, 134.3))
+    text = TerminalRenderer(color=False, width=200).render_view(view)
+    assert "38 other ranks, not listed: step 119.5 ms median (p10-p90 104.7-134.3)" in text
+    assert "the slowest" in text and "the first rank" in text
+    page = HTMLRenderer().render_view(view)
+    assert "38 other ranks, not listed" in page and page.count("the slowest") >= 1
+    # a small job lists every rank, without the column
+    assert ReportView.from_report(Report.from_dict(hand_made())).ranks.others is None
+
+
 @pytest.mark.parametrize("fresh", [True, False], ids=["analysed", "schema-1-upgraded"])
 def test_report_json_keeps_each_number_once(fresh: bool) -> None:
     """exposed.data_wait once, as a symptom: not again as a window share nor as evidence text."""

@@ -348,9 +348,13 @@ class TerminalRenderer(Renderer):
             box=None,
             header_style="bold",
         )
-        for column in ("rank", "status", "step ms", "data wait ms", "comm ms", "comm exposed", "GPU busy", "samples/step", "samples/s", "top exposed"):
-            table.add_column(column, justify="left" if column in ("status", "top exposed") else "right")
-        for row in ranks.rows:
+        columns = ["rank", "status", "step ms", "data wait ms", "comm ms", "comm exposed", "GPU busy", "samples/step", "samples/s", "top exposed"]
+        if ranks.others:
+            columns.append("listed because")
+        for column in columns:
+            table.add_column(column, justify="left" if column in ("status", "top exposed", "listed because") else "right")
+        for row in ranks.shown:
+            why = [ranks.why.get(row.rank, "the first rank" if row.rank == ranks.first_rank else "")] if ranks.others else []
             table.add_row(
                 str(row.rank),
                 row.status,
@@ -362,8 +366,11 @@ class TerminalRenderer(Renderer):
                 _num(row.samples_per_step, "{:g}"),
                 _num(row.steady_samples_per_s, "{:,.1f}"),
                 str(row.top_exposed or "-"),
+                *why,
             )
         c.print(table)
+        if ranks.others:
+            c.print(Text(ranks.others.text() + " (report.json lists every rank)", style="dim"))
         if ranks.job_samples_per_s:
             c.print(Text(f"the whole job: {ranks.job_samples_per_s:,.1f} samples/s (steady, all ranks)", style="bold"))
         s = ranks.straggler

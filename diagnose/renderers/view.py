@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.analysis.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS, exposed_categories, exposed_labels
@@ -221,6 +221,29 @@ class Straggler:
     others_data_wait_ms: float
 
 
+#: More ranks than this are not listed one by one: the table shows the first rank and the
+#: notable ones (the slowest, the straggler, the outliers), and one line sums up the rest.
+MAX_RANK_ROWS = 16
+
+
+@dataclass(frozen=True)
+class OtherRanks:
+    """The ranks a large job's table leaves out, in one line."""
+
+    count: int
+    step_ms_p10: float | None
+    step_ms_median: float | None
+    step_ms_p90: float | None
+
+    def text(self) -> str:
+        if self.step_ms_median is None:
+            return f"{self.count} other ranks, not listed"
+        return (
+            f"{self.count} other ranks, not listed: step {self.step_ms_median:.1f} ms median "
+            f"(p10-p90 {self.step_ms_p10:.1f}-{self.step_ms_p90:.1f})"
+        )
+
+
 @dataclass(frozen=True)
 class RanksView:
     world_size: int
@@ -228,6 +251,11 @@ class RanksView:
     rows: tuple[RankRow, ...]
     job_samples_per_s: float | None
     straggler: Straggler | None  # only when the straggler rule fired
+    #: the rows the table lists: all of them up to MAX_RANK_ROWS, else the first and notable ranks
+    shown: tuple[RankRow, ...] = ()
+    #: rank -> why it is listed (report.json distributed.notable_ranks)
+    why: Mapping[int, str] = field(default_factory=dict)
+    others: OtherRanks | None = None
 
 
 @dataclass(frozen=True)
@@ -690,13 +718,37 @@ def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ..
     straggler = None
     if lagging and any(f.rule == STRAGGLER_RULE for f in findings):
         straggler = Straggler(lagging["rank"], lagging["data_wait_ms"], lagging["others_data_wait_ms"])
+    first_rank = min((row.rank for row in rows), default=0)
+    why = {int(rank): str(reason) for rank, reason in (distributed.get("notable_ranks") or {}).items()}
+    shown, others = rows, None
+    if len(rows) > MAX_RANK_ROWS:
+        keep = {first_rank, *why, *([straggler.rank] if straggler else [])}
+        shown = tuple(row for row in rows if row.rank in keep)
+        rest = sorted(row.median_step_ms for row in rows if row.rank not in keep and row.median_step_ms is not None)
+        others = OtherRanks(
+            count=len(rows) - len(shown),
+            step_ms_p10=_quantile(rest, 0.1) if rest else None,
+            step_ms_median=_quantile(rest, 0.5) if rest else None,
+            step_ms_p90=_quantile(rest, 0.9) if rest else None,
+        )
     return RanksView(
         world_size=distributed.get("world_size") or len(rows),
-        first_rank=min((row.rank for row in rows), default=0),
+        first_rank=first_rank,
         rows=rows,
         job_samples_per_s=distributed.get("job_samples_per_s"),
         straggler=straggler,
+        shown=shown,
+        why=why,
+        others=others,
     )
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between the closest ranks of a sorted list."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _finding(finding: Mapping[str, Any], report: Report) -> FindingRow:

@@ -326,15 +326,24 @@ def ranks(view: ReportView) -> Markup | str:
         ("exposed_communication_share", "communication exposed", "{:.0%}"), ("gpu_busy", "GPU busy", "{:.0%}"),
         ("samples_per_step", "samples per step", "{:g}"), ("top_exposed", "largest exposed share", "{}"),
     ]  # fmt: skip
-    header_row = el("tr", [el("th", title) for _, title, _ in columns])
+    titles = [title for _, title, _ in columns] + (["listed because"] if r.others else [])
+    header_row = el("tr", [el("th", title) for title in titles])
+
+    def why(row: Any) -> list[Any]:
+        if not r.others:
+            return []
+        return [el("td", r.why.get(row.rank, "the first rank" if row.rank == r.first_rank else ""))]
+
     rows = [
-        el("tr", [el("td", "-" if getattr(row, name) is None else fmt.format(getattr(row, name))) for name, _, fmt in columns])
-        for row in r.rows
+        el("tr", [el("td", "-" if getattr(row, name) is None else fmt.format(getattr(row, name))) for name, _, fmt in columns] + why(row))
+        for row in r.shown
     ]
     parts: list[Any] = [
         el("p", f"{r.world_size} ranks; the breakdown above is the first rank's.", class_="muted"),
         el("table", el("thead", header_row), el("tbody", rows), class_="grid"),
     ]
+    if r.others:
+        parts.append(el("p", r.others.text() + " (report.json lists every rank).", class_="muted"))
     if r.straggler:
         s = r.straggler
         parts.append(
