@@ -4,8 +4,12 @@ give a clear TraceError; the Timeline equals the one the whole-JSON reader built
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
+import sys
 import json
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -239,23 +243,44 @@ def test_hand_written_trace_equals_the_reference(tmp_path: Path, tiny_blocks: No
 # --- worker processes: the same Timeline, the same errors -------------------------------------------
 
 
+CHILD = "DIAGNOSE_TEST_READER_CHILD"
+
+
 @pytest.fixture
-def two_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+def two_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int] | None]:
     """Every piece decoded and folded in one of two forked worker processes, whatever the size;
-    yields the sizes of the pools made (to check that workers did the work)."""
+    yields the sizes of the pools that really forked (to check that workers did the work).
+
+    The reader forks only a process without other threads, and this test process has them (from
+    earlier tests): the test runs again in a fresh pytest process, which has none; here it
+    yields None and the test body returns."""
+    if os.environ.get(CHILD) != "1":
+        child = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", request.node.nodeid],
+            cwd=Path(__file__).resolve().parents[1], env={**os.environ, CHILD: "1"}, capture_output=True, text=True, timeout=600,
+        )
+        assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-2000:]
+        yield None
+        return
+    assert timeline_module.threads_in_process() == 1, "the fresh process has other threads: the reader would not fork"
     monkeypatch.setenv(timeline_module.WORKERS_ENV, "2")
     pools: list[int] = []
     make_pool = timeline_module._worker_pool
 
-    def counted(workers: int) -> Any:
-        pools.append(workers)
-        return make_pool(workers)
+    @contextmanager
+    def counted(workers: int) -> Iterator[Any]:
+        with make_pool(workers) as pool:
+            if pool is not None:
+                pools.append(workers)
+            yield pool
 
     monkeypatch.setattr(timeline_module, "_worker_pool", counted)
     yield pools
 
 
-def test_worker_processes_give_the_same_timeline_as_one_process(tiny_blocks: None, two_workers: list[int]) -> None:
+def test_worker_processes_give_the_same_timeline_as_one_process(tiny_blocks: None, two_workers: list[int] | None) -> None:
+    if two_workers is None:
+        return  # it ran in a fresh process
     (trace,) = (DATA / "item_syncs").glob("*.json.gz")
     with gzip.open(trace, "rb") as fh:
         expected = reference_timeline.build_timeline(json.load(fh))
@@ -264,16 +289,25 @@ def test_worker_processes_give_the_same_timeline_as_one_process(tiny_blocks: Non
 
 
 @pytest.mark.parametrize("layout", LAYOUTS[:2], ids=lambda layout: layout.name)
-def test_worker_processes_join_pieces_cut_inside_strings(tmp_path: Path, tiny_blocks: None, two_workers: list[int], layout: Layout) -> None:
+def test_worker_processes_join_pieces_cut_inside_strings(
+    tmp_path: Path, tiny_blocks: None, two_workers: list[int] | None, layout: Layout
+) -> None:
+    if two_workers is None:
+        return  # it ran in a fresh process
     b: TraceBuilder = one_gpu_step()
     b.events += [{**e, "pid": 0, "ts": 0.5 + i, "dur": 0.25} for i, e in enumerate(TRICKY[:2] + TRICKY[3:4])]
     path = tmp_path / "t.json"
     path.write_text(layout.dumps(b.to_dict()))
     expected = reference_timeline.build_timeline(b.to_dict())
     assert _timeline_fields(load_timeline(path)) == _timeline_fields(expected)
+    assert two_workers == [2]
 
 
-def test_worker_processes_name_a_malformed_event_by_its_index_in_the_trace(tmp_path: Path, tiny_blocks: None, two_workers: list[int]) -> None:
+def test_worker_processes_name_a_malformed_event_by_its_index_in_the_trace(
+    tmp_path: Path, tiny_blocks: None, two_workers: list[int] | None
+) -> None:
+    if two_workers is None:
+        return  # it ran in a fresh process
     doc = one_gpu_step().to_dict()
     index = max(i for i, e in enumerate(doc["traceEvents"]) if e["cat"] == "kernel")
     doc["traceEvents"][index]["dur"] = "Infinity"
@@ -319,3 +353,19 @@ def test_the_read_falls_back_to_one_process_when_workers_cannot_start(tiny_block
     with gzip.open(trace, "rb") as fh:
         expected = reference_timeline.build_timeline(json.load(fh))
     assert _timeline_fields(load_timeline(trace)) == _timeline_fields(expected)
+
+
+def test_a_process_with_other_threads_reads_in_one_process(tiny_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    monkeypatch.setenv(timeline_module.WORKERS_ENV, "2")
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert timeline_module.threads_in_process() > 1
+        with timeline_module._worker_pool(2) as pool:
+            assert pool is None
+    finally:
+        release.set()
+        other.join()

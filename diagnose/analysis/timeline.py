@@ -16,6 +16,7 @@ import gc
 import math
 import multiprocessing
 import os
+import threading
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -279,14 +280,26 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     return timeline
 
 
+def threads_in_process() -> int:
+    """The threads of this process, native ones included (Linux: /proc/self/task), else the
+    Python threads. A process with other threads is not forked: a lock another thread held at
+    the fork (an import, a buffered stream, an allocator's) stays held in the child forever; the
+    test suite hung that way in a worker process after earlier tests had left threads behind."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
 @contextmanager
 def _worker_pool(workers: int) -> Iterator[Any]:
-    """A pool of ``workers`` forked processes (None for one, or where ``fork`` does not exist).
+    """A pool of ``workers`` forked processes (None for one, where ``fork`` does not exist, or
+    where this process has other threads: ``threads_in_process``).
     Forked, not spawned: a spawned worker imports the caller's ``__main__`` again, which in a
     script without a ``__main__`` guard starts the analysis again, forever; and it starts in a
     fraction of the time. The workers run only the decoder and ``_Columns.add``, which take no
     lock that another thread of the parent could hold."""
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods() or threads_in_process() > 1:
         yield None
         return
     try:
