@@ -4,6 +4,7 @@ to help, unrelated changes are not)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,7 @@ def test_forward_and_backward_inside_a_closure_are_forward_and_backward() -> Non
 
 def test_a_gpu_that_runs_behind_makes_the_host_wait_longer_at_the_sync() -> None:
     model = model_of(synced_step())
-    slower = model.with_ops([model.ops[0].__class__(**{**model.ops[0].__dict__, "duration_us": 150.0}), model.ops[1]])
+    slower = model.with_ops([dataclasses.replace(model.ops[0], duration_us=150.0), model.ops[1]])
     # the matmul ends at 170, the relu at 180, the sync returns at 190, 60 µs of host code follow
     assert replay(slower).window_us == 250.0
 

@@ -56,7 +56,7 @@ HOST_AHEAD_STEPS = 0.5
 _HOST_PRIORITY = ("data_wait", "h2d_copy", "optimizer", "backward", "forward")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuOp:
     """One kernel, copy or memset. Times in microseconds."""
 
@@ -79,7 +79,7 @@ class GpuOp:
     spills: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostItem:
     """One piece of the host's sequence.
 
