@@ -16,7 +16,7 @@ from diagnose.analysis.compare import compare_reports, shift_sentence, SHIFT_WOR
 from diagnose.analysis.gate import check, parse_condition
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
-from diagnose.renderers.comparison import render_comparison
+from diagnose.renderers.comparison import render_comparison, step_text
 from tests.conftest import DATA, REPO
 
 
@@ -25,14 +25,16 @@ def made_report(exposed: dict[str, float], samples_per_s: float | None, steps_pe
     symptoms = {f"exposed.{c}": {"value": exposed.get(c, 0.0), "unit": "share"} for c in EXPOSED}
     symptoms |= {f"phase.{p}": {"value": 1.0 if p == "other" else 0.0, "unit": "share"} for p in PHASES}
     symptoms["gpu.busy"] = {"value": sum(v for c, v in exposed.items() if c.startswith("gpu_")), "unit": "share"}
-    steady = {"steps": 20, "median_step_ms": 1000 / steps_per_s, "steps_per_s": steps_per_s, "samples_per_s": samples_per_s}
+    mean = 1000 / steps_per_s
+    steady = {"steps": 20, "median_step_ms": mean, "mean_step_ms": mean, "p10_step_ms": 0.9 * mean, "p90_step_ms": 1.2 * mean,
+              "steps_per_s": steps_per_s, "samples_per_s": samples_per_s}
     return Report(
         source={"kind": "run", "run_dir": "runs/x"},
         status={"state": "stopped"},
         throughput={"steady": steady},
         breakdown={"device": "cuda", "steps": [], "window": {}},
         symptoms=symptoms,
-        findings=[{"rule": r, "title": f"title of {r}", "category": category} for r in rules],
+        findings=[{"rule": r, "title": f"title of {r}", "category": category, "says": "", "do": "", "evidence": []} for r in rules],
         verdict="v",
     )
 
@@ -52,6 +54,9 @@ def test_the_shift_names_the_old_and_the_new_bottleneck() -> None:
     assert set(rows) == {"data_wait", "gpu_forward", "gpu_backward"}  # categories with time in some run
     assert rows["data_wait"].shares == (0.64, 0.03) and rows["data_wait"].deltas == (0.0, -0.61)
     assert [row.name for row in comparison.phases] == ["other"]
+    # one statistic, as in verify and sweep: the mean step with its p10-p90
+    assert (comparison.runs[0].mean_step_ms, comparison.runs[0].p10_step_ms, comparison.runs[0].p90_step_ms) == (100.0, 90.0, 120.0)
+    assert step_text(comparison.runs[0]) == "100 ms (90.0–120.0)"
 
 
 def test_an_unchanged_bottleneck_is_said_to_hold() -> None:
@@ -80,10 +85,12 @@ def test_recorded_fixtures_compare_and_render() -> None:
     assert comparison.shifts == ("data wait 97% -> 0%; the step is now GPU backward, 59% (1.18x samples/s)",)
     text = render_comparison(comparison, "terminal", color=False, width=120)
     assert "gone DATA001" in text and "-96.8 pt" in text
+    assert "mean step (p10–p90)" in text and "median step" not in text
     data = json.loads(render_comparison(comparison, "json"))
     assert data["schema"] == "diagnose.comparison/1" and data["runs"][1]["disappeared"] == ["DATA001"]
     page = render_comparison(comparison, "html")
     assert page.count('class="chart steps-chart"') == 2  # the per-step bars, side by side
+    assert "mean step (p10–p90)" in page
     assert "<script" not in page and "data wait 97% -&gt; 0%" in page
 
 

@@ -67,12 +67,20 @@ def rate_key_for(reports: Sequence[Report]) -> str:
     return "samples_per_s" if all(throughput_of(r, "samples_per_s") is not None for r in reports) else "steps_per_s"
 
 
-def median_step_ms(report: Report) -> float | None:
+def step_ms(report: Report) -> tuple[float | None, float | None, float | None]:
+    """The mean step with its p10 and p90 (the report's statistic, as verify and sweep show it),
+    from the steady window where it was timed, else the profiled one."""
     for window in ("steady", "profiled"):
-        value = ((report.throughput or {}).get(window) or {}).get("median_step_ms")
-        if isinstance(value, (int, float)):
-            return float(value)
-    return None
+        timing = (report.throughput or {}).get(window) or {}
+        mean = timing.get("mean_step_ms")
+        if isinstance(mean, (int, float)):
+            low, high = timing.get("p10_step_ms"), timing.get("p90_step_ms")
+            return (
+                float(mean),
+                float(low) if isinstance(low, (int, float)) else None,
+                float(high) if isinstance(high, (int, float)) else None,
+            )
+    return None, None, None
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,9 @@ class RunColumn:
     verdict: str
     throughput: float | None  # in the comparison's rate_key
     speedup: float | None  # throughput over the baseline's
-    median_step_ms: float | None
+    mean_step_ms: float | None  # the mean step, with its p10-p90 below
+    p10_step_ms: float | None
+    p90_step_ms: float | None
     gpu_busy: float | None
     findings: tuple[str, ...]  # rule ids that fired, in rank order
     appeared: tuple[str, ...]  # fired here, not in the baseline
@@ -170,6 +180,7 @@ def compare_reports(runs: Sequence[tuple[str, Report]]) -> Comparison:
         rate = throughput_of(report, rate_key)
         fired = _fired(report)
         top = _top(exposed_shares[i])
+        steps = step_ms(report)
         shift = None
         if i > 0:
             shift = shift_sentence(exposed_shares[i - 1], exposed_shares[i], words, _speedup(throughput_of(reports[i - 1], rate_key), rate), rate_key)
@@ -181,7 +192,9 @@ def compare_reports(runs: Sequence[tuple[str, Report]]) -> Comparison:
                 verdict=report.verdict,
                 throughput=rate,
                 speedup=_speedup(base_rate, rate),
-                median_step_ms=median_step_ms(report),
+                mean_step_ms=steps[0],
+                p10_step_ms=steps[1],
+                p90_step_ms=steps[2],
                 gpu_busy=report.gpu_busy_share() if report.on_gpu else None,
                 findings=fired,
                 appeared=tuple(r for r in fired if r not in base_rules) if i else (),

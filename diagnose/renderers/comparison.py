@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from diagnose.analysis.compare import Comparison, ShareRow
+from diagnose.analysis.compare import Comparison, RunColumn, ShareRow
 from diagnose.renderers.view import ReportView
 from diagnose.units import ms, percent
 
@@ -85,7 +85,7 @@ class ComparisonTerminalRenderer:
         table = Table(title="Throughput", title_justify="left", show_edge=False)
         self._columns(table, c, "")
         table.add_row(rate_words(c.rate_key), *[_cell(r.throughput, f"{r.throughput:,.1f}" if r.throughput else "", r.speedup) for r in c.runs])
-        table.add_row("median step", *[ms(r.median_step_ms) if r.median_step_ms is not None else "—" for r in c.runs])
+        table.add_row("mean step (p10–p90)", *[step_text(r) for r in c.runs])
         if c.on_gpu:
             table.add_row("GPU busy", *[percent(r.gpu_busy, 0) if r.gpu_busy is not None else "—" for r in c.runs])
         table.add_row("status", *[r.state for r in c.runs])
@@ -126,3 +126,12 @@ def _cell(value: float | None, text: str, speedup: float | None) -> str:
     if value is None:
         return "—"
     return f"{text} ({speedup_text(speedup)})" if speedup is not None and speedup != 1.0 else text
+
+
+def step_text(run: RunColumn) -> str:
+    """The mean step and its p10-p90, as verify and sweep write them."""
+    if run.mean_step_ms is None:
+        return "—"
+    if run.p10_step_ms is None or run.p90_step_ms is None:
+        return ms(run.mean_step_ms)
+    return f"{ms(run.mean_step_ms)} ({run.p10_step_ms:.1f}–{run.p90_step_ms:.1f})"

@@ -33,7 +33,7 @@ def comparison_scalars(comparison: Comparison) -> list[tuple[int, str, float]]:
         out += [
             (i, f"compare/{comparison.rate_key}", run.throughput),
             (i, "compare/speedup", run.speedup),
-            (i, "compare/median_step_ms", run.median_step_ms),
+            (i, "compare/mean_step_ms", run.mean_step_ms),
             (i, "compare/gpu_busy", run.gpu_busy),
         ]
         out += [(i, f"compare/exposed_{row.name}", row.shares[i]) for row in comparison.exposed]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from diagnose.analysis.compare import Comparison, ShareRow
-from diagnose.renderers.comparison import rate_words, signed_points, speedup_text
+from diagnose.renderers.comparison import rate_words, signed_points, speedup_text, step_text
 from diagnose.renderers.html.charts import steps_chart
 from diagnose.renderers.html.markup import Markup, el, section, swatch
 from diagnose.renderers.html.style import page
@@ -57,7 +57,7 @@ def _summary(c: Comparison) -> Markup:
             "—" if r.throughput is None else f"{r.throughput:,.1f}" + (f" ({speedup_text(r.speedup)})" if i and r.speedup else "")
             for i, r in enumerate(c.runs)
         ]),
-        row("median step", [ms(r.median_step_ms) if r.median_step_ms is not None else "—" for r in c.runs]),
+        row("mean step (p10–p90)", [step_text(r) for r in c.runs]),
         row("status", [r.state for r in c.runs]),
         row("verdict", [r.verdict for r in c.runs]),
     ]
