@@ -494,3 +494,23 @@ def test_verify_says_predicted_beside_measured() -> None:
     summary = summarize_verify(VerifyResult(baseline, [tried], None, []), report)
     assert "  predicted 1.32x, measured 1.20x (+10%)" in summary["conclusions"]
     assert summary["rows"][-1]["predicted_speedup"] == 1.32
+
+
+def test_a_window_with_too_many_gpu_ops_is_modelled_over_its_first_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model's memory is bounded: three steps of two kernels each, at most three ops."""
+    from diagnose.analysis import replay as replay_module
+
+    b = TraceBuilder()
+    for n, start in enumerate((0, 100, 200)):
+        b.step(n, start, 100)
+        b.op("aten::linear", start, 40, forward=True)
+        b.kernel(FP32_GEMM, start + 10, 20, launch_ts=start + 5)
+        b.kernel(ELEMENTWISE, start + 30, 10, launch_ts=start + 20)
+    timeline = build_timeline(b.to_dict())
+    assert [s.number for s in replay_module.model_steps(timeline, max_ops=6)] == [0, 1, 2]
+    assert [s.number for s in replay_module.model_steps(timeline, max_ops=3)] == [0]
+    assert [s.number for s in replay_module.model_steps(timeline, max_ops=1)] == [0]  # never less than one step
+    monkeypatch.setattr(replay_module, "MODEL_MAX_OPS", 4)
+    model = model_of(b)
+    assert (model.steps, model.measured_us, len(model.ops)) == (2, 200.0, 4)
+    assert replay_check(model).error == 0.0

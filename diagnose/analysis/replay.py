@@ -191,22 +191,51 @@ class _Labeller:
         return [a, *self.bounds[lo:hi], b]
 
 
+#: The most GPU operations the model holds: a window with more is modelled over its first steps
+#: that hold at most this many (at least one step). The model costs a few hundred bytes per op
+#: and host item, the largest share of the analysis's memory on a large trace; the predictions
+#: are ratios of the modelled steps, which a few steps of a steady window tell as well as all.
+MODEL_MAX_OPS = 300_000
+
+
+def model_steps(timeline: Timeline, max_ops: int = MODEL_MAX_OPS) -> list[Any]:
+    """The window's first steps that hold at most ``max_ops`` GPU operations (by start), at
+    least one: the steps the model is built over."""
+    steps = list(timeline.steps)
+    total = len(timeline.kernels) + len(timeline.memcpys) + len(timeline.memset_ops)
+    if total <= max_ops:
+        return steps
+    starts = sorted(
+        [k.start for k in timeline.kernels] + [m.start for m in timeline.memcpys] + [s.start for s in timeline.memset_ops]
+    )
+    first = bisect_left(starts, steps[0].start)
+    kept = 1
+    while kept < len(steps) and bisect_left(starts, steps[kept].end) - first <= max_ops:
+        kept += 1
+    return steps[:kept]
+
+
 def build_model(timeline: Timeline) -> StepModel | None:
     """The window's dependency model; None without steps or GPU work."""
     if not timeline.steps or not timeline.has_gpu:
         return None
-    w0, w1 = timeline.steps[0].start, timeline.steps[-1].end
+    steps = model_steps(timeline, MODEL_MAX_OPS)
+    w0, w1 = steps[0].start, steps[-1].end
     labeller = _Labeller(_host_labels(timeline))
     launches = timeline.launches
 
-    # every GPU activity, per stream in start order: (start, end, kind, name, corr, copy_kind, nbytes)
+    # every GPU activity up to the model's end, per stream in start order:
+    # (start, end, kind, name, corr, copy_kind, nbytes)
     raw: list[tuple[float, float, str, str, int, int, str, int]] = []
     for k in timeline.kernels:
-        raw.append((k.start, k.end, "kernel", k.name, k.correlation, k.stream, "", 0))
+        if k.start < w1:
+            raw.append((k.start, k.end, "kernel", k.name, k.correlation, k.stream, "", 0))
     for m in timeline.memcpys:
-        raw.append((m.start, m.end, "memcpy", f"Memcpy {m.kind}", m.correlation, m.stream, m.kind, m.nbytes))
+        if m.start < w1:
+            raw.append((m.start, m.end, "memcpy", f"Memcpy {m.kind}", m.correlation, m.stream, m.kind, m.nbytes))
     for s in timeline.memset_ops:
-        raw.append((s.start, s.end, "memset", "Memset", s.correlation, s.stream, "", 0))
+        if s.start < w1:
+            raw.append((s.start, s.end, "memset", "Memset", s.correlation, s.stream, "", 0))
     raw.sort(key=lambda r: (r[0], r[1]))
 
     stream_busy: dict[int, float] = {}
@@ -265,7 +294,7 @@ def build_model(timeline: Timeline) -> StepModel | None:
     return StepModel(
         start_us=w0,
         measured_us=w1 - w0,
-        step_durations_us=tuple(s.end - s.start for s in timeline.steps),
+        step_durations_us=tuple(s.end - s.start for s in steps),
         items=tuple(items),
         ops=tuple(ops),
         stream_busy_until=busy_before,

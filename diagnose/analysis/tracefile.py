@@ -332,11 +332,11 @@ def event_from_object(obj: Any) -> Event | None:
 
 # --- memory ---------------------------------------------------------------------------------------
 
-#: what the whole analysis holds per byte of trace JSON at its peak: benchmarks/trace_memory.py
-#: measured 0.41 GiB for 0.2 GB and 1.98 GiB for 1 GB of replicated H200 steps. The reader itself
-#: peaks at about 0.35 byte per byte; the rest is the replay model (analysis/replay.py), which
-#: holds an object per GPU op and launch of the window
-MEMORY_PER_JSON_BYTE = 2.2
+#: what the whole analysis holds per byte of trace JSON at its peak, with margin:
+#: benchmarks/trace_memory.py measured 0.39 GiB for 0.2 GB, 0.71 GiB for 1 GB and 1.28 GiB for
+#: 2 GB of replicated H200 steps (0.64-0.76 byte per byte) once the replay model was bounded
+#: (replay.MODEL_MAX_OPS); the reader itself peaks at about 0.35 byte per byte
+MEMORY_PER_JSON_BYTE = 0.8
 #: stop reading when the machine has less than this left: better a clear error than the OOM killer
 MEMORY_RESERVE_BYTES = 256 * 1024 * 1024
 
