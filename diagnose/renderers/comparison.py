@@ -16,7 +16,7 @@ from rich.table import Table
 
 from diagnose.analysis.compare import Comparison, RunColumn, ShareRow
 from diagnose.renderers.view import ReportView
-from diagnose.units import ms, percent
+from diagnose.units import ms, percent, spread_ms
 
 FORMATS = ("terminal", "json", "html")
 
@@ -109,15 +109,7 @@ class ComparisonTerminalRenderer:
         base = c.runs[0]
         console.print(f"  {escape(base.label)}: {', '.join(base.findings) or 'none'}")
         for run in c.runs[1:]:
-            parts = []
-            if run.disappeared:
-                parts.append("gone " + ", ".join(run.disappeared))
-            if run.appeared:
-                parts.append("new " + ", ".join(run.appeared))
-            kept = [r for r in run.findings if r not in run.appeared]
-            if kept:
-                parts.append("still " + ", ".join(kept))
-            console.print(f"  {escape(run.label)}: {escape('; '.join(parts) or 'none, as in the baseline')}")
+            console.print(f"  {escape(run.label)}: {escape(findings_change(run))}")
         for rule, title in sorted(c.titles.items()):
             console.print(f"  [dim]{rule}: {escape(title)}[/]")
 
@@ -128,10 +120,18 @@ def _cell(value: float | None, text: str, speedup: float | None) -> str:
     return f"{text} ({speedup_text(speedup)})" if speedup is not None and speedup != 1.0 else text
 
 
+def findings_change(run: RunColumn, after_word: str = "") -> str:
+    """What changed in a run's findings against the baseline: ``gone X; new Y; still Z``
+    (``after_word`` follows each word: the HTML table writes ``gone: X``)."""
+    kept = [r for r in run.findings if r not in run.appeared]
+    parts = [f"{word}{after_word} " + ", ".join(rules) for word, rules in (("gone", run.disappeared), ("new", run.appeared), ("still", kept)) if rules]
+    return "; ".join(parts) or "none, as in the baseline"
+
+
 def step_text(run: RunColumn) -> str:
     """The mean step and its p10-p90, as verify and sweep write them."""
     if run.mean_step_ms is None:
         return "—"
     if run.p10_step_ms is None or run.p90_step_ms is None:
         return ms(run.mean_step_ms)
-    return f"{ms(run.mean_step_ms)} ({run.p10_step_ms:.1f}–{run.p90_step_ms:.1f})"
+    return f"{ms(run.mean_step_ms)} ({spread_ms(run.p10_step_ms, run.p90_step_ms, 1)})"

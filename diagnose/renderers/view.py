@@ -311,6 +311,10 @@ class ExperimentRow:
     break_even_steps: int | None
     #: how the row's knobs reached the script's loop (``via_text``); "" for a baseline
     via: str = ""
+    #: "baseline" (the reference the speedups are measured against), "recommendation", "combined", "point"
+    role: str | None = None
+    #: why a failed run measured nothing
+    error: str | None = None
 
     def step_text(self, dash: str = "-") -> str | None:
         """The mean step with its p10-p90, ``"101.2 (95.0-110.3)"`` in ms; None when not measured."""
@@ -319,10 +323,6 @@ class ExperimentRow:
         if self.p10_step_ms is None or self.p90_step_ms is None:
             return f"{self.mean_step_ms:.1f}"
         return f"{self.mean_step_ms:.1f} ({self.p10_step_ms:.1f}{dash}{self.p90_step_ms:.1f})"
-    #: "baseline" (the reference the speedups are measured against), "recommendation", "combined", "point"
-    role: str | None = None
-    #: why a failed run measured nothing
-    error: str | None = None
 
     @property
     def reference(self) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from diagnose.analysis.compare import Comparison, ShareRow
-from diagnose.renderers.comparison import rate_words, signed_points, speedup_text, step_text
+from diagnose.renderers.comparison import findings_change, rate_words, signed_points, speedup_text, step_text
 from diagnose.renderers.html.charts import steps_chart
 from diagnose.renderers.html.markup import Markup, el, section, swatch
 from diagnose.renderers.html.style import page
@@ -103,18 +103,7 @@ def _steps(c: Comparison, views: Sequence[ReportView]) -> Markup | None:
 def _findings(c: Comparison) -> Markup:
     rows = []
     for i, run in enumerate(c.runs):
-        if i == 0:
-            text = ", ".join(run.findings) or "none"
-        else:
-            parts = []
-            if run.disappeared:
-                parts.append("gone: " + ", ".join(run.disappeared))
-            if run.appeared:
-                parts.append("new: " + ", ".join(run.appeared))
-            kept = [r for r in run.findings if r not in run.appeared]
-            if kept:
-                parts.append("still: " + ", ".join(kept))
-            text = "; ".join(parts) or "none, as in the baseline"
+        text = (", ".join(run.findings) or "none") if i == 0 else findings_change(run, ":")
         rows.append(el("tr", el("th", run.label), el("td", text)))
     titles = el("ul", [el("li", el("code", rule), " ", title) for rule, title in sorted(c.titles.items())])
     return section("Findings", el("table", el("tbody", rows), class_="kv"), titles if c.titles else None, anchor="findings")
