@@ -156,3 +156,37 @@ def test_counts_only_the_device_given() -> None:
     count = counter.stop()
     counter.close()
     assert count.total == 0 and count.ops == {}
+
+
+def test_a_compiled_model_stays_compiled_after_the_counted_step() -> None:
+    """The counted step runs a compiled model eagerly, and only that step: dynamo, shown the
+    compiled frame under the dispatch mode, used to give the code up for good, so that every
+    step after the window (the timed ones) ran eagerly."""
+    calls = {"compiled": 0}
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):  # noqa: ANN202
+        def run(*args: torch.Tensor):  # noqa: ANN202
+            calls["compiled"] += 1
+            return gm(*args)
+
+        return run
+
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(8, 16)
+    for _ in range(2):
+        compiled(x).sum().backward()
+    assert calls["compiled"] == 2
+    counter = StepCounter()
+    counter.start(step=3)
+    compiled(x).sum().backward()
+    count = counter.stop(samples=8)
+    counter.close()
+    assert calls["compiled"] == 2  # counted eagerly: the operators were seen
+    assert count.by_phase["forward"] == 2 * 8 * 16 * 32 + 2 * 8 * 32 * 4
+    for _ in range(2):
+        compiled(x).sum().backward()
+    assert calls["compiled"] == 4  # compiled again after the counted step
+    assert torch._dynamo.eval_frame._stance.stance == "default"
+    torch._dynamo.reset()

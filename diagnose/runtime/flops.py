@@ -15,8 +15,11 @@ backward on the autograd threads, optimizer) and adds up, per operator and per p
 Which step: the one after the profiled window (``WindowPlan.warmup + steps``), which absorbs
 the trace export and is never measured; the dispatch mode makes that step several times slower
 (a Python call per operator), so it must be a step nobody times. A compiled model runs eagerly
-under the mode (dynamo skips frames while a dispatch mode is active), which is what lets its
-operators be counted.
+for that step, which is what lets its operators be counted: the counter sets torch.compile's
+stance to ``force_eager`` while the mode is active, and puts the script's stance back after.
+Without it, dynamo shown a compiled frame under a dispatch mode gives that code up for good: the
+model ran eagerly for the rest of the script, and the timed steps after the window measured an
+eager model (every compile experiment of verify measured about 1.0x).
 
 Phase: ``backward`` while the autograd engine runs a graph task (its operators run on engine
 threads, which inherit the mode), ``optimizer`` between an optimizer's step pre- and post-hooks,
@@ -25,8 +28,10 @@ threads, which inherit the mode), ``optimizer`` between an optimizer's step pre-
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from diagnose.record import FlopCount, MatmulShape, OpCount
@@ -100,6 +105,7 @@ class StepCounter:
         self._started = 0.0
         self._in_optimizer = 0
         self._totals = _Totals()
+        self._restore_stance: Callable[[], None] | None = None
 
     @property
     def active(self) -> bool:
@@ -118,6 +124,7 @@ class StepCounter:
         ]
         self._mode = _make_mode(self)
         self._started = time.perf_counter()
+        self._restore_stance = _force_eager()
         self._mode.__enter__()
 
     def stop(self, samples: int | None = None) -> FlopCount | None:
@@ -126,6 +133,9 @@ class StepCounter:
         mode, self._mode = self._mode, None
         self._in_optimizer = 0
         mode.__exit__(None, None, None)
+        restore, self._restore_stance = self._restore_stance, None
+        if restore is not None:
+            restore()
         t = self._totals
         shapes = sorted(t.shapes.values(), key=lambda s: -s.flops)
         notes = []
@@ -199,6 +209,29 @@ class StepCounter:
                     shape = self._totals.shapes[key] = MatmulShape(op, dims[0], dims[1], dims[2], dtype)
                 shape.calls += 1
                 shape.flops += flops
+
+
+def _force_eager() -> Callable[[], None] | None:
+    """Make compiled code run eagerly until the returned callable puts the stance back; None when
+    dynamo was never imported (nothing is compiled) or this torch has no stances."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    try:
+        import torch
+        from torch._dynamo import eval_frame
+
+        before = eval_frame._stance
+        torch.compiler.set_stance("force_eager")
+    except Exception:  # an older torch: no stances
+        return None
+
+    def restore() -> None:
+        try:
+            eval_frame._stance = before
+        except Exception:
+            pass
+
+    return restore
 
 
 def _make_mode(counter: StepCounter) -> Any:
