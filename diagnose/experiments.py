@@ -63,6 +63,8 @@ class Outcome:
     mean_step_ms: float | None = None
     p10_step_ms: float | None = None
     p90_step_ms: float | None = None
+    #: how far the mean of the timed steps moves between blocks of them (report.mean_spread)
+    mean_spread: float | None = None
     gpu_busy: float | None = None
     peak_reserved_bytes: int | None = None
     top_exposed: dict[str, Any] | None = None
@@ -145,6 +147,7 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
     out.mean_step_ms = steady.get("mean_step_ms")
     out.p10_step_ms = steady.get("p10_step_ms")
     out.p90_step_ms = steady.get("p90_step_ms")
+    out.mean_spread = steady.get("mean_spread")
     parsed = Report.from_dict(report)  # schema 2 keeps the window's shares among the symptoms
     out.gpu_busy = parsed.gpu_busy_share()
     shares = parsed.exposed_shares()
@@ -197,11 +200,14 @@ class Baseline:
 
     @property
     def spread_from(self) -> str | None:
-        """Where the spread comes from: "repeats" (two or more baseline runs), "steps" (one run,
-        its timed steps' p10-p90), None (one run that did not say its steps' spread)."""
+        """Where the spread comes from: "repeats" (two or more baseline runs), "blocks" (one run:
+        how far the mean of its timed steps moves between three blocks of them), "steps" (one run
+        whose report did not say that: its timed steps' p10-p90), None (neither known)."""
         ok = self.ok
         if len(ok) >= 2:
             return "repeats"
+        if len(ok) == 1 and ok[0].mean_spread is not None:
+            return "blocks"
         if len(ok) == 1 and _step_spread(ok[0]) is not None:
             return "steps"
         return None
@@ -209,12 +215,15 @@ class Baseline:
     @property
     def spread(self) -> float:
         """The baseline's relative half-width in the compared statistic: half the range of the
-        repeats' means over their mean; with one repeat, half its steps' p10-p90 range over its
-        mean step (the steps the mean is taken over); 0 when neither is known."""
+        repeats' means over their mean; with one repeat, half the range of the means of three
+        blocks of its timed steps over their mean (half its steps' p10-p90 over its mean step,
+        from a report that does not carry that); 0 when neither is known."""
         source = self.spread_from
         if source == "repeats":
             rates = [r.rate(self.by_samples) for r in self.ok]
             return (max(rates) - min(rates)) / 2 / self.rate if self.rate else 0.0  # type: ignore[type-var,operator]
+        if source == "blocks":
+            return self.ok[0].mean_spread or 0.0
         if source == "steps":
             return _step_spread(self.ok[0]) or 0.0
         return 0.0
@@ -223,6 +232,8 @@ class Baseline:
         """What the spread is, for the tables: "half the range of 3 baseline runs' means"."""
         if self.spread_from == "repeats":
             return f"half the range of {len(self.ok)} baseline runs' means"
+        if self.spread_from == "blocks":
+            return "half the range of the means of 3 blocks of the baseline's timed steps"
         if self.spread_from == "steps":
             return "half the p10-p90 range of the baseline's timed steps"
         return "no baseline spread measured"

@@ -374,3 +374,22 @@ def test_verify_cli_measures_the_top_recommendation(write_script, tmp_path: Path
     assert any(line.startswith("TEST001 (num_workers=1 via DataLoader(num_workers=...))") for line in experiments["conclusions"])
     assert (out / "diagnose" / "report.json").is_file() and (out / "baseline-1" / "diagnose" / "run.json").is_file()
     assert f"run directory: {out}" in proc.stderr
+
+
+def test_one_baseline_run_uses_how_far_its_mean_moves_not_how_its_steps_differ() -> None:
+    """A GPU-bound loop whose host runs ahead times bimodal steps (6 ms, then 102 ms): their
+    p10-p90 is wider than the mean itself, while the mean of any block of them hardly moves."""
+    from diagnose.analysis.report import _timing, mean_spread
+
+    steps_s = [0.006, 0.102] * 9  # 18 steps, three blocks of 6
+    timing = _timing(steps_s, None)
+    assert timing["mean_spread"] == 0.0 and timing["p90_step_ms"] - timing["p10_step_ms"] == pytest.approx(96.0)
+    # blocks of 2, 2 and 2 steps: means 10, 20 and 30 ms around a mean of 20 ms
+    assert mean_spread([0.010, 0.010, 0.020, 0.020, 0.030, 0.030]) == pytest.approx(0.5)
+    assert mean_spread([0.01] * 5) is None  # under two steps a block
+    one = Baseline([ok("b", 18.5, mean_step_ms=54.0, p10_step_ms=6.0, p90_step_ms=102.0, mean_spread=0.03)], by_samples=False)
+    assert (one.spread_from, one.spread) == ("blocks", 0.03)
+    assert one.spread_words() == "half the range of the means of 3 blocks of the baseline's timed steps"
+    assert judge(ok("x", 18.5 * 1.2), one).verdict == "helped"  # the p10-p90 (±89%) would say no effect
+    older = Baseline([ok("b", 18.5, mean_step_ms=54.0, p10_step_ms=6.0, p90_step_ms=102.0)], by_samples=False)
+    assert (older.spread_from, older.spread) == ("steps", pytest.approx(48 / 54))  # a report without it

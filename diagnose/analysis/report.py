@@ -218,9 +218,29 @@ def _round(value: float | None, digits: int = 4) -> float | None:
 # profiled window grows while its steps are that noisy (record.py holds the one definition)
 
 
+#: the steps are cut into this many consecutive blocks to tell how much their mean wanders
+MEAN_BLOCKS = 3
+
+
+def mean_spread(durations_s: list[float], blocks: int = MEAN_BLOCKS) -> float | None:
+    """Half the range of the means of ``blocks`` consecutive blocks of the steps, over the mean
+    of all: how far the mean of a window of such steps moves (batch means). The steps' own
+    p10-p90 says how steps differ, not how their mean does: a GPU-bound loop whose host runs
+    ahead times bimodal steps (a few ms, then a hundred) whose mean hardly moves. None with fewer
+    than two steps a block."""
+    n = len(durations_s)
+    if n < 2 * blocks:
+        return None
+    bounds = [round(i * n / blocks) for i in range(blocks + 1)]
+    means = [sum(durations_s[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:])]
+    total = sum(durations_s) / n
+    return (max(means) - min(means)) / 2 / total if total > 0 else None
+
+
 def _timing(durations_s: list[float], samples: list[int] | None, total_s: float | None = None) -> dict[str, Any]:
     """Mean with its p10-p90 spread, median, steps/s and samples/s of a run of steps; ``noisy``
-    when the p90 step is over ``NOISY_P90_OVER_MEDIAN`` times the median."""
+    when the p90 step is over ``NOISY_P90_OVER_MEDIAN`` times the median; ``mean_spread``: how
+    far the mean moves (``mean_spread``)."""
     if not durations_s:
         return {"steps": 0}
     total = total_s if total_s is not None else sum(durations_s)
@@ -233,6 +253,7 @@ def _timing(durations_s: list[float], samples: list[int] | None, total_s: float 
         "p90_step_ms": _round(p90 * 1000, 3),
         "mean_step_ms": _round(total / len(durations_s) * 1000, 3),
         "noisy": bool(median > 0 and p90 > NOISY_P90_OVER_MEDIAN * median),
+        "mean_spread": _round(mean_spread(durations_s)),
         "steps_per_s": _round(len(durations_s) / total if total > 0 else None, 3),
         "samples_per_s": None,
     }

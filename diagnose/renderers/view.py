@@ -339,6 +339,7 @@ def spread_words(source: str | None) -> str:
     """Where a verify baseline's spread comes from, in words for the tables."""
     return {
         "repeats": "half the range of the baseline runs' means",
+        "blocks": "one baseline run: half the range of the means of 3 blocks of its timed steps",
         "steps": "one baseline run: half the p10-p90 range of its timed steps",
     }.get(source or "", "")
 
@@ -350,8 +351,9 @@ class ExperimentsView:
     compared_by: str  # the figure speedups are computed on
     rate_key: str  # samples_per_s when any row has it, else steps_per_s
     baseline_spread: float
-    #: "repeats" (half the range of the baseline runs' means), "steps" (one run: half its timed
-    #: steps' p10-p90), None (not known; also a report written before this was recorded)
+    #: "repeats" (half the range of the baseline runs' means), "blocks" (one run: half the range
+    #: of its timed steps' means over 3 blocks), "steps" (one run: half its timed steps'
+    #: p10-p90), None (not known; also a report written before this was recorded)
     baseline_spread_from: str | None
     #: what the rates, speedups and spreads are computed on (experiments.STATISTIC; None in a
     #: report written before it was recorded)
