@@ -22,6 +22,7 @@ from diagnose.analysis.predict import (
     autocast_bf16,
     compile_model,
     cuda_graphs,
+    graphs_of_compiled,
     fused_optimizer,
     graph_breaks,
     larger_batch,
@@ -188,6 +189,30 @@ def test_compile_leaves_a_small_piece_its_eager_cost() -> None:
     model = model_of(synced_step())
     # 60 µs of forward host code with two launches: one compiled call (176 µs) would cost more
     assert replay(compile_model(model, {})).window_us == 200.0
+
+
+def test_a_compiled_backward_keeps_the_engines_accumulate_grad_nodes() -> None:
+    """One parameter tensor's AccumulateGrad node per step runs outside any compiled graph: a
+    CUDA-graphed backward still pays for them (on the H200 they were most of what it cost)."""
+    b = TraceBuilder()
+    b.step(1, 0, 1500)
+    b.op("aten::linear", 0, 400, forward=True)
+    b.kernel(FP32_GEMM, 110, 50, launch_ts=100)
+    b.backward_op(400, 800)  # the matmul's node on the autograd thread
+    b.kernel(FP32_GEMM, 520, 50, launch_ts=500, tid=2)
+    for i in range(4):  # four parameter tensors, 50 µs each
+        b.backward_op(1200 + 50 * i, 50, name="torch::autograd::AccumulateGrad")
+    timeline = build_timeline(b.to_dict())
+    assert timeline.accumulate_grad_ops == [(1200.0, 1250.0), (1250.0, 1300.0), (1300.0, 1350.0), (1350.0, 1400.0)]
+    model = model_of(b)
+    assert (model.accumulate_grad_us, replay(model).window_us) == (200.0, 1500.0)
+    # forward: one launch and the compiled call (1 + 176 µs); backward: one launch and the four
+    # nodes (1 + 200 µs); then 100 µs of other code
+    assert replay(compile_model(model, {})).window_us == pytest.approx(177.0 + 201.0 + 100.0)
+    # CUDA graphs: each call also pays cudagraph trees' checks and the graph launch (169 µs)
+    assert replay(cuda_graphs(model, {})).window_us == pytest.approx(346.0 + 370.0 + 100.0)
+    # a model compiled already: nothing more fuses, each call becomes a graph replay
+    assert replay(graphs_of_compiled(model, {})).window_us == pytest.approx(346.0 + 370.0 + 100.0)
 
 
 def checked_layers(sync: bool, layers: int = 10) -> TraceBuilder:

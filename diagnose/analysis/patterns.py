@@ -85,6 +85,9 @@ SYNC_OP_KINDS: dict[str, str] = {
 #: Host ops that copy a tensor (an H2D copy is one of these that launched a host-to-device memcpy).
 #: Operators that do no work beyond the profiler's own bookkeeping (a view of a tensor's
 #: metadata, sub-microsecond unprofiled): their recorded length measures the profiler's cost.
+#: the autograd engine's node that adds a parameter's gradient into ``.grad``: one per parameter
+#: tensor and step, run by the engine outside any compiled graph (host time a CUDA graph keeps)
+ACCUMULATE_GRAD_OP = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 NO_WORK_OPS = frozenset({"aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::alias", "aten::_reshape_alias", "aten::lift_fresh"})
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_pin_memory"})
 

@@ -298,7 +298,10 @@ def compile_model(
     broken one each pay their call, even where that is more than their few eager launches: a
     model whose forward syncs at every layer ran 0.70x as fast under mode="reduce-overhead" on an
     H100 (examples/implicit_syncs.py), where capping each piece at its eager cost predicted 1.06x.
-    The syncs stay."""
+    The syncs stay, and so does the autograd engine's AccumulateGrad node of each parameter
+    tensor (``StepModel.accumulate_grad_us``): it runs outside the graph, and on the H200 it was
+    most of what a CUDA-graphed backward still cost the host (examples/launch_bound.py: 258
+    nodes, 2.0 ms of a profiled step; predicted 5.06x without it, measured 2.90x)."""
     phases = ("forward", "backward", "unknown")
     ops = list(model.ops)
     keep = [True] * len(ops)
@@ -324,6 +327,10 @@ def compile_model(
     # the backward of each forward piece is a graph of its own: as many backward calls as
     # forward pieces, shared out over the backward's runs
     backward_calls = len(forward_pieces) / len(backward_pieces) if backward_pieces and forward_pieces else 1.0
+    # the engine's AccumulateGrad nodes (one per parameter tensor) run outside any graph: each
+    # backward piece keeps its share of them
+    backward_eager = sum(fused.items[i].duration_us for piece in backward_pieces for i in piece)
+    outside = min(model.accumulate_grad_us, backward_eager)
     scales: dict[int, float] = {}
     for pieces, per_call, calls in ((forward_pieces, call_us, 1.0), (backward_pieces, backward_call_us, backward_calls)):
         for piece in pieces:
@@ -331,6 +338,8 @@ def compile_model(
             launches = sum(1 for i in piece if fused.items[i].kind == "launch")
             remaining = model.launch_cost_us * (min(launches, 1) if cuda_graphs else launches)
             after = remaining + per_call * calls
+            if pieces is backward_pieces and backward_eager > 0:
+                after += outside * eager / backward_eager
             if len(pieces) == 1:  # a whole forward (backward) in one graph: never worse than eager
                 after = min(eager, after)
             for i in piece:
@@ -349,6 +358,13 @@ def compile_model(
 
 def cuda_graphs(model: StepModel, facts: Mapping[str, float], **params: Any) -> StepModel:
     return compile_model(model, facts, cuda_graphs=True, **params)
+
+
+def graphs_of_compiled(model: StepModel, facts: Mapping[str, float], **params: Any) -> StepModel:
+    """mode="reduce-overhead" on a model compiled already: its kernels are fused (nothing more
+    fuses), and each compiled call becomes a CUDA-graph replay: one launch, the GPU running the
+    piece's kernels back to back, the call's own cost plus the graph's."""
+    return compile_model(model, facts, fusion=math.inf, cuda_graphs=True, **params)
 
 
 def more_workers(model: StepModel, facts: Mapping[str, float], num_workers: float | None = None, **_: Any) -> StepModel:
@@ -483,6 +499,7 @@ TRANSFORMATIONS: dict[str, Transformation] = {
     "fused_optimizer": fused_optimizer,
     "compile": compile_model,
     "cuda_graphs": cuda_graphs,
+    "graphs_of_compiled": graphs_of_compiled,
     "more_workers": more_workers,
     "pinned_copies": pinned_copies,
     "remove_syncs": remove_syncs,

@@ -128,6 +128,9 @@ class StepModel:
     host_lead_us: float = 0.0
     #: samples per step relative to the measured run (a larger batch sets it above 1)
     batch_factor: float = 1.0
+    #: host time of the autograd engine's AccumulateGrad nodes in the window (one per parameter
+    #: tensor and step): backward host work that a compiled graph leaves outside
+    accumulate_grad_us: float = 0.0
 
     @property
     def steps(self) -> int:
@@ -195,7 +198,7 @@ class _Labeller:
 #: that hold at most this many (at least one step). The model costs a few hundred bytes per op
 #: and host item, the largest share of the analysis's memory on a large trace; the predictions
 #: are ratios of the modelled steps, which a few steps of a steady window tell as well as all.
-MODEL_MAX_OPS = 300_000
+MODEL_MAX_OPS = 50_000
 
 
 def model_steps(timeline: Timeline, max_ops: int = MODEL_MAX_OPS) -> list[Any]:
@@ -303,6 +306,7 @@ def build_model(timeline: Timeline) -> StepModel | None:
         device_name=timeline.meta.device_name,
         compute_capability=timeline.meta.compute_capability,
         host_lead_us=statistics.median(delays) if delays else 0.0,
+        accumulate_grad_us=sum(min(b, w1) - max(a, w0) for a, b in timeline.accumulate_grad_ops if b > w0 and a < w1),
     )
 
 

@@ -168,6 +168,9 @@ class Timeline:
     host_event_starts: Sequence[float] = field(default_factory=list)
     #: recorded lengths of the training threads' no-work operators (``patterns.NO_WORK_OPS``)
     no_work_op_us: list[float] = field(default_factory=list)
+    #: the autograd engine's AccumulateGrad nodes on the training threads (start, end), in time
+    #: order: host work of backward that stays outside a compiled graph
+    accumulate_grad_ops: list[Interval] = field(default_factory=list)
 
     @property
     def has_gpu(self) -> bool:
@@ -661,6 +664,15 @@ class _Columns:
         no_work_op_us = [
             ops.ends[i] - ops.starts[i] for tid in training if (ops := self.thread_ops.get(tid)) for i, n in enumerate(ops.names) if n in no_work
         ]
+        accumulate_grad_ops = sorted(
+            {
+                (ops.starts[i], ops.ends[i])
+                for tid in training
+                if (ops := self.thread_ops.get(tid))
+                for i, n in enumerate(ops.names)
+                if n == P.ACCUMULATE_GRAD_OP
+            }
+        )
         collective_calls = sorted(
             {
                 HostOp(ops.starts[i], ops.ends[i], n)
@@ -738,6 +750,7 @@ class _Columns:
             memset_ops=memset_ops,
             host_event_starts=host_event_starts,
             no_work_op_us=no_work_op_us,
+            accumulate_grad_ops=accumulate_grad_ops,
         )
 
     def _main_ops(self, main_tid: Any, duplicates: _Duplicates) -> C.Records[tuple[float, float, str, bool]]:
