@@ -34,6 +34,9 @@ CONFIGS: dict[str, list[str]] = {
     "vit": ["--model_name", "vit", "--batch_size", "64", "--mixed_precision", "bf16", "--num_workers", "8"],
 }
 
+#: steps per rank a synthetic dataset holds: diagnose's warm-up, window, FLOP step and timed steps
+SYNTHETIC_STEPS = 48
+
 #: --small: a CPU smoke test of the whole path on tiny synthetic images
 SMALL = ["--batch_size", "8", "--num_workers", "1", "--resolution", "32", "--dataset", "synthetic", "--synthetic_samples", "1024"]
 
@@ -41,6 +44,11 @@ SMALL = ["--batch_size", "8", "--num_workers", "1", "--resolution", "32", "--dat
 def run(model: str, gpus: int, data: str, out: Path, timeout: int, small: bool) -> dict:
     run_dir = out / f"{model}-{gpus}gpu"
     config = SMALL + ["--model_name", model] if small else [*CONFIGS[model], "--dataset", data]
+    if data == "synthetic" and not small:
+        # the default 1,024 images are 8 steps of 128: the run ended before diagnose's window
+        # (H200, 2 GPUs: no throughput). Enough for SYNTHETIC_STEPS steps on every rank.
+        batch = int(CONFIGS[model][CONFIGS[model].index("--batch_size") + 1])
+        config += ["--synthetic_samples", str(batch * gpus * SYNTHETIC_STEPS)]
     args = [*config, "--num_epochs", "1", "--epochs_eval", "0"]
     launch = ["--nproc-per-node", str(gpus)] if gpus > 1 else []
     cmd = [sys.executable, "-m", "diagnose", "run", "--json", "--overwrite", "--out", str(run_dir), *launch,

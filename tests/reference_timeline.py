@@ -84,6 +84,9 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
     collective_calls = sorted({
         HostOp(_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur")), e["name"]) for e in on_training if e.get("name", "").startswith(P.COLLECTIVE_CALL_PREFIX)
     })
+    accumulate_grad_ops = sorted({
+        (_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur"))) for e in on_training if e.get("name") == P.ACCUMULATE_GRAD_OP
+    })
     no_work_op_us = []
     for e in on_training:
         if e.get("name") in P.NO_WORK_OPS:
@@ -190,6 +193,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         memset_ops=memset_ops,
         host_event_starts=host_event_starts,
         no_work_op_us=no_work_op_us,
+        accumulate_grad_ops=accumulate_grad_ops,
     )
 
 

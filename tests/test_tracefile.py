@@ -369,3 +369,71 @@ def test_a_process_with_other_threads_reads_in_one_process(tiny_blocks: None, mo
     finally:
         release.set()
         other.join()
+
+
+# --- a trace larger than one analysis reads ----------------------------------------------------------
+
+
+def steps_trace(n: int) -> TraceBuilder:
+    """``n`` steps of 100 µs, each a forward operator launching a 40 µs kernel."""
+    b = TraceBuilder()
+    for i in range(n):
+        t = i * 100.0
+        b.step(i + 1, t, 100)
+        b.op("aten::linear", t, 60, forward=True)
+        b.kernel("ampere_sgemm_128x64_nn", t + 20, 40, launch_ts=t + 10)
+    b.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#99", "pid": 0, "tid": 7, "ts": 5000.0, "dur": 1.0})
+    return b
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
+def test_step_marks_are_found_by_a_scan_of_the_text(tmp_path: Path, tiny_blocks: None, layout: Layout) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(layout.dumps(steps_trace(8).to_dict()))
+    # the GPU's copy of a mark is not a step; blocks of 7 bytes cut every mark somewhere
+    assert tracefile.step_marks(path) == [(i * 100.0, i * 100.0 + 100.0) for i in range(8)]
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_a_trace_over_the_detail_budget_is_analysed_over_its_first_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool) -> None:
+    path = steps_trace(8).write(tmp_path / ("t.json.gz" if gz else "t.json"), gz=gz)
+    whole = load_timeline(path)
+    assert (len(whole.steps), whole.meta.detail) == (8, None)
+    json_bytes = tracefile.json_size_estimate(path)
+    # a budget of 3/8 of the JSON (plus a little): the first three steps, every event from 300 µs on left out
+    monkeypatch.setattr(timeline_module, "DETAIL_MAX_JSON_BYTES", json_bytes * 3 // 8 + 1)
+    cut = load_timeline(path)
+    assert [s.start for s in cut.steps] == [0.0, 100.0, 200.0]
+    assert [k.start for k in cut.kernels] == [20.0, 120.0, 220.0]
+    detail = cut.meta.detail
+    assert (detail.steps_in_trace, detail.steps_analysed, detail.cut_us) == (8, 3, 300.0)
+    # five steps of a mark, an operator and its forward->backward arrow, a launch and a kernel
+    assert detail.events_left_out == 5 * 5
+    assert "holds 8 steps" in detail.note() and "its first 3 steps were analysed" in detail.note()
+    # a budget under one step still analyses one
+    monkeypatch.setattr(timeline_module, "DETAIL_MAX_JSON_BYTES", 10)
+    assert len(load_timeline(path).steps) == 1
+
+
+def test_the_breakdown_says_the_trace_was_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnose.analysis.breakdown import compute_breakdown
+
+    path = steps_trace(8).write(tmp_path / "t.json")
+    monkeypatch.setattr(timeline_module, "DETAIL_MAX_JSON_BYTES", tracefile.json_size_estimate(path) // 2)
+    breakdown = compute_breakdown(load_timeline(path))
+    assert len(breakdown.steps) == 4
+    assert any("its first 4 steps were analysed" in note for note in breakdown.notes)
+
+
+def test_worker_processes_leave_out_the_same_events_after_a_detail_window(
+    tmp_path: Path, tiny_blocks: None, two_workers: list[int] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if two_workers is None:
+        return  # it ran in a fresh process
+    path = steps_trace(8).write(tmp_path / "t.json")
+    monkeypatch.setattr(timeline_module, "DETAIL_MAX_JSON_BYTES", tracefile.json_size_estimate(path) // 2)
+    in_workers = load_timeline(path)
+    assert two_workers == [2]
+    monkeypatch.setenv(timeline_module.WORKERS_ENV, "1")
+    assert _timeline_fields(in_workers) == _timeline_fields(load_timeline(path))
+    assert (len(in_workers.steps), in_workers.meta.detail.events_left_out) == (4, 4 * 5)

@@ -372,6 +372,8 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     if timeline.meta.unknown_categories:
         cats = ", ".join(f"{k} ({v})" for k, v in sorted(timeline.meta.unknown_categories.items()))
         notes.append(f"ignored event categories this version does not know: {cats}")
+    if timeline.meta.detail is not None:
+        notes.append(timeline.meta.detail.note())
     if timeline.meta.duplicate_events:
         notes.append(
             f"the trace holds {timeline.meta.duplicate_events} duplicated event(s) (identical to another one: "

@@ -24,7 +24,7 @@ from itertools import compress, count, islice
 from operator import eq, itemgetter, le, neg
 from contextlib import contextmanager
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from diagnose.analysis import columns as C
 from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
-from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, step_marks
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -120,6 +120,28 @@ class TraceMeta:
     thread_names: dict[str, str] = field(default_factory=dict)
     #: events identical to another one (same category, name, thread and times), counted once
     duplicate_events: int = 0
+    #: a trace larger than one analysis takes (``DETAIL_MAX_JSON_BYTES``): its steps, the first
+    #: ones analysed, and the events after them left out; None when the whole trace was read
+    detail: DetailWindow | None = None
+
+
+@dataclass(frozen=True)
+class DetailWindow:
+    """The part of a large trace the analysis reads: its first ``steps_analysed`` of
+    ``steps_in_trace`` steps, every event that starts before ``cut_us``."""
+
+    steps_in_trace: int
+    steps_analysed: int
+    cut_us: float
+    json_bytes: int
+    events_left_out: int = 0
+
+    def note(self) -> str:
+        return (
+            f"the trace holds {self.steps_in_trace} steps in {self.json_bytes / 1e9:.1f} GB of JSON, more than one analysis "
+            f"reads ({DETAIL_MAX_JSON_BYTES / 1e9:.1f} GB): its first {self.steps_analysed} steps were analysed and "
+            f"{self.events_left_out:,} later events left out (diagnose trim --skip N --steps M cuts out other steps)"
+        )
 
 
 @dataclass
@@ -235,6 +257,29 @@ MAX_READER_WORKERS = 8
 WORKERS_ENV = "DIAGNOSE_READER_WORKERS"
 
 
+#: The most JSON one analysis reads in detail. A larger trace is analysed over its first steps
+#: (as many as this share of the file holds, at least one; ``step_marks`` finds them by a scan
+#: of the text): what the analysis holds stays bounded (about 0.7 GiB) however large the trace.
+DETAIL_MAX_JSON_BYTES = 1_000_000_000
+
+
+def detail_window(path: str | os.PathLike[str], json_bytes: int) -> DetailWindow | None:
+    """The steps of a trace over ``DETAIL_MAX_JSON_BYTES`` that one analysis reads: as many of
+    the first steps as the budget's share of the window's time holds (events spread over the
+    steps about evenly), at least one. None for a smaller trace, or one without step marks."""
+    if json_bytes <= DETAIL_MAX_JSON_BYTES:
+        return None
+    marks = step_marks(path)
+    if len(marks) < 2:
+        return None
+    first, last = marks[0][0], max(end for _, end in marks)
+    target = first + (last - first) * DETAIL_MAX_JSON_BYTES / json_bytes
+    kept = max(1, sum(1 for _, end in marks if end <= target))
+    if kept >= len(marks):
+        return None
+    return DetailWindow(len(marks), kept, marks[kept - 1][1], json_bytes)
+
+
 def reader_workers(json_bytes: int, cpus: int | None = None) -> int:
     """How many processes decode the pieces of a trace of ``json_bytes``: 1 (this process does
     everything) for a small trace or a machine of one or two cores; else one per core but one,
@@ -258,16 +303,19 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     JSON; whatever the size, the read stops with a clear error if the machine's memory runs
     short. A large trace's pieces are decoded and folded into columns by worker processes
     (``reader_workers``); this process cuts the pieces and merges the columns, in file order."""
-    stream = _open(path, max_bytes)
-    columns = _Columns()
+    json_bytes = json_size_estimate(Path(path)) if Path(path).is_file() else 0
+    window = detail_window(path, json_bytes)
+    stream = _open(path, max_bytes, DETAIL_MAX_JSON_BYTES if window else None)
+    cut = window.cut_us if window else math.inf
+    columns = _Columns(cut)
     guard = memory.MemoryGuard(str(path))
-    workers = reader_workers(json_size_estimate(stream.path))
+    workers = reader_workers(json_bytes)
     with paused_gc(), _worker_pool(workers) as pool:
         if pool is None:
             results = stream.decoded(decode_events)
         else:
             def submit(piece: Piece) -> Callable[[], Any]:
-                return partial(_folded, pool.apply_async(_fold_piece, (piece.text,)), piece)
+                return partial(_folded, pool.apply_async(_fold_piece, (piece.text, cut)), piece)
 
             results = stream.decoded(decode_events, submit, in_flight=2 * workers)
         for result in results:
@@ -280,6 +328,8 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
         timeline = columns.finish(_read_meta(stream.metadata))
     timeline.meta.path = str(path)
     timeline.meta.size_bytes = Path(path).stat().st_size
+    if window is not None:
+        timeline.meta.detail = replace(window, events_left_out=columns.left_out)
     return timeline
 
 
@@ -317,13 +367,13 @@ def _worker_pool(workers: int) -> Iterator[Any]:
         pool.join()
 
 
-def _fold_piece(text: bytes) -> _Columns | None:
+def _fold_piece(text: bytes, cut: float = math.inf) -> _Columns | None:
     """In a worker: one piece decoded and folded into columns. None when an event's field is
     malformed: the parent then folds the piece itself, to name the event by its index in the
     whole trace. Text that does not parse raises the decoder's error, as ``decode_events`` does."""
     with paused_gc():
         events = decode_events(Piece(text, b"", 0))
-        columns = _Columns()
+        columns = _Columns(cut)
         try:
             columns.add(events)
         except TraceError:
@@ -338,7 +388,9 @@ def _folded(handle: Any, piece: Piece) -> _Columns | list[Event]:
     return columns if columns is not None else decode_events(piece)
 
 
-def _open(path: str | os.PathLike[str], max_bytes: int | None) -> TraceStream:
+def _open(path: str | os.PathLike[str], max_bytes: int | None, read_bytes: int | None = None) -> TraceStream:
+    """The trace's stream, once its size passed ``max_bytes`` and the memory check (on the JSON
+    the analysis holds: ``read_bytes`` of it when a detail window cuts it short)."""
     stream = TraceStream(path)
     json_bytes = json_size_estimate(stream.path)
     if max_bytes is not None and json_bytes > max_bytes:
@@ -346,7 +398,7 @@ def _open(path: str | os.PathLike[str], max_bytes: int | None) -> TraceStream:
             f"trace is {json_bytes / 1e9:.1f} GB, over the {max_bytes / 1e9:.1f} GB limit given",
             hint="profile fewer steps (diagnose run --steps 3) or raise the limit with --max-trace-gb",
         )
-    memory.check_fits(stream.path, json_bytes)
+    memory.check_fits(stream.path, min(json_bytes, read_bytes) if read_bytes else json_bytes)
     return stream
 
 
@@ -442,7 +494,10 @@ class _Columns:
     not by the 150-200 of a tuple of Python numbers. Names are interned: a kernel name repeats
     thousands of times and is then held once."""
 
-    def __init__(self) -> None:
+    def __init__(self, cut: float = math.inf) -> None:
+        #: events that start at or after this time (µs) are left out (a detail window)
+        self.cut = cut
+        self.left_out = 0
         self.event_count = 0
         self.annotations: list[tuple[str, Any, float, float]] = []
         self.thread_ops: dict[Any, _ThreadOps] = {}
@@ -489,6 +544,7 @@ class _Columns:
         new_tuple = tuple.__new__
         first = self.event_count
         self.event_count += len(events)
+        cut, left_out = self.cut, 0
         for e in events:
             try:
                 kind = kind_of(e.cat, _UNKNOWN)
@@ -502,12 +558,18 @@ class _Columns:
                 self.unknown[str(e.cat)] += 1
                 continue
             if kind == _FLOW:
+                if type(e.ts) is float and e.ts >= cut:
+                    left_out += 1
+                    continue
                 if e.ph == "s":
                     tid = _key(e.tid, e, events, first, "tid")
                     flows = self.flow_starts.get(tid)
                     if flows is None:
                         flows = self.flow_starts[tid] = _FlowStarts()
                     flows.add(_raw(e.ts))
+                continue
+            if type(e.ts) is float and e.ts >= cut:  # after a detail window: skipped before any work
+                left_out += 1
                 continue
             name = e.name
             if type(name) is not str:
@@ -517,6 +579,9 @@ class _Columns:
             plain_ts = type(ts) is float and ts - ts == 0.0  # a finite float: inf - inf is nan
             if not plain_ts:
                 ts = _num(ts, e, events, first, "ts")
+            if ts >= cut:
+                left_out += 1
+                continue
             dur = e.dur
             if type(dur) is not float or dur - dur != 0.0:
                 dur = _num(dur, e, events, first, "dur")
@@ -584,6 +649,7 @@ class _Columns:
             else:  # _MEMSET
                 memsets.append(GpuMemset(ts, end, corr, stream))
                 self.memset_devices.append(device)
+        self.left_out += left_out
         # into the columns
         for tid, ops in thread_ops.items():
             columns = self.thread_ops.get(tid)
@@ -603,6 +669,7 @@ class _Columns:
         names = self.names
         intern = names.setdefault
         self.event_count += other.event_count
+        self.left_out += other.left_out
         self.annotations.extend((intern(n, n), tid, ts, end) for n, tid, ts, end in other.annotations)
         for tid, ops in other.thread_ops.items():
             mine = self.thread_ops.get(tid)

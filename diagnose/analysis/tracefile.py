@@ -259,6 +259,39 @@ class TraceStream:
                 yield buf[:q], metadata
 
 
+_STEP_MARK = re.compile(rb'"ProfilerStep#')
+_TS = re.compile(rb'"ts"\s*:\s*"?(-?[0-9][0-9.eE+-]*)')
+_DUR = re.compile(rb'"dur"\s*:\s*"?(-?[0-9][0-9.eE+-]*)')
+
+
+def step_marks(path: str | Path) -> list[tuple[float, float]]:
+    """The host's ``ProfilerStep#N`` spans (start, end) of a trace, sorted, found by a scan of
+    its text (no parse): the object around each mark, its ``ts`` and ``dur``. The GPU's copies
+    of the marks (``gpu_user_annotation``) are left out. Cheap next to decoding the trace: a
+    search of each block, and a few fields per step."""
+    stream = TraceStream(path)
+    marks: set[tuple[float, float]] = set()
+    tail = b""
+    for block in stream._blocks():
+        buf = tail + block
+        for match in _STEP_MARK.finditer(buf):
+            start = buf.rfind(b"{", 0, match.start())
+            end = buf.find(b"}", match.end())
+            if start < 0 or end < 0:
+                continue  # cut by the block's end: the next buffer holds it whole (the tail)
+            text = buf[start:end]
+            if b"gpu_user_annotation" in text:
+                continue
+            ts, dur = _TS.search(text), _DUR.search(text)
+            if ts and dur:
+                try:
+                    marks.add((float(ts.group(1)), float(ts.group(1)) + float(dur.group(1))))
+                except ValueError:
+                    continue
+        tail = buf[-4096:]
+    return sorted(marks)
+
+
 def _last_boundary(buf: bytes) -> tuple[int, int] | None:
     """(end of the piece, start of the next) at the last candidate cut in ``buf``."""
     window = 1 << 16
