@@ -183,12 +183,22 @@ def test_compile_shrinks_the_forward_host_code_to_its_launches_and_one_call() ->
     # CUDA graphs: one graph launch (1 µs) and the call with cudagraph trees' checks and the
     # graph launch (176 + 169 µs)
     assert replay(cuda_graphs(model, {})).window_us == pytest.approx(546.0)
+    # on a host whose profiled code ran twice as slow as without the profiler (host_scale 0.5),
+    # the traced code halves but the call does not: it was measured without the profiler
+    # (600 µs -> 176 µs of call, two launches of 0.5 µs, 100 µs of other code)
+    p = predict(model, replay_check(model), "compile", {}, host_scale=0.5)
+    assert p.speedup == pytest.approx(600.0 / 277.0)
 
 
 def test_compile_leaves_a_small_piece_its_eager_cost() -> None:
     model = model_of(synced_step())
     # 60 µs of forward host code with two launches: one compiled call (176 µs) would cost more
     assert replay(compile_model(model, {})).window_us == 200.0
+    # left eager, it launches its kernels as before, with their launch latency
+    assert [op.latency_us for op in cuda_graphs(model, {}).ops] == [op.latency_us for op in model.ops]
+    # judged at the steady host's pace: on a host whose profiled code ran 4x slow (host_scale
+    # 0.25) its 60 µs are 15, and the call (176 µs, measured without the profiler) costs more still
+    assert compile_model(model, {}, host_scale=0.25).items == model.items
 
 
 def test_a_compiled_backward_keeps_the_engines_accumulate_grad_nodes() -> None:
@@ -233,20 +243,25 @@ def checked_layers(sync: bool, layers: int = 10) -> TraceBuilder:
 def test_a_sync_in_the_forward_breaks_the_compiled_graph_at_each_site() -> None:
     unchecked = model_of(checked_layers(sync=False))
     assert replay(unchecked).window_us == 1100.0
-    # one graph: the forward's 1000 µs become ten 1 µs launches and one call (176 µs)
-    assert replay(compile_model(unchecked, {})).window_us == pytest.approx(186.0 + 100.0)
+    # one graph: the forward's 1000 µs become one call (176 µs: the guards, first) and ten 1 µs
+    # launches, 286 µs of host with the other code; the ten 10 µs matmuls, launched together,
+    # then run one after another (10 µs after the first launch, 5 µs apart): the GPU ends at 331.1
+    compiled = replay(compile_model(unchecked, {}))
+    assert (compiled.host_end_us, compiled.window_us) == (pytest.approx(286.0), pytest.approx(186.1 + 10 * 10 + 9 * 5))
     checked = model_of(checked_layers(sync=True))
     assert len(graph_breaks(checked)) == 10
     assert replay(checked).window_us == 1100.0
     # ten breaks make eleven pieces (ten layers' 90 µs of host code, then the last 5 µs after the
-    # last sync), 900 µs in all; each becomes a compiled call (176 µs) with its launch (1 µs;
-    # the last has none), more than its few eager launches cost: the syncs stay, the step grows
-    assert replay(compile_model(checked, {})).window_us == pytest.approx(200.0 + 10 * 177.0 + 176.0)
+    # last sync), 900 µs in all; each becomes a compiled call (176 µs) then its launch (1 µs;
+    # the last has none), more than its few eager launches cost: the syncs stay, the step grows.
+    # Each sync now waits for its layer's matmul, launched after the call (10 µs latency, 10 µs
+    # long): about 19 µs a layer more than the bare calls and launches
+    assert replay(compile_model(checked, {})).window_us == pytest.approx(200.0 + 10 * 177.0 + 176.0 + 191.6176, abs=1e-3)
     # CUDA graphs: each call also pays cudagraph trees' checks and the graph launch (169 µs)
-    assert replay(cuda_graphs(checked, {})).window_us == pytest.approx(200.0 + 10 * 346.0 + 345.0)
-    assert predict(checked, replay_check(checked), "cuda_graphs", {}).speedup == pytest.approx(1100.0 / 4005.0)
-    # a piece left eager launches its kernels as before; a graph runs them without launch latency
-    assert {op.latency_us for op in cuda_graphs(checked, {}).ops} == {10.0}
+    assert replay(cuda_graphs(checked, {})).window_us == pytest.approx(200.0 + 10 * 346.0 + 345.0 + 91.6176, abs=1e-3)
+    assert predict(checked, replay_check(checked), "cuda_graphs", {}).speedup == pytest.approx(1100.0 / 4096.6176, abs=1e-6)
+    # each piece is a graph of its own, its kernels run without launch latency
+    assert {op.latency_us for op in cuda_graphs(checked, {}).ops} == {0.0}
     assert {op.latency_us for op in cuda_graphs(unchecked, {}).ops} == {0.0}
 
 

@@ -248,6 +248,10 @@ def _drop_ops(model: StepModel, keep: list[bool]) -> StepModel:
 #: own graph, and so is its backward (which the autograd engine calls without a cache lookup).
 COMPILED_CALL_HOST_US = 176.0
 CUDA_GRAPH_CALL_HOST_US = 128.0 + 41.0
+#: the phase of a compiled call's own host cost in a transformed model: not model code, so the
+#: replay does not scale it (it was measured without the profiler). It comes before the piece's
+#: launches, as the guards run before the compiled code launches its kernels.
+COMPILED_CALL_PHASE = "compiled call"
 
 
 def _elastic(it: HostItem) -> bool:
@@ -288,7 +292,12 @@ def _runs(items: tuple[HostItem, ...], phase: str, breaks: set[int]) -> list[lis
 
 
 def compile_model(
-    model: StepModel, facts: Mapping[str, float], fusion: float = COMPILE_ELEMENTWISE_FUSION, cuda_graphs: bool = False, **_: Any
+    model: StepModel,
+    facts: Mapping[str, float],
+    fusion: float = COMPILE_ELEMENTWISE_FUSION,
+    cuda_graphs: bool = False,
+    host_scale: float = 1.0,
+    **_: Any,
 ) -> StepModel:
     """torch.compile: forward/backward pointwise kernels fuse ``fusion`` to one, and each piece of
     the host's model code (a forward, or the part of it between two graph breaks; a backward)
@@ -301,7 +310,14 @@ def compile_model(
     The syncs stay, and so does the autograd engine's AccumulateGrad node of each parameter
     tensor (``StepModel.accumulate_grad_us``): it runs outside the graph, and on the H200 it was
     most of what a CUDA-graphed backward still cost the host (examples/launch_bound.py: 258
-    nodes, 2.0 ms of a profiled step; predicted 5.06x without it, measured 2.90x)."""
+    nodes, 2.0 ms of a profiled step; predicted 5.06x without it, measured 2.90x).
+
+    A call's own cost is a figure measured without the profiler: it is a host item of its own
+    (phase ``COMPILED_CALL_PHASE``) that the replay's ``host_scale`` (the profiler's inflation
+    taken out of the traced host code) leaves as it is; and whether a whole forward is cheaper
+    compiled is judged at that same pace (``host_scale``). Scaled with the traced code, a call
+    cost a quarter of itself on a host whose profiled code ran 3.5x slow, and 48 graph breaks a
+    step looked cheap (examples/implicit_syncs.py on the H200: LAUNCH001 predicted 1.51x)."""
     phases = ("forward", "backward", "unknown")
     ops = list(model.ops)
     keep = [True] * len(ops)
@@ -332,25 +348,29 @@ def compile_model(
     backward_eager = sum(fused.items[i].duration_us for piece in backward_pieces for i in piece)
     outside = min(model.accumulate_grad_us, backward_eager)
     scales: dict[int, float] = {}
+    calls_before: dict[int, float] = {}  # first item of a compiled piece -> its call's cost
     for pieces, per_call, calls in ((forward_pieces, call_us, 1.0), (backward_pieces, backward_call_us, backward_calls)):
         for piece in pieces:
             eager = sum(fused.items[i].duration_us for i in piece)
             launches = sum(1 for i in piece if fused.items[i].kind == "launch")
-            remaining = model.launch_cost_us * (min(launches, 1) if cuda_graphs else launches)
-            after = remaining + per_call * calls
+            kept = model.launch_cost_us * (min(launches, 1) if cuda_graphs else launches)
             if pieces is backward_pieces and backward_eager > 0:
-                after += outside * eager / backward_eager
-            if len(pieces) == 1:  # a whole forward (backward) in one graph: never worse than eager
-                after = min(eager, after)
+                kept += outside * eager / backward_eager
+            call = per_call * calls
+            if len(pieces) == 1 and kept * host_scale + call >= eager * host_scale:
+                continue  # a whole forward (backward) in one graph: never worse than eager
             for i in piece:
-                scales[i] = after / eager if eager > 0 else 1.0
-    items = [
-        replace(it, duration_us=it.duration_us * scales[i], lead_us=it.lead_us * scales[i]) if i in scales else it
-        for i, it in enumerate(fused.items)
-    ]
+                scales[i] = kept / eager if eager > 0 else 1.0
+            if call > 0:
+                calls_before[piece[0]] = call
+    items: list[HostItem] = []
+    for i, it in enumerate(fused.items):
+        if i in calls_before:
+            items.append(HostItem("work", calls_before[i], COMPILED_CALL_PHASE))
+        items.append(replace(it, duration_us=it.duration_us * scales[i], lead_us=it.lead_us * scales[i]) if i in scales else it)
     ops = list(fused.ops)
     if cuda_graphs:  # a piece that became a graph runs its ops back to back; one left eager does not
-        graphed = {j for i, it in enumerate(fused.items) if it.kind == "launch" and scales.get(i, 1.0) < 1.0 for j in it.ops}
+        graphed = {j for i, it in enumerate(fused.items) if it.kind == "launch" and i in scales for j in it.ops}
         graphed |= {j for j, op in enumerate(ops) if op.carried_ready_us is not None and op.phase in phases}
         ops = [replace(op, latency_us=0.0, gap_us=min(op.gap_us, STREAM_GAP_US)) if j in graphed else op for j, op in enumerate(ops)]
     return replace(fused, items=tuple(items), ops=tuple(ops))
@@ -521,7 +541,7 @@ def predict(
     if not check.reproduces:
         return Prediction(name, None, None, f"cannot predict: the replay is {check.error:+.0%} off the measured step")
     try:
-        changed = TRANSFORMATIONS[name](model, facts, **dict(params or {}))
+        changed = TRANSFORMATIONS[name](model, facts, **{"host_scale": host_scale, **dict(params or {})})
     except CannotPredict as exc:
         return Prediction(name, None, None, f"cannot predict: {exc}")
     before = replay(model, host_scale).window_us
