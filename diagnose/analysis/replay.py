@@ -33,9 +33,12 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
+from diagnose.analysis import columns as C
 from diagnose.analysis import patterns as P
 from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
 from diagnose.analysis.timeline import Interval, Timeline
@@ -201,6 +204,18 @@ class _Labeller:
 MODEL_MAX_OPS = 50_000
 
 
+def _starts(group: Sequence[Any]) -> Sequence[float]:
+    """The start times of a group of GPU ops, in order: the reader's column where it keeps the
+    group as columns (sorted by start), else sorted here."""
+    if isinstance(group, C.Records):
+        return group.column(0)
+    return sorted(op.start for op in group)
+
+
+def _count_before(starts: list[Sequence[float]], t: float) -> int:
+    return sum(bisect_left(column, t) for column in starts)
+
+
 def model_steps(timeline: Timeline, max_ops: int = MODEL_MAX_OPS) -> list[Any]:
     """The window's first steps that hold at most ``max_ops`` GPU operations (by start), at
     least one: the steps the model is built over."""
@@ -208,14 +223,20 @@ def model_steps(timeline: Timeline, max_ops: int = MODEL_MAX_OPS) -> list[Any]:
     total = len(timeline.kernels) + len(timeline.memcpys) + len(timeline.memset_ops)
     if total <= max_ops:
         return steps
-    starts = sorted(
-        [k.start for k in timeline.kernels] + [m.start for m in timeline.memcpys] + [s.start for s in timeline.memset_ops]
-    )
-    first = bisect_left(starts, steps[0].start)
+    starts = [_starts(group) for group in (timeline.kernels, timeline.memcpys, timeline.memset_ops)]
+    first = _count_before(starts, steps[0].start)
     kept = 1
-    while kept < len(steps) and bisect_left(starts, steps[kept].end) - first <= max_ops:
+    while kept < len(steps) and _count_before(starts, steps[kept].end) - first <= max_ops:
         kept += 1
     return steps[:kept]
+
+
+def _starting_before(group: Sequence[Any], t: float) -> Iterable[Any]:
+    """The ops of ``group`` that start before ``t``: a prefix of the reader's sorted columns
+    (a window of the first steps of a large trace reads no further), else a scan."""
+    if isinstance(group, C.Records):
+        return islice(group, bisect_left(group.column(0), t))
+    return (op for op in group if op.start < t)
 
 
 def build_model(timeline: Timeline) -> StepModel | None:
@@ -230,15 +251,12 @@ def build_model(timeline: Timeline) -> StepModel | None:
     # every GPU activity up to the model's end, per stream in start order:
     # (start, end, kind, name, corr, copy_kind, nbytes)
     raw: list[tuple[float, float, str, str, int, int, str, int]] = []
-    for k in timeline.kernels:
-        if k.start < w1:
-            raw.append((k.start, k.end, "kernel", k.name, k.correlation, k.stream, "", 0))
-    for m in timeline.memcpys:
-        if m.start < w1:
-            raw.append((m.start, m.end, "memcpy", f"Memcpy {m.kind}", m.correlation, m.stream, m.kind, m.nbytes))
-    for s in timeline.memset_ops:
-        if s.start < w1:
-            raw.append((s.start, s.end, "memset", "Memset", s.correlation, s.stream, "", 0))
+    for k in _starting_before(timeline.kernels, w1):
+        raw.append((k.start, k.end, "kernel", k.name, k.correlation, k.stream, "", 0))
+    for m in _starting_before(timeline.memcpys, w1):
+        raw.append((m.start, m.end, "memcpy", f"Memcpy {m.kind}", m.correlation, m.stream, m.kind, m.nbytes))
+    for s in _starting_before(timeline.memset_ops, w1):
+        raw.append((s.start, s.end, "memset", "Memset", s.correlation, s.stream, "", 0))
     raw.sort(key=lambda r: (r[0], r[1]))
 
     stream_busy: dict[int, float] = {}
@@ -403,9 +421,8 @@ def _host_items(
 def _busy_before(timeline: Timeline, w0: float) -> dict[int, float]:
     out: dict[int, float] = {}
     for group in (timeline.kernels, timeline.memcpys, timeline.memset_ops):
-        for op in group:
-            if op.start < w0:
-                out[op.stream] = max(out.get(op.stream, float("-inf")), op.end)
+        for op in _starting_before(group, w0):
+            out[op.stream] = max(out.get(op.stream, float("-inf")), op.end)
     return out
 
 
