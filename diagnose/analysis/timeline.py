@@ -140,7 +140,7 @@ class DetailWindow:
         return (
             f"the trace holds {self.steps_in_trace} steps in {self.json_bytes / 1e9:.1f} GB of JSON, more than one analysis "
             f"reads ({DETAIL_MAX_JSON_BYTES / 1e9:.1f} GB): its first {self.steps_analysed} steps were analysed and "
-            f"{self.events_left_out:,} later events left out (diagnose trim --skip N --steps M cuts out other steps)"
+            f"{self.events_left_out:,} later events left out (a trace of fewer steps is read whole: diagnose run --steps 3)"
         )
 
 
