@@ -35,6 +35,18 @@ def speedup(factor: float) -> str:
     return f"{factor:.2f}x"
 
 
+def gain_words(predicted: float | None, bound: float | None) -> str:
+    """A finding's gain, one way everywhere: ``predicted 1.31x, at most 1.53x``; ``up to 1.53x``
+    without a prediction; and where the replay predicts more than the bound (the bound counts
+    the finding's own share alone, the change may do more: compile fuses and removes launches),
+    ``predicted 2.98x (its share alone: 2.53x)``. Empty when there is neither."""
+    if predicted is None:
+        return f"up to {speedup(bound)}" if bound else ""
+    if bound and predicted > bound:
+        return f"predicted {speedup(predicted)} (its share alone: {speedup(bound)})"
+    return f"predicted {speedup(predicted)}, at most {speedup(bound)}" if bound else f"predicted {speedup(predicted)}"
+
+
 def ms(value: float) -> str:
     """Milliseconds with as many decimals as the size warrants: ``120 ms``, ``12.3 ms``, ``0.125 ms``."""
     digits = 0 if value >= 100 else 1 if value >= 10 else 2 if value >= 1 else 3

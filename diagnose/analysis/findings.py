@@ -214,10 +214,11 @@ def _predict(finding: Finding, rule: Rule, values: dict[str, float], predictor: 
     p = predictor.predict(rule.predict, values, rule.prediction_params(values))
     finding.prediction_note = f"{rule.predict}: {p.note}"
     if p.speedup is not None:
+        # not capped at the bound: the bound counts the finding's own share alone, and the
+        # change may do more (compile also removes launches; more workers also pin and keep
+        # them). On the H200 six of sixteen measured gains were above their bound; capped, the
+        # HF Trainer's DATA001 was predicted 2.26x (replayed 3.18x) and measured 3.16x.
         finding.predicted = p.speedup
-        if finding.gain is not None and p.speedup > finding.gain:
-            finding.predicted = finding.gain  # a prediction above the bound says the model over-reached
-            finding.prediction_note += f"; {p.speedup:.2f}x replayed, capped at the bound"
 
 
 def diagnose_symptoms(rules: list[Rule], symptoms: Symptoms, predictor: Predictor | None = None) -> Diagnosis:

@@ -322,18 +322,22 @@ def compile_model(
     ops = list(model.ops)
     keep = [True] * len(ops)
     runs: dict[tuple[int, str], list[int]] = {}
+
+    def fuse(run: list[int]) -> None:
+        # a chain of pointwise kernels becomes one that reads the chain's inputs and writes its
+        # outputs: about what its largest kernel moves
+        if len(run) >= 2 and fusion != math.inf:
+            ops[run[-1]] = replace(ops[run[-1]], duration_us=max(ops[j].duration_us for j in run))
+            for j in run[:-1]:
+                keep[j] = False
+
     for i, op in enumerate(ops):
         if op.phase in phases and _is_elementwise(op):
-            run = runs.setdefault((op.stream, op.phase), [])
-            run.append(i)
-            if len(run) >= fusion:
-                total = sum(ops[j].duration_us for j in run)
-                ops[run[-1]] = replace(ops[run[-1]], duration_us=total / fusion)
-                for j in run[:-1]:
-                    keep[j] = False
-                run.clear()
+            runs.setdefault((op.stream, op.phase), []).append(i)
         else:
-            runs.pop((op.stream, op.phase), None)
+            fuse(runs.pop((op.stream, op.phase), []))
+    for run in runs.values():
+        fuse(run)
     fused = _drop_ops(_rebuild(model, list(model.items), ops), keep)
     breaks = set(graph_breaks(fused))
     call_us = COMPILED_CALL_HOST_US + (CUDA_GRAPH_CALL_HOST_US if cuda_graphs else 0.0)

@@ -38,7 +38,7 @@ from diagnose.analysis.limits import distance_to_limits, limits_to_dict
 from diagnose.record import NOISY_P90_OVER_MEDIAN, RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.timeline import TraceMeta
-from diagnose.units import percent
+from diagnose.units import gain_words, percent
 
 REPORT_SCHEMA = "diagnose.report/2"
 
@@ -543,9 +543,8 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
         return "Nothing to diagnose: no profiled step."
     if diagnosis.findings:
         top = diagnosis.findings[0]
-        bound = f" (up to {top.gain:.2f}x faster)" if top.gain else ""
-        if top.predicted is not None:
-            bound = f" (predicted {top.predicted:.2f}x faster, at most {top.gain:.2f}x)" if top.gain else f" (predicted {top.predicted:.2f}x faster)"
+        words = gain_words(top.predicted, top.gain)
+        bound = f" ({words})" if words else ""
         if top.borderline:
             bound += "; borderline: its evidence lies within the steps' spread of the threshold, a rerun may differ"
         return f"{top.title}{bound}."

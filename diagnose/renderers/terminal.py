@@ -18,7 +18,7 @@ from rich.text import Text
 
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.view import FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
-from diagnose.units import human_bytes, percent, spread_ms
+from diagnose.units import gain_words, human_bytes, percent, spread_ms
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
 STYLES: dict[str, tuple[str, str]] = {
@@ -320,10 +320,8 @@ class TerminalRenderer(Renderer):
                 self._finding(c, i, f)
 
     def _finding(self, c: Console, i: int, f: FindingRow) -> None:
-        gain = f" — up to {f.gain_bound:.2f}x" if f.gain_bound else ""
-        if f.predicted_speedup is not None:
-            bound = f", at most {f.gain_bound:.2f}x" if f.gain_bound else ""
-            gain = f" — predicted {f.predicted_speedup:.2f}x{bound}"
+        words = gain_words(f.predicted_speedup, f.gain_bound)
+        gain = f" — {words}" if words else ""
         c.print(Text.assemble(f"{i:>2}. ", (f.rule, "bold"), " ", (f.title, "bold"), (gain, "green")))
         c.print(Text(f"    {f.says}"))
         if f.evidence:

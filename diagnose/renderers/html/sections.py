@@ -8,7 +8,7 @@ from typing import Any
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
 from diagnose.renderers.view import ExperimentRow, ExperimentsView, FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
-from diagnose.units import human_bytes, ms, percent, plain, rate, spread_ms
+from diagnose.units import gain_words, human_bytes, ms, percent, plain, rate, spread_ms
 
 
 def header(view: ReportView) -> Markup:
@@ -380,13 +380,13 @@ def findings(view: ReportView) -> Markup:
 
 
 def _finding(rank: int, finding: FindingRow) -> Markup:
-    gain = finding.gain_bound
+    gain = gain_words(finding.predicted_speedup, finding.gain_bound)
     heading = el(
         "div",
         el("span", f"{rank}.", class_="rank"),
         el("code", finding.rule, class_="rule"),
         el("h3", finding.title),
-        el("span", f"up to {gain:.2f}x faster", class_="gain", title=finding.gain_formula) if gain else None,
+        el("span", gain, class_="gain", title=finding.gain_formula) if gain else None,
         class_="finding-head",
     )
     parts = [heading, el("p", finding.says)]
