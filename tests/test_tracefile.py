@@ -407,8 +407,9 @@ def test_a_trace_over_the_detail_budget_is_analysed_over_its_first_steps(tmp_pat
     assert [k.start for k in cut.kernels] == [20.0, 120.0, 220.0]
     detail = cut.meta.detail
     assert (detail.steps_in_trace, detail.steps_analysed, detail.cut_us) == (8, 3, 300.0)
-    # five steps of a mark, an operator and its forward->backward arrow, a launch and a kernel
-    assert detail.events_left_out == 5 * 5
+    # five steps of a mark, an operator and its forward->backward arrow, a launch and a kernel,
+    # and the GPU's copy of a mark
+    assert detail.events_left_out == 5 * 5 + 1
     assert "holds 8 steps" in detail.note() and "its first 3 steps were analysed" in detail.note()
     # a budget under one step still analyses one
     monkeypatch.setattr(timeline_module, "DETAIL_MAX_JSON_BYTES", 10)
@@ -436,4 +437,19 @@ def test_worker_processes_leave_out_the_same_events_after_a_detail_window(
     assert two_workers == [2]
     monkeypatch.setenv(timeline_module.WORKERS_ENV, "1")
     assert _timeline_fields(in_workers) == _timeline_fields(load_timeline(path))
-    assert (len(in_workers.steps), in_workers.meta.detail.events_left_out) == (4, 4 * 5)
+    assert (len(in_workers.steps), in_workers.meta.detail.events_left_out) == (4, 4 * 5 + 1)
+
+
+def test_a_piece_wholly_after_the_detail_window_is_counted_without_being_read() -> None:
+    def piece(*events: Any) -> tracefile.Piece:
+        return tracefile.Piece(",".join(json.dumps(e) for e in events).encode(), b"", 0)
+
+    late = {"ph": "X", "cat": "kernel", "name": "k", "ts": 500.0, "dur": 1, "args": {"correlation": 1}}
+    assert tracefile.count_if_all_after(piece(late, {**late, "ts": 300}), 300.0) == 2
+    # one event inside the window, a missing or odd ts, or an element that is not an object:
+    # the piece is read as any other
+    assert tracefile.count_if_all_after(piece(late, {**late, "ts": 299.5}), 300.0) is None
+    assert tracefile.count_if_all_after(piece(late, {"ph": "M", "name": "thread_name"}), 300.0) is None
+    assert tracefile.count_if_all_after(piece(late, {**late, "ts": "900"}), 300.0) is None
+    assert tracefile.count_if_all_after(piece(late, [1, 2]), 300.0) is None
+    assert tracefile.count_if_all_after(tracefile.Piece(b'{"ts": 1', b"", 0), 0.0) is None

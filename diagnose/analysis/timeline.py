@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from diagnose.analysis import columns as C
 from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
-from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, step_marks
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, step_marks, count_if_all_after
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -310,17 +310,20 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     columns = _Columns(cut)
     guard = memory.MemoryGuard(str(path))
     workers = reader_workers(json_bytes)
+    decode = decode_events if window is None else partial(_decode_before, cut=cut)
     with paused_gc(), _worker_pool(workers) as pool:
         if pool is None:
-            results = stream.decoded(decode_events)
+            results = stream.decoded(decode)
         else:
             def submit(piece: Piece) -> Callable[[], Any]:
                 return partial(_folded, pool.apply_async(_fold_piece, (piece.text, cut)), piece)
 
-            results = stream.decoded(decode_events, submit, in_flight=2 * workers)
+            results = stream.decoded(decode, submit, in_flight=2 * workers)
         for result in results:
             if type(result) is _Columns:
                 columns.merge(result)
+            elif type(result) is int:  # a piece wholly after the detail window
+                columns.skipped(result)
             else:
                 columns.add(result)
             guard.check(stream.bytes_read)
@@ -367,13 +370,24 @@ def _worker_pool(workers: int) -> Iterator[Any]:
         pool.join()
 
 
+def _decode_before(piece: Piece, cut: float) -> list[Event] | int:
+    """The piece's events, or how many there are when all start after ``cut`` (then skipped)."""
+    count = count_if_all_after(piece, cut)
+    return decode_events(piece) if count is None else count
+
+
 def _fold_piece(text: bytes, cut: float = math.inf) -> _Columns | None:
     """In a worker: one piece decoded and folded into columns. None when an event's field is
     malformed: the parent then folds the piece itself, to name the event by its index in the
     whole trace. Text that does not parse raises the decoder's error, as ``decode_events`` does."""
     with paused_gc():
-        events = decode_events(Piece(text, b"", 0))
+        piece = Piece(text, b"", 0)
         columns = _Columns(cut)
+        count = count_if_all_after(piece, cut) if cut != math.inf else None
+        if count is not None:
+            columns.skipped(count)
+            return columns
+        events = decode_events(piece)
         try:
             columns.add(events)
         except TraceError:
@@ -522,6 +536,11 @@ class _Columns:
         self.runtime_starts: dict[Any, array[float]] = {}
         self.thread_names: dict[Any, str] = {}
 
+    def skipped(self, count: int) -> None:
+        """A piece of ``count`` events, all after the detail window: counted, not read."""
+        self.event_count += count
+        self.left_out += count
+
     def add(self, events: list[Event]) -> None:
         """Fold a piece's events in. The hot loop: one lookup, a few type checks (the common
         case inline; anything else goes to the checking helpers) and an append per event."""
@@ -546,6 +565,9 @@ class _Columns:
         self.event_count += len(events)
         cut, left_out = self.cut, 0
         for e in events:
+            if type(e.ts) is float and e.ts >= cut:  # after a detail window: skipped before any work
+                left_out += 1
+                continue
             try:
                 kind = kind_of(e.cat, _UNKNOWN)
             except TypeError:  # an unhashable category
@@ -558,18 +580,12 @@ class _Columns:
                 self.unknown[str(e.cat)] += 1
                 continue
             if kind == _FLOW:
-                if type(e.ts) is float and e.ts >= cut:
-                    left_out += 1
-                    continue
                 if e.ph == "s":
                     tid = _key(e.tid, e, events, first, "tid")
                     flows = self.flow_starts.get(tid)
                     if flows is None:
                         flows = self.flow_starts[tid] = _FlowStarts()
                     flows.add(_raw(e.ts))
-                continue
-            if type(e.ts) is float and e.ts >= cut:  # after a detail window: skipped before any work
-                left_out += 1
                 continue
             name = e.name
             if type(name) is not str:
