@@ -570,3 +570,23 @@ def test_a_prediction_above_the_bound_is_kept_and_said_so() -> None:
     assert gain_words(None, 1.53) == "up to 1.53x"
     assert gain_words(2.98, 2.53) == "predicted 2.98x (its share alone: 2.53x)"
     assert gain_words(1.2, None) == "predicted 1.20x" and gain_words(None, None) == ""
+
+
+def test_a_dominant_idle_share_is_named_when_no_change_is_predicted_to_relieve_it() -> None:
+    from types import SimpleNamespace
+
+    from diagnose.analysis.findings import Diagnosis
+    from diagnose.analysis.report import _verdict, dominant_idle
+
+    shares = dict.fromkeys(("data_wait", "h2d_copy", "host_forward", "host_backward", "host_optimizer", "host_other", "communication"), 0.0)
+    breakdown = SimpleNamespace(has_gpu=True, exposed_share={**shares, "sync": 0.35, "gpu_forward": 0.65}, gpu_busy_share=lambda: 0.65)
+    report = SimpleNamespace(breakdown={}, symptom_value=lambda name: None)
+    considered = Diagnosis(findings=[], next_steps=[], considered=["considered SYNC001: predicted 1.04x, within the 10% step-to-step spread"])
+    assert _verdict(report, considered, breakdown) == (
+        "No change predicted to help beyond the run-to-run spread, though the GPU idles 35% of the step: "
+        "host-GPU syncs (.item(), .cpu(), ...); what was considered is listed below."
+    )
+    assert dominant_idle(breakdown) == ("sync", 0.35)
+    breakdown.exposed_share["sync"], breakdown.exposed_share["gpu_forward"] = 0.1, 0.9
+    assert _verdict(report, considered, breakdown).startswith("No bottleneck found: GPU busy")
+    assert dominant_idle(breakdown) is None
