@@ -23,11 +23,16 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 from _bench import REPO, run_in_repo
-from overhead import EXAMPLES
+from overhead import EXAMPLES as OVERHEAD_EXAMPLES
+
+#: every single-GPU planted and framework example (examples/README.md): the distributed ones need
+#: several ranks, oom.py is meant to fail, matmul_only.py and roofline.py are MFU probes
+EXAMPLES = [*OVERHEAD_EXAMPLES, "attention_by_hand", "misaligned_matmuls", "elementwise_chain", "tiny_batch", "small_model", "fabric_fp32"]
 
 sys.path.insert(0, str(REPO))
 from diagnose.rundir import RunDir  # noqa: E402
@@ -51,6 +56,12 @@ def top_of(report: dict) -> dict:
 
 
 def run_once(example: str, run_dir: Path, small: bool, timeout: int, run_args: list[str] | None = None) -> dict:
+    t0 = time.perf_counter()
+    row = _run_once(example, run_dir, small, timeout, run_args)
+    return {**row, "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def _run_once(example: str, run_dir: Path, small: bool, timeout: int, run_args: list[str] | None = None) -> dict:
     script = str(REPO / "examples" / f"{example}.py")
     cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), *(run_args or []), script,
            "--", *(["--small"] if small else [])]
@@ -116,6 +127,7 @@ def main() -> None:
     p.add_argument("--reports", nargs="*", type=Path, default=None, help="report.json files or run directories to read instead")
     p.add_argument("--small", action="store_true")
     p.add_argument("--timeout", type=int, default=240)
+    p.add_argument("--deadline", type=float, default=None, help="epoch seconds after which no run starts")
     p.add_argument("--run-args", default="", help="more `diagnose run` options, e.g. --run-args=\"--max-steps 10\"")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -126,6 +138,8 @@ def main() -> None:
         with (args.out / "runs.jsonl").open("a") as log:
             for i in range(args.runs):  # round by round: a drift of the machine hits every example alike
                 for example in args.only:
+                    if args.deadline is not None and time.time() >= args.deadline:
+                        break
                     row = run_once(example, args.out / "runs" / f"{example}-{i + 1}", args.small, args.timeout, args.run_args.split())
                     row["run"] = i + 1
                     rows.append(row)
