@@ -409,9 +409,34 @@ def test_a_sync_returns_after_the_gpu_at_the_hosts_pace() -> None:
     """What a sync takes once the GPU is done is the runtime's host code (and the profiler's cost
     on it): it scales with the host, like the model code around it."""
     model = model_of(synced_step())
-    # host code halved: the matmul (launched at 5) ends at 115, the relu (launched at 22.5) at
-    # 125; the host reaches the sync at 55 and leaves it at 125 + 10 / 2; then 60 / 2 µs
-    assert replay(model, 0.5).window_us == 160.0
+    # host code halved: the matmul's launch call (at 5) takes 0.5 µs instead of 1, so the matmul
+    # starts 9.5 µs after it and ends at 114.5; the relu waits for it and ends at 124.5; the host
+    # reaches the sync at 55 and leaves it at 124.5 + 10 / 2; then 60 / 2 µs
+    assert replay(model, 0.5).window_us == 159.5
+
+
+def test_the_part_of_a_launch_latency_inside_the_call_shrinks_with_the_host() -> None:
+    """An op cannot start before its launch call hands it to the GPU, near the call's end: the
+    part of its measured latency spent inside the call is host code (the profiler slows it like
+    the rest), and at a faster host the op starts that much sooner. (examples/item_syncs.py on
+    the H200: 256 reads a step, each waiting for a copy 5.7 µs after a 4.2 µs launch call;
+    removing them was predicted 1.66x with the whole latency kept, 1.34x with this; measured
+    1.12x.)"""
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.op("aten::item", 0, 100)
+    b.kernel(ELEMENTWISE, 2, 1, launch_ts=0, stream=8)  # the value read back
+    b.memcpy("Memcpy DtoH (Device -> Pageable)", 10, 2, 4, launch_ts=4, launch_dur=4)  # 6 µs after the call starts
+    b.sync(8, 10)  # returns 6 µs after the copy ends at 12
+    model = model_of(b)
+    assert replay(model).window_us == 100.0
+    copy = model.ops[1]
+    assert copy.latency_us == 6.0
+    # at a quarter of the host's pace the host reaches the copy's call at 1 (not 4) and the call
+    # takes 1 µs (not 4): the copy starts 6 - 3 µs after the call starts, at 4, and ends at 6;
+    # with the whole latency kept it would start at 7
+    result = replay(model, 0.25)
+    assert result.gpu_end_us == 6.0
 
 
 def test_host_scale_matches_the_steady_step() -> None:

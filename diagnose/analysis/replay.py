@@ -15,7 +15,9 @@ The model of the profiled window (every ``ProfilerStep`` of the trace, end to en
   ``gap`` are read off the trace so that the unchanged model replays exactly: an op that started
   right after its predecessor (within ``STREAM_GAP_US``) was waiting for the stream, and its
   latency is capped at the trace's own launch latency; any other op was waiting for its launch
-  (or for another stream: a cross-stream event), and keeps its measured latency;
+  (or for another stream: a cross-stream event), and keeps its measured latency. The GPU gets
+  an op near the end of its launch call, so the part of the latency spent inside the call is
+  host code: when the replay speeds the host's code up, the op starts that much sooner;
 - a blocking item ends at ``max(host, the awaited GPU work ends) + after``, ``after`` being what
   the call took once the GPU was done (host code: it scales with the host's model code). It waits on the streams whose work launched before it had
   ended when it returned (a stream sync leaves the other streams running).
@@ -447,11 +449,11 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
     ends = [0.0] * len(model.ops)
     busy = 0.0
 
-    def enqueue(index: int, ready: float) -> None:
+    def enqueue(index: int, ready: float, shrink: float = 0.0) -> None:
         nonlocal busy
         op = model.ops[index]
         prev = stream_end.get(op.stream, float("-inf"))
-        start = max(ready + op.latency_us, prev + op.gap_us)
+        start = max(ready + max(op.latency_us - shrink, 0.0), prev + op.gap_us)
         end = start + op.duration_us
         ends[index] = end
         busy += op.duration_us
@@ -473,8 +475,11 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
                 h = max(h, w0 + item.ready_us)
         elif item.kind == "launch":
             call_start = h - lead
+            # the part of an op's launch latency spent inside the launch call is host code: it
+            # shrinks with the call
+            shrink = item.duration_us - duration if elastic else 0.0
             for index in item.ops:
-                enqueue(index, call_start)
+                enqueue(index, call_start, shrink)
             if item.blocking:
                 done = max(ends[i] for i in item.ops)
                 h = max(h, max(call_start, done) + item.after_us * host_code_scale)
