@@ -328,7 +328,7 @@ class TerminalRenderer(Renderer):
             c.print(Text("    evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in f.evidence), style="dim"))
         if f.borderline:
             c.print(Text(
-                f"    borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not fire it",
+                f"    borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not show it",
                 style="yellow",
             ))
         if f.lines:

@@ -393,7 +393,7 @@ def _finding(rank: int, finding: FindingRow) -> Markup:
     if finding.borderline:
         parts.append(el(
             "p",
-            f"borderline: {', '.join(finding.borderline)} within the steps' spread of the threshold; a rerun may not fire it",
+            f"borderline: {', '.join(finding.borderline)} within the steps' spread of the threshold; a rerun may not show it",
             class_="borderline",
         ))
     if finding.lines:
