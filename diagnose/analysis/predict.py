@@ -248,6 +248,14 @@ def _drop_ops(model: StepModel, keep: list[bool]) -> StepModel:
 #: own graph, and so is its backward (which the autograd engine calls without a cache lookup).
 COMPILED_CALL_HOST_US = 176.0
 CUDA_GRAPH_CALL_HOST_US = 128.0 + 41.0
+#: Host cost of a CUDA-graph replay per parameter tensor the graph takes: cudagraph trees check
+#: that each static input still lives at its recorded address before a replay. Measured on the
+#: H200 (examples/launch_bound.py under mode="reduce-overhead", 258 parameter tensors): the
+#: forward's compiled region with its cache lookup took 1.12 ms and CompiledFunctionBackward
+#: 1.13 ms of a profiled step, about 0.86 ms each at the host's unprofiled pace (the steady step
+#: was 0.77x the profiled one), where the fixed costs above give 0.35 and 0.17 ms: about 2.3 µs
+#: a tensor, forward and backward alike.
+CUDA_GRAPH_INPUT_HOST_US = 2.3
 #: the phase of a compiled call's own host cost in a transformed model: not model code, so the
 #: replay does not scale it (it was measured without the profiler). It comes before the piece's
 #: launches, as the guards run before the compiled code launches its kernels.
@@ -308,9 +316,12 @@ def compile_model(
     model whose forward syncs at every layer ran 0.70x as fast under mode="reduce-overhead" on an
     H100 (examples/implicit_syncs.py), where capping each piece at its eager cost predicted 1.06x.
     The syncs stay, and so does the autograd engine's AccumulateGrad node of each parameter
-    tensor (``StepModel.accumulate_grad_us``): it runs outside the graph, and on the H200 it was
-    most of what a CUDA-graphed backward still cost the host (examples/launch_bound.py: 258
-    nodes, 2.0 ms of a profiled step; predicted 5.06x without it, measured 2.90x).
+    tensor (``StepModel.accumulate_grad_us``), with the engine's own time around each node
+    (``StepModel.engine_gap_us``, 4-6 µs on the H200, eager and graphed alike): it runs outside
+    the graph, and on the H200 it was most of what a CUDA-graphed backward still cost the host
+    (examples/launch_bound.py: 258 nodes, 2.0 ms of a profiled step; predicted 5.06x without it,
+    measured 2.90x). A CUDA-graph replay also checks each parameter tensor it takes
+    (``CUDA_GRAPH_INPUT_HOST_US``).
 
     A call's own cost is a figure measured without the profiler: it is a host item of its own
     (phase ``COMPILED_CALL_PHASE``) that the replay's ``host_scale`` (the profiler's inflation
@@ -340,8 +351,14 @@ def compile_model(
         fuse(run)
     fused = _drop_ops(_rebuild(model, list(model.items), ops), keep)
     breaks = set(graph_breaks(fused))
-    call_us = COMPILED_CALL_HOST_US + (CUDA_GRAPH_CALL_HOST_US if cuda_graphs else 0.0)
-    backward_call_us = CUDA_GRAPH_CALL_HOST_US if cuda_graphs else 0.0
+    graph_us = 0.0
+    if cuda_graphs:
+        tensors = _fact(facts, "optimizer.param_tensors")
+        if tensors is None and model.steps:
+            tensors = model.accumulate_grad_nodes / model.steps
+        graph_us = CUDA_GRAPH_CALL_HOST_US + CUDA_GRAPH_INPUT_HOST_US * (tensors or 0.0)
+    call_us = COMPILED_CALL_HOST_US + graph_us
+    backward_call_us = graph_us
     forward_pieces = _runs(fused.items, "forward", breaks)
     backward_pieces = _runs(fused.items, "backward", breaks)
     # the backward of each forward piece is a graph of its own: as many backward calls as
@@ -350,7 +367,7 @@ def compile_model(
     # the engine's AccumulateGrad nodes (one per parameter tensor) run outside any graph: each
     # backward piece keeps its share of them
     backward_eager = sum(fused.items[i].duration_us for piece in backward_pieces for i in piece)
-    outside = min(model.accumulate_grad_us, backward_eager)
+    outside = min(model.accumulate_grad_us + model.accumulate_grad_nodes * model.engine_gap_us, backward_eager)
     scales: dict[int, float] = {}
     calls_before: dict[int, float] = {}  # first item of a compiled piece -> its call's cost
     for pieces, per_call, calls in ((forward_pieces, call_us, 1.0), (backward_pieces, backward_call_us, backward_calls)):

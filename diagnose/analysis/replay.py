@@ -136,6 +136,11 @@ class StepModel:
     #: host time of the autograd engine's AccumulateGrad nodes in the window (one per parameter
     #: tensor and step): backward host work that a compiled graph leaves outside
     accumulate_grad_us: float = 0.0
+    #: how many AccumulateGrad nodes ran in the window (parameter tensors x steps)
+    accumulate_grad_nodes: int = 0
+    #: the autograd engine's own time between two backward nodes (the median gap between
+    #: consecutive nodes on its thread): what each node costs beyond its recorded span
+    engine_gap_us: float = 0.0
 
     @property
     def steps(self) -> int:
@@ -327,7 +332,28 @@ def build_model(timeline: Timeline) -> StepModel | None:
         compute_capability=timeline.meta.compute_capability,
         host_lead_us=statistics.median(delays) if delays else 0.0,
         accumulate_grad_us=sum(min(b, w1) - max(a, w0) for a, b in timeline.accumulate_grad_ops if b > w0 and a < w1),
+        accumulate_grad_nodes=sum(1 for a, b in timeline.accumulate_grad_ops if b > w0 and a < w1),
+        engine_gap_us=_engine_gap(timeline.backward_ops, w0, w1),
     )
+
+
+#: gaps between two backward nodes longer than this are not the engine's scheduling (the host
+#: was elsewhere: the forward, the optimizer, the next step)
+ENGINE_GAP_MAX_US = 50.0
+
+
+def _engine_gap(nodes: Sequence[Interval], w0: float, w1: float) -> float:
+    """The median gap between consecutive backward nodes of the window (``ENGINE_GAP_MAX_US`` at
+    most): the autograd engine's time per node outside the node's own span."""
+    gaps = []
+    previous_end = None
+    for a, b in _starting_before(nodes, w1):
+        if a < w0:
+            continue
+        if previous_end is not None and 0 <= a - previous_end <= ENGINE_GAP_MAX_US:
+            gaps.append(a - previous_end)
+        previous_end = b  # a framework's mark around the whole backward leaves one negative gap
+    return statistics.median(gaps) if gaps else 0.0
 
 
 def _host_items(
