@@ -410,7 +410,8 @@ def graphs_of_compiled(model: StepModel, facts: Mapping[str, float], **params: A
 
 def more_workers(model: StepModel, facts: Mapping[str, float], num_workers: float | None = None, **_: Any) -> StepModel:
     """Data waits become: take a batch that ``n`` workers, each ``t`` per batch, deliver at
-    ``n / t`` batches per second, bounded by the CPUs (one left for the main process)."""
+    ``n / t`` batches per second, bounded by the CPUs (one left for the main process), counted
+    as physical cores where the run recorded them."""
     fetches: dict[int, float] = {}
     for it in model.items:
         if it.fetch is not None:
@@ -426,6 +427,9 @@ def more_workers(model: StepModel, facts: Mapping[str, float], num_workers: floa
     if not wanted:
         raise CannotPredict("no worker count to predict for")
     cpus = _fact(facts, "cpu.count")
+    cores = _fact(facts, "cpu.cores")
+    if cores:  # a worker on a core's second hyperthread adds little (symptoms.dataloader.worker_cpus)
+        cpus = min(cpus, cores) if cpus else cores
     workers = min(wanted, cpus - 1) if cpus and cpus > 1 else wanted
     per_batch = _fact(facts, "workers.cpu_per_batch_ms")
     per_batch_us = per_batch * 1000 if per_batch else None

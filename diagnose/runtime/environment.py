@@ -19,6 +19,26 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def physical_cores(cpus: set[int] | None = None, sysfs: str = "/sys/devices/system/cpu") -> int | None:
+    """Physical cores among the CPUs this process may use: hyperthreads of one core count once
+    (a CPU-bound DataLoader worker gains little from its core's second thread). None where the
+    kernel does not say (no sysfs topology)."""
+    if cpus is None:
+        try:
+            cpus = set(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            return None
+    cores = set()
+    for cpu in cpus:
+        try:
+            base = f"{sysfs}/cpu{cpu}/topology"
+            with open(f"{base}/core_id") as core, open(f"{base}/physical_package_id") as package:
+                cores.add((package.read().strip(), core.read().strip()))
+        except OSError:
+            return None
+    return len(cores) or None
+
+
 def nvidia_driver_version() -> str | None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
@@ -46,6 +66,7 @@ def describe_environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "cpu_count": cpu_count(),
+        "cpu_cores": physical_cores(),
         "cpu_count_total": os.cpu_count(),
         "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda,

@@ -11,6 +11,11 @@ def cpu_count(record: RunRecord) -> int | None:
     return record.environment.get("cpu_count") or None
 
 
+@symptom("cpu.cores", "count", "physical cores among the CPUs this process may use (a core's hyperthreads count once)")
+def cpu_cores(record: RunRecord) -> int | None:
+    return record.environment.get("cpu_cores") or None
+
+
 @symptom("cudnn.benchmark", "bool", "torch.backends.cudnn.benchmark")
 def cudnn_benchmark(record: RunRecord) -> bool | None:
     return record.flags.get("cudnn_benchmark", False) if record.flags else None
