@@ -151,8 +151,9 @@ def suggested_workers(known: Known) -> int | None:
 
 def worker_cpus(known: Known) -> float | None:
     """The CPUs DataLoader workers can use: the physical cores among them where the run recorded
-    them (a CPU-bound worker on a core's second hyperthread adds little: on an H200 host whose
-    16 CPUs were 8 cores, 15 workers measured 6.3-8.6x where 15 real cores gave 15.9x)."""
+    them (``lscpu``'s "Thread(s) per core: 2"): a CPU-bound worker (decoding, augmenting) on a
+    core's second hyperthread shares that core's execution units with the first and adds a
+    fraction of a worker, not one. Where every CPU is its own core this is the CPU count."""
     cpus, cores = known.get("cpu.count"), known.get("cpu.cores")
     if cpus is None:
         return cores
