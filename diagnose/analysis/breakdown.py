@@ -477,92 +477,91 @@ def _sweep(
     busy = [0.0 for _ in step_bounds]
     host_count = [0] * len(_HOST_LABELS)
     gpu_count = [0] * len(_GPU_LABELS)
-    n_compute = len(_GPU_COMPUTE)
-    i_comm, i_h2d, i_d2h, i_other = (gpu_index[x] for x in ("communication", "copy_h2d", "copy_d2h", "copy_other"))
+    host_mask = gpu_mask = 0  # bit i set while label i is active (its count above 0)
+    states: dict[tuple[int, int], tuple[str, tuple[str, ...], str]] = {}  # a few dozen distinct ones
     pos, n_events = 0, len(events)
     segments: list[tuple[float, float, str, str]] = []
     marks = event_starts or []
+    n_marks = len(marks)
     counted = [dict.fromkeys(PHASES, 0) for _ in step_bounds]
     mark = bisect_left(marks, step_bounds[0][0]) if step_bounds else 0
+
+    def apply(kind: int, idx: int, delta: int) -> None:
+        nonlocal host_mask, gpu_mask
+        if kind == 0:
+            host_count[idx] += delta
+            host_mask = host_mask | (1 << idx) if host_count[idx] > 0 else host_mask & ~(1 << idx)
+        else:
+            gpu_count[idx] += delta
+            gpu_mask = gpu_mask | (1 << idx) if gpu_count[idx] > 0 else gpu_mask & ~(1 << idx)
 
     for step_i, (s_start, s_end) in enumerate(step_bounds):
         while pos < n_events and events[pos][0] <= s_start:  # state at the step's first instant
             _, kind, idx, delta = events[pos]
-            (host_count if kind == 0 else gpu_count)[idx] += delta
+            apply(kind, idx, delta)
             pos += 1
         ph, ex = phases[step_i], exposed[step_i]
+        step_counted = counted[step_i]
         t_prev = s_start
         while True:
             t_next = events[pos][0] if pos < n_events and events[pos][0] < s_end else s_end
             width = t_next - t_prev
             if width > 0:
-                labels = _attribute(width, host_count, gpu_count, n_compute, i_comm, i_h2d, i_d2h, i_other, ph, ex)
-                while mark < len(marks) and marks[mark] < t_prev:  # before this step, or in a gap
+                key = (host_mask, gpu_mask)
+                state = states.get(key)
+                if state is None:
+                    state = states[key] = _state(host_mask, gpu_mask)
+                phase_name, active, cause = state
+                ph[phase_name] += width
+                if active:
+                    share = width / len(active)
+                    for label in active:
+                        ex[label] += share
+                else:
+                    ex[cause] += width
+                while mark < n_marks and marks[mark] < t_prev:  # before this step, or in a gap
                     mark += 1
-                while mark < len(marks) and marks[mark] < t_next:
-                    counted[step_i][labels[0]] += 1
+                while mark < n_marks and marks[mark] < t_next:
+                    step_counted[phase_name] += 1
                     mark += 1
-                if any(gpu_count):
+                if gpu_mask:
                     busy[step_i] += width
                 if step_i == traced_step:
-                    segments.append((t_prev, t_next, *labels))
+                    segments.append((t_prev, t_next, phase_name, cause))
             if t_next >= s_end:
                 break
             while pos < n_events and events[pos][0] == t_next:
                 _, kind, idx, delta = events[pos]
-                (host_count if kind == 0 else gpu_count)[idx] += delta
+                apply(kind, idx, delta)
                 pos += 1
             t_prev = t_next
     return phases, exposed, busy, segments, counted
 
 
-def _attribute(
-    width: float,
-    host_count: list[int],
-    gpu_count: list[int],
-    n_compute: int,
-    i_comm: int,
-    i_h2d: int,
-    i_d2h: int,
-    i_other: int,
-    phases: dict[str, float],
-    exposed: dict[str, float],
-) -> tuple[str, str]:
-    """Add one elementary segment to the step's views; return its (phase, exposed cause)."""
-    state = None
-    for i, label in enumerate(_HOST_LABELS):
-        if host_count[i] > 0:
-            state = label
-            break
+def _state(host_mask: int, gpu_mask: int) -> tuple[str, tuple[str, ...], str]:
+    """What one elementary segment is, from which host labels and GPU labels are active (bit i
+    of a mask: label i of ``_HOST_LABELS`` / ``_GPU_LABELS``): its phase, the GPU compute labels
+    that share its time (none: the GPU is not computing) and its exposed cause."""
+    state = next((label for i, label in enumerate(_HOST_LABELS) if host_mask >> i & 1), None)
     phase = state
     if phase in ("sync", "comm_wait"):  # a wait belongs to the phase around it
-        phase = None
-        for i in range(_FIRST_PHASE_LABEL, len(_HOST_LABELS)):
-            if host_count[i] > 0:
-                phase = _HOST_LABELS[i]
-                break
+        phase = next((_HOST_LABELS[i] for i in range(_FIRST_PHASE_LABEL, len(_HOST_LABELS)) if host_mask >> i & 1), None)
     phase_name = _PHASE_OF_LABEL.get(phase, "other") if phase else "other"  # a collective wait is "other"
-    phases[phase_name] += width
 
-    active = [i for i in range(n_compute) if gpu_count[i] > 0]
+    active = tuple(label for i, label in enumerate(_GPU_COMPUTE) if gpu_mask >> i & 1)
     if active:
-        share = width / len(active)
-        for i in active:
-            exposed[_GPU_COMPUTE[i]] += share
-        cause = _GPU_COMPUTE[active[0]]
-    elif gpu_count[i_comm] > 0:
+        cause = active[0]
+    elif gpu_mask >> _GPU_LABELS.index("communication") & 1:
         cause = "communication"
-    elif gpu_count[i_h2d] > 0:
+    elif gpu_mask >> _GPU_LABELS.index("copy_h2d") & 1:
         cause = "h2d_copy"
-    elif gpu_count[i_d2h] > 0:
+    elif gpu_mask >> _GPU_LABELS.index("copy_d2h") & 1:
         cause = "sync"
-    elif gpu_count[i_other] > 0:
+    elif gpu_mask >> _GPU_LABELS.index("copy_other") & 1:
         cause = "gpu_other"
     else:
         cause = _STATE_TO_EXPOSED[state]
-    if not active:
-        exposed[cause] += width
-    return phase_name, cause
+    return phase_name, active, cause
 
 
 # --- one step in time order -------------------------------------------------------------------
