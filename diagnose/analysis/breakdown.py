@@ -190,6 +190,8 @@ def forward_spans(forward_ops: list[Interval], backward: list[Interval], steps: 
     after the previous backward to the start of the next backward. Forward operators with no
     backward after them (inference with grad enabled) form one span per step."""
     spans: list[Interval] = []
+    if hasattr(forward_ops, "column"):  # the reader's Records: one tuple per op, built once
+        forward_ops = list(forward_ops)
     i, n = 0, len(forward_ops)
     prev_end = float("-inf")
     for b_start, b_end in backward:
@@ -482,6 +484,8 @@ def _sweep(
     pos, n_events = 0, len(events)
     segments: list[tuple[float, float, str, str]] = []
     marks = event_starts or []
+    if hasattr(marks, "column"):  # the reader's Records: index its column, not a tuple per record
+        marks = marks.column(0)
     n_marks = len(marks)
     counted = [dict.fromkeys(PHASES, 0) for _ in step_bounds]
     mark = bisect_left(marks, step_bounds[0][0]) if step_bounds else 0
