@@ -5,6 +5,7 @@
     python benchmarks/flip_rate.py --out flips/ --reports runs/verify-*/baseline-*/   # reuse verify's baselines
     python benchmarks/flip_rate.py --out flips/ --small --runs 2 --only well_tuned     # CPU smoke test
     python benchmarks/flip_rate.py --out fixed/ --run-args="--max-steps 10"   # the window never grows
+    python benchmarks/flip_rate.py --out dist/ --distributed             # DDP/FSDP examples, 2 GPUs
 
 Each example runs ``--runs`` times under ``diagnose run``; a run's top finding is its first
 finding's rule, or "none". The modal top finding is the example's verdict; a run that differs
@@ -33,6 +34,13 @@ from overhead import EXAMPLES as OVERHEAD_EXAMPLES
 #: every single-GPU planted and framework example (examples/README.md): the distributed ones need
 #: several ranks, oom.py is meant to fail, matmul_only.py and roofline.py are MFU probes
 EXAMPLES = [*OVERHEAD_EXAMPLES, "attention_by_hand", "misaligned_matmuls", "elementwise_chain", "tiny_batch", "small_model", "fabric_fp32"]
+#: the distributed examples whose planted cause a rule names, on 2 GPUs (``--distributed``):
+#: name -> (script, its arguments); each runs under ``diagnose run --nproc-per-node 2``
+DISTRIBUTED = {
+    "ddp_straggler": ("ddp_straggler", []),
+    "fsdp_all_gather": ("fsdp_exposed_comm", ["--plant", "all-gather"]),
+    "ddp_one_bucket": ("ddp_buckets", ["--bucket-cap-mb", "10000"]),
+}
 
 sys.path.insert(0, str(REPO))
 from diagnose.rundir import RunDir  # noqa: E402
@@ -62,9 +70,13 @@ def run_once(example: str, run_dir: Path, small: bool, timeout: int, run_args: l
 
 
 def _run_once(example: str, run_dir: Path, small: bool, timeout: int, run_args: list[str] | None = None) -> dict:
-    script = str(REPO / "examples" / f"{example}.py")
-    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), *(run_args or []), script,
-           "--", *(["--small"] if small else [])]
+    name, script_args, ranks = example, [], []
+    if example in DISTRIBUTED:
+        name, script_args = DISTRIBUTED[example]
+        ranks = ["--nproc-per-node", "2"]
+    script = str(REPO / "examples" / f"{name}.py")
+    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), *ranks, *(run_args or []),
+           script, "--", *script_args, *(["--small"] if small else [])]
     try:
         p = run_in_repo(cmd, timeout)
     except subprocess.TimeoutExpired:
@@ -122,7 +134,8 @@ def markdown(summary: list[dict]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("flips"))
-    p.add_argument("--only", nargs="*", default=EXAMPLES, choices=EXAMPLES)
+    p.add_argument("--only", nargs="*", default=None, choices=[*EXAMPLES, *DISTRIBUTED])
+    p.add_argument("--distributed", action="store_true", help="the distributed examples on 2 GPUs (DISTRIBUTED)")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--reports", nargs="*", type=Path, default=None, help="report.json files or run directories to read instead")
     p.add_argument("--small", action="store_true")
@@ -130,6 +143,8 @@ def main() -> None:
     p.add_argument("--deadline", type=float, default=None, help="epoch seconds after which no run starts")
     p.add_argument("--run-args", default="", help="more `diagnose run` options, e.g. --run-args=\"--max-steps 10\"")
     args = p.parse_args()
+    if args.only is None:
+        args.only = list(DISTRIBUTED) if args.distributed else EXAMPLES
     args.out.mkdir(parents=True, exist_ok=True)
     if args.reports:
         rows = from_reports(args.reports)
