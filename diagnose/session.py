@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from diagnose.analysis.pipeline import AnalysisOptions, RankAnalysis, analyse_rank, analyze, combine_ranks, rank_report
+from diagnose.analysis.pipeline import AnalysisOptions, RankAnalysis, analyse_rank, analyze, combine_ranks, lead_of, rank_report
 from diagnose.analysis.ranks import RankSummary
 from diagnose.analysis.report import Report
 from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
@@ -65,14 +65,22 @@ def _combine_from_dir(run_dir: RunDir, ranks: dict[int, RunRecord], options: Ana
     first_rank = min(ranks)
     first = _analyse_from_dir(run_dir, first_rank, ranks[first_rank], options)
     summaries = [first.summary]
+    analysed = {first_rank: first}
     for rank, record in sorted(ranks.items()):
         if rank == first_rank:
             continue
         if rank in saved:
             summaries.append(RankSummary.from_dict(saved[rank]))
         else:
-            summaries.append(_analyse_from_dir(run_dir, rank, record, options).summary)
-    return combine_ranks(first, summaries, options, source)
+            analysed[rank] = _analyse_from_dir(run_dir, rank, record, options)
+            summaries.append(analysed[rank].summary)
+
+    def load(rank: int) -> RankAnalysis | None:
+        if rank not in analysed:
+            analysed[rank] = _analyse_from_dir(run_dir, rank, ranks[rank], options)
+        return analysed[rank] if analysed[rank].trace is not None else None
+
+    return combine_ranks(lead_of(first, summaries, load), summaries, options, source)
 
 
 def _analyse_from_dir(run_dir: RunDir, rank: int, record: RunRecord, options: AnalysisOptions) -> RankAnalysis:
@@ -273,7 +281,16 @@ def finish_rank(
     if gathered is None:  # no store reached, or a rank missed the deadline: what the directory holds
         run_dir.wait_for_ranks(rank.world_size, timeout_s, summaries=True)
         gathered = list(run_dir.load_rank_summaries().values())
-    report = combine_ranks(analysis, [RankSummary.from_dict(s) for s in gathered], options, source)
+    summaries = [RankSummary.from_dict(s) for s in gathered]
+
+    def load(other: int) -> RankAnalysis | None:  # the lead rank's own trace, still in the run directory
+        other_record = run_dir.load_record(other)
+        if other_record is None:
+            return None
+        other_trace, other_warnings = run_dir.trace_for(other_record, other)
+        return analyse_rank(other, other_record, other_trace, options, other_warnings) if other_trace is not None else None
+
+    report = combine_ranks(lead_of(analysis, summaries, load), summaries, options, source)
     report.distributed["gathered"] = "process group store" if exchange is not None and exchange.store is not None and len(gathered) == rank.world_size else "run directory"
     keep_notable_traces(run_dir, report, keep_traces)
     return save_outputs(run_dir, report, html=html)

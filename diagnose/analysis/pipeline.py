@@ -12,7 +12,7 @@ function of the previous stage's value: timeline -> breakdown -> symptoms -> fin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.rules import Rule, load_rules
 from diagnose.analysis.collectives import CollectiveTime, collective_times
-from diagnose.analysis.ranks import RankSet, RankSummary, job_view, notable_ranks, summarize_rank
+from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
 from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
 
@@ -132,17 +132,38 @@ def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[s
             **job_view(rank_set.summaries),
             "ranks": [s.to_dict() for s in rank_set.summaries],
             "straggler": rank_set.straggler,
-            "notable_ranks": {str(rank): why for rank, why in notable_ranks(rank_set.summaries).items()},
+            "notable_ranks": {str(rank): why for rank, why in notable_ranks(rank_set.summaries, a.rank).items()},
         }
     return report
 
 
 def combine_ranks(first: RankAnalysis, summaries: Sequence[RankSummary], options: AnalysisOptions, source: dict[str, Any]) -> Report:
-    """The job's report from the first rank's analysis and every rank's summary (the first's
-    own included or not): no other rank's trace is read."""
+    """The job's report from one rank's analysis (the lead's: ``lead_of``) and every rank's
+    summary (that rank's own included or not): no other rank's trace is read."""
     by_rank = {s.rank: s for s in summaries}
     by_rank[first.rank] = first.summary
     return rank_report(first, options, source, RankSet.of([by_rank[r] for r in sorted(by_rank)]))
+
+
+def lead_of(analysis: RankAnalysis, summaries: Sequence[RankSummary], load: Callable[[int], RankAnalysis | None]) -> RankAnalysis:
+    """The analysis the job's report is built on: ``analysis`` (the merging rank's own), or the
+    lead rank's (``ranks.lead_rank``: the one the others wait for), analysed by ``load`` from its
+    trace, with a warning saying whose view the report is. ``load`` returns None where that
+    trace is gone: the merging rank's own analysis then stands."""
+    by_rank = {s.rank: s for s in summaries}
+    by_rank[analysis.rank] = analysis.summary
+    lead = lead_rank(list(by_rank.values()), analysis.rank)
+    if lead == analysis.rank:
+        return analysis
+    other = load(lead)
+    if other is None or other.breakdown is None:
+        return analysis
+    mine, theirs = by_rank[analysis.rank], by_rank[lead]
+    other.warnings.append(
+        f"the job's breakdown and findings are rank {lead}'s, the rank the others wait for: rank {analysis.rank} waited at "
+        f"collectives {mine.communication_exposed_ms or 0:.1f} ms a step, rank {lead} {theirs.communication_exposed_ms or 0:.1f} ms"
+    )
+    return other
 
 
 def analyze_ranks(ranks: dict[int, RankInput], options: AnalysisOptions, source: dict[str, Any]) -> Report:

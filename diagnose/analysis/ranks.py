@@ -198,12 +198,43 @@ def outliers(summaries: list[RankSummary]) -> dict[int, list[str]]:
     return found
 
 
-def notable_ranks(summaries: list[RankSummary]) -> dict[int, str]:
-    """The ranks whose full traces are worth opening, with why: the first rank (its breakdown is
-    the report's), the slowest, the straggler and the outliers."""
+#: the slowest rank leads the job's report (its breakdown, its findings) instead of the first
+#: when its own work per step (its step less its waits at collectives) exceeds the first rank's
+#: by at least this share of the step: the others wait for it, and what it does sets the pace
+LEAD_MARGIN = 0.10
+
+
+def lead_rank(summaries: list[RankSummary], default: int) -> int:
+    """The rank whose breakdown the job's report shows: the slowest (``slowest``) where it does
+    clearly more of its own work per step than ``default`` (``LEAD_MARGIN``), else ``default``.
+    On two FSDP ranks (examples/fsdp_exposed_comm.py) either rank may end up the one that waits
+    in the all-gathers: rank 0's view gave three different top findings in five runs."""
+    by_rank = {s.rank: s for s in summaries}
+    slow = slowest(summaries)
+    if slow is None or slow == default or default not in by_rank:
+        return default
+
+    def own(s: RankSummary) -> float | None:
+        step = _step_of(s)
+        return None if step is None else step - (s.communication_exposed_ms or 0.0)
+
+    lead_own, default_own, step = own(by_rank[slow]), own(by_rank[default]), _step_of(by_rank[slow])
+    if lead_own is None or default_own is None or not step:
+        return default
+    return slow if lead_own - default_own >= LEAD_MARGIN * step else default
+
+
+def notable_ranks(summaries: list[RankSummary], lead: int | None = None) -> dict[int, str]:
+    """The ranks whose full traces are worth opening, with why: the first, the rank whose
+    breakdown is the report's (``lead``, else the first), the slowest, the straggler and the
+    outliers."""
     if not summaries:
         return {}
-    notable: dict[int, list[str]] = {min(s.rank for s in summaries): ["the report's breakdown"]}
+    first = min(s.rank for s in summaries)
+    notable: dict[int, list[str]] = {first: []}
+    notable.setdefault(first if lead is None else lead, []).append("the report's breakdown")
+    if not notable[first]:
+        notable[first].append("the first rank")
     lagging = straggler(summaries)
     if lagging is not None:
         notable.setdefault(lagging["rank"], []).append("straggler")
