@@ -3,8 +3,9 @@ but the trace it reads (``session`` finds a run directory's inputs and writes it
 
 Contract: ``analyze(record, trace, options, source) -> Report`` for one process;
 ``analyse_rank(rank, record, trace, options) -> RankAnalysis`` in each rank's own process, then
-``rank_report`` (its own report) and ``combine_ranks(first, summaries, ...)`` (the job's report
-from the first rank's analysis and the others' summaries, never their traces);
+``rank_report`` (its own report) and ``combine_ranks(lead, summaries, ...)`` (the job's report
+from one rank's analysis and the others' summaries: ``lead_of`` picks the rank the others wait
+for, whose trace alone the merging process reads; every other rank's only as its summary);
 ``analyze_ranks(ranks, options, source) -> Report`` for a run directory without summaries;
 ``analyze_trace(trace, options) -> Report`` for a trace on its own. Every stage is a pure
 function of the previous stage's value: timeline -> breakdown -> symptoms -> findings -> report.
@@ -178,7 +179,12 @@ def analyze_ranks(ranks: dict[int, RankInput], options: AnalysisOptions, source:
             first = analysis
         summaries.append(analysis.summary)
     assert first is not None
-    return combine_ranks(first, summaries, options, source)
+
+    def load(rank: int) -> RankAnalysis | None:
+        record, trace = ranks[rank]
+        return analyse_rank(rank, record, trace, options) if trace is not None else None
+
+    return combine_ranks(lead_of(first, summaries, load), summaries, options, source)
 
 
 def _breakdown(
