@@ -415,6 +415,28 @@ def _launch_phase(t: float, host_intervals: dict[str, list[Interval]]) -> str:
     return "gpu_other"
 
 
+def _phase_lookup(host_intervals: dict[str, list[Interval]]) -> Any:
+    """``_launch_phase`` as one binary search: the model phases' intervals come disjoint from
+    ``resolve_nesting`` (at each instant one phase), so the one that holds ``t`` is the last to
+    start at or before it. Intervals that overlap (built by hand) keep the ordered search."""
+    spans = sorted(
+        (start, end, gpu_label)
+        for label, gpu_label in (("optimizer", "gpu_optimizer"), ("backward", "gpu_backward"), ("forward", "gpu_forward"))
+        for start, end in host_intervals[label]
+    )
+    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        return lambda t: _launch_phase(t, host_intervals)
+    starts = [span[0] for span in spans]
+
+    def phase(t: float) -> str:
+        i = bisect_right(starts, t) - 1
+        if i >= 0 and spans[i][0] <= t < spans[i][1]:
+            return spans[i][2]
+        return "gpu_other"
+
+    return phase
+
+
 def _gpu_intervals(
     timeline: Timeline, host_intervals: dict[str, list[Interval]]
 ) -> tuple[dict[str, list[Interval]], list[str]]:
@@ -424,6 +446,7 @@ def _gpu_intervals(
     launches = timeline.launches
     classify = P.classify_kernel
     phase_of_correlation: dict[int, str] = {}
+    launch_phase = _phase_lookup(host_intervals)
     for k in timeline.kernels:
         if classify(k.name).communication:
             label = "communication"
@@ -431,7 +454,7 @@ def _gpu_intervals(
             label = phase_of_correlation.get(k.correlation)  # CUDA graph replays share one launch
             if label is None:
                 launch = launches.get(k.correlation)
-                label = _launch_phase(launch[0], host_intervals) if launch else "gpu_other"
+                label = launch_phase(launch[0]) if launch else "gpu_other"
                 phase_of_correlation[k.correlation] = label
         out[label].append((k.start, k.end))
         kernel_labels.append(label)
