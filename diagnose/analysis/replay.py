@@ -196,14 +196,20 @@ class _Labeller:
         self.labels = labels
         self.starts = {k: [iv[0] for iv in v] for k, v in labels.items()}
         self.bounds = sorted({t for v in labels.values() for iv in v for t in iv})
+        # the label is constant between two consecutive bounds: one search per instant after this
+        self.segment_labels = [self._search(t) for t in self.bounds]
 
-    def at(self, t: float) -> str:
+    def _search(self, t: float) -> str:
         for label in _HOST_PRIORITY:
             ivs = self.labels[label]
             i = bisect_right(self.starts[label], t) - 1
             if i >= 0 and ivs[i][0] <= t < ivs[i][1]:
                 return label
         return "other"
+
+    def at(self, t: float) -> str:
+        i = bisect_right(self.bounds, t) - 1
+        return self.segment_labels[i] if i >= 0 else "other"
 
     def cuts(self, a: float, b: float) -> list[float]:
         lo, hi = bisect_right(self.bounds, a), bisect_left(self.bounds, b)
