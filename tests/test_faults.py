@@ -426,7 +426,9 @@ class Data(Dataset):
     def __len__(self):
         return 100000
     def __getitem__(self, i):
-        if i == 64:
+        if i == 64:  # batch 8: die once batch 7 was received (a dying worker's queued batches can be lost)
+            while not os.path.exists("batch7-received"):
+                time.sleep(0.01)
             os._exit(3)
         return torch.ones(4)
 m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -434,6 +436,7 @@ batches = iter(DataLoader(Data(), batch_size=8, num_workers=1))
 for i, x in enumerate(batches):
     m(x).sum().backward(); opt.step(); opt.zero_grad()
     if i == 7:  # the worker was asked for batch 8: wait until it is dead (not reaped), then fail
+        open("batch7-received", "w").close()
         deadline = time.time() + 60
         while os.waitid(os.P_PID, batches._workers[0].pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None and time.time() < deadline:
             time.sleep(0.05)

@@ -352,3 +352,49 @@ def test_planted_oom_example_ends_as_oom_on_cpu(tmp_path: Path) -> None:
     assert record.status == "oom"
     assert record.error["message"].startswith("CUDA out of memory. Tried to allocate 4.00 GiB")
     assert record.memory_at_oom is None
+
+
+# --- the script's traceback leaves out the diagnose frames an error only passed through ----------
+
+WRAPPER = '''
+def through(f):
+    return f()
+
+def own_bug():
+    return {}["missing"]
+'''
+
+
+def test_the_scripts_traceback_hides_pass_through_frames_but_not_our_own_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from diagnose.runtime import runner
+
+    path = tmp_path / "own_wrapper.py"
+    path.write_text(WRAPPER)
+    spec = importlib.util.spec_from_file_location("own_wrapper", path)
+    assert spec is not None and spec.loader is not None
+    wrapper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wrapper)
+    monkeypatch.setattr(runner, "_OWN_FILES", (str(path),))
+
+    def user_code() -> None:
+        try:
+            wrapper.through(lambda: 1 / 0)
+        except ZeroDivisionError as exc:
+            raise RuntimeError("the script's own error") from exc
+
+    def caught(f):  # type: ignore[no-untyped-def]
+        try:
+            f()
+        except BaseException as exc:  # noqa: BLE001 - the test looks at any error
+            return exc
+        raise AssertionError("no error")
+
+    passed_through = runner._script_traceback(caught(user_code))
+    assert "own_wrapper.py" not in passed_through  # the wrapper frame, in the cause too
+    assert "ZeroDivisionError: division by zero" in passed_through and "RuntimeError: the script's own error" in passed_through
+    assert "direct cause" in passed_through and "user_code" in passed_through and "<lambda>" in passed_through
+
+    ours = runner._script_traceback(caught(lambda: wrapper.through(wrapper.own_bug)))
+    assert ours.count("own_wrapper.py") == 2 and "KeyError: 'missing'" in ours  # raised in diagnose: kept

@@ -427,7 +427,7 @@ def _describe_error(exc: BaseException) -> dict[str, Any]:
     return {
         "type": type(exc).__name__,
         "message": str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, _user_traceback(exc.__traceback__))),
+        "traceback": _script_traceback(exc),
     }
 
 
@@ -441,9 +441,33 @@ def _user_traceback(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+def _script_traceback(exc: BaseException) -> str:
+    """The script's failure as Python would print it without diagnose in between.
+
+    Frames of diagnose's own wrappers (a DataLoader iterator, a step hook) that the error
+    only passed through are left out wherever they are, in chained exceptions too; an error
+    raised inside diagnose itself keeps its frames, so a bug of ours still shows where it is.
+    """
+    shown = traceback.TracebackException(type(exc), exc, _user_traceback(exc.__traceback__), compact=True)
+    seen: set[int] = set()
+    pending = [shown]
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        frames = list(part.stack)
+        last_foreign = max((i for i, f in enumerate(frames) if not f.filename.startswith(_OWN_FILES)), default=-1)
+        kept = [f for i, f in enumerate(frames) if i > last_foreign or not f.filename.startswith(_OWN_FILES)]
+        if len(kept) != len(frames):
+            part.stack = traceback.StackSummary.from_list(kept)
+        pending.extend(p for p in (part.__cause__, part.__context__, *(getattr(part, "exceptions", None) or ())) if p is not None)
+    return "".join(shown.format())
+
+
 def _print_script_traceback(exc: BaseException) -> None:
     sys.stderr.flush()
-    traceback.print_exception(type(exc), exc, _user_traceback(exc.__traceback__), file=sys.stderr)
+    sys.stderr.write(_script_traceback(exc))
     sys.stderr.flush()
 
 
