@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -331,3 +332,65 @@ def test_calibrated_rows_are_shares_of_the_steady_step_and_their_spread_scales_w
     forward = stats["host_forward"]
     scale = forward.mean_us / 80  # the trace's mean forward is 80 us
     assert (forward.low_us, forward.high_us) == pytest.approx((64 * scale, 96 * scale))
+
+
+# --- the array loops give what the Python loops give, to the last bit -----------------------------
+
+RECORDED_TRACES = sorted(Path(__file__).parent.joinpath("data").rglob("*.pt.trace.json.gz"))
+
+
+@pytest.mark.parametrize("trace", RECORDED_TRACES, ids=lambda p: f"{p.parent.name}/{p.name[:12]}")
+def test_the_vectorized_breakdown_equals_the_loops_on_every_recorded_trace(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diagnose.analysis import breakdown as B
+    from diagnose.analysis import vectorized as V
+    from diagnose.analysis.timeline import load_timeline
+
+    timeline = load_timeline(trace)
+    if not timeline.steps:
+        pytest.skip("no steps")
+    fast = B.compute_breakdown(timeline)
+    assert B._kernel_labels_vectorized(timeline, _host_intervals_of(timeline)) is not None or not timeline.kernels
+    monkeypatch.setattr(B, "_kernel_labels_vectorized", lambda *a: None)
+    monkeypatch.setattr(V, "steps_disjoint", lambda bounds: False)
+    monkeypatch.setattr(B, "_kernel_stats_vectorized", B._kernel_stats_loop)
+    slow = B.compute_breakdown(timeline)
+    assert fast == slow  # every step's phases, exposed time, busy time, event counts, the strip, kernel stats
+    assert fast.timeline_strip == slow.timeline_strip
+    assert list(fast.kernels_by_name) == list(slow.kernels_by_name)  # the same order too
+    assert [list(s.matmul_us) for s in fast.steps] == [list(s.matmul_us) for s in slow.steps]
+
+
+def _host_intervals_of(timeline) -> dict:  # noqa: ANN001
+    from diagnose.analysis import breakdown as B
+
+    forward_ops = B.compiled_forward_ops(timeline)
+    backward = B.backward_spans(timeline.backward_ops, [op[0] for op in forward_ops])
+    model = B.resolve_nesting(
+        {"optimizer": timeline.optimizer_spans, "closure": timeline.closure_spans, "backward": backward,
+         "forward": B.forward_spans(forward_ops, backward, [(s.start, s.end) for s in timeline.steps])}
+    )
+    return {label: B.merge(model.get(label, [])) for label in ("optimizer", "backward", "forward")}
+
+
+def test_the_vectorized_sweep_equals_the_loop_on_hand_made_intervals() -> None:
+    """Ties everywhere: intervals that touch, nest, share ends with steps, and GPU work of no width."""
+    import random
+
+    from diagnose.analysis import breakdown as B
+    from diagnose.analysis import vectorized as V
+
+    rng = random.Random(7)
+    steps = [(0.0, 40.0), (40.0, 75.0), (90.0, 130.0)]
+    host = {label: [] for label in B._HOST_LABELS}
+    gpu = {label: [] for label in B._GPU_LABELS}
+    for labels, out in ((B._HOST_LABELS, host), (B._GPU_LABELS, gpu)):
+        for _ in range(60):
+            start = float(rng.randrange(-5, 135))
+            out[rng.choice(labels)].append((start, start + float(rng.choice([0, 1, 2.5, 7, 30]))))
+    marks = sorted(float(rng.randrange(-5, 135)) + rng.choice([0.0, 0.5]) for _ in range(200))
+    spans = {label: B._spans(ivs) for label, ivs in gpu.items()}
+    loop = B._sweep(steps, host, spans, 1, B.C.Records(None, [B.C.float_column(marks)]))
+    arrays = V.sweep(steps, [B._spans(host[label]) for label in B._HOST_LABELS], [spans[label] for label in B._GPU_LABELS],
+                     B._state, B.PHASES, B.EXPOSED, 1, marks)
+    assert arrays == loop
+    assert V.merged(list(spans.values())) == B.merge([iv for ivs in gpu.values() for iv in ivs])

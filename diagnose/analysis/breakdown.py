@@ -25,11 +25,21 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from diagnose.analysis import columns as C
 from diagnose.analysis import patterns as P
 from diagnose.analysis.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
 from diagnose.analysis.timeline import HostOp, Interval, Timeline
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from diagnose.analysis import vectorized as V
+
+# numpy (through ``vectorized``) is imported by the functions that use it, not with this module:
+# its BLAS starts a thread at import, and the trace reader forks its workers only from a process
+# of one thread (``timeline.threads_in_process``), so the read comes first.
 
 
 # Host labels in priority order; the phase view skips the waits ("comm_wait", "sync"): a wait
@@ -257,7 +267,9 @@ def compiled_forward_ops(timeline: Timeline) -> list[Interval]:
     forward from their start: the guard check (``TorchDynamo Cache Lookup``) and the
     ``Torch-Compiled Region`` that holds the ``CompiledFunction`` recording autograd history."""
     ops = timeline.forward_ops
-    starts = [op[0] for op in ops]
+    if not _names_among(timeline.host_ops, lambda name: name.startswith(P.COMPILED_REGION_PREFIXES)):
+        return ops  # nothing compiled (the usual case): no pass over the operators
+    starts = _column(ops, 0)
     extra: list[Interval] = []
     pending_lookup: HostOp | None = None
     for op in timeline.host_ops:
@@ -274,11 +286,24 @@ def compiled_forward_ops(timeline: Timeline) -> list[Interval]:
     return sorted(ops + extra) if extra else ops
 
 
+def _column(records: Any, index: int) -> Any:
+    """Field ``index`` of every record: the reader's column itself, else gathered."""
+    return records.column(index) if isinstance(records, C.Records) else [r[index] for r in records]
+
+
+def _names_among(host_ops: Any, wanted: Any) -> set[str]:
+    """The distinct operator names for which ``wanted(name)`` holds (a few hundred names are
+    tested, not every operator)."""
+    return {name for name in set(_column(host_ops, 2)) if wanted(name)}
+
+
 def h2d_host_ops(timeline: Timeline) -> list[Interval]:
     """Host intervals of the copies that launched host-to-device memcpys: the enclosing top-level
     operator (``aten::to`` ...) where there is one, else the runtime call itself."""
     host = timeline.host_ops
-    starts = [op.start for op in host]
+    if not any(m.kind.startswith("HtoD") for m in timeline.memcpys):
+        return []
+    starts = _column(host, 0)
     out: list[Interval] = []
     for m in timeline.memcpys:
         if not m.kind.startswith("HtoD"):
@@ -302,13 +327,16 @@ def _enclosing(host: list[HostOp], starts: list[float], t: float) -> HostOp | No
 
 
 def compute_breakdown(timeline: Timeline) -> Breakdown:
+    from diagnose.analysis import vectorized as V
+
     steps = timeline.steps
     step_bounds = [(s.start, s.end) for s in steps]
     forward_ops = compiled_forward_ops(timeline)
-    forward_starts = [op[0] for op in forward_ops]
+    forward_starts = _column(forward_ops, 0)
     backward = backward_spans(timeline.backward_ops, forward_starts)
     forward = forward_spans(forward_ops, backward, step_bounds)
-    amp_ops = [(op.start, op.end) for op in timeline.host_ops if op.name in P.AMP_OPTIMIZER_OPS]
+    amp_names = _names_among(timeline.host_ops, P.AMP_OPTIMIZER_OPS.__contains__)
+    amp_ops = [(op.start, op.end) for op in timeline.host_ops if op.name in amp_names] if amp_names else []
     model = resolve_nesting(
         {
             "optimizer": timeline.optimizer_spans + amp_ops,
@@ -318,7 +346,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
         }
     )
     h2d = h2d_host_ops(timeline)
-    host_starts = [op.start for op in timeline.host_ops]
+    host_starts = _column(timeline.host_ops, 0)
     h2d_merged = merge(h2d)
 
     # Syncs inside an H2D copy are the copy's own staging, not a user read-back; syncs inside
@@ -343,9 +371,15 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     gpu_intervals, kernel_labels = _gpu_intervals(timeline, host_intervals)
 
     median_index = _median_index([end - start for start, end in step_bounds])
-    per_step_phases, per_step_exposed, per_step_busy, segments, per_step_events = _sweep(
-        step_bounds, host_intervals, gpu_intervals, median_index, timeline.host_event_starts
-    )
+    if V.steps_disjoint(step_bounds):
+        per_step_phases, per_step_exposed, per_step_busy, segments, per_step_events = V.sweep(
+            step_bounds, [_spans(host_intervals[label]) for label in _HOST_LABELS], [gpu_intervals[label] for label in _GPU_LABELS],
+            _state, PHASES, EXPOSED, median_index, timeline.host_event_starts,
+        )
+    else:
+        per_step_phases, per_step_exposed, per_step_busy, segments, per_step_events = _sweep(
+            step_bounds, host_intervals, gpu_intervals, median_index, timeline.host_event_starts
+        )
 
     result_steps: list[StepBreakdown] = []
     for index, mark in enumerate(steps):
@@ -362,7 +396,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
         )
     kernels_by_name = _kernel_stats(timeline, result_steps, kernel_labels)
     _copy_stats(timeline, result_steps)
-    _sync_stats(timeline, result_steps, user_syncs, host_starts, merge([iv for ivs in gpu_intervals.values() for iv in ivs]))
+    _sync_stats(timeline, result_steps, user_syncs, host_starts, V.merged(list(gpu_intervals.values())))
 
     total = sum(s.duration_us for s in result_steps) or 1.0
     exposed_share = {k: sum(s.exposed[k] for s in result_steps) / total for k in EXPOSED}
@@ -437,11 +471,76 @@ def _phase_lookup(host_intervals: dict[str, list[Interval]]) -> Any:
     return phase
 
 
-def _gpu_intervals(
-    timeline: Timeline, host_intervals: dict[str, list[Interval]]
-) -> tuple[dict[str, list[Interval]], list[str]]:
-    """GPU activity by label, and each kernel's label (in ``timeline.kernels`` order)."""
-    out: dict[str, list[Interval]] = {label: [] for label in _GPU_LABELS}
+def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[dict[str, V.Spans], list[str]]:
+    """GPU activity by label (start and end columns), and each kernel's label (in
+    ``timeline.kernels`` order): in arrays where the launches' ids are machine integers and the
+    model phases are disjoint (the reader's usual output), else one kernel at a time."""
+    import numpy as np
+    found = _kernel_labels_vectorized(timeline, host_intervals)
+    if found is not None:
+        codes, starts, ends = found
+        spans = {label: (starts[codes == i], ends[codes == i]) for i, label in enumerate(_GPU_LABELS[: len(_GPU_COMPUTE) + 1])}
+        labels = np.array(_GPU_LABELS, dtype=object)[codes].tolist()
+    else:
+        intervals, labels = _kernel_intervals_loop(timeline, host_intervals)
+        spans = {label: _spans(intervals.get(label, [])) for label in _GPU_LABELS[: len(_GPU_COMPUTE) + 1]}
+    copies: dict[str, list[Interval]] = {"copy_h2d": [], "copy_d2h": [], "copy_other": []}
+    for m in timeline.memcpys:
+        if m.kind.startswith("HtoD"):
+            copies["copy_h2d"].append((m.start, m.end))
+        elif m.kind == "DtoH":
+            copies["copy_d2h"].append((m.start, m.end))
+        else:
+            copies["copy_other"].append((m.start, m.end))
+    copies["copy_other"].extend(timeline.memsets)
+    spans.update({label: _spans(intervals_of) for label, intervals_of in copies.items()})
+    return spans, labels
+
+
+def _spans(intervals: Any) -> V.Spans:
+    import numpy as np
+
+    if not len(intervals):
+        return np.empty(0), np.empty(0)
+    pairs = np.array([(start, end) for start, end in intervals], dtype=np.float64)
+    return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+def _kernel_labels_vectorized(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Each kernel's label as an index into ``_GPU_LABELS``, with the kernels' starts and ends;
+    None where the arrays cannot say it (ids that are not machine integers, phases that overlap)."""
+    import numpy as np
+
+    from diagnose.analysis import vectorized as V
+
+    kernels, launches = timeline.kernels, timeline.launches
+    if not isinstance(kernels, C.Records) or not isinstance(launches, C.Launches):
+        return None
+    spans = sorted(
+        (start, end, _GPU_COMPUTE.index(gpu_label))
+        for label, gpu_label in (("optimizer", "gpu_optimizer"), ("backward", "gpu_backward"), ("forward", "gpu_forward"))
+        for start, end in host_intervals[label]
+    )
+    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        return None
+    kernel_ids, launch_ids = V.ints(kernels.column(2)), V.ints(launches.correlations)
+    if kernel_ids is None or launch_ids is None:
+        return None
+    starts, ends = V.floats(kernels.column(0)), V.floats(kernels.column(1))
+    launched = V.launch_times(kernel_ids, launch_ids, V.floats(launches.starts))
+    span_array = np.array(spans, dtype=np.float64).reshape(-1, 3)
+    codes = V.labels_at(launched, span_array[:, 0], span_array[:, 1], span_array[:, 2].astype(np.int64), _GPU_COMPUTE.index("gpu_other"))
+    names = kernels.column(3)
+    communication = {name for name in set(names) if P.classify_kernel(name).communication}
+    if communication:
+        is_communication = np.fromiter((name in communication for name in names), dtype=bool, count=len(names))
+        codes[is_communication] = _GPU_LABELS.index("communication")
+    return codes, starts, ends
+
+
+def _kernel_intervals_loop(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[dict[str, list[Interval]], list[str]]:
+    """The kernels' intervals by label, and each kernel's label, one kernel at a time."""
+    out: dict[str, list[Interval]] = {}
     kernel_labels: list[str] = []
     launches = timeline.launches
     classify = P.classify_kernel
@@ -456,23 +555,15 @@ def _gpu_intervals(
                 launch = launches.get(k.correlation)
                 label = launch_phase(launch[0]) if launch else "gpu_other"
                 phase_of_correlation[k.correlation] = label
-        out[label].append((k.start, k.end))
+        out.setdefault(label, []).append((k.start, k.end))
         kernel_labels.append(label)
-    for m in timeline.memcpys:
-        if m.kind.startswith("HtoD"):
-            out["copy_h2d"].append((m.start, m.end))
-        elif m.kind == "DtoH":
-            out["copy_d2h"].append((m.start, m.end))
-        else:
-            out["copy_other"].append((m.start, m.end))
-    out["copy_other"].extend(timeline.memsets)
     return out, kernel_labels
 
 
 def _sweep(
     step_bounds: list[Interval],
     host_intervals: dict[str, list[Interval]],
-    gpu_intervals: dict[str, list[Interval]],
+    gpu_intervals: dict[str, V.Spans],
     traced_step: int | None = None,
     event_starts: list[float] | None = None,
 ) -> tuple[
@@ -489,9 +580,9 @@ def _sweep(
         for start, end in intervals:
             events.append((start, 0, i, 1))
             events.append((end, 0, i, -1))
-    for label, intervals in gpu_intervals.items():
+    for label, (gpu_starts, gpu_ends) in gpu_intervals.items():
         i = gpu_index[label]
-        for start, end in intervals:
+        for start, end in zip(gpu_starts.tolist(), gpu_ends.tolist()):
             if end > start:
                 events.append((start, 1, i, 1))
                 events.append((end, 1, i, -1))
@@ -684,12 +775,20 @@ def _step_of(step_starts: list[float], steps: list[StepBreakdown], t: float) -> 
 
 
 def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels: list[str]) -> dict[str, tuple[float, int]]:
-    """Fill the steps' kernel figures; return each kernel name's time and calls over the steps."""
+    """Fill the steps' kernel figures; return each kernel name's time and calls over the steps.
+    In arrays for the reader's kernels (the loop below gives the same, to the last bit: each sum
+    is taken in kernel order), one kernel at a time otherwise."""
+    if isinstance(timeline.kernels, C.Records) and len(timeline.kernels) and steps:
+        return _kernel_stats_vectorized(timeline.kernels, steps, kernel_labels)
+    return _kernel_stats_loop(timeline.kernels, steps, kernel_labels)
+
+
+def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: list[str]) -> dict[str, tuple[float, int]]:
     starts = [s.start_us for s in steps]
     durations: list[list[float]] = [[] for _ in steps]
     by_name: dict[str, tuple[float, int]] = {}
     classify = P.classify_kernel
-    for k, label in zip(timeline.kernels, kernel_labels):
+    for k, label in zip(kernels, kernel_labels):
         i = _step_of(starts, steps, k.start)
         if i is None:
             continue
@@ -717,6 +816,81 @@ def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels:
                 step.multi_tensor_kernels += 1
     for step, durs in zip(steps, durations):
         step.median_kernel_us = statistics.median(durs) if durs else None
+    return by_name
+
+
+def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_labels: list[str]) -> dict[str, tuple[float, int]]:
+    import numpy as np
+
+    from diagnose.analysis import vectorized as V
+
+    starts, ends, names = V.floats(kernels.column(0)), V.floats(kernels.column(1)), kernels.column(3)
+    step_starts = np.array([s.start_us for s in steps])
+    step_ends = np.array([s.start_us + s.duration_us for s in steps])  # as ``_step_of`` adds them
+    step = np.searchsorted(step_starts, starts, side="right") - 1
+    chosen = np.flatnonzero((step >= 0) & (starts < step_ends[np.maximum(step, 0)]))
+    step, durations = step[chosen], (ends - starts)[chosen]
+    code_of: dict[str, int] = {}
+    codes = np.fromiter(map(code_of.setdefault, names, range(len(names))), dtype=np.int64, count=len(names))[chosen]
+    distinct = list(code_of)  # code_of[name] is the name's first index, not its place here: remap
+    first_index = np.array(list(code_of.values()), dtype=np.int64)
+    place = np.empty(len(names), dtype=np.int64)
+    place[first_index] = np.arange(len(distinct))
+    codes = place[codes]
+    classes = [P.classify_kernel(name) for name in distinct]
+
+    by_name: dict[str, tuple[float, int]] = {}
+    if len(codes):
+        totals, calls = np.bincount(codes, weights=durations).tolist(), np.bincount(codes).tolist()
+        _, seen_first = np.unique(codes, return_index=True)
+        for code in np.unique(codes)[np.argsort(seen_first, kind="stable")].tolist():  # in the order first met
+            by_name[distinct[code]] = (totals[code], calls[code])
+
+    n = len(steps)
+
+    def per_step(flags: list[bool] | None) -> tuple[list[float], list[int]]:
+        if flags is None:
+            return np.bincount(step, weights=durations, minlength=n).tolist(), np.bincount(step, minlength=n).tolist()
+        mask = np.array(flags, dtype=bool)[codes]
+        return np.bincount(step[mask], weights=durations[mask], minlength=n).tolist(), np.bincount(step[mask], minlength=n).tolist()
+
+    time_of, count_of = per_step(None)
+    conv = per_step([c.precision is not None and c.convolution for c in classes])[0]
+    transpose = per_step([c.layout_transpose for c in classes])[0]
+    triton = per_step([c.triton for c in classes])[0]
+    communication = per_step([c.communication for c in classes])[0]
+    optimizer = np.fromiter((label == "gpu_optimizer" for label in kernel_labels), dtype=bool, count=len(kernel_labels))[chosen]
+    multi_tensor = np.array([c.multi_tensor for c in classes], dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
+    optimizer_count = np.bincount(step[optimizer], minlength=n).tolist()
+    multi_tensor_count = np.bincount(step[optimizer & multi_tensor], minlength=n).tolist()
+    for i, s in enumerate(steps):
+        s.kernel_count += count_of[i]
+        s.kernel_time_us += time_of[i]
+        s.conv_us += conv[i]
+        s.transpose_us += transpose[i]
+        s.triton_us += triton[i]
+        s.communication_us += communication[i]
+        s.optimizer_kernels += optimizer_count[i]
+        s.multi_tensor_kernels += multi_tensor_count[i]
+
+    # matmul time by precision, each step's precisions in the order its kernels first show them
+    precisions = sorted({c.precision for c in classes if c.precision is not None})
+    if precisions:
+        precision_code = np.array([precisions.index(c.precision) if c.precision is not None else -1 for c in classes], dtype=np.int64)[codes]
+        matmul = precision_code >= 0
+        pair = step[matmul] * len(precisions) + precision_code[matmul]
+        sums = np.bincount(pair, weights=durations[matmul], minlength=n * len(precisions)).tolist()
+        met, first = np.unique(pair, return_index=True)
+        for key in met[np.argsort(first, kind="stable")].tolist():
+            at, precision = divmod(key, len(precisions))
+            steps[at].matmul_us[precisions[precision]] = steps[at].matmul_us.get(precisions[precision], 0.0) + sums[key]
+
+    order = np.argsort(step, kind="stable")
+    bounds = np.searchsorted(step[order], np.arange(n + 1))
+    ordered = durations[order]
+    for i, s in enumerate(steps):
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        s.median_kernel_us = float(np.median(ordered[a:b])) if b > a else None
     return by_name
 
 

@@ -247,9 +247,11 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-#: below this many bytes of JSON one process reads the trace: starting workers costs more than
-#: they save (a worker process takes 0.2-0.5 s to start and import the reader)
-PARALLEL_MIN_JSON_BYTES = 256 * 1024 * 1024
+#: below this many bytes of JSON one process reads the trace: the workers (forked: they start in
+#: milliseconds) and the merge of their columns cost more than they save (on 2 cores: one
+#: process read 10 MB in 0.18 s, two workers in 0.29 s; 60 MB in 0.55 vs 0.50 s; 200 MB in
+#: 1.89 vs 1.47 s)
+PARALLEL_MIN_JSON_BYTES = 64 * 1024 * 1024
 #: most worker processes: each holds a piece or two and their decoded events (30-60 MiB), and the
 #: parent, which cuts the pieces and merges the columns in order, keeps up with about this many
 MAX_READER_WORKERS = 8
@@ -282,8 +284,9 @@ def detail_window(path: str | os.PathLike[str], json_bytes: int) -> DetailWindow
 
 def reader_workers(json_bytes: int, cpus: int | None = None) -> int:
     """How many processes decode the pieces of a trace of ``json_bytes``: 1 (this process does
-    everything) for a small trace or a machine of one or two cores; else one per core but one,
-    at most ``MAX_READER_WORKERS``. ``DIAGNOSE_READER_WORKERS`` overrides it."""
+    everything) for a small trace or a machine of one core; else one per core but one (two on
+    two cores: the parent, which cuts and merges, is idle half the time), at most
+    ``MAX_READER_WORKERS``. ``DIAGNOSE_READER_WORKERS`` overrides it."""
     forced = os.environ.get(WORKERS_ENV, "").strip()
     if forced:
         try:
@@ -292,9 +295,9 @@ def reader_workers(json_bytes: int, cpus: int | None = None) -> int:
             raise TraceError(f"{WORKERS_ENV}={forced!r} is not a number of processes") from None
     if cpus is None:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if json_bytes < PARALLEL_MIN_JSON_BYTES or cpus <= 2:
+    if json_bytes < PARALLEL_MIN_JSON_BYTES or cpus <= 1:
         return 1
-    return min(cpus - 1, MAX_READER_WORKERS)
+    return min(max(2, cpus - 1), MAX_READER_WORKERS)
 
 
 def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) -> Timeline:
@@ -315,8 +318,11 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
         if pool is None:
             results = stream.decoded(decode)
         else:
+            # a plain file's piece is read by the worker itself: only its place crosses the pipe
+            where = (lambda piece: (str(stream.path), piece.offset, len(piece.text))) if not stream.gzipped else (lambda piece: piece.text)
+
             def submit(piece: Piece) -> Callable[[], Any]:
-                return partial(_folded, pool.apply_async(_fold_piece, (piece.text, cut)), piece)
+                return partial(_folded, pool.apply_async(_fold_piece, (where(piece), cut)), piece)
 
             results = stream.decoded(decode, submit, in_flight=2 * workers)
         for result in results:
@@ -376,10 +382,19 @@ def _decode_before(piece: Piece, cut: float) -> list[Event] | int:
     return decode_events(piece) if count is None else count
 
 
-def _fold_piece(text: bytes, cut: float = math.inf) -> _Columns | None:
-    """In a worker: one piece decoded and folded into columns. None when an event's field is
-    malformed: the parent then folds the piece itself, to name the event by its index in the
-    whole trace. Text that does not parse raises the decoder's error, as ``decode_events`` does."""
+def _fold_piece(text: bytes | tuple[str, int, int], cut: float = math.inf) -> _Columns | None:
+    """In a worker: one piece decoded and folded into columns. ``text`` is the piece's JSON, or
+    where it lies in a plain file (path, offset, length): read here, it need not be sent through
+    the pool's pipe (at 1 GB that copy took a third of the parent's time). None when an event's
+    field is malformed: the parent then folds the piece itself, to name the event by its index in
+    the whole trace. Text that does not parse raises the decoder's error, as ``decode_events`` does."""
+    if type(text) is tuple:
+        path, offset, length = text
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read(length)
+        if len(text) != length:  # the file changed under the reader: the parent reads what it holds
+            return None
     with paused_gc():
         piece = Piece(text, b"", 0)
         columns = _Columns(cut)

@@ -1,0 +1,191 @@
+"""The breakdown's per-kernel and per-instant loops as array operations (numpy).
+
+Contract: pure functions of arrays, no Timeline, no torch. Each gives exactly what the Python loop
+it replaces in ``breakdown`` gives (tests/test_breakdown.py compares both on every recorded
+fixture, value for value): sums are taken in the same order (``np.bincount`` adds its weights in
+input order, as the loop did), so even the floats' last bits agree.
+
+- ``launch_times``: each kernel's launch start, through its correlation id (a binary search of
+  the launches' sorted ids, vectorised).
+- ``labels_at``: which of a set of disjoint spans holds each instant.
+- ``sweep``: the step-by-step, segment-by-segment attribution of ``breakdown._sweep``, for steps
+  that do not overlap: every boundary of every interval cuts the time line into elementary
+  segments, the labels active in each come from counting starts and ends before it, and the
+  segments' widths are summed per step and state.
+
+Why: on a 1 GB trace (2 million kernels) the loops took about 3.5 s of the breakdown's 5 s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+Spans = tuple[np.ndarray, np.ndarray]
+#: (phase, the GPU compute labels that share the segment, the exposed cause) of a state
+State = tuple[str, tuple[str, ...], str]
+
+
+def floats(values: Any) -> np.ndarray:
+    """A float64 array of ``values`` (an ``array('d')`` is viewed, not copied)."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.float64, copy=False)
+    if getattr(values, "typecode", None) == "d":
+        return np.frombuffer(values, dtype=np.float64) if len(values) else np.empty(0)
+    return np.fromiter(values, dtype=np.float64)
+
+
+def ints(values: Any) -> np.ndarray | None:
+    """An int64 array of ``values``, or None where one is not a machine integer (a string id)."""
+    if getattr(values, "typecode", None) == "q":
+        return np.frombuffer(values, dtype=np.int64) if len(values) else np.empty(0, dtype=np.int64)
+    values = list(values)
+    if not all(type(v) is int for v in values):
+        return None
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
+
+
+def launch_times(kernel_ids: np.ndarray, launch_ids: np.ndarray, launch_starts: np.ndarray) -> np.ndarray:
+    """The start of the launch of each kernel (``launch_ids`` sorted ascending, unique), NaN
+    where no launch has the kernel's id."""
+    out = np.full(len(kernel_ids), np.nan)
+    if not len(launch_ids) or not len(kernel_ids):
+        return out
+    at = np.searchsorted(launch_ids, kernel_ids)
+    at_clipped = np.minimum(at, len(launch_ids) - 1)
+    found = (at < len(launch_ids)) & (launch_ids[at_clipped] == kernel_ids)
+    out[found] = launch_starts[at_clipped[found]]
+    return out
+
+
+def labels_at(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, default: int) -> np.ndarray:
+    """The code of the span that holds each instant (``starts`` sorted, spans disjoint, a span
+    holding its start and not its end); ``default`` where none does, or the instant is NaN."""
+    out = np.full(len(times), default, dtype=np.int64)
+    if not len(starts) or not len(times):
+        return out
+    at = np.searchsorted(starts, times, side="right") - 1
+    at_clipped = np.maximum(at, 0)
+    inside = (at >= 0) & (times < ends[at_clipped])  # NaN compares false: no span
+    out[inside] = codes[at_clipped[inside]]
+    return out
+
+
+def steps_disjoint(step_bounds: Sequence[tuple[float, float]]) -> bool:
+    """The steps are in order and none starts before the previous one ended."""
+    return all(a[1] <= b[0] for a, b in zip(step_bounds, step_bounds[1:])) and all(s <= e for s, e in step_bounds)
+
+
+def sweep(
+    step_bounds: Sequence[tuple[float, float]],
+    host: Sequence[Spans],
+    gpu: Sequence[Spans],
+    state_of: Callable[[int, int], State],
+    phases: Sequence[str],
+    exposed: Sequence[str],
+    traced_step: int | None = None,
+    marks: Any = None,
+) -> tuple[list[dict[str, float]], list[dict[str, float]], list[float], list[tuple[float, float, str, str]], list[dict[str, int]]]:
+    """``breakdown._sweep`` for disjoint steps (``steps_disjoint``): per step the time of each
+    phase and exposed category, the GPU's busy time, the traced step's segments in time order,
+    and how many of ``marks`` (sorted instants) fell in each phase. ``host[i]``/``gpu[i]``: the
+    intervals of host label i / GPU label i (GPU intervals of no width are left out, as there)."""
+    n_steps = len(step_bounds)
+    phase_dicts = [dict.fromkeys(phases, 0.0) for _ in range(n_steps)]
+    exposed_dicts = [dict.fromkeys(exposed, 0.0) for _ in range(n_steps)]
+    counted = [dict.fromkeys(phases, 0) for _ in range(n_steps)]
+    if not n_steps:
+        return phase_dicts, exposed_dicts, [], [], counted
+    step_starts = np.array([s for s, _ in step_bounds], dtype=np.float64)
+    step_ends = np.array([e for _, e in step_bounds], dtype=np.float64)
+    gpu = [(s[e > s], e[e > s]) for s, e in gpu]
+    times = np.unique(np.concatenate([step_starts, step_ends, *(a for spans in (*host, *gpu) for a in spans)]))
+    seg_start, seg_end = times[:-1], times[1:]
+
+    # the segments inside a step, and their step
+    step_of = np.searchsorted(step_starts, seg_start, side="right") - 1
+    in_step = (step_of >= 0) & (seg_start < step_ends[np.maximum(step_of, 0)])
+    keep = np.flatnonzero(in_step)
+    step_of, seg_start, seg_end = step_of[keep], seg_start[keep], seg_end[keep]
+    width = seg_end - seg_start
+
+    def mask(spans: Sequence[Spans]) -> np.ndarray:
+        bits = np.zeros(len(seg_start), dtype=np.int64)
+        for i, (starts, ends) in enumerate(spans):
+            if len(starts):
+                active = np.searchsorted(np.sort(starts), seg_start, side="right") - np.searchsorted(np.sort(ends), seg_start, side="right")
+                bits |= (active > 0).astype(np.int64) << i
+        return bits
+
+    host_mask, gpu_mask = mask(host), mask(gpu)
+    keys, state_index = np.unique(host_mask << 32 | gpu_mask, return_inverse=True)
+    state_index = state_index.reshape(-1)
+    states = [state_of(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys]
+    phase_code = {p: i for i, p in enumerate(phases)}
+    phase_of_state = np.array([phase_code[s[0]] for s in states], dtype=np.int64)
+    seg_phase = phase_of_state[state_index]
+
+    n_phases = len(phases)
+    by_phase = np.bincount(step_of * n_phases + seg_phase, weights=width, minlength=n_steps * n_phases).reshape(n_steps, n_phases)
+    for label_index, label in enumerate(exposed):
+        # each state's share of a segment for this category: 1/n of it for each of n GPU labels
+        # active, all of it for the cause where none is; 0 where it is neither
+        divisor = np.array(
+            [len(active) if label in active else (1 if not active and cause == label else 0) for _, active, cause in states], dtype=np.int64
+        )
+        if not divisor.any():
+            continue
+        seg_divisor = divisor[state_index]
+        weights = np.zeros(len(width))
+        has = seg_divisor > 0
+        weights[has] = width[has] / seg_divisor[has]
+        totals = np.bincount(step_of, weights=weights, minlength=n_steps).tolist()
+        for step, total in zip(exposed_dicts, totals):
+            step[label] = total
+    busy = np.bincount(step_of, weights=np.where(gpu_mask != 0, width, 0.0), minlength=n_steps).tolist()
+    for step, row in zip(phase_dicts, by_phase.tolist()):
+        for p, total in zip(phases, row):
+            step[p] = total
+
+    if marks is not None and len(marks) and len(seg_start):
+        instants = floats(marks)
+        at = np.searchsorted(seg_start, instants, side="right") - 1
+        at_clipped = np.maximum(at, 0)
+        inside = (at >= 0) & (instants < seg_end[at_clipped])
+        hits = at_clipped[inside]
+        per = np.bincount(step_of[hits] * n_phases + seg_phase[hits], minlength=n_steps * n_phases).reshape(n_steps, n_phases)
+        for step, row in zip(counted, per.tolist()):
+            for p, count in zip(phases, row):
+                step[p] = count
+
+    segments: list[tuple[float, float, str, str]] = []
+    if traced_step is not None and 0 <= traced_step < n_steps:
+        mine = np.flatnonzero(step_of == traced_step)
+        segments = [
+            (start, end, states[s][0], states[s][2])
+            for start, end, s in zip(seg_start[mine].tolist(), seg_end[mine].tolist(), state_index[mine].tolist())
+        ]
+    return phase_dicts, exposed_dicts, busy, segments, counted
+
+
+def merged(spans: Sequence[Spans]) -> list[tuple[float, float]]:
+    """``breakdown.merge`` of every interval of ``spans``: their union as sorted disjoint
+    intervals (intervals of no width left out, touching ones joined)."""
+    starts = np.concatenate([np.asarray(s, dtype=np.float64) for s, _ in spans]) if spans else np.empty(0)
+    ends = np.concatenate([np.asarray(e, dtype=np.float64) for _, e in spans]) if spans else np.empty(0)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if not len(starts):
+        return []
+    order = np.lexsort((ends, starts))
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    first = np.concatenate([[True], starts[1:] > reach[:-1]])
+    group_starts = starts[first]
+    last = np.concatenate([np.flatnonzero(first)[1:] - 1, [len(starts) - 1]])
+    return list(zip(group_starts.tolist(), reach[last].tolist()))
