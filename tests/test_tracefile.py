@@ -356,6 +356,22 @@ def test_the_read_falls_back_to_one_process_when_workers_cannot_start(tiny_block
     assert _timeline_fields(load_timeline(trace)) == _timeline_fields(expected)
 
 
+def test_numpys_own_threads_do_not_keep_the_reader_in_one_process(tiny_blocks: None, two_workers: list[int] | None) -> None:
+    """The breakdown imports numpy, whose BLAS starts threads: a second trace read in the same
+    process (every rank of a run, one after the other) still forks its workers."""
+    if two_workers is None:
+        return  # it ran in a fresh process
+    import sys
+
+    assert "numpy" not in sys.modules
+    from diagnose.analysis import vectorized
+
+    assert timeline_module.threads_in_process() == 1 + vectorized.STARTED_THREADS
+    (trace,) = (DATA / "item_syncs").glob("*.json.gz")
+    load_timeline(trace)
+    assert two_workers == [2]
+
+
 def test_a_process_with_other_threads_reads_in_one_process(tiny_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 

@@ -16,6 +16,7 @@ import gc
 import math
 import multiprocessing
 import os
+import sys
 import threading
 from array import array
 from bisect import bisect_left
@@ -361,7 +362,9 @@ def _worker_pool(workers: int) -> Iterator[Any]:
     script without a ``__main__`` guard starts the analysis again, forever; and it starts in a
     fraction of the time. The workers run only the decoder and ``_Columns.add``, which take no
     lock that another thread of the parent could hold."""
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods() or threads_in_process() > 1:
+    vectorized = sys.modules.get("diagnose.analysis.vectorized")  # numpy's BLAS threads, when it loaded numpy
+    own_threads = 1 + (getattr(vectorized, "STARTED_THREADS", 0) if vectorized is not None else 0)
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods() or threads_in_process() > own_threads:
         yield None
         return
     try:

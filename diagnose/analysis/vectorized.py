@@ -18,10 +18,26 @@ Why: on a 1 GB trace (2 million kernels) the loops took about 3.5 s of the break
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+_before = _threads() if "numpy" not in sys.modules else None
+import numpy as np  # noqa: E402 - the threads it starts are counted around it
+
+#: threads numpy's BLAS started when this module imported it (0 if numpy was loaded before):
+#: they survive a fork (the BLAS pool is shut down and restarted around it, as every DataLoader
+#: worker forked after ``import numpy`` relies on), so the trace reader does not count them
+STARTED_THREADS = max(0, _threads() - _before) if _before is not None else 0
 
 Spans = tuple[np.ndarray, np.ndarray]
 #: (phase, the GPU compute labels that share the segment, the exposed cause) of a state
