@@ -25,6 +25,7 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from diagnose.analysis import columns as C
@@ -449,16 +450,23 @@ def _launch_phase(t: float, host_intervals: dict[str, list[Interval]]) -> str:
     return "gpu_other"
 
 
-def _phase_lookup(host_intervals: dict[str, list[Interval]]) -> Any:
-    """``_launch_phase`` as one binary search: the model phases' intervals come disjoint from
-    ``resolve_nesting`` (at each instant one phase), so the one that holds ``t`` is the last to
-    start at or before it. Intervals that overlap (built by hand) keep the ordered search."""
+def _model_phase_spans(host_intervals: dict[str, list[Interval]]) -> list[tuple[float, float, str]] | None:
+    """The model phases' intervals as (start, end, GPU label), sorted; None where two overlap
+    (built by hand: ``resolve_nesting`` makes them disjoint)."""
     spans = sorted(
         (start, end, gpu_label)
         for label, gpu_label in (("optimizer", "gpu_optimizer"), ("backward", "gpu_backward"), ("forward", "gpu_forward"))
         for start, end in host_intervals[label]
     )
-    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+    return None if any(a[1] > b[0] for a, b in zip(spans, spans[1:])) else spans
+
+
+def _phase_lookup(host_intervals: dict[str, list[Interval]]) -> Any:
+    """``_launch_phase`` as one binary search: the model phases' intervals come disjoint from
+    ``resolve_nesting`` (at each instant one phase), so the one that holds ``t`` is the last to
+    start at or before it. Intervals that overlap (built by hand) keep the ordered search."""
+    spans = _model_phase_spans(host_intervals)
+    if spans is None:
         return lambda t: _launch_phase(t, host_intervals)
     starts = [span[0] for span in spans]
 
@@ -471,16 +479,17 @@ def _phase_lookup(host_intervals: dict[str, list[Interval]]) -> Any:
     return phase
 
 
-def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[dict[str, V.Spans], list[str]]:
+def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[dict[str, V.Spans], Sequence[str]]:
     """GPU activity by label (start and end columns), and each kernel's label (in
     ``timeline.kernels`` order): in arrays where the launches' ids are machine integers and the
     model phases are disjoint (the reader's usual output), else one kernel at a time."""
     import numpy as np
+
     found = _kernel_labels_vectorized(timeline, host_intervals)
     if found is not None:
         codes, starts, ends = found
         spans = {label: (starts[codes == i], ends[codes == i]) for i, label in enumerate(_GPU_LABELS[: len(_GPU_COMPUTE) + 1])}
-        labels = np.array(_GPU_LABELS, dtype=object)[codes].tolist()
+        labels = np.array(_GPU_LABELS, dtype=object)[codes]
     else:
         intervals, labels = _kernel_intervals_loop(timeline, host_intervals)
         spans = {label: _spans(intervals.get(label, [])) for label in _GPU_LABELS[: len(_GPU_COMPUTE) + 1]}
@@ -516,20 +525,17 @@ def _kernel_labels_vectorized(timeline: Timeline, host_intervals: dict[str, list
     kernels, launches = timeline.kernels, timeline.launches
     if not isinstance(kernels, C.Records) or not isinstance(launches, C.Launches):
         return None
-    spans = sorted(
-        (start, end, _GPU_COMPUTE.index(gpu_label))
-        for label, gpu_label in (("optimizer", "gpu_optimizer"), ("backward", "gpu_backward"), ("forward", "gpu_forward"))
-        for start, end in host_intervals[label]
-    )
-    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+    spans = _model_phase_spans(host_intervals)
+    if spans is None:
         return None
     kernel_ids, launch_ids = V.ints(kernels.column(2)), V.ints(launches.correlations)
     if kernel_ids is None or launch_ids is None:
         return None
     starts, ends = V.floats(kernels.column(0)), V.floats(kernels.column(1))
     launched = V.launch_times(kernel_ids, launch_ids, V.floats(launches.starts))
-    span_array = np.array(spans, dtype=np.float64).reshape(-1, 3)
-    codes = V.labels_at(launched, span_array[:, 0], span_array[:, 1], span_array[:, 2].astype(np.int64), _GPU_COMPUTE.index("gpu_other"))
+    span_starts, span_ends = np.array([sp[0] for sp in spans]), np.array([sp[1] for sp in spans])
+    span_codes = np.array([_GPU_COMPUTE.index(sp[2]) for sp in spans], dtype=np.int64)
+    codes = V.labels_at(launched, span_starts, span_ends, span_codes, _GPU_COMPUTE.index("gpu_other"))
     names = kernels.column(3)
     communication = {name for name in set(names) if P.classify_kernel(name).communication}
     if communication:
@@ -774,7 +780,7 @@ def _step_of(step_starts: list[float], steps: list[StepBreakdown], t: float) -> 
     return None
 
 
-def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels: list[str]) -> dict[str, tuple[float, int]]:
+def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels: Sequence[str]) -> dict[str, tuple[float, int]]:
     """Fill the steps' kernel figures; return each kernel name's time and calls over the steps.
     In arrays for the reader's kernels (the loop below gives the same, to the last bit: each sum
     is taken in kernel order), one kernel at a time otherwise."""
@@ -783,7 +789,7 @@ def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels:
     return _kernel_stats_loop(timeline.kernels, steps, kernel_labels)
 
 
-def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: list[str]) -> dict[str, tuple[float, int]]:
+def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str]) -> dict[str, tuple[float, int]]:
     starts = [s.start_us for s in steps]
     durations: list[list[float]] = [[] for _ in steps]
     by_name: dict[str, tuple[float, int]] = {}
@@ -819,7 +825,7 @@ def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: 
     return by_name
 
 
-def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_labels: list[str]) -> dict[str, tuple[float, int]]:
+def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str]) -> dict[str, tuple[float, int]]:
     import numpy as np
 
     from diagnose.analysis import vectorized as V
@@ -830,13 +836,9 @@ def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_la
     step = np.searchsorted(step_starts, starts, side="right") - 1
     chosen = np.flatnonzero((step >= 0) & (starts < step_ends[np.maximum(step, 0)]))
     step, durations = step[chosen], (ends - starts)[chosen]
-    code_of: dict[str, int] = {}
-    codes = np.fromiter(map(code_of.setdefault, names, range(len(names))), dtype=np.int64, count=len(names))[chosen]
-    distinct = list(code_of)  # code_of[name] is the name's first index, not its place here: remap
-    first_index = np.array(list(code_of.values()), dtype=np.int64)
-    place = np.empty(len(names), dtype=np.int64)
-    place[first_index] = np.arange(len(distinct))
-    codes = place[codes]
+    code_of: dict[str, int] = {}  # each distinct name, numbered in the order first met
+    codes = np.fromiter((code_of.setdefault(name, len(code_of)) for name in names), dtype=np.int64, count=len(names))[chosen]
+    distinct = list(code_of)
     classes = [P.classify_kernel(name) for name in distinct]
 
     by_name: dict[str, tuple[float, int]] = {}
@@ -848,18 +850,18 @@ def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_la
 
     n = len(steps)
 
-    def per_step(flags: list[bool] | None) -> tuple[list[float], list[int]]:
-        if flags is None:
-            return np.bincount(step, weights=durations, minlength=n).tolist(), np.bincount(step, minlength=n).tolist()
+    def time_per_step(flags: list[bool]) -> list[float]:
+        """The time of the kernels whose name's flag is set, per step."""
         mask = np.array(flags, dtype=bool)[codes]
-        return np.bincount(step[mask], weights=durations[mask], minlength=n).tolist(), np.bincount(step[mask], minlength=n).tolist()
+        return np.bincount(step[mask], weights=durations[mask], minlength=n).tolist()
 
-    time_of, count_of = per_step(None)
-    conv = per_step([c.precision is not None and c.convolution for c in classes])[0]
-    transpose = per_step([c.layout_transpose for c in classes])[0]
-    triton = per_step([c.triton for c in classes])[0]
-    communication = per_step([c.communication for c in classes])[0]
-    optimizer = np.fromiter((label == "gpu_optimizer" for label in kernel_labels), dtype=bool, count=len(kernel_labels))[chosen]
+    time_of = np.bincount(step, weights=durations, minlength=n).tolist()
+    count_of = np.bincount(step, minlength=n).tolist()
+    conv = time_per_step([c.precision is not None and c.convolution for c in classes])
+    transpose = time_per_step([c.layout_transpose for c in classes])
+    triton = time_per_step([c.triton for c in classes])
+    communication = time_per_step([c.communication for c in classes])
+    optimizer = (np.asarray(kernel_labels, dtype=object) == "gpu_optimizer")[chosen]
     multi_tensor = np.array([c.multi_tensor for c in classes], dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
     optimizer_count = np.bincount(step[optimizer], minlength=n).tolist()
     multi_tensor_count = np.bincount(step[optimizer & multi_tensor], minlength=n).tolist()

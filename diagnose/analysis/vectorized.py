@@ -18,26 +18,19 @@ Why: on a 1 GB trace (2 million kernels) the loops took about 3.5 s of the break
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from diagnose.analysis.timeline import threads_in_process
 
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0
-
-
-_before = _threads() if "numpy" not in sys.modules else None
+_before = threads_in_process() if "numpy" not in sys.modules else None
 import numpy as np  # noqa: E402 - the threads it starts are counted around it
 
 #: threads numpy's BLAS started when this module imported it (0 if numpy was loaded before):
 #: they survive a fork (the BLAS pool is shut down and restarted around it, as every DataLoader
 #: worker forked after ``import numpy`` relies on), so the trace reader does not count them
-STARTED_THREADS = max(0, _threads() - _before) if _before is not None else 0
+STARTED_THREADS = max(0, threads_in_process() - _before) if _before is not None else 0
 
 Spans = tuple[np.ndarray, np.ndarray]
 #: (phase, the GPU compute labels that share the segment, the exposed cause) of a state
@@ -148,7 +141,7 @@ def sweep(
 
     n_phases = len(phases)
     by_phase = np.bincount(step_of * n_phases + seg_phase, weights=width, minlength=n_steps * n_phases).reshape(n_steps, n_phases)
-    for label_index, label in enumerate(exposed):
+    for label in exposed:
         # each state's share of a segment for this category: 1/n of it for each of n GPU labels
         # active, all of it for the cause where none is; 0 where it is neither
         divisor = np.array(
