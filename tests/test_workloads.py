@@ -11,6 +11,7 @@ import runpy
 import shutil
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -282,6 +283,20 @@ def test_train_under_torchrun_shards_and_logs_once() -> None:
     assert "### Total training samples (batches) per process: 32 (2)" in messages
     assert one(messages, "[EPOCH: 1] Training throughput: ").endswith("on rank 0)")
     assert one(messages, "Complete training time: ")
+
+
+def test_a_summed_tensor_is_held_until_the_process_group_lets_it_go() -> None:
+    """The SIGABRT at exit under torchrun (gloo's thread freeing a collective's tensor after the
+    interpreter began to shut down) is a race; what prevents it is that ``released_by_backend``
+    returns only once no other holder of the tensor is left, and gives up after its timeout."""
+    tensor = torch.ones(3)
+    train_script.released_by_backend(tensor, timeout_s=5.0)  # only Python holds it: at once
+    assert tensor._use_count() == 1
+    view = tensor.view(3)  # a second holder that never goes away
+    started = time.monotonic()
+    train_script.released_by_backend(tensor, timeout_s=0.2)
+    assert 0.2 <= time.monotonic() - started < 2.0
+    assert tensor._use_count() > 1 and view is not None
 
 
 def test_pretrained_is_rejected_with_exit_code_2() -> None:
