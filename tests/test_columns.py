@@ -46,12 +46,25 @@ def test_int_columns_become_lists_for_values_that_are_not_machine_integers() -> 
     assert take(int_column([5, 6, 7]), [2, 0]) == array("q", [7, 5]) and take(["a", "b"], [1]) == ["b"]
 
 
+def test_take_reorders_every_kind_of_column_by_a_list_or_an_array() -> None:
+    import numpy as np
+
+    floats_, ints_, names = float_column([0.5, 1.5, 2.5]), int_column([7, -8, 9]), ["a", "b", "c"]
+    for order in ([2, 0, 0], np.array([2, 0, 0]), iter([2, 0, 0])):
+        assert take(floats_, order) == array("d", [2.5, 0.5, 0.5])
+    assert take(ints_, np.array([1, 2])) == array("q", [-8, 9]) and take(names, np.array([2, 1])) == ["c", "b"]
+    assert take(float_column(), []) == array("d") and take(ints_, np.array([], dtype=int)) == array("q")
+    assert take(["x", 2**70], np.array([1])) == [2**70]
+
+
 @pytest.mark.parametrize(
     ("correlations", "expected"),
     [
         ([1, 2, 5], {1: (0.0, 1.0), 2: (1.0, 2.0), 5: (2.0, 3.0)}),  # in order: kept as it is
         ([5, 1, 2], {5: (0.0, 1.0), 1: (1.0, 2.0), 2: (2.0, 3.0)}),
         ([3, 1, 3], {1: (1.0, 2.0), 3: (2.0, 3.0)}),  # the later call wins, as a dict's assignment did
+        ([3, 3, 1], {3: (1.0, 2.0), 1: (2.0, 3.0)}),
+        ([2, 2, 2], {2: (2.0, 3.0)}),
     ],
 )
 def test_launches_map_correlations_like_the_dict_they_replace(correlations: list[int], expected: dict[int, tuple[float, float]]) -> None:
@@ -63,6 +76,18 @@ def test_launches_map_correlations_like_the_dict_they_replace(correlations: list
     assert launches.get(4) is None and 4 not in launches and launches.get("1") is None and launches.get(None, "none") == "none"
     with pytest.raises(KeyError):
         launches[4]
+
+
+def test_launches_of_many_calls_out_of_order_read_as_the_dict() -> None:
+    import random
+
+    rng = random.Random(3)
+    ids = [rng.randrange(500) for _ in range(2000)]
+    starts = [float(i) for i in range(len(ids))]
+    expected = {corr: (start, start + 0.5) for corr, start in zip(ids, starts)}
+    launches = Launches.from_calls(int_column(ids), float_column(starts), float_column(s + 0.5 for s in starts))
+    assert type(launches) is Launches and dict(launches.items()) == expected and list(launches) == sorted(expected)
+    assert Launches.from_calls(int_column(), float_column(), float_column()) == {}
 
 
 def test_launches_with_ids_that_are_not_integers_are_a_dict() -> None:

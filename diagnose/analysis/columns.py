@@ -13,7 +13,8 @@ fields in ``array`` columns take 40 (names are references to one interned string
 timeline of millions of kernels, launches and operators then takes a fifth of the memory, and
 the code that reads ``timeline.kernels`` as a list of ``GpuKernel`` still does. The columns are
 the standard library's arrays, which numpy views without a copy where the breakdown computes
-over them (``vectorized``); the reader itself does not import numpy (see ``breakdown``).
+over them (``vectorized``) and where the reader reorders them (``take``, ``Launches.from_calls``:
+after the reader's worker processes are done; the workers themselves never import numpy).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import islice
-from operator import eq, lt
+
 from typing import Any, Generic, TypeVar, Union, overload
 
 Item = TypeVar("Item")
@@ -63,9 +64,16 @@ def extend_ints(column: IntColumn, values: Iterable[Any]) -> IntColumn:
 
 
 def take(column: Column, order: Iterable[int]) -> Column:
-    """``column`` reordered (``order`` lists indices)."""
-    values = map(column.__getitem__, order)
-    return list(values) if type(column) is list else array(column.typecode, values)  # type: ignore[union-attr]
+    """``column`` reordered (``order`` lists indices: a list, or an integer numpy array)."""
+    if type(column) is list:
+        return list(map(column.__getitem__, order.tolist() if hasattr(order, "tolist") else order))
+    import numpy as np  # only this process reorders, after the reader's workers are gone
+
+    out = array(column.typecode)  # type: ignore[union-attr]
+    index = order if isinstance(order, np.ndarray) else np.fromiter(order, dtype=np.intp)
+    if len(column) and len(index):
+        out.frombytes(np.frombuffer(column, dtype=column.typecode)[index].tobytes())  # type: ignore[union-attr]
+    return out
 
 
 class Records(Sequence[Item], Generic[Item]):
@@ -142,15 +150,17 @@ class Launches(Mapping[Any, tuple[float, float]]):
         one (as assigning into a dict did). A plain dict when the ids are not all integers."""
         if type(correlations) is list:
             return {c: (s, e) for c, s, e in zip(correlations, starts, ends)}
-        n = len(correlations)
-        if all(map(lt, correlations, islice(correlations, 1, None))):  # the usual order
+        import numpy as np
+
+        ids = np.frombuffer(correlations, dtype=np.int64) if len(correlations) else np.empty(0, dtype=np.int64)
+        if (ids[1:] > ids[:-1]).all():  # the usual order
             return cls(correlations, starts, ends)
-        order = sorted(range(n), key=correlations.__getitem__)  # stable: the last of equal ids wins below
-        ids = take(correlations, order)
-        if any(map(eq, ids, islice(ids, 1, None))):
-            order = [i for j, i in enumerate(order) if j + 1 == n or ids[j + 1] != ids[j]]
-            ids = take(correlations, order)
-        return cls(ids, take(starts, order), take(ends, order))  # type: ignore[arg-type]
+        order = np.argsort(ids, kind="stable")  # stable: the last of equal ids wins below
+        in_order = ids[order]
+        last = np.append(in_order[1:] != in_order[:-1], True)
+        if not last.all():
+            order = order[last]
+        return cls(take(correlations, order), take(starts, order), take(ends, order))  # type: ignore[arg-type]
 
     def _index(self, corr: Any) -> int:
         if type(corr) is not int:

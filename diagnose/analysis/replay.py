@@ -36,12 +36,11 @@ import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any
 
 from diagnose.analysis import columns as C
-from diagnose.analysis import patterns as P
 from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
 from diagnose.analysis.profcost import estimate_cost_per_event
 from diagnose.analysis.timeline import Interval, Timeline

@@ -21,8 +21,8 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from itertools import compress, count, islice
-from operator import eq, itemgetter, le, neg
+from itertools import islice
+from operator import itemgetter
 from contextlib import contextmanager
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -752,7 +752,9 @@ class _Columns:
         _extend(self.backward, read.backward_marks)
         backward_ops = _sorted_unique(tuple, self.backward, duplicates, by=(0, 1))
         bw_prefix = P.BACKWARD_OP_PREFIX
-        training = {main_tid} | {tid for tid, ops in self.thread_ops.items() if any(n.startswith(bw_prefix) for n in ops.names)}
+        # each name is tested once per thread (a thread repeats a few thousand names many times)
+        distinct = {tid: set(ops.names) for tid, ops in self.thread_ops.items()}
+        training = {main_tid} | {tid for tid, names_of in distinct.items() if any(n.startswith(bw_prefix) for n in names_of)}
         event_starts = C.float_column()
         for tid in training:
             if tid in self.thread_ops:
@@ -761,27 +763,20 @@ class _Columns:
                 event_starts.extend(self.runtime_starts[tid])
         host_event_starts = C.Records(None, [C.float_column(sorted(event_starts))])
         del event_starts
+
+        def training_ops_named(test: Callable[[str], bool]) -> Iterator[tuple[_ThreadOps, int, str]]:
+            """(thread's operators, index, name) of the training threads' operators whose name passes ``test``."""
+            for tid in training:
+                ops = self.thread_ops.get(tid)
+                wanted = {n for n in distinct.get(tid, ()) if test(n)}
+                if ops is not None and wanted:
+                    yield from ((ops, i, n) for i, n in enumerate(ops.names) if n in wanted)
+
         no_work = P.NO_WORK_OPS
-        no_work_op_us = [
-            ops.ends[i] - ops.starts[i] for tid in training if (ops := self.thread_ops.get(tid)) for i, n in enumerate(ops.names) if n in no_work
-        ]
-        accumulate_grad_ops = sorted(
-            {
-                (ops.starts[i], ops.ends[i])
-                for tid in training
-                if (ops := self.thread_ops.get(tid))
-                for i, n in enumerate(ops.names)
-                if n == P.ACCUMULATE_GRAD_OP
-            }
-        )
+        no_work_op_us = [ops.ends[i] - ops.starts[i] for ops, i, _ in training_ops_named(no_work.__contains__)]
+        accumulate_grad_ops = sorted({(ops.starts[i], ops.ends[i]) for ops, i, _ in training_ops_named(P.ACCUMULATE_GRAD_OP.__eq__)})
         collective_calls = sorted(
-            {
-                HostOp(ops.starts[i], ops.ends[i], n)
-                for tid in training
-                if (ops := self.thread_ops.get(tid))
-                for i, n in enumerate(ops.names)
-                if n.startswith(P.COLLECTIVE_CALL_PREFIX)
-            }
+            {HostOp(ops.starts[i], ops.ends[i], n) for ops, i, n in training_ops_named(lambda n: n.startswith(P.COLLECTIVE_CALL_PREFIX))}
         )
         self.thread_ops.clear()
         self.runtime_starts.clear()
@@ -789,27 +784,18 @@ class _Columns:
         meta.optimizer_step_ops = [dict(c) for c in _ops_inside(main_ops, read.optimizer_steps)]
         meta.thread_names = {str(tid): name for tid, name in self.thread_names.items()}
 
-        host_columns: tuple[C.Column, ...] = (C.float_column(), C.float_column(), [])
-        forward_columns = (C.float_column(), C.float_column())
-        top_end = float("-inf")
-        for start, end, name, is_forward in zip(starts, ends, names, forward):
-            if is_forward:
-                forward_columns[0].append(start)
-                forward_columns[1].append(end)
-            if start >= top_end:
-                host_columns[0].append(start)  # type: ignore[union-attr]
-                host_columns[1].append(end)  # type: ignore[union-attr]
-                host_columns[2].append(name)  # type: ignore[union-attr]
-                top_end = end
-            # nested operators stay inside their top-level parent
-        host_ops: C.Records[HostOp] = C.Records(HostOp, host_columns)
-        forward_ops: C.Records[Interval] = C.Records(tuple, forward_columns)
+        outermost = _outermost(starts, ends)
+        host_ops: C.Records[HostOp] = C.Records(HostOp, [C.take(c, outermost) for c in (starts, ends, names)])
+        is_forward = [i for i, f in enumerate(forward) if f]
+        forward_ops: C.Records[Interval] = C.Records(tuple, [C.take(starts, is_forward), C.take(ends, is_forward)])
 
         syncs = [SyncCall(ts, end, name) for tid, ts, end, name in self.sync_calls if tid == main_tid]
         syncs.sort(key=lambda s: s.start)
         syncs = duplicates.unique(syncs)
 
-        device_counts = Counter(None if d is UNSET else d for d in self.kernel_devices)
+        device_counts: Counter[Any] = Counter()
+        for d, n in Counter(self.kernel_devices).items():  # counted in C, then "no device" as None
+            device_counts[None if d is UNSET else d] += n
         device = device_counts.most_common(1)[0][0] if device_counts else None
         kernels = _sorted_unique(GpuKernel, _on_device(self.kernels, self.kernel_devices, device), duplicates)
         memcpys = [m for m, d in zip(self.memcpys, self.memcpy_devices) if d is UNSET or d == device]
@@ -861,11 +847,11 @@ class _Columns:
         if ops is None:
             return C.Records(tuple, (C.float_column(), C.float_column(), [], []))
         flows = self.flow_starts.get(main_tid, _FlowStarts())
-        flow_numbers = set(flows.numbers)
-        forward = [
-            (ops.raw_ts[i] in flows.others if i in ops.raw_ts else s in flow_numbers) for i, s in enumerate(ops.starts)
-        ]
-        del flow_numbers
+        from diagnose.analysis import vectorized
+
+        forward = vectorized.members(ops.starts, flows.numbers)
+        for i, raw in ops.raw_ts.items():  # a ts written as something else matches a flow written the same
+            forward[i] = raw in flows.others
         columns: tuple[C.Column, ...] = (ops.starts, ops.ends, ops.names, forward)
         if ops.incomplete:
             complete = [i for i in range(len(ops.names)) if i not in ops.incomplete]
@@ -906,29 +892,41 @@ def _extend_columns(columns: list[C.Column], more: list[C.Column]) -> None:
             column.extend(values)  # type: ignore[union-attr]
 
 
+def _outermost(starts: C.Column, ends: C.Column) -> list[int]:
+    """The indices of the operators (sorted by start, outermost first) that no earlier operator
+    holds: each that starts at or after the end of the last one kept (nested operators stay
+    inside their top-level parent). Vectorised where that gives the same (``vectorized.outermost``)."""
+    from diagnose.analysis import vectorized
+
+    kept = vectorized.outermost(starts, ends)
+    if kept is not None:
+        return kept.tolist()
+    out: list[int] = []
+    top_end = float("-inf")
+    for i, (start, end) in enumerate(zip(starts, ends)):
+        if start >= top_end:
+            out.append(i)
+            top_end = end
+    return out
+
+
 def _on_device(columns: list[C.Column], devices: list[Any], device: Any) -> list[C.Column]:
     """The rows on ``device``, and those that name none (they count for every device)."""
-    if all(d is UNSET or d == device for d in devices):
+    if all(d is UNSET or d == device for d in set(devices)):
         return columns
     keep = [i for i, d in enumerate(devices) if d is UNSET or d == device]
     return [C.take(c, keep) for c in columns]
 
 
-def _in_order(columns: list[C.Column], by: tuple[int, ...]) -> Iterator[Any]:
-    """The sort key of each row: column ``k`` ascending for ``k`` in ``by``, ``-k`` descending."""
-    keys = [columns[k] if k >= 0 else map(neg, columns[-k]) for k in by]
-    return keys[0] if len(keys) == 1 else zip(*keys)  # type: ignore[return-value]
-
-
 def _sorted_unique(make: Any, columns: list[C.Column] | tuple[C.Column, ...], duplicates: _Duplicates, by: tuple[int, ...] = (0,)) -> C.Records[Any]:
-    """The rows as ``Records`` of ``make``, sorted (stably) by ``by`` (see ``_in_order``), rows
+    """The rows as ``Records`` of ``make``, sorted (stably) by ``by`` (column k ascending for each k of ``by``, column -k descending), rows
     identical to an earlier one with the same start dropped and counted. Traces are mostly in
     order already: checking that is one pass in C, and the sort is skipped."""
+    from diagnose.analysis import vectorized
+
     columns = list(columns)
-    if not all(map(le, _in_order(columns, by), islice(_in_order(columns, by), 1, None))):
-        keys = list(_in_order(columns, by))
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        del keys
+    order = vectorized.sort_order([columns[abs(k)] for k in by], [k < 0 for k in by])
+    if order is not None:
         columns = [C.take(c, order) for c in columns]
     keep = duplicates.unique_rows(columns)
     if keep is not None:
@@ -942,13 +940,9 @@ def _ops_inside(main_ops: C.Records[tuple[float, float, str, bool]], spans: list
     out: list[Counter[str]] = []
     starts, names_of = main_ops.column(0), main_ops.column(2)
     for start, end in spans:
-        names: Counter[str] = Counter()
-        i = bisect_left(starts, start)
-        while i < len(starts) and starts[i] < end:
-            names[names_of[i]] += 1
-            i += 1
-        if names:
-            out.append(names)
+        first, last = bisect_left(starts, start), bisect_left(starts, end)
+        if last > first:
+            out.append(Counter(islice(names_of, first, last)))
     return out
 
 
@@ -979,8 +973,9 @@ class _Duplicates:
     def unique_rows(self, columns: list[C.Column]) -> list[int] | None:
         """``unique`` over rows held as columns (the first one the start): the indices of the rows
         kept, None when none is dropped. Only runs of equal starts are looked at row by row."""
-        starts = columns[0]
-        equal = list(compress(count(1), map(eq, starts, islice(starts, 1, None))))  # i: start i == start i-1
+        from diagnose.analysis import vectorized
+
+        equal = vectorized.repeats(columns[0])  # i: start i == start i-1
         if not equal:
             return None
         dropped: set[int] = set()
@@ -998,7 +993,7 @@ class _Duplicates:
         if not dropped:
             return None
         self.dropped += len(dropped)
-        return [i for i in range(len(starts)) if i not in dropped]
+        return [i for i in range(len(columns[0])) if i not in dropped]
 
 
 def _raw(value: Any) -> Any:

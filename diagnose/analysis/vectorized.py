@@ -182,6 +182,55 @@ def sweep(
     return phase_dicts, exposed_dicts, busy, segments, counted
 
 
+def sort_order(keys: Sequence[Any], descending: Sequence[bool]) -> np.ndarray | None:
+    """The stable order of rows sorted by ``keys`` (float columns, the first the primary key;
+    ``descending[k]``: key k from largest to smallest), or None where the rows are in that order
+    already (a trace mostly is)."""
+    arrays = [-floats(k) if down else floats(k) for k, down in zip(keys, descending)]
+    if len(arrays[0]) < 2:
+        return None
+    in_order = np.ones(len(arrays[0]) - 1, dtype=bool)  # row i+1 not before row i by the later keys
+    for a in reversed(arrays):
+        step = np.diff(a)
+        in_order = (step > 0) | ((step == 0) & in_order)
+    if in_order.all():
+        return None
+    return np.lexsort(arrays[::-1])  # lexsort: last key primary; stable
+
+
+def members(values: Any, pool: Any) -> list[bool]:
+    """For each of ``values``, whether it equals one of ``pool`` (floats, compared exactly)."""
+    a = floats(values)
+    return np.isin(a, floats(pool)).tolist() if len(a) else []
+
+
+def repeats(values: Any) -> list[int]:
+    """The indices i where ``values[i] == values[i - 1]``."""
+    a = floats(values)
+    return (np.flatnonzero(a[1:] == a[:-1]) + 1).tolist()
+
+
+def outermost(starts: Any, ends: Any) -> np.ndarray | None:
+    """The indices of the operators (sorted by start, outermost first) that are not nested in an
+    earlier one: as the reader's loop keeps them, each that starts at or after the end of the last
+    one kept. Vectorised, "the last one kept" becomes the latest end so far; the two agree
+    wherever no operator left out ends after the one kept before it, which is checked: None
+    where they may differ (an operator that outlives its parent), for the loop to decide."""
+    s, e = floats(starts), floats(ends)
+    if not len(s):
+        return np.empty(0, dtype=np.int64)
+    reach = np.empty(len(e))
+    reach[0] = -np.inf
+    np.maximum.accumulate(e[:-1], out=reach[1:])
+    kept = np.flatnonzero(s >= reach)
+    # the end of the last operator kept before each one, as the loop has it
+    last = np.searchsorted(kept, np.arange(len(s)), side="left") - 1
+    last_end = np.where(last >= 0, e[kept[np.maximum(last, 0)]], -np.inf)
+    if not np.array_equal(last_end, reach):
+        return None
+    return kept
+
+
 def merged(spans: Sequence[Spans]) -> list[tuple[float, float]]:
     """``breakdown.merge`` of every interval of ``spans``: their union as sorted disjoint
     intervals (intervals of no width left out, touching ones joined)."""

@@ -1,0 +1,71 @@
+"""The reader's array helpers (``analysis/vectorized``) give what the Python loops they replace
+gave, row for row, on hand-made cases and on random ones full of ties."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from diagnose.analysis import vectorized as V
+from diagnose.analysis.timeline import _outermost
+
+
+def _loop_outermost(starts: list[float], ends: list[float]) -> list[int]:
+    out, top_end = [], float("-inf")
+    for i, (start, end) in enumerate(zip(starts, ends)):
+        if start >= top_end:
+            out.append(i)
+            top_end = end
+    return out
+
+
+def _random_rows(rng: random.Random, n: int) -> tuple[list[float], list[float]]:
+    starts = [float(rng.randrange(20)) for _ in range(n)]
+    ends = [s + rng.choice([0.0, 0.5, 1.0, 3.0]) for s in starts]
+    return starts, ends
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sort_order_is_pythons_stable_sort(seed: int) -> None:
+    rng = random.Random(seed)
+    starts, ends = _random_rows(rng, rng.randrange(0, 60))
+    for descending in ([False], [False, False], [False, True]):
+        keys = [starts, ends][: len(descending)]
+        rows = list(zip(*[[-v for v in k] if down else k for k, down in zip(keys, descending)]))
+        expected = sorted(range(len(starts)), key=rows.__getitem__)
+        order = V.sort_order(keys, descending)
+        assert (list(range(len(starts))) if order is None else order.tolist()) == expected
+        assert (order is None) == (expected == list(range(len(starts))))
+
+
+def test_sort_order_leaves_rows_in_order_alone() -> None:
+    assert V.sort_order([[1.0, 1.0, 2.0], [3.0, 2.0, 0.0]], [False, True]) is None
+    assert V.sort_order([[1.0, 1.0, 2.0], [2.0, 3.0, 0.0]], [False, True]).tolist() == [1, 0, 2]
+    assert V.sort_order([[]], [False]) is None and V.sort_order([[5.0]], [False]) is None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_outermost_operators_are_the_loops(seed: int) -> None:
+    rng = random.Random(seed)
+    starts, ends = _random_rows(rng, rng.randrange(0, 40))
+    order = sorted(range(len(starts)), key=lambda i: (starts[i], -ends[i]))
+    starts, ends = [starts[i] for i in order], [ends[i] for i in order]
+    kept = V.outermost(starts, ends)
+    assert kept is None or kept.tolist() == _loop_outermost(starts, ends)
+    assert _outermost(starts, ends) == _loop_outermost(starts, ends)
+
+
+def test_an_operator_that_outlives_its_parent_is_left_to_the_loop() -> None:
+    # op 1 starts inside op 0 and ends after it: the loop measures op 2 against op 0's end
+    starts, ends = [0.0, 1.0, 2.5], [2.0, 3.0, 4.0]
+    assert V.outermost(starts, ends) is None
+    assert _outermost(starts, ends) == [0, 2]
+    assert V.outermost([0.0, 1.0, 2.0], [2.0, 1.5, 3.0]).tolist() == [0, 2]
+    assert V.outermost([], []).tolist() == []
+
+
+def test_members_and_repeats() -> None:
+    assert V.members([1.0, 2.0, -0.0], [0.0, 2.0]) == [False, True, True]
+    assert V.members([], [1.0]) == [] and V.members([1.0], []) == [False]
+    assert V.repeats([1.0, 1.0, 2.0, 2.0, 2.0, 3.0]) == [1, 3, 4] and V.repeats([]) == [] and V.repeats([4.0]) == []
