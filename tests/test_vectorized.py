@@ -69,3 +69,38 @@ def test_members_and_repeats() -> None:
     assert V.members([1.0, 2.0, -0.0], [0.0, 2.0]) == [False, True, True]
     assert V.members([], [1.0]) == [] and V.members([1.0], []) == [False]
     assert V.repeats([1.0, 1.0, 2.0, 2.0, 2.0, 3.0]) == [1, 3, 4] and V.repeats([]) == [] and V.repeats([4.0]) == []
+
+
+def _loop_backward_spans(ops: list[tuple[float, float]], forward_starts: list[float]) -> list[tuple[float, float]]:
+    from bisect import bisect_right
+
+    spans: list[tuple[float, float]] = []
+    for start, end in ops:
+        if spans:
+            k = bisect_right(forward_starts, spans[-1][1])
+            if not (k < len(forward_starts) and forward_starts[k] < start):
+                spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+                continue
+        spans.append((start, end))
+    return spans
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_backward_calls_are_the_loops_groups(seed: int) -> None:
+    from diagnose.analysis.breakdown import backward_spans
+
+    rng = random.Random(seed)
+    ops = sorted(zip(*_random_rows(rng, rng.randrange(0, 200))))
+    forward_starts = sorted(float(rng.randrange(20)) + 0.25 * rng.randrange(4) for _ in range(rng.randrange(0, 12)))
+    expected = _loop_backward_spans(ops, forward_starts)
+    assert V.backward_calls([a for a, _ in ops], [b for _, b in ops], forward_starts) == expected
+    assert backward_spans(ops, forward_starts) == expected
+
+
+def test_backward_events_that_end_before_they_start_are_left_to_the_loop() -> None:
+    from diagnose.analysis.breakdown import backward_spans
+
+    ops = [(float(i), float(i) + 0.5) for i in range(80)] + [(90.0, 89.0)]
+    assert V.backward_calls([a for a, _ in ops], [b for _, b in ops], [40.7]) is None
+    assert backward_spans(ops, [40.7]) == _loop_backward_spans(ops, [40.7]) == [(0.0, 40.5), (41.0, 89.0)]
+    assert V.backward_calls([], [], [1.0]) == []

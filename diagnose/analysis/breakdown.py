@@ -182,7 +182,15 @@ def backward_spans(backward_ops: list[Interval], forward_starts: list[float]) ->
     Consecutive backward events belong to one call unless a forward operator starts between
     them (gradient accumulation: forward, backward, forward, backward ...). The span covers the
     gaps inside one call, during which the main thread is blocked in ``backward()``.
+    Vectorised where that gives the same (``vectorized.backward_calls``).
     """
+    if len(backward_ops) > 64:
+        from diagnose.analysis import vectorized as V
+
+        starts, ends = (backward_ops.column(0), backward_ops.column(1)) if hasattr(backward_ops, "column") else zip(*backward_ops)
+        found = V.backward_calls(starts, ends, forward_starts)
+        if found is not None:
+            return found
     spans: list[Interval] = []
     for start, end in backward_ops:
         if spans:

@@ -231,6 +231,28 @@ def outermost(starts: Any, ends: Any) -> np.ndarray | None:
     return kept
 
 
+def backward_calls(starts: Any, ends: Any, forward_starts: Any) -> list[tuple[float, float]] | None:
+    """``breakdown.backward_spans`` as array operations: the backward events (by start) grouped
+    into one span per ``backward()`` call, a new call wherever a forward operator starts after
+    the current span's end and before the event. The loop's "current span's end" is the running
+    maximum of the ends so far, which holds while no event ends before it starts: None where
+    one does (a malformed trace), for the loop to decide."""
+    s, e, f = floats(starts), floats(ends), floats(forward_starts)
+    if not len(s):
+        return []
+    if (e < s).any():
+        return None
+    reach = np.maximum.accumulate(e)
+    new = np.zeros(len(s), dtype=bool)
+    new[0] = True
+    if len(f) and len(s) > 1:
+        k = np.searchsorted(f, reach[:-1], side="right")  # the first forward start after the span's end
+        new[1:] = (k < len(f)) & (f[np.minimum(k, len(f) - 1)] < s[1:])
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return list(zip(s[first].tolist(), reach[last].tolist()))
+
+
 def merged(spans: Sequence[Spans]) -> list[tuple[float, float]]:
     """``breakdown.merge`` of every interval of ``spans``: their union as sorted disjoint
     intervals (intervals of no width left out, touching ones joined)."""
