@@ -237,7 +237,7 @@ def test_the_knob_reaches_a_decorator_and_module_compile_but_not_library_calls(c
 
         lib_net = nn.Linear(2, 2)
         # a call whose direct caller is library code (here torch's own file) is not the script's
-        lib_call = compile(f"result = torch.compile(net, mode='max-autotune')", os.path.join(os.path.dirname(torch.__file__), "fake_lib.py"), "exec")
+        lib_call = compile("result = torch.compile(net, mode='max-autotune')", os.path.join(os.path.dirname(torch.__file__), "fake_lib.py"), "exec")
         namespace = {"torch": torch, "net": lib_net}
         exec(lib_call, namespace)
     finally:

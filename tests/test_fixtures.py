@@ -73,7 +73,6 @@ def test_the_report_quotes_the_planted_line(fixture) -> None:
 def test_each_rule_fires_on_its_own_example_only() -> None:
     fired: dict[str, list[str]] = {}
     for folder in FIXTURES:
-        expected = json.loads((folder / "expected.json").read_text())
         for rule in analyze_run(RunDir(folder), AnalysisOptions.load(show_all=True)).findings:
             fired.setdefault(rule["rule"], []).append(folder.name)
     assert all(len(examples) == 1 for examples in fired.values()), fired

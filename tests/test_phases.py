@@ -13,7 +13,7 @@ import pytest
 from diagnose.analysis.breakdown import compute_breakdown, merge, resolve_nesting
 from diagnose.analysis.timeline import build_timeline, load_timeline
 from tests.conftest import DATA
-from tests.tracebuilder import AUTOGRAD, ELEMENTWISE, FP32_GEMM, MAIN, MULTI_TENSOR, PID, TraceBuilder
+from tests.tracebuilder import AUTOGRAD, ELEMENTWISE, FP32_GEMM, MAIN, MULTI_TENSOR, TraceBuilder
 
 TRITON = "triton_poi_fused_add_relu_0"
 
