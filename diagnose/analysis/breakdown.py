@@ -491,7 +491,7 @@ def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]
     """GPU activity by label (start and end columns), and each kernel's label (in
     ``timeline.kernels`` order): in arrays where the launches' ids are machine integers and the
     model phases are disjoint (the reader's usual output), else one kernel at a time."""
-    import numpy as np
+    from diagnose.analysis.vectorized import np
 
     found = _kernel_labels_vectorized(timeline, host_intervals)
     if found is not None:
@@ -515,7 +515,7 @@ def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]
 
 
 def _spans(intervals: Any) -> V.Spans:
-    import numpy as np
+    from diagnose.analysis.vectorized import np
 
     if not len(intervals):
         return np.empty(0), np.empty(0)
@@ -526,7 +526,7 @@ def _spans(intervals: Any) -> V.Spans:
 def _kernel_labels_vectorized(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Each kernel's label as an index into ``_GPU_LABELS``, with the kernels' starts and ends;
     None where the arrays cannot say it (ids that are not machine integers, phases that overlap)."""
-    import numpy as np
+    from diagnose.analysis.vectorized import np
 
     from diagnose.analysis import vectorized as V
 
@@ -834,7 +834,7 @@ def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: 
 
 
 def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str]) -> dict[str, tuple[float, int]]:
-    import numpy as np
+    from diagnose.analysis.vectorized import np
 
     from diagnose.analysis import vectorized as V
 

@@ -14,7 +14,8 @@ timeline of millions of kernels, launches and operators then takes a fifth of th
 the code that reads ``timeline.kernels`` as a list of ``GpuKernel`` still does. The columns are
 the standard library's arrays, which numpy views without a copy where the breakdown computes
 over them (``vectorized``) and where the reader reorders them (``take``, ``Launches.from_calls``:
-after the reader's worker processes are done; the workers themselves never import numpy).
+after the reader's worker processes are done; the workers themselves never import numpy, and
+numpy is always imported through ``vectorized``, which counts the threads it starts).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def take(column: Column, order: Iterable[int]) -> Column:
     """``column`` reordered (``order`` lists indices: a list, or an integer numpy array)."""
     if type(column) is list:
         return list(map(column.__getitem__, order.tolist() if hasattr(order, "tolist") else order))
-    import numpy as np  # only this process reorders, after the reader's workers are gone
+    from diagnose.analysis.vectorized import np  # counts the threads numpy starts (see vectorized)
 
     out = array(column.typecode)  # type: ignore[union-attr]
     index = order if isinstance(order, np.ndarray) else np.fromiter(order, dtype=np.intp)
@@ -150,7 +151,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
         one (as assigning into a dict did). A plain dict when the ids are not all integers."""
         if type(correlations) is list:
             return {c: (s, e) for c, s, e in zip(correlations, starts, ends)}
-        import numpy as np
+        from diagnose.analysis.vectorized import np  # counts the threads numpy starts (see vectorized)
 
         ids = np.frombuffer(correlations, dtype=np.int64) if len(correlations) else np.empty(0, dtype=np.int64)
         if (ids[1:] > ids[:-1]).all():  # the usual order
