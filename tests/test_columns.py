@@ -90,6 +90,14 @@ def test_launches_of_many_calls_out_of_order_read_as_the_dict() -> None:
     assert Launches.from_calls(int_column(), float_column(), float_column()) == {}
 
 
+def test_many_launches_looked_up_at_once_are_each_get() -> None:
+    launches = Launches.from_calls(int_column([9, 3, 5, 3]), float_column([0.0, 1.0, 2.0, 3.0]), float_column([0.5, 1.5, 2.5, 3.5]))
+    keys = [3, 5, 9, 4, 10, -1, 2**70, "3", None, True]
+    assert launches.many(keys) == {k: launches.get(k) for k in keys}
+    assert launches.many(keys)[3] == (3.0, 3.5) and launches.many([]) == {}
+    assert Launches(int_column(), float_column(), float_column()).many([1]) == {1: None}
+
+
 def test_launches_with_ids_that_are_not_integers_are_a_dict() -> None:
     launches = Launches.from_calls(["a", 2], float_column([0.0, 1.0]), float_column([1.0, 2.0]))
     assert launches == {"a": (0.0, 1.0), 2: (1.0, 2.0)}

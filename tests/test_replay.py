@@ -688,3 +688,18 @@ def test_a_dominant_idle_share_is_named_when_no_change_is_predicted_to_relieve_i
     breakdown.exposed_share["sync"], breakdown.exposed_share["gpu_forward"] = 0.1, 0.9
     assert _verdict(report, considered, breakdown).startswith("No bottleneck found: GPU busy")
     assert dominant_idle(breakdown) is None
+
+
+def test_changed_is_dataclasses_replace_for_ops_and_host_items() -> None:
+    from diagnose.analysis.replay import GpuOp, HostItem, changed
+
+    values = {"kind": "wait", "duration_us": 1.5, "phase": "other", "ops": (1, 2), "lead_us": 0.25, "streams": (7,), "after_us": 3.0,
+              "blocking": True, "fetch": 4, "sync_kind": "user", "ready_us": 9.0}
+    assert set(values) == {f.name for f in dataclasses.fields(HostItem)}  # every field set to a value of its own
+    item = HostItem(**values)
+    assert changed(item, ops=(5,)) == dataclasses.replace(item, ops=(5,)) == HostItem(**{**values, "ops": (5,)})
+    assert changed(item) == item and changed(item) is not item
+    op = GpuOp(3, 2.0, "memcpy", "Memcpy HtoD", "forward", 1.0, 4.0, 10.0, "HtoD", 64, True)
+    assert changed(op, latency_us=0.0, gap_us=5.0) == dataclasses.replace(op, latency_us=0.0, gap_us=5.0)
+    with pytest.raises(KeyError):
+        changed(op, no_such_field=1)

@@ -4,7 +4,8 @@ Contract: ``Records(make, columns)`` is a read-only sequence of ``make`` tuples 
 class, ``tuple`` for plain intervals, or ``None`` for a single column of bare values) whose fields
 are the given columns; iterating, indexing and slicing build the tuples on the fly, and it compares
 equal to a list of the same tuples. ``Launches(correlations, starts, ends)`` is the read-only
-mapping correlation id -> (start, end) of the runtime calls, kept as three sorted columns.
+mapping correlation id -> (start, end) of the runtime calls, kept as three sorted columns
+(``many`` looks up a set of ids at once).
 ``float_column``/``int_column``/``object_column`` make the columns; ``extend_ints`` extends an int
 column, turning it into a plain list when a value does not fit a machine integer.
 
@@ -178,6 +179,25 @@ class Launches(Mapping[Any, tuple[float, float]]):
     def get(self, corr: Any, default: Any = None) -> Any:
         i = self._index(corr)
         return default if i < 0 else (self.starts[i], self.ends[i])
+
+    def many(self, corrs: Iterable[Any]) -> dict[Any, tuple[float, float] | None]:
+        """``{corr: self.get(corr)}`` for each of ``corrs``, the searches made at once (numpy)."""
+        from diagnose.analysis.vectorized import np  # counts the threads numpy starts (see vectorized)
+
+        out: dict[Any, tuple[float, float] | None] = dict.fromkeys(corrs)
+        wanted = [c for c in out if type(c) is int and -(2**63) <= c < 2**63]
+        if not wanted or not len(self.correlations):
+            return out
+        keys = np.array(wanted, dtype=np.int64)
+        ids = np.frombuffer(self.correlations, dtype=np.int64)  # type: ignore[call-overload]
+        at = np.minimum(np.searchsorted(ids, keys), len(ids) - 1)
+        found = np.flatnonzero(ids[at] == keys)
+        rows = at[found]
+        starts = np.frombuffer(self.starts, dtype=np.float64)[rows].tolist()  # type: ignore[call-overload]
+        ends = np.frombuffer(self.ends, dtype=np.float64)[rows].tolist()  # type: ignore[call-overload]
+        for j, start, end in zip(found.tolist(), starts, ends):
+            out[wanted[j]] = (start, end)
+        return out
 
     def __contains__(self, corr: object) -> bool:
         return self._index(corr) >= 0

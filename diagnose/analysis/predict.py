@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from diagnose.analysis import patterns as P
-from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, ReplayCheck, StepModel, replay
+from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, ReplayCheck, StepModel, changed, replay
 
 # --- tabled rates ---------------------------------------------------------------------------------
 
@@ -146,7 +146,7 @@ def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> Ste
             continue
         precision = P.classify_kernel(op.name).precision
         if precision in ratios:
-            ops[i] = replace(op, duration_us=op.duration_us / ratios[precision])
+            ops[i] = changed(op, duration_us=op.duration_us / ratios[precision])
             scaled.add(i)
     if not scaled:
         raise CannotPredict("no matmul/convolution kernel in this precision to speed up")
@@ -155,7 +155,7 @@ def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> Ste
     for i, op in enumerate(ops):  # memory-bound kernels of forward and backward move bf16
         if i not in scaled and _is_elementwise(op) and op.phase in ("forward", "backward", "unknown"):
             if not AUTOCAST_FP32_KERNEL.search(op.name) and not HALF_KERNEL.search(op.name):
-                ops[i] = replace(op, duration_us=op.duration_us / AUTOCAST_BYTE_RATIO)
+                ops[i] = changed(op, duration_us=op.duration_us / AUTOCAST_BYTE_RATIO)
     cast_us = _median_duration(model.ops, _is_elementwise) or 0.0
     items: list[HostItem] = []
     for it in model.items:
@@ -215,7 +215,7 @@ def fused_optimizer(model: StepModel, facts: Mapping[str, float], param_tensors:
         kept = tuple(i for i in it.ops if i not in dropped)
         if it.kind == "launch" and not kept:
             continue
-        items.append(replace(it, ops=kept) if it.kind == "launch" else it)
+        items.append(changed(it, ops=kept) if it.kind == "launch" else it)
     keep = [i not in dropped for i in range(len(ops))]
     return _drop_ops(_rebuild(model, items, ops), keep)
 
@@ -236,7 +236,8 @@ def _drop_ops(model: StepModel, keep: list[bool]) -> StepModel:
                     continue
                 items.append(HostItem("work", it.duration_us, it.phase))
                 continue
-            it = replace(it, ops=kept)
+            if kept != it.ops:  # ops before the first one dropped keep their numbers
+                it = changed(it, ops=kept)
         items.append(it)
     return _rebuild(model, items, ops)
 
@@ -338,7 +339,7 @@ def compile_model(
         # a chain of pointwise kernels becomes one that reads the chain's inputs and writes its
         # outputs: about what its largest kernel moves
         if len(run) >= 2 and fuse:
-            ops[run[-1]] = replace(ops[run[-1]], duration_us=max(ops[j].duration_us for j in run))
+            ops[run[-1]] = changed(ops[run[-1]], duration_us=max(ops[j].duration_us for j in run))
             for j in run[:-1]:
                 keep[j] = False
 
@@ -388,12 +389,12 @@ def compile_model(
     for i, it in enumerate(fused.items):
         if i in calls_before:
             items.append(HostItem("work", calls_before[i], COMPILED_CALL_PHASE))
-        items.append(replace(it, duration_us=it.duration_us * scales[i], lead_us=it.lead_us * scales[i]) if i in scales else it)
+        items.append(changed(it, duration_us=it.duration_us * scales[i], lead_us=it.lead_us * scales[i]) if i in scales else it)
     ops = list(fused.ops)
     if cuda_graphs:  # a piece that became a graph runs its ops back to back; one left eager does not
         graphed = {j for i, it in enumerate(fused.items) if it.kind == "launch" and i in scales for j in it.ops}
         graphed |= {j for j, op in enumerate(ops) if op.carried_ready_us is not None and op.phase in phases}
-        ops = [replace(op, latency_us=0.0, gap_us=min(op.gap_us, STREAM_GAP_US)) if j in graphed else op for j, op in enumerate(ops)]
+        ops = [changed(op, latency_us=0.0, gap_us=min(op.gap_us, STREAM_GAP_US)) if j in graphed else op for j, op in enumerate(ops)]
     return replace(fused, items=tuple(items), ops=tuple(ops))
 
 
@@ -461,12 +462,12 @@ def pinned_copies(model: StepModel, facts: Mapping[str, float], bandwidth_gbs: f
     gbs = bandwidth_gbs or pinned_bandwidth_gbs(model)
     ops = list(model.ops)
     for i in pageable:
-        ops[i] = replace(ops[i], duration_us=ops[i].nbytes / (gbs * 1e3), copy_kind="HtoD-pinned")
+        ops[i] = changed(ops[i], duration_us=ops[i].nbytes / (gbs * 1e3), copy_kind="HtoD-pinned")
     targets = set(pageable)
     items = []
     for it in model.items:
         if it.kind == "launch" and targets.intersection(it.ops):  # the call staged the copy through host memory
-            items.append(replace(it, blocking=False, duration_us=model.launch_cost_us, after_us=0.0))
+            items.append(changed(it, blocking=False, duration_us=model.launch_cost_us, after_us=0.0))
         elif it.kind == "wait" and it.sync_kind == "staging":
             continue
         else:
@@ -499,7 +500,7 @@ def remove_syncs(model: StepModel, facts: Mapping[str, float], keep_every: float
         if i not in removed:
             items.append(it)
         elif it.kind == "launch":  # a blocking read-back becomes an asynchronous one
-            items.append(replace(it, blocking=False, duration_us=model.launch_cost_us, after_us=0.0))
+            items.append(changed(it, blocking=False, duration_us=model.launch_cost_us, after_us=0.0))
     return replace(model, items=tuple(items))
 
 
@@ -528,10 +529,10 @@ def larger_batch(
         if op.phase in ("optimizer",) or op.kind == "memset" or kind.communication:
             return op
         grow = matmul_scale if op.kind == "kernel" and kind.precision is not None and not kind.convolution else factor
-        return replace(op, duration_us=op.duration_us * grow)
+        return changed(op, duration_us=op.duration_us * grow)
 
     ops = [scaled(op) for op in model.ops]
-    items = [replace(it, duration_us=it.duration_us * factor) if it.fetch is not None else it for it in model.items]
+    items = [changed(it, duration_us=it.duration_us * factor) if it.fetch is not None else it for it in model.items]
     return replace(model, ops=tuple(ops), items=tuple(items), batch_factor=model.batch_factor * factor)
 
 

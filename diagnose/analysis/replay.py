@@ -36,9 +36,10 @@ import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from itertools import islice
-from typing import Any
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from diagnose.analysis import columns as C
 from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
@@ -113,6 +114,23 @@ class HostItem:
     #: work that cannot end before this many microseconds after the window's start (a batch
     #: that the DataLoader's workers deliver at their own pace; set by a transformation)
     ready_us: float | None = None
+
+
+_Value = TypeVar("_Value", GpuOp, HostItem)
+_FIELDS: dict[type, tuple[Any, dict[str, int]]] = {
+    cls: (attrgetter(*(f.name for f in fields(cls))), {f.name: i for i, f in enumerate(fields(cls))}) for cls in (GpuOp, HostItem)
+}
+
+
+def changed(value: _Value, **changes: Any) -> _Value:
+    """``dataclasses.replace`` for a ``GpuOp`` or a ``HostItem``, without its per-call
+    introspection of the fields (a transformation changes tens of thousands of them: 1.1 µs
+    each instead of 4)."""
+    get, index = _FIELDS[type(value)]
+    values = list(get(value))
+    for name, new in changes.items():
+        values[index[name]] = new
+    return type(value)(*values)
 
 
 @dataclass(frozen=True)
@@ -293,7 +311,9 @@ def build_model(timeline: Timeline) -> StepModel | None:
         stream_busy[stream] = max(prev_end, end)
     busy_before = _busy_before(timeline, w0)
     # each op's launch (None where the trace holds none), looked up once per correlation id
-    launches = {corr: timeline.launches.get(corr) for corr in {r[4] for r in in_model}}
+    corrs = {r[4] for r in in_model}
+    every = timeline.launches
+    launches = every.many(corrs) if isinstance(every, C.Launches) else {corr: every.get(corr) for corr in corrs}
 
     # launch latency of the trace: median delay of ops that waited for their launch
     waited = []
@@ -385,18 +405,18 @@ def _host_items(
     op_starts: list[float],
     op_ends: list[float],
 ) -> list[HostItem]:
-    calls: list[tuple[float, float, str, Any]] = []  # (start, end, "launch"|"sync", payload)
-    launch_spans = set()
-    for corr, indices in ops_of_corr.items():
-        start, end = launches[corr]
-        calls.append((start, end, "launch", tuple(indices)))
-        launch_spans.add((start, end))
-    h2d = labeller.labels["h2d_copy"]
-    data_parallel = merge(timeline.data_parallel_spans)
-    for s in timeline.syncs:
-        if w0 <= s.start < w1 and (s.start, s.end) not in launch_spans:
-            kind = "staging" if _inside(h2d, s.start) else "comm" if _inside(data_parallel, s.start) else "user"
-            calls.append((s.start, s.end, "sync", kind))
+    # (start, end, "launch"|"sync", payload)
+    calls: list[tuple[float, float, str, Any]] = [(*launches[corr], "launch", tuple(indices)) for corr, indices in ops_of_corr.items()]  # type: ignore[misc]
+    syncs = [s for s in timeline.syncs if w0 <= s.start < w1]
+    if syncs:
+        launch_spans = {(c[0], c[1]) for c in calls}
+        h2d = labeller.labels["h2d_copy"]
+        data_parallel = merge(timeline.data_parallel_spans)
+        for s in syncs:
+            if (s.start, s.end) not in launch_spans:
+                kind = "staging" if _inside(h2d, s.start) else "comm" if _inside(data_parallel, s.start) else "user"
+                calls.append((s.start, s.end, "sync", kind))
+    waits = len(calls) > len(ops_of_corr)
     calls.sort(key=lambda c: (c[0], c[1]))
 
     fetch_of = {iv: i for i, iv in enumerate(labeller.labels["data_wait"])}
@@ -410,15 +430,17 @@ def _host_items(
                 return fetch_of[iv]
         return None
 
-    # measured end of the last op launched before time t, per stream (for the waits)
-    launch_time_of_op = {index: launches[corr][0] for corr, indices in ops_of_corr.items() for index in indices}
+    # measured end of the last op launched before time t, per stream (for the waits, if any)
     per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for index, op in enumerate(ops):
-        t = launch_time_of_op.get(index, float("-inf"))
-        per_stream[op.stream].append((t, op_ends[index]))
-    for v in per_stream.values():
-        v.sort()
-    before_busy = {s: e for s, e in _busy_before(timeline, w0).items()}
+    before_busy: dict[int, float] = {}
+    if waits:
+        launch_time_of_op = {index: launches[corr][0] for corr, indices in ops_of_corr.items() for index in indices}  # type: ignore[index]
+        for index, op in enumerate(ops):
+            t = launch_time_of_op.get(index, float("-inf"))
+            per_stream[op.stream].append((t, op_ends[index]))
+        for v in per_stream.values():
+            v.sort()
+        before_busy = dict(_busy_before(timeline, w0))
 
     def last_end_launched_before(stream: int, t: float) -> float:
         v = per_stream.get(stream, [])
@@ -456,7 +478,10 @@ def _host_items(
         phase = labeller.at(start)
         if kind == "launch":
             indices = payload
-            blocking = all(ops[i].kind == "memcpy" for i in indices) and end >= max(op_ends[i] for i in indices)
+            if len(indices) == 1:  # the usual launch
+                blocking = ops[indices[0]].kind == "memcpy" and end >= op_ends[indices[0]]
+            else:
+                blocking = all(ops[i].kind == "memcpy" for i in indices) and end >= max(op_ends[i] for i in indices)
             if blocking:
                 done = max(op_ends[i] for i in indices)
                 items.append(HostItem("launch", 0.0, phase, indices, lead, after_us=end - max(start, done), blocking=True))
@@ -496,49 +521,62 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
     removed sync over-predicted): 0 replays a host that keeps ahead of the GPU whatever its
     code costs."""
     w0 = model.start_us
+    ops = model.ops
     stream_end = dict(model.stream_busy_until)
     last_end: dict[int, float] = dict(model.stream_busy_until)  # end of the last op enqueued, per stream
-    ends = [0.0] * len(model.ops)
+    ends = [0.0] * len(ops)
     busy = 0.0
+    neg_inf = float("-inf")
 
-    def enqueue(index: int, ready: float, shrink: float = 0.0) -> None:
-        nonlocal busy
-        op = model.ops[index]
-        prev = stream_end.get(op.stream, float("-inf"))
-        start = max(ready + max(op.latency_us - shrink, 0.0), prev + op.gap_us)
-        end = start + op.duration_us
-        ends[index] = end
-        busy += op.duration_us
-        stream_end[op.stream] = max(prev, end)
-        last_end[op.stream] = end
-
-    for index, op in enumerate(model.ops):  # carried-in work is queued before the window's own
+    # The hot loop (once per op of every replay): enqueuing is written out where it is needed,
+    # and max(a, b) as ``b if b > a else a``, which is what max returns, to the last bit.
+    for index, op in enumerate(ops):  # carried-in work is queued before the window's own
         if op.carried_ready_us is not None:
-            enqueue(index, op.carried_ready_us)
+            prev = stream_end.get(op.stream, neg_inf)
+            latency = 0.0 if 0.0 > op.latency_us else op.latency_us
+            start, after_prev = op.carried_ready_us + latency, prev + op.gap_us
+            start = after_prev if after_prev > start else start
+            end = start + op.duration_us
+            ends[index] = end
+            busy += op.duration_us
+            stream_end[op.stream] = end if end > prev else prev
+            last_end[op.stream] = end
 
     h = w0
+    model_code = MODEL_CODE_PHASES
     for item in model.items:
-        elastic = item.phase in MODEL_CODE_PHASES and not item.blocking and item.kind != "wait"
+        kind = item.kind
+        elastic = item.phase in model_code and not item.blocking and kind != "wait"
         duration = item.duration_us * host_code_scale if elastic else item.duration_us
         lead = item.lead_us * host_code_scale if elastic else item.lead_us
-        if item.kind == "work":
+        if kind == "work":
             h += duration
             if item.ready_us is not None:
                 h = max(h, w0 + item.ready_us)
-        elif item.kind == "launch":
+        elif kind == "launch":
             call_start = h - lead
             # the part of an op's launch latency spent inside the launch call is host code: it
             # shrinks with the call
             shrink = item.duration_us - duration if elastic else 0.0
             for index in item.ops:
-                enqueue(index, call_start, shrink)
+                op = ops[index]
+                stream = op.stream
+                prev = stream_end.get(stream, neg_inf)
+                latency = op.latency_us - shrink
+                start, after_prev = call_start + (0.0 if 0.0 > latency else latency), prev + op.gap_us
+                start = after_prev if after_prev > start else start
+                end = start + op.duration_us
+                ends[index] = end
+                busy += op.duration_us
+                stream_end[stream] = end if end > prev else prev
+                last_end[stream] = end
             if item.blocking:
                 done = max(ends[i] for i in item.ops)
                 h = max(h, max(call_start, done) + item.after_us * host_code_scale)
             else:
                 h += duration
         else:
-            done = max((last_end.get(s, float("-inf")) for s in item.streams), default=float("-inf"))
+            done = max((last_end.get(s, neg_inf) for s in item.streams), default=neg_inf)
             h = max(h, max(h - lead, done) + item.after_us * host_code_scale)
     gpu_end = max((end for end, op in zip(ends, model.ops) if not op.spills), default=w0)
     return Replay(window_us=max(h, gpu_end) - w0, host_end_us=h - w0, gpu_end_us=gpu_end - w0, gpu_busy_us=busy)
