@@ -53,14 +53,14 @@ def test_outermost_operators_are_the_loops(seed: int) -> None:
     starts, ends = [starts[i] for i in order], [ends[i] for i in order]
     kept = V.outermost(starts, ends)
     assert kept is None or kept.tolist() == _loop_outermost(starts, ends)
-    assert _outermost(starts, ends) == _loop_outermost(starts, ends)
+    assert list(_outermost(starts, ends)) == _loop_outermost(starts, ends)
 
 
 def test_an_operator_that_outlives_its_parent_is_left_to_the_loop() -> None:
     # op 1 starts inside op 0 and ends after it: the loop measures op 2 against op 0's end
     starts, ends = [0.0, 1.0, 2.5], [2.0, 3.0, 4.0]
     assert V.outermost(starts, ends) is None
-    assert _outermost(starts, ends) == [0, 2]
+    assert list(_outermost(starts, ends)) == [0, 2]
     assert V.outermost([0.0, 1.0, 2.0], [2.0, 1.5, 3.0]).tolist() == [0, 2]
     assert V.outermost([], []).tolist() == []
 

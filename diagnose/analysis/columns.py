@@ -26,7 +26,6 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import islice
-
 from typing import Any, Generic, TypeVar, Union, overload
 
 Item = TypeVar("Item")
@@ -152,14 +151,14 @@ class Launches(Mapping[Any, tuple[float, float]]):
         one (as assigning into a dict did). A plain dict when the ids are not all integers."""
         if type(correlations) is list:
             return {c: (s, e) for c, s, e in zip(correlations, starts, ends)}
-        from diagnose.analysis.vectorized import np  # counts the threads numpy starts (see vectorized)
+        from diagnose.analysis import vectorized as V  # imports numpy, counting the threads it starts
 
-        ids = np.frombuffer(correlations, dtype=np.int64) if len(correlations) else np.empty(0, dtype=np.int64)
+        ids = V.ints(correlations)
         if (ids[1:] > ids[:-1]).all():  # the usual order
             return cls(correlations, starts, ends)
-        order = np.argsort(ids, kind="stable")  # stable: the last of equal ids wins below
+        order = V.np.argsort(ids, kind="stable")  # stable: the last of equal ids wins below
         in_order = ids[order]
-        last = np.append(in_order[1:] != in_order[:-1], True)
+        last = V.np.append(in_order[1:] != in_order[:-1], True)
         if not last.all():
             order = order[last]
         return cls(take(correlations, order), take(starts, order), take(ends, order))  # type: ignore[arg-type]
@@ -182,20 +181,14 @@ class Launches(Mapping[Any, tuple[float, float]]):
 
     def many(self, corrs: Iterable[Any]) -> dict[Any, tuple[float, float] | None]:
         """``{corr: self.get(corr)}`` for each of ``corrs``, the searches made at once (numpy)."""
-        from diagnose.analysis.vectorized import np  # counts the threads numpy starts (see vectorized)
+        from diagnose.analysis import vectorized as V  # imports numpy, counting the threads it starts
 
         out: dict[Any, tuple[float, float] | None] = dict.fromkeys(corrs)
         wanted = [c for c in out if type(c) is int and -(2**63) <= c < 2**63]
-        if not wanted or not len(self.correlations):
-            return out
-        keys = np.array(wanted, dtype=np.int64)
-        ids = np.frombuffer(self.correlations, dtype=np.int64)  # type: ignore[call-overload]
-        at = np.minimum(np.searchsorted(ids, keys), len(ids) - 1)
-        found = np.flatnonzero(ids[at] == keys)
-        rows = at[found]
-        starts = np.frombuffer(self.starts, dtype=np.float64)[rows].tolist()  # type: ignore[call-overload]
-        ends = np.frombuffer(self.ends, dtype=np.float64)[rows].tolist()  # type: ignore[call-overload]
-        for j, start, end in zip(found.tolist(), starts, ends):
+        rows = V.rows_of(V.np.array(wanted, dtype=V.np.int64), V.ints(self.correlations))
+        found = rows >= 0
+        starts, ends = V.floats(self.starts)[rows[found]].tolist(), V.floats(self.ends)[rows[found]].tolist()
+        for j, start, end in zip(V.np.flatnonzero(found).tolist(), starts, ends):
             out[wanted[j]] = (start, end)
         return out
 

@@ -63,7 +63,7 @@ _HOST_PRIORITY = ("data_wait", "h2d_copy", "optimizer", "backward", "forward")
 
 
 #: GpuOp and HostItem are values: nothing changes one in place (a transformation makes changed
-#: copies with ``dataclasses.replace``). They are not frozen because a frozen dataclass sets each
+#: copies with ``changed``). They are not frozen because a frozen dataclass sets each
 #: field through ``object.__setattr__``: building one took 1.8 µs instead of 0.3, and a model
 #: of a large window builds about 80,000 of them, its predictions as many again.
 @dataclass(slots=True)
@@ -453,13 +453,12 @@ def _host_items(
     items: list[HostItem] = []
     cursor = w0
 
-    bounds, segment_labels = labeller.bounds, labeller.segment_labels
+    bounds = labeller.bounds
 
     def work(a: float, b: float) -> None:
-        first, last = bisect_right(bounds, a), bisect_left(bounds, b)
-        if first == last:  # one phase from a to b (the usual gap between two launches)
+        if bisect_right(bounds, a) == bisect_left(bounds, b):  # one phase from a to b (the usual gap between two launches)
             if b > a:
-                phase = segment_labels[first - 1] if first > 0 else "other"  # labeller.at(a)
+                phase = labeller.at(a)
                 items.append(HostItem("work", b - a, phase, fetch=fetch_at(a) if phase == "data_wait" else None))
             return
         cuts = labeller.cuts(a, b)
@@ -528,25 +527,30 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
     busy = 0.0
     neg_inf = float("-inf")
 
-    # The hot loop (once per op of every replay): enqueuing is written out where it is needed,
-    # and max(a, b) as ``b if b > a else a``, which is what max returns, to the last bit.
+    def enqueue(index: int, ready: float, shrink: float = 0.0) -> None:
+        # once per op of every replay: max(a, b) written as ``b if b > a else a`` (what max
+        # returns, to the last bit), which halves the replay's time
+        nonlocal busy
+        op = ops[index]
+        stream = op.stream
+        prev = stream_end.get(stream, neg_inf)
+        latency = op.latency_us - shrink
+        start, after_prev = ready + (0.0 if 0.0 > latency else latency), prev + op.gap_us
+        start = after_prev if after_prev > start else start
+        end = start + op.duration_us
+        ends[index] = end
+        busy += op.duration_us
+        stream_end[stream] = end if end > prev else prev
+        last_end[stream] = end
+
     for index, op in enumerate(ops):  # carried-in work is queued before the window's own
         if op.carried_ready_us is not None:
-            prev = stream_end.get(op.stream, neg_inf)
-            latency = 0.0 if 0.0 > op.latency_us else op.latency_us
-            start, after_prev = op.carried_ready_us + latency, prev + op.gap_us
-            start = after_prev if after_prev > start else start
-            end = start + op.duration_us
-            ends[index] = end
-            busy += op.duration_us
-            stream_end[op.stream] = end if end > prev else prev
-            last_end[op.stream] = end
+            enqueue(index, op.carried_ready_us)
 
     h = w0
-    model_code = MODEL_CODE_PHASES
     for item in model.items:
         kind = item.kind
-        elastic = item.phase in model_code and not item.blocking and kind != "wait"
+        elastic = item.phase in MODEL_CODE_PHASES and not item.blocking and kind != "wait"
         duration = item.duration_us * host_code_scale if elastic else item.duration_us
         lead = item.lead_us * host_code_scale if elastic else item.lead_us
         if kind == "work":
@@ -559,17 +563,7 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
             # shrinks with the call
             shrink = item.duration_us - duration if elastic else 0.0
             for index in item.ops:
-                op = ops[index]
-                stream = op.stream
-                prev = stream_end.get(stream, neg_inf)
-                latency = op.latency_us - shrink
-                start, after_prev = call_start + (0.0 if 0.0 > latency else latency), prev + op.gap_us
-                start = after_prev if after_prev > start else start
-                end = start + op.duration_us
-                ends[index] = end
-                busy += op.duration_us
-                stream_end[stream] = end if end > prev else prev
-                last_end[stream] = end
+                enqueue(index, call_start, shrink)
             if item.blocking:
                 done = max(ends[i] for i in item.ops)
                 h = max(h, max(call_start, done) + item.after_us * host_code_scale)

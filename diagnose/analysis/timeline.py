@@ -892,7 +892,7 @@ def _extend_columns(columns: list[C.Column], more: list[C.Column]) -> None:
             column.extend(values)  # type: ignore[union-attr]
 
 
-def _outermost(starts: C.Column, ends: C.Column) -> list[int]:
+def _outermost(starts: C.Column, ends: C.Column) -> Sequence[int]:
     """The indices of the operators (sorted by start, outermost first) that no earlier operator
     holds: each that starts at or after the end of the last one kept (nested operators stay
     inside their top-level parent). Vectorised where that gives the same (``vectorized.outermost``)."""
@@ -900,7 +900,7 @@ def _outermost(starts: C.Column, ends: C.Column) -> list[int]:
 
     kept = vectorized.outermost(starts, ends)
     if kept is not None:
-        return kept.tolist()
+        return kept  # indices as an array, which C.take reorders by directly
     out: list[int] = []
     top_end = float("-inf")
     for i, (start, end) in enumerate(zip(starts, ends)):

@@ -59,16 +59,21 @@ def ints(values: Any) -> np.ndarray | None:
         return None
 
 
+def rows_of(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The row of each of ``keys`` in ``ids`` (sorted ascending, unique), -1 where it is not there."""
+    if not len(ids) or not len(keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(ids, keys), len(ids) - 1)
+    return np.where(ids[at] == keys, at, -1)
+
+
 def launch_times(kernel_ids: np.ndarray, launch_ids: np.ndarray, launch_starts: np.ndarray) -> np.ndarray:
     """The start of the launch of each kernel (``launch_ids`` sorted ascending, unique), NaN
     where no launch has the kernel's id."""
     out = np.full(len(kernel_ids), np.nan)
-    if not len(launch_ids) or not len(kernel_ids):
-        return out
-    at = np.searchsorted(launch_ids, kernel_ids)
-    at_clipped = np.minimum(at, len(launch_ids) - 1)
-    found = (at < len(launch_ids)) & (launch_ids[at_clipped] == kernel_ids)
-    out[found] = launch_starts[at_clipped[found]]
+    rows = rows_of(kernel_ids, launch_ids)
+    found = rows >= 0
+    out[found] = launch_starts[rows[found]]
     return out
 
 
