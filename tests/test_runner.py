@@ -48,6 +48,8 @@ def test_training_script_is_profiled_then_stopped(write_script) -> None:
     assert (loader.num_workers, loader.batch_size, loader.pin_memory) == (0, 8, False)
     assert loader.created_at.endswith("train.py:11")
     assert loader.fetches_in_window == 3
+    # a DataLoader ran: what receiving a batch from a worker would cost this process, measured once
+    assert 0 < record.environment["loader_receive_ms_per_mb"] < 100
     (opt,) = record.optimizers
     assert (opt.name, opt.param_tensors, opt.implementation) == ("SGD", 4, "for-loop")
     assert opt.created_at.endswith("train.py:13")  # where the script built it

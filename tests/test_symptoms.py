@@ -309,13 +309,13 @@ CASES = {
     ],
     "environment": [
         Case("flags and two models", record=_record(
-            environment={"cpu_count": 16, "cpu_cores": 8}, flags={"cudnn_benchmark": True, "matmul_allow_tf32": False, "float32_matmul_precision": "high"},
+            environment={"cpu_count": 16, "cpu_cores": 8, "loader_receive_ms_per_mb": 0.33}, flags={"cudnn_benchmark": True, "matmul_allow_tf32": False, "float32_matmul_precision": "high"},
             models=[ModelInfo("m", 10, "float32", 3, True, False, False, True), ModelInfo("n", 5, "float32", 2, False, True, True, False)],
         ), expected={
-            "cpu.count": 16, "cpu.cores": 8, "cudnn.benchmark": 1, "matmul.tf32": 1, "model.conv_layers": 5, "model.channels_last": 1,
+            "cpu.count": 16, "cpu.cores": 8, "host.loader_receive_ms_per_mb": 0.33, "cudnn.benchmark": 1, "matmul.tf32": 1, "model.conv_layers": 5, "model.channels_last": 1,
             "model.compiled": 1, "model.data_parallel": 1, "model.ddp": 1,
         }),
-        Case("nothing recorded", record=_record(), expected={"cpu.count": None, "cpu.cores": None, "cudnn.benchmark": None, "matmul.tf32": None, "model.compiled": None}),
+        Case("nothing recorded", record=_record(), expected={"cpu.count": None, "cpu.cores": None, "host.loader_receive_ms_per_mb": None, "cudnn.benchmark": None, "matmul.tf32": None, "model.compiled": None}),
     ],
     "compiled": [
         Case("a graph break and shape recompilations after the warm-up", record=_record(compile={

@@ -14,7 +14,7 @@ function of the previous stage's value: timeline -> breakdown -> symptoms -> fin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +228,9 @@ def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown:
     if not models:
         return None
     model = models[0]
+    loader = record.train_loader() if record is not None else None
+    if loader is not None and loader.num_workers == 0 and loader.fetches_in_window:
+        model = replace(model, traced_fetches=True)  # its data waits are traced loading code
     check = replay_check(model)
     steady_durations: list[float] = []
     if record is not None and record.timed_steps and record.plan:

@@ -46,6 +46,20 @@ RATE_RATIOS: tuple[tuple[tuple[int, int], str, dict[str, float]], ...] = (
 PINNED_GBS_BY_MAJOR = {9: 63.0, 8: 31.5}
 #: Copies smaller than this are latency, not bandwidth: they do not measure the link.
 BANDWIDTH_MIN_BYTES = 1 << 20
+#: What the main process spends per MB of a batch that a DataLoader worker hands it through shared
+#: memory, where the run did not measure it (``host.loader_receive_ms_per_mb``): receiving it,
+#: faulting its pages into this process (the mapping is new), copying them to pinned memory and
+#: freeing them. Measured with benchmarks/loader_limits.py on an H100 host (16 cores): with 15
+#: workers the pin thread spent 32.5 ms of CPU on each 77.1 MB batch and the loader delivered one
+#: every 34.4 ms, although the workers alone delivered one every 25.8 ms without pinning.
+LOADER_RECEIVE_MS_PER_MB = 32.5 / 77.1
+#: What receiving a batch costs the main process beyond its bytes, which the run's probe
+#: (``host.loader_receive_ms_per_mb``: map, fault in, copy, free) does not see: unpickling it,
+#: fetching each storage's file descriptor from the worker's sharing thread, the queues' hand-off.
+#: On the same H100 host the probe gave 0.27-0.37 ms per MB (25 ms for the 77.1 MB batch, at
+#: 0.33) against the pin thread's 32.5 ms a batch; without pinning the main thread spent 8.8 ms of
+#: CPU on each batch it only received.
+LOADER_RECEIVE_BATCH_MS = 7.0
 
 #: Tensors one multi-tensor (fused/foreach) kernel takes: ``depth_to_max_tensors`` in PyTorch's
 #: ``aten/src/ATen/native/cuda/MultiTensorApply.cuh`` is {110, 64, 48, 36, 30} for 1-5 tensor
@@ -409,10 +423,15 @@ def graphs_of_compiled(model: StepModel, facts: Mapping[str, float], **params: A
     return compile_model(model, facts, fuse=False, cuda_graphs=True, **params)
 
 
-def more_workers(model: StepModel, facts: Mapping[str, float], num_workers: float | None = None, **_: Any) -> StepModel:
+def more_workers(
+    model: StepModel, facts: Mapping[str, float], num_workers: float | None = None, pin_memory: float | None = None, host_scale: float = 1.0, **_: Any
+) -> StepModel:
     """Data waits become: take a batch that ``n`` workers, each ``t`` per batch, deliver at
     ``n / t`` batches per second, bounded by the CPUs (one left for the main process), counted
-    as physical cores where the run recorded them."""
+    as physical cores where the run recorded them, and by the main process, which receives each
+    batch from shared memory (``receive_us``): with ``pin_memory`` its pin thread takes the
+    batches one at a time (no faster than one per ``receive_us``), without it the main thread
+    pays it at each fetch. Where the loader already had workers, that cost is in the trace."""
     fetches: dict[int, float] = {}
     for it in model.items:
         if it.fetch is not None:
@@ -443,15 +462,46 @@ def more_workers(model: StepModel, facts: Mapping[str, float], num_workers: floa
     if current > 0:
         overhead = min(fetches.values())  # taking a ready batch from the queue
     interval = per_batch_us / workers
+    if current == 0:
+        receive = receive_us(model, facts, len(fetches))
+        pinned = _fact(facts, "dataloader.pin_memory") if pin_memory is None else pin_memory
+        if pinned:
+            interval = max(interval, receive)
+        else:
+            overhead += receive
     first = min(fetches)
-    items, seen = [], set()
-    for it in model.items:
-        if it.fetch is None:
-            items.append(it)
-        elif it.fetch not in seen:
-            seen.add(it.fetch)
-            items.append(HostItem("work", overhead, "data_wait", fetch=it.fetch, ready_us=(it.fetch - first) * interval))
-    return replace(model, items=tuple(items))
+
+    def delivered(offset_us: float | None) -> StepModel:
+        items, seen = [], set()
+        for it in model.items:
+            if it.fetch is None:
+                items.append(it)
+            elif it.fetch not in seen:
+                seen.add(it.fetch)
+                ready = 0.0 if offset_us is None else offset_us + (it.fetch - first) * interval
+                items.append(HostItem("work", overhead, "data_wait", fetch=it.fetch, ready_us=ready))
+        return replace(model, items=tuple(items))
+
+    # In the steady state of a loader that sets the pace, a step takes one interval: its batch
+    # arrives an interval after the last one, however little work the step does after it. The
+    # window's first batch is therefore ready an interval less one step's own work (replayed
+    # with every batch at hand) after the window starts, not at once.
+    work = replay(delivered(None), host_scale).window_us / model.steps
+    return delivered(max(0.0, interval - work))
+
+
+def receive_us(model: StepModel, facts: Mapping[str, float], fetches: int) -> float:
+    """What the main process spends receiving one batch from a worker: the batch's bytes (what
+    the window copies to the GPU, per fetch) at the run's measured cost per MB, plus what a batch
+    costs beyond its bytes; with no measured cost, the tabled one (which includes both). 0 where
+    nothing is copied to the GPU (the batch's size is not in the trace)."""
+    copied = sum(op.nbytes for op in model.ops if op.copy_kind.startswith("HtoD"))
+    if copied <= 0:
+        return 0.0
+    measured = _fact(facts, "host.loader_receive_ms_per_mb")
+    mb = copied / max(fetches, 1) / 1e6
+    ms = mb * measured + LOADER_RECEIVE_BATCH_MS if measured else mb * LOADER_RECEIVE_MS_PER_MB
+    return ms * 1e3
 
 
 def pinned_copies(model: StepModel, facts: Mapping[str, float], bandwidth_gbs: float | None = None, **_: Any) -> StepModel:

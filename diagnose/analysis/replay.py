@@ -168,6 +168,9 @@ class StepModel:
     #: steady step says it
     host_events: int = 0
     profiler_cost_us: float = 0.0
+    #: the data waits are the main thread's own loading (a DataLoader without workers): traced
+    #: code that the profiler slows as it slows the model's, scaled with it (``replay``)
+    traced_fetches: bool = False
 
     @property
     def steps(self) -> int:
@@ -548,9 +551,10 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
             enqueue(index, op.carried_ready_us)
 
     h = w0
+    traced_fetches = model.traced_fetches
     for item in model.items:
         kind = item.kind
-        elastic = item.phase in MODEL_CODE_PHASES and not item.blocking and kind != "wait"
+        elastic = (item.phase in MODEL_CODE_PHASES or (traced_fetches and _traced_fetch(item))) and not item.blocking and kind != "wait"
         duration = item.duration_us * host_code_scale if elastic else item.duration_us
         lead = item.lead_us * host_code_scale if elastic else item.lead_us
         if kind == "work":
@@ -624,10 +628,20 @@ def replay_check(model: StepModel) -> ReplayCheck:
     return ReplayCheck(model.measured_us, full, free, model.steps, "host ahead" if ahead else "trace")
 
 
+def _traced_fetch(item: HostItem) -> bool:
+    """A data wait of the main thread's own loading, as traced (a transformation that delivers
+    the batch from elsewhere sets when it is ready, and that time is not scaled)."""
+    return item.fetch is not None and item.ready_us is None
+
+
 def profiler_scale(model: StepModel) -> float:
     """The share of the traced model code left once the profiler's own cost per recorded event
     is taken out (at least 0)."""
-    code = sum(it.duration_us for it in model.items if it.phase in MODEL_CODE_PHASES and it.kind != "wait" and not it.blocking)
+    code = sum(
+        it.duration_us
+        for it in model.items
+        if (it.phase in MODEL_CODE_PHASES or (model.traced_fetches and _traced_fetch(it))) and it.kind != "wait" and not it.blocking
+    )
     if code <= 0:
         return 1.0
     return max(0.0, code - model.host_events * model.profiler_cost_us) / code

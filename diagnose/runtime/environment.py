@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import platform
 import shutil
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
+
+#: Bytes the loader-receive probe moves: large enough that page faults, not fixed costs, dominate
+#: (8,192 pages of 4 KiB), small enough to cost tens of milliseconds once per run.
+RECEIVE_PROBE_BYTES = 32 << 20
 
 
 def cpu_count() -> int:
@@ -131,3 +137,38 @@ def describe_distributed() -> dict[str, Any]:
         "world_size": dist.get_world_size(),
         "cuda_available": torch.cuda.is_available(),
     }
+
+
+def loader_receive_ms_per_mb(nbytes: int = RECEIVE_PROBE_BYTES) -> float | None:
+    """What the main process spends per MB (1e6 bytes) on a batch that a DataLoader worker hands
+    it through shared memory: map the worker's pages, read each one (a page fault per page: the
+    mapping is new to this process), copy them into a pinned buffer as the loader's pin thread
+    does (plain memory without CUDA), then unmap and drop the last reference, which frees the
+    pages. One thread, as the pin thread runs (numpy's copy, not torch's intra-op pool). The
+    worker's side (writing the pages) is done before the clock starts. None off Linux (no
+    memfd). Imports torch and numpy: call it from the runner, never from the analysis."""
+    if not hasattr(os, "memfd_create"):
+        return None
+    import numpy as np
+    import torch
+
+    pinned = torch.cuda.is_available()
+    target = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned).numpy()
+    fd = os.memfd_create("diagnose-receive-probe")
+    try:
+        os.ftruncate(fd, nbytes)
+        with mmap.mmap(fd, nbytes) as written:  # the worker's mapping: its pages are written
+            np.frombuffer(written, dtype=np.uint8)[:] = 1
+        start = time.perf_counter()
+        received = mmap.mmap(fd, nbytes)
+        view = np.frombuffer(received, dtype=np.uint8)
+        np.copyto(target, view)
+        del view
+        received.close()
+        os.close(fd)
+        fd = -1
+        elapsed = time.perf_counter() - start
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return 1e3 * elapsed / (nbytes / 1e6)

@@ -313,7 +313,7 @@ class _ScriptRun:
 
     def _finalize(self, status: str, exit_code: int, error: dict[str, Any] | None = None) -> None:
         """Save the record of what was measured, once, however the script ended."""
-        from diagnose.runtime.environment import describe_environment, describe_flags, describe_memory
+        from diagnose.runtime.environment import describe_environment, describe_flags, describe_memory, loader_receive_ms_per_mb
 
         if self.finalized:
             return
@@ -331,6 +331,8 @@ class _ScriptRun:
         for hook in self.hooks:
             _safely(lambda h=hook: h.finish(record))
         record.environment = _safely(describe_environment, {})
+        if self.instrumentation.dataloaders and record.environment:  # what more workers would cost the main process
+            record.environment["loader_receive_ms_per_mb"] = _safely(loader_receive_ms_per_mb, None)
         if self.instrumentation.oom_message and status in ("exited", "failed"):
             status = "oom"  # the script caught the OOM and exited: still an OOM
             error = error or {"type": "OutOfMemoryError", "message": self.instrumentation.oom_message, "traceback": ""}

@@ -16,6 +16,16 @@ def cpu_cores(record: RunRecord) -> int | None:
     return record.environment.get("cpu_cores") or None
 
 
+@symptom(
+    "host.loader_receive_ms_per_mb",
+    "ms",
+    "what the main process spends per MB of a batch that a DataLoader worker hands it through shared memory "
+    "(map, fault in, copy to pinned memory, free), measured once at the run's end",
+)
+def loader_receive_ms_per_mb(record: RunRecord) -> float | None:
+    return record.environment.get("loader_receive_ms_per_mb") or None
+
+
 @symptom("cudnn.benchmark", "bool", "torch.backends.cudnn.benchmark")
 def cudnn_benchmark(record: RunRecord) -> bool | None:
     return record.flags.get("cudnn_benchmark", False) if record.flags else None
