@@ -17,6 +17,7 @@ from diagnose.analysis.pipeline import AnalysisOptions, _steady_step_us
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
 from diagnose.analysis.predict import (
+    KERNEL_FLOOR_MAX_US,
     LOADER_RECEIVE_BATCH_MS,
     LOADER_RECEIVE_MS_PER_MB,
     TRANSFORMATIONS,
@@ -27,6 +28,7 @@ from diagnose.analysis.predict import (
     graphs_of_compiled,
     fused_optimizer,
     graph_breaks,
+    kernel_floor_us,
     larger_batch,
     more_workers,
     pinned_copies,
@@ -441,16 +443,51 @@ def test_a_larger_batch_grows_weight_bound_matmuls_only_once_their_flops_catch_u
     model = model_of(synced_step())
     plain = larger_batch(model, {}, factor=4)
     weight_bound = larger_batch(model, {}, factor=4, matmul_roof_share=0.5)
-    # 4x the rows: the relu's 10 µs grow 4x either way; the matmul grows 4x when its time is
-    # its FLOPs, but 4 x 0.5 = 2x when it runs at half the peak its shape allows (its weight
-    # reads are paid once)
-    assert [op.duration_us for op in plain.ops] == [400.0, 40.0]
-    assert [op.duration_us for op in weight_bound.ops] == [200.0, 40.0]
-    # the matmul sits on the path to the sync: 200 µs less GPU time, 200 µs shorter step
-    assert (replay(plain).window_us, replay(weight_bound).window_us) == (530.0, 330.0)
+    # 4x the rows: each kernel keeps the 3 µs no batch changes (its floor: the window's shortest
+    # kernels, at most KERNEL_FLOOR_MAX_US) and the rest grows; the relu's 10 µs -> 3 + 7 x 4
+    # either way; the matmul's rest grows 4x when its time is its FLOPs, but 4 x 0.5 = 2x when
+    # it runs at half the peak its shape allows (its weight reads are paid once)
+    assert kernel_floor_us(model) == KERNEL_FLOOR_MAX_US == 3.0
+    assert [op.duration_us for op in plain.ops] == [3 + 97 * 4, 3 + 7 * 4]
+    assert [op.duration_us for op in weight_bound.ops] == [3 + 97 * 2, 3 + 7 * 4]
+    # the matmul sits on the path to the sync: 194 µs less GPU time, 194 µs shorter step
+    assert (replay(plain).window_us, replay(weight_bound).window_us) == (512.0, 318.0)
     check = replay_check(model)
     speedup = predict(model, check, "larger_batch", {}, {"factor": 4, "matmul_roof_share": 0.5}).speedup
-    assert speedup == pytest.approx(200.0 / 330.0 * 4)
+    assert speedup == pytest.approx(200.0 / 318.0 * 4)
+
+
+def tiny_kernels_step() -> TraceBuilder:
+    """One 100 µs step: a 1 µs fetch from idle workers, a 4 KB pinned copy (3 µs) and twenty 2 µs
+    elementwise kernels, each launched 4 µs after the last: the host sets the pace."""
+    b = TraceBuilder()
+    b.step(0, 0, 100)
+    b.data_wait(0, 1)
+    b.op("aten::to", 1, 4)
+    b.memcpy("Memcpy HtoD (Pinned -> Device)", 3, 3, 4096, launch_ts=2, launch_dur=2)
+    b.op("aten::gelu", 5, 95, forward=True)
+    for i in range(20):
+        b.kernel(ELEMENTWISE, 10 + 4 * i, 2, launch_ts=6 + 4 * i)
+    return b
+
+
+def test_a_larger_batch_keeps_each_kernels_floor_and_idle_workers_keep_up() -> None:
+    """32x the batch: each 2 µs kernel keeps its floor (2 µs, the window's shortest) and grows
+    nothing; the 4 KB copy grows by 31 x 4 KB at the link's tabled 63 GB/s (Hopper, PCIe 5);
+    workers busy 1% of the time would be busy 32%: the fetch stays 1 µs. The step stays host
+    bound at 100 µs: 32x the samples per second."""
+    model = model_of(tiny_kernels_step())
+    facts = {"dataloader.num_workers": 4, "workers.busy": 0.01}
+    bigger = larger_batch(model, facts, factor=32)
+    assert kernel_floor_us(model) == 2.0
+    assert [op.duration_us for op in bigger.ops if op.kind == "kernel"] == [2.0] * 20
+    (copy,) = [op for op in bigger.ops if op.kind == "memcpy"]
+    assert copy.duration_us == pytest.approx(3 + 31 * 4096 / 63e3)
+    assert [it.duration_us for it in bigger.items if it.fetch is not None] == [1.0]
+    assert replay(bigger).window_us == replay(model).window_us
+    # workers busy 5% would be busy all the time at 32x: the wait grows with the batch
+    busy = larger_batch(model, {**facts, "workers.busy": 0.05}, factor=32)
+    assert [it.duration_us for it in busy.items if it.fetch is not None] == [32.0]
 
 @dataclass
 class CannotCase:

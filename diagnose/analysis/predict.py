@@ -46,6 +46,10 @@ RATE_RATIOS: tuple[tuple[tuple[int, int], str, dict[str, float]], ...] = (
 PINNED_GBS_BY_MAJOR = {9: 63.0, 8: 31.5}
 #: Copies smaller than this are latency, not bandwidth: they do not measure the link.
 BANDWIDTH_MIN_BYTES = 1 << 20
+#: The most a kernel's batch-independent time (launch, ramp, tail) is taken to be: on an H100
+#: the shortest kernels of a step take 1.0-1.5 µs, and a GELU over 16 x 8192 bf16 elements took
+#: 1.5 µs where 32 times the rows took 6.5 µs (examples/tiny_batch.py), not 48.
+KERNEL_FLOOR_MAX_US = 3.0
 #: What the main process spends per MB of a batch that a DataLoader worker hands it through shared
 #: memory, where the run did not measure it (``host.loader_receive_ms_per_mb``): receiving it,
 #: faulting its pages into this process (the mapping is new), copying them to pinned memory and
@@ -564,7 +568,14 @@ def larger_batch(
     ``matmul.roof_share``), matmul kernels that are bound by reading their weights do not scale
     with the rows: a matmul at share ``r`` of the peak runs ``1 / r`` slower than its FLOPs need,
     so ``factor`` times the rows take ``max(1, factor * r)`` times as long (the weight reads are
-    paid once, the FLOPs grow until they, not the reads, set the time)."""
+    paid once, the FLOPs grow until they, not the reads, set the time).
+
+    A kernel's time has a part that no batch changes (``kernel_floor_us``: the launch, a grid's
+    ramp and tail), which stays; only the rest grows. A copy too small to measure the link grows
+    by the added bytes at the link's rate. The loader's waits grow with the batch where the main
+    thread loads it, or where the workers would be busy all the time building ``factor`` times
+    the samples (``workers.busy`` times ``factor`` at least 1); otherwise the workers keep up
+    and taking a batch costs what it cost."""
     if not factor:
         size, suggested = _fact(facts, "batch.size"), _fact(facts, "suggest.batch_size")
         factor = suggested / size if size and suggested else None
@@ -573,17 +584,36 @@ def larger_batch(
     matmul_scale = factor
     if matmul_roof_share is not None and 0 < matmul_roof_share < 1:
         matmul_scale = max(1.0, factor * matmul_roof_share)
+    floor = kernel_floor_us(model)
+    try:
+        link_gbs: float | None = pinned_bandwidth_gbs(model)
+    except CannotPredict:
+        link_gbs = None
 
     def scaled(op: GpuOp) -> GpuOp:
         kind = P.classify_kernel(op.name)
         if op.phase in ("optimizer",) or op.kind == "memset" or kind.communication:
             return op
+        if op.kind == "memcpy" and link_gbs and 0 < op.nbytes < BANDWIDTH_MIN_BYTES:
+            return changed(op, duration_us=op.duration_us + op.nbytes * (factor - 1) / (link_gbs * 1e3))
         grow = matmul_scale if op.kind == "kernel" and kind.precision is not None and not kind.convolution else factor
-        return changed(op, duration_us=op.duration_us * grow)
+        fixed = min(op.duration_us, floor) if op.kind == "kernel" else 0.0
+        return changed(op, duration_us=fixed + (op.duration_us - fixed) * grow)
 
     ops = [scaled(op) for op in model.ops]
-    items = [changed(it, duration_us=it.duration_us * factor) if it.fetch is not None else it for it in model.items]
+    workers, busy = _fact(facts, "dataloader.num_workers"), _fact(facts, "workers.busy")
+    keep_up = bool(workers) and busy is not None and busy * factor < 1
+    items = model.items if keep_up else tuple(changed(it, duration_us=it.duration_us * factor) if it.fetch is not None else it for it in model.items)
     return replace(model, ops=tuple(ops), items=tuple(items), batch_factor=model.batch_factor * factor)
+
+
+def kernel_floor_us(model: StepModel) -> float:
+    """What a kernel takes however little it has to do: the window's shortest kernels (their 5th
+    percentile), at most ``KERNEL_FLOOR_MAX_US`` (a window of large kernels says nothing of it)."""
+    times = sorted(op.duration_us for op in model.ops if op.kind == "kernel")
+    if not times:
+        return 0.0
+    return min(times[len(times) // 20], KERNEL_FLOOR_MAX_US)
 
 
 Transformation = Callable[..., StepModel]
