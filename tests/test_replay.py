@@ -358,6 +358,20 @@ def test_a_recorded_single_process_loader_is_predicted_at_the_pace_of_the_main_p
     assert 1.15 < top["predicted_speedup"] <= steady_ms / (batch_mb * LOADER_RECEIVE_MS_PER_MB)
 
 
+@pytest.mark.parametrize(("trace", "traced"), [("data_bound", True), ("pageable_copies", False), ("fp32_transformer", False)])
+def test_a_trace_alone_says_whether_the_main_thread_loads(trace: str, traced: bool) -> None:
+    """Without a run record, the DataLoader iterator the trace names decides: the single-process
+    one (data_bound) makes the data waits traced code; workers (pageable_copies) or no DataLoader
+    at all do not."""
+    from diagnose.analysis.pipeline import make_predictor
+
+    timeline = load_timeline(DATA / "bare" / f"{trace}.pt.trace.json.gz")
+    model = build_model(timeline)
+    assert model is not None
+    predictor = make_predictor([model], None, compute_breakdown(timeline))
+    assert predictor is not None and predictor.model.traced_fetches is traced
+
+
 def loader_copy_steps() -> TraceBuilder:
     """Two steps of 150 µs: a 100 µs single-process fetch, a pinned copy of 1 MB to the GPU (the
     batch), then 45 µs of forward with a kernel."""

@@ -228,8 +228,7 @@ def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown:
     if not models:
         return None
     model = models[0]
-    loader = record.train_loader() if record is not None else None
-    if loader is not None and loader.num_workers == 0 and loader.fetches_in_window:
+    if _loads_in_main_thread(record, breakdown):
         model = replace(model, traced_fetches=True)  # its data waits are traced loading code
     check = replay_check(model)
     steady_durations: list[float] = []
@@ -237,6 +236,16 @@ def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown:
         steady_durations = record.steady_durations()
     durations = steady_durations if len(steady_durations) >= 2 else list(model.step_durations_us)
     return Predictor(model, check, host_code_scale(model, check, _steady_step_us(record)), step_spread(durations))
+
+
+def _loads_in_main_thread(record: RunRecord | None, breakdown: Breakdown | None) -> bool:
+    """The window's batches came from a DataLoader without workers: the run record says so, or,
+    for a trace alone, the only DataLoader iterator the trace names is the single-process one."""
+    if record is not None:
+        loader = record.train_loader()
+        return loader is not None and loader.num_workers == 0 and loader.fetches_in_window > 0
+    kinds = breakdown.dataloader_kinds if breakdown is not None else ()
+    return bool(kinds) and "multi" not in kinds
 
 
 def _steady_step_us(record: RunRecord | None) -> float | None:
