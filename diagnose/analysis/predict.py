@@ -57,13 +57,15 @@ KERNEL_FLOOR_MAX_US = 3.0
 #: workers the pin thread spent 32.5 ms of CPU on each 77.1 MB batch and the loader delivered one
 #: every 34.4 ms, although the workers alone delivered one every 25.8 ms without pinning.
 LOADER_RECEIVE_MS_PER_MB = 32.5 / 77.1
-#: What receiving a batch costs the main process beyond its bytes, which the run's probe
-#: (``host.loader_receive_ms_per_mb``: map, fault in, copy, free) does not see: unpickling it,
-#: fetching each storage's file descriptor from the worker's sharing thread, the queues' hand-off.
-#: On the same H100 host the probe gave 0.27-0.37 ms per MB (25 ms for the 77.1 MB batch, at
-#: 0.33) against the pin thread's 32.5 ms a batch; without pinning the main thread spent 8.8 ms of
-#: CPU on each batch it only received.
-LOADER_RECEIVE_BATCH_MS = 7.0
+#: The run's probe (``host.loader_receive_ms_per_mb``: map, fault in, copy, free) runs once at
+#: the end, on an idle machine; the pin thread receives while the workers load, and pays more per
+#: MB: on the H100 host above the probe gave 0.27-0.37 ms per MB (runs of four calls) against the
+#: pin thread's 0.41 beyond its fixed cost with 15 workers busy.
+LOADER_RECEIVE_CONTENTION = 1.3
+#: What receiving a batch costs beyond its bytes: unpickling it, fetching each storage's file
+#: descriptor from the worker, the queues' hand-off (a 0.8 MB batch of two tensors cost the main
+#: process 1.3 ms of CPU with pin_memory off on the 2-core development machine, most of it fixed).
+LOADER_RECEIVE_BATCH_MS = 1.0
 
 #: Tensors one multi-tensor (fused/foreach) kernel takes: ``depth_to_max_tensors`` in PyTorch's
 #: ``aten/src/ATen/native/cuda/MultiTensorApply.cuh`` is {110, 64, 48, 36, 30} for 1-5 tensor
@@ -496,15 +498,16 @@ def more_workers(
 
 def receive_us(model: StepModel, facts: Mapping[str, float], fetches: int) -> float:
     """What the main process spends receiving one batch from a worker: the batch's bytes (what
-    the window copies to the GPU, per fetch) at the run's measured cost per MB, plus what a batch
-    costs beyond its bytes; with no measured cost, the tabled one (which includes both). 0 where
-    nothing is copied to the GPU (the batch's size is not in the trace)."""
+    the window copies to the GPU, per fetch) at the run's measured cost per MB (as paid while the
+    workers load), plus what a batch costs beyond its bytes; with no measured cost, the tabled one
+    (which includes both). 0 where nothing is copied to the GPU (the batch's size is not in the
+    trace)."""
     copied = sum(op.nbytes for op in model.ops if op.copy_kind.startswith("HtoD"))
     if copied <= 0:
         return 0.0
     measured = _fact(facts, "host.loader_receive_ms_per_mb")
     mb = copied / max(fetches, 1) / 1e6
-    ms = mb * measured + LOADER_RECEIVE_BATCH_MS if measured else mb * LOADER_RECEIVE_MS_PER_MB
+    ms = mb * measured * LOADER_RECEIVE_CONTENTION + LOADER_RECEIVE_BATCH_MS if measured else mb * LOADER_RECEIVE_MS_PER_MB
     return ms * 1e3
 
 
