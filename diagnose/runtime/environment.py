@@ -143,8 +143,8 @@ def loader_receive_ms_per_mb(nbytes: int = RECEIVE_PROBE_BYTES) -> float | None:
     """What the main process spends per MB (1e6 bytes) on a batch that a DataLoader worker hands
     it through shared memory: map the worker's pages, read each one (a page fault per page: the
     mapping is new to this process), copy them into a pinned buffer as the loader's pin thread
-    does (plain memory without CUDA), then unmap and drop the last reference, which frees the
-    pages. One thread, as the pin thread runs (numpy's copy, not torch's intra-op pool). The
+    does (plain memory where the script did not start CUDA: the probe never starts it), then
+    unmap and drop the last reference, which frees the pages. One thread, as the pin thread runs (numpy's copy, not torch's intra-op pool). The
     worker's side (writing the pages) is done before the clock starts. None off Linux (no
     memfd). Imports torch and numpy: call it from the runner, never from the analysis."""
     if not hasattr(os, "memfd_create"):
@@ -152,7 +152,7 @@ def loader_receive_ms_per_mb(nbytes: int = RECEIVE_PROBE_BYTES) -> float | None:
     import numpy as np
     import torch
 
-    pinned = torch.cuda.is_available()
+    pinned = torch.cuda.is_available() and torch.cuda.is_initialized()  # never start CUDA for the probe
     target = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned).numpy()
     fd = os.memfd_create("diagnose-receive-probe")
     try:
