@@ -217,6 +217,7 @@ def test_script_failure_is_recorded_with_its_traceback(write_script, capsys) -> 
     assert "Traceback (most recent call last)" in err and "ValueError: boom" in err
     assert "runpy" not in err and "diagnose/runner.py" not in err  # starts in the script
     assert record.trace_files
+    assert "loader_receive_ms_per_mb" not in record.environment  # no probe after a failure
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGCHLD"), reason="no SIGCHLD here")

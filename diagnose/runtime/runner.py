@@ -331,7 +331,9 @@ class _ScriptRun:
         for hook in self.hooks:
             _safely(lambda h=hook: h.finish(record))
         record.environment = _safely(describe_environment, {})
-        if self.instrumentation.dataloaders and record.environment:  # what more workers would cost the main process
+        # what more workers would cost the main process: measured where a DataLoader ran and the
+        # run ended as planned (a run that failed or ran out of memory keeps what it has for saving)
+        if self.instrumentation.dataloaders and record.environment and status in ("stopped", "completed"):
             record.environment["loader_receive_ms_per_mb"] = _safely(loader_receive_ms_per_mb, None)
         if self.instrumentation.oom_message and status in ("exited", "failed"):
             status = "oom"  # the script caught the OOM and exited: still an OOM
