@@ -607,7 +607,7 @@ def larger_batch(
     workers, busy = _fact(facts, "dataloader.num_workers"), _fact(facts, "workers.busy")
     keep_up = bool(workers) and busy is not None and busy * factor < 1
     items = model.items if keep_up else tuple(changed(it, duration_us=it.duration_us * factor) if it.fetch is not None else it for it in model.items)
-    return replace(model, ops=tuple(ops), items=tuple(items), batch_factor=model.batch_factor * factor)
+    return replace(model, ops=tuple(ops), items=items, batch_factor=model.batch_factor * factor)
 
 
 def kernel_floor_us(model: StepModel) -> float:

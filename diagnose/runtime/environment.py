@@ -144,9 +144,10 @@ def loader_receive_ms_per_mb(nbytes: int = RECEIVE_PROBE_BYTES) -> float | None:
     it through shared memory: map the worker's pages, read each one (a page fault per page: the
     mapping is new to this process), copy them into a pinned buffer as the loader's pin thread
     does (plain memory where the script did not start CUDA: the probe never starts it), then
-    unmap and drop the last reference, which frees the pages. One thread, as the pin thread runs (numpy's copy, not torch's intra-op pool). The
-    worker's side (writing the pages) is done before the clock starts. None off Linux (no
-    memfd). Imports torch and numpy: call it from the runner, never from the analysis."""
+    unmap and drop the last reference, which frees the pages. One thread, as the pin thread runs
+    (numpy's copy, not torch's intra-op pool). The worker's side (writing the pages) is done
+    before the clock starts. None off Linux (no memfd). Imports torch and numpy: call it from
+    the runner, never from the analysis."""
     if not hasattr(os, "memfd_create"):
         return None
     import numpy as np
