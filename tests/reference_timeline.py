@@ -9,7 +9,19 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from diagnose.analysis import patterns as P
-from diagnose.analysis.timeline import GpuKernel, GpuMemcpy, GpuMemset, HostOp, Interval, StepMark, SyncCall, Timeline, TraceMeta
+from diagnose.analysis.timeline import (
+    LONG_RUNTIME_CALL_US,
+    TRIM_FORMAT_KEY,
+    GpuKernel,
+    GpuMemcpy,
+    GpuMemset,
+    HostOp,
+    Interval,
+    StepMark,
+    SyncCall,
+    Timeline,
+    TraceMeta,
+)
 
 
 def build_timeline(data: dict[str, Any]) -> Timeline:
@@ -110,6 +122,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
     launches: dict[int, Interval] = {}
     syncs: list[SyncCall] = []
     graph_launches: list[float] = []
+    long_runtime_calls: list[Interval] = []
     sync_names = P.SYNC_CALLS
     for e in runtime:
         args = e.get("args") or {}
@@ -123,7 +136,10 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
             syncs.append(SyncCall(ts, end, name))
         elif name == "cudaGraphLaunch" or name == "cuGraphLaunch":
             graph_launches.append(ts)
+        if name not in sync_names and end - ts > LONG_RUNTIME_CALL_US and e.get("tid") in training:
+            long_runtime_calls.append((ts, end))
     syncs.sort(key=lambda s: s.start)
+    long_runtime_calls.sort()
 
     device = _main_device(kernels_raw)
     kernels: list[GpuKernel] = []
@@ -194,6 +210,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         host_event_starts=host_event_starts,
         no_work_op_us=no_work_op_us,
         accumulate_grad_ops=accumulate_grad_ops,
+        long_runtime_calls=long_runtime_calls,
     )
 
 
@@ -221,6 +238,8 @@ def _read_meta(data: dict[str, Any]) -> TraceMeta:
         meta.num_sms = first.get("numSms")
     meta.cuda_driver_version = data.get("cuda_driver_version")
     meta.cuda_runtime_version = data.get("cuda_runtime_version")
+    trim_format = data.get(TRIM_FORMAT_KEY)
+    meta.trim_format = trim_format if isinstance(trim_format, int) else None
     return meta
 
 

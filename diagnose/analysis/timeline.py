@@ -124,6 +124,9 @@ class TraceMeta:
     #: a trace larger than one analysis takes (``DETAIL_MAX_JSON_BYTES``): its steps, the first
     #: ones analysed, and the events after them left out; None when the whole trace was read
     detail: DetailWindow | None = None
+    #: ``diagnose trim`` wrote it (``TRIM_FORMAT_KEY``): 1 dropped the runtime calls that
+    #: waited for the GPU, 2 keeps them; None for a trace as the profiler wrote it
+    trim_format: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,12 @@ class DetailWindow:
             f"reads ({DETAIL_MAX_JSON_BYTES / 1e9:.1f} GB): its first {self.steps_analysed} steps were analysed and "
             f"{self.events_left_out:,} later events left out (a trace of fewer steps is read whole: diagnose run --steps 3)"
         )
+
+
+#: A CUDA runtime call (not a sync) longer than this waited for the GPU: an unblocked launch,
+#: copy or memset call takes 3-15 µs profiled; one that finds the launch queue full takes as long
+#: as the GPU needs to free a slot (50 µs to over a millisecond in a host-ahead window)
+LONG_RUNTIME_CALL_US = 50.0
 
 
 @dataclass
@@ -194,6 +203,11 @@ class Timeline:
     #: the autograd engine's AccumulateGrad nodes on the training threads (start, end), in time
     #: order: host work of backward that stays outside a compiled graph
     accumulate_grad_ops: list[Interval] = field(default_factory=list)
+    #: the training threads' CUDA runtime calls, syncs aside, that took over
+    #: ``LONG_RUNTIME_CALL_US`` (start, end), in time order: a launch that waited for room in a
+    #: full launch queue, a pinned allocation while pinned blocks are still in use by the GPU
+    #: (back-pressure in a window whose host runs ahead; ``replay.host_ahead_scale`` reads them)
+    long_runtime_calls: list[Interval] = field(default_factory=list)
 
     @property
     def has_gpu(self) -> bool:
@@ -539,6 +553,8 @@ class _Columns:
         #: every CUDA runtime/driver call with a correlation id, in file order
         self.launch_columns: list[C.Column] = [C.int_column(), C.float_column(), C.float_column()]
         self.sync_calls: list[tuple[Any, float, float, str]] = []
+        #: (tid, start, end) of runtime calls other than syncs that took over ``LONG_RUNTIME_CALL_US``
+        self.long_calls: list[tuple[Any, float, float]] = []
         self.graph_launches: list[float] = []
         #: (start, end, correlation, name, stream) and device of each kernel
         self.kernels: list[C.Column] = [C.float_column(), C.float_column(), C.int_column(), [], C.int_column()]
@@ -566,6 +582,7 @@ class _Columns:
         names = self.names
         bw_prefix = P.BACKWARD_OP_PREFIX
         sync_names = P.SYNC_CALLS
+        long_call = LONG_RUNTIME_CALL_US
         thread_ops: dict[Any, list[tuple[float, float, str]]] = {}
         raw_ts: dict[Any, list[tuple[int, Any]]] = {}  # tid -> (index in the piece, trace ts) where it is not a float
         incomplete: dict[Any, list[int]] = {}
@@ -661,7 +678,10 @@ class _Columns:
                     launches_append((corr, ts, end))
                 if name in sync_names:
                     self.sync_calls.append((_key(e.tid, e, events, first, "tid"), ts, end, name))
-                elif name == "cudaGraphLaunch" or name == "cuGraphLaunch":
+                    continue
+                if end - ts > long_call:
+                    self.long_calls.append((tid, ts, end))
+                if name == "cudaGraphLaunch" or name == "cuGraphLaunch":
                     self.graph_launches.append(ts)
                 continue
             if args.correlation is UNSET:
@@ -724,6 +744,7 @@ class _Columns:
             mine_flows.others.update(flows.others)
         _extend_columns(self.launch_columns, other.launch_columns)
         self.sync_calls.extend((tid, ts, end, intern(n, n)) for tid, ts, end, n in other.sync_calls)
+        self.long_calls.extend(other.long_calls)
         self.graph_launches.extend(other.graph_launches)
         kernel_names = other.kernels[3]
         _extend_columns(self.kernels, [*other.kernels[:3], list(map(intern, kernel_names, kernel_names)), other.kernels[4]])
@@ -763,6 +784,7 @@ class _Columns:
                 event_starts.extend(self.runtime_starts[tid])
         host_event_starts = C.Records(None, [C.float_column(sorted(event_starts))])
         del event_starts
+        long_runtime_calls = sorted((ts, end) for tid, ts, end in self.long_calls if tid in training)
 
         def training_ops_named(test: Callable[[str], bool]) -> Iterator[tuple[_ThreadOps, int, str]]:
             """(thread's operators, index, name) of the training threads' operators whose name passes ``test``."""
@@ -838,6 +860,7 @@ class _Columns:
             host_event_starts=host_event_starts,
             no_work_op_us=no_work_op_us,
             accumulate_grad_ops=accumulate_grad_ops,
+            long_runtime_calls=long_runtime_calls,
         )
 
     def _main_ops(self, main_tid: Any, duplicates: _Duplicates) -> C.Records[tuple[float, float, str, bool]]:
@@ -1062,8 +1085,16 @@ def _malformed(e: Event | None, events: list[Event] | None, first: int, field_na
     )
 
 
+#: the metadata key ``diagnose trim`` writes into the trace it trims (``TraceMeta.trim_format``)
+TRIM_FORMAT_KEY = "diagnoseTrimFormat"
+#: what ``diagnose trim`` writes now: it keeps the long runtime calls (``LONG_RUNTIME_CALL_US``)
+TRIM_FORMAT = 2
+
+
 def _read_meta(data: dict[str, Any]) -> TraceMeta:
     meta = TraceMeta()
+    trim_format = data.get(TRIM_FORMAT_KEY)
+    meta.trim_format = trim_format if type(trim_format) is int else None
     props = data.get("deviceProperties") or []
     if props and isinstance(props, list) and isinstance(props[0], dict):
         first = props[0]

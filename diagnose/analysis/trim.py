@@ -3,8 +3,9 @@
 Contract: ``trim_trace(data, steps) -> dict``. Keeps the trace's metadata, the first ``steps``
 ``ProfilerStep`` windows of the main thread, and within them: user annotations, top-level
 operators of the main thread, operators that start a forward->backward flow, autograd engine
-operators, the runtime calls that launched kept GPU work or synchronised, GPU kernels, copies
-and memsets. Everything else (nested operators, flow arrows, other runtime calls) goes.
+operators, the runtime calls that launched kept GPU work, synchronised or waited for the GPU
+(longer than ``LONG_RUNTIME_CALL_US``), GPU kernels, copies and memsets. Everything else
+(nested operators, flow arrows, other runtime calls) goes.
 
 ``diagnose trim`` uses it to share a large trace or to record a test fixture: the breakdown of
 the kept steps is unchanged (tests/test_fixtures.py checks it on every recorded fixture).
@@ -19,7 +20,7 @@ from typing import Any
 
 from diagnose.analysis import patterns as P
 from diagnose.errors import TraceError
-from diagnose.analysis.timeline import read_trace_json
+from diagnose.analysis.timeline import LONG_RUNTIME_CALL_US, TRIM_FORMAT, TRIM_FORMAT_KEY, read_trace_json
 
 _GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 _RUNTIME = ("cuda_runtime", "cuda_driver")
@@ -75,11 +76,12 @@ def trim_trace(data: dict[str, Any], steps: int, skip: int = 1) -> dict[str, Any
             return id(e) in chosen_ids
         if cat == "cpu_op":
             return id(e) in top_level
-        if cat in _RUNTIME:
-            return name in P.SYNC_CALLS or name in ("cudaGraphLaunch", "cuGraphLaunch")
+        if cat in _RUNTIME:  # syncs, graph launches, and calls that waited (back-pressure)
+            return name in P.SYNC_CALLS or name in ("cudaGraphLaunch", "cuGraphLaunch") or e.get("dur", 0) > LONG_RUNTIME_CALL_US
         return cat in _GPU
 
     trimmed = {k: v for k, v in data.items() if k != "traceEvents"}
+    trimmed[TRIM_FORMAT_KEY] = TRIM_FORMAT
     trimmed["traceEvents"] = [_slim(e) for e in events if keep(e)]
     return trimmed
 
