@@ -118,7 +118,8 @@ def fixture_predictions() -> list[dict]:
 
     data = REPO / "tests" / "data"
     options = AnalysisOptions.load(show_all=True)
-    runs = [r.parent for r in sorted(data.glob("*/run.json")) + sorted(data.glob("frameworks_gpu/*/run.json")) + sorted(data.glob("batch_gpu/*/run.json"))]
+    groups = ("*", "frameworks_gpu/*", "batch_gpu/*", "hostahead_gpu/*")
+    runs = [r.parent for group in groups for r in sorted(data.glob(f"{group}/run.json"))]
     reports = [(str(run.relative_to(data)), analyze_run(RunDir(run), options).to_dict()) for run in runs if not run.name.endswith("_cpu")]
     reports += [(f"bare/{t.name.split('.')[0]}", analyze_trace(t, options).to_dict()) for t in sorted((data / "bare").glob("*.pt.trace.json.gz"))]
     out = []

@@ -13,7 +13,7 @@ import pytest
 
 from diagnose.analysis.breakdown import calibrate_to_steady_state, compute_breakdown
 from diagnose.analysis.findings import MIN_GAIN, Diagnosis, diagnose_symptoms
-from diagnose.analysis.pipeline import AnalysisOptions, _steady_step_us
+from diagnose.analysis.pipeline import AnalysisOptions, _steady_step_us, gpu_stretch
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
 from diagnose.analysis.predict import (
@@ -822,3 +822,96 @@ def test_changed_is_dataclasses_replace_for_ops_and_host_items() -> None:
     assert changed(op, latency_us=0.0, gap_us=5.0) == dataclasses.replace(op, latency_us=0.0, gap_us=5.0)
     with pytest.raises(KeyError):
         changed(op, no_such_field=1)
+
+
+# --- a host that runs ahead of the GPU: its own time, read off its least back-pressured step ------
+
+
+def host_ahead_steps(blocked: tuple[float, ...] = (600.0, 700.0, 700.0)) -> TraceBuilder:
+    """Three 1000 µs steps whose host runs a step ahead of a GPU busy all window long: each
+    step's 1000 µs matmul starts when the previous one ends, 900 µs after its launch. Each step:
+    forward code (0-200, launching its matmul at 100 for 10 µs), a launch call that waits for
+    room in the full queue (200 on, ``blocked[k]`` µs; its kernel runs after the window), code to
+    the step's end. A pin-memory thread's long call and a sync of another thread do not count."""
+    b = TraceBuilder()
+    b.kernel(FP32_GEMM, 0, 1000, launch_ts=-900)  # carried in
+    for k, wait in enumerate(blocked):
+        s = 1000.0 * k
+        b.step(k + 1, s, 1000)
+        b.op("aten::linear", s, 200, forward=True)
+        corr = b.runtime("cudaLaunchKernel", s + 100, 10)
+        if k < 2:  # the last step's matmul starts at the window's end: outside the model
+            b.x("kernel", FP32_GEMM, s + 1000, 1000, tid=7, pid=0, device=0, stream=7, correlation=corr)
+        b.runtime("cudaLaunchKernel", s + 200, wait)
+        b.op("aten::add", s + 900, 100, forward=True)
+    b.runtime("cudaHostAlloc", 150, 400, tid=3)  # the pin-memory thread: not the training threads'
+    return b
+
+
+def test_the_calls_that_waited_for_the_gpu_are_read_per_step() -> None:
+    timeline = build_timeline(host_ahead_steps().to_dict())
+    assert timeline.long_runtime_calls == [(200.0, 800.0), (1200.0, 1900.0), (2200.0, 2900.0)]
+    model = build_model(timeline)
+    assert model is not None and model.launch_cost_us == 10.0
+    assert model.blocked_us == (590.0, 690.0, 690.0)  # beyond an unblocked call's 10 µs
+
+
+def test_a_host_ahead_windows_host_is_its_least_back_pressured_step_less_the_profilers_cost() -> None:
+    model = model_of(host_ahead_steps())
+    check = replay_check(model)
+    assert check.mode == "host ahead" and check.reproduces
+    # own time per step: 1000 - 590 = 410, 310, 310; the least, 310, less 4 events a step at the
+    # profiler's 3.5 µs (no no-work operator to read it off): 296 µs of the 1000 µs of traced
+    # model code a step (every µs of the host's window is model code here)
+    assert model.host_events == 12 and model.profiler_cost_us == 3.5
+    assert host_code_scale(model, check, None) == pytest.approx(296 / 1000)
+    assert host_code_scale(model, check, 1300.0) == pytest.approx(296 / 1000)  # a steady step cannot say more
+    # the unchanged window still replays as measured: the host (296 µs a step) stays hidden
+    assert replay(model, 0.296).window_us == pytest.approx(3000.0)
+
+
+def test_a_host_ahead_estimate_that_would_not_fit_its_window_is_capped() -> None:
+    # no call waited in the first step (the queue was drained): its own time, 1000 µs less the
+    # profiler's cost, would make the host set the step, which the window says it did not
+    model = model_of(host_ahead_steps(blocked=(5.0, 700.0, 700.0)))
+    check = replay_check(model)
+    scale = host_code_scale(model, check, None)
+    assert 0 < scale < (1000 - 14) / 1000
+    assert abs(replay(model, scale).window_us - 3000.0) <= 0.05 * 3000.0
+
+
+def test_a_trace_trimmed_without_the_calls_that_waited_keeps_the_host_free() -> None:
+    data = host_ahead_steps().to_dict()
+    data["diagnoseTrimFormat"] = 1  # trimmed before ``diagnose trim`` kept them
+    model = build_model(build_timeline(data))
+    assert model is not None and model.blocked_us == ()
+    assert host_code_scale(model, replay_check(model), None) == 0.0
+
+
+def test_a_host_ahead_windows_gpu_time_is_stretched_to_the_steady_step() -> None:
+    model = model_of(host_ahead_steps())
+    check = replay_check(model)
+    # the window held 3000 µs of GPU work for three steps of 1300 µs steady
+    assert gpu_stretch(model, check, 1300.0) == pytest.approx(1.3)
+    assert gpu_stretch(model, check, 900.0) == 1.0  # never shrunk
+    assert gpu_stretch(model, check, None) == 1.0
+    assert gpu_stretch(model, dataclasses.replace(check, mode="trace"), 1300.0) == 1.0
+    scale = host_code_scale(model, check, 1300.0)
+    plain, stretched = (predict(model, check, "tf32", {}, None, scale, stretch) for stretch in (1.0, 1.3))
+    after = replay(tf32(model, {}), scale)
+    # TF32 leaves the step host-bound: the before is the steady step, the after the host's
+    assert after.gpu_busy_us * 1.3 < after.window_us
+    assert plain.speedup == pytest.approx(3000.0 / after.window_us)
+    assert stretched.speedup == pytest.approx(3900.0 / after.window_us)
+    assert "GPU time x1.30 (the window held 77% of a steady step's GPU work)" in stretched.note
+
+
+def test_trim_keeps_the_calls_that_waited_and_says_so() -> None:
+    from diagnose.analysis.trim import trim_trace
+
+    data = host_ahead_steps().to_dict()
+    trimmed = trim_trace(data, steps=3, skip=0)
+    assert trimmed["diagnoseTrimFormat"] == 2
+    full, small = build_model(build_timeline(data)), build_model(build_timeline(trimmed))
+    assert full is not None and small is not None
+    assert small.blocked_us == full.blocked_us == (590.0, 690.0, 690.0)

@@ -22,7 +22,7 @@ from diagnose.analysis.breakdown import Breakdown, calibrate_to_steady_state, co
 from diagnose.errors import TraceError, UsageError
 from diagnose.analysis.findings import DEFAULT_LIMIT, diagnose_symptoms
 from diagnose.analysis.predict import Predictor, step_spread
-from diagnose.analysis.replay import StepModel, build_model, host_code_scale, replay_check
+from diagnose.analysis.replay import ReplayCheck, StepModel, build_model, host_code_scale, replay_check
 from diagnose.record import RunRecord
 from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
@@ -235,7 +235,21 @@ def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown:
     if record is not None and record.timed_steps and record.plan:
         steady_durations = record.steady_durations()
     durations = steady_durations if len(steady_durations) >= 2 else list(model.step_durations_us)
-    return Predictor(model, check, host_code_scale(model, check, _steady_step_us(record)), step_spread(durations))
+    steady = _steady_step_us(record)
+    return Predictor(model, check, host_code_scale(model, check, steady), step_spread(durations), gpu_stretch(model, check, steady))
+
+
+#: the most a host-ahead window's replayed step is stretched to the steady step: beyond it the
+#: steady steps hold more than GPU work (a slower phase the window did not see)
+MAX_GPU_STRETCH = 1.5
+
+
+def gpu_stretch(model: StepModel, check: ReplayCheck, steady_step_us: float | None) -> float:
+    """A host-ahead window's steady step over its replayed step (1 otherwise, and where no
+    steady step was timed): the GPU work a steady step holds that the window did not."""
+    if check.mode != "host ahead" or not steady_step_us or not model.steps or check.replayed_us <= 0:
+        return 1.0
+    return min(MAX_GPU_STRETCH, max(1.0, steady_step_us * model.steps / check.replayed_us))
 
 
 def _loads_in_main_thread(record: RunRecord | None, breakdown: Breakdown | None) -> bool:

@@ -168,9 +168,16 @@ class StepModel:
     #: steady step says it
     host_events: int = 0
     profiler_cost_us: float = 0.0
+    #: where that cost came from: "read off the trace" or "calibrated constant"
+    #: (``profcost.ProfilerCost.source``)
+    profiler_cost_source: str = ""
     #: the data waits are the main thread's own loading (a DataLoader without workers): traced
     #: code that the profiler slows as it slows the model's, scaled with it (``replay``)
     traced_fetches: bool = False
+    #: per step: the time the training threads spent in runtime calls that waited for room in a
+    #: full launch queue (or for pinned memory the GPU still held), beyond an unblocked call's
+    #: cost (``Timeline.long_runtime_calls``): back-pressure, not host work
+    blocked_us: tuple[float, ...] = ()
 
     @property
     def steps(self) -> int:
@@ -358,6 +365,8 @@ def build_model(timeline: Timeline) -> StepModel | None:
 
     items = _host_items(timeline, w0, w1, labeller, launches, ops_of_corr, ops, [r[0] for r in in_model], [r[1] for r in in_model])
     nonblocking = [it.duration_us for it in items if it.kind == "launch" and not it.blocking]
+    launch_cost = statistics.median(nonblocking) if nonblocking else 0.0
+    profiler_cost = estimate_cost_per_event(timeline)
     return StepModel(
         start_us=w0,
         measured_us=w1 - w0,
@@ -366,7 +375,7 @@ def build_model(timeline: Timeline) -> StepModel | None:
         ops=tuple(ops),
         stream_busy_until=busy_before,
         launch_latency_us=latency_cap,
-        launch_cost_us=statistics.median(nonblocking) if nonblocking else 0.0,
+        launch_cost_us=launch_cost,
         device_name=timeline.meta.device_name,
         compute_capability=timeline.meta.compute_capability,
         host_lead_us=statistics.median(delays) if delays else 0.0,
@@ -374,8 +383,18 @@ def build_model(timeline: Timeline) -> StepModel | None:
         accumulate_grad_nodes=sum(1 for a, b in timeline.accumulate_grad_ops if b > w0 and a < w1),
         engine_gap_us=_engine_gap(timeline.backward_ops, w0, w1),
         host_events=bisect_left(timeline.host_event_starts, w1) - bisect_left(timeline.host_event_starts, w0),
-        profiler_cost_us=estimate_cost_per_event(timeline).per_event_us,
+        profiler_cost_us=profiler_cost.per_event_us,
+        profiler_cost_source=profiler_cost.source,
+        # a trace trimmed before ``trim`` kept the calls that waited says nothing of them
+        blocked_us=() if timeline.meta.trim_format == 1 else tuple(_blocked(timeline.long_runtime_calls, (s.start, s.end), launch_cost) for s in steps),
     )
+
+
+def _blocked(calls: Sequence[Interval], step: Interval, call_cost_us: float) -> float:
+    """How long the long runtime calls that start in ``step`` waited, beyond ``call_cost_us``."""
+    a, b = step
+    i, j = bisect_left(calls, (a, float("-inf"))), bisect_left(calls, (b, float("-inf")))
+    return sum(max(0.0, end - start - call_cost_us) for start, end in calls[i:j])
 
 
 #: gaps between two backward nodes longer than this are not the engine's scheduling (the host
@@ -628,6 +647,50 @@ def replay_check(model: StepModel) -> ReplayCheck:
     return ReplayCheck(model.measured_us, full, free, model.steps, "host ahead" if ahead else "trace")
 
 
+def host_ahead_scale(model: StepModel) -> float:
+    """The host's own time in a window whose host ran ahead of the GPU, as a share of its traced
+    model code (0 where the trace cannot say).
+
+    There the launch calls wait for room in a full queue, and the waiting spreads into the code
+    around them (lightning_fp32 on an H100: the same operators took 1.5-2x longer in its
+    back-pressured steps than in its bf16 run), so the traced code says little of what the host
+    needs. Its least back-pressured step says most: each step's length less what its long
+    runtime calls waited (``StepModel.blocked_us``; the window's first steps often find the
+    queue drained), the shortest of them, less the host's non-code time (data waits, copies) and
+    the profiler's own per-event cost. That is the host's time per step, which predictions that
+    shrink the GPU's work expose (the bf16 steps of lightning_fp32 and fabric_fp32 were
+    host-bound where their fp32 steps were GPU-bound). The result is capped so that the unchanged
+    model still replays the window as measured."""
+    steps = model.steps
+    if not steps or len(model.blocked_us) != steps:
+        return 0.0
+    code = other = 0.0
+    for it in model.items:
+        if _elastic(it, model.traced_fetches):
+            code += it.duration_us
+        elif it.kind == "work":
+            other += it.duration_us
+    if code <= 0:
+        return 0.0
+    own = min(d - b for d, b in zip(model.step_durations_us, model.blocked_us))
+    own -= other / steps + model.host_events / steps * model.profiler_cost_us
+    scale = min(1.0, max(0.0, own / (code / steps)))
+    if scale <= 0 or abs(replay(model, scale).window_us - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us:
+        return scale
+    lo, hi = 0.0, scale  # the host's estimate would not fit the window it ran in: the most that fits
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        if abs(replay(model, mid).window_us - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _elastic(item: HostItem, traced_fetches: bool) -> bool:
+    return (item.phase in MODEL_CODE_PHASES or (traced_fetches and _traced_fetch(item))) and item.kind != "wait" and not item.blocking
+
+
 def _traced_fetch(item: HostItem) -> bool:
     """A data wait of the main thread's own loading, as traced (a transformation that delivers
     the batch from elsewhere sets when it is ready, and that time is not scaled)."""
@@ -637,11 +700,7 @@ def _traced_fetch(item: HostItem) -> bool:
 def profiler_scale(model: StepModel) -> float:
     """The share of the traced model code left once the profiler's own cost per recorded event
     is taken out (at least 0)."""
-    code = sum(
-        it.duration_us
-        for it in model.items
-        if (it.phase in MODEL_CODE_PHASES or (model.traced_fetches and _traced_fetch(it))) and it.kind != "wait" and not it.blocking
-    )
+    code = sum(it.duration_us for it in model.items if _elastic(it, model.traced_fetches))
     if code <= 0:
         return 1.0
     return max(0.0, code - model.host_events * model.profiler_cost_us) / code
@@ -659,7 +718,7 @@ def host_code_scale(model: StepModel, check: ReplayCheck, steady_step_us: float 
     accelerate_fp32's GPU-bound fp32 step hid a host that bf16 exposes, and replaying that host
     at its profiled cost predicted 3.29x where 4.90x was measured."""
     if check.mode == "host ahead":
-        return 0.0
+        return host_ahead_scale(model)
     if model.steps == 0:
         return 1.0
     if steady_step_us is None or steady_step_us <= 0:
