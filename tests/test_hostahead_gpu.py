@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.pipeline import AnalysisOptions
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
 
@@ -46,3 +46,16 @@ def test_bf16_is_predicted_within_the_goal_of_what_verify_measured(name: str) ->
         assert 0 < report.replay["host_code_scale"] < 1
         assert 1 < report.replay["gpu_stretch"] <= 1.5
         assert "least back-pressured step" in top["prediction_note"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, mode) in MEASURED.items() if mode == "host ahead"))
+def test_the_trace_alone_predicts_what_the_run_does(name: str) -> None:
+    """Without the run record there is no steady step: the window's median step stands for it
+    (the first steps found the launch queue drained and were shorter)."""
+    run = analyze_run(RunDir(RUNS / name), AnalysisOptions.load())
+    alone = analyze_trace(next((RUNS / name).glob("*.pt.trace.json.gz")), AnalysisOptions.load())
+    assert alone.replay is not None and alone.replay["mode"] == "host ahead"
+    assert alone.replay["gpu_stretch"] == pytest.approx(run.replay["gpu_stretch"], rel=0.05)
+    top, top_alone = run.findings[0], alone.findings[0]
+    assert top_alone["rule"] == top["rule"] == "PREC001"
+    assert top_alone["predicted_speedup"] == pytest.approx(top["predicted_speedup"], rel=0.05)

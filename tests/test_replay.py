@@ -894,6 +894,7 @@ def test_a_host_ahead_windows_gpu_time_is_stretched_to_the_steady_step() -> None
     # the window held 3000 µs of GPU work for three steps of 1300 µs steady
     assert gpu_stretch(model, check, 1300.0) == pytest.approx(1.3)
     assert gpu_stretch(model, check, 900.0) == 1.0  # never shrunk
+    # a trace alone: the window's median step (1000 µs: every step is GPU-paced here) stands for it
     assert gpu_stretch(model, check, None) == 1.0
     assert gpu_stretch(model, dataclasses.replace(check, mode="trace"), 1300.0) == 1.0
     scale = host_code_scale(model, check, 1300.0)
