@@ -139,7 +139,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         if name not in sync_names and end - ts > LONG_RUNTIME_CALL_US and e.get("tid") in training:
             long_runtime_calls.append((ts, end))
     syncs.sort(key=lambda s: s.start)
-    long_runtime_calls.sort()
+    long_runtime_calls = sorted(set(long_runtime_calls))
 
     device = _main_device(kernels_raw)
     kernels: list[GpuKernel] = []

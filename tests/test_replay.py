@@ -916,3 +916,10 @@ def test_trim_keeps_the_calls_that_waited_and_says_so() -> None:
     full, small = build_model(build_timeline(data)), build_model(build_timeline(trimmed))
     assert full is not None and small is not None
     assert small.blocked_us == full.blocked_us == (590.0, 690.0, 690.0)
+
+
+def test_a_duplicated_call_that_waited_counts_once() -> None:
+    b = host_ahead_steps()
+    b.events.append(dict(next(e for e in b.events if e.get("cat") == "cuda_runtime" and e["dur"] == 700.0)))
+    model = model_of(b)
+    assert model.blocked_us == (590.0, 690.0, 690.0)

@@ -784,7 +784,8 @@ class _Columns:
                 event_starts.extend(self.runtime_starts[tid])
         host_event_starts = C.Records(None, [C.float_column(sorted(event_starts))])
         del event_starts
-        long_runtime_calls = sorted((ts, end) for tid, ts, end in self.long_calls if tid in training)
+        # a duplicated event would count its wait twice: each (start, end) once
+        long_runtime_calls = sorted({(ts, end) for tid, ts, end in self.long_calls if tid in training})
 
         def training_ops_named(test: Callable[[str], bool]) -> Iterator[tuple[_ThreadOps, int, str]]:
             """(thread's operators, index, name) of the training threads' operators whose name passes ``test``."""
