@@ -888,15 +888,20 @@ def test_a_trace_trimmed_without_the_calls_that_waited_keeps_the_host_free() -> 
     assert host_code_scale(model, replay_check(model), None) == 0.0
 
 
-def test_a_host_ahead_windows_gpu_time_is_stretched_to_the_steady_step() -> None:
+def test_a_host_ahead_windows_gpu_time_is_stretched_to_its_gpu_paced_step() -> None:
     model = model_of(host_ahead_steps())
     check = replay_check(model)
-    # the window held 3000 µs of GPU work for three steps of 1300 µs steady
-    assert gpu_stretch(model, check, 1300.0) == pytest.approx(1.3)
-    assert gpu_stretch(model, check, 900.0) == 1.0  # never shrunk
-    # a trace alone: the window's median step (1000 µs: every step is GPU-paced here) stands for it
-    assert gpu_stretch(model, check, None) == 1.0
-    assert gpu_stretch(model, dataclasses.replace(check, mode="trace"), 1300.0) == 1.0
+    # every step is 1000 µs and the window replays 3000 µs: nothing is missing
+    assert gpu_stretch(model, check, 1300.0) == gpu_stretch(model, check, None) == 1.0
+    # a first step that found the queue drained (400 µs) and two GPU-paced ones (1300 µs) where
+    # the window replays 3000 µs: the paced step is the median, 1300 µs
+    drained = dataclasses.replace(model, step_durations_us=(400.0, 1300.0, 1300.0))
+    assert gpu_stretch(drained, check, None) == pytest.approx(1.3)
+    assert gpu_stretch(drained, check, 2000.0) == pytest.approx(1.3)  # a steady mean that holds more: not it
+    assert gpu_stretch(drained, check, 1200.0) == pytest.approx(1.2)  # never more than the steady step
+    assert gpu_stretch(drained, check, 900.0) == 1.0  # never shrunk
+    assert gpu_stretch(drained, dataclasses.replace(check, mode="trace"), 1300.0) == 1.0
+    assert gpu_stretch(dataclasses.replace(model, step_durations_us=(400.0, 2400.0, 2400.0)), check, None) == 1.5  # capped
     scale = host_code_scale(model, check, 1300.0)
     plain, stretched = (predict(model, check, "tf32", {}, None, scale, stretch) for stretch in (1.0, 1.3))
     after = replay(tf32(model, {}), scale)
