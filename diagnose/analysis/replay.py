@@ -35,7 +35,7 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from itertools import islice
 from operator import attrgetter
@@ -573,6 +573,7 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
     traced_fetches = model.traced_fetches
     for item in model.items:
         kind = item.kind
+        # ``_elastic``, written out: this loop runs once per host item of every replay
         elastic = (item.phase in MODEL_CODE_PHASES or (traced_fetches and _traced_fetch(item))) and not item.blocking and kind != "wait"
         duration = item.duration_us * host_code_scale if elastic else item.duration_us
         lead = item.lead_us * host_code_scale if elastic else item.lead_us
@@ -677,14 +678,9 @@ def host_ahead_scale(model: StepModel) -> float:
     scale = min(1.0, max(0.0, own / (code / steps)))
     if scale <= 0 or abs(replay(model, scale).window_us - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us:
         return scale
-    lo, hi = 0.0, scale  # the host's estimate would not fit the window it ran in: the most that fits
-    for _ in range(14):
-        mid = (lo + hi) / 2
-        if abs(replay(model, mid).window_us - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    # the host's estimate would not fit the window it ran in: the most that fits
+    fits, _ = _bisect(lambda s: abs(replay(model, s).window_us - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us, 0.0, scale)
+    return fits
 
 
 def _elastic(item: HostItem, traced_fetches: bool) -> bool:
@@ -729,21 +725,22 @@ def host_code_scale(model: StepModel, check: ReplayCheck, steady_step_us: float 
         floor = profiler_scale(model)
         if floor >= 1.0 or replay(model, floor).window_us >= full * (1 - 0.02):
             return floor
-        lo, hi = floor, 1.0  # shrink the host only while it stays hidden
-        for _ in range(14):
-            mid = (lo + hi) / 2
-            if replay(model, mid).window_us < full * (1 - 0.02):
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        # shrink the host only while it stays hidden
+        _, hidden = _bisect(lambda s: replay(model, s).window_us < full * (1 - 0.02), floor, 1.0)
+        return hidden
     if replay(model, 0.0).window_us >= target:
         return 0.0
-    lo, hi = 0.0, 1.0
-    for _ in range(14):  # 6e-5 resolution
-        mid = (lo + hi) / 2
-        if replay(model, mid).window_us > target:
-            hi = mid
-        else:
-            lo = mid
+    lo, hi = _bisect(lambda s: replay(model, s).window_us <= target, 0.0, 1.0)
     return (lo + hi) / 2
+
+
+def _bisect(holds: Callable[[float], bool], lo: float, hi: float) -> tuple[float, float]:
+    """Narrow ``[lo, hi]`` around where ``holds`` stops holding (it holds at ``lo``, not at
+    ``hi``; the replay is monotone in the host's scale): 14 halvings, 6e-5 of a unit interval."""
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
