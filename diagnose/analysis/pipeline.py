@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.rules import Rule, load_rules
 from diagnose.analysis.collectives import CollectiveTime, collective_times
+from diagnose.analysis import forking
+from diagnose.analysis.forking import Beside
 from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
 from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
@@ -205,13 +208,21 @@ def _breakdown(
         if not timeline.steps:
             warnings.append(f"the trace {trace.name} holds no events on a training thread")
             return None, timeline.meta
-        breakdown = compute_breakdown(timeline)
+        # a large trace's breakdown is computed in a forked child while this process builds the
+        # replay model (the breakdown comes back in kilobytes; the model would not)
+        side = Beside(partial(compute_breakdown, timeline), fork=models is not None and _worth_forking(timeline))
+        try:
+            breakdown = None if side.forked else side.result()
+            if models is not None:
+                model = build_model(timeline)
+                if model is not None:
+                    models.append(model)
+            if breakdown is None:
+                breakdown = side.result()
+        finally:
+            side.cancel()
         if collectives is not None:
             collectives.update(collective_times(timeline))
-        if models is not None:
-            model = build_model(timeline)
-            if model is not None:
-                models.append(model)
         steady = _steady_step_us(record)
         if steady is not None:
             breakdown = calibrate_to_steady_state(breakdown, steady)
@@ -220,6 +231,15 @@ def _breakdown(
         if record is not None and record.sync_sites:
             record.sync_sites = attribute_sync_time(record, timeline)
     return breakdown, timeline.meta
+
+
+#: a timeline of at least this many events has its breakdown and replay model computed side by
+#: side, and its predictions too (``forking``): below it a fork costs more than it saves
+PARALLEL_MIN_EVENTS = 200_000
+
+
+def _worth_forking(timeline: Timeline) -> bool:
+    return timeline.meta.event_count >= PARALLEL_MIN_EVENTS and forking.cpus() > 1 and forking.can_fork()
 
 
 def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown: Breakdown | None) -> Predictor | None:

@@ -15,12 +15,14 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property, partial
 from typing import Any
 
+from diagnose.analysis import forking
 from diagnose.analysis import patterns as P
-from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, ReplayCheck, StepModel, changed, replay
+from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, Replay, ReplayCheck, StepModel, changed, replay
 
 # --- tabled rates ---------------------------------------------------------------------------------
 
@@ -644,8 +646,11 @@ def predict(
     params: Mapping[str, float] | None = None,
     host_scale: float = 1.0,
     gpu_stretch: float = 1.0,
+    baseline: Replay | None = None,
 ) -> Prediction:
     """Replay the model before and after ``name``; the speedup is in samples per second.
+    ``baseline``: the unchanged model's replay at ``host_scale``, when the caller has it (a
+    predictor replays it once for all its predictions).
 
     ``gpu_stretch`` (at least 1): how much more GPU work a steady step holds than a step of the
     window. A window whose host ran ahead holds only the GPU work that starts inside it (its
@@ -660,7 +665,8 @@ def predict(
         changed = TRANSFORMATIONS[name](model, facts, **{"host_scale": host_scale, **dict(params or {})})
     except CannotPredict as exc:
         return Prediction(name, None, None, f"cannot predict: {exc}")
-    first, then = replay(model, host_scale), replay(changed, host_scale)
+    first = baseline if baseline is not None else replay(model, host_scale)
+    then = replay(changed, host_scale)
     before, after = first.window_us, then.window_us
     if gpu_stretch > 1 and first.gpu_busy_us > 0:
         utilisation = first.window_us / first.gpu_busy_us  # the window's GPU idle share kept
@@ -683,6 +689,13 @@ def predict(
 
 # --- for the findings ---------------------------------------------------------------------------
 
+#: a rule's transformation, the run's facts and the rule's parameters: one prediction to make
+PredictionRequest = tuple[str, Mapping[str, float], Mapping[str, float] | None]
+#: a model of at least this many GPU ops and host items has its predictions made side by side:
+#: each one transforms and replays the whole model (0.1-0.3 s at 100,000); below, a fork costs
+#: more than it saves
+PARALLEL_MIN_MODEL = 20_000
+
 
 @dataclass(frozen=True)
 class Predictor:
@@ -698,7 +711,28 @@ class Predictor:
     gpu_stretch: float = 1.0
 
     def predict(self, name: str, facts: Mapping[str, float], params: Mapping[str, float] | None = None) -> Prediction:
-        return predict(self.model, self.check, name, facts, params, self.host_scale, self.gpu_stretch)
+        return predict(self.model, self.check, name, facts, params, self.host_scale, self.gpu_stretch, self.baseline)
+
+    def predict_all(self, requests: Sequence[PredictionRequest]) -> list[Prediction | Exception]:
+        """Each request's prediction, or the exception that stopped it, in order. On a large
+        model (``PARALLEL_MIN_MODEL``) they are computed side by side in forked processes
+        (``forking.side_by_side``), the unchanged replay first, so that every one shares it."""
+        calls = [partial(self._outcome, *request) for request in requests]
+        if len(calls) < 2 or len(self.model.ops) + len(self.model.items) < PARALLEL_MIN_MODEL:
+            return [call() for call in calls]
+        self.baseline  # noqa: B018 - replayed here once, not in each child
+        return forking.side_by_side(calls)
+
+    def _outcome(self, name: str, facts: Mapping[str, float], params: Mapping[str, float] | None) -> Prediction | Exception:
+        try:
+            return self.predict(name, facts, params)
+        except Exception as exc:  # noqa: BLE001 - the caller says why the finding has no prediction
+            return exc
+
+    @cached_property
+    def baseline(self) -> Replay:
+        """The unchanged model's replay at the predictor's host scale: every prediction's "before"."""
+        return replay(self.model, self.host_scale)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -16,8 +16,6 @@ import gc
 import math
 import multiprocessing
 import os
-import sys
-import threading
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,6 +31,8 @@ from typing import Any, NamedTuple
 from diagnose.analysis import columns as C
 from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
+from diagnose.analysis import forking
+from diagnose.analysis.forking import can_fork, threads_in_process  # noqa: F401 - threads_in_process: part of this module's interface
 from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, step_marks, count_if_all_after
 from diagnose.errors import TraceError
 
@@ -309,7 +309,7 @@ def reader_workers(json_bytes: int, cpus: int | None = None) -> int:
         except ValueError:
             raise TraceError(f"{WORKERS_ENV}={forced!r} is not a number of processes") from None
     if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = forking.cpus()
     if json_bytes < PARALLEL_MIN_JSON_BYTES or cpus <= 1:
         return 1
     return min(max(2, cpus - 1), MAX_READER_WORKERS)
@@ -357,28 +357,15 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     return timeline
 
 
-def threads_in_process() -> int:
-    """The threads of this process, native ones included (Linux: /proc/self/task), else the
-    Python threads. A process with other threads is not forked: a lock another thread held at
-    the fork (an import, a buffered stream, an allocator's) stays held in the child forever; the
-    test suite hung that way in a worker process after earlier tests had left threads behind."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
 @contextmanager
 def _worker_pool(workers: int) -> Iterator[Any]:
     """A pool of ``workers`` forked processes (None for one, where ``fork`` does not exist, or
-    where this process has other threads: ``threads_in_process``).
+    where this process may not fork: ``forking.can_fork``).
     Forked, not spawned: a spawned worker imports the caller's ``__main__`` again, which in a
     script without a ``__main__`` guard starts the analysis again, forever; and it starts in a
     fraction of the time. The workers run only the decoder and ``_Columns.add``, which take no
     lock that another thread of the parent could hold."""
-    vectorized = sys.modules.get("diagnose.analysis.vectorized")  # numpy's BLAS threads, when it loaded numpy
-    own_threads = 1 + (getattr(vectorized, "STARTED_THREADS", 0) if vectorized is not None else 0)
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods() or threads_in_process() > own_threads:
+    if workers <= 1 or not can_fork():
         yield None
         return
     try:

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from diagnose.analysis.timeline import threads_in_process
+from diagnose.analysis.forking import threads_in_process
 
 _before = threads_in_process() if "numpy" not in sys.modules else None
 import numpy as np  # noqa: E402 - the threads it starts are counted around it

@@ -23,6 +23,7 @@ import inspect
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 #: the inputs a symptom function may name, in the order they are documented above
@@ -40,11 +41,11 @@ class Definition:
     #: symptoms this one reads (through ``known``); computed before it
     uses: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def parameters(self) -> tuple[str, ...]:
         return tuple(inspect.signature(self.compute).parameters)
 
-    @property
+    @cached_property
     def required(self) -> frozenset[str]:
         params = inspect.signature(self.compute).parameters
         return frozenset(p for p, v in params.items() if v.default is inspect.Parameter.empty and p != "known")

@@ -1,0 +1,180 @@
+"""Work done beside this process, in forked children: the analysis of a large trace on the
+machine's other cores.
+
+Contract: ``can_fork()`` says whether this process may fork (a fork exists, and no other thread
+could hold a lock the child would inherit held); ``Beside(call)`` starts ``call()`` in a forked
+child and ``result()`` returns its value; ``side_by_side(calls)`` runs calls at once, the first
+here. Nothing here changes a result: a child's value comes back pickled (floats exactly), and
+wherever a child cannot run or does not deliver (no fork, a failed fork, an exception, a child
+killed) the call runs again in this process, so it returns what it would have returned here or
+raises what it would have raised here.
+
+Why fork: a child shares the parent's memory copy-on-write (a Timeline of a million events
+costs it nothing to see) and starts in milliseconds; what it sends back must be small (a
+breakdown: 21 KB for a 0.2 GB trace; a replay model would be 10 MB and take longer to pickle
+than to build).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+def threads_in_process() -> int:
+    """The threads of this process, native ones included (Linux: /proc/self/task), else the
+    Python threads. A process with other threads is not forked: a lock another thread held at
+    the fork (an import, a buffered stream, an allocator's) stays held in the child forever; the
+    test suite hung that way in a worker process after earlier tests had left threads behind."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def can_fork() -> bool:
+    """This process may fork: the platform forks, and no thread runs beside this one but the
+    BLAS threads numpy started when ``diagnose.analysis.vectorized`` imported it (they survive a
+    fork: the BLAS pool is shut down and restarted around it, as every DataLoader worker forked
+    after ``import numpy`` relies on)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    vectorized = sys.modules.get("diagnose.analysis.vectorized")
+    own_threads = 1 + (getattr(vectorized, "STARTED_THREADS", 0) if vectorized is not None else 0)
+    return threads_in_process() <= own_threads
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (the affinity mask, which containers and SLURM narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class Beside(Generic[T]):
+    """``call()`` computed in a forked child while this process goes on; ``result()`` waits for
+    it. Where the child cannot be forked or does not deliver, ``result()`` calls it here."""
+
+    def __init__(self, call: Callable[[], T], fork: bool = True) -> None:
+        self.call = call
+        self.pid: int | None = None
+        self._read = -1
+        if not fork:
+            return
+        try:
+            read, write = os.pipe()
+        except OSError:
+            return
+        try:
+            pid = os.fork()
+        except OSError:  # no process left to fork
+            os.close(read)
+            os.close(write)
+            return
+        if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)
+            os.close(read)
+            _child(call, write)
+        os.close(write)
+        self.pid, self._read = pid, read
+
+    @property
+    def forked(self) -> bool:
+        return self.pid is not None
+
+    def result(self) -> T:
+        if self.pid is None:
+            return self.call()
+        chunks = []
+        try:
+            with os.fdopen(self._read, "rb", closefd=True) as fh:
+                self._read = -1
+                while chunk := fh.read(1 << 20):
+                    chunks.append(chunk)
+        finally:
+            status = self._reap(kill=False)
+        if status == 0 and chunks:
+            try:
+                return pickle.loads(b"".join(chunks))
+            except Exception:  # noqa: BLE001 - a payload cut short: compute it here
+                pass
+        return self.call()
+
+    def cancel(self) -> None:
+        """Stop the child (this process no longer wants its result)."""
+        if self._read >= 0:
+            os.close(self._read)
+            self._read = -1
+        self._reap(kill=True)
+
+    def _reap(self, kill: bool) -> int | None:
+        pid, self.pid = self.pid, None
+        if pid is None:
+            return None
+        if kill:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+            except InterruptedError:
+                continue
+            except ChildProcessError:  # reaped by someone else's SIGCHLD handler: its result is unknown
+                return None
+            return os.waitstatus_to_exitcode(status)
+
+
+def _child(call: Callable[[], object], write: int) -> None:  # pragma: no cover - runs in the child
+    """Compute, send, and leave at once: no atexit handler, no buffered output of the parent's,
+    no signal handler of the parent's (a SIGINT or SIGTERM ends the child, not a second report)."""
+    code = 1
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        if hasattr(signal, "SIGCHLD"):
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        data = pickle.dumps(call(), protocol=pickle.HIGHEST_PROTOCOL)
+        with os.fdopen(write, "wb") as fh:
+            fh.write(data)
+        code = 0
+    except BaseException:  # noqa: BLE001 - the parent computes it again and raises there
+        pass
+    finally:
+        os._exit(code)
+
+
+def side_by_side(calls: Sequence[Callable[[], T]], processes: int | None = None) -> list[T]:
+    """Each call's result, in order: the first computed here, up to ``processes - 1`` others
+    (default: this machine's CPUs) at a time in forked children; all here when this process
+    may not fork or there is one call. An exception is raised as a call made here would raise
+    it (a child's failure is computed again here)."""
+    calls = list(calls)
+    processes = cpus() if processes is None else processes
+    if len(calls) <= 1 or processes <= 1 or not can_fork():
+        return [call() for call in calls]
+    results: list[T] = [None] * len(calls)  # type: ignore[list-item]
+    rest = list(enumerate(calls))[1:]
+    first = True
+    while rest:
+        batch, rest = rest[: processes - 1], rest[processes - 1 :]
+        started: list[tuple[int, Beside[T]]] = []
+        try:
+            started = [(i, Beside(call)) for i, call in batch]
+            if first:  # the first call here, while the first batch runs
+                results[0], first = calls[0](), False
+            for i, side in started:
+                results[i] = side.result()
+        finally:
+            for _, side in started:
+                side.cancel()
+    return results
