@@ -3,7 +3,11 @@ gave, row for row, on hand-made cases and on random ones full of ties."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -104,3 +108,20 @@ def test_backward_events_that_end_before_they_start_are_left_to_the_loop() -> No
     assert V.backward_calls([a for a, _ in ops], [b for _, b in ops], [40.7]) is None
     assert backward_spans(ops, [40.7]) == _loop_backward_spans(ops, [40.7]) == [(0.0, 40.5), (41.0, 89.0)]
     assert V.backward_calls([], [], [1.0]) == []
+
+
+def test_numpy_is_loaded_with_one_blas_thread_and_the_environment_restored() -> None:
+    """numpy's BLAS pool busy-waits beside the analysis (it multiplies no matrices): loaded
+    through ``vectorized`` it starts no thread, and the variable is gone again (a training
+    script started later must not inherit it); a value the user set is left alone."""
+    code = (
+        "import json, os; from diagnose.analysis import forking; before = forking.threads_in_process();"
+        "from diagnose.analysis import vectorized as V;"
+        "print(json.dumps([before, forking.threads_in_process(), V.STARTED_THREADS, os.environ.get('OPENBLAS_NUM_THREADS'), forking.can_fork()]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    before, after, started, variable, can_fork = json.loads(out.stdout)
+    assert (before, after, started, variable, can_fork) == (1, 1, 0, None, True)
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "OPENBLAS_NUM_THREADS": "2"}, capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout)[3] == "2"

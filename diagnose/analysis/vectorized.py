@@ -18,14 +18,35 @@ Why: on a 1 GB trace (2 million kernels) the loops took about 3.5 s of the break
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from diagnose.analysis.forking import threads_in_process
 
+#: the variables that size numpy's BLAS thread pool when numpy loads (OpenBLAS, MKL). The
+#: analysis multiplies no matrices, but a pool of one thread per core busy-waits beside it: on a
+#: 16-core H200 host the 0.2 GB trace's read took 3.97 s of the parent's CPU in 2.05 s with the
+#: default pool, 2.13 s with one thread, and the spinning threads took cores from the reader's
+#: workers and the forked analysis. Set to 1 for numpy's import only (a value the user set is
+#: kept; the environment is restored after, so that nothing started later inherits it).
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _import_numpy() -> Any:
+    unset = [name for name in BLAS_THREAD_VARIABLES if name not in os.environ]
+    os.environ.update(dict.fromkeys(unset, "1"))
+    try:
+        import numpy
+    finally:
+        for name in unset:
+            os.environ.pop(name, None)
+    return numpy
+
+
 _before = threads_in_process() if "numpy" not in sys.modules else None
-import numpy as np  # noqa: E402 - the threads it starts are counted around it
+np = _import_numpy()
 
 #: threads numpy's BLAS started when this module imported it (0 if numpy was loaded before):
 #: they survive a fork (the BLAS pool is shut down and restarted around it, as every DataLoader
