@@ -470,3 +470,58 @@ def test_a_piece_wholly_after_the_detail_window_is_counted_without_being_read() 
     assert tracefile.count_if_all_after(piece(late, {**late, "ts": "900"}), 300.0) is None
     assert tracefile.count_if_all_after(piece(late, [1, 2]), 300.0) is None
     assert tracefile.count_if_all_after(tracefile.Piece(b'{"ts": 1', b"", 0), 0.0) is None
+
+
+# --- cutting a plain file by seeking (the workers read their own pieces) -------------------------
+
+
+def _sought_events(path: Path) -> tuple[list[Any], dict[str, Any], list[tracefile.Piece]]:
+    """Events decoded through the seeking path, every piece submitted as a worker would get it
+    (its text read back from the file) and the pieces seen."""
+    seen: list[tracefile.Piece] = []
+
+    def submit(piece: tracefile.Piece) -> Any:
+        seen.append(piece)
+        assert isinstance(piece, tracefile.FilePiece)
+        with path.open("rb") as fh:  # as a worker reads it
+            fh.seek(piece.offset)
+            text = fh.read(piece.length)
+        return lambda: decode_objects(tracefile.Piece(text, b"", piece.offset))
+
+    stream = TraceStream(path)
+    events = [e for objects in stream.decoded(decode_objects, submit, in_flight=3) for e in objects]
+    return events, stream.metadata, seen
+
+
+@pytest.mark.parametrize("block", [7, 50, 300, 100_000])
+def test_seeking_cuts_give_the_events_and_metadata_of_one_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    monkeypatch.setattr(tracefile, "BLOCK_BYTES", block)
+    doc = one_gpu_step().to_dict()
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "cpu_op", "name": 'a "},{" in a name', "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0},
+        {"ph": "X", "cat": "cpu_op", "name": "x" * 200_000, "pid": 1, "tid": 1, "ts": 2.0, "dur": 1.0},  # over the 64 KB window
+    ]
+    doc["deviceProperties"] = [{"name": "a ] in the metadata"}]
+    for layout in LAYOUTS[:2]:
+        path = tmp_path / f"{layout.name}.json"
+        path.write_text(layout.dumps(doc))
+        events, metadata, pieces = _sought_events(path)
+        assert events == doc["traceEvents"]
+        assert metadata == {k: v for k, v in doc.items() if k != "traceEvents"}
+        assert (len(pieces) > 1) == (block < 100_000)
+        joined = [p for p in pieces if p._text is not None]  # read here only to join a cut inside a string
+        assert len(joined) <= 3  # at most the pieces around the '},{' inside the name
+        # the pieces and the text between them are the file's bytes, in order
+        raw = path.read_bytes()
+        for piece, following in zip(pieces, pieces[1:]):
+            assert raw[piece.offset : piece.offset + piece.length] == piece.text
+            assert raw[piece.offset + piece.length : following.offset] == piece.separator
+
+
+def test_a_file_without_a_cut_after_the_first_block_is_read_as_its_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracefile, "BLOCK_BYTES", 64)
+    doc = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "y" * 1000, "pid": 1, "tid": 1, "ts": 0.0, "dur": 1.0}]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    events, metadata, pieces = _sought_events(path)
+    assert events == doc["traceEvents"] and metadata == {} and pieces == []

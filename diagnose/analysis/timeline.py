@@ -334,7 +334,7 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
             results = stream.decoded(decode)
         else:
             # a plain file's piece is read by the worker itself: only its place crosses the pipe
-            where = (lambda piece: (str(stream.path), piece.offset, len(piece.text))) if not stream.gzipped else (lambda piece: piece.text)
+            where = (lambda piece: (str(stream.path), piece.offset, piece.length)) if not stream.gzipped else (lambda piece: piece.text)
 
             def submit(piece: Piece) -> Callable[[], Any]:
                 return partial(_folded, pool.apply_async(_fold_piece, (where(piece), cut)), piece)
