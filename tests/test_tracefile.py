@@ -403,11 +403,13 @@ def steps_trace(n: int) -> TraceBuilder:
     return b
 
 
+@pytest.mark.parametrize("gz", [False, True], ids=["mapped", "gz"])
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
-def test_step_marks_are_found_by_a_scan_of_the_text(tmp_path: Path, tiny_blocks: None, layout: Layout) -> None:
-    path = tmp_path / "t.json"
-    path.write_text(layout.dumps(steps_trace(8).to_dict()))
-    # the GPU's copy of a mark is not a step; blocks of 7 bytes cut every mark somewhere
+def test_step_marks_are_found_by_a_scan_of_the_text(tmp_path: Path, tiny_blocks: None, layout: Layout, gz: bool) -> None:
+    text = layout.dumps(steps_trace(8).to_dict()).encode()
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    # the GPU's copy of a mark is not a step; blocks of 7 bytes (gz) cut every mark somewhere
     assert tracefile.step_marks(path) == [(i * 100.0, i * 100.0 + 100.0) for i in range(8)]
 
 
