@@ -4,6 +4,7 @@ give a clear TraceError; the Timeline equals the one the whole-JSON reader built
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 import subprocess
 import sys
@@ -405,8 +406,15 @@ def steps_trace(n: int) -> TraceBuilder:
 
 @pytest.mark.parametrize("gz", [False, True], ids=["mapped", "gz"])
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.name)
-def test_step_marks_are_found_by_a_scan_of_the_text(tmp_path: Path, tiny_blocks: None, layout: Layout, gz: bool) -> None:
-    text = layout.dumps(steps_trace(8).to_dict()).encode()
+def test_step_marks_are_found_by_a_scan_of_the_text(
+    tmp_path: Path, tiny_blocks: None, layout: Layout, gz: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tracefile, "MARKS_WINDOW_BYTES", mmap.ALLOCATIONGRANULARITY)  # windows of a page: marks cut too
+    doc = steps_trace(8).to_dict()
+    pad = {"ph": "X", "cat": "cpu_op", "name": "pad" * 500, "pid": 1, "tid": 99, "ts": 0.5, "dur": 0.1}
+    doc["traceEvents"] = [x for e in doc["traceEvents"] for x in (e, pad)]  # a mark every page or so
+    text = layout.dumps(doc).encode()
+    assert len(text) > 5 * mmap.ALLOCATIONGRANULARITY
     path = tmp_path / ("t.json.gz" if gz else "t.json")
     path.write_bytes(gzip.compress(text) if gz else text)
     # the GPU's copy of a mark is not a step; blocks of 7 bytes (gz) cut every mark somewhere
