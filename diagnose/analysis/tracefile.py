@@ -39,13 +39,16 @@ import orjson
 
 from diagnose.errors import TraceError
 
-#: bytes read from the file (or from the decompressor) at a time; a piece is about this long
-BLOCK_BYTES = 8 * 1024 * 1024
+#: bytes read from the file (or from the decompressor) at a time; a piece is about this long.
+#: Smaller pieces keep more workers busy sooner and the last ones finish together: the 0.2 GB
+#: trace read in 0.63 s with 8 MB pieces and 8 workers on a 16-core host, 0.42 s with 2 MB (4 MB:
+#: 0.55); on 2 cores 1.54, 1.31 and 1.24 s with two workers, 2.17, 1.89 and 2.04 s in one process
+BLOCK_BYTES = 2 * 1024 * 1024
 #: a plain file read by workers: about this much of its end is left to the reading process (the
 #: array's last events and the metadata after it, found and decoded there)
-TAIL_BYTES = 1024 * 1024
+TAIL_BYTES = 512 * 1024
 #: a piece that still does not parse after growing to this many bytes is invalid JSON
-MAX_JOINED_PIECE_BYTES = 16 * BLOCK_BYTES
+MAX_JOINED_PIECE_BYTES = 128 * 1024 * 1024
 #: the text before the events array (metadata) is looked for in this many bytes at most
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 
@@ -179,7 +182,11 @@ class TraceStream:
             raise TraceError(f"cannot read {self.path}: {exc}", hint=f"the file may be truncated or not valid {kind}data") from exc
 
     def decoded(
-        self, decode: Callable[[Piece], Decoded], submit: Callable[[Piece], Callable[[], Any]] | None = None, in_flight: int = 1
+        self,
+        decode: Callable[[Piece], Decoded],
+        submit: Callable[[Piece], Callable[[], Any]] | None = None,
+        in_flight: int = 1,
+        idle: Callable[[], object] | None = None,
     ) -> Iterator[Any]:
         """``decode`` of each piece of the events array, in order; sets ``metadata`` at the end.
         ``decode`` raises msgspec's or orjson's decode error on text that does not parse.
@@ -188,7 +195,8 @@ class TraceStream:
         and returns what to call for its result (which raises the same errors): up to
         ``in_flight`` pieces are under way at once, and the results still come in order. Joined
         pieces (a cut that was not between events) and the array's last piece are decoded here
-        with ``decode``."""
+        with ``decode``. ``idle``, when given, is called once, when the first pieces are under way
+        and their results not yet in: work this process can do while it would wait."""
         blocks = self._blocks()
         buf = b""
         prefix: bytes | None = None  # the document up to the array's "[" (b"" for a bare array)
@@ -213,6 +221,9 @@ class TraceStream:
             pieces = self._cut(blocks, buf, offset, tail)
         for piece in pieces:
             under_way.append((piece, None if submit is None else submit(piece)))
+            if idle is not None and len(under_way) >= max(in_flight, 1):
+                idle()
+                idle = None
             while len(under_way) >= max(in_flight, 1):
                 pending, result = _settle(pending, *under_way.popleft(), decode, self.path)
                 if pending is None and result is not None:
