@@ -6,6 +6,7 @@
     python benchmarks/trace_memory.py --gb 1 --workers 1     # the reader in one process
     python benchmarks/trace_memory.py --gb 2 --read-only     # the reader and json.load only
     python benchmarks/trace_memory.py --build-only big.pt.trace.json --gb 1
+    python benchmarks/trace_memory.py --gb 0.2 1 --repeats 5     # medians of 5 interleaved runs each
 
 Each synthetic trace replicates the recorded step of tests/data/forloop_optimizer (an H200 step of
 the for-loop optimizer: thousands of kernels and runtime calls), with fresh timestamps, correlation
@@ -33,6 +34,7 @@ import argparse
 import gzip
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -205,6 +207,8 @@ def main() -> None:
     p.add_argument("--read-only", action="store_true", help="measure the reader (and json.load), not the whole analysis")
     p.add_argument("--workers", type=int, default=None, help="reader worker processes (default: the reader's choice)")
     p.add_argument("--build-only", type=Path, default=None, help="write one trace of the first --gb size here and stop")
+    p.add_argument("--repeats", type=int, default=1, help="measure each N times, interleaved (json.load, read, diagnose, ...): medians, "
+                   "the largest peak, and the range of the per-repeat ratios in brackets")
     args = p.parse_args()
     if args.build_only is not None:
         events = build_trace(int(args.gb[0] * 1e9), args.build_only, args.gzip)
@@ -220,22 +224,26 @@ def main() -> None:
             events = build_trace(int(gb * 1e9), trace, args.gzip)
             file_size = trace.stat().st_size
             try:
-                read = measure(READ, trace, workers=args.workers)
-                ours = None if args.read_only else measure(DIAGNOSE, trace, workers=args.workers)
-                for name, m in (("read", read), ("diagnose", ours)):
-                    if m is None:
-                        continue
-                    if m.returncode != 0:
-                        print(f"{name} failed on {gb} GB:\n{m.output}", file=sys.stderr)
+                reads, ourss, theirss = [], [], []
+                for _ in range(max(1, args.repeats)):
+                    if gb <= args.json_load_up_to:
+                        theirss.append(measure(JSON_LOAD, trace, int(args.json_load_limit_gb * 2**30)))
+                    reads.append(measure(READ, trace, workers=args.workers))
+                    if not args.read_only:
+                        ourss.append(measure(DIAGNOSE, trace, workers=args.workers))
+                for name, runs in (("read", reads), ("diagnose", ourss)):
+                    for m in runs:
+                        if m.returncode != 0:
+                            print(f"{name} failed on {gb} GB:\n{m.output}", file=sys.stderr)
+                read, ours = _median(reads), _median(ourss) if ourss else None
                 load_time, load_peak, read_ratio, ratio = "not run", "", "", ""
-                if gb <= args.json_load_up_to:
-                    theirs = measure(JSON_LOAD, trace, int(args.json_load_limit_gb * 2**30))
-                    if theirs.returncode == 0:
-                        load_time, load_peak = _time(theirs), _gib(theirs.peak_rss_bytes)
-                        read_ratio = _ratio(read, theirs)
-                        ratio = "" if ours is None else _ratio(ours, theirs)
-                    else:
-                        load_time, load_peak = "out of memory", f"> {args.json_load_limit_gb:.0f} GiB"
+                if theirss and all(m.returncode == 0 for m in theirss):
+                    theirs = _median(theirss)
+                    load_time, load_peak = _time(theirs), _gib(theirs.peak_rss_bytes)
+                    read_ratio = _ratio(read, theirs, reads, theirss)
+                    ratio = "" if ours is None else _ratio(ours, theirs, ourss, theirss)
+                elif theirss:
+                    load_time, load_peak = "out of memory", f"> {args.json_load_limit_gb:.0f} GiB"
                 print(
                     f"| {gb:g} GB | {file_size / 1e9:.2f} GB | {events:,} | {load_time} | {load_peak} "
                     f"| {_time(read)} | {_gib(read.peak_rss_bytes)} "
@@ -251,8 +259,20 @@ def _time(m: Measured) -> str:
     return f"{m.seconds:.1f} s ({m.cpu_seconds:.1f} s)"
 
 
-def _ratio(ours: Measured, theirs: Measured) -> str:
-    return f"{ours.seconds / theirs.seconds:.2f}x ({ours.cpu_seconds / theirs.cpu_seconds:.2f}x)"
+def _median(runs: list[Measured]) -> Measured:
+    """The median time and CPU time of ``runs`` (each on its own), the largest peak."""
+    return Measured(
+        statistics.median(m.seconds for m in runs), statistics.median(m.cpu_seconds for m in runs), max(m.peak_rss_bytes for m in runs),
+        max(m.returncode for m in runs), runs[-1].output,
+    )
+
+
+def _ratio(ours: Measured, theirs: Measured, our_runs: list[Measured], their_runs: list[Measured]) -> str:
+    text = f"{ours.seconds / theirs.seconds:.2f}x ({ours.cpu_seconds / theirs.cpu_seconds:.2f}x)"
+    if len(our_runs) > 1 and len(our_runs) == len(their_runs):  # each repeat's ratio: json.load ran just before
+        each = [a.seconds / b.seconds for a, b in zip(our_runs, their_runs)]
+        text += f" [{min(each):.2f}-{max(each):.2f}]"
+    return text
 
 
 if __name__ == "__main__":
