@@ -20,8 +20,7 @@ child and its descendants (sampled every 20 ms from /proc, and the kernel's own 
 wait4, whichever is larger; forked workers' shared pages count once per process, an upper bound).
 "read" is ``load_timeline`` alone (the streaming reader: JSON to the Timeline's columns);
 "diagnose" is the whole of ``diagnose analyze`` before rendering (read, timeline, breakdown,
-replay model, symptoms, rules, report), in its order: the read begins (``ReadAhead``) before the
-analysis's modules are imported. ``--workers N`` sets DIAGNOSE_READER_WORKERS for both
+replay model, symptoms, rules, report). ``--workers N`` sets DIAGNOSE_READER_WORKERS for both
 (default: the reader's own choice, by the machine's cores and the trace's size).
 ``json.load`` is skipped above --json-load-up-to GB: it takes 5-6x the file's size in memory, and
 the child is refused more than --json-load-limit-gb of address space so that a machine shared with
@@ -187,12 +186,9 @@ timeline = load_timeline(TRACE)
 print(timeline.meta.event_count, "events,", len(timeline.kernels), "kernels")
 """
 
-# as ``diagnose analyze TRACE`` does it (cli.analyze): the read begins, then the analysis loads
 DIAGNOSE = """
-from diagnose.analysis.timeline import ReadAhead
-with ReadAhead(TRACE) as ahead:
-    from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
-    report = analyze_trace(TRACE, AnalysisOptions.load(), ahead=ahead)
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
+report = analyze_trace(TRACE, AnalysisOptions.load())
 print(report.source.get("trace_events", 0), "events,", len(report.breakdown["steps"]), "steps")
 """
 

@@ -6,21 +6,16 @@ errors become one line on stderr and an exit code (docs/failures.md).
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import typer
 
 from diagnose import __version__, errors
 from diagnose.cliparse import Command, ScriptCommand
 from diagnose.errors import DiagnoseError
-
-if TYPE_CHECKING:
-    from diagnose.analysis.report import Report
-    from diagnose.analysis.timeline import ReadAhead
 
 app = typer.Typer(
     name="diagnose",
@@ -296,31 +291,13 @@ def analyze(
     baseline: Optional[Path] = typer.Option(None, "--baseline", metavar="RUN_DIR", help="The run directory (or report.json) that throughput<baseline compares with."),
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
-    from diagnose.analysis.timeline import ReadAhead
-
-    gate = _gate(fail_on, baseline)
-    max_trace_bytes = None if max_trace_gb is None else int(max_trace_gb * 1e9)
-    with contextlib.ExitStack() as stack:
-        try:
-            # a bare trace's read begins first: its workers decode while the analysis loads
-            ahead = stack.enter_context(ReadAhead(path, max_trace_bytes)) if path.is_file() else None
-        except DiagnoseError as exc:
-            raise _fail(exc) from None
-        report = _analyze_path(path, ahead, rules_dirs, show_all, max_trace_bytes, html, out)
-    _emit(report, json_out, color, show_steps=steps_table)
-    _apply_gate(gate, [report])
-
-
-def _analyze_path(
-    path: Path, ahead: ReadAhead | None, rules_dirs: Optional[list[Path]], show_all: bool, max_trace_bytes: Optional[int], html: bool, out: Optional[Path]
-) -> Report:
-    """``analyze``'s report of a run directory, a folder of traces or a trace (``ahead``: its read, begun)."""
     from diagnose import session
     from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
     from diagnose.rundir import RunDir
 
+    gate = _gate(fail_on, baseline)
     try:
-        options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=max_trace_bytes)
+        options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
         if path.is_dir() and RunDir(path).holds_run():
             report = session.analyze_and_save(RunDir(path), options, html=html)
         elif path.is_dir():  # a folder of the user's own traces: never written into
@@ -330,14 +307,15 @@ def _analyze_path(
                 session.save_outputs(run_dir, report, html=html, events=False)
                 typer.echo(f"wrote {run_dir.path}", err=True)
         else:
-            report = analyze_trace(path, options, ahead=ahead)
+            report = analyze_trace(path, options)
             if html or out is not None:  # never write beside the user's trace: a run directory
                 run_dir = RunDir.create_for("analyze-" + path.name.split(".")[0], out)
                 session.save_outputs(run_dir, report, html=html, events=False)
                 typer.echo(f"wrote {run_dir.path}", err=True)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    return report
+    _emit(report, json_out, color, show_steps=steps_table)
+    _apply_gate(gate, [report])
 
 
 @app.command(cls=Command)

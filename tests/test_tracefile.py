@@ -289,32 +289,6 @@ def test_worker_processes_give_the_same_timeline_as_one_process(tiny_blocks: Non
     assert two_workers == [2]
 
 
-def test_a_read_begun_ahead_gives_the_same_timeline_and_a_read_left_stops_its_workers(
-    tmp_path: Path, tiny_blocks: None, two_workers: list[int] | None
-) -> None:
-    if two_workers is None:
-        return  # it ran in a fresh process
-    import multiprocessing
-
-    (trace,) = (DATA / "item_syncs").glob("*.json.gz")
-    with gzip.open(trace, "rb") as fh:
-        expected = reference_timeline.build_timeline(json.load(fh))
-    plain = tmp_path / "t.json"
-    with gzip.open(trace, "rb") as fh:
-        plain.write_bytes(fh.read())
-    for path in (trace, plain):
-        with timeline_module.ReadAhead(path) as ahead:
-            assert ahead.parallel and multiprocessing.active_children()  # the workers are decoding
-            import diagnose.analysis.pipeline  # noqa: F401 - other work meanwhile, as diagnose analyze does
-            got = load_timeline(path, ahead=ahead)
-        assert _timeline_fields(got) == _timeline_fields(expected)
-    left = timeline_module.ReadAhead(plain)
-    assert multiprocessing.active_children()
-    left.close()
-    assert not multiprocessing.active_children()
-    assert two_workers == [2, 2, 2]
-
-
 @pytest.mark.parametrize("layout", LAYOUTS[:2], ids=lambda layout: layout.name)
 def test_worker_processes_join_pieces_cut_inside_strings(
     tmp_path: Path, tiny_blocks: None, two_workers: list[int] | None, layout: Layout

@@ -34,7 +34,7 @@ from diagnose.analysis import forking
 from diagnose.analysis.forking import Beside
 from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
-from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, ReadAhead, Timeline, TraceMeta, load_timeline, paused_gc
+from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
 
 
 @dataclass(frozen=True)
@@ -57,22 +57,20 @@ class AnalysisOptions:
 RankInput = tuple[RunRecord, Path | None]
 
 
-def analyze_trace(trace: Path, options: AnalysisOptions, ahead: ReadAhead | None = None) -> Report:
-    """A trace on its own (one a user's own torch.profiler code wrote, say), without a record.
-    ``ahead``: its read, begun before the analysis's modules were imported (``diagnose analyze``)."""
+def analyze_trace(trace: Path, options: AnalysisOptions) -> Report:
+    """A trace on its own (one a user's own torch.profiler code wrote, say), without a record."""
     if not Path(trace).exists():
         raise UsageError(f"no such run directory or trace: {trace}", hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file")
-    return analyze(None, Path(trace), options, {"kind": "trace"}, ahead=ahead)
+    return analyze(None, Path(trace), options, {"kind": "trace"})
 
 
 def analyze(
-    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, source: dict[str, Any], warnings: Sequence[str] = (),
-    ahead: ReadAhead | None = None,
+    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, source: dict[str, Any], warnings: Sequence[str] = ()
 ) -> Report:
     """One process's run: what its record says and its trace shows."""
     warnings = list(warnings)
     models: list[StepModel] = []
-    breakdown, meta = _breakdown(record, trace, options, warnings, models, ahead=ahead)
+    breakdown, meta = _breakdown(record, trace, options, warnings, models)
     source = dict(source)
     if trace is not None:
         source["trace"] = str(trace)
@@ -195,7 +193,7 @@ def analyze_ranks(ranks: dict[int, RankInput], options: AnalysisOptions, source:
 
 def _breakdown(
     record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: list[str], models: list[StepModel] | None = None,
-    collectives: dict[str, CollectiveTime] | None = None, ahead: ReadAhead | None = None,
+    collectives: dict[str, CollectiveTime] | None = None,
 ) -> tuple[Breakdown | None, TraceMeta | None]:
     """The trace's breakdown, corrected to the run's steady state (None without a profiled step).
     ``models`` receives the window's replay model, when there is one; ``collectives`` the
@@ -206,7 +204,7 @@ def _breakdown(
             warnings.append("no trace was written: the script ended before the profiled window")
         return None, None
     with paused_gc():
-        timeline = load_timeline(trace, max_bytes=options.max_trace_bytes, ahead=ahead)
+        timeline = load_timeline(trace, max_bytes=options.max_trace_bytes)
         if not timeline.steps:
             warnings.append(f"the trace {trace.name} holds no events on a training thread")
             return None, timeline.meta

@@ -22,7 +22,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import compress, islice
 from operator import itemgetter
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -34,7 +34,7 @@ from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
 from diagnose.analysis import forking
 from diagnose.analysis.forking import can_fork, threads_in_process  # noqa: F401 - threads_in_process: part of this module's interface
-from diagnose.analysis.tracefile import PAUSE, UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, step_marks, count_if_all_after
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, step_marks, count_if_all_after
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -316,99 +316,48 @@ def reader_workers(json_bytes: int, cpus: int | None = None) -> int:
     return min(max(2, cpus - 1), MAX_READER_WORKERS)
 
 
-def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None, ahead: ReadAhead | None = None) -> Timeline:
+def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) -> Timeline:
     """Stream the trace into a Timeline: memory holds a few pieces of JSON (a few MB each) and
     what the Timeline keeps, never the parsed trace. ``max_bytes`` (None: no cap) refuses larger
     JSON; whatever the size, the read stops with a clear error if the machine's memory runs
     short. A large trace's pieces are decoded and folded into columns by worker processes
-    (``reader_workers``); this process cuts the pieces and merges the columns, in file order.
-    ``ahead``: this trace's read, begun earlier (``ReadAhead``); it is finished here."""
-    if ahead is not None and ahead.path == Path(path):
-        return ahead.timeline()
-    with ReadAhead(path, max_bytes) as reading:
-        return reading.timeline()
-
-
-class ReadAhead:
-    """A trace's read, begun: on a large trace the worker processes decode its first pieces
-    while this process does other work (``diagnose analyze`` imports the analysis meanwhile: 0.1-0.2
-    s of a 0.2 GB trace's 1.4 s on a 16-core host); ``timeline()`` finishes it. Use it as a
-    context manager: leaving it stops the workers of a read that was not finished. A trace too
-    small for workers, or a process that may not fork, reads everything in ``timeline()``.
-    Opening checks what ``load_timeline`` checks (the file, ``max_bytes``, the memory), and
-    raises the same errors."""
-
-    def __init__(self, path: str | os.PathLike[str], max_bytes: int | None = None) -> None:
-        self.path = Path(path)
-        json_bytes = json_size_estimate(self.path) if self.path.is_file() else 0
-        self.window = detail_window(path, json_bytes)
-        self.stream = _open(path, max_bytes, DETAIL_MAX_JSON_BYTES if self.window else None)
-        cut = self.window.cut_us if self.window else math.inf
-        self.columns = _Columns(cut)
-        self.guard = memory.MemoryGuard(str(path))
-        workers = reader_workers(json_bytes)
-        decode = decode_events if self.window is None else partial(_decode_before, cut=cut)
-        self._stack = ExitStack()
-        try:
-            self._stack.enter_context(paused_gc())
-            pool = self._stack.enter_context(_worker_pool(workers))
-            self.parallel = pool is not None
-            if pool is None:
-                self._results = self.stream.decoded(decode)
-                return
-            stream = self.stream
+    (``reader_workers``); this process cuts the pieces and merges the columns, in file order."""
+    json_bytes = json_size_estimate(Path(path)) if Path(path).is_file() else 0
+    window = detail_window(path, json_bytes)
+    stream = _open(path, max_bytes, DETAIL_MAX_JSON_BYTES if window else None)
+    cut = window.cut_us if window else math.inf
+    columns = _Columns(cut)
+    guard = memory.MemoryGuard(str(path))
+    workers = reader_workers(json_bytes)
+    decode = decode_events if window is None else partial(_decode_before, cut=cut)
+    with paused_gc(), _worker_pool(workers) as pool:
+        if pool is None:
+            results = stream.decoded(decode)
+        else:
             # a plain file's piece is read by the worker itself: only its place crosses the pipe
             where = (lambda piece: (str(stream.path), piece.offset, piece.length)) if not stream.gzipped else (lambda piece: piece.text)
 
             def submit(piece: Piece) -> Callable[[], Any]:
                 return partial(_folded, pool.apply_async(_fold_piece, (where(piece), cut)), piece)
 
-            self._results = stream.decoded(decode, submit, in_flight=2 * workers, pause=True)
-            for result in self._results:  # the first pieces under way: go on with other work
-                if result is PAUSE:
-                    break
-                self._fold(result)
-        except BaseException:
-            self._stack.close()
-            raise
-
-    def _fold(self, result: Any) -> None:
-        if type(result) is _Columns:
-            self.columns.merge(result)
-        elif type(result) is int:  # a piece wholly after the detail window
-            self.columns.skipped(result)
-        else:
-            self.columns.add(result)
-        self.guard.check(self.stream.bytes_read)
-
-    def timeline(self) -> Timeline:
-        """Finish the read: the Timeline."""
-        try:
-            if self.parallel:
-                # numpy (for the finish) loads while the workers decode: 0.1-0.2 s that the finish
-                # would otherwise wait for, now that the workers are forked without it
-                importlib.import_module("diagnose.analysis.vectorized")
-            for result in self._results:
-                self._fold(result)
-        finally:
-            self._stack.close()
-        with paused_gc():
-            timeline = self.columns.finish(_read_meta(self.stream.metadata))
-        timeline.meta.path = str(self.path)
-        timeline.meta.size_bytes = self.path.stat().st_size
-        if self.window is not None:
-            timeline.meta.detail = replace(self.window, events_left_out=self.columns.left_out)
-        return timeline
-
-    def close(self) -> None:
-        """Stop the workers (a read not finished is dropped)."""
-        self._stack.close()
-
-    def __enter__(self) -> ReadAhead:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+            # numpy (for the finish) loads while the workers decode the first pieces: 0.1-0.2 s
+            # that the finish would otherwise wait for, once the workers are forked without it
+            results = stream.decoded(decode, submit, in_flight=2 * workers, idle=partial(importlib.import_module, "diagnose.analysis.vectorized"))
+        for result in results:
+            if type(result) is _Columns:
+                columns.merge(result)
+            elif type(result) is int:  # a piece wholly after the detail window
+                columns.skipped(result)
+            else:
+                columns.add(result)
+            guard.check(stream.bytes_read)
+    with paused_gc():
+        timeline = columns.finish(_read_meta(stream.metadata))
+    timeline.meta.path = str(path)
+    timeline.meta.size_bytes = Path(path).stat().st_size
+    if window is not None:
+        timeline.meta.detail = replace(window, events_left_out=columns.left_out)
+    return timeline
 
 
 @contextmanager

@@ -60,8 +60,6 @@ _READ_ERRORS = (OSError, EOFError, zlib.error)
 
 UNSET = msgspec.UNSET
 Decoded = TypeVar("Decoded")
-#: what ``TraceStream.decoded(..., pause=True)`` yields once its first pieces are under way
-PAUSE = object()
 
 
 class EventArgs(msgspec.Struct, gc=False):
@@ -188,7 +186,7 @@ class TraceStream:
         decode: Callable[[Piece], Decoded],
         submit: Callable[[Piece], Callable[[], Any]] | None = None,
         in_flight: int = 1,
-        pause: bool = False,
+        idle: Callable[[], object] | None = None,
     ) -> Iterator[Any]:
         """``decode`` of each piece of the events array, in order; sets ``metadata`` at the end.
         ``decode`` raises msgspec's or orjson's decode error on text that does not parse.
@@ -197,8 +195,8 @@ class TraceStream:
         and returns what to call for its result (which raises the same errors): up to
         ``in_flight`` pieces are under way at once, and the results still come in order. Joined
         pieces (a cut that was not between events) and the array's last piece are decoded here
-        with ``decode``. With ``pause``, ``PAUSE`` is yielded once, when the first pieces are under
-        way and their results not yet in: the caller may do other work while they decode."""
+        with ``decode``. ``idle``, when given, is called once, when the first pieces are under way
+        and their results not yet in: work this process can do while it would wait."""
         blocks = self._blocks()
         buf = b""
         prefix: bytes | None = None  # the document up to the array's "[" (b"" for a bare array)
@@ -223,9 +221,9 @@ class TraceStream:
             pieces = self._cut(blocks, buf, offset, tail)
         for piece in pieces:
             under_way.append((piece, None if submit is None else submit(piece)))
-            if pause and len(under_way) >= max(in_flight, 1):
-                pause = False
-                yield PAUSE
+            if idle is not None and len(under_way) >= max(in_flight, 1):
+                idle()
+                idle = None
             while len(under_way) >= max(in_flight, 1):
                 pending, result = _settle(pending, *under_way.popleft(), decode, self.path)
                 if pending is None and result is not None:
