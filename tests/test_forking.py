@@ -152,8 +152,8 @@ def test_a_large_trace_analysed_side_by_side_gives_the_same_report(fixture: str)
 
 
 def test_predictions_side_by_side_are_those_made_one_by_one() -> None:
-    """Two rules' predictions (the second from a child), with a rule whose parameters fail: the
-    same findings, predictions, notes and considered lines as one by one."""
+    """Two rules' predictions (the second from a child): the same findings, predictions, notes
+    and considered lines as one by one."""
     out = run_fresh(
         """
         import json
@@ -162,15 +162,10 @@ def test_predictions_side_by_side_are_those_made_one_by_one() -> None:
         from diagnose.analysis.predict import Predictor
         from diagnose.analysis.replay import replay_check
         from diagnose.analysis.rules import load_rules
-        from tests.test_replay import checked_layers, model_of
+        from tests.test_replay import SYNCED_LAYERS_VALUES as values, checked_layers, model_of
         from diagnose.analysis.symptoms import symptoms_from_values
         rules = {r.id: r for r in load_rules()}
         model = model_of(checked_layers(sync=True))
-        values = {
-            "sync.per_step": 10, "sync.cost_share": 0.3, "sync.blocked_share": 0.1, "sync.idle_after_share": 0.2,
-            "exposed.launch_model": 0.8, "gpu.busy": 0.1, "exposed.data_wait": 0.0, "gpu.kernels_per_step": 60,
-            "gpu.present": 1, "model.compiled": 0,
-        }
         def run():
             d = diagnose_symptoms([rules["LAUNCH001"], rules["SYNC001"]], symptoms_from_values(values), Predictor(model, replay_check(model), 1.0, spread=0.01))
             return [[f.rule_id, f.predicted, f.prediction_note] for f in d.findings], d.considered

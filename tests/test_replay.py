@@ -295,14 +295,18 @@ def test_a_sync_in_the_forward_breaks_the_compiled_graph_at_each_site() -> None:
     assert {op.latency_us for op in cuda_graphs(unchecked, {}).ops} == {0.0}
 
 
+#: symptoms of ``checked_layers(sync=True)``'s window under which SYNC001 and LAUNCH001 both fire
+SYNCED_LAYERS_VALUES = {
+    "sync.per_step": 10, "sync.cost_share": 0.3, "sync.blocked_share": 0.1, "sync.idle_after_share": 0.2,
+    "exposed.launch_model": 0.8, "gpu.busy": 0.1, "exposed.data_wait": 0.0, "gpu.kernels_per_step": 60,
+    "gpu.present": 1, "model.compiled": 0,
+}
+
+
 def test_removing_the_syncs_ranks_above_compiling_a_forward_they_break() -> None:
     rules = {r.id: r for r in load_rules()}
     model = model_of(checked_layers(sync=True))
-    values = {
-        "sync.per_step": 10, "sync.cost_share": 0.3, "sync.blocked_share": 0.1, "sync.idle_after_share": 0.2,
-        "exposed.launch_model": 0.8, "gpu.busy": 0.1, "exposed.data_wait": 0.0, "gpu.kernels_per_step": 60,
-        "gpu.present": 1, "model.compiled": 0,
-    }
+    values = dict(SYNCED_LAYERS_VALUES)
     symptoms = symptoms_from_values(values)
     assert rules["SYNC001"].fires(values) and rules["LAUNCH001"].fires(values)
     diagnosis = diagnose_symptoms([rules["LAUNCH001"], rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01))

@@ -493,9 +493,7 @@ def _sought_events(path: Path) -> tuple[list[Any], dict[str, Any], list[tracefil
     def submit(piece: tracefile.Piece) -> Any:
         seen.append(piece)
         assert isinstance(piece, tracefile.FilePiece)
-        with path.open("rb") as fh:  # as a worker reads it
-            fh.seek(piece.offset)
-            text = fh.read(piece.length)
+        text = tracefile.read_span(path, piece.offset, piece.length)  # as a worker reads it
         return lambda: decode_objects(tracefile.Piece(text, b"", piece.offset))
 
     stream = TraceStream(path)

@@ -62,13 +62,14 @@ def cpus() -> int:
 
 class Beside(Generic[T]):
     """``call()`` computed in a forked child while this process goes on; ``result()`` waits for
-    it. Where the child cannot be forked or does not deliver, ``result()`` calls it here."""
+    it. Where the child cannot be forked (``fork`` False, one CPU, a process that may not fork:
+    ``can_fork``) or does not deliver, ``result()`` calls it here."""
 
     def __init__(self, call: Callable[[], T], fork: bool = True) -> None:
         self.call = call
         self.pid: int | None = None
         self._read = -1
-        if not fork:
+        if not (fork and cpus() > 1 and can_fork()):
             return
         try:
             read, write = os.pipe()

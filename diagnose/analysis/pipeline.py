@@ -30,7 +30,6 @@ from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.rules import Rule, load_rules
 from diagnose.analysis.collectives import CollectiveTime, collective_times
-from diagnose.analysis import forking
 from diagnose.analysis.forking import Beside
 from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
@@ -210,7 +209,7 @@ def _breakdown(
             return None, timeline.meta
         # a large trace's breakdown is computed in a forked child while this process builds the
         # replay model (the breakdown comes back in kilobytes; the model would not)
-        side = Beside(partial(compute_breakdown, timeline), fork=models is not None and _worth_forking(timeline))
+        side = Beside(partial(compute_breakdown, timeline), fork=models is not None and timeline.meta.event_count >= PARALLEL_MIN_EVENTS)
         try:
             breakdown = None if side.forked else side.result()
             if models is not None:
@@ -233,13 +232,10 @@ def _breakdown(
     return breakdown, timeline.meta
 
 
-#: a timeline of at least this many events has its breakdown and replay model computed side by
-#: side, and its predictions too (``forking``): below it a fork costs more than it saves
+#: a timeline of at least this many events has its breakdown computed in a forked child beside
+#: its replay model (``forking.Beside``; the predictions' own threshold is
+#: ``predict.PARALLEL_MIN_MODEL``): below it a fork costs more than it saves
 PARALLEL_MIN_EVENTS = 200_000
-
-
-def _worth_forking(timeline: Timeline) -> bool:
-    return timeline.meta.event_count >= PARALLEL_MIN_EVENTS and forking.cpus() > 1 and forking.can_fork()
 
 
 def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown: Breakdown | None) -> Predictor | None:

@@ -34,7 +34,7 @@ from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
 from diagnose.analysis import forking
 from diagnose.analysis.forking import can_fork, threads_in_process  # noqa: F401 - threads_in_process: part of this module's interface
-from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, step_marks, count_if_all_after
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -397,9 +397,7 @@ def _fold_piece(text: bytes | tuple[str, int, int], cut: float = math.inf) -> _C
     the whole trace. Text that does not parse raises the decoder's error, as ``decode_events`` does."""
     if type(text) is tuple:
         path, offset, length = text
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            text = fh.read(length)
+        text = read_span(path, offset, length)
         if len(text) != length:  # the file changed under the reader: the parent reads what it holds
             return None
     with paused_gc():

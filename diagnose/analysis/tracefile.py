@@ -121,14 +121,19 @@ class FilePiece(Piece):
     @property  # type: ignore[override]
     def text(self) -> bytes:
         if self._text is None:
-            with self.path.open("rb") as fh:
-                fh.seek(self.offset)
-                self._text = fh.read(self._length)
+            self._text = read_span(self.path, self.offset, self._length)
         return self._text
 
     @property
     def length(self) -> int:
         return self._length
+
+
+def read_span(path: str | Path, offset: int, length: int) -> bytes:
+    """``length`` bytes of a plain file from ``offset`` (fewer where the file is shorter now)."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read(length)
 
 
 def is_gzip(path: Path) -> bool:
