@@ -844,8 +844,10 @@ def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_la
     step = np.searchsorted(step_starts, starts, side="right") - 1
     chosen = np.flatnonzero((step >= 0) & (starts < step_ends[np.maximum(step, 0)]))
     step, durations = step[chosen], (ends - starts)[chosen]
-    code_of: dict[str, int] = {}  # each distinct name, numbered in the order first met
-    codes = np.fromiter((code_of.setdefault(name, len(code_of)) for name in names), dtype=np.int64, count=len(names))[chosen]
+    # each distinct name, numbered in the order first met (the names mapped in C: a large
+    # trace has a few hundred thousand kernels and a few hundred names)
+    code_of: dict[str, int] = {name: code for code, name in enumerate(dict.fromkeys(names))}
+    codes = np.fromiter(map(code_of.__getitem__, names), dtype=np.int64, count=len(names))[chosen]
     distinct = list(code_of)
     classes = [P.classify_kernel(name) for name in distinct]
 
@@ -869,7 +871,7 @@ def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_la
     transpose = time_per_step([c.layout_transpose for c in classes])
     triton = time_per_step([c.triton for c in classes])
     communication = time_per_step([c.communication for c in classes])
-    optimizer = (np.asarray(kernel_labels, dtype=object) == "gpu_optimizer")[chosen]
+    optimizer = np.fromiter(map("gpu_optimizer".__eq__, kernel_labels), dtype=bool, count=len(kernel_labels))[chosen]
     multi_tensor = np.array([c.multi_tensor for c in classes], dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
     optimizer_count = np.bincount(step[optimizer], minlength=n).tolist()
     multi_tensor_count = np.bincount(step[optimizer & multi_tensor], minlength=n).tolist()

@@ -271,6 +271,11 @@ PARALLEL_MIN_JSON_BYTES = 64 * 1024 * 1024
 #: most worker processes: each holds a piece or two and their decoded events (30-60 MiB), and the
 #: parent, which cuts the pieces and merges the columns in order, keeps up with about this many
 MAX_READER_WORKERS = 8
+#: pieces per worker under way while the reading process loads numpy (0.1-0.3 s): a worker
+#: decodes and folds a 2 MB piece in about 25 ms, so that 8 keep it busy; each piece folded and
+#: not yet merged holds its columns (about 0.4 MB). With two pieces per worker, 8 workers on a
+#: 16-core host sat idle for 0.2 s of a 0.2 GB trace's 0.6 s read
+IDLE_PIECES_PER_WORKER = 8
 #: environment variable that sets the number of worker processes (1: read in this process)
 WORKERS_ENV = "DIAGNOSE_READER_WORKERS"
 
@@ -340,9 +345,13 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
             def submit(piece: Piece) -> Callable[[], Any]:
                 return partial(_folded, pool.apply_async(_fold_piece, (where(piece), cut)), piece)
 
-            # numpy (for the finish) loads while the workers decode the first pieces: 0.1-0.2 s
-            # that the finish would otherwise wait for, once the workers are forked without it
-            results = stream.decoded(decode, submit, in_flight=2 * workers, idle=partial(importlib.import_module, "diagnose.analysis.vectorized"))
+            # numpy (for the finish) loads while the workers decode the first pieces: 0.1-0.3 s
+            # that the finish would otherwise wait for, once the workers are forked without it.
+            # Workers that read their own pieces get enough of them meanwhile to stay busy
+            idle_window = IDLE_PIECES_PER_WORKER * workers if not stream.gzipped else 0
+            results = stream.decoded(
+                decode, submit, in_flight=2 * workers, idle=partial(importlib.import_module, "diagnose.analysis.vectorized"), idle_in_flight=idle_window
+            )
         for result in results:
             if type(result) is _Columns:
                 columns.merge(result)
@@ -770,26 +779,12 @@ class _Columns:
                 event_starts.extend(self.thread_ops[tid].starts)
             if tid in self.runtime_starts:
                 event_starts.extend(self.runtime_starts[tid])
-        host_event_starts = C.Records(None, [C.float_column(sorted(event_starts))])
+        host_event_starts = C.Records(None, [_sorted_floats(event_starts)])
         del event_starts
         # a duplicated event would count its wait twice: each (start, end) once
         long_runtime_calls = sorted({(ts, end) for tid, ts, end in self.long_calls if tid in training})
 
-        def training_ops_named(test: Callable[[str], bool]) -> Iterator[tuple[_ThreadOps, int, str]]:
-            """(thread's operators, index, name) of the training threads' operators whose name passes ``test``."""
-            for tid in training:
-                ops = self.thread_ops.get(tid)
-                wanted = {n for n in distinct.get(tid, ()) if test(n)}
-                if ops is not None and wanted:  # the names tested in C (compress, map): a few hundred thousand a thread
-                    names = ops.names
-                    yield from ((ops, i, names[i]) for i in compress(range(len(names)), map(wanted.__contains__, names)))
-
-        no_work = P.NO_WORK_OPS
-        no_work_op_us = [ops.ends[i] - ops.starts[i] for ops, i, _ in training_ops_named(no_work.__contains__)]
-        accumulate_grad_ops = sorted({(ops.starts[i], ops.ends[i]) for ops, i, _ in training_ops_named(P.ACCUMULATE_GRAD_OP.__eq__)})
-        collective_calls = sorted(
-            {HostOp(ops.starts[i], ops.ends[i], n) for ops, i, n in training_ops_named(lambda n: n.startswith(P.COLLECTIVE_CALL_PREFIX))}
-        )
+        no_work_op_us, accumulate_grad_ops, collective_calls = self._training_ops(training, distinct)
         self.thread_ops.clear()
         self.runtime_starts.clear()
         meta.optimizer_classes = dict(read.optimizer_classes)
@@ -853,6 +848,36 @@ class _Columns:
             long_runtime_calls=long_runtime_calls,
         )
 
+    def _training_ops(self, training: set[Any], distinct: dict[Any, set[str]]) -> tuple[list[float], list[Interval], list[HostOp]]:
+        """Of the training threads' operators: the durations of those that do no work (views),
+        the spans of the AccumulateGrad nodes and the collective calls (both sorted, each once).
+        One scan of each thread's names, in C (``compress``, ``map``: a few hundred thousand a
+        thread), finds the three kinds; only their names are tested one by one."""
+        from diagnose.analysis.vectorized import floats, np
+
+        no_work_op_us: list[float] = []
+        accumulate_grad: set[Interval] = set()
+        collectives: set[HostOp] = set()
+        for tid in training:
+            ops = self.thread_ops.get(tid)
+            kinds = {n: _op_kind(n) for n in distinct.get(tid, ())}
+            wanted = {n: kind for n, kind in kinds.items() if kind}
+            if ops is None or not wanted:
+                continue
+            names = ops.names
+            found = list(compress(range(len(names)), map(wanted.__contains__, names)))
+            found_kinds = list(map(wanted.__getitem__, map(names.__getitem__, found)))
+            starts, ends = floats(ops.starts), floats(ops.ends)
+            for kind in set(found_kinds):
+                at = np.fromiter(compress(found, map(kind.__eq__, found_kinds)), dtype=np.intp)
+                if kind == _NO_WORK:
+                    no_work_op_us.extend((ends[at] - starts[at]).tolist())
+                elif kind == _ACCUMULATE_GRAD:
+                    accumulate_grad.update(zip(starts[at].tolist(), ends[at].tolist()))
+                else:
+                    collectives.update(map(HostOp, starts[at].tolist(), ends[at].tolist(), map(names.__getitem__, at.tolist())))
+        return no_work_op_us, sorted(accumulate_grad), sorted(collectives)
+
     def _main_ops(self, main_tid: Any, duplicates: _Duplicates) -> C.Records[tuple[float, float, str, bool]]:
         """The main thread's complete operators as (start, end, name, starts a forward flow),
         sorted by start and outermost first, duplicates dropped."""
@@ -882,6 +907,18 @@ class _Columns:
         return busy.most_common(1)[0][0] if busy else None
 
 
+_NO_WORK, _ACCUMULATE_GRAD, _COLLECTIVE = 1, 2, 3
+
+
+def _op_kind(name: str) -> int:
+    """What ``_training_ops`` keeps of an operator of this name (0: nothing); the three are disjoint."""
+    if name in P.NO_WORK_OPS:
+        return _NO_WORK
+    if name == P.ACCUMULATE_GRAD_OP:
+        return _ACCUMULATE_GRAD
+    return _COLLECTIVE if name.startswith(P.COLLECTIVE_CALL_PREFIX) else 0
+
+
 def _extend(columns: list[C.Column], rows: list[tuple[Any, ...]]) -> None:
     """Append a piece's rows (tuples of ``len(columns)`` fields) to the columns, in place; an
     int column that meets a value other than a machine integer is replaced by a list."""
@@ -903,6 +940,17 @@ def _extend_columns(columns: list[C.Column], more: list[C.Column]) -> None:
             columns[k] = C.extend_ints(column, values)
         else:
             column.extend(values)  # type: ignore[union-attr]
+
+
+def _sorted_floats(values: array[float]) -> array[float]:
+    """The float column sorted, ascending (numpy's stable sort: the order ``sorted`` gives, in a
+    tenth of the time on the half million event starts of a large trace)."""
+    from diagnose.analysis import vectorized
+
+    out = C.float_column()
+    if len(values):
+        out.frombytes(vectorized.np.sort(vectorized.floats(values), kind="stable").tobytes())
+    return out
 
 
 def _outermost(starts: C.Column, ends: C.Column) -> Sequence[int]:

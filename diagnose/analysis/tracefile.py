@@ -192,6 +192,7 @@ class TraceStream:
         submit: Callable[[Piece], Callable[[], Any]] | None = None,
         in_flight: int = 1,
         idle: Callable[[], object] | None = None,
+        idle_in_flight: int = 0,
     ) -> Iterator[Any]:
         """``decode`` of each piece of the events array, in order; sets ``metadata`` at the end.
         ``decode`` raises msgspec's or orjson's decode error on text that does not parse.
@@ -201,7 +202,9 @@ class TraceStream:
         ``in_flight`` pieces are under way at once, and the results still come in order. Joined
         pieces (a cut that was not between events) and the array's last piece are decoded here
         with ``decode``. ``idle``, when given, is called once, when the first pieces are under way
-        and their results not yet in: work this process can do while it would wait."""
+        and their results not yet in: work this process can do while it would wait; up to
+        ``idle_in_flight`` pieces (at least ``in_flight``) are started before it, so that the
+        workers have enough to do while it runs."""
         blocks = self._blocks()
         buf = b""
         prefix: bytes | None = None  # the document up to the array's "[" (b"" for a bare array)
@@ -224,15 +227,18 @@ class TraceStream:
             pieces = self._sought(offset, tail)
         else:
             pieces = self._cut(blocks, buf, offset, tail)
+        window = max(in_flight, idle_in_flight if idle is not None else 0, 1)
         for piece in pieces:
             under_way.append((piece, None if submit is None else submit(piece)))
-            if idle is not None and len(under_way) >= max(in_flight, 1):
+            if idle is not None and len(under_way) >= window:
                 idle()
-                idle = None
-            while len(under_way) >= max(in_flight, 1):
+                idle, window = None, max(in_flight, 1)
+            while len(under_way) >= window:
                 pending, result = _settle(pending, *under_way.popleft(), decode, self.path)
                 if pending is None and result is not None:
                     yield result
+        if idle is not None and under_way:  # fewer pieces than the window: all of them under way
+            idle()
         while under_way:
             pending, result = _settle(pending, *under_way.popleft(), decode, self.path)
             if pending is None and result is not None:
