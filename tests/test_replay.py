@@ -373,8 +373,8 @@ def test_a_trace_alone_says_whether_the_main_thread_loads(trace: str, traced: bo
     timeline = load_timeline(DATA / "bare" / f"{trace}.pt.trace.json.gz")
     model = build_model(timeline)
     assert model is not None
-    predictor = make_predictor([model], None, compute_breakdown(timeline))
-    assert predictor is not None and predictor.model.traced_fetches is traced
+    predictor = make_predictor(model, None, timeline.dataloader_kinds)
+    assert predictor.model.traced_fetches is traced
 
 
 def loader_copy_steps() -> TraceBuilder:
@@ -932,3 +932,39 @@ def test_a_duplicated_call_that_waited_counts_once() -> None:
     b.events.append(dict(next(e for e in b.events if e.get("cat") == "cuda_runtime" and e["dur"] == 700.0)))
     model = model_of(b)
     assert model.blocked_us == (590.0, 690.0, 690.0)
+
+
+TRACES = sorted(DATA.rglob("*.pt.trace.json*"))
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: str(p.relative_to(DATA)))
+def test_the_model_is_the_per_op_loops_model_field_for_field(trace: Path) -> None:
+    """``build_model`` computes its GPU ops with array operations; on every recorded trace it
+    gives what the per-op loops it replaced gave (tests/reference_model.py), every field of every
+    op and host item to the last bit, from the reader's columns and from plain lists alike."""
+    from tests import reference_model
+
+    timeline = load_timeline(trace)
+    expected = reference_model.build_model(timeline)
+    assert build_model(timeline) == expected
+    as_lists = dataclasses.replace(timeline, kernels=list(timeline.kernels), memcpys=list(timeline.memcpys), memset_ops=list(timeline.memset_ops))
+    assert build_model(as_lists) == expected
+
+
+def test_the_model_of_streams_carried_work_and_syncs_is_the_loops_model() -> None:
+    """Hand-written: two streams, work launched before the window (carried in), a launch the
+    trace does not hold, a sync, equal starts (the sort's ties): the same model both ways."""
+    from tests import reference_model
+
+    b = synced_step()
+    b.kernel("early", -30, 40, launch_ts=-35)  # launched before the window: carried in
+    b.x("kernel", "unseen", 150, 5, tid=7, pid=0, device=0, stream=7, correlation=999)  # no launch in the trace
+    b.kernel("tie_a", 150, 10, launch_ts=146)
+    b.kernel("tie_b", 150, 10, launch_ts=147)
+    b.kernel("tie_c", 150, 4, launch_ts=148, stream=9)
+    b.kernel("late", 160, 60, launch_ts=149, stream=9)  # runs past the window's end
+    b.memcpy("Memcpy HtoD (Pageable -> Device)", 170, 5, 4096, launch_ts=165)
+    timeline = build_timeline(b.to_dict())
+    expected = reference_model.build_model(timeline)
+    assert expected is not None and len(expected.ops) >= 5
+    assert build_model(timeline) == expected

@@ -192,6 +192,25 @@ class Launches(Mapping[Any, tuple[float, float]]):
             out[wanted[j]] = (start, end)
         return out
 
+    def times_of(self, corrs: Sequence[Any]) -> tuple[Any, Any]:
+        """The (start, end) of the launch of each of ``corrs`` as two float arrays (numpy), NaN
+        where there is none (an id that is not a machine integer has none)."""
+        from diagnose.analysis import vectorized as V  # imports numpy, counting the threads it starts
+
+        np = V.np
+        keys = V.ints(corrs)
+        if keys is None:
+            plain = [type(c) is int and -(2**63) <= c < 2**63 for c in corrs]
+            keys = np.array([c if ok else 0 for c, ok in zip(corrs, plain)], dtype=np.int64)
+            rows = np.where(np.array(plain, dtype=bool), V.rows_of(keys, V.ints(self.correlations)), -1)
+        else:
+            rows = V.rows_of(keys, V.ints(self.correlations))
+        found = rows >= 0
+        starts, ends = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+        starts[found] = V.floats(self.starts)[rows[found]]
+        ends[found] = V.floats(self.ends)[rows[found]]
+        return starts, ends
+
     def __contains__(self, corr: object) -> bool:
         return self._index(corr) >= 0
 

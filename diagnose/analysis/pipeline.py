@@ -14,7 +14,7 @@ function of the previous stage's value: timeline -> breakdown -> symptoms -> fin
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -68,8 +68,8 @@ def analyze(
 ) -> Report:
     """One process's run: what its record says and its trace shows."""
     warnings = list(warnings)
-    models: list[StepModel] = []
-    breakdown, meta = _breakdown(record, trace, options, warnings, models)
+    predictors: list[Predictor] = []
+    breakdown, meta = _breakdown(record, trace, options, warnings, predictors)
     source = dict(source)
     if trace is not None:
         source["trace"] = str(trace)
@@ -79,7 +79,7 @@ def analyze(
     # Rules run even with no profiled step: what the run record shows (an OOM, memory at
     # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.
     return build_report(
-        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, make_predictor(models, record, breakdown)),
+        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictors[0] if predictors else None),
         source=source, limit=options.limit, warnings=warnings,
     )
 
@@ -95,19 +95,20 @@ class RankAnalysis:
     breakdown: Breakdown | None
     meta: TraceMeta | None
     warnings: list[str]
-    models: list[StepModel]
+    #: the window's predictor (none without a replay model)
+    predictors: list[Predictor]
     summary: RankSummary
 
 
 def analyse_rank(rank: int, record: RunRecord, trace: Path | None, options: AnalysisOptions, warnings: Sequence[str] = ()) -> RankAnalysis:
     """One rank's trace, analysed on its own: its breakdown and its summary."""
     found = list(warnings)
-    models: list[StepModel] = []
+    predictors: list[Predictor] = []
     collectives: dict[str, CollectiveTime] = {}
-    breakdown, meta = _breakdown(record, trace, options, found, models, collectives)
+    breakdown, meta = _breakdown(record, trace, options, found, predictors, collectives)
     summary = summarize_rank(rank, record, breakdown, collectives)
     summary.trace = trace.name if trace is not None else None
-    return RankAnalysis(rank, record, trace, breakdown, meta, found, models, summary)
+    return RankAnalysis(rank, record, trace, breakdown, meta, found, predictors, summary)
 
 
 def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[str, Any], rank_set: RankSet | None = None) -> Report:
@@ -125,7 +126,7 @@ def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[s
             warnings.append(f"no record from rank(s) {missing}: did they fail, or not finish?")
         source["ranks"] = present
     symptoms = compute_symptoms(a.breakdown, a.record, a.meta, rank_set)
-    predictor = make_predictor(a.models, a.record, a.breakdown)
+    predictor = a.predictors[0] if a.predictors else None
     report = build_report(
         record=a.record, meta=a.meta, breakdown=a.breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor),
         source=source, limit=options.limit, warnings=warnings,
@@ -191,12 +192,12 @@ def analyze_ranks(ranks: dict[int, RankInput], options: AnalysisOptions, source:
 
 
 def _breakdown(
-    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: list[str], models: list[StepModel] | None = None,
+    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: list[str], predictors: list[Predictor] | None = None,
     collectives: dict[str, CollectiveTime] | None = None,
 ) -> tuple[Breakdown | None, TraceMeta | None]:
     """The trace's breakdown, corrected to the run's steady state (None without a profiled step).
-    ``models`` receives the window's replay model, when there is one; ``collectives`` the
-    communication by collective kind, when the trace shows any."""
+    ``predictors`` receives the predictor of the window's fixes (``make_predictor``), when it has
+    a replay model; ``collectives`` the communication by collective kind, when the trace shows any."""
     if trace is None:
         # the runner's own note says why when the script did reach the window (its own profiler, ...)
         if record is not None and record.status not in ("no_steps",) and record.completed_steps() <= record.plan.get("warmup", 0):
@@ -208,14 +209,18 @@ def _breakdown(
             warnings.append(f"the trace {trace.name} holds no events on a training thread")
             return None, timeline.meta
         # a large trace's breakdown is computed in a forked child while this process builds the
-        # replay model (the breakdown comes back in kilobytes; the model would not)
-        side = Beside(partial(compute_breakdown, timeline), fork=models is not None and timeline.meta.event_count >= PARALLEL_MIN_EVENTS)
+        # replay model, checks it and replays it unchanged for the predictions (the breakdown
+        # comes back in kilobytes; the model would not)
+        side = Beside(partial(compute_breakdown, timeline), fork=predictors is not None and timeline.meta.event_count >= PARALLEL_MIN_EVENTS)
         try:
             breakdown = None if side.forked else side.result()
-            if models is not None:
+            if predictors is not None:
                 model = build_model(timeline)
-                if model is not None:
-                    models.append(model)
+                predictor = make_predictor(model, record, timeline.dataloader_kinds) if model is not None else None
+                if predictor is not None:
+                    if side.forked and predictor.check.reproduces:
+                        predictor.baseline  # noqa: B018 - replayed now, beside the breakdown
+                    predictors.append(predictor)
             if breakdown is None:
                 breakdown = side.result()
         finally:
@@ -238,14 +243,13 @@ def _breakdown(
 PARALLEL_MIN_EVENTS = 200_000
 
 
-def make_predictor(models: list[StepModel], record: RunRecord | None, breakdown: Breakdown | None) -> Predictor | None:
+def make_predictor(model: StepModel, record: RunRecord | None, loader_kinds: Mapping[str, int]) -> Predictor:
     """The predictor of a run's fixes: its replay model, checked against the measured window,
     with the host scaled to the steady step, and the step-to-step spread (steady steps where
-    timed, else the profiled ones)."""
-    if not models:
-        return None
-    model = models[0]
-    if _loads_in_main_thread(record, breakdown):
+    timed, else the profiled ones). ``loader_kinds``: the DataLoader iterators the trace names
+    (``Timeline.dataloader_kinds``), which say, for a trace alone, whether the data waits are
+    the main thread's own loading."""
+    if _loads_in_main_thread(record, loader_kinds):
         model = replace(model, traced_fetches=True)  # its data waits are traced loading code
     check = replay_check(model)
     steady_durations: list[float] = []
@@ -277,13 +281,12 @@ def gpu_stretch(model: StepModel, check: ReplayCheck, steady_step_us: float | No
     return min(MAX_GPU_STRETCH, max(1.0, paced * model.steps / check.replayed_us))
 
 
-def _loads_in_main_thread(record: RunRecord | None, breakdown: Breakdown | None) -> bool:
+def _loads_in_main_thread(record: RunRecord | None, kinds: Mapping[str, int]) -> bool:
     """The window's batches came from a DataLoader without workers: the run record says so, or,
     for a trace alone, the only DataLoader iterator the trace names is the single-process one."""
     if record is not None:
         loader = record.train_loader()
         return loader is not None and loader.num_workers == 0 and loader.fetches_in_window > 0
-    kinds = breakdown.dataloader_kinds if breakdown is not None else ()
     return bool(kinds) and "multi" not in kinds
 
 

@@ -32,19 +32,23 @@ use, and how close each came to the measured window.
 
 from __future__ import annotations
 
+import math
 import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from itertools import islice
+from itertools import compress, islice, repeat
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from diagnose.analysis import columns as C
 from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
 from diagnose.analysis.profcost import estimate_cost_per_event
-from diagnose.analysis.timeline import Interval, Timeline
+from diagnose.analysis.timeline import GpuKernel, GpuMemcpy, GpuMemset, Interval, Timeline
+
+if TYPE_CHECKING:  # numpy is imported where it is used (through ``vectorized``), not when this module loads
+    import numpy as np
 
 #: An op that starts within this many microseconds of its stream predecessor's end was waiting
 #: for the stream, not for its launch (back-to-back kernels on an H200 start 1-3 µs apart).
@@ -242,6 +246,12 @@ class _Labeller:
         i = bisect_right(self.bounds, t) - 1
         return self.segment_labels[i] if i >= 0 else "other"
 
+    def at_many(self, times: np.ndarray) -> list[str]:
+        """``at`` of each instant (the searches made at once)."""
+        from diagnose.analysis.vectorized import np
+        labels = [*self.segment_labels, "other"]  # before the first bound: index -1, "other"
+        return list(map(labels.__getitem__, (np.searchsorted(np.array(self.bounds, dtype=np.float64), times, side="right") - 1).tolist()))
+
     def cuts(self, a: float, b: float) -> list[float]:
         lo, hi = bisect_right(self.bounds, a), bisect_left(self.bounds, b)
         return [a, *self.bounds[lo:hi], b]
@@ -281,6 +291,67 @@ def model_steps(timeline: Timeline, max_ops: int = MODEL_MAX_OPS) -> list[Any]:
     return steps[:kept]
 
 
+@dataclass
+class _GpuRows:
+    """Every kernel, copy and memset that starts before an instant, as columns: times as arrays
+    sorted by (start, end), the other fields in their groups' order (kernels, copies, memsets:
+    ``order`` maps a sorted row to them, a stable sort, as a list sorted on (start, end) has it)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    order: np.ndarray
+    streams: list[Any]
+    correlations: list[Any]
+    kinds: list[str]
+    names: list[str]
+    copy_kinds: list[str]
+    nbytes: list[int]
+
+    @classmethod
+    def before(cls, timeline: Timeline, t: float) -> _GpuRows:
+        from diagnose.analysis.vectorized import floats, np
+        kernels = _fields_before(timeline.kernels, GpuKernel, ("start", "end", "stream", "correlation", "name"), t)
+        copies = _fields_before(timeline.memcpys, GpuMemcpy, ("start", "end", "stream", "correlation", "kind", "nbytes"), t)
+        memsets = _fields_before(timeline.memset_ops, GpuMemset, ("start", "end", "stream", "correlation"), t)
+        k, m, z = len(kernels[0]), len(copies[0]), len(memsets[0])
+        starts = np.concatenate([floats(kernels[0]), floats(copies[0]), floats(memsets[0])])
+        ends = np.concatenate([floats(kernels[1]), floats(copies[1]), floats(memsets[1])])
+        order = np.lexsort((ends, starts))
+        return cls(
+            starts=starts[order],
+            ends=ends[order],
+            order=order,
+            streams=[*kernels[2], *copies[2], *memsets[2]],
+            correlations=[*kernels[3], *copies[3], *memsets[3]],
+            kinds=["kernel"] * k + ["memcpy"] * m + ["memset"] * z,
+            names=[*kernels[4], *(f"Memcpy {kind}" for kind in copies[4]), *(["Memset"] * z)],
+            copy_kinds=[""] * k + list(copies[4]) + [""] * z,
+            nbytes=[0] * k + list(copies[5]) + [0] * z,
+        )
+
+    def stream_busy(self) -> np.ndarray:
+        """For each row (sorted), the latest end of the rows before it on its stream (-inf: none)."""
+        from diagnose.analysis.vectorized import np
+        code_of = {stream: code for code, stream in enumerate(dict.fromkeys(self.streams))}
+        codes = np.fromiter(map(code_of.__getitem__, self.streams), dtype=np.int64, count=len(self.streams))[self.order]
+        busy = np.full(len(codes), -np.inf)
+        for code in range(len(code_of)):  # a handful of streams
+            rows = np.flatnonzero(codes == code)
+            if len(rows) > 1:
+                busy[rows[1:]] = np.maximum.accumulate(self.ends[rows])[:-1]
+        return busy
+
+
+def _fields_before(group: Sequence[Any], make: Any, names: tuple[str, ...], t: float) -> list[Sequence[Any]]:
+    """The named fields of the ops of ``group`` that start before ``t``, as columns: a prefix of
+    the reader's columns where it holds them (sorted by start), else read off each op."""
+    if isinstance(group, C.Records):
+        n = bisect_left(group.column(0), t)
+        return [group.column(make._fields.index(name))[:n] for name in names]
+    ops = [op for op in group if op.start < t]
+    return [[getattr(op, name) for op in ops] for name in names]
+
+
 def _starting_before(group: Sequence[Any], t: float) -> Iterable[Any]:
     """The ops of ``group`` that start before ``t``: a prefix of the reader's sorted columns
     (a window of the first steps of a large trace reads no further), else a scan."""
@@ -293,78 +364,74 @@ def build_model(timeline: Timeline) -> StepModel | None:
     """The window's dependency model; None without steps or GPU work."""
     if not timeline.steps or not timeline.has_gpu:
         return None
+    from diagnose.analysis.vectorized import np
+
     steps = model_steps(timeline, MODEL_MAX_OPS)
     w0, w1 = steps[0].start, steps[-1].end
     labeller = _Labeller(_host_labels(timeline))
 
-    # every GPU activity up to the model's end, per stream in start order:
-    # (start, end, kind, name, corr, copy_kind, nbytes)
-    raw: list[tuple[float, float, str, str, int, int, str, int]] = []
-    for k in _starting_before(timeline.kernels, w1):
-        raw.append((k.start, k.end, "kernel", k.name, k.correlation, k.stream, "", 0))
-    for m in _starting_before(timeline.memcpys, w1):
-        raw.append((m.start, m.end, "memcpy", f"Memcpy {m.kind}", m.correlation, m.stream, m.kind, m.nbytes))
-    for s in _starting_before(timeline.memset_ops, w1):
-        raw.append((s.start, s.end, "memset", "Memset", s.correlation, s.stream, "", 0))
-    raw.sort(key=lambda r: (r[0], r[1]))
-
-    stream_busy: dict[int, float] = {}
-    in_model: list[tuple[float, float, str, str, int, int, str, int, float]] = []  # + measured prev end
-    for r in raw:
-        start, end, stream = r[0], r[1], r[5]
-        prev_end = stream_busy.get(stream, float("-inf"))
-        if w0 <= start < w1:
-            in_model.append((*r, prev_end))
-        elif start < w0:
-            stream_busy[stream] = max(prev_end, end)
-            continue
-        stream_busy[stream] = max(prev_end, end)
+    gpu = _GpuRows.before(timeline, w1)
+    prev_end = gpu.stream_busy()
     busy_before = _busy_before(timeline, w0)
-    # each op's launch (None where the trace holds none), looked up once per correlation id
-    corrs = {r[4] for r in in_model}
-    every = timeline.launches
-    launches = every.many(corrs) if isinstance(every, C.Launches) else {corr: every.get(corr) for corr in corrs}
+    inside = np.flatnonzero(gpu.starts >= w0)  # every row starts before w1
+    starts, ends, prev_end = gpu.starts[inside], gpu.ends[inside], prev_end[inside]
+    rows = gpu.order[inside].tolist()  # the ops in the window, as the groups' rows
+    corrs = [gpu.correlations[i] for i in rows]
+    # each op's launch call (NaN where the trace holds none)
+    launched, launch_ends = _launch_times(timeline.launches, corrs)
+    has_launch = ~np.isnan(launched)
 
-    # launch latency of the trace: median delay of ops that waited for their launch
-    waited = []
-    for start, _end, _k, _n, corr, _s, _ck, _b, prev_end in in_model:
-        launch = launches.get(corr)
-        # waited for its launch: started well after its stream went idle, and the stream was
-        # idle when it was launched (else it waited on the GPU, however long after its launch)
-        if launch is not None and w0 <= launch[0] and start - prev_end > STREAM_GAP_US and prev_end <= launch[0]:
-            waited.append(start - launch[0])
-    latency_cap = statistics.median(waited) if waited else STREAM_GAP_US
-    back_to_back = [r[0] - r[-1] for r in in_model if 0 <= r[0] - r[-1] <= STREAM_GAP_US]
+    # launch latency of the trace: median delay of ops that waited for their launch: started well
+    # after its stream went idle, and the stream was idle when it was launched (else it waited on
+    # the GPU, however long after its launch)
+    with np.errstate(invalid="ignore"):
+        waited = has_launch & (launched >= w0) & (starts - prev_end > STREAM_GAP_US) & (prev_end <= launched)
+    latency_cap = statistics.median((starts - launched)[waited].tolist()) if waited.any() else STREAM_GAP_US
+    after_previous = starts - prev_end
+    back_to_back = after_previous[(after_previous >= 0) & (after_previous <= STREAM_GAP_US)].tolist()
     gap_floor = statistics.median(back_to_back) if back_to_back else STREAM_GAP_US
 
-    delays: list[float] = []
-    ops: list[GpuOp] = []
+    # work launched before the window (or by an unseen or later call) is carried in: ready at its
+    # launch before the window, else at the window's start
+    with np.errstate(invalid="ignore"):
+        in_window = has_launch & (launched >= w0) & (launched < w1)
+        before = has_launch & (launched < w0)
+    carried = np.where(before, launched, w0)
+    ready = np.where(in_window, launched, carried)
+    labelled = in_window | before
+    phases = labeller.at_many(np.where(labelled, launched, w0))
+    phase = [p if known else "unknown" for p, known in zip(phases, labelled.tolist())]
+    phase = ["other" if p in ("data_wait", "h2d_copy") else p for p in phase]
+    latency, gap = starts - ready, starts - prev_end
+    delays = latency.tolist()
+    # waited for the stream: right after its predecessor, or after a gap the GPU set (its stream
+    # was still busy when it was launched: a cross-stream wait, the GPU's own scheduling), which
+    # stays as measured; any other op waited for its launch, after the trace's usual gap
+    on_stream = (gap <= STREAM_GAP_US) | (prev_end > ready)
+    latency = np.where(on_stream, np.minimum(latency, latency_cap), latency)
+    gap = np.where(on_stream, gap, gap_floor)
+    carried_at = [None if own else at for own, at in zip(in_window.tolist(), carried.tolist())]
+    ops = list(
+        map(
+            GpuOp,
+            [gpu.streams[i] for i in rows],
+            (ends - starts).tolist(),
+            [gpu.kinds[i] for i in rows],
+            [gpu.names[i] for i in rows],
+            phase,
+            latency.tolist(),
+            gap.tolist(),
+            carried_at,
+            [gpu.copy_kinds[i] for i in rows],
+            [gpu.nbytes[i] for i in rows],
+            (ends > w1).tolist(),
+        )
+    )
     ops_of_corr: dict[int, list[int]] = defaultdict(list)
-    for start, end, kind, name, corr, stream, copy_kind, nbytes, prev_end in in_model:
-        launch = launches.get(corr)
-        carried = None
-        if launch is None or launch[0] < w0 or launch[0] >= w1:
-            carried = launch[0] if launch is not None and launch[0] < w0 else w0
-            ready, phase = carried, labeller.at(launch[0]) if launch is not None and launch[0] < w0 else "unknown"
-        else:
-            ready, phase = launch[0], labeller.at(launch[0])
-        if phase in ("data_wait", "h2d_copy"):
-            phase = "other"
-        latency, gap = start - ready, start - prev_end
-        delays.append(latency)
-        if gap <= STREAM_GAP_US or prev_end > ready:
-            # waited for the stream: right after its predecessor, or after a gap the GPU set (its
-            # stream was still busy when it was launched: a cross-stream wait, the GPU's own
-            # scheduling), which stays as measured
-            latency = min(latency, latency_cap)
-        else:
-            gap = gap_floor
-        ops.append(GpuOp(stream, end - start, kind, name, phase, latency, gap, carried, copy_kind, nbytes, end > w1))
-        if carried is None:
-            ops_of_corr[corr].append(len(ops) - 1)
+    for index in np.flatnonzero(in_window).tolist():
+        ops_of_corr[corrs[index]].append(index)
 
-    items = _host_items(timeline, w0, w1, labeller, launches, ops_of_corr, ops, [r[0] for r in in_model], [r[1] for r in in_model])
-    nonblocking = [it.duration_us for it in items if it.kind == "launch" and not it.blocking]
+    items, nonblocking = _host_items(timeline, w0, w1, labeller, ops_of_corr, ops, ends, launched, launch_ends)
     launch_cost = statistics.median(nonblocking) if nonblocking else 0.0
     profiler_cost = estimate_cost_per_event(timeline)
     return StepModel(
@@ -387,6 +454,19 @@ def build_model(timeline: Timeline) -> StepModel | None:
         profiler_cost_source=profiler_cost.source,
         # a trace trimmed before ``trim`` kept the calls that waited says nothing of them
         blocked_us=() if timeline.meta.trim_format == 1 else tuple(_blocked(timeline.long_runtime_calls, (s.start, s.end), launch_cost) for s in steps),
+    )
+
+
+def _launch_times(launches: Mapping[Any, tuple[float, float]], corrs: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The start and end of the call that launched each of ``corrs``, NaN where none did."""
+    if isinstance(launches, C.Launches):
+        return launches.times_of(corrs)
+    from diagnose.analysis.vectorized import np
+
+    found = [launches.get(corr) for corr in corrs]
+    return (
+        np.array([math.nan if f is None else f[0] for f in found], dtype=np.float64),
+        np.array([math.nan if f is None else f[1] for f in found], dtype=np.float64),
     )
 
 
@@ -421,25 +501,41 @@ def _host_items(
     w0: float,
     w1: float,
     labeller: _Labeller,
-    launches: Mapping[Any, tuple[float, float] | None],
-    ops_of_corr: dict[int, list[int]],
+    ops_of_corr: dict[Any, list[int]],
     ops: list[GpuOp],
-    op_starts: list[float],
-    op_ends: list[float],
-) -> list[HostItem]:
-    # (start, end, "launch"|"sync", payload)
-    calls: list[tuple[float, float, str, Any]] = [(*launches[corr], "launch", tuple(indices)) for corr, indices in ops_of_corr.items()]  # type: ignore[misc]
+    op_ends: np.ndarray,
+    launch_starts: np.ndarray,
+    launch_ends: np.ndarray,
+) -> tuple[list[HostItem], list[float]]:
+    """The host's sequence from ``w0`` to ``w1``: the runtime calls that launched the window's ops
+    (``ops_of_corr``: the ops of each correlation id, whose launch is ``launch_starts``/
+    ``launch_ends`` of any of them), the syncs, and the work between them, cut where the phase
+    changes; and the durations of the launches that did not block. The calls are walked in time
+    order with a cursor (the host's time so far) computed for all of them at once: before each
+    call it is the latest start or end of the calls before it, at least ``w0``."""
+    from diagnose.analysis.vectorized import np
+
+    groups = list(map(tuple, ops_of_corr.values()))
+    first = np.array([g[0] for g in groups], dtype=np.intp)
+    starts, ends = launch_starts[first], launch_ends[first]
+    payloads: list[Any] = list(groups)
     syncs = [s for s in timeline.syncs if w0 <= s.start < w1]
     if syncs:
-        launch_spans = {(c[0], c[1]) for c in calls}
+        launch_spans = set(zip(starts.tolist(), ends.tolist()))
         h2d = labeller.labels["h2d_copy"]
         data_parallel = merge(timeline.data_parallel_spans)
-        for s in syncs:
-            if (s.start, s.end) not in launch_spans:
-                kind = "staging" if _inside(h2d, s.start) else "comm" if _inside(data_parallel, s.start) else "user"
-                calls.append((s.start, s.end, "sync", kind))
-    waits = len(calls) > len(ops_of_corr)
-    calls.sort(key=lambda c: (c[0], c[1]))
+        kept = [s for s in syncs if (s.start, s.end) not in launch_spans]
+        payloads += ["staging" if _inside(h2d, s.start) else "comm" if _inside(data_parallel, s.start) else "user" for s in kept]
+        starts = np.concatenate([starts, np.array([s.start for s in kept], dtype=np.float64)])
+        ends = np.concatenate([ends, np.array([s.end for s in kept], dtype=np.float64)])
+    waits = len(payloads) > len(groups)
+    order = np.lexsort((ends, starts))  # by start, then end; stable
+    calls = int(np.searchsorted(starts[order], w1, side="left"))  # those that start in the window
+    order = order[:calls]
+    starts, ends = starts[order], ends[order]
+    payloads = [payloads[i] for i in order.tolist()]
+    cursor = np.maximum.accumulate(np.concatenate([[w0], np.maximum(starts, ends)]))  # before each call, and after the last
+    at_call = np.maximum(cursor[:-1], starts)  # the cursor once the host has reached the call
 
     fetch_of = {iv: i for i, iv in enumerate(labeller.labels["data_wait"])}
     fetch_starts = [iv[0] for iv in labeller.labels["data_wait"]]
@@ -452,70 +548,78 @@ def _host_items(
                 return fetch_of[iv]
         return None
 
-    # measured end of the last op launched before time t, per stream (for the waits, if any)
-    per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    before_busy: dict[int, float] = {}
+    # the work before each call (and after the last): one item where one phase holds it, else
+    # an item per phase (a few per step)
+    work_from = np.concatenate([cursor[:-1], cursor[-1:]])
+    work_to = np.concatenate([starts, [w1]])
+    has_work = work_from < work_to
+    has_work[:-1] &= starts > cursor[:-1]
+    before = np.flatnonzero(has_work)
+    a, b = work_from[before], work_to[before]
+    bounds = np.array(labeller.bounds, dtype=np.float64)
+    one_phase = np.searchsorted(bounds, a, side="right") == np.searchsorted(bounds, b, side="left")
+    # 2k: the work before call k (several items where it spans phases, in order)
+    work_keys = (2 * before[one_phase]).tolist()
+    work_items = list(map(HostItem, repeat("work"), (b - a)[one_phase].tolist(), labeller.at_many(a[one_phase])))
+    for item, t in zip(work_items, a[one_phase].tolist()):
+        if item.phase == "data_wait":
+            item.fetch = fetch_at(t)
+    for k, lo, hi in zip(before[~one_phase].tolist(), a[~one_phase].tolist(), b[~one_phase].tolist()):
+        cuts = labeller.cuts(lo, hi)
+        for x, y in zip(cuts, cuts[1:]):
+            if y > x:
+                phase = labeller.at(x)
+                work_items.append(HostItem("work", y - x, phase, fetch=fetch_at(x) if phase == "data_wait" else None))
+                work_keys.append(2 * k)
+
+    # the calls: a launch takes what it took past the cursor; a launch of copies only that
+    # returned once they were done blocked; a sync waits for the streams it found busy
+    span = ends - at_call
+    phases = labeller.at_many(starts)
+    leads = (at_call - starts).tolist()
+    call_items = list(map(HostItem, repeat("launch"), np.where(span > 0.0, span, 0.0).tolist(), phases, payloads, leads))
+    is_copy = [op.kind == "memcpy" for op in ops]
+    op_end = op_ends.tolist()
+    nonblocking = [True] * calls
+    copies = [k for k, indices in enumerate(payloads) if type(indices) is tuple and is_copy[indices[0]]]  # a few a step
+    for k in copies:
+        indices = payloads[k]
+        if all(is_copy[i] for i in indices) and ends[k] >= max(op_end[i] for i in indices):
+            done = max(op_end[i] for i in indices)
+            call_items[k] = HostItem("launch", 0.0, phases[k], indices, leads[k], after_us=float(ends[k]) - max(float(starts[k]), done), blocking=True)
+            nonblocking[k] = False
     if waits:
-        launch_time_of_op = {index: launches[corr][0] for corr, indices in ops_of_corr.items() for index in indices}  # type: ignore[index]
-        for index, op in enumerate(ops):
-            t = launch_time_of_op.get(index, float("-inf"))
-            per_stream[op.stream].append((t, op_ends[index]))
+        # measured end of the last op launched before time t, per stream
+        per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        launched_at = np.full(len(ops), -np.inf)
+        in_window = [i for g in groups for i in g]
+        launched_at[in_window] = launch_starts[in_window]
+        for op, t, end in zip(ops, launched_at.tolist(), op_end):
+            per_stream[op.stream].append((t, end))
         for v in per_stream.values():
             v.sort()
         before_busy = dict(_busy_before(timeline, w0))
 
-    def last_end_launched_before(stream: int, t: float) -> float:
-        v = per_stream.get(stream, [])
-        i = bisect_left(v, (t, float("-inf")))
-        ends = [e for _, e in v[:i]]
-        best = max(ends) if ends else float("-inf")
-        return max(best, before_busy.get(stream, float("-inf")))
+        def last_end_launched_before(stream: int, t: float) -> float:
+            v = per_stream.get(stream, [])
+            i = bisect_left(v, (t, float("-inf")))
+            done = [e for _, e in v[:i]]
+            best = max(done) if done else float("-inf")
+            return max(best, before_busy.get(stream, float("-inf")))
 
-    streams = sorted(set(per_stream) | set(before_busy))
-    items: list[HostItem] = []
-    cursor = w0
+        streams = sorted(set(per_stream) | set(before_busy))
+        for k, kind in enumerate(payloads):
+            if type(kind) is str:
+                start, end = float(starts[k]), float(ends[k])
+                awaited = tuple(s for s in streams if last_end_launched_before(s, start) <= end + 1.0)
+                done = max((last_end_launched_before(s, start) for s in awaited), default=float("-inf"))
+                call_items[k] = HostItem("wait", 0.0, phases[k], lead_us=leads[k], streams=awaited, after_us=end - max(start, done), sync_kind=kind)
+                nonblocking[k] = False
+    launch_us = list(compress((item.duration_us for item in call_items), nonblocking))
 
-    bounds = labeller.bounds
-
-    def work(a: float, b: float) -> None:
-        if bisect_right(bounds, a) == bisect_left(bounds, b):  # one phase from a to b (the usual gap between two launches)
-            if b > a:
-                phase = labeller.at(a)
-                items.append(HostItem("work", b - a, phase, fetch=fetch_at(a) if phase == "data_wait" else None))
-            return
-        cuts = labeller.cuts(a, b)
-        for lo, hi in zip(cuts, cuts[1:]):
-            if hi > lo:
-                phase = labeller.at(lo)
-                items.append(HostItem("work", hi - lo, phase, fetch=fetch_at(lo) if phase == "data_wait" else None))
-
-    for start, end, kind, payload in calls:
-        if start > cursor:
-            work(cursor, min(start, w1))
-            cursor = min(start, w1)
-        if start >= w1:
-            break
-        lead = cursor - start
-        phase = labeller.at(start)
-        if kind == "launch":
-            indices = payload
-            if len(indices) == 1:  # the usual launch
-                blocking = ops[indices[0]].kind == "memcpy" and end >= op_ends[indices[0]]
-            else:
-                blocking = all(ops[i].kind == "memcpy" for i in indices) and end >= max(op_ends[i] for i in indices)
-            if blocking:
-                done = max(op_ends[i] for i in indices)
-                items.append(HostItem("launch", 0.0, phase, indices, lead, after_us=end - max(start, done), blocking=True))
-            else:
-                items.append(HostItem("launch", max(0.0, end - cursor), phase, indices, lead))
-        else:
-            awaited = tuple(s for s in streams if last_end_launched_before(s, start) <= end + 1.0)
-            done = max((last_end_launched_before(s, start) for s in awaited), default=float("-inf"))
-            items.append(HostItem("wait", 0.0, phase, lead_us=lead, streams=awaited, after_us=end - max(start, done), sync_kind=payload))
-        cursor = max(cursor, end)
-    if cursor < w1:
-        work(cursor, w1)
-    return items
+    keys = np.concatenate([np.array(work_keys, dtype=np.int64), 2 * np.arange(calls, dtype=np.int64) + 1])
+    everything = work_items + call_items
+    return list(map(everything.__getitem__, np.argsort(keys, kind="stable").tolist())), launch_us
 
 
 def _busy_before(timeline: Timeline, w0: float) -> dict[int, float]:
