@@ -194,3 +194,65 @@ def test_the_thresholds_keep_small_work_in_one_process() -> None:
     started = time.perf_counter()
     assert forking.side_by_side([lambda: 1]) == [1]  # one call: no fork
     assert time.perf_counter() - started < 1.0
+
+
+def test_workers_apply_the_call_in_children_and_answer_in_order() -> None:
+    """Round robin over the children, each answering in the order sent; an exception comes back
+    raised; a result never asked for (abandoned) is dropped when a later one is asked; no thread
+    is started, so the process may still fork; close ends and reaps every child."""
+    out = run_fresh(
+        """
+        import json, os, threading
+        from diagnose.analysis import forking
+        def work(i, x):
+            if i == 3:
+                raise ValueError(f"bad {i}")
+            return (i, os.getpid(), x * 0.1)
+        workers = forking.Workers(work, 2)
+        getters = [workers.submit(i, float(i)) for i in range(8)]
+        threads = threading.active_count()
+        got, errors = [], []
+        for i, get in enumerate(getters):
+            if i == 4:
+                continue  # abandoned: its child's next answer (6) still comes back right
+            try:
+                got.append(get())
+            except ValueError as exc:
+                errors.append(str(exc))
+        pids = list(workers.pids)
+        workers.close()
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        print(json.dumps({"got": got, "errors": errors, "me": os.getpid(), "threads": threads, "can": forking.can_fork(), "alive": alive, "n": len(pids)}))
+        """
+    )
+    assert out["n"] == 2 and out["threads"] == 1 and out["can"] is True
+    assert [g[0] for g in out["got"]] == [0, 1, 2, 5, 6, 7]
+    assert [g[2] for g in out["got"]] == [i * 0.1 for i in (0, 1, 2, 5, 6, 7)]
+    assert {g[1] for g in out["got"]}.isdisjoint({out["me"]}) and len({g[1] for g in out["got"]}) == 2
+    assert out["errors"] == ["bad 3"]
+    assert out["alive"] == []
+
+
+def test_a_worker_that_dies_answers_none_for_the_caller_to_compute() -> None:
+    out = run_fresh(
+        """
+        import json, os, signal
+        from diagnose.analysis import forking
+        workers = forking.Workers(lambda x: x * 2, 2)
+        first = [workers.submit(i) for i in range(2)]
+        answers = [get() for get in first]
+        os.kill(workers.pids[0], signal.SIGKILL)
+        os.waitpid(workers.pids[0], 0)
+        later = [workers.submit(i) for i in range(2, 6)]  # 2 and 4 go to the dead child
+        answers += [get() for get in later]
+        workers.close()
+        print(json.dumps({"answers": answers}))
+        """
+    )
+    assert out["answers"] == [0, 2, None, 6, None, 10]

@@ -346,10 +346,10 @@ def test_a_bad_worker_count_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_read_falls_back_to_one_process_when_workers_cannot_start(tiny_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(timeline_module.WORKERS_ENV, "2")
 
-    def no_fork(method: str) -> Any:
+    def no_fork() -> Any:
         raise OSError("Resource temporarily unavailable")
 
-    monkeypatch.setattr(timeline_module.multiprocessing, "get_context", no_fork)
+    monkeypatch.setattr(timeline_module.forking.os, "fork", no_fork)
     path = DATA / "item_syncs"
     (trace,) = path.glob("*.json.gz")
     with gzip.open(trace, "rb") as fh:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import importlib
 import math
-import multiprocessing
 import os
 from array import array
 from bisect import bisect_left
@@ -339,18 +338,21 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
         if pool is None:
             results = stream.decoded(decode)
         else:
-            # a plain file's piece is read by the worker itself: only its place crosses the pipe
+            # a plain file's piece is read by the worker itself: only its place crosses the pipe.
+            # A gzipped one's text is sent: one piece a worker under way, so that the text goes
+            # to a worker waiting for it (one busy sending its result would not read it)
             where = (lambda piece: (str(stream.path), piece.offset, piece.length)) if not stream.gzipped else (lambda piece: piece.text)
 
             def submit(piece: Piece) -> Callable[[], Any]:
-                return partial(_folded, pool.apply_async(_fold_piece, (where(piece), cut)), piece)
+                return partial(_folded, pool.submit(where(piece), cut), piece)
 
             # numpy (for the finish) loads while the workers decode the first pieces: 0.1-0.3 s
             # that the finish would otherwise wait for, once the workers are forked without it.
             # Workers that read their own pieces get enough of them meanwhile to stay busy
-            idle_window = IDLE_PIECES_PER_WORKER * workers if not stream.gzipped else 0
+            idle_window = IDLE_PIECES_PER_WORKER * len(pool) if not stream.gzipped else 0
             results = stream.decoded(
-                decode, submit, in_flight=2 * workers, idle=partial(importlib.import_module, "diagnose.analysis.vectorized"), idle_in_flight=idle_window
+                decode, submit, in_flight=len(pool) if stream.gzipped else 2 * len(pool),
+                idle=partial(importlib.import_module, "diagnose.analysis.vectorized"), idle_in_flight=idle_window,
             )
         for result in results:
             if type(result) is _Columns:
@@ -370,9 +372,9 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
 
 
 @contextmanager
-def _worker_pool(workers: int) -> Iterator[Any]:
-    """A pool of ``workers`` forked processes (None for one, where ``fork`` does not exist, or
-    where this process may not fork: ``forking.can_fork``).
+def _worker_pool(workers: int) -> Iterator[forking.Workers | None]:
+    """``workers`` forked processes that fold pieces (None for one, where ``fork`` does not exist,
+    or where this process may not fork: ``forking.can_fork``).
     Forked, not spawned: a spawned worker imports the caller's ``__main__`` again, which in a
     script without a ``__main__`` guard starts the analysis again, forever; and it starts in a
     fraction of the time. The workers run only the decoder and ``_Columns.add``, which take no
@@ -380,16 +382,11 @@ def _worker_pool(workers: int) -> Iterator[Any]:
     if workers <= 1 or not can_fork():
         yield None
         return
+    pool = forking.Workers(_fold_piece, workers)
     try:
-        pool = multiprocessing.get_context("fork").Pool(workers)
-    except (OSError, AssertionError):  # no process left to fork, or this is a daemonic worker itself
-        yield None
-        return
-    try:
-        yield pool
+        yield pool if len(pool) else None
     finally:
-        pool.terminate()
-        pool.join()
+        pool.close()
 
 
 def _decode_before(piece: Piece, cut: float) -> list[Event] | int:
@@ -425,9 +422,10 @@ def _fold_piece(text: bytes | tuple[str, int, int], cut: float = math.inf) -> _C
         return columns
 
 
-def _folded(handle: Any, piece: Piece) -> _Columns | list[Event]:
-    """The result of ``_fold_piece``: its columns, or the piece's events to fold here."""
-    columns = handle.get()
+def _folded(result: Callable[[], _Columns | None], piece: Piece) -> _Columns | list[Event]:
+    """The result of ``_fold_piece``: its columns, or the piece's events to fold here (a
+    malformed field, or a worker that did not deliver)."""
+    columns = result()
     return columns if columns is not None else decode_events(piece)
 
 

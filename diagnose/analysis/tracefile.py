@@ -442,6 +442,11 @@ def _settle(
     for the piece alone began inside an event and is dropped."""
     if pending is not None:
         piece = Piece(pending.text + pending.separator + piece.text, piece.separator, pending.offset)
+        if started is not None:  # collected, so that the worker is free for its next piece
+            try:
+                started()
+            except Exception:  # noqa: BLE001 - the piece alone began inside an event: it does not parse
+                pass
         started = None
     if not isinstance(piece, FilePiece) and not piece.text.strip():  # an empty array (a piece of a file holds an event)
         return None, None
