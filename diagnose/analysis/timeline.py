@@ -454,6 +454,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
 
 
 # what each category is to the reader (one dict lookup per event)
+# (the last three, which the hot loop tests at once with ``kind >= _FLOW``, come last)
 _CPU_OP, _ANNOTATION, _RUNTIME, _KERNEL, _MEMCPY, _MEMSET, _FLOW, _IGNORED, _UNKNOWN = range(9)
 
 
@@ -594,23 +595,22 @@ class _Columns:
         first = self.event_count
         self.event_count += len(events)
         cut, left_out = self.cut, 0
+        windowed = cut != math.inf
         for e in events:
-            if type(e.ts) is float and e.ts >= cut:  # after a detail window: skipped before any work
+            if windowed and type(e.ts) is float and e.ts >= cut:  # after a detail window: skipped before any work
                 left_out += 1
                 continue
             try:
                 kind = kind_of(e.cat, _UNKNOWN)
             except TypeError:  # an unhashable category
                 continue
-            if kind == _IGNORED:
-                if e.ph == "M" and e.name == "thread_name" and type(e.args) is EventArgs and isinstance(e.args.name, str):
-                    self.thread_names[_key(e.tid, e, events, first, "tid")] = e.args.name
-                continue
-            if kind == _UNKNOWN:
-                self.unknown[str(e.cat)] += 1
-                continue
-            if kind == _FLOW:
-                if e.ph == "s":
+            if kind >= _FLOW:  # flows, metadata and the categories not read: one test for the three
+                if kind == _IGNORED:
+                    if e.ph == "M" and e.name == "thread_name" and type(e.args) is EventArgs and isinstance(e.args.name, str):
+                        self.thread_names[_key(e.tid, e, events, first, "tid")] = e.args.name
+                elif kind == _UNKNOWN:
+                    self.unknown[str(e.cat)] += 1
+                elif e.ph == "s":
                     tid = _key(e.tid, e, events, first, "tid")
                     flows = self.flow_starts.get(tid)
                     if flows is None:
