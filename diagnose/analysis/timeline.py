@@ -588,10 +588,9 @@ class _Columns:
         launches: list[tuple[Any, float, float]] = []
         launches_append = launches.append
         runtime_starts: dict[Any, list[float]] = {}
-        kernels: list[GpuKernel] = []
+        kernels: list[tuple[float, float, Any, str, Any]] = []  # rows of the kernel columns, as GpuKernel's fields
         kernels_append, kernel_devices_append = kernels.append, self.kernel_devices.append
-        memsets: list[GpuMemset] = []
-        new_tuple = tuple.__new__
+        memsets: list[tuple[float, float, Any, Any]] = []  # as GpuMemset's fields
         first = self.event_count
         self.event_count += len(events)
         cut, left_out = self.cut, 0
@@ -610,12 +609,17 @@ class _Columns:
                         self.thread_names[_key(e.tid, e, events, first, "tid")] = e.args.name
                 elif kind == _UNKNOWN:
                     self.unknown[str(e.cat)] += 1
-                elif e.ph == "s":
-                    tid = _key(e.tid, e, events, first, "tid")
+                elif e.ph == "s":  # a forward flow's start (one per forward operator): inline where plain
+                    tid = e.tid
+                    if type(tid) is not int:
+                        tid = _key(tid, e, events, first, "tid")
                     flows = self.flow_starts.get(tid)
                     if flows is None:
                         flows = self.flow_starts[tid] = _FlowStarts()
-                    flows.add(_raw(e.ts))
+                    if type(e.ts) is float:
+                        flows.numbers.append(e.ts)
+                    else:
+                        flows.add(_raw(e.ts))
                 continue
             name = e.name
             if type(name) is not str:
@@ -688,7 +692,7 @@ class _Columns:
             if type(stream) is not int:
                 stream = 0 if stream is UNSET else _key(stream, e, events, first, "args.stream")
             if kind == _KERNEL:
-                kernels_append(new_tuple(GpuKernel, (ts, end, corr, name, stream)))
+                kernels_append((ts, end, corr, name, stream))
                 kernel_devices_append(device)
             elif kind == _MEMCPY:
                 nbytes = args.bytes
@@ -696,7 +700,7 @@ class _Columns:
                 self.memcpys.append(GpuMemcpy(ts, end, corr, P.memcpy_kind(name), nbytes, stream))
                 self.memcpy_devices.append(device)
             else:  # _MEMSET
-                memsets.append(GpuMemset(ts, end, corr, stream))
+                memsets.append((ts, end, corr, stream))
                 self.memset_devices.append(device)
         self.left_out += left_out
         # into the columns
