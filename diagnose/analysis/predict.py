@@ -18,11 +18,12 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
+from itertools import compress
 from typing import Any
 
 from diagnose.analysis import forking
 from diagnose.analysis import patterns as P
-from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, Replay, ReplayCheck, StepModel, changed, replay
+from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, Replay, ReplayCheck, StepModel, changed, changer, replay
 
 # --- tabled rates ---------------------------------------------------------------------------------
 
@@ -168,7 +169,7 @@ def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> Ste
             continue
         precision = P.classify_kernel(op.name).precision
         if precision in ratios:
-            ops[i] = changed(op, duration_us=op.duration_us / ratios[precision])
+            ops[i] = _with_duration(op, op.duration_us / ratios[precision])
             scaled.add(i)
     if not scaled:
         raise CannotPredict("no matmul/convolution kernel in this precision to speed up")
@@ -177,7 +178,7 @@ def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> Ste
     for i, op in enumerate(ops):  # memory-bound kernels of forward and backward move bf16
         if i not in scaled and _is_elementwise(op) and op.phase in ("forward", "backward", "unknown"):
             if not AUTOCAST_FP32_KERNEL.search(op.name) and not HALF_KERNEL.search(op.name):
-                ops[i] = changed(op, duration_us=op.duration_us / AUTOCAST_BYTE_RATIO)
+                ops[i] = _with_duration(op, op.duration_us / AUTOCAST_BYTE_RATIO)
     cast_us = _median_duration(model.ops, _is_elementwise) or 0.0
     items: list[HostItem] = []
     for it in model.items:
@@ -244,24 +245,31 @@ def fused_optimizer(model: StepModel, facts: Mapping[str, float], param_tensors:
 
 def _drop_ops(model: StepModel, keep: list[bool]) -> StepModel:
     """Remove ops (and their indices from the launches), renumbering the rest."""
-    new_index, ops = {}, []
-    for i, op in enumerate(model.ops):
-        if keep[i]:
-            new_index[i] = len(ops)
-            ops.append(op)
+    renumbered: list[int | None] = [None] * len(keep)
+    kept_at = list(compress(range(len(keep)), keep))
+    for new, old in enumerate(kept_at):
+        renumbered[old] = new
+    ops = list(map(model.ops.__getitem__, kept_at))
     items = []
     for it in model.items:
         if it.kind == "launch":
-            kept = tuple(new_index[i] for i in it.ops if i in new_index)
+            kept = tuple(n for n in map(renumbered.__getitem__, it.ops) if n is not None)
             if not kept:
                 if it.blocking:
                     continue
                 items.append(HostItem("work", it.duration_us, it.phase))
                 continue
             if kept != it.ops:  # ops before the first one dropped keep their numbers
-                it = changed(it, ops=kept)
+                it = _with_ops(it, kept)
         items.append(it)
     return _rebuild(model, items, ops)
+
+
+#: copies with a few fields changed, for the loops that change the same fields of every op or item
+_with_ops = changer(HostItem, "ops")
+_with_duration = changer(GpuOp, "duration_us")
+_with_host_time = changer(HostItem, "duration_us", "lead_us")
+_queued_back_to_back = changer(GpuOp, "latency_us", "gap_us")
 
 
 #: Host cost of one call of a compiled graph beyond its kernels' launches, as a profile shows
@@ -411,12 +419,12 @@ def compile_model(
     for i, it in enumerate(fused.items):
         if i in calls_before:
             items.append(HostItem("work", calls_before[i], COMPILED_CALL_PHASE))
-        items.append(changed(it, duration_us=it.duration_us * scales[i], lead_us=it.lead_us * scales[i]) if i in scales else it)
+        items.append(_with_host_time(it, it.duration_us * scales[i], it.lead_us * scales[i]) if i in scales else it)
     ops = list(fused.ops)
     if cuda_graphs:  # a piece that became a graph runs its ops back to back; one left eager does not
         graphed = {j for i, it in enumerate(fused.items) if it.kind == "launch" and i in scales for j in it.ops}
         graphed |= {j for j, op in enumerate(ops) if op.carried_ready_us is not None and op.phase in phases}
-        ops = [changed(op, latency_us=0.0, gap_us=min(op.gap_us, STREAM_GAP_US)) if j in graphed else op for j, op in enumerate(ops)]
+        ops = [_queued_back_to_back(op, 0.0, min(op.gap_us, STREAM_GAP_US)) if j in graphed else op for j, op in enumerate(ops)]
     return replace(fused, items=tuple(items), ops=tuple(ops))
 
 
@@ -600,10 +608,10 @@ def larger_batch(
         if op.phase in ("optimizer",) or op.kind == "memset" or kind.communication:
             return op
         if op.kind == "memcpy" and link_gbs and 0 < op.nbytes < BANDWIDTH_MIN_BYTES:
-            return changed(op, duration_us=op.duration_us + op.nbytes * (factor - 1) / (link_gbs * 1e3))
+            return _with_duration(op, op.duration_us + op.nbytes * (factor - 1) / (link_gbs * 1e3))
         grow = matmul_scale if op.kind == "kernel" and kind.precision is not None and not kind.convolution else factor
         fixed = min(op.duration_us, floor) if op.kind == "kernel" else 0.0
-        return changed(op, duration_us=fixed + (op.duration_us - fixed) * grow)
+        return _with_duration(op, fixed + (op.duration_us - fixed) * grow)
 
     ops = [scaled(op) for op in model.ops]
     workers, busy = _fact(facts, "dataloader.num_workers"), _fact(facts, "workers.busy")

@@ -129,12 +129,27 @@ _FIELDS: dict[type, tuple[Any, dict[str, int]]] = {
 def changed(value: _Value, **changes: Any) -> _Value:
     """``dataclasses.replace`` for a ``GpuOp`` or a ``HostItem``, without its per-call
     introspection of the fields (a transformation changes tens of thousands of them: 1.1 µs
-    each instead of 4)."""
+    each instead of 4; a loop that changes the same fields of many uses ``changer``)."""
     get, index = _FIELDS[type(value)]
     values = list(get(value))
     for name, new in changes.items():
         values[index[name]] = new
     return type(value)(*values)
+
+
+def changer(cls: type[_Value], *names: str) -> Callable[..., _Value]:
+    """``change(value, *new)``: a copy of ``value`` (a ``cls``) with the fields ``names`` set to
+    ``new``, every other read off ``value``; written as source once (as dataclasses writes
+    ``__init__``), it takes 0.4 µs a copy where ``changed`` takes 1.1 (its keywords and lookups)."""
+    own = [f.name for f in fields(cls)]
+    unknown = [name for name in names if name not in own]
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
+    args = ", ".join(f"new_{names.index(name)}" if name in names else f"value.{name}" for name in own)
+    params = "".join(f", new_{i}" for i in range(len(names)))
+    namespace: dict[str, Any] = {"cls": cls}
+    exec(f"def change(value{params}):\n    return cls({args})\n", namespace)  # noqa: S102 - the class's own field names only
+    return namespace["change"]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
