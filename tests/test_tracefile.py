@@ -324,7 +324,8 @@ def test_worker_processes_name_a_malformed_event_by_its_index_in_the_trace(
 @pytest.mark.parametrize(
     ("json_bytes", "cpus", "forced", "workers"),
     [
-        (10 * 2**30, 16, "", timeline_module.MAX_READER_WORKERS),
+        (10 * 2**30, 64, "", timeline_module.MAX_READER_WORKERS),
+        (10 * 2**30, 16, "", 15),
         (10 * 2**30, 4, "", 3),
         (10 * 2**30, 2, "", 2),  # the parent, cutting and merging, leaves half a core free
         (10 * 2**30, 1, "", 1),

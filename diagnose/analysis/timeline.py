@@ -267,9 +267,11 @@ def paused_gc() -> Iterator[None]:
 #: process read 10 MB in 0.18 s, two workers in 0.29 s; 60 MB in 0.55 vs 0.50 s; 200 MB in
 #: 1.89 vs 1.47 s)
 PARALLEL_MIN_JSON_BYTES = 64 * 1024 * 1024
-#: most worker processes: each holds a piece or two and their decoded events (30-60 MiB), and the
-#: parent, which cuts the pieces and merges the columns in order, keeps up with about this many
-MAX_READER_WORKERS = 8
+#: most worker processes: each holds a piece or two and their decoded events (30-60 MiB). On a
+#: 16-core host the 0.2 GB trace's read took 0.37-0.39 s with 8 workers, 0.26-0.31 with 12 and
+#: 0.23-0.26 with 15: the parent, which cuts the pieces and merges the columns in order, keeps up
+#: (multiprocessing.Pool's spinning thread had made 8 the most worth having)
+MAX_READER_WORKERS = 16
 #: pieces per worker under way while the reading process loads numpy (0.1-0.3 s): a worker
 #: decodes and folds a 2 MB piece in about 25 ms, so that 8 keep it busy; each piece folded and
 #: not yet merged holds its columns (about 0.4 MB). With two pieces per worker, 8 workers on a
