@@ -209,17 +209,25 @@ def forward_spans(forward_ops: list[Interval], backward: list[Interval], steps: 
     after the previous backward to the start of the next backward. Forward operators with no
     backward after them (inference with grad enabled) form one span per step."""
     spans: list[Interval] = []
-    if hasattr(forward_ops, "column"):  # the reader's Records: one tuple per op, built once
-        forward_ops = list(forward_ops)
-    i, n = 0, len(forward_ops)
+    # the reader's Records are sorted by start: the scans below become binary searches of the
+    # start column (a large trace's hundred thousand forward operators are never built as tuples)
+    in_order = hasattr(forward_ops, "column")
+    starts: Sequence[float] = forward_ops.column(0) if in_order else [op[0] for op in forward_ops]  # type: ignore[attr-defined]
+    i, n = 0, len(starts)
     prev_end = float("-inf")
     for b_start, b_end in backward:
-        while i < n and forward_ops[i][0] < prev_end:
-            i += 1
-        if i < n and forward_ops[i][0] < b_start:
-            spans.append((forward_ops[i][0], b_start))
-        while i < n and forward_ops[i][0] < b_end:
-            i += 1
+        if in_order:
+            i = bisect_left(starts, prev_end, i)
+        else:
+            while i < n and starts[i] < prev_end:
+                i += 1
+        if i < n and starts[i] < b_start:
+            spans.append((starts[i], b_start))
+        if in_order:
+            i = bisect_left(starts, b_end, i)
+        else:
+            while i < n and starts[i] < b_end:
+                i += 1
         prev_end = b_end
     rest = [op for op in forward_ops[i:] if op[0] >= prev_end]
     placed = 0
@@ -278,7 +286,7 @@ def compiled_forward_ops(timeline: Timeline) -> list[Interval]:
     ops = timeline.forward_ops
     if not _names_among(timeline.host_ops, lambda name: name.startswith(P.COMPILED_REGION_PREFIXES)):
         return ops  # nothing compiled (the usual case): no pass over the operators
-    starts = _column(ops, 0)
+    starts = field_column(ops, 0)
     extra: list[Interval] = []
     pending_lookup: HostOp | None = None
     for op in timeline.host_ops:
@@ -295,7 +303,7 @@ def compiled_forward_ops(timeline: Timeline) -> list[Interval]:
     return sorted(ops + extra) if extra else ops
 
 
-def _column(records: Any, index: int) -> Any:
+def field_column(records: Any, index: int) -> Any:
     """Field ``index`` of every record: the reader's column itself, else gathered."""
     return records.column(index) if isinstance(records, C.Records) else [r[index] for r in records]
 
@@ -303,7 +311,7 @@ def _column(records: Any, index: int) -> Any:
 def _names_among(host_ops: Any, wanted: Any) -> set[str]:
     """The distinct operator names for which ``wanted(name)`` holds (a few hundred names are
     tested, not every operator)."""
-    return {name for name in set(_column(host_ops, 2)) if wanted(name)}
+    return {name for name in set(field_column(host_ops, 2)) if wanted(name)}
 
 
 def h2d_host_ops(timeline: Timeline) -> list[Interval]:
@@ -312,7 +320,7 @@ def h2d_host_ops(timeline: Timeline) -> list[Interval]:
     host = timeline.host_ops
     if not any(m.kind.startswith("HtoD") for m in timeline.memcpys):
         return []
-    starts = _column(host, 0)
+    starts = field_column(host, 0)
     out: list[Interval] = []
     for m in timeline.memcpys:
         if not m.kind.startswith("HtoD"):
@@ -341,7 +349,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     steps = timeline.steps
     step_bounds = [(s.start, s.end) for s in steps]
     forward_ops = compiled_forward_ops(timeline)
-    forward_starts = _column(forward_ops, 0)
+    forward_starts = field_column(forward_ops, 0)
     backward = backward_spans(timeline.backward_ops, forward_starts)
     forward = forward_spans(forward_ops, backward, step_bounds)
     amp_names = _names_among(timeline.host_ops, P.AMP_OPTIMIZER_OPS.__contains__)
@@ -355,7 +363,7 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
         }
     )
     h2d = h2d_host_ops(timeline)
-    host_starts = _column(timeline.host_ops, 0)
+    host_starts = field_column(timeline.host_ops, 0)
     h2d_merged = merge(h2d)
 
     # Syncs inside an H2D copy are the copy's own staging, not a user read-back; syncs inside

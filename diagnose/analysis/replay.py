@@ -43,7 +43,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from diagnose.analysis import columns as C
-from diagnose.analysis.breakdown import backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
+from diagnose.analysis.breakdown import field_column, backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
 from diagnose.analysis.profcost import estimate_cost_per_event
 from diagnose.analysis.timeline import GpuKernel, GpuMemcpy, GpuMemset, Interval, Timeline
 
@@ -221,7 +221,7 @@ class Replay:
 
 
 def _host_labels(timeline: Timeline) -> dict[str, list[Interval]]:
-    forward_starts = [op[0] for op in timeline.forward_ops]
+    forward_starts = field_column(timeline.forward_ops, 0)
     backward = backward_spans(timeline.backward_ops, forward_starts)
     # model phases nest (forward and backward inside ``optimizer.step(closure)``): the innermost
     # wins, as in the breakdown
