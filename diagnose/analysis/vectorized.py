@@ -153,11 +153,18 @@ def sweep(
     width = seg_end - seg_start
 
     def mask(spans: Sequence[Spans]) -> np.ndarray:
+        """Per segment, a bit per label: whether one of its spans is active at the segment's
+        start (more starts than ends at or before it). Every start and end is one of ``times``:
+        each is counted at its own boundary, and a running sum over the boundaries gives the
+        counts at every segment at once."""
         bits = np.zeros(len(seg_start), dtype=np.int64)
         for i, (starts, ends) in enumerate(spans):
             if len(starts):
-                active = np.searchsorted(np.sort(starts), seg_start, side="right") - np.searchsorted(np.sort(ends), seg_start, side="right")
-                bits |= (active > 0).astype(np.int64) << i
+                at_or_before = np.cumsum(
+                    np.bincount(np.searchsorted(times, starts), minlength=len(times))
+                    - np.bincount(np.searchsorted(times, ends), minlength=len(times))
+                )
+                bits |= (at_or_before[:-1][keep] > 0).astype(np.int64) << i
         return bits
 
     host_mask, gpu_mask = mask(host), mask(gpu)
