@@ -23,7 +23,6 @@ from typing import Any
 from diagnose.analysis.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
 from diagnose.errors import TraceError, UsageError
 from diagnose.analysis.findings import DEFAULT_LIMIT, diagnose_symptoms
-from diagnose.analysis import predict
 from diagnose.analysis.predict import Predictor, step_spread
 from diagnose.analysis.replay import ReplayCheck, StepModel, build_model, host_code_scale, replay_check
 from diagnose.record import RunRecord
@@ -31,7 +30,7 @@ from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.rules import Rule, load_rules
 from diagnose.analysis.collectives import CollectiveTime, collective_times
-from diagnose.analysis.forking import Beside, cpus
+from diagnose.analysis.forking import Beside
 from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
 from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
@@ -252,10 +251,7 @@ def make_predictor(model: StepModel, record: RunRecord | None, loader_kinds: Map
     the main thread's own loading."""
     if _loads_in_main_thread(record, loader_kinds):
         model = replace(model, traced_fetches=True)  # its data waits are traced loading code
-    # a large model's two replays side by side, where a core is free beside this process and the
-    # breakdown's child (on 2 cores a third process slowed the check from 0.07 to 0.1-0.13 s)
-    parallel = len(model.ops) + len(model.items) >= predict.PARALLEL_MIN_MODEL and cpus() > 2
-    check = replay_check(model, parallel=parallel)
+    check = replay_check(model)
     steady_durations: list[float] = []
     if record is not None and record.timed_steps and record.plan:
         steady_durations = record.steady_durations()

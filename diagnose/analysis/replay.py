@@ -38,13 +38,11 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from functools import partial
 from itertools import compress, islice, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from diagnose.analysis import columns as C
-from diagnose.analysis import forking
 from diagnose.analysis.breakdown import field_column, backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
 from diagnose.analysis.profcost import estimate_cost_per_event
 from diagnose.analysis.timeline import GpuKernel, GpuMemcpy, GpuMemset, Interval, Timeline
@@ -758,13 +756,12 @@ class ReplayCheck:
         }
 
 
-def replay_check(model: StepModel, parallel: bool = False) -> ReplayCheck:
+def replay_check(model: StepModel) -> ReplayCheck:
     """Replay the unchanged model twice: as measured, and with the host's model code free. When
     the free one reproduces the window and the GPU starts its work at least half a step after its
-    launch, the host ran ahead of the GPU: its model-code time is back-pressure from a full launch queue, and predictions treat it as free.
-    ``parallel``: the two replays side by side (``forking.side_by_side``: a large model's)."""
-    calls = [partial(replay, model), partial(replay, model, host_code_scale=0.0)]
-    full, free = (r.window_us for r in (forking.side_by_side(calls) if parallel else [call() for call in calls]))
+    launch, the host ran ahead of the GPU: its model-code time is back-pressure from a full launch queue, and predictions treat it as free."""
+    full = replay(model).window_us
+    free = replay(model, host_code_scale=0.0).window_us
     median_step = statistics.median(model.step_durations_us)
     ahead = model.host_lead_us >= HOST_AHEAD_STEPS * median_step and abs(free - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us
     return ReplayCheck(model.measured_us, full, free, model.steps, "host ahead" if ahead else "trace")
