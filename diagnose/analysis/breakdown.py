@@ -497,17 +497,18 @@ def _phase_lookup(host_intervals: dict[str, list[Interval]]) -> Any:
     return phase
 
 
-def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[dict[str, V.Spans], Sequence[str]]:
+def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[dict[str, V.Spans], Any]:
     """GPU activity by label (start and end columns), and each kernel's label (in
     ``timeline.kernels`` order): in arrays where the launches' ids are machine integers and the
-    model phases are disjoint (the reader's usual output), else one kernel at a time."""
+    model phases are disjoint (the reader's usual output; the labels as indices into
+    ``_GPU_LABELS``), else one kernel at a time (the labels as strings)."""
     from diagnose.analysis.vectorized import np
 
     found = _kernel_labels_vectorized(timeline, host_intervals)
     if found is not None:
         codes, starts, ends = found
         spans = {label: (starts[codes == i], ends[codes == i]) for i, label in enumerate(_GPU_LABELS[: len(_GPU_COMPUTE) + 1])}
-        labels = np.array(_GPU_LABELS, dtype=object)[codes]
+        labels = codes
     else:
         intervals, labels = _kernel_intervals_loop(timeline, host_intervals)
         spans = {label: _spans(intervals.get(label, [])) for label in _GPU_LABELS[: len(_GPU_COMPUTE) + 1]}
@@ -519,8 +520,13 @@ def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]
             copies["copy_d2h"].append((m.start, m.end))
         else:
             copies["copy_other"].append((m.start, m.end))
-    copies["copy_other"].extend(timeline.memsets)
     spans.update({label: _spans(intervals_of) for label, intervals_of in copies.items()})
+    if len(timeline.memsets):  # the memsets' own columns, after the other copies
+        from diagnose.analysis.vectorized import floats
+
+        memset_starts, memset_ends = (floats(field_column(timeline.memsets, i)) for i in (0, 1))
+        other_starts, other_ends = spans["copy_other"]
+        spans["copy_other"] = (np.concatenate([other_starts, memset_starts]), np.concatenate([other_ends, memset_ends]))
     return spans, labels
 
 
@@ -804,6 +810,8 @@ def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels:
     is taken in kernel order), one kernel at a time otherwise."""
     if isinstance(timeline.kernels, C.Records) and len(timeline.kernels) and steps:
         return _kernel_stats_vectorized(timeline.kernels, steps, kernel_labels)
+    if not isinstance(kernel_labels, list):  # indices into _GPU_LABELS
+        kernel_labels = [_GPU_LABELS[code] for code in kernel_labels.tolist()]
     return _kernel_stats_loop(timeline.kernels, steps, kernel_labels)
 
 
@@ -881,7 +889,10 @@ def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_la
     transpose = time_per_step([c.layout_transpose for c in classes])
     triton = time_per_step([c.triton for c in classes])
     communication = time_per_step([c.communication for c in classes])
-    optimizer = np.fromiter(map("gpu_optimizer".__eq__, kernel_labels), dtype=bool, count=len(kernel_labels))[chosen]
+    if isinstance(kernel_labels, np.ndarray):  # indices into _GPU_LABELS
+        optimizer = (kernel_labels == _GPU_LABELS.index("gpu_optimizer"))[chosen]
+    else:
+        optimizer = np.fromiter(map("gpu_optimizer".__eq__, kernel_labels), dtype=bool, count=len(kernel_labels))[chosen]
     multi_tensor = np.array([c.multi_tensor for c in classes], dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
     optimizer_count = np.bincount(step[optimizer], minlength=n).tolist()
     multi_tensor_count = np.bincount(step[optimizer & multi_tensor], minlength=n).tolist()
