@@ -168,9 +168,16 @@ def sweep(
         return bits
 
     host_mask, gpu_mask = mask(host), mask(gpu)
-    keys, state_index = np.unique(host_mask << 32 | gpu_mask, return_inverse=True)
-    state_index = state_index.reshape(-1)
-    states = [state_of(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys]
+    shift = max(len(gpu), 1)  # every GPU label's bit below it
+    combined = host_mask << shift | gpu_mask
+    if len(host) + shift <= 20:  # the states present, numbered in order, through a table of every key
+        present = np.bincount(combined, minlength=1 << (len(host) + shift)) > 0
+        keys = np.flatnonzero(present)
+        state_index = (np.cumsum(present) - 1)[combined]
+    else:
+        keys, state_index = np.unique(combined, return_inverse=True)
+        state_index = state_index.reshape(-1)
+    states = [state_of(int(k) >> shift, int(k) & ((1 << shift) - 1)) for k in keys]
     phase_code = {p: i for i, p in enumerate(phases)}
     phase_of_state = np.array([phase_code[s[0]] for s in states], dtype=np.int64)
     seg_phase = phase_of_state[state_index]
