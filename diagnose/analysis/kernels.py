@@ -26,6 +26,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Protocol
 
 from diagnose.analysis.hardware import GpuSpec
@@ -96,7 +97,10 @@ OP_CLASSES: dict[str, str] = {
 }
 
 
+@lru_cache(maxsize=65536)
 def kernel_class(name: str) -> str:
+    """The class of a kernel, by name (cached: the same few hundred names are classified for
+    every step's table)."""
     for pattern in KERNEL_PATTERNS:
         if pattern.regex.search(name):
             return pattern.name
