@@ -256,3 +256,25 @@ def test_a_worker_that_dies_answers_none_for_the_caller_to_compute() -> None:
         """
     )
     assert out["answers"] == [0, 2, None, 6, None, 10]
+
+
+def test_workers_read_every_answer_already_sent_when_one_is_asked_for() -> None:
+    """An answer larger than a pipe holds keeps its child from its next task until read: asking
+    for one answer reads the others that are ready (in their children's order), so that the
+    children go on while this process takes its answers in its own order."""
+    out = run_fresh(
+        """
+        import json, time
+        from diagnose.analysis import forking
+        workers = forking.Workers(lambda i: (i, b"x" * 2_000_000), 2)
+        getters = [workers.submit(i) for i in range(4)]
+        time.sleep(1.0)  # every child has sent its first answer and waits to send it whole
+        first = getters[0]()[0]
+        read_ahead = [len(a) for a in workers._answers]
+        rest = [get()[0] for get in getters[1:]]
+        workers.close()
+        print(json.dumps({"first": first, "read_ahead": read_ahead, "rest": rest}))
+        """
+    )
+    assert out["first"] == 0 and out["rest"] == [1, 2, 3]
+    assert out["read_ahead"][1] >= 1  # child 1's answer was read while answer 0 was asked for

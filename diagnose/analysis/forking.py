@@ -19,6 +19,7 @@ than to build).
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import signal
@@ -203,6 +204,8 @@ class Workers:
         self.pids: list[int] = []
         self._conns: list[Connection] = []
         self._waiting: list[deque[object]] = []
+        #: answers read ahead (``_drain``), pickled, in each child's order
+        self._answers: list[deque[bytes]] = []
         self._next = 0
         for _ in range(processes):
             try:
@@ -224,6 +227,7 @@ class Workers:
             self.pids.append(pid)
             self._conns.append(mine)
             self._waiting.append(deque())
+            self._answers.append(deque())
 
     def __len__(self) -> int:
         return len(self.pids)
@@ -243,18 +247,35 @@ class Workers:
         waiting = self._waiting[child]
         if ticket not in waiting:
             return None
+        self._drain()
         while waiting:
             current = waiting.popleft()
+            answers = self._answers[child]
             try:
-                ok, value = self._conns[child].recv()
+                ok, value = pickle.loads(answers.popleft() if answers else self._conns[child].recv_bytes())
             except Exception:  # noqa: BLE001 - a dead child (EOF), a cut or unreadable answer
                 waiting.clear()
+                answers.clear()
                 return None
             if current is ticket:
                 if ok:
                     return value
                 raise value
         return None
+
+    def _drain(self) -> None:
+        """Read every answer already sent, whoever it is for: a child whose answer waits unread
+        cannot send it (an answer is larger than a pipe holds) and so cannot start its next task
+        (on a 16-core host the workers of the 0.2 GB trace sat idle 0.07-0.2 s each, waiting for
+        the parent to come to their piece in order)."""
+        ready = multiprocessing.connection.wait([conn for conn, waiting in zip(self._conns, self._waiting) if waiting], timeout=0)
+        for conn in ready:
+            child = self._conns.index(conn)  # type: ignore[arg-type]
+            if len(self._answers[child]) < len(self._waiting[child]):
+                try:
+                    self._answers[child].append(conn.recv_bytes())  # type: ignore[union-attr]
+                except Exception:  # noqa: BLE001 - a dead child: its getter finds out
+                    pass
 
     def close(self) -> None:
         """End every child (at once: each holds nothing but the task it is on) and reap it."""
@@ -273,7 +294,7 @@ class Workers:
                 except ChildProcessError:  # reaped by someone else's SIGCHLD handler
                     pass
                 break
-        self.pids, self._conns, self._waiting = [], [], []
+        self.pids, self._conns, self._waiting, self._answers = [], [], [], []
 
 
 def _none() -> None:
