@@ -272,10 +272,12 @@ PARALLEL_MIN_JSON_BYTES = 64 * 1024 * 1024
 #: 0.23-0.26 with 15: the parent, which cuts the pieces and merges the columns in order, keeps up
 #: (multiprocessing.Pool's spinning thread had made 8 the most worth having)
 MAX_READER_WORKERS = 16
-#: pieces per worker under way while the reading process loads numpy (0.1-0.3 s): a worker
-#: decodes and folds a 2 MB piece in about 25 ms, so that 8 keep it busy; each piece folded and
-#: not yet merged holds its columns (about 0.4 MB). With two pieces per worker, 8 workers on a
-#: 16-core host sat idle for 0.2 s of a 0.2 GB trace's 0.6 s read
+#: pieces per worker under way while the reading process loads numpy (0.05-0.1 s with its
+#: bytecode, 0.25-0.5 s without): a worker decodes and folds a 2 MB piece in 15-25 ms, so that 8
+#: keep it busy; each piece folded and not yet merged holds its columns (about 0.3 MB). With two
+#: pieces per worker, 8 workers on a 16-core host sat idle through the import (0.2-0.3 s there,
+#: numpy without bytecode); with 8, the whole analysis of the 0.2 GB trace took 1.23-1.41 s
+#: against 1.36-1.49 s (3 runs each, same host, numpy compiled, before forking.Workers)
 IDLE_PIECES_PER_WORKER = 8
 #: environment variable that sets the number of worker processes (1: read in this process)
 WORKERS_ENV = "DIAGNOSE_READER_WORKERS"
