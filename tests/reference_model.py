@@ -12,21 +12,20 @@ from typing import Any
 
 from diagnose.analysis import columns as C
 from diagnose.analysis.breakdown import merge
-from diagnose.analysis.profcost import estimate_cost_per_event
 from diagnose.analysis.replay import (
     MODEL_MAX_OPS,
     STREAM_GAP_US,
     GpuOp,
     HostItem,
     StepModel,
-    _blocked,
     _busy_before,
-    _engine_gap,
     _host_labels,
     _inside,
     _Labeller,
     _starting_before,
     model_steps,
+    step_model,
+    stream_ends,
 )
 from diagnose.analysis.timeline import Timeline
 
@@ -107,29 +106,7 @@ def build_model(timeline: Timeline) -> StepModel | None:
 
     items = _host_items(timeline, w0, w1, labeller, launches, ops_of_corr, ops, [r[0] for r in in_model], [r[1] for r in in_model])
     nonblocking = [it.duration_us for it in items if it.kind == "launch" and not it.blocking]
-    launch_cost = statistics.median(nonblocking) if nonblocking else 0.0
-    profiler_cost = estimate_cost_per_event(timeline)
-    return StepModel(
-        start_us=w0,
-        measured_us=w1 - w0,
-        step_durations_us=tuple(s.end - s.start for s in steps),
-        items=tuple(items),
-        ops=tuple(ops),
-        stream_busy_until=busy_before,
-        launch_latency_us=latency_cap,
-        launch_cost_us=launch_cost,
-        device_name=timeline.meta.device_name,
-        compute_capability=timeline.meta.compute_capability,
-        host_lead_us=statistics.median(delays) if delays else 0.0,
-        accumulate_grad_us=sum(min(b, w1) - max(a, w0) for a, b in timeline.accumulate_grad_ops if b > w0 and a < w1),
-        accumulate_grad_nodes=sum(1 for a, b in timeline.accumulate_grad_ops if b > w0 and a < w1),
-        engine_gap_us=_engine_gap(timeline.backward_ops, w0, w1),
-        host_events=bisect_left(timeline.host_event_starts, w1) - bisect_left(timeline.host_event_starts, w0),
-        profiler_cost_us=profiler_cost.per_event_us,
-        profiler_cost_source=profiler_cost.source,
-        # a trace trimmed before ``trim`` kept the calls that waited says nothing of them
-        blocked_us=() if timeline.meta.trim_format == 1 else tuple(_blocked(timeline.long_runtime_calls, (s.start, s.end), launch_cost) for s in steps),
-    )
+    return step_model(timeline, steps, items, ops, busy_before, latency_cap, nonblocking, delays)
 
 
 def _host_items(
@@ -157,37 +134,13 @@ def _host_items(
     waits = len(calls) > len(ops_of_corr)
     calls.sort(key=lambda c: (c[0], c[1]))
 
-    fetch_of = {iv: i for i, iv in enumerate(labeller.labels["data_wait"])}
-    fetch_starts = [iv[0] for iv in labeller.labels["data_wait"]]
-
-    def fetch_at(t: float) -> int | None:
-        i = bisect_right(fetch_starts, t) - 1
-        if i >= 0:
-            iv = labeller.labels["data_wait"][i]
-            if iv[0] <= t < iv[1]:
-                return fetch_of[iv]
-        return None
-
+    fetch_at = labeller.fetch_at
     # measured end of the last op launched before time t, per stream (for the waits, if any)
-    per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    before_busy: dict[int, float] = {}
+    streams: list[int] = []
     if waits:
         launch_time_of_op = {index: launches[corr][0] for corr, indices in ops_of_corr.items() for index in indices}  # type: ignore[index]
-        for index, op in enumerate(ops):
-            t = launch_time_of_op.get(index, float("-inf"))
-            per_stream[op.stream].append((t, op_ends[index]))
-        for v in per_stream.values():
-            v.sort()
-        before_busy = dict(_busy_before(timeline, w0))
-
-    def last_end_launched_before(stream: int, t: float) -> float:
-        v = per_stream.get(stream, [])
-        i = bisect_left(v, (t, float("-inf")))
-        ends = [e for _, e in v[:i]]
-        best = max(ends) if ends else float("-inf")
-        return max(best, before_busy.get(stream, float("-inf")))
-
-    streams = sorted(set(per_stream) | set(before_busy))
+        launched_at = [launch_time_of_op.get(index, float("-inf")) for index in range(len(ops))]
+        streams, last_end_launched_before = stream_ends(timeline, w0, ops, launched_at, op_ends)
     items: list[HostItem] = []
     cursor = w0
 

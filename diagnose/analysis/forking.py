@@ -123,21 +123,34 @@ class Beside(Generic[T]):
 
     def _reap(self, kill: bool) -> int | None:
         pid, self.pid = self.pid, None
-        if pid is None:
+        return None if pid is None else _reap(pid, kill)
+
+
+def _reap(pid: int, kill: bool) -> int | None:
+    """Wait for the child ``pid`` to end (killed first with ``kill``): its exit code, None where
+    someone else's SIGCHLD handler reaped it (its result is unknown)."""
+    if kill:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
             return None
-        if kill:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-            except InterruptedError:
-                continue
-            except ChildProcessError:  # reaped by someone else's SIGCHLD handler: its result is unknown
-                return None
-            return os.waitstatus_to_exitcode(status)
+        return os.waitstatus_to_exitcode(status)
+
+
+def _own_signals() -> None:  # pragma: no cover - runs in the child
+    """A forked child keeps no signal handler of the parent's: a SIGINT or SIGTERM ends it (not a
+    second report), and a child of its own is not reaped by the parent's SIGCHLD handler."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    if hasattr(signal, "SIGCHLD"):
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def _child(call: Callable[[], object], write: int) -> None:  # pragma: no cover - runs in the child
@@ -145,10 +158,7 @@ def _child(call: Callable[[], object], write: int) -> None:  # pragma: no cover 
     no signal handler of the parent's (a SIGINT or SIGTERM ends the child, not a second report)."""
     code = 1
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)
-        if hasattr(signal, "SIGCHLD"):
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _own_signals()
         data = pickle.dumps(call(), protocol=pickle.HIGHEST_PROTOCOL)
         with os.fdopen(write, "wb") as fh:
             fh.write(data)
@@ -282,18 +292,7 @@ class Workers:
         for conn in self._conns:
             conn.close()
         for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            while True:
-                try:
-                    os.waitpid(pid, 0)
-                except InterruptedError:
-                    continue
-                except ChildProcessError:  # reaped by someone else's SIGCHLD handler
-                    pass
-                break
+            _reap(pid, kill=True)
         self.pids, self._conns, self._waiting, self._answers = [], [], [], []
 
 
@@ -307,10 +306,7 @@ def _serve(call: Callable[..., Any], conn: Connection) -> None:  # pragma: no co
     handler of the parent's."""
     code = 1
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)
-        if hasattr(signal, "SIGCHLD"):
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _own_signals()
         while True:
             try:
                 args = conn.recv()

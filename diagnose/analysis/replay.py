@@ -248,6 +248,15 @@ class _Labeller:
         self.bounds = sorted({t for v in labels.values() for iv in v for t in iv})
         # the label is constant between two consecutive bounds: one search per instant after this
         self.segment_labels = [self._search(t) for t in self.bounds]
+        self._fetch_of = {iv: i for i, iv in enumerate(labels["data_wait"])}
+
+    def fetch_at(self, t: float) -> int | None:
+        """Which fetch (0, 1, ...) of the window the data wait holding ``t`` belongs to."""
+        waits = self.labels["data_wait"]
+        i = bisect_right(self.starts["data_wait"], t) - 1
+        if i >= 0 and waits[i][0] <= t < waits[i][1]:
+            return self._fetch_of[waits[i]]
+        return None
 
     def _search(self, t: float) -> str:
         for label in _HOST_PRIORITY:
@@ -447,6 +456,17 @@ def build_model(timeline: Timeline) -> StepModel | None:
         ops_of_corr[corrs[index]].append(index)
 
     items, nonblocking = _host_items(timeline, w0, w1, labeller, ops_of_corr, ops, ends, launched, launch_ends)
+    return step_model(timeline, steps, items, ops, busy_before, latency_cap, nonblocking, delays)
+
+
+def step_model(
+    timeline: Timeline, steps: Sequence[Any], items: Sequence[HostItem], ops: Sequence[GpuOp], busy_before: dict[int, float],
+    latency_cap: float, nonblocking: Sequence[float], delays: Sequence[float],
+) -> StepModel:
+    """The model of ``steps`` from its host items and GPU ops, with what the trace says beside
+    them (``nonblocking``: the durations of the launches that did not block; ``delays``: each
+    op's delay after its launch)."""
+    w0, w1 = steps[0].start, steps[-1].end
     launch_cost = statistics.median(nonblocking) if nonblocking else 0.0
     profiler_cost = estimate_cost_per_event(timeline)
     return StepModel(
@@ -552,16 +572,7 @@ def _host_items(
     cursor = np.maximum.accumulate(np.concatenate([[w0], np.maximum(starts, ends)]))  # before each call, and after the last
     at_call = np.maximum(cursor[:-1], starts)  # the cursor once the host has reached the call
 
-    fetch_of = {iv: i for i, iv in enumerate(labeller.labels["data_wait"])}
-    fetch_starts = [iv[0] for iv in labeller.labels["data_wait"]]
-
-    def fetch_at(t: float) -> int | None:
-        i = bisect_right(fetch_starts, t) - 1
-        if i >= 0:
-            iv = labeller.labels["data_wait"][i]
-            if iv[0] <= t < iv[1]:
-                return fetch_of[iv]
-        return None
+    fetch_at = labeller.fetch_at
 
     # the work before each call (and after the last): one item where one phase holds it, else
     # an item per phase (a few per step)
@@ -604,25 +615,10 @@ def _host_items(
             call_items[k] = HostItem("launch", 0.0, phases[k], indices, leads[k], after_us=float(ends[k]) - max(float(starts[k]), done), blocking=True)
             nonblocking[k] = False
     if waits:
-        # measured end of the last op launched before time t, per stream
-        per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
         launched_at = np.full(len(ops), -np.inf)
         in_window = [i for g in groups for i in g]
         launched_at[in_window] = launch_starts[in_window]
-        for op, t, end in zip(ops, launched_at.tolist(), op_end):
-            per_stream[op.stream].append((t, end))
-        for v in per_stream.values():
-            v.sort()
-        before_busy = dict(_busy_before(timeline, w0))
-
-        def last_end_launched_before(stream: int, t: float) -> float:
-            v = per_stream.get(stream, [])
-            i = bisect_left(v, (t, float("-inf")))
-            done = [e for _, e in v[:i]]
-            best = max(done) if done else float("-inf")
-            return max(best, before_busy.get(stream, float("-inf")))
-
-        streams = sorted(set(per_stream) | set(before_busy))
+        streams, last_end_launched_before = stream_ends(timeline, w0, ops, launched_at.tolist(), op_end)
         for k, kind in enumerate(payloads):
             if type(kind) is str:
                 start, end = float(starts[k]), float(ends[k])
@@ -635,6 +631,29 @@ def _host_items(
     keys = np.concatenate([np.array(work_keys, dtype=np.int64), 2 * np.arange(calls, dtype=np.int64) + 1])
     everything = work_items + call_items
     return list(map(everything.__getitem__, np.argsort(keys, kind="stable").tolist())), launch_us
+
+
+def stream_ends(
+    timeline: Timeline, w0: float, ops: Sequence[GpuOp], launched_at: Sequence[float], op_ends: Sequence[float]
+) -> tuple[list[int], Callable[[int, float], float]]:
+    """For the waits: every stream, and ``last_end_launched_before(stream, t)``, the measured end
+    of the last op launched on ``stream`` before ``t`` (``launched_at``: each op's launch, -inf
+    for one launched before the window or by an unseen call), or of the work before the window."""
+    per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for op, t, end in zip(ops, launched_at, op_ends):
+        per_stream[op.stream].append((t, end))
+    for v in per_stream.values():
+        v.sort()
+    before_busy = dict(_busy_before(timeline, w0))
+
+    def last_end_launched_before(stream: int, t: float) -> float:
+        v = per_stream.get(stream, [])
+        i = bisect_left(v, (t, float("-inf")))
+        done = [e for _, e in v[:i]]
+        best = max(done) if done else float("-inf")
+        return max(best, before_busy.get(stream, float("-inf")))
+
+    return sorted(set(per_stream) | set(before_busy)), last_end_launched_before
 
 
 def _busy_before(timeline: Timeline, w0: float) -> dict[int, float]:
