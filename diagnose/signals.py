@@ -5,7 +5,9 @@ flag and print one line instead of raising; ``release()`` puts the previous hand
 The runner holds them from the moment the script ends (however it ends); the command releases
 them once report.json is written. The first signal stops the script (KeyboardInterrupt,
 ``Terminated``); a second one 20-100 ms later would otherwise raise inside diagnose's own
-saving and lose the report. No torch import.
+saving and lose the report. ``deferred()`` is the short form, around one call that a signal
+must not cut in half (torch.profiler's ``step``, ``start`` and ``stop``): what arrives during it
+is delivered when it returns. No torch import.
 """
 
 from __future__ import annotations
@@ -53,3 +55,51 @@ class SignalHold:
         if not self.received:
             print("diagnose: saving what was measured first; the report will be written before exiting", file=sys.stderr)
         self.received.append(signum)
+
+
+class deferred:  # noqa: N801 - used as a function: ``with deferred():``
+    """SIGINT and SIGTERM wait until the block ends, then are delivered, in the order they came
+    (each once; an exception the first one's handler raises ends the delivery).
+
+    torch.profiler's ``step`` enters its step mark with a C++ call and then stores the handle in
+    Python: a KeyboardInterrupt between the two leaves a mark that was begun and never ended;
+    ``stop`` then fails ("Expected record to be set"), the profiler keeps running and the
+    interpreter crashes as it exits (seen on CI: exit -11 after a Ctrl-C). Outside the main
+    thread, or where a handler installed from C could not be put back, nothing is deferred.
+    A class, not a generator: the traceback of a delivered Ctrl-C ends in diagnose's own frame
+    (which the script's traceback leaves out), not in contextlib's."""
+
+    def __init__(self) -> None:
+        self.arrived: list[int] = []
+        self.previous: dict[int, Any] = {}
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.arrived.append(signum)
+
+    def __enter__(self) -> None:
+        try:
+            for name in HELD:
+                signum = getattr(signal, name, None)
+                if signum is None or signal.getsignal(signum) is None:
+                    continue
+                # a pending signal's handler runs inside signal.signal, before the swap: what
+                # it raises must not leave a swapped handler behind
+                self.previous[signum] = signal.signal(signum, self._note)
+        except (ValueError, OSError):  # not the main thread
+            pass
+        except BaseException:
+            self._restore()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
+        for signum in dict.fromkeys(self.arrived):
+            signal.raise_signal(signum)
+
+    def _restore(self) -> None:
+        previous, self.previous = self.previous, {}
+        for signum, handler in previous.items():
+            try:
+                signal.signal(signum, handler)
+            except (ValueError, OSError, TypeError):
+                pass

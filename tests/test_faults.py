@@ -372,6 +372,90 @@ def test_a_second_signal_soon_after_the_first_keeps_the_report(write_script, tmp
     assert run["status"] == state and report["status"]["state"] == state
 
 
+@pytest.mark.slow
+def test_ctrl_c_inside_torchs_step_mark_still_stops_cleanly_with_the_report(write_script, tmp_path: Path) -> None:
+    """The race CI met once, made to happen every time: SIGINT arrives just after torch's step
+    began its step mark in C++ and before Python stored it. Deferred, it raises once the step
+    returns: exit 130, the report saved, no crash as the interpreter exits (it was -11)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.scripts import MLP_TRAIN
+
+    write_script(
+        "import signal, torch\n"
+        "enter = torch.ops.profiler._record_function_enter_new\n"
+        "marks = []\n"
+        "def cut(name, *args):\n"
+        "    handle = enter(name, *args)\n"
+        "    if name.startswith('ProfilerStep#'):\n"
+        "        marks.append(name)\n"
+        "        if len(marks) == 4: signal.raise_signal(signal.SIGINT)\n"
+        "    return handle\n"
+        "torch.ops.profiler._record_function_enter_new = cut\n" + MLP_TRAIN
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnose", "run", "--warmup", "2", "--steps", "20", "--quiet", "--out", "run", "train.py"],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "finish failed" not in proc.stderr and "diagnose/" not in proc.stderr, proc.stderr[-3000:]
+    from diagnose.rundir import RunDir
+
+    saved = RunDir(tmp_path / "run")
+    run = json.loads(saved.record_path().read_text())
+    assert run["status"] == "interrupted" and run["trace_files"], run
+    assert json.loads(saved.report_path.read_text())["status"]["state"] == "interrupted"
+
+
+def test_a_signal_inside_a_deferred_call_is_delivered_when_it_returns() -> None:
+    import signal
+
+    from diagnose.signals import deferred
+
+    before = signal.getsignal(signal.SIGINT)
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with deferred():
+            signal.raise_signal(signal.SIGINT)
+            done.append("the call ran to its end")
+    assert done == ["the call ran to its end"]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_step_mark_begun_but_never_stored_still_lets_the_profiler_stop(tmp_path: Path) -> None:
+    """What a signal inside torch's step leaves: stop() fails on the mark before it stops
+    anything, and the running profiler crashes the interpreter at exit (-11)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = (
+        "import torch\n"
+        "from torch.autograd.profiler import record_function\n"
+        "from torch.profiler import profile, schedule\n"
+        "from diagnose.runtime.capture import stop_profiler\n"
+        "saved = []\n"
+        "p = profile(schedule=schedule(wait=0, warmup=1, active=30), on_trace_ready=lambda p: saved.append(1))\n"
+        "p.start()\n"
+        "for _ in range(3):\n"
+        "    torch.randn(64, 64) @ torch.randn(64, 64)\n"
+        "    p.step()\n"
+        "p.step_rec_fn.__exit__(None, None, None)\n"
+        "p.step_rec_fn = record_function('ProfilerStep#3')\n"
+        "handle = torch.ops.profiler._record_function_enter_new('ProfilerStep#3', None); del handle\n"
+        "stop_profiler(p)\n"
+        "print('saved', len(saved))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "saved 1" in proc.stdout
+
+
 # --- 6. a DataLoader worker's death signalled while diagnose handles the script's failure ------------
 
 #: The race, made to happen every time. A worker dies; the script fails with an error of its own

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from diagnose.progress import Progress
 from diagnose import record as _record
 from diagnose.record import WindowPlan, steps_vary_widely
+from diagnose.signals import deferred
 from diagnose.rundir import RunDir
 from diagnose.runtime.foreign import ForeignProfilers
 
@@ -175,7 +176,7 @@ class CaptureSession:
             self._close_window()
         elif self._profiler is not None and k < plan.window_end:
             try:
-                with self.foreign.ours():
+                with self.foreign.ours(), deferred():
                     self._profiler.step()
             except RuntimeError as exc:  # e.g. the script's own profiler holds Kineto
                 self._profiler_failed(exc)
@@ -243,7 +244,7 @@ class CaptureSession:
         self._discard_trace = False
         try:
             self._profiler = self._new_profiler(profile, schedule, activities)
-            with self.foreign.ours():
+            with self.foreign.ours(), deferred():
                 self._profiler.start()
         except RuntimeError as exc:
             self._profiler_failed(exc)
@@ -327,8 +328,8 @@ class CaptureSession:
         if self._profiler is None:
             return
         profiler, self._profiler = self._profiler, None
-        with self.foreign.ours():
-            profiler.stop()
+        with self.foreign.ours(), deferred():
+            stop_profiler(profiler)
 
     def _drop_profiler(self) -> None:
         self._discard_trace = True
@@ -386,3 +387,15 @@ def _p90_over_median(durations: list[float]) -> float | None:
     if len(durations) < 2 or statistics.median(durations) <= 0:
         return None
     return round(statistics.quantiles(durations, n=10, method="inclusive")[8] / statistics.median(durations), 3)
+
+
+def stop_profiler(profiler: Any) -> None:
+    """``profiler.stop()``, also after its step mark was begun but never stored (an exception
+    raised inside torch's ``step``, between its C++ call and the Python store: a signal's
+    handler, say). ``stop`` would fail on that mark before stopping anything, and a profiler left
+    running crashes the interpreter as it exits; without the mark, the trace is saved and the
+    last step's end is the trace's."""
+    mark = getattr(profiler, "step_rec_fn", None)
+    if mark is not None and getattr(mark, "record", True) is None:
+        profiler.step_rec_fn = None
+    profiler.stop()

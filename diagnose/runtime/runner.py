@@ -453,6 +453,7 @@ def _script_traceback(exc: BaseException) -> str:
     raised inside diagnose itself keeps its frames, so a bug of ours still shows where it is.
     """
     shown = traceback.TracebackException(type(exc), exc, _user_traceback(exc.__traceback__), compact=True)
+    signalled = shown if isinstance(exc, (KeyboardInterrupt, Terminated)) else None
     seen: set[int] = set()
     pending = [shown]
     while pending:
@@ -461,7 +462,8 @@ def _script_traceback(exc: BaseException) -> str:
             continue
         seen.add(id(part))
         frames = list(part.stack)
-        last_foreign = max((i for i, f in enumerate(frames) if not f.filename.startswith(_OWN_FILES)), default=-1)
+        # a signal's exception (Ctrl-C, SIGTERM) raised in diagnose's code is no error of ours
+        last_foreign = len(frames) if part is signalled else max((i for i, f in enumerate(frames) if not f.filename.startswith(_OWN_FILES)), default=-1)
         kept = [f for i, f in enumerate(frames) if i > last_foreign or not f.filename.startswith(_OWN_FILES)]
         if len(kept) != len(frames):
             part.stack = traceback.StackSummary.from_list(kept)
