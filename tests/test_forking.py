@@ -258,6 +258,35 @@ def test_a_worker_that_dies_answers_none_for_the_caller_to_compute() -> None:
     assert out["answers"] == [0, 2, None, 6, None, 10]
 
 
+def test_shared_slots_carry_bytes_to_workers_forked_after_them() -> None:
+    """Bytes written into a slot are read by a child forked after the slots were made; a slot is
+    free again once released; none is given when all are taken."""
+    out = run_fresh(
+        """
+        import json
+        from diagnose.analysis import forking
+        slots = forking.SharedSlots(2, 8)
+        workers = forking.Workers(lambda slot, n: slots.read_once(slot, n).decode(), 2)
+        def put(data):
+            slot = slots.take()
+            if slot is not None:
+                with slots.view(slot) as view:
+                    view[: len(data)] = data
+            return slot
+        a, b = put(b"first"), put(b"second!!")
+        full = put(b"x")
+        got = [workers.submit(a, 5)(), workers.submit(b, 8)(), workers.submit(a, 5)()]  # read once by each child
+        slots.release(a)
+        c = put(b"third")
+        got.append(workers.submit(c, 5)())
+        workers.close()
+        slots.close()
+        print(json.dumps({"got": got, "full": full, "reused": c == a}))
+        """
+    )
+    assert out == {"got": ["first", "second!!", "first", "third"], "full": None, "reused": True}
+
+
 def test_workers_read_every_answer_already_sent_when_one_is_asked_for() -> None:
     """An answer larger than a pipe holds keeps its child from its next task until read: asking
     for one answer reads the others that are ready (in their children's order), so that the

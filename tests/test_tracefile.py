@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import json
+import threading
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -124,6 +125,38 @@ GOOD = json.dumps(one_gpu_step().to_dict()).encode()
 )
 def test_unreadable_traces_are_trace_errors(tmp_path: Path, tiny_blocks: None, name: str, content: bytes, message: str) -> None:
     path = _write(tmp_path, name, content)
+    with pytest.raises(TraceError, match=message):
+        load_timeline(path)
+
+
+@pytest.fixture(params=["default", "zlib"])
+def inflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inflater the reader finds (ISA-L where installed), and zlib, its fallback."""
+    if request.param == "zlib":
+        monkeypatch.setattr(tracefile, "_inflating", zlib)
+
+
+def test_gzip_members_one_after_another_and_zeros_between_read_as_one_document(tmp_path: Path, tiny_blocks: None, inflater: None) -> None:
+    """As ``gzip`` reads them: members concatenated (``cat a.gz b.gz``), zeros padding between."""
+    text = json.dumps({"schemaVersion": 1, "traceEvents": TRICKY}).encode()
+    half = len(text) // 2
+    content = gzip.compress(text[:half]) + b"\0" * 300 + gzip.compress(text[half:]) + b"\0" * 10
+    assert gzip.decompress(content) == text
+    path = _write(tmp_path, "t.json.gz", content)
+    assert stream_events(path)[0] == TRICKY
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda raw: raw[:-20], "cannot read .*ended before the end-of-stream"),  # cut short
+        (lambda raw: raw[:-8] + bytes([raw[-8] ^ 1]) + raw[-7:], "cannot read .*(incorrect data check|Incorrect checksum)"),  # CRC
+        (lambda raw: raw + b"garbage", "cannot read"),  # not a member after the last
+    ],
+    ids=["truncated", "crc", "trailing_garbage"],
+)
+def test_a_damaged_gzip_stream_is_a_trace_error(tmp_path: Path, damage: Any, message: str, inflater: None) -> None:
+    path = _write(tmp_path, "t.json.gz", damage(gzip.compress(GOOD)))
     with pytest.raises(TraceError, match=message):
         load_timeline(path)
 
@@ -269,8 +302,8 @@ def two_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     make_pool = timeline_module._worker_pool
 
     @contextmanager
-    def counted(workers: int) -> Iterator[Any]:
-        with make_pool(workers) as pool:
+    def counted(workers: int, call: Any) -> Iterator[Any]:
+        with make_pool(workers, call) as pool:
             if pool is not None:
                 pools.append(workers)
             yield pool
@@ -279,46 +312,67 @@ def two_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     yield pools
 
 
-def test_worker_processes_give_the_same_timeline_as_one_process(tiny_blocks: None, two_workers: list[int] | None) -> None:
+@pytest.mark.parametrize("slot_bytes", [None, 300])
+def test_worker_processes_give_the_same_timeline_as_one_process(
+    tiny_blocks: None, two_workers: list[int] | None, monkeypatch: pytest.MonkeyPatch, slot_bytes: int | None
+) -> None:
+    """A gzipped trace's pieces reach the workers through shared slots, several per worker under
+    way; a piece larger than a slot (300 bytes: a kernel event with its args) is folded here."""
     if two_workers is None:
         return  # it ran in a fresh process
+    if slot_bytes is not None:
+        monkeypatch.setattr(timeline_module, "SLOT_BYTES", slot_bytes)
+    folded = timeline_module._folded
+    slotted: list[bool] = []
+
+    def counted(result: Any, piece: tracefile.Piece) -> Any:
+        slotted.append(type(piece) is tracefile.SlotPiece)
+        return folded(result, piece)
+
+    monkeypatch.setattr(timeline_module, "_folded", counted)
     (trace,) = (DATA / "item_syncs").glob("*.json.gz")
     with gzip.open(trace, "rb") as fh:
         expected = reference_timeline.build_timeline(json.load(fh))
     assert _timeline_fields(load_timeline(trace)) == _timeline_fields(expected)
     assert two_workers == [2]
+    assert any(slotted) and (all(slotted) if slot_bytes is None else not all(slotted))
 
 
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
 @pytest.mark.parametrize("layout", LAYOUTS[:2], ids=lambda layout: layout.name)
 def test_worker_processes_join_pieces_cut_inside_strings(
-    tmp_path: Path, tiny_blocks: None, two_workers: list[int] | None, layout: Layout
+    tmp_path: Path, tiny_blocks: None, two_workers: list[int] | None, layout: Layout, gz: bool
 ) -> None:
     if two_workers is None:
         return  # it ran in a fresh process
     b: TraceBuilder = one_gpu_step()
     b.events += [{**e, "pid": 0, "ts": 0.5 + i, "dur": 0.25} for i, e in enumerate(TRICKY[:2] + TRICKY[3:4])]
-    path = tmp_path / "t.json"
-    path.write_text(layout.dumps(b.to_dict()))
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    text = layout.dumps(b.to_dict()).encode()
+    path.write_bytes(gzip.compress(text) if gz else text)
     expected = reference_timeline.build_timeline(b.to_dict())
     assert _timeline_fields(load_timeline(path)) == _timeline_fields(expected)
     assert two_workers == [2]
 
 
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
 def test_worker_processes_name_a_malformed_event_by_its_index_in_the_trace(
-    tmp_path: Path, tiny_blocks: None, two_workers: list[int] | None
+    tmp_path: Path, tiny_blocks: None, two_workers: list[int] | None, gz: bool
 ) -> None:
     if two_workers is None:
         return  # it ran in a fresh process
+    pack = gzip.compress if gz else bytes
     doc = one_gpu_step().to_dict()
     index = max(i for i, e in enumerate(doc["traceEvents"]) if e["cat"] == "kernel")
     doc["traceEvents"][index]["dur"] = "Infinity"
-    path = _write(tmp_path, "t.json", json.dumps(doc).encode())
+    path = _write(tmp_path, "t.json.gz" if gz else "t.json", pack(json.dumps(doc).encode()))
     with pytest.raises(TraceError, match=f"malformed trace: event {index}\\b.*has dur 'Infinity'"):
         load_timeline(path)
     doc["traceEvents"][index]["dur"] = 1.0
-    path = _write(tmp_path, "bad.json", json.dumps(doc).encode()[:-40])
+    path = _write(tmp_path, "bad.json.gz" if gz else "bad.json", pack(json.dumps(doc).encode()[:-40]))
     with pytest.raises(TraceError, match="is not valid JSON"):
         load_timeline(path)
+    assert threading.active_count() == 1  # a gzipped trace's inflating thread ended with the read
 
 
 @pytest.mark.parametrize(
@@ -383,7 +437,7 @@ def test_a_process_with_other_threads_reads_in_one_process(tiny_blocks: None, mo
     other.start()
     try:
         assert timeline_module.threads_in_process() > 1
-        with timeline_module._worker_pool(2) as pool:
+        with timeline_module._worker_pool(2, timeline_module._fold_piece) as pool:
             assert pool is None
     finally:
         release.set()

@@ -33,7 +33,7 @@ from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
 from diagnose.analysis import forking
 from diagnose.analysis.forking import can_fork, threads_in_process  # noqa: F401 - threads_in_process: part of this module's interface
-from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -279,6 +279,11 @@ MAX_READER_WORKERS = 16
 #: numpy without bytecode); with 8, the whole analysis of the 0.2 GB trace took 1.23-1.41 s
 #: against 1.36-1.49 s (3 runs each, same host, numpy compiled, before forking.Workers)
 IDLE_PIECES_PER_WORKER = 8
+#: most pieces of a gzipped trace under way at once, each in a slot of shared memory
+#: (``SLOT_BYTES``): 32 slots take at most 80 MiB, however many workers
+MAX_GZIP_PIECES_UNDER_WAY = 32
+#: a slot holds a piece: one block, and the end of an event cut off from the block before
+SLOT_BYTES = memory.BLOCK_BYTES + 512 * 1024
 #: environment variable that sets the number of worker processes (1: read in this process)
 WORKERS_ENV = "DIAGNOSE_READER_WORKERS"
 
@@ -338,25 +343,30 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     guard = memory.MemoryGuard(str(path))
     workers = reader_workers(json_bytes)
     decode = decode_events if window is None else partial(_decode_before, cut=cut)
-    with paused_gc(), _worker_pool(workers) as pool:
+    # A gzipped trace's text goes to the workers through memory shared before they are forked
+    # (a plain file's pieces they read themselves): slots for every piece that may be under way
+    most = MAX_GZIP_PIECES_UNDER_WAY if stream.gzipped else math.inf
+    slots = forking.SharedSlots(int(min(IDLE_PIECES_PER_WORKER * workers, most)) + 1, SLOT_BYTES) if stream.gzipped and workers > 1 and can_fork() else None
+    with paused_gc(), _closing(slots), _worker_pool(workers, partial(_fold_piece, slots=slots)) as pool:
         if pool is None:
             results = stream.decoded(decode)
         else:
-            # a plain file's piece is read by the worker itself: only its place crosses the pipe.
-            # A gzipped one's text is sent: one piece a worker under way, so that the text goes
-            # to a worker waiting for it (one busy sending its result would not read it)
-            where = (lambda piece: (str(stream.path), piece.offset, piece.length)) if not stream.gzipped else (lambda piece: piece.text)
 
             def submit(piece: Piece) -> Callable[[], Any]:
-                return partial(_folded, pool.submit(where(piece), cut), piece)
+                # the worker reads the piece itself: only its place crosses the pipe
+                if type(piece) is SlotPiece:
+                    return partial(_folded, partial(_from_slot, piece, pool.submit((piece.slot, piece.length), cut)), piece)
+                if not stream.gzipped:
+                    return partial(_folded, pool.submit((str(stream.path), piece.offset, piece.length), cut), piece)
+                return partial(_folded, forking.nothing, piece)  # no slot was free, or an event of megabytes: folded here
 
             # numpy (for the finish) loads while the workers decode the first pieces: 0.1-0.3 s
             # that the finish would otherwise wait for, once the workers are forked without it.
-            # Workers that read their own pieces get enough of them meanwhile to stay busy
-            idle_window = IDLE_PIECES_PER_WORKER * len(pool) if not stream.gzipped else 0
+            # The workers get enough pieces meanwhile to stay busy
             results = stream.decoded(
-                decode, submit, in_flight=len(pool) if stream.gzipped else 2 * len(pool),
-                idle=partial(importlib.import_module, "diagnose.analysis.vectorized"), idle_in_flight=idle_window,
+                decode, submit, in_flight=int(min(2 * len(pool), most)),
+                idle=partial(importlib.import_module, "diagnose.analysis.vectorized"), idle_in_flight=int(min(IDLE_PIECES_PER_WORKER * len(pool), most)),
+                slots=slots,
             )
         for result in results:
             if type(result) is _Columns:
@@ -376,7 +386,28 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
 
 
 @contextmanager
-def _worker_pool(workers: int) -> Iterator[forking.Workers | None]:
+def _closing(slots: forking.SharedSlots | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if slots is not None:
+            slots.close()
+
+
+def _from_slot(piece: SlotPiece, result: Callable[[], Any]) -> Any:
+    """A worker's result for a piece in a slot, which is free again once the answer is in; the
+    text is kept where this process needs it (no answer, or text that did not parse)."""
+    answered = False
+    try:
+        value = result()
+        answered = value is not None
+        return value
+    finally:
+        piece.done(keep=not answered)
+
+
+@contextmanager
+def _worker_pool(workers: int, call: Callable[..., Any]) -> Iterator[forking.Workers | None]:
     """``workers`` forked processes that fold pieces (None for one, where ``fork`` does not exist,
     or where this process may not fork: ``forking.can_fork``).
     Forked, not spawned: a spawned worker imports the caller's ``__main__`` again, which in a
@@ -386,7 +417,7 @@ def _worker_pool(workers: int) -> Iterator[forking.Workers | None]:
     if workers <= 1 or not can_fork():
         yield None
         return
-    pool = forking.Workers(_fold_piece, workers)
+    pool = forking.Workers(call, workers)
     try:
         yield pool if len(pool) else None
     finally:
@@ -399,13 +430,17 @@ def _decode_before(piece: Piece, cut: float) -> list[Event] | int:
     return decode_events(piece) if count is None else count
 
 
-def _fold_piece(text: bytes | tuple[str, int, int], cut: float = math.inf) -> _Columns | None:
+def _fold_piece(text: bytes | tuple[str, int, int] | tuple[int, int], cut: float = math.inf, slots: forking.SharedSlots | None = None) -> _Columns | None:
     """In a worker: one piece decoded and folded into columns. ``text`` is the piece's JSON, or
-    where it lies in a plain file (path, offset, length): read here, it need not be sent through
-    the pool's pipe (at 1 GB that copy took a third of the parent's time). None when an event's
+    where it lies: in a plain file (path, offset, length), or in a slot of ``slots`` (slot,
+    length). Read here, it need not be sent through the pool's pipe (at 1 GB that copy took a
+    third of the parent's time). None when an event's
     field is malformed: the parent then folds the piece itself, to name the event by its index in
     the whole trace. Text that does not parse raises the decoder's error, as ``decode_events`` does."""
-    if type(text) is tuple:
+    if type(text) is tuple and len(text) == 2:
+        assert slots is not None
+        text = slots.read_once(*text)
+    elif type(text) is tuple:
         path, offset, length = text
         text = read_span(path, offset, length)
         if len(text) != length:  # the file changed under the reader: the parent reads what it holds
