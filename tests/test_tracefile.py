@@ -498,6 +498,38 @@ def test_a_trace_over_the_detail_budget_is_analysed_over_its_first_steps(tmp_pat
     assert len(load_timeline(path).steps) == 1
 
 
+@pytest.mark.parametrize("head_bytes", [None, 16 * 1024])
+def test_a_gzipped_traces_length_past_its_trailers_modulus_is_found_from_its_ratio(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head_bytes: int | None
+) -> None:
+    """The trailer records the length modulo 4 GiB (a 5 GB trace's says 0.7 GB): the multiple is
+    the one nearest the file's size times the ratio its head inflates at. Made small here: a
+    modulus of 1 MiB, the whole file inflated, or only its first 16 KB (the ratio then close)."""
+    doc = steps_trace(8).to_dict()
+    doc["traceEvents"] = [{**e, "args": {"copy": k}} for k in range(800) for e in doc["traceEvents"]]
+    text = json.dumps(doc).encode()
+    path = _write(tmp_path, "t.json.gz", gzip.compress(text, compresslevel=6))
+    assert len(text) > 3 << 20
+    monkeypatch.setattr(tracefile, "_ISIZE_MODULUS", 1 << 20)
+    if head_bytes is not None:
+        monkeypatch.setattr(tracefile, "_RATIO_HEAD_BYTES", head_bytes)
+    assert tracefile.json_size_estimate(path) == len(text)
+    # the scan for the step marks counts the length exactly
+    assert tracefile.step_marks_and_size(path)[1] == len(text)
+
+
+def test_the_detail_window_budgets_the_length_its_scan_counted_not_the_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gzipped trace's estimate can be far off (members one after another, a ratio unlike its
+    head's): the window is cut by the length the scan for the marks counted."""
+    path = steps_trace(8).write(tmp_path / "t.json.gz", gz=True)
+    with gzip.open(path, "rb") as fh:
+        json_bytes = len(fh.read())
+    monkeypatch.setattr(timeline_module, "DETAIL_MAX_JSON_BYTES", json_bytes * 3 // 8 + 1)
+    monkeypatch.setattr(timeline_module, "json_size_estimate", lambda p: json_bytes // 2)  # over the budget, half the truth
+    detail = load_timeline(path).meta.detail
+    assert (detail.steps_analysed, detail.json_bytes) == (3, json_bytes)
+
+
 def test_the_breakdown_says_the_trace_was_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from diagnose.analysis.breakdown import compute_breakdown
 

@@ -33,7 +33,7 @@ from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
 from diagnose.analysis import forking
 from diagnose.analysis.forking import can_fork, threads_in_process  # noqa: F401 - threads_in_process: part of this module's interface
-from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks_and_size, count_if_all_after
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -295,13 +295,14 @@ DETAIL_MAX_JSON_BYTES = 1_000_000_000
 
 
 def detail_window(path: str | os.PathLike[str], json_bytes: int) -> DetailWindow | None:
-    """The steps of a trace over ``DETAIL_MAX_JSON_BYTES`` that one analysis reads: as many of
-    the first steps as the budget's share of the window's time holds (events spread over the
-    steps about evenly), at least one. None for a smaller trace, or one without step marks."""
+    """The steps of a trace over ``DETAIL_MAX_JSON_BYTES`` (by ``json_bytes``, then by the exact
+    length the scan for the step marks counts) that one analysis reads: as many of the first
+    steps as the budget's share of the window's time holds (events spread over the steps about
+    evenly), at least one. None for a smaller trace, or one without step marks."""
     if json_bytes <= DETAIL_MAX_JSON_BYTES:
         return None
-    marks = step_marks(path)
-    if len(marks) < 2:
+    marks, json_bytes = step_marks_and_size(path)
+    if len(marks) < 2 or json_bytes <= DETAIL_MAX_JSON_BYTES:
         return None
     first, last = marks[0][0], max(end for _, end in marks)
     target = first + (last - first) * DETAIL_MAX_JSON_BYTES / json_bytes
@@ -337,7 +338,7 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     (``reader_workers``); this process cuts the pieces and merges the columns, in file order."""
     json_bytes = json_size_estimate(Path(path)) if Path(path).is_file() else 0
     window = detail_window(path, json_bytes)
-    stream = _open(path, max_bytes, DETAIL_MAX_JSON_BYTES if window else None)
+    stream = _open(path, max_bytes, DETAIL_MAX_JSON_BYTES if window else None, window.json_bytes if window else None)
     cut = window.cut_us if window else math.inf
     columns = _Columns(cut)
     guard = memory.MemoryGuard(str(path))
@@ -468,11 +469,13 @@ def _folded(result: Callable[[], _Columns | None], piece: Piece) -> _Columns | l
     return columns if columns is not None else decode_events(piece)
 
 
-def _open(path: str | os.PathLike[str], max_bytes: int | None, read_bytes: int | None = None) -> TraceStream:
-    """The trace's stream, once its size passed ``max_bytes`` and the memory check (on the JSON
-    the analysis holds: ``read_bytes`` of it when a detail window cuts it short)."""
+def _open(path: str | os.PathLike[str], max_bytes: int | None, read_bytes: int | None = None, json_bytes: int | None = None) -> TraceStream:
+    """The trace's stream, once its size (``json_bytes`` where known, else estimated) passed
+    ``max_bytes`` and the memory check (on the JSON the analysis holds: ``read_bytes`` of it when
+    a detail window cuts it short)."""
     stream = TraceStream(path)
-    json_bytes = json_size_estimate(stream.path)
+    if json_bytes is None:
+        json_bytes = json_size_estimate(stream.path)
     if max_bytes is not None and json_bytes > max_bytes:
         raise TraceError(
             f"trace is {json_bytes / 1e9:.1f} GB, over the {max_bytes / 1e9:.1f} GB limit given",

@@ -248,16 +248,40 @@ def is_gzip(path: Path) -> bool:
         return fh.read(2) == b"\x1f\x8b"
 
 
+#: deflate packs at most this many bytes into one
+_MAX_DEFLATE_RATIO = 1032
+#: compressed bytes inflated to learn a gzipped trace's ratio
+_RATIO_HEAD_BYTES = 1024 * 1024
+#: a gzip trailer records the length modulo this
+_ISIZE_MODULUS = 1 << 32
+
+
 def json_size_estimate(path: Path) -> int:
-    """Bytes of JSON the file holds: its size, or for gzip the size the trailer records (modulo
-    4 GiB, so never less than the compressed size times the usual ratio of a trace, 5)."""
+    """Bytes of JSON the file holds: its size; for gzip, the length the trailer records, which
+    is modulo 4 GiB: where the file could hold more, plus the multiple of 4 GiB that brings it
+    nearest the file's size times the ratio its first MB inflates at (a 5 GB trace's trailer
+    says 0.7 GB; a ratio of 5 assumed, as before, made it 2 GB, and the detail window read 2.5
+    times the JSON it budgets). Members one after another record only the last one's length:
+    ``step_marks_and_size`` counts a trace over the detail budget exactly."""
     size = path.stat().st_size
     if not is_gzip(path):
         return size
     with path.open("rb") as fh:
         fh.seek(-4, io.SEEK_END)
         recorded = int.from_bytes(fh.read(4), "little")
-    return max(recorded, 5 * size)
+        if size * _MAX_DEFLATE_RATIO < _ISIZE_MODULUS:
+            return recorded % _ISIZE_MODULUS
+        fh.seek(0)
+        head = fh.read(_RATIO_HEAD_BYTES)
+    inflater = _inflating.decompressobj(31)
+    try:
+        out = len(inflater.decompress(head, _RATIO_HEAD_BYTES * 64))
+    except _READ_ERRORS:
+        return max(recorded, 5 * size)  # the read will say what is wrong with the file
+    used = len(head) - len(inflater.unconsumed_tail) - len(inflater.unused_data)
+    guess = size * out / max(used, 1)
+    recorded %= _ISIZE_MODULUS  # (a no-op but where a test makes the modulus smaller)
+    return recorded + max(0, round((guess - recorded) / _ISIZE_MODULUS)) * _ISIZE_MODULUS
 
 
 class TraceStream:
@@ -599,6 +623,11 @@ _DUR = re.compile(rb'"dur"\s*:\s*"?(-?[0-9][0-9.eE+-]*)')
 
 
 def step_marks(path: str | Path) -> list[tuple[float, float]]:
+    """The host's ``ProfilerStep#N`` spans (start, end), sorted: ``step_marks_and_size``'s."""
+    return step_marks_and_size(path)[0]
+
+
+def step_marks_and_size(path: str | Path) -> tuple[list[tuple[float, float]], int]:
     """The host's ``ProfilerStep#N`` spans (start, end) of a trace, sorted, found by a scan of
     its text (no parse): the object around each mark, its ``ts`` and ``dur``. The GPU's copies
     of the marks (``gpu_user_annotation``) are left out. A plain file is searched where it lies
@@ -607,7 +636,8 @@ def step_marks(path: str | Path) -> list[tuple[float, float]]:
     the read could start; one window at a time, because a mapped page counts in the resident
     set as long as it is mapped: the whole 5 GB trace mapped at once showed a 4.7 GiB peak); a
     gzipped one a block at a time, inflated into one buffer (joining each block to the end of
-    the one before took a third of the scan's 1.2 s a GB on 2 cores)."""
+    the one before took a third of the scan's 1.2 s a GB on 2 cores). With them, the bytes of
+    JSON scanned: the exact length, where ``json_size_estimate`` guesses a gzipped one's."""
     stream = TraceStream(path)
     marks: set[tuple[float, float]] = set()
     if not stream.gzipped:
@@ -618,7 +648,7 @@ def step_marks(path: str | Path) -> list[tuple[float, float]]:
                     # each window reaches 4 KB into the next: a mark's object cut by its end is whole there
                     with mmap.mmap(fh.fileno(), min(MARKS_WINDOW_BYTES + 4096, size - at), access=mmap.ACCESS_READ, offset=at) as window:
                         _find_marks(window, marks)
-            return sorted(marks)
+            return sorted(marks), size
         except (OSError, ValueError):  # a file that cannot be mapped: read it
             marks.clear()
     keep = 4096  # a mark cut by a block's end is whole in the next buffer, which starts with these
@@ -637,7 +667,7 @@ def step_marks(path: str | Path) -> list[tuple[float, float]]:
                 _find_marks(buf, marks, filled)
     finally:
         reader.close()
-    return sorted(marks)
+    return sorted(marks), stream.bytes_read
 
 
 def _find_marks(buf: bytes | bytearray | mmap.mmap, marks: set[tuple[float, float]], size: int | None = None) -> None:
