@@ -375,6 +375,28 @@ def test_worker_processes_name_a_malformed_event_by_its_index_in_the_trace(
     assert threading.active_count() == 1  # a gzipped trace's inflating thread ended with the read
 
 
+def test_a_read_stopped_by_the_memory_check_ends_its_inflating_thread_at_once(
+    tiny_blocks: None, two_workers: list[int] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check raises between pieces, outside the reader's generator: the read is closed there
+    and then, not when the generator is collected (the traceback still holds it here)."""
+    if two_workers is None:
+        return  # it ran in a fresh process
+    calls: list[int] = []
+
+    def short(self: tracefile.MemoryGuard, bytes_read: int) -> None:
+        calls.append(bytes_read)
+        if len(calls) == 3:
+            raise TraceError("out of memory reading the trace")
+
+    monkeypatch.setattr(tracefile.MemoryGuard, "check", short)
+    (trace,) = (DATA / "item_syncs").glob("*.json.gz")
+    with pytest.raises(TraceError, match="out of memory") as info:
+        load_timeline(trace)
+    assert threading.active_count() == 1, [t.name for t in threading.enumerate()]
+    assert info.value is not None and two_workers == [2]
+
+
 @pytest.mark.parametrize(
     ("json_bytes", "cpus", "forced", "workers"),
     [

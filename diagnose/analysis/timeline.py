@@ -21,7 +21,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import compress, islice
 from operator import itemgetter
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -369,14 +369,15 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
                 idle=partial(importlib.import_module, "diagnose.analysis.vectorized"), idle_in_flight=int(min(IDLE_PIECES_PER_WORKER * len(pool), most)),
                 slots=slots,
             )
-        for result in results:
-            if type(result) is _Columns:
-                columns.merge(result)
-            elif type(result) is int:  # a piece wholly after the detail window
-                columns.skipped(result)
-            else:
-                columns.add(result)
-            guard.check(stream.bytes_read)
+        with closing(results):  # whatever ends the loop ends the read (a gzipped trace's thread with it)
+            for result in results:
+                if type(result) is _Columns:
+                    columns.merge(result)
+                elif type(result) is int:  # a piece wholly after the detail window
+                    columns.skipped(result)
+                else:
+                    columns.add(result)
+                guard.check(stream.bytes_read)
     with paused_gc():
         timeline = columns.finish(_read_meta(stream.metadata))
     timeline.meta.path = str(path)
