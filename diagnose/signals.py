@@ -26,6 +26,8 @@ class SignalHold:
     previous: dict[str, Any] = field(default_factory=dict)
     #: the signals that arrived while held, in order
     received: list[int] = field(default_factory=list)
+    #: hold without the line that says the report comes first (``deferred``)
+    quiet: bool = False
 
     @property
     def holding(self) -> bool:
@@ -33,15 +35,19 @@ class SignalHold:
 
     def hold(self, underneath: dict[str, Any] | None = None) -> None:
         """Hold the signals; ``underneath`` names the handlers to put back on release where
-        the current ones are temporary (the runner's own SIGTERM handler)."""
+        the current ones are temporary (the runner's own SIGTERM handler). A signal whose
+        handler was installed from C is not held: it could not be put back."""
         if self.previous:
             return
         for name in HELD:
+            signum = getattr(signal, name, None)
             try:
-                current = signal.signal(getattr(signal, name), self._held)
-                self.previous[name] = (underneath or {}).get(name) or current
-            except (AttributeError, ValueError, OSError):  # not the main thread: nothing to hold
+                if signum is None or signal.getsignal(signum) is None:
+                    continue
+                current = signal.signal(signum, self._held)
+            except (ValueError, OSError):  # not the main thread: nothing to hold
                 continue
+            self.previous[name] = (underneath or {}).get(name) or current
 
     def release(self) -> None:
         previous, self.previous = self.previous, {}
@@ -52,14 +58,15 @@ class SignalHold:
                 pass
 
     def _held(self, signum: int, frame: Any) -> None:
-        if not self.received:
+        if not self.received and not self.quiet:
             print("diagnose: saving what was measured first; the report will be written before exiting", file=sys.stderr)
         self.received.append(signum)
 
 
 class deferred:  # noqa: N801 - used as a function: ``with deferred():``
     """SIGINT and SIGTERM wait until the block ends, then are delivered, in the order they came
-    (each once; an exception the first one's handler raises ends the delivery).
+    (each once; an exception the first one's handler raises ends the delivery): a quiet
+    ``SignalHold`` for one call.
 
     torch.profiler's ``step`` enters its step mark with a C++ call and then stores the handle in
     Python: a KeyboardInterrupt between the two leaves a mark that was begun and never ended;
@@ -70,36 +77,18 @@ class deferred:  # noqa: N801 - used as a function: ``with deferred():``
     (which the script's traceback leaves out), not in contextlib's."""
 
     def __init__(self) -> None:
-        self.arrived: list[int] = []
-        self.previous: dict[int, Any] = {}
-
-    def _note(self, signum: int, frame: Any) -> None:
-        self.arrived.append(signum)
+        self._hold = SignalHold(quiet=True)
 
     def __enter__(self) -> None:
         try:
-            for name in HELD:
-                signum = getattr(signal, name, None)
-                if signum is None or signal.getsignal(signum) is None:
-                    continue
-                # a pending signal's handler runs inside signal.signal, before the swap: what
-                # it raises must not leave a swapped handler behind
-                self.previous[signum] = signal.signal(signum, self._note)
-        except (ValueError, OSError):  # not the main thread
-            pass
+            self._hold.hold()
         except BaseException:
-            self._restore()
+            # a pending signal's handler runs inside signal.signal, before the swap: what it
+            # raises must not leave a swapped handler behind
+            self._hold.release()
             raise
 
     def __exit__(self, *exc: object) -> None:
-        self._restore()
-        for signum in dict.fromkeys(self.arrived):
+        self._hold.release()
+        for signum in dict.fromkeys(self._hold.received):
             signal.raise_signal(signum)
-
-    def _restore(self) -> None:
-        previous, self.previous = self.previous, {}
-        for signum, handler in previous.items():
-            try:
-                signal.signal(signum, handler)
-            except (ValueError, OSError, TypeError):
-                pass
