@@ -21,7 +21,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import compress, islice
 from operator import itemgetter
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, nullcontext
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -33,7 +33,7 @@ from diagnose.analysis import patterns as P
 from diagnose.analysis import tracefile as memory
 from diagnose.analysis import forking
 from diagnose.analysis.forking import can_fork, threads_in_process  # noqa: F401 - threads_in_process: part of this module's interface
-from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks_and_size, count_if_all_after
+from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -301,7 +301,7 @@ def detail_window(path: str | os.PathLike[str], json_bytes: int) -> DetailWindow
     evenly), at least one. None for a smaller trace, or one without step marks."""
     if json_bytes <= DETAIL_MAX_JSON_BYTES:
         return None
-    marks, json_bytes = step_marks_and_size(path)
+    marks, json_bytes = step_marks(path)
     if len(marks) < 2 or json_bytes <= DETAIL_MAX_JSON_BYTES:
         return None
     first, last = marks[0][0], max(end for _, end in marks)
@@ -348,7 +348,7 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     # (a plain file's pieces they read themselves): slots for every piece that may be under way
     most = MAX_GZIP_PIECES_UNDER_WAY if stream.gzipped else math.inf
     slots = forking.SharedSlots(int(min(IDLE_PIECES_PER_WORKER * workers, most)) + 1, SLOT_BYTES) if stream.gzipped and workers > 1 and can_fork() else None
-    with paused_gc(), _closing(slots), _worker_pool(workers, partial(_fold_piece, slots=slots)) as pool:
+    with paused_gc(), closing(slots) if slots is not None else nullcontext(), _worker_pool(workers, partial(_fold_piece, slots=slots)) as pool:
         if pool is None:
             results = stream.decoded(decode)
         else:
@@ -385,15 +385,6 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     if window is not None:
         timeline.meta.detail = replace(window, events_left_out=columns.left_out)
     return timeline
-
-
-@contextmanager
-def _closing(slots: forking.SharedSlots | None) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        if slots is not None:
-            slots.close()
 
 
 def _from_slot(piece: SlotPiece, result: Callable[[], Any]) -> Any:

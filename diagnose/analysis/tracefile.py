@@ -262,7 +262,7 @@ def json_size_estimate(path: Path) -> int:
     nearest the file's size times the ratio its first MB inflates at (a 5 GB trace's trailer
     says 0.7 GB; a ratio of 5 assumed, as before, made it 2 GB, and the detail window read 2.5
     times the JSON it budgets). Members one after another record only the last one's length:
-    ``step_marks_and_size`` counts a trace over the detail budget exactly."""
+    ``step_marks`` counts a trace over the detail budget exactly."""
     size = path.stat().st_size
     if not is_gzip(path):
         return size
@@ -314,22 +314,10 @@ class TraceStream:
         kind = "gzip " if self.gzipped else ""
         return TraceError(f"cannot read {self.path}: {exc}", hint=f"the file may be truncated or not valid {kind}data")
 
-    def _blocks(self, reader: BinaryIO | _Inflater | None = None) -> Iterator[bytes]:
-        """The JSON, a block at a time, from ``reader`` (which the caller closes) or from the start."""
-        source = reader if reader is not None else self._open()
-        try:
-            while True:
-                try:
-                    block = source.read(BLOCK_BYTES)
-                except _READ_ERRORS as exc:
-                    raise self._unreadable(exc) from exc
-                if not block:
-                    return
-                self.bytes_read += len(block)
-                yield block
-        finally:
-            if reader is None:
-                source.close()
+    def _blocks(self, reader: BinaryIO | _Inflater) -> Iterator[bytes]:
+        """The JSON, a block at a time, from ``reader`` (which the caller closes)."""
+        while block := self._read(reader.read, BLOCK_BYTES):
+            yield block
 
     def decoded(
         self,
@@ -438,14 +426,9 @@ class TraceStream:
         """The pieces of the events array read block by block (from ``offset``, ``buf`` read
         already), each cut at the last place two events meet; ``tail`` receives the rest."""
         for block in blocks:
-            buf += block
-            cut = _last_boundary(buf)
-            if cut is None:
-                continue
-            piece = Piece(buf[: cut[0]], buf[cut[0] : cut[1]], offset)
-            offset += cut[1]
-            buf = buf[cut[1] :]
-            yield piece
+            piece, buf, offset = _cut_last(buf + block, offset)
+            if piece is not None:
+                yield piece
         tail.append((buf, offset))
 
     def _slotted(self, reader: BinaryIO | _Inflater, slots: SharedSlots, buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Iterator[Piece]:
@@ -492,12 +475,9 @@ class TraceStream:
                 block = self._read(reader.read, BLOCK_BYTES)
                 if not block:
                     break
-                carry += block
-                cut = _last_boundary(carry)
-                if cut is not None:
-                    yield Piece(carry[: cut[0]], carry[cut[0] : cut[1]], offset)
-                    offset += cut[1]
-                    carry = carry[cut[1] :]
+                piece, carry, offset = _cut_last(carry + block, offset)
+                if piece is not None:
+                    yield piece
                 continue
             slot = slots.take(wait=stop)
             if slot is None:
@@ -622,12 +602,7 @@ _TS = re.compile(rb'"ts"\s*:\s*"?(-?[0-9][0-9.eE+-]*)')
 _DUR = re.compile(rb'"dur"\s*:\s*"?(-?[0-9][0-9.eE+-]*)')
 
 
-def step_marks(path: str | Path) -> list[tuple[float, float]]:
-    """The host's ``ProfilerStep#N`` spans (start, end), sorted: ``step_marks_and_size``'s."""
-    return step_marks_and_size(path)[0]
-
-
-def step_marks_and_size(path: str | Path) -> tuple[list[tuple[float, float]], int]:
+def step_marks(path: str | Path) -> tuple[list[tuple[float, float]], int]:
     """The host's ``ProfilerStep#N`` spans (start, end) of a trace, sorted, found by a scan of
     its text (no parse): the object around each mark, its ``ts`` and ``dur``. The GPU's copies
     of the marks (``gpu_user_annotation``) are left out. A plain file is searched where it lies
@@ -687,6 +662,15 @@ def _find_marks(buf: bytes | bytearray | mmap.mmap, marks: set[tuple[float, floa
                     except ValueError:
                         pass
         at = buf.find(_STEP_MARK, at + 1, size)
+
+
+def _cut_last(buf: bytes, offset: int) -> tuple[Piece | None, bytes, int]:
+    """``buf`` (at ``offset``) cut at its last candidate boundary: (the piece before it, or None
+    where there is none, the text after it, and that text's offset)."""
+    cut = _last_boundary(buf)
+    if cut is None:
+        return None, buf, offset
+    return Piece(buf[: cut[0]], buf[cut[0] : cut[1]], offset), buf[cut[1] :], offset + cut[1]
 
 
 def _last_boundary(buf: bytes) -> tuple[int, int] | None:
