@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,15 @@ from diagnose.analysis.rules import MAX_NESTING, ExprError, Rule, load_rule_file
 from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.errors import RuleError
 from tests.test_rules import VALID
+
+
+def python_in(folder: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python *args`` in ``folder``, importing this checkout's diagnose; its output captured."""
+    from tests.conftest import REPO
+
+    return subprocess.run([sys.executable, *args], cwd=folder, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
 
 # --- 3. rule files: checked fully at load time, and never fatal at run time ----------------------
 
@@ -294,10 +306,7 @@ def test_analyze_of_a_run_directory_still_rewrites_its_report(tmp_path: Path) ->
 
 
 def test_ctrl_c_outside_the_script_prints_the_interrupted_line(tmp_path: Path) -> None:
-    import subprocess
-    import sys
 
-    from tests.conftest import REPO
 
     (tmp_path / "t.json").write_text(json.dumps({"traceEvents": STEPS}))
     code = (
@@ -307,8 +316,7 @@ def test_ctrl_c_outside_the_script_prints_the_interrupted_line(tmp_path: Path) -
         "sys.argv = ['diagnose', 'analyze', 't.json']\n"
         "from diagnose.cli import main; main()\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = python_in(tmp_path, "-c", code)
     assert proc.returncode == 130
     assert "diagnose: interrupted" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -377,11 +385,7 @@ def test_ctrl_c_inside_torchs_step_mark_still_stops_cleanly_with_the_report(writ
     """The race CI met once, made to happen every time: SIGINT arrives just after torch's step
     began its step mark in C++ and before Python stored it. Deferred, it raises once the step
     returns: exit 130, the report saved, no crash as the interpreter exits (it was -11)."""
-    import os
-    import subprocess
-    import sys
 
-    from tests.conftest import REPO
     from tests.scripts import MLP_TRAIN
 
     write_script(
@@ -396,10 +400,7 @@ def test_ctrl_c_inside_torchs_step_mark_still_stops_cleanly_with_the_report(writ
         "    return handle\n"
         "torch.ops.profiler._record_function_enter_new = cut\n" + MLP_TRAIN
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "diagnose", "run", "--warmup", "2", "--steps", "20", "--quiet", "--out", "run", "train.py"],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300, check=False,
-    )
+    proc = python_in(tmp_path, "-m", "diagnose", "run", "--warmup", "2", "--steps", "20", "--quiet", "--out", "run", "train.py", timeout=300)
     assert proc.returncode == 130, proc.stderr[-3000:]
     assert "finish failed" not in proc.stderr and "diagnose/" not in proc.stderr, proc.stderr[-3000:]
     from diagnose.rundir import RunDir
@@ -428,10 +429,7 @@ def test_a_signal_inside_a_deferred_call_is_delivered_when_it_returns() -> None:
 def test_a_step_mark_begun_but_never_stored_still_lets_the_profiler_stop(tmp_path: Path) -> None:
     """What a signal inside torch's step leaves: stop() fails on the mark before it stops
     anything, and the running profiler crashes the interpreter at exit (-11)."""
-    import subprocess
-    import sys
 
-    from tests.conftest import REPO
 
     code = (
         "import torch\n"
@@ -450,8 +448,7 @@ def test_a_step_mark_begun_but_never_stored_still_lets_the_profiler_stop(tmp_pat
         "stop_profiler(p)\n"
         "print('saved', len(saved))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = python_in(tmp_path, "-c", code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "saved 1" in proc.stdout
 
@@ -492,12 +489,8 @@ runpy.run_module("diagnose", run_name="__main__")
 
 @pytest.mark.slow
 def test_a_dead_workers_sigchld_during_the_failure_handling_keeps_the_report(write_script, tmp_path: Path) -> None:
-    import os
     import re
-    import subprocess
-    import sys
 
-    from tests.conftest import REPO
     from tests.test_failures import run_dir_of, saved
 
     write_script(
@@ -528,9 +521,7 @@ for i, x in enumerate(batches):
 """
     )
     (tmp_path / "driver.py").write_text(SIGCHLD_DRIVER)
-    proc = subprocess.run(
-        [sys.executable, "driver.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=180, check=False
-    )
+    proc = python_in(tmp_path, "driver.py", timeout=180)
     assert "SIGCHLD delivered in execute" in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "diagnose/runtime" not in proc.stderr, proc.stderr[-3000:]  # the script's traceback, not diagnose's
