@@ -1,0 +1,209 @@
+"""Generated data for the outside corpus: every file a script would otherwise download.
+
+Contract: ``prepare(step, src) -> str`` writes what one manifest ``prepare`` step asks for (its
+``kind`` picks a generator below, ``dest`` names where, ``{src}`` standing for the repository's
+fetched folder) and returns a one-line description. Generators are seeded, so a step gives the
+same files on every machine, and idempotent: a step whose marker is there is not redone. Only
+generated data: no generator reads the network, and none copies a real data set. The content
+is noise with some structure (smooth images, Zipf-distributed words): what a data loader, a
+decoder and a model cost does not depend on what the pixels mean.
+
+    python benchmarks/zoo/prepare.py --scripts DIR [--only NAME ...]   # what fetch.py runs
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+
+SEED = 32  # issue 32
+
+
+def _marker(step: dict, dest: Path) -> Path:
+    key = hashlib.sha256(json.dumps(step, sort_keys=True).encode()).hexdigest()[:16]
+    return dest / f".zoo-prepared-{key}"
+
+
+def prepare(step: dict, src: Path) -> str:
+    """Run one ``prepare`` step of the manifest for the repository fetched at ``src``."""
+    dest = Path(str(step["dest"]).replace("{src}", str(src)))
+    dest.mkdir(parents=True, exist_ok=True)
+    marker = _marker(step, dest)
+    if marker.exists():
+        return f"{step['kind']}: {dest} (already there)"
+    what = GENERATORS[step["kind"]](dest, step)
+    marker.write_text(json.dumps(step, sort_keys=True))
+    return f"{step['kind']}: {what}"
+
+
+def mnist(dest: Path, step: dict) -> str:
+    """torchvision's MNIST raw files (idx format, uncompressed: torchvision looks for these
+    names and downloads only when they are missing); 60,000 and 10,000 images by default."""
+    rng = np.random.default_rng(SEED)
+    raw = dest / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for prefix, count in (("train", int(step.get("train", 60000))), ("t10k", int(step.get("test", 10000)))):
+        labels = rng.integers(0, 10, count, dtype=np.uint8)
+        # a bright square per image, placed by its label, over faint noise
+        images = rng.integers(0, 40, (count, 28, 28), dtype=np.uint8)
+        for digit in range(10):
+            row, col = 2 + (digit // 5) * 12, 2 + (digit % 5) * 5
+            images[labels == digit, row:row + 10, col:col + 4] = 255
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, count, 28, 28) + images.tobytes())
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, count) + labels.tobytes())
+    return f"{raw} (MNIST layout, generated)"
+
+
+def _vocabulary(rng: np.random.Generator, size: int) -> list[str]:
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(letters, int(rng.integers(2, 10)))))
+    return sorted(words)
+
+
+def text(dest: Path, step: dict) -> str:
+    """Plain text of Zipf-distributed words from a made-up vocabulary, lines of 5-30 words;
+    the first file gets ``words`` words, the others a tenth each (validation, test)."""
+    rng = np.random.default_rng(SEED)
+    vocab = _vocabulary(rng, int(step.get("vocab", 5000)))
+    ranks = np.arange(1, len(vocab) + 1)
+    p = 1.0 / ranks
+    p /= p.sum()
+    files = step.get("files", ["train.txt"])
+    for i, name in enumerate(files):
+        count = int(step.get("words", 200000)) // (1 if i == 0 else 10)
+        ids = rng.choice(len(vocab), count, p=p)
+        lines, at = [], 0
+        while at < count:
+            n = int(rng.integers(5, 31))
+            lines.append(" " + " ".join(vocab[j] for j in ids[at:at + n]) + " .")
+            at += n
+        (dest / name).write_text("\n".join(lines) + "\n")
+    return f"{dest} ({', '.join(files)})"
+
+
+def tokens(dest: Path, step: dict) -> str:
+    """nanoGPT's data layout: train.bin and val.bin (uint16 token ids) and meta.pkl."""
+    rng = np.random.default_rng(SEED)
+    vocab = int(step.get("vocab", 65))
+    count = int(step.get("tokens", 1000000))
+    rng.integers(0, vocab, count, dtype=np.uint16).tofile(dest / "train.bin")
+    rng.integers(0, vocab, max(count // 10, 4096), dtype=np.uint16).tofile(dest / "val.bin")
+    chars = [chr(32 + i) for i in range(vocab)]
+    meta = {"vocab_size": vocab, "itos": dict(enumerate(chars)), "stoi": {c: i for i, c in enumerate(chars)}}
+    (dest / "meta.pkl").write_bytes(pickle.dumps(meta))
+    return f"{dest} ({count} tokens, vocabulary {vocab})"
+
+
+def _image(rng: np.random.Generator, size: int) -> np.ndarray:
+    """A smooth colour gradient with a little noise (JPEGs of a realistic size, not of noise)."""
+    y, x = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    a, b, c = rng.random(3) * 6
+    img = np.stack([np.sin(a * x + b * y), np.cos(b * x - c * y), np.sin(c * (x + y))], axis=-1)
+    img = (img + 1) * 110 + rng.normal(0, 6, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def images(dest: Path, step: dict) -> str:
+    """JPEGs: ``flat`` (img_00000.jpg ...), ``classes`` (an ImageFolder: class_k/img_i.jpg) or
+    ``labelled`` (the label in the name, ``label_i.jpg``, as the Oxford pets files are)."""
+    from PIL import Image
+
+    rng = np.random.default_rng([SEED, int(hashlib.sha256(str(step["dest"]).encode()).hexdigest()[:8], 16)])
+    count, size = int(step.get("count", 256)), int(step.get("size", 64))
+    layout, classes = step.get("layout", "flat"), int(step.get("classes", 10))
+    for i in range(count):
+        label = i % classes
+        if layout == "classes":
+            path = dest / f"class_{label}" / f"img_{i:05d}.jpg"
+        elif layout == "labelled":
+            path = dest / f"breed{label}_{i}.jpg"
+        else:
+            path = dest / f"img_{i:05d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(_image(rng, size)).save(path, quality=90)
+    return f"{dest} ({count} JPEGs of {size}x{size}, {layout})"
+
+
+def cifar_pt(dest: Path, step: dict) -> str:
+    """The tensors airbench caches CIFAR-10 into (train.pt, test.pt): uint8 NHWC images, labels."""
+    import torch
+
+    rng = np.random.default_rng(SEED)
+    classes = [f"class{k}" for k in range(10)]
+    for name, count in (("train.pt", int(step.get("train", 50000))), ("test.pt", int(step.get("test", 10000)))):
+        labels = rng.integers(0, 10, count)
+        images = rng.integers(0, 256, (count, 32, 32, 3), dtype=np.uint8)
+        torch.save({"images": torch.from_numpy(images), "labels": torch.from_numpy(labels), "classes": classes}, dest / name)
+    return f"{dest} (train.pt, test.pt)"
+
+
+def timm_hub_weights(dest: Path, step: dict) -> str:
+    """Randomly initialised weights of a timm model, written where the Hugging Face hub cache
+    (``HF_HOME=dest``) keeps that model's pretrained ones: ``create_model(pretrained=True)``
+    then loads them with ``HF_HUB_OFFLINE=1``, and nothing is downloaded. Needs timm."""
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(SEED)
+    model = timm.create_model(step["model"], pretrained=False)
+    cfg = model.pretrained_cfg
+    hub_id = cfg.get("hf_hub_id") or f"timm/{step['model']}"
+    repo_id, _, revision = hub_id.partition("@")
+    revision = revision or "main"
+    filename = cfg.get("hf_hub_filename") or "model.safetensors"
+    if not filename.endswith(".safetensors"):
+        filename = "model.safetensors"
+    folder = dest / "hub" / ("models--" + repo_id.replace("/", "--"))
+    commit = hashlib.sha1(repo_id.encode()).hexdigest()
+    (folder / "refs").mkdir(parents=True, exist_ok=True)
+    (folder / "refs" / revision).write_text(commit)
+    snapshot = folder / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(snapshot / filename))
+    return f"{snapshot / filename} (random weights for {repo_id})"
+
+
+def folder(dest: Path, step: dict) -> str:
+    """An empty folder the script writes into but does not create."""
+    return f"{dest} (folder)"
+
+
+GENERATORS = {
+    "mnist": mnist,
+    "text": text,
+    "tokens": tokens,
+    "images": images,
+    "cifar-pt": cifar_pt,
+    "timm-hub-weights": timm_hub_weights,
+    "folder": folder,
+}
+
+
+def main() -> None:
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import corpus
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scripts", type=Path, required=True, help="the folder fetch.py filled")
+    p.add_argument("--only", nargs="*", help="script names (default: all)")
+    args = p.parse_args()
+    for script in corpus.load().scripts:
+        if args.only and script.name not in args.only:
+            continue
+        for step in script.prepare:
+            print(f"{script.name}: {prepare(step, args.scripts / script.repo.slug)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
