@@ -176,6 +176,13 @@ def diagnose_once(cmd: list[str], src: Path, script: corpus.Script, env: dict[st
     if report is None:
         record["error"] = _tail(err) or f"exit {code}, no report"
         return record
+    status = report.get("status") or {}
+    profiled = (report.get("run") or {}).get("profiled_steps")
+    record["state"] = status.get("state")
+    if code != 0 or not profiled:
+        # diagnose writes a report even when the script died before its first step: no verdict
+        record["error"] = f"{status.get('message') or f'exit {code}'}; profiled steps: {profiled or 0}: {_tail(err, 3)}"
+        return record
     record["report"] = report
     return record
 
@@ -210,6 +217,7 @@ def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log) 
         run_dir = runs_dir / f"run{i}"
         cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), *window, *extra, target, "--", *script_args]
         result = diagnose_once(cmd, src, script, env, args.timeout_s)
+        result["run_dir"] = str(run_dir)
         report = result.pop("report", None)
         if report is not None:
             result.update(run_summary(report))
@@ -234,6 +242,7 @@ def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log) 
            "--timeout", str(int(args.timeout_s)), "--out", str(verify_dir), *VERIFY_WINDOW, target, "--", *script_args]
     timeout = args.timeout_s * (args.verify_repeats + args.verify_top + 1)
     result = diagnose_once(cmd, src, script, env, timeout)
+    result["run_dir"] = str(verify_dir)
     report = result.pop("report", None)
     if report is not None:
         result.update(verify_summary(report))

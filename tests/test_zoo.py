@@ -1,0 +1,364 @@
+"""The outside corpus (benchmarks/zoo, issue 32): the manifest's invariants, the split rule,
+fetching from a git mirror at a pinned commit, the generated data, the runner on scripts that
+start and scripts that fail, and the scores on a hand-written results.jsonl, exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ZOO = REPO / "benchmarks" / "zoo"
+sys.path.insert(0, str(ZOO))
+
+import corpus  # noqa: E402
+import fetch  # noqa: E402
+import prepare  # noqa: E402
+import run as zoo_run  # noqa: E402
+import score  # noqa: E402
+
+SPDX = {"MIT", "BSD-3-Clause", "Apache-2.0", "BSD-2-Clause"}
+
+
+# ------------------------------------------------------------------ the manifest
+
+
+def test_the_manifest_holds_what_issue_32_asks() -> None:
+    manifest = corpus.load()
+    assert corpus.problems(manifest) == []
+    assert len(manifest.scripts) >= 20
+    assert len({s.repo.name for s in manifest.scripts}) >= 8
+    for s in manifest.scripts:
+        assert corpus.COMMIT_RE.match(s.commit), s.name
+        assert s.licence in SPDX, s.name
+        assert s.path.endswith(".py") and s.domain and s.kind in corpus.KINDS, s.name
+        assert s.half in corpus.HALVES, s.name
+        assert s.cpu_args is not None or s.cpu_skip, s.name
+        assert s.gpu_s > 0, s.name
+    halves_of_repo: dict[str, set[str]] = {}
+    for s in manifest.scripts:
+        halves_of_repo.setdefault(s.repo.name, set()).add(s.half)
+    assert all(len(h) == 1 for h in halves_of_repo.values()), halves_of_repo
+    assert manifest.half("calibration") and manifest.half("evaluation")
+    assert len(manifest.half("calibration")) + len(manifest.half("evaluation")) == len(manifest.scripts)
+
+
+def test_the_split_rule_largest_repository_first_then_the_smaller_half() -> None:
+    # sha256("b/two") starts a3f7, sha256("c/three") d357: b/two comes first of the two-script ones
+    counts = {"big/five": 5, "a/one": 1, "b/two": 2, "c/three": 2}
+    assert corpus.split_halves(counts) == {
+        "big/five": "calibration",  # 0 <= 0: a tie goes to calibration
+        "b/two": "evaluation",  # 5 > 0
+        "c/three": "evaluation",  # 5 > 2
+        "a/one": "evaluation",  # 5 > 4
+    }
+
+
+def test_the_split_rule_is_a_function_of_names_and_counts_only() -> None:
+    counts = {"x/a": 3, "x/b": 3, "x/c": 1, "x/d": 1}
+    halves = corpus.split_halves(counts)
+    assert halves == corpus.split_halves(dict(reversed(list(counts.items()))))
+    sizes = {h: sum(n for r, n in counts.items() if halves[r] == h) for h in corpus.HALVES}
+    assert sizes == {"calibration": 4, "evaluation": 4}
+
+
+def _manifest(tmp_path: Path, body: str) -> corpus.Corpus:
+    path = tmp_path / "manifest.toml"
+    path.write_text(textwrap.dedent(body))
+    return corpus.load(path)
+
+
+def test_problems_names_a_short_commit_a_missing_field_and_a_repository_split_across_halves(tmp_path: Path) -> None:
+    manifest = _manifest(
+        tmp_path,
+        """
+        [repos."o/r"]
+        commit = "abc123"
+        licence = "MIT"
+        include = ["t.py"]
+
+        [[script]]
+        name = "one"
+        repo = "o/r"
+        path = "t.py"
+        domain = "vision"
+        kind = "plain"
+        cpu_args = []
+        half = "calibration"
+
+        [[script]]
+        name = "two"
+        repo = "o/r"
+        path = "t.py"
+        kind = "plain"
+        cpu_skip = "gpu"
+        half = "evaluation"
+        """,
+    )
+    assert corpus.problems(manifest) == [
+        "repository o/r: commit 'abc123' is not 40 hex digits",
+        "script two: no domain",
+        "script two: half evaluation, the split rule gives calibration",
+    ]
+
+
+# ------------------------------------------------------------------ fetch
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env, timeout=60).stdout.strip()
+
+
+def test_fetch_takes_only_the_included_paths_of_the_pinned_commit_from_a_mirror(tmp_path: Path) -> None:
+    origin = tmp_path / "mirror" / "o+r" / "repo"
+    (origin / "pkg").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(origin)], check=True, timeout=60)
+    (origin / "train.py").write_text("print('pinned')\n")
+    (origin / "pkg" / "a.py").write_text("")
+    (origin / "big.bin").write_text("data")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-qm", "one")
+    pinned = _git(origin, "rev-parse", "HEAD")
+    (origin / "train.py").write_text("print('later')\n")
+    _git(origin, "commit", "-qam", "two")
+
+    repo = corpus.Repo("o/r", pinned, "MIT", ("train.py", "pkg/*.py"))
+    dest = tmp_path / "dest"
+    said = fetch.fetch_repo(repo, dest, tmp_path / "mirror")
+    assert "2 files" in said
+    assert (dest / "o+r" / "train.py").read_text() == "print('pinned')\n"
+    assert (dest / "o+r" / "pkg" / "a.py").exists() and not (dest / "o+r" / "big.bin").exists()
+    assert fetch.fetched_commit(dest / "o+r") == pinned
+    assert "already at" in fetch.fetch_repo(repo, dest, tmp_path / "mirror")
+
+    absent = corpus.Repo("o/r", "0" * 40, "MIT", ("train.py",))
+    with pytest.raises(fetch.FetchError, match="has no commit 0000000000000000000000000000000000000000"):
+        fetch.fetch_repo(absent, tmp_path / "dest2", tmp_path / "mirror")
+
+
+def test_included_paths_are_folders_files_or_globs_that_cross_folders() -> None:
+    include = ("timm", "train.py", "word_language_model/*.py")
+    assert fetch.wanted("timm/models/resnet.py", include)
+    assert fetch.wanted("train.py", include)
+    assert fetch.wanted("word_language_model/main.py", include)
+    assert not fetch.wanted("timmy.py", include)
+    assert not fetch.wanted("word_language_model/data/wikitext-2/train.txt", include)
+
+
+# ------------------------------------------------------------------ generated data
+
+
+def test_generated_mnist_is_in_the_idx_layout_torchvision_reads(tmp_path: Path) -> None:
+    step = {"kind": "mnist", "dest": "{src}/data", "train": 12, "test": 3}
+    prepare.prepare(step, tmp_path)
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    images = (raw / "train-images-idx3-ubyte").read_bytes()
+    assert images[:16] == bytes.fromhex("00000803 0000000c 0000001c 0000001c".replace(" ", ""))
+    assert len(images) == 16 + 12 * 28 * 28
+    assert len((raw / "t10k-labels-idx1-ubyte").read_bytes()) == 8 + 3
+    assert "already there" in prepare.prepare(step, tmp_path)
+
+
+def test_generated_text_tokens_and_images(tmp_path: Path) -> None:
+    prepare.prepare({"kind": "text", "dest": "{src}/t", "files": ["train.txt", "valid.txt"], "words": 1000, "vocab": 50}, tmp_path)
+    train = (tmp_path / "t" / "train.txt").read_text().split()
+    assert len([w for w in train if w != "."]) == 1000
+    assert len({w for w in train if w != "."}) <= 50
+    assert len([w for w in (tmp_path / "t" / "valid.txt").read_text().split() if w != "."]) == 100
+
+    prepare.prepare({"kind": "tokens", "dest": "{src}/d", "tokens": 5000, "vocab": 65}, tmp_path)
+    assert (tmp_path / "d" / "train.bin").stat().st_size == 2 * 5000
+    assert (tmp_path / "d" / "val.bin").stat().st_size == 2 * 4096
+
+    prepare.prepare({"kind": "images", "dest": "{src}/i", "count": 4, "size": 16, "layout": "labelled", "classes": 2}, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "i").glob("*.jpg")) == ["breed0_0.jpg", "breed0_2.jpg", "breed1_1.jpg", "breed1_3.jpg"]
+    prepare.prepare({"kind": "images", "dest": "{src}/f", "count": 3, "size": 16, "layout": "classes", "classes": 2}, tmp_path)
+    assert sorted(str(p.relative_to(tmp_path / "f")) for p in (tmp_path / "f").rglob("*.jpg")) == [
+        "class_0/img_00000.jpg", "class_0/img_00002.jpg", "class_1/img_00001.jpg"]
+
+
+# ------------------------------------------------------------------ what run.py reads of a report
+
+
+def test_a_findings_interval_and_measurement_are_read_in_any_shape() -> None:
+    assert zoo_run._interval({"predicted_interval": [1.2, 1.8]}) == [1.2, 1.8]
+    assert zoo_run._interval({"interval": {"low": 1.1, "high": 1.3}}) == [1.1, 1.3]
+    assert zoo_run._interval({"predicted_speedup": 1.4}) is None
+    assert zoo_run._measured({"measured": {"speedup": 2.02, "spread": 0.03}}) == 2.02
+    assert zoo_run._measured({"measured": True, "measured_speedup": 1.5}) == 1.5
+    assert zoo_run._measured({"measured": None}) is None
+
+
+def test_verify_summary_takes_each_recommendation_row_with_its_findings_interval() -> None:
+    report = {
+        "findings": [
+            {"rule": "DATA001", "predicted_speedup": 1.53, "predicted_interval": [1.3, 1.9]},
+            {"rule": "PREC001", "predicted_speedup": 1.2},
+        ],
+        "experiments": {
+            "baseline_spread": 0.04,
+            "baseline_spread_from": "blocks",
+            "rows": [
+                {"role": "baseline", "label": "baseline", "speedup": 1.0},
+                {"role": "recommendation", "rule": "DATA001", "knobs": {"num_workers": 15}, "speedup": 2.02, "predicted_speedup": 1.53, "verdict": "helped"},
+                {"role": "recommendation", "rule": "PREC001", "knobs": {"autocast": "bf16"}, "speedup": 1.01, "verdict": "no effect"},
+            ],
+        },
+    }
+    summary = zoo_run.verify_summary(report)
+    assert summary["top"] == "DATA001" and summary["baseline_spread"] == 0.04
+    assert summary["rows"] == [
+        {"rule": "DATA001", "knobs": {"num_workers": 15}, "status": None, "verdict": "helped", "measured": 2.02, "predicted": 1.53, "interval": [1.3, 1.9], "via": None},
+        {"rule": "PREC001", "knobs": {"autocast": "bf16"}, "status": None, "verdict": "no effect", "measured": 1.01, "predicted": 1.2, "interval": None, "via": None},
+    ]
+
+
+def test_a_torchrun_script_gets_one_process_of_torchruns_variables(tmp_path: Path) -> None:
+    repo = corpus.Repo("o/r", "a" * 40, "MIT", ("t.py",))
+    script = corpus.Script(name="t", repo=repo, path="t.py", domain="x", kind="ddp", half="calibration", args=(), cpu_args=None,
+                           cpu_skip="gpu", cwd=".", env={"PYTHONPATH": "{src}/lib"}, launcher="torchrun")
+    env = zoo_run.script_env(script, tmp_path, cpu=True)
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("0", "0", "1")
+    assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(REPO), f"{tmp_path}/lib"]
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+# ------------------------------------------------------------------ run.py end to end (CPU)
+
+
+def test_the_runner_goes_on_past_a_failing_script_and_records_each_as_it_finishes(tmp_path: Path) -> None:
+    src = tmp_path / "scripts" / "o+r"
+    src.mkdir(parents=True)
+    commit = "b" * 40
+    (src / ".zoo-commit").write_text(f"{commit} test\n")
+    (src / "broken.py").write_text("raise SystemExit('no data here')\n")
+    (src / "train.py").write_text(textwrap.dedent(
+        """
+        import sys
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        data = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 1)), batch_size=8)
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for epoch in range(int(sys.argv[1])):
+            for x, y in data:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+        """))
+    manifest = tmp_path / "manifest.toml"
+    manifest.write_text(textwrap.dedent(
+        f"""
+        [repos."o/r"]
+        commit = "{commit}"
+        licence = "MIT"
+        include = ["train.py", "broken.py"]
+
+        [[script]]
+        name = "broken"
+        repo = "o/r"
+        path = "broken.py"
+        domain = "tabular"
+        kind = "plain"
+        cpu_args = []
+        half = "calibration"
+
+        [[script]]
+        name = "linear"
+        repo = "o/r"
+        path = "train.py"
+        domain = "tabular"
+        kind = "plain"
+        cpu_args = ["4"]
+        half = "calibration"
+        """))
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, str(ZOO / "run.py"), "--scripts", str(tmp_path / "scripts"), "--out", str(out), "--half", "all",
+         "--cpu-smoke", "--manifest", str(manifest)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    records = [json.loads(line) for line in (out / "smoke.jsonl").read_text().splitlines()]
+    assert [(r["name"], r["smoke"]) for r in records] == [("broken", "failed"), ("linear", "passed")]
+    assert "no data here" in records[0]["error"]
+    assert records[1]["runs"][0]["exit_code"] == 0 and any((out / "runs" / "linear" / "run0").rglob("report.json"))
+
+
+# ------------------------------------------------------------------ score.py
+
+
+def _record(name: str, half: str, tops: list[str | None], top: str | None, spread: float, rows: list[dict], **extra) -> dict:
+    runs = [{"top": t} for t in tops]
+    return {"name": name, "half": half, "status": "ok", "runs": runs,
+            "verify": {"top": top, "baseline_spread": spread, "rows": rows}, **extra}
+
+
+RESULTS = [
+    _record("a", "evaluation", ["PREC001"] * 3, "PREC001", 0.05, [
+        {"rule": "PREC001", "measured": 2.0, "predicted": 2.2, "interval": [1.8, 2.4]},
+        {"rule": "DATA001", "measured": 1.2, "predicted": 1.5, "interval": [1.3, 1.7]},
+    ]),
+    _record("b", "evaluation", ["DATA001", "LAUNCH001", "DATA001"], "DATA001", 0.10, [
+        {"rule": "DATA001", "measured": 0.85, "predicted": 1.3, "interval": None},
+    ]),
+    _record("c", "evaluation", [None, None], None, 0.02, []),
+    # d: the line after its runs, then the one after verify (the last counts)
+    {"name": "d", "half": "evaluation", "status": "ok", "phase": "runs", "runs": [{"top": "COMP001"}] * 3, "verify": None},
+    _record("d", "evaluation", ["COMP001"] * 3, "COMP001", 0.04, [
+        {"rule": "COMP001", "measured": 1.02, "predicted": 1.0, "interval": [0.95, 1.1]},
+    ]),
+    # e: one run failed; the two left agree; verify's top had no knob to apply
+    {"name": "e", "half": "evaluation", "status": "ok", "runs": [{"top": "SYNC001"}, {"exit_code": 1, "error": "boom"}, {"top": "SYNC001"}],
+     "verify": {"top": "DATA004", "baseline_spread": 0.03, "rows": []}},
+    _record("f", "calibration", ["MEM004"] * 3, "MEM004", 0.0, [
+        {"rule": "MEM004", "measured": 3.0, "predicted": 3.0, "interval": [2.5, 3.5]},
+    ]),
+    {"name": "g", "half": "calibration", "status": "failed", "error": "timed out", "runs": [{"exit_code": None, "error": "timed out"}], "verify": None},
+]
+
+
+def test_score_on_a_hand_written_results_file() -> None:
+    result = score.score(RESULTS)
+    ev, cal = result["halves"]["evaluation"], result["halves"]["calibration"]
+    errors = sorted([0.2 / 2.0, 0.3 / 1.2, 0.45 / 0.85, 0.02 / 1.02])
+    assert ev["scripts"] == 5 and ev["failed"] == 0
+    assert (ev["top_measured"], ev["helps_count"], ev["slower"], ev["no_effect"]) == (3, 1, 1, 1)
+    assert ev["helps"] == pytest.approx(1 / 3)
+    assert (ev["no_finding"], ev["not_measured"]) == (1, 1)
+    assert ev["predicted_rows"] == 4
+    assert ev["median_error"] == pytest.approx((errors[1] + errors[2]) / 2)
+    assert ev["p90_error"] == pytest.approx(errors[2] + 0.7 * (errors[3] - errors[2]))
+    assert (ev["inside_count"], ev["interval_rows"]) == (2, 3)
+    assert (ev["stable_count"], ev["rerun_scripts"]) == (4, 5)  # b changed; c is "none" twice; e's two runs agree
+    assert ev["met"] == {"helps": False, "slower": False, "median_error": False, "p90_error": False, "inside": False, "stable": False}
+    assert (cal["scripts"], cal["failed"], cal["top_measured"], cal["helps"], cal["median_error"], cal["p90_error"]) == (2, 1, 1, 1.0, 0.0, 0.0)
+    assert (cal["inside"], cal["rerun_scripts"], cal["stable"]) == (1.0, 1, 1.0)
+    assert cal["met"] == {"helps": True, "slower": True, "median_error": True, "p90_error": True, "inside": True, "stable": True}
+
+
+def test_percentile_interpolates_between_the_closest_ranks() -> None:
+    assert score.percentile([4.0], 0.9) == 4.0
+    assert score.percentile([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0], 0.9) == 10.0
+    assert score.percentile([0.0, 1.0], 0.9) == pytest.approx(0.9)
+
+
+def test_score_cli_prints_both_halves_side_by_side_and_writes_json(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in RESULTS))
+    p = subprocess.run([sys.executable, str(ZOO / "score.py"), str(results)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "| goal | calibration | evaluation | target |"
+    assert lines[2] == "| top recommendation helps beyond the baseline's spread | 1/1 (100%) (met) | 1/3 (33%) (not met) | >= 90% |"
+    assert lines[7] == "| same top finding on every rerun | 1/1 (100%) (met) | 4/5 (80%) (not met) | >= 90% |"
+    assert "| b | evaluation | DATA001, LAUNCH001, DATA001 | DATA001 | 1.30x | - | 0.85x | 10% | slower |" in lines
+    saved = json.loads((tmp_path / "score.json").read_text())
+    assert saved["halves"]["evaluation"]["slower"] == 1
