@@ -194,3 +194,36 @@ def test_the_readmes_first_install_brings_what_the_workload_imports() -> None:
                 top = name.split(".")[0]
                 if top in distribution:
                     assert distribution[top] in installed, f"{path.name} imports {top}; {first!r} does not install it"
+
+
+def test_a_module_called_in_a_dataloader_worker_is_no_step_of_the_training_loop(tmp_path: Path) -> None:
+    """torchvision's transforms are nn.Modules; a Dataset calls them in its workers, forked before
+    the first optimizer step, with diagnose's forward hook inherited. There the transform was
+    taken for the model, its calls for steps, and the worker raised diagnose's stop: the script
+    died (found on pytorch/examples' super_resolution and timm's train.py, docs/zoo.md)."""
+    (tmp_path / "train.py").write_text(
+        """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Scaled(Dataset):
+    def __init__(self):
+        self.transform = torch.nn.Sequential(torch.nn.Identity(), torch.nn.Flatten(0))
+    def __len__(self):
+        return 512
+    def __getitem__(self, i):
+        return self.transform(torch.randn(2, 4)), torch.randn(1)
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(3):
+    for x, y in DataLoader(Scaled(), batch_size=8, num_workers=1):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+"""
+    )
+    proc = diagnose("run", *FAST, "--json", "--out", "runs/w", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["run"]["profiled_steps"] == 4 and report["run"]["step_mode"] == "optimizer"

@@ -68,8 +68,10 @@ def _vocabulary(rng: np.random.Generator, size: int) -> list[str]:
 
 
 def text(dest: Path, step: dict) -> str:
-    """Plain text of Zipf-distributed words from a made-up vocabulary, lines of 5-30 words;
-    the first file gets ``words`` words, the others a tenth each (validation, test)."""
+    """Plain text of Zipf-distributed words from a made-up vocabulary, lines of 5-30 words, each
+    a sentence (its first word capitalised, a comma now and then, ended by . ! or ?: the
+    characters a character-level script samples from); punctuation stands apart as its own
+    token. The first file gets ``words`` words, the others a tenth each (validation, test)."""
     rng = np.random.default_rng(SEED)
     vocab = _vocabulary(rng, int(step.get("vocab", 5000)))
     ranks = np.arange(1, len(vocab) + 1)
@@ -82,7 +84,11 @@ def text(dest: Path, step: dict) -> str:
         lines, at = [], 0
         while at < count:
             n = int(rng.integers(5, 31))
-            lines.append(" " + " ".join(vocab[j] for j in ids[at:at + n]) + " .")
+            words = [vocab[j] for j in ids[at:at + n]]
+            words[0] = words[0].capitalize()
+            commas = rng.random(len(words)) < 0.08
+            body = " ".join(w + (" ," if comma and k < len(words) - 1 else "") for k, (w, comma) in enumerate(zip(words, commas)))
+            lines.append(f" {body} {'.!?'[int(rng.integers(0, 3))]}")
             at += n
         (dest / name).write_text("\n".join(lines) + "\n")
     return f"{dest} ({', '.join(files)})"

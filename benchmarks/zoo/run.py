@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUN_WINDOW = ["--warmup", "5", "--steps", "10", "--timed-steps", "20"]
 #: verify's window: short (the prediction error is measured on the top few changes)
 VERIFY_WINDOW = ["--warmup", "3", "--steps", "5", "--timed-steps", "15"]
-SMOKE_WINDOW = ["--warmup", "1", "--steps", "2", "--max-steps", "2", "--timed-steps", "2"]
+SMOKE_WINDOW = ["--warmup", "3", "--steps", "2", "--max-steps", "2", "--timed-steps", "2"]
 TORCHRUN_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
 
 

@@ -223,6 +223,9 @@ class Instrumentation:
         self._framework_watch: Any = None
         self.phase_marks: Any = None
         self.compile_watch: Any = None
+        #: the training process: a DataLoader worker forked from it inherits the module hook,
+        #: and a Dataset's nn.Module transforms (torchvision's) are no steps of the loop
+        self._pid = os.getpid()
 
     # --- install / remove ---------------------------------------------------------------------
 
@@ -325,7 +328,7 @@ class Instrumentation:
     def _forward_pre_hook(self, module: Any, args: Any) -> None:
         import torch
 
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or os.getpid() != self._pid:
             return
         if self.knobs is not None and self.knobs.compile_mode() is not None:
             self.knobs.maybe_compile(module)
