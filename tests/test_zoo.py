@@ -137,6 +137,9 @@ def test_fetch_takes_only_the_included_paths_of_the_pinned_commit_from_a_mirror(
     assert (dest / "o+r" / "pkg" / "a.py").exists() and not (dest / "o+r" / "big.bin").exists()
     assert fetch.fetched_commit(dest / "o+r") == pinned
     assert "already at" in fetch.fetch_repo(repo, dest, tmp_path / "mirror")
+    more = corpus.Repo("o/r", pinned, "MIT", ("train.py", "pkg/*.py", "big.bin"))
+    assert "3 files" in fetch.fetch_repo(more, dest, tmp_path / "mirror")  # another include: fetched again
+    assert (dest / "o+r" / "big.bin").exists()
 
     absent = corpus.Repo("o/r", "0" * 40, "MIT", ("train.py",))
     with pytest.raises(fetch.FetchError, match="has no commit 0000000000000000000000000000000000000000"):

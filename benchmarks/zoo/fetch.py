@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,13 @@ class FetchError(Exception):
 def fetched_commit(folder: Path) -> str | None:
     record = folder / RECORD
     return record.read_text().split()[0] if record.exists() else None
+
+
+def fetched_include(folder: Path) -> list[str] | None:
+    """The pathspecs the folder was fetched with (its record's second line)."""
+    record = folder / RECORD
+    lines = record.read_text().splitlines() if record.exists() else []
+    return json.loads(lines[1]) if len(lines) > 1 else None
 
 
 def find_mirror(mirror: Path, repo: corpus.Repo) -> Path | None:
@@ -96,7 +104,7 @@ def from_url(repo: corpus.Repo, into: Path, timeout: float = 120) -> int:
 
 def fetch_repo(repo: corpus.Repo, dest: Path, mirror: Path | None) -> str:
     folder = dest / repo.slug
-    if fetched_commit(folder) == repo.commit:
+    if fetched_commit(folder) == repo.commit and fetched_include(folder) == list(repo.include):
         return f"{repo.name}: {folder} already at {repo.commit[:12]}"
     staging = dest / f".{repo.slug}.partial"
     shutil.rmtree(staging, ignore_errors=True)
@@ -110,7 +118,7 @@ def fetch_repo(repo: corpus.Repo, dest: Path, mirror: Path | None) -> str:
     if missing:
         shutil.rmtree(staging, ignore_errors=True)
         raise FetchError(f"{repo.name}@{repo.commit[:12]}: not in the commit: {', '.join(missing)}")
-    (staging / RECORD).write_text(f"{repo.commit} {source}\n")
+    (staging / RECORD).write_text(f"{repo.commit} {source}\n{json.dumps(list(repo.include))}\n")
     shutil.rmtree(folder, ignore_errors=True)
     staging.rename(folder)
     return f"{repo.name}: {count} files at {repo.commit[:12]} from {source} into {folder}"
