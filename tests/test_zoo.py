@@ -365,3 +365,15 @@ def test_score_cli_prints_both_halves_side_by_side_and_writes_json(tmp_path: Pat
     assert "| b | evaluation | DATA001, LAUNCH001, DATA001 | DATA001 | 1.30x | - | 0.85x | 10% | slower |" in lines
     saved = json.loads((tmp_path / "score.json").read_text())
     assert saved["halves"]["evaluation"]["slower"] == 1
+
+
+def test_resume_skips_only_the_scripts_whose_last_record_is_whole(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"name": "a", "status": "ok", "phase": "runs"}, {"name": "a", "status": "ok"},  # runs, then verify
+        {"name": "b", "status": "ok", "phase": "runs"},  # cut short during verify
+        {"name": "c", "status": "skipped", "error": "budget"},
+        {"name": "d", "status": "failed"},
+    ]))
+    assert zoo_run.finished(results) == {"a", "d"}
+    assert zoo_run.finished(tmp_path / "none.jsonl") == set()

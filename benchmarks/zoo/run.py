@@ -263,6 +263,18 @@ def yield_partial(record: dict) -> None:
         _PARTIAL[0](dict(record, phase="runs"))
 
 
+def finished(results: Path) -> set[str]:
+    """The scripts whose last record is whole: verify ran, or the script failed (a record of the
+    runs alone, or one skipped for the budget, is not)."""
+    last: dict[str, dict] = {}
+    if results.exists():
+        for line in results.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                last[record["name"]] = record
+    return {name for name, r in last.items() if r.get("phase") != "runs" and r.get("status") not in ("skipped", None)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scripts", type=Path, required=True, help="the folder fetch.py filled")
@@ -275,6 +287,7 @@ def main() -> int:
     p.add_argument("--timeout-s", type=float, default=300, help="seconds one diagnose run may take")
     p.add_argument("--only", nargs="*", help="script names")
     p.add_argument("--diagnose-args", default="", help="more options for each diagnose run, e.g. \"--no-check\"")
+    p.add_argument("--resume", action="store_true", help="skip the scripts OUT's results already hold whole (runs and verify, or failed)")
     p.add_argument("--no-prepare", action="store_true", help="the data is there: do not check it")
     p.add_argument("--cpu-smoke", action="store_true", help="does each script start? its cpu_args, a few steps, no verify")
     p.add_argument("--manifest", type=Path, default=corpus.MANIFEST)
@@ -295,11 +308,15 @@ def main() -> int:
             f.write(json.dumps(record) + "\n")
 
     _PARTIAL[:] = [append]
+    done = finished(results) if args.resume else set()
     t0 = time.perf_counter()
     estimate = sum(s.gpu_s for s in scripts)
     print(f"{len(scripts)} scripts ({args.half}); estimated {estimate:.0f} s of GPU time; results in {results}", flush=True)
     for n, script in enumerate(scripts, 1):
         elapsed = time.perf_counter() - t0
+        if script.name in done:
+            print(f"[{n}/{len(scripts)}] {script.name}: already in {results.name}", flush=True)
+            continue
         if args.budget_s is not None and elapsed + script.gpu_s > args.budget_s:
             print(f"[{n}/{len(scripts)}] {script.name}: skipped, {elapsed:.0f} s spent and its estimate {script.gpu_s:.0f} s would pass --budget-s", flush=True)
             append({"name": script.name, "repo": script.repo.name, "half": script.half, "status": "skipped", "error": "budget", "runs": [], "verify": None})
