@@ -136,6 +136,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tupl
     """Run ``cmd``; on timeout kill its whole process group (DataLoader workers, compile workers)."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _CHILDREN.append(p)
     try:
         out, err = p.communicate(timeout=timeout)
         return p.returncode, out, err, time.perf_counter() - t0
@@ -143,6 +144,24 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tupl
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
         return None, out, err, time.perf_counter() - t0
+    finally:
+        _CHILDREN.remove(p)
+
+
+#: the command running now: its own session, so a signal to run.py does not reach it
+_CHILDREN: list[subprocess.Popen] = []
+
+
+def _stop(signum: int, _frame: object) -> None:
+    """Killed (``timeout``, Ctrl-C): take the running command's whole group down with us, so
+    that no training script is left holding the GPU; what results.jsonl holds stays."""
+    for child in list(_CHILDREN):
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    print(f"stopped by signal {signum}", file=sys.stderr, flush=True)
+    raise SystemExit(128 + signum)
 
 
 def script_env(script: corpus.Script, src: Path, cpu: bool) -> dict[str, str]:
@@ -292,6 +311,8 @@ def main() -> int:
     p.add_argument("--cpu-smoke", action="store_true", help="does each script start? its cpu_args, a few steps, no verify")
     p.add_argument("--manifest", type=Path, default=corpus.MANIFEST)
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     args.scripts = args.scripts.resolve()
     manifest = corpus.load(args.manifest)
     scripts = [s for s in manifest.half(args.half) if not args.only or s.name in args.only]
