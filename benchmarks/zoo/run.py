@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -206,7 +207,9 @@ def diagnose_once(cmd: list[str], src: Path, script: corpus.Script, env: dict[st
     return record
 
 
-def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log) -> dict:
+def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log: Callable[[str], None], save: Callable[[dict], None]) -> dict:
+    """One script: its runs, then verify; ``save`` gets the record after the runs (a run cut
+    short during verify keeps them), the caller the whole record at the end."""
     src = args.scripts / script.repo.slug
     record: dict = {
         "name": script.name, "repo": script.repo.name, "commit": script.commit, "half": script.half,
@@ -251,7 +254,7 @@ def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log) 
     if cpu:
         record["smoke"] = "passed" if ok else "failed"
         return record
-    yield_partial(record)
+    save(dict(record, phase="runs"))
     if not ok or args.verify_top == 0:
         return record
     verify_dir = runs_dir / "verify"
@@ -271,15 +274,6 @@ def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log) 
         log(f"  verify FAILED: {result.get('error', '')[-300:]}")
     record["verify"] = result
     return record
-
-
-_PARTIAL: list = []
-
-
-def yield_partial(record: dict) -> None:
-    """Append the record as it stands (after the runs, before verify): a cut-short run keeps it."""
-    if _PARTIAL:
-        _PARTIAL[0](dict(record, phase="runs"))
 
 
 def finished(results: Path) -> set[str]:
@@ -328,7 +322,6 @@ def main() -> int:
         with results.open("a") as f:
             f.write(json.dumps(record) + "\n")
 
-    _PARTIAL[:] = [append]
     done = finished(results) if args.resume else set()
     t0 = time.perf_counter()
     estimate = sum(s.gpu_s for s in scripts)
@@ -344,7 +337,7 @@ def main() -> int:
             continue
         print(f"[{n}/{len(scripts)}] {script.name} ({script.repo.name}, {script.kind}, {script.half}) at {elapsed:.0f} s", flush=True)
         try:
-            record = run_script(script, args, out, lambda line: print(line, flush=True))
+            record = run_script(script, args, out, lambda line: print(line, flush=True), append)
         except Exception as e:  # a bug of ours on one script never stops the others
             record = {"name": script.name, "repo": script.repo.name, "half": script.half, "status": "failed", "error": f"{type(e).__name__}: {e}", "runs": [], "verify": None}
         record["wall_s"] = round(time.perf_counter() - t0 - elapsed, 1)
