@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # diagnose depends on tomli there
+    import tomli as tomllib
 
 MANIFEST = Path(__file__).with_name("manifest.toml")
 HALVES = ("calibration", "evaluation")
