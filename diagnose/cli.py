@@ -117,10 +117,15 @@ def run(
     if rank_aware and rank is None:
         raise _fail(errors.UsageError("--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)", hint="use --nproc-per-node N to launch through torchrun"))
     rank = rank if rank is not None and rank.world_size > 1 else None
-    torchrun_options = [
-        f"{name}={value}" for name, value in (("--nnodes", nnodes), ("--node-rank", node_rank), ("--rdzv-backend", rdzv_backend), ("--rdzv-endpoint", rdzv_endpoint), ("--rdzv-id", rdzv_id))
-        if value is not None
-    ]
+    torchrun_options = _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id)
+    try:
+        knobs = Knobs.parse(knob or [])
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    if knobs.nproc_per_node() is not None and rank is None:  # the launch's knob (verify, sweep): as --nproc-per-node
+        nproc_per_node = knobs.nproc_per_node() if knobs.nproc_per_node() != 1 else None  # type: ignore[assignment]
+        if nproc_per_node is None and torchrun_options:
+            raise _fail(errors.UsageError("nproc_per_node=1 runs the script alone: not with --nnodes or --rdzv-*"))
     if torchrun_options and not nproc_per_node:
         raise _fail(errors.UsageError("--nnodes, --node-rank and --rdzv-* go with --nproc-per-node", hint="under your own torchrun, give them to torchrun"))
     if torchrun_options and out is None:
@@ -129,11 +134,11 @@ def run(
         raise _fail(errors.UsageError(f"--keep-traces takes {' or '.join(session.KEEP_TRACES)}, not {keep_traces}"))
     try:
         request = session.RunRequest(
-            script=script, module=module, script_args=script_args, knobs=Knobs.parse(knob or []),
+            script=script, module=module, script_args=script_args, knobs=knobs,
             options=AnalysisOptions.load(rules_dirs or (), show_all=show_all),  # a bad rule file fails before the script runs
             plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop, max_steps=GROWTH_FACTOR * steps if max_steps is None else max_steps),
             out=out, overwrite=overwrite, html=html, lines=not no_lines, quiet=quiet,
-            knob_assignments=list(knob or []), rules_dirs=tuple(rules_dirs or ()), keep_traces=keep_traces,
+            knob_assignments=[k for k in knob or [] if k.partition("=")[0].strip() != "nproc_per_node"], rules_dirs=tuple(rules_dirs or ()), keep_traces=keep_traces,
             torchrun_options=torchrun_options,
         )
         run_dir = session.open_run_dir(request, None if nproc_per_node else rank)
@@ -177,6 +182,49 @@ def run(
     if report is not None and record.status in ("completed", "stopped"):
         _apply_gate(gate, [report])  # the script's own failure keeps its own exit code
     _exit_for(record, request.plan)
+
+
+def _torchrun_options(nnodes: Optional[str], node_rank: Optional[int], rdzv_backend: Optional[str], rdzv_endpoint: Optional[str], rdzv_id: Optional[str]) -> list[str]:
+    """run's, verify's and sweep's multi-node options, as torchrun takes them (``--nnodes=2``)."""
+    given = (("--nnodes", nnodes), ("--node-rank", node_rank), ("--rdzv-backend", rdzv_backend), ("--rdzv-endpoint", rdzv_endpoint), ("--rdzv-id", rdzv_id))
+    return [f"{name}={value}" for name, value in given if value is not None]
+
+
+def _launch(nproc_per_node: Optional[int], torchrun_options: list[str], out: Optional[Path]):  # noqa: ANN202 - experiments.Launch
+    """verify's and sweep's launch: every experiment a torchrun job of ``nproc_per_node`` ranks
+    (on each node, with the multi-node options)."""
+    from diagnose.experiments import Launch
+
+    if torchrun_options and not nproc_per_node:
+        raise _fail(errors.UsageError("--nnodes, --node-rank and --rdzv-* go with --nproc-per-node"))
+    if torchrun_options and out is None:
+        raise _fail(errors.UsageError("a multi-node verify or sweep needs --out DIR on a file system every node shares", hint="run the same command on every node"))
+    return Launch(nproc_per_node, tuple(torchrun_options))
+
+
+#: verify's and sweep's launch options (run's own are declared on run)
+def _nproc_option() -> Optional[int]:
+    return typer.Option(None, "--nproc-per-node", min=1, metavar="N", help="Each experiment launches N ranks through torchrun and is compared by the job's samples/s.")
+
+
+def _nnodes_option() -> Optional[str]:
+    return typer.Option(None, "--nnodes", metavar="N|MIN:MAX", help="With --nproc-per-node: nodes of a multi-node torchrun; run the same command on every node.")
+
+
+def _node_rank_option() -> Optional[int]:
+    return typer.Option(None, "--node-rank", min=0, metavar="N", help="With --nproc-per-node: this node's rank (static rendezvous).")
+
+
+def _rdzv_backend_option() -> Optional[str]:
+    return typer.Option(None, "--rdzv-backend", metavar="NAME", help="torchrun's rendezvous backend (c10d), multi-node.")
+
+
+def _rdzv_endpoint_option() -> Optional[str]:
+    return typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT", help="torchrun's rendezvous endpoint, multi-node.")
+
+
+def _rdzv_id_option() -> Optional[str]:
+    return typer.Option(None, "--rdzv-id", metavar="ID", help="torchrun's rendezvous id, multi-node (each experiment appends its name).")
 
 
 def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], merge: bool = False):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report
@@ -388,15 +436,16 @@ def _script_args(script: Optional[str], args: Optional[list[str]], module: Optio
     return [script, "--", *rest]
 
 
-def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path]):  # noqa: ANN202
-    """The checked target, its arguments for ``diagnose run`` and the output folder."""
+def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], shared: bool = False):  # noqa: ANN202
+    """The checked target, its arguments for ``diagnose run`` and the output folder (``shared``:
+    a multi-node verify or sweep, whose nodes all write into it)."""
     from diagnose.rundir import RunDir
     from diagnose.runtime.runner import resolve_target
 
     target_args = _script_args(script, args, module)
     try:
         target = resolve_target(script if not module else None, module, [])
-        out_dir = RunDir.create_for(f"{kind}-{target.display_name}", out)
+        out_dir = RunDir.create_for(f"{kind}-{target.display_name}", out, overwrite=shared)
     except DiagnoseError as exc:
         raise _fail(exc) from None
     return target_args, target, out_dir
@@ -446,6 +495,12 @@ def verify(
     html: bool = typer.Option(False, "--html", help="Also write report.html."),
     timeout: float = typer.Option(1800, "--timeout", metavar="SECONDS", help="Seconds one run may take."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
+    nproc_per_node: Optional[int] = _nproc_option(),
+    nnodes: Optional[str] = _nnodes_option(),
+    node_rank: Optional[int] = _node_rank_option(),
+    rdzv_backend: Optional[str] = _rdzv_backend_option(),
+    rdzv_endpoint: Optional[str] = _rdzv_endpoint_option(),
+    rdzv_id: Optional[str] = _rdzv_id_option(),
 ) -> None:
     """Diagnose, then measure what each top recommendation really buys, one at a time and combined."""
     from diagnose.analysis.report import Report
@@ -454,10 +509,12 @@ def verify(
     from diagnose.record import WindowPlan
     from diagnose.session import rules_argv
 
-    target_args, _, out_dir = _experiment_setup("verify", script, args, module, out)
+    launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
+    target_args, _, out_dir = _experiment_setup("verify", script, args, module, out, shared=launch.multi_node)
     result, base_report = run_verify(
         target_args, out_dir, WindowPlan(warmup=warmup, steps=steps, timed=timed_steps), top=top, repeats=repeats,
         base_knobs=list(knob or []), on_progress=_progress_printer(json_out), timeout=timeout, options=rules_argv(rules_dirs or []),
+        launch=launch,
     )
     first = result.baseline.runs[0]
     if not base_report or first.status != "ok":
@@ -489,6 +546,12 @@ def sweep(
     html: bool = typer.Option(False, "--html", help="Also write report.html with the sweep charts."),
     timeout: float = typer.Option(1800, "--timeout", metavar="SECONDS", help="Seconds one run may take."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
+    nproc_per_node: Optional[int] = _nproc_option(),
+    nnodes: Optional[str] = _nnodes_option(),
+    node_rank: Optional[int] = _node_rank_option(),
+    rdzv_backend: Optional[str] = _rdzv_backend_option(),
+    rdzv_endpoint: Optional[str] = _rdzv_endpoint_option(),
+    rdzv_id: Optional[str] = _rdzv_id_option(),
 ) -> None:
     """Run the script once per value of a knob (or a pair of knobs): throughput, GPU busy, memory."""
     from diagnose.analysis.report import Report
@@ -500,9 +563,12 @@ def sweep(
         names, specs = parse_sweep(knob)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out)
+    launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
+    target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out, shared=launch.multi_node)
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
-    outcomes = run_sweep(target_args, out_dir, plan, specs, base_knobs=list(fixed or []), on_progress=_progress_printer(json_out), timeout=timeout)
+    outcomes = run_sweep(
+        target_args, out_dir, plan, specs, base_knobs=list(fixed or []), on_progress=_progress_printer(json_out), timeout=timeout, launch=launch
+    )
     summary = summarize_sweep(names, outcomes)
     plot = plot_sweep(summary, out_dir.plot_path)
     if plot is not None:

@@ -16,6 +16,12 @@ the p10-p90 range of its timed steps over its mean step (``Baseline.spread``, ``
 Each outcome says how its knobs reached the script (``via``, from the run's ``run.json``): the
 framework's own switch (``TrainingArguments(bf16=True)``, ``Trainer(precision="bf16-mixed")``)
 or the global way (``global torch.autocast``, a ``DataLoader`` default).
+
+Distributed (``Launch``: ``--nproc-per-node`` and torchrun's multi-node options): each experiment
+is a whole torchrun job, and the compared figure is the job's samples/s (its ranks' steady
+samples/s added up, ``distributed.job_samples_per_s``), not one rank's. Across nodes every node
+runs the same verify or sweep into a shared ``--out``; each experiment gets its own rendezvous
+id (``<id>-<label>``), and a node whose ranks do not merge waits for the job's report.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -87,9 +94,46 @@ class Outcome:
 #: options passed to every ``diagnose run`` of an experiment (e.g. ``--rules DIR``)
 RunOptions = list[str]
 
+#: how long a node whose ranks do not merge waits for the job's report (the merging rank waits
+#: up to two minutes for the summaries, then analyses)
+REPORT_WAIT_S = 300.0
 
-def _command(script: list[str], spec: Spec, run_dir: RunDir, plan: WindowPlan, base_knobs: list[str], options: RunOptions) -> list[str]:
+
+@dataclass(frozen=True)
+class Launch:
+    """How each experiment's ``diagnose run`` launches its ranks: ``nproc_per_node`` through
+    torchrun, and torchrun's multi-node options (``--nnodes=2``, ``--rdzv-endpoint=...``)."""
+
+    nproc_per_node: int | None = None
+    torchrun_options: tuple[str, ...] = ()
+
+    @property
+    def multi_node(self) -> bool:
+        return bool(self.torchrun_options)
+
+    def argv(self, name: str) -> list[str]:
+        """The ``diagnose run`` options of the experiment ``name``: each gets its own rendezvous
+        id, so that the nodes meet in the same experiment and never in an earlier one's."""
+        if not self.nproc_per_node:
+            return []
+        out = ["--nproc-per-node", str(self.nproc_per_node)]
+        options = dict(option.split("=", 1) for option in self.torchrun_options)
+        if self.multi_node and options.get("--rdzv-backend", "static") != "static":
+            options["--rdzv-id"] = f"{options.get('--rdzv-id', 'diagnose')}-{_slug(name)}"
+        for name, value in options.items():
+            out += [name, value]
+        return out
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in ".-_" else "_" for c in label)[:60]
+
+
+def _command(
+    script: list[str], spec: Spec, run_dir: RunDir, plan: WindowPlan, base_knobs: list[str], options: RunOptions, launch: Launch | None = None
+) -> list[str]:
     cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir.path), *options]
+    cmd += (launch or Launch()).argv(run_dir.path.name)  # the experiment's folder: unique in its verify or sweep
     cmd += plan.to_argv()
     for assignment in [*base_knobs, *(f"{k}={v}" for k, v in spec.knobs.items())]:
         cmd += ["--set", assignment]
@@ -104,10 +148,13 @@ def run_experiment(
     base_knobs: list[str] | None = None,
     timeout: float | None = None,
     options: RunOptions | None = None,
+    launch: Launch | None = None,
 ) -> Outcome:
-    """Run once under ``diagnose run`` in a fresh process and read its report."""
-    cmd = _command(script, spec, run_dir, plan, base_knobs or [], options or [])
+    """Run once under ``diagnose run`` (a whole torchrun job with ``launch``) in a fresh process
+    and read its report."""
+    cmd = _command(script, spec, run_dir, plan, base_knobs or [], options or [], launch)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    started = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired:
@@ -118,7 +165,25 @@ def run_experiment(
             report = json.loads(proc.stdout)
         except ValueError:
             report = {}
+    if not report and launch is not None and launch.multi_node:
+        report = wait_for_report(run_dir, started, REPORT_WAIT_S)  # another node's rank 0 merges
     return outcome_from_report(spec, report, run_dir.path, proc.returncode, proc.stderr)
+
+
+def wait_for_report(run_dir: RunDir, since: float, timeout_s: float, poll_s: float = 1.0) -> dict[str, Any]:
+    """The job's report once the merging rank (on another node) has written it: a report.json
+    newer than ``since``; {} when none came within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        path = run_dir.report_path
+        try:
+            if path.is_file() and path.stat().st_mtime >= since:
+                return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass  # being written: read again
+        if time.monotonic() >= deadline:
+            return {}
+        time.sleep(poll_s)
 
 
 def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_code: int, stderr: str = "") -> Outcome:
@@ -143,7 +208,9 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
             out.error = f"{out.error}, before the timed window ({note})"
     steady = (report.get("throughput") or {}).get("steady") or {}
     out.steps_per_s = steady.get("steps_per_s")
-    out.samples_per_s = steady.get("samples_per_s")
+    # a torchrun job: the job's samples/s (every rank's added up), not the lead rank's own
+    job = (report.get("distributed") or {}).get("job_samples_per_s")
+    out.samples_per_s = job if job else steady.get("samples_per_s")
     out.mean_step_ms = steady.get("mean_step_ms")
     out.p10_step_ms = steady.get("p10_step_ms")
     out.p90_step_ms = steady.get("p90_step_ms")
@@ -329,12 +396,13 @@ def verify(
     on_progress: Callable[[str], None] = lambda _: None,
     timeout: float | None = None,
     options: RunOptions | None = None,
+    launch: Launch | None = None,
 ) -> tuple[VerifyResult, dict[str, Any]]:
     """Diagnose, then try each top recommendation alone and all of them combined."""
 
     def experiment(spec: Spec, name: str) -> Outcome:
         on_progress(name)
-        return run_experiment(script, spec, out_dir.child(name), plan, base_knobs, timeout, options)
+        return run_experiment(script, spec, out_dir.child(name), plan, base_knobs, timeout, options, launch)
 
     baselines = [experiment(Spec("baseline"), f"baseline-{i}") for i in range(1, repeats + 1)]
     first = out_dir.child("baseline-1")
@@ -452,6 +520,7 @@ def sweep(
     timeout: float | None = None,
     stop_after_oom: bool = True,
     options: RunOptions | None = None,
+    launch: Launch | None = None,
 ) -> list[Outcome]:
     """Run each point; once a batch-size point runs out of memory, larger ones are skipped."""
     outcomes: list[Outcome] = []
@@ -462,7 +531,7 @@ def sweep(
             outcomes.append(Outcome(spec.label, spec.knobs, "oom", "", error="skipped: a smaller value already ran out of memory"))
             continue
         on_progress(spec.label)
-        o = run_experiment(script, spec, out_dir.child(spec.label), plan, base_knobs, timeout, options)
+        o = run_experiment(script, spec, out_dir.child(spec.label), plan, base_knobs, timeout, options, launch)
         outcomes.append(o)
         if o.status == "oom" and size_knob:
             oom_at[size_knob] = min(oom_at.get(size_knob, float("inf")), _as_float(spec.knobs[size_knob]))

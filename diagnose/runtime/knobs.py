@@ -24,7 +24,23 @@ unsync              what-if for named sync sites (``FILE:LINE``, several joined 
                     site's ``.item()``, ``bool(t)`` / ``if t:``, ``.tolist()`` and ``nonzero``
                     block once, then return that first answer (changes the program's meaning:
                     measurement only)
+bucket_cap_mb, gradient_as_bucket_view, static_graph
+                    ``DistributedDataParallel`` keyword values, replaced in its ``__init__``
+reshard_after_forward, forward_prefetch, backward_prefetch, param_dtype, reduce_dtype
+                    FSDP: FSDP2's ``fully_shard`` keywords (``reduce_dtype`` and ``param_dtype``
+                    replace those fields of its ``MixedPrecisionPolicy``; the prefetch knobs
+                    make each sharded module prefetch the next N in forward and the previous N
+                    in backward, ``set_modules_to_forward/backward_prefetch``), or FSDP1's
+                    ``FullyShardedDataParallel`` keywords (``forward_prefetch``,
+                    ``backward_prefetch``, ``MixedPrecision``)
+backend             the process group's backend (``init_process_group(backend=...)``)
+nproc_per_node      the ranks ``diagnose run`` launches through torchrun (the data-parallel
+                    degree of a script that reads its world size from torchrun's variables);
+                    1 runs the script alone
 =================== ==========================================================================
+
+``env.NAME=value`` sets an environment variable before the script starts (a script that reads
+its data-parallel degree, or any setting, from the environment), as ``arg.<flag>`` sets a flag.
 
 Script arguments can be changed too (``arg.batch_size=64`` sets ``--batch_size 64``), which is
 how sweeps drive a script's own flags.
@@ -58,6 +74,14 @@ DATALOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_
 PIN_MIN_BYTES = 1 << 20
 #: the Tensor methods through which a script reads a GPU value on the host (``unsync``)
 SYNC_METHODS = ("item", "__bool__", "tolist", "nonzero")
+#: DistributedDataParallel's keywords a knob replaces
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+#: FSDP's settings (FSDP2's fully_shard, FSDP1's FullyShardedDataParallel)
+FSDP_KNOBS = ("reshard_after_forward", "forward_prefetch", "backward_prefetch", "param_dtype", "reduce_dtype")
+#: the launch's knobs: ``diagnose run`` reads them, not the script's process
+LAUNCH_KNOBS = ("nproc_per_node",)
+#: the modules of torch that export FSDP2's ``fully_shard`` (a script imports it from any)
+FULLY_SHARD_MODULES = ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard", "torch.distributed._composable.fsdp")
 
 
 @dataclass(frozen=True)
@@ -88,6 +112,16 @@ KNOB_SPECS: dict[str, KnobSpec] = {
             "unsync", "text",
             "what-if: the sync sites FILE:LINE[+FILE:LINE] (.item, bool(t), .tolist, nonzero) block once, then reuse that answer (changes meaning; measurement only)",
         ),
+        KnobSpec("bucket_cap_mb", "number", "DDP: DistributedDataParallel(bucket_cap_mb=...), the gradient bucket size in MiB"),
+        KnobSpec("gradient_as_bucket_view", "bool", "DDP: DistributedDataParallel(gradient_as_bucket_view=...)"),
+        KnobSpec("static_graph", "bool", "DDP: DistributedDataParallel(static_graph=...)"),
+        KnobSpec("reshard_after_forward", "bool", "FSDP2: fully_shard(reshard_after_forward=...) for every sharded module"),
+        KnobSpec("forward_prefetch", "int", "FSDP: all-gather the next N sharded modules ahead in forward (FSDP1: forward_prefetch=N>0)"),
+        KnobSpec("backward_prefetch", "int", "FSDP: all-gather the previous N sharded modules ahead in backward (FSDP1: BACKWARD_PRE, 0: none)"),
+        KnobSpec("param_dtype", "bf16|fp16|fp32", "FSDP: the mixed-precision policy's param_dtype (MixedPrecisionPolicy / MixedPrecision)"),
+        KnobSpec("reduce_dtype", "bf16|fp16|fp32", "FSDP: the mixed-precision policy's reduce_dtype (gradient reduction)"),
+        KnobSpec("backend", "text", "the process group's backend: init_process_group(backend=...), e.g. nccl, gloo"),
+        KnobSpec("nproc_per_node", "int", "ranks launched through torchrun (diagnose run --nproc-per-node); 1: the script alone"),
     )
 }
 
@@ -98,6 +132,14 @@ def parse_value(spec: KnobSpec, raw: str) -> Any:
         if not raw:
             raise UsageError(f"knob {spec.name} takes a value")
         return raw
+    if spec.kind == "number":
+        try:
+            number = float(raw)
+        except ValueError:
+            raise UsageError(f"knob {spec.name} takes a number, not {raw!r}") from None
+        if not number > 0 or number == float("inf"):
+            raise UsageError(f"knob {spec.name} must be a positive number")
+        return int(number) if number.is_integer() else number
     if spec.kind == "int":
         try:
             value = int(raw)
@@ -130,6 +172,8 @@ def split_assignment(text: str) -> tuple[str, str]:
 class Knobs:
     values: dict[str, Any] = field(default_factory=dict)
     script_args: dict[str, str] = field(default_factory=dict)
+    #: ``env.NAME=value``: environment variables set before the script starts
+    env: dict[str, str] = field(default_factory=dict)
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _compiled: bool = field(default=False, repr=False)
     #: the module whose ``forward`` the compile knob replaced (``maybe_compile``), if any
@@ -151,20 +195,33 @@ class Knobs:
         if name.startswith("arg."):
             self.script_args[name[4:]] = raw
             return
+        if name.startswith("env."):
+            if not name[4:] or "=" in name[4:]:
+                raise UsageError(f"env.NAME takes an environment variable's name, not {name!r}")
+            self.env[name[4:]] = raw
+            return
         spec = KNOB_SPECS.get(name)
         if spec is None:
-            raise UsageError(f"unknown knob {name!r}", hint=f"knobs: {', '.join(KNOB_SPECS)}, or arg.<flag> for a script flag")
+            raise UsageError(
+                f"unknown knob {name!r}", hint=f"knobs: {', '.join(KNOB_SPECS)}, or arg.<flag> for a script flag, env.<NAME> for a variable"
+            )
         self.values[name] = parse_value(spec, raw)
         if name == "unsync":
             parse_sites(self.values[name])  # a malformed site is an error now, not at run time
 
     def __bool__(self) -> bool:
-        return bool(self.values or self.script_args)
+        return bool(self.values or self.script_args or self.env)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.values)
         out.update({f"arg.{k}": v for k, v in self.script_args.items()})
+        out.update({f"env.{k}": v for k, v in self.env.items()})
         return out
+
+    def nproc_per_node(self) -> int | None:
+        """The ranks the ``nproc_per_node`` knob launches (None: the knob is not set)."""
+        value = self.values.get("nproc_per_node")
+        return None if value is None else int(value)
 
     # --- script arguments -----------------------------------------------------------------------
 
@@ -230,6 +287,14 @@ class Knobs:
             self._patch_pin_host()
         if v.get("unsync"):
             self._patch_sync_sites(parse_sites(v["unsync"]))
+        for name, value in self.env.items():
+            self._set_env(name, value)
+        if v.get("backend"):
+            self._patch_backend(str(v["backend"]))
+        if any(k in v for k in DDP_KNOBS):
+            self._patch_ddp()
+        if any(k in v for k in FSDP_KNOBS):
+            self._patch_fsdp()
 
     def remove(self) -> None:
         while self._undo:
@@ -245,6 +310,152 @@ class Knobs:
         old = owner.__dict__.get(name)
         setattr(owner, name, replacement)
         self._undo.append(lambda: setattr(owner, name, old) if had else delattr(owner, name))
+
+    def _set_env(self, name: str, value: str) -> None:
+        old = os.environ.get(name)
+        os.environ[name] = value
+        self._undo.append(lambda: os.environ.__setitem__(name, old) if old is not None else os.environ.pop(name, None))
+
+    # --- distributed: the backend, DDP, FSDP ------------------------------------------------------
+
+    def _patch_backend(self, backend: str) -> None:
+        """``init_process_group(backend=...)`` takes the knob's backend, whatever the script passed."""
+        import torch.distributed as dist
+
+        original = dist.init_process_group
+        params = inspect.signature(original).parameters
+
+        def init_process_group(*a: Any, **kw: Any) -> Any:
+            bound = inspect.signature(original).bind_partial(*a, **kw)
+            bound.arguments["backend"] = backend
+            self._framework_via["backend"] = f'init_process_group(backend="{backend}")'
+            return original(*bound.args, **bound.kwargs)
+
+        if "backend" in params:
+            self._patch(dist, "init_process_group", init_process_group)
+            self._patch(sys.modules["torch.distributed.distributed_c10d"], "init_process_group", init_process_group)
+
+    def _patch_ddp(self) -> None:
+        """``DistributedDataParallel(...)``'s keywords replaced by the DDP knobs (subclasses, such
+        as the frameworks' wrappers, reach the patched ``__init__`` through ``super()``)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        original = DistributedDataParallel.__init__
+        signature = inspect.signature(original)
+        wanted = {k: self.values[k] for k in DDP_KNOBS if k in self.values and k in signature.parameters}
+
+        def __init__(self_: Any, *a: Any, **kw: Any) -> None:
+            bound = signature.bind(self_, *a, **kw)
+            bound.arguments.update(wanted)
+            for name, value in wanted.items():
+                self._framework_via[name] = f"DistributedDataParallel({name}={value!r})"
+            original(*bound.args, **bound.kwargs)
+
+        self._patch(DistributedDataParallel, "__init__", __init__)
+
+    def _patch_fsdp(self) -> None:
+        """FSDP2's ``fully_shard`` (in every module that exports it) and FSDP1's
+        ``FullyShardedDataParallel.__init__`` take the FSDP knobs."""
+        import importlib
+
+        original = None
+        for name in FULLY_SHARD_MODULES:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            fn = getattr(module, "fully_shard", None)
+            if fn is None:
+                continue
+            original = original or fn
+            if fn is original:
+                self._patch(module, "fully_shard", self._fully_shard(original))
+        try:
+            from torch.distributed.fsdp import FullyShardedDataParallel
+        except ImportError:
+            return
+        self._patch_fsdp1(FullyShardedDataParallel)
+
+    def _dtypes(self) -> dict[str, Any]:
+        import torch
+
+        dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+        return {k: dtypes[self.values[k]] for k in ("param_dtype", "reduce_dtype") if k in self.values}
+
+    def _fully_shard(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``fully_shard`` with the knobs' keywords, and the prefetch chain: the sharded modules
+        in the order the script shards them (a module that holds ones sharded before it, the
+        root, is left out of the chain), each prefetching its next N in forward and its
+        previous N in backward."""
+        import dataclasses
+
+        chain: list[Any] = []
+        dtypes = self._dtypes()
+        forward, backward = self.values.get("forward_prefetch"), self.values.get("backward_prefetch")
+
+        def fully_shard(module: Any, *a: Any, **kw: Any) -> Any:
+            changes = []
+            if "reshard_after_forward" in self.values:
+                kw["reshard_after_forward"] = bool(self.values["reshard_after_forward"])
+                changes.append(f"reshard_after_forward={kw['reshard_after_forward']}")
+            if dtypes:
+                policy = kw.get("mp_policy")
+                if policy is None:
+                    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+                    policy = MixedPrecisionPolicy()
+                kw["mp_policy"] = dataclasses.replace(policy, **dtypes)
+                changes.append("mp_policy=MixedPrecisionPolicy(" + ", ".join(f"{k}={self.values[k]}" for k in dtypes) + ")")
+            result = original(module, *a, **kw)
+            inner = {id(m) for m in module.modules()} if isinstance(module, _module_type()) else set()
+            if (forward or backward) and inner and not any(id(m) in inner for m in chain):
+                chain.append(module)
+                j = len(chain) - 1
+                if forward:
+                    for i in range(max(0, j - forward), j):
+                        chain[i].set_modules_to_forward_prefetch(chain[i + 1 : min(j, i + forward) + 1])
+                if backward and j:
+                    module.set_modules_to_backward_prefetch(chain[max(0, j - backward) : j][::-1])
+            if forward:
+                changes.append(f"set_modules_to_forward_prefetch(next {forward})")
+            if backward:
+                changes.append(f"set_modules_to_backward_prefetch(previous {backward})")
+            for knob in FSDP_KNOBS:
+                if knob in self.values:
+                    self._framework_via[knob] = "fully_shard(" + ", ".join(changes) + ")"
+            return result
+
+        return fully_shard
+
+    def _patch_fsdp1(self, cls: Any) -> None:
+        import dataclasses
+
+        from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision
+
+        original = cls.__init__
+        signature = inspect.signature(original)
+        dtypes = self._dtypes()
+        v = self.values
+
+        def __init__(self_: Any, *a: Any, **kw: Any) -> None:
+            bound = signature.bind(self_, *a, **kw)
+            args = bound.arguments
+            changes = []
+            if "forward_prefetch" in v:
+                args["forward_prefetch"] = v["forward_prefetch"] > 0
+                changes.append(f"forward_prefetch={args['forward_prefetch']}")
+            if "backward_prefetch" in v:
+                args["backward_prefetch"] = BackwardPrefetch.BACKWARD_PRE if v["backward_prefetch"] > 0 else None
+                changes.append(f"backward_prefetch={'BackwardPrefetch.BACKWARD_PRE' if v['backward_prefetch'] > 0 else None}")
+            if dtypes:
+                args["mixed_precision"] = dataclasses.replace(args.get("mixed_precision") or MixedPrecision(), **dtypes)
+                changes.append("mixed_precision=MixedPrecision(" + ", ".join(f"{k}={v[k]}" for k in dtypes) + ")")
+            for knob in FSDP_KNOBS:
+                if knob in v:
+                    self._framework_via[knob] = "FullyShardedDataParallel(" + ", ".join(changes) + ")" if changes else "FSDP1 has no such setting"
+            original(*bound.args, **bound.kwargs)
+
+        self._patch(cls, "__init__", __init__)
 
     def _patch_optimizers(self, implementation: str) -> None:
         import torch
@@ -534,6 +745,11 @@ GLOBAL_WAYS = {
     "item_every": "Tensor.item() patched (measurement only)",
     "pin_host": "Tensor.to/cuda of large pageable host tensors from a cached pinned copy, non_blocking",
     "unsync": "Tensor.item/__bool__/tolist/nonzero patched at the named lines (measurement only)",
+    # set when the script builds the object; still these words at the end: it never did
+    **{name: "not applied: the script built no DistributedDataParallel" for name in DDP_KNOBS},
+    **{name: "not applied: the script called no fully_shard / FullyShardedDataParallel" for name in FSDP_KNOBS},
+    "backend": "not applied: the script called no init_process_group",
+    "nproc_per_node": "torchrun --nproc-per-node",
 }
 
 #: the class a user writes each framework switch in
@@ -622,6 +838,12 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _module_type() -> type:
+    from torch import nn
+
+    return nn.Module
+
+
 def _optimizer_classes(optim_module: Any) -> list[type]:
     import torch
 
@@ -634,6 +856,7 @@ def _optimizer_classes(optim_module: Any) -> list[type]:
 
 
 def knobs_help() -> str:
-    lines = [f"{spec.name:20s} {spec.kind:34s} {spec.help}" for spec in KNOB_SPECS.values()]
-    lines.append(f"{'arg.<flag>':20s} {'text':34s} a flag of the script itself, e.g. arg.batch_size=64")
+    lines = [f"{spec.name:24s} {spec.kind:30s} {spec.help}" for spec in KNOB_SPECS.values()]
+    lines.append(f"{'arg.<flag>':24s} {'text':30s} a flag of the script itself, e.g. arg.batch_size=64")
+    lines.append(f"{'env.<NAME>':24s} {'text':30s} an environment variable set before the script starts, e.g. env.DP_SHARD=2")
     return "\n".join(lines) + "\n"
