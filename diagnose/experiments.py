@@ -232,8 +232,10 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
 
 def knobs_via(run_dir: Path) -> dict[str, str]:
     """How each knob of a run reached the script, from its run.json (empty if unreadable)."""
+    rd = RunDir(Path(run_dir))
+    ranks = rd.ranks()  # a torchrun job: its first rank's record (every rank applies the same knobs)
     try:
-        record = json.loads(RunDir(Path(run_dir)).record_path().read_text())  # RunDir knows the layouts
+        record = json.loads(rd.record_path(min(ranks) if ranks else None).read_text())  # RunDir knows the layouts
     except (OSError, ValueError):
         return {}
     via = record.get("knobs_via") if isinstance(record, dict) else None

@@ -7,6 +7,7 @@ A deep MLP under DistributedDataParallel; only ``bucket_cap_mb`` changes:
     --bucket-cap-mb 0.25    dozens of small buckets a step, each paying the collective's latency
                             (expected DIST009 where that latency is exposed)
     --bucket-cap-mb 25      DDP's default, for comparison
+    --accumulate 4          DIST002's advice: all-reduce once per 4 micro-batches (model.no_sync())
 
     diagnose run --nproc-per-node 2 examples/ddp_buckets.py -- --bucket-cap-mb 10000
     diagnose run --nproc-per-node 2 examples/ddp_buckets.py -- --small --bucket-cap-mb 10000   # CPU, gloo
@@ -16,6 +17,7 @@ NCCL on GPUs, gloo on CPUs; the GPU figures need a machine of 2-4 GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -28,6 +30,7 @@ from _common import parser
 def main() -> None:
     p = parser(__doc__, steps=300)
     p.add_argument("--bucket-cap-mb", type=float, default=10000.0)
+    p.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step, all-reduced once (no_sync)")
     args = p.parse_args()
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -48,9 +51,11 @@ def main() -> None:
     g = torch.Generator(device=dev).manual_seed(rank)
     try:
         for _ in range(args.steps):
-            x = torch.randn(batch, width, device=dev, generator=g)
-            y = torch.randint(0, 10, (batch,), device=dev, generator=g)
-            nn.functional.cross_entropy(model(x), y).backward()
+            for micro in range(args.accumulate):
+                x = torch.randn(batch, width, device=dev, generator=g)
+                y = torch.randint(0, 10, (batch,), device=dev, generator=g)
+                with model.no_sync() if micro < args.accumulate - 1 else contextlib.nullcontext():
+                    nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
     finally:

@@ -6,6 +6,8 @@ a slower disk or fewer CPUs). At every gradient all-reduce the other ranks wait 
 Expected diagnosis: DIST003, naming the last rank and its data loading.
 
     diagnose run --nproc-per-node 2 examples/ddp_straggler.py
+    --no-delay   every rank loads alike (the fix; the reference of a scaling run)
+    --uneven     no delay, but the last rank takes batches twice as large (expected DIST005)
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ class Samples(Dataset):
 
 
 def main() -> None:
-    args = parser(__doc__, steps=200).parse_args()
+    p = parser(__doc__, steps=200)
+    p.add_argument("--no-delay", action="store_true", help="no rank is slower to load (the fix)")
+    p.add_argument("--uneven", action="store_true", help="the last rank's batches are twice as large, no delay")
+    args = p.parse_args()
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -48,6 +53,10 @@ def main() -> None:
     width, batch = (64, 16) if args.small else (1024, 256)
     slow = rank == world - 1
     delay = 0.002 if args.small else 0.0004  # per sample; --small (CPU) plants it above the noise of 2 cores
+    if args.no_delay or args.uneven:
+        delay = 0.0
+    if args.uneven and slow:
+        batch *= 2
     dataset = Samples(batch * args.steps * world, width, delay_s=delay if slow else 0.0)
     loader = DataLoader(dataset, batch_size=batch, sampler=DistributedSampler(dataset, shuffle=False), num_workers=1)
     model = nn.parallel.DistributedDataParallel(

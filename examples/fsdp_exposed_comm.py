@@ -10,6 +10,8 @@ and each gradient reduce-scatter has little to hide under.
                             reduced every step: expected DIST007
     --fixed                 the rules' advice: forward/backward prefetch two blocks ahead, the
                             last block kept gathered, bf16 reduction, reduce every 4th micro-batch
+    --fsdp1                 the same blocks under FSDP1 (FullyShardedDataParallel), no prefetch
+                            (expected DIST006)
 
     diagnose run --nproc-per-node 2 examples/fsdp_exposed_comm.py -- --plant all-gather
     diagnose run --nproc-per-node 2 examples/fsdp_exposed_comm.py -- --small    # CPU, gloo
@@ -20,6 +22,7 @@ collectives' split and the rules' plumbing; the GPU figures need a machine of 2-
 
 from __future__ import annotations
 
+import argparse
 import os
 
 import torch
@@ -34,6 +37,7 @@ def main() -> None:
     p = parser(__doc__, steps=200)
     p.add_argument("--plant", choices=("all-gather", "reduce-scatter"), default="all-gather")
     p.add_argument("--fixed", action="store_true")
+    p.add_argument("--fsdp1", action="store_true", help="FullyShardedDataParallel (FSDP1) instead of fully_shard")
     args = p.parse_args()
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -45,6 +49,8 @@ def main() -> None:
     width, depth, batch = (256, 6, 8) if args.small else (4096, 12, 8)
     blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth)).to(dev)
     model = nn.Sequential(*blocks, nn.Linear(width, 10)).to(dev)
+    if args.fsdp1:
+        return train_fsdp1(args, blocks, model, dev, cuda)
     reduce_dtype = torch.bfloat16 if args.fixed and cuda else torch.float32
     mp = MixedPrecisionPolicy(reduce_dtype=reduce_dtype)
     keep_gathered = args.plant == "reduce-scatter"  # no re-gather before backward
@@ -72,6 +78,30 @@ def main() -> None:
             if last:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def train_fsdp1(args: argparse.Namespace, blocks: nn.ModuleList, model: nn.Module, dev: torch.device, cuda: bool) -> None:
+    """FSDP1: each block its own FullyShardedDataParallel unit inside the root's, no prefetch."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    for i in range(len(blocks)):
+        blocks[i] = FSDP(blocks[i], device_id=dev, backward_prefetch=None, use_orig_params=True)
+    root = FSDP(nn.Sequential(*blocks, model[-1]), device_id=dev, backward_prefetch=None, use_orig_params=True)
+    opt = torch.optim.SGD(root.parameters(), lr=0.01)
+    batch = 8
+    width = blocks[0].module[0].in_features
+    rank = dist.get_rank()
+    print(f"rank {rank}/{dist.get_world_size()} ({dist.get_backend()}): FSDP1, {len(blocks)} blocks of {width}, batch {batch}", flush=True)
+    g = torch.Generator(device=dev).manual_seed(rank)
+    try:
+        for _ in range(args.steps):
+            x = torch.randn(batch, width, device=dev, generator=g)
+            y = torch.randint(0, 10, (batch,), device=dev, generator=g)
+            nn.functional.cross_entropy(root(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     finally:
         dist.destroy_process_group()
 

@@ -258,3 +258,58 @@ def test_the_sync_rules_verify_with_the_sync_sites_found() -> None:
     for rule_id in ("SYNC001", "EXPO003"):
         assert make_finding(rules[rule_id], symptoms).knobs == {"unsync": "implicit_syncs.py:29+implicit_syncs.py:48"}
         assert make_finding(rules[rule_id], symptoms_from_values(values)).knobs == {}
+
+
+# --- two findings never give one setting opposite values ------------------------------------------
+
+_SETTING = __import__("re").compile(r"\b([a-z_]+)\s*=\s*([^,\s)]+)")
+_BOUND = __import__("re").compile(r"^([\w.]+)\s*(<=|>=|<|>|==)\s*(-?[\d.]+)$")
+
+
+def _settings(rule) -> dict[str, set[str]]:  # noqa: ANN001 - Rule
+    """The distributed settings (DDP's, FSDP's, the backend) a rule gives a value, in its code
+    (every device's and framework's words) and its knob table."""
+    from diagnose.runtime.knobs import DDP_KNOBS, FSDP_KNOBS
+
+    settings = {*DDP_KNOBS, *FSDP_KNOBS, "backend"}
+    found: dict[str, set[str]] = {}
+    for text in (rule.do, *rule.on_cpu.values(), *rule.do_by_framework.values()):
+        for name, value in _SETTING.findall(text):
+            if name in settings:
+                found.setdefault(name, set()).add(value.strip("\"'").lower())
+    for name, value in rule.knobs.items():
+        if name in settings:
+            found.setdefault(name, set()).add(value.lower())
+    return found
+
+
+def _exclusive(a, b) -> bool:  # noqa: ANN001 - Rules
+    """Whether two rules can never fire together: one bounds a symptom above where the other
+    bounds it below (DIST008's ``calls <= 2``, DIST009's ``calls >= 40``)."""
+    def bounds(rule) -> list[tuple[str, str, float]]:  # noqa: ANN001
+        return [(m[1], m[2], float(m[3])) for c in rule.all_of if (m := _BOUND.match(c.text.strip()))]
+
+    for name, op_a, x in bounds(a):
+        for other, op_b, y in bounds(b):
+            if name != other:
+                continue
+            if op_a in ("<", "<=") and op_b in (">", ">=") and x < y or op_b in ("<", "<=") and op_a in (">", ">=") and y < x:
+                return True
+            if op_a == op_b == "==" and x != y:
+                return True
+    return False
+
+
+def test_two_rules_that_can_fire_together_never_give_a_distributed_setting_two_values() -> None:
+    """DIST002 advised bucket_cap_mb=100 beside DIST008's 10 in one report: the bucket size is
+    DIST008's and DIST009's (which cannot fire together), DIST002 defers to them."""
+    rules = load_rules()
+    given = {r.id: _settings(r) for r in rules}
+    clashes = []
+    for i, a in enumerate(rules):
+        for b in rules[i + 1 :]:
+            for name in set(given[a.id]) & set(given[b.id]):
+                if given[a.id][name] != given[b.id][name] and not _exclusive(a, b):
+                    clashes.append(f"{a.id} {name}={given[a.id][name]} vs {b.id} {name}={given[b.id][name]}")
+    assert clashes == []
+    assert "bucket_cap_mb" not in given["DIST002"] and "bucket_cap_mb" in given["DIST008"] and "bucket_cap_mb" in given["DIST009"]

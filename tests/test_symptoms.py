@@ -354,6 +354,12 @@ CASES = {
             "dist.all_gather_exposed": 0.2, "dist.reduce_scatter_exposed": 0.1, "dist.all_reduce_exposed": 0.05,
             "dist.all_reduce_calls_per_step": 2, "dist.all_reduce_overlapped": 0.75,
         }),
+        Case("DDP buckets against 70 KB of gradients: the least bucket; a 1.7 GiB model's: 4 and 8 buckets", record=_record(
+            models=[ModelInfo("DistributedDataParallel", 17_920, "float32", 0, False, False, False, True)],
+        ), expected={"model.gradient_mib": 0.068, "dist.bucket_mb_to_overlap": 1.0, "dist.bucket_mb_to_batch": 25.0}),
+        Case("a bf16 model of 300 MiB of gradients", record=_record(
+            models=[ModelInfo("DistributedDataParallel", 157_286_400, "torch.bfloat16", 0, False, False, False, True)],
+        ), expected={"model.gradient_mib": 300.0, "dist.bucket_mb_to_overlap": 25.0, "dist.bucket_mb_to_batch": 38.0}),
         Case("a rank without the kind: none (its share is unknown, not zero)", ranks=RankSet.of([
             _with_collectives(_summary(0, 1.0, 0.5, 16), all_gather=(3.0, 1.0)), _summary(1, 1.0, 0.5, 16),
         ]), expected={"dist.all_gather_exposed": None, "dist.reduce_scatter_exposed": None}),

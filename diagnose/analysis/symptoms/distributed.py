@@ -1,7 +1,9 @@
-"""What only the ranks together show: the straggler, unequal data, and the process group's backend."""
+"""What only the ranks together show: the straggler, unequal data, and the process group's backend;
+and the gradient volume a DDP bucket size is chosen against."""
 
 from __future__ import annotations
 
+from diagnose.analysis.kernels import ELEMENT_BYTES
 from diagnose.analysis.ranks import RankSet
 from diagnose.analysis.symptoms.registry import symptom
 from diagnose.record import RunRecord
@@ -90,3 +92,42 @@ def all_reduce_overlapped(ranks: RankSet) -> float | None:
     first = min(ranks.summaries, key=lambda s: s.rank)
     c = first.collectives.get("all_reduce")
     return round(c["overlapped_ms"] / c["ms"], 4) if c and c["ms"] else None
+
+
+# --- DDP's buckets, against the gradient volume -------------------------------------------------
+# DDP's first bucket holds 1 MiB, the others up to bucket_cap_mb (25 MiB by default). A bucket size
+# is advice only against the gradients it splits: 70 KB of gradients go in one bucket whatever
+# the size, and below a few MiB each all-reduce is latency, not bytes, so nothing hides it better.
+
+#: the smallest bucket worth advising (DDP's own first bucket) and DDP's default cap
+MIN_BUCKET_MIB = 1
+DEFAULT_BUCKET_MIB = 25
+#: the largest bucket DIST009 advises (fewer calls; a bucket still starts while backward runs)
+MAX_BUCKET_MIB = 100
+#: DIST008 splits the gradients into about this many buckets, DIST009 into at most this many
+OVERLAP_BUCKETS = 4
+BATCH_BUCKETS = 8
+
+
+def _gradient_mib(record: RunRecord) -> float | None:
+    if not record.models:
+        return None
+    total = sum(m.params * ELEMENT_BYTES.get(m.param_dtype.removeprefix("torch."), 4) for m in record.models)
+    return round(total / 2**20, 3)
+
+
+@symptom("model.gradient_mib", "MiB", "gradients all-reduced per step (the models' parameters at their dtype's size), in MiB")
+def gradient_mib(record: RunRecord) -> float | None:
+    return _gradient_mib(record)
+
+
+@symptom("dist.bucket_mb_to_overlap", "MiB", "the bucket_cap_mb that splits the gradients into about 4 buckets (at least 1, at most DDP's default 25)")
+def bucket_mb_to_overlap(record: RunRecord) -> float | None:
+    mib = _gradient_mib(record)
+    return None if mib is None else float(max(MIN_BUCKET_MIB, min(DEFAULT_BUCKET_MIB, round(mib / OVERLAP_BUCKETS))))
+
+
+@symptom("dist.bucket_mb_to_batch", "MiB", "the bucket_cap_mb that all-reduces the gradients in at most 8 buckets (at least DDP's default 25, at most 100)")
+def bucket_mb_to_batch(record: RunRecord) -> float | None:
+    mib = _gradient_mib(record)
+    return None if mib is None else float(max(DEFAULT_BUCKET_MIB, min(MAX_BUCKET_MIB, round(mib / BATCH_BUCKETS))))
