@@ -122,10 +122,10 @@ def run(
         knobs = Knobs.parse(knob or [])
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    if knobs.nproc_per_node() is not None and rank is None:  # the launch's knob (verify, sweep): as --nproc-per-node
-        nproc_per_node = knobs.nproc_per_node() if knobs.nproc_per_node() != 1 else None  # type: ignore[assignment]
-        if nproc_per_node is None and torchrun_options:
-            raise _fail(errors.UsageError("nproc_per_node=1 runs the script alone: not with --nnodes or --rdzv-*"))
+    if knobs.nproc_per_node() is not None and rank is None:  # the launch's knob (a sweep of it): as --nproc-per-node
+        nproc_per_node = knobs.nproc_per_node()
+        if not nproc_per_node:
+            raise _fail(errors.UsageError("nproc_per_node takes a positive number of ranks"))
     if torchrun_options and not nproc_per_node:
         raise _fail(errors.UsageError("--nnodes, --node-rank and --rdzv-* go with --nproc-per-node", hint="under your own torchrun, give them to torchrun"))
     if torchrun_options and out is None:

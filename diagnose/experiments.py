@@ -29,9 +29,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -156,18 +158,54 @@ def run_experiment(
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     started = time.time()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        returncode, stdout, stderr = _run_in_session(cmd, env, timeout)
     except subprocess.TimeoutExpired:
         return Outcome(spec.label, spec.knobs, "failed", str(run_dir.path), rule=spec.rule, error=f"timed out after {timeout:.0f} s")
     report: dict[str, Any] = {}
-    if proc.stdout.strip():
+    if stdout.strip():
         try:
-            report = json.loads(proc.stdout)
+            report = json.loads(stdout)
         except ValueError:
             report = {}
     if not report and launch is not None and launch.multi_node:
         report = wait_for_report(run_dir, started, REPORT_WAIT_S)  # another node's rank 0 merges
-    return outcome_from_report(spec, report, run_dir.path, proc.returncode, proc.stderr)
+    return outcome_from_report(spec, report, run_dir.path, returncode, stderr)
+
+
+#: seconds a timed-out run's process group gets to end on SIGTERM before SIGKILL
+KILL_GRACE_S = 10.0
+
+
+def _run_in_session(cmd: list[str], env: dict[str, str], timeout: float | None) -> tuple[int, str, str]:
+    """Run ``cmd`` in its own session; on timeout (or Ctrl-C, which no longer reaches it) end its
+    whole process group (a torchrun job's ranks with it, not only the ``diagnose run`` that
+    launched them), then re-raise."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    main = threading.current_thread() is threading.main_thread()
+    # SIGTERM to verify or sweep would otherwise end it alone, its job running on in its session
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.communicate(timeout=KILL_GRACE_S)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+    return proc.returncode, stdout, stderr
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def wait_for_report(run_dir: RunDir, since: float, timeout_s: float, poll_s: float = 1.0) -> dict[str, Any]:

@@ -58,12 +58,28 @@ def rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 or value == 0 else f"{value:.2f}"
 
 
+#: counts from a million up are written in words (``1.19 billion``): digits there are unreadable
+_COUNT_WORDS = (("trillion", 1e12), ("billion", 1e9), ("million", 1e6))
+
+
+def count(value: float) -> str:
+    """A count or a figure (samples, kernels, FLOP/byte): whole numbers with thousands separated
+    (``123,456``), from a million up in words (``1.19 billion``, never ``1.19451e+09``), a
+    fraction to three significant digits (``2.5``, ``0.125``)."""
+    for word, scale in _COUNT_WORDS:
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {word}"
+    if float(value).is_integer() or abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
 def plain(value: Any) -> str:
     """Any recorded setting: ``—`` for none, six significant digits, lists and dicts joined."""
     if value is None:
         return "—"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:,.0f}" if abs(value) >= 1e6 and value.is_integer() else f"{value:.6g}"
     if isinstance(value, (list, tuple)):
         return ", ".join(plain(v) for v in value) or "—"
     if isinstance(value, dict):

@@ -104,6 +104,29 @@ def test_recorded_nccl_pair_of_a_communication_bound_mlp() -> None:
     assert report.distributed["job_samples_per_s"] > 10_000
 
 
+@pytest.mark.parametrize("name", ["ddp_straggler_cpu", "ddp_straggler_nccl", "ddp_mlp_nccl"])
+def test_the_rank_table_and_the_breakdown_describe_one_rank_with_one_communication_figure(name: str) -> None:
+    """The job's breakdown is the lead rank's (rank 1 in these pairs: the others wait for it);
+    the rank table said "the report above is rank 0's", and "comm ms 0.00" on gloo beside a
+    breakdown of exposed communication."""
+    from diagnose.renderers.html import HTMLRenderer
+    from diagnose.renderers.terminal import TerminalRenderer
+    from diagnose.renderers.view import ReportView
+
+    report = analyze_run(RunDir(DATA / name), AnalysisOptions.load())
+    lead = report.source["rank"]
+    view = ReportView.from_report(report)
+    assert lead == 1 and view.ranks is not None and view.ranks.lead_rank == lead
+    text = TerminalRenderer(color=False, width=160).render(report)
+    assert f"the report above is rank {lead}'s" in text and "rank 0's" not in text
+    assert f"the breakdown above is rank {lead}" in HTMLRenderer().render(report)  # its apostrophe escaped
+    communication = next(row for row in view.breakdown.exposed if row.category == "communication")
+    row = next(r for r in view.ranks.rows if r.rank == lead)
+    assert row.exposed_communication_ms == pytest.approx(communication.mean_ms, abs=1e-3)
+    assert f"{communication.mean_ms:.2f}" in text.split("ranks side by side", 1)[1]
+    assert all(r.communication_ms for r in view.ranks.rows)  # in flight: gloo's threads' time too, never 0.00 beside it
+
+
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)

@@ -123,3 +123,15 @@ def test_tiny_batch_matmuls_ask_for_the_batch_that_fills_them_and_fits() -> None
     assert finding["knobs"] == {"batch_size": "512"}
     # the 4096-row step of the other tests: its matmuls are compute-bound, no such finding
     assert "MEM004" not in [f["rule"] for f in _report(RunRecord(**LIMITS_RECORD_FIELDS)).findings]
+
+
+def test_a_huge_number_of_samples_that_fit_is_written_in_words_not_in_exponent() -> None:
+    """A small model on a large GPU: "about 1.19451e+09 samples/s" was printed where it means
+    how many samples per step fit."""
+    report = _report(RunRecord(**LIMITS_RECORD_FIELDS))
+    report.symptoms["memory.largest_batch"]["value"] = 1.19451e9
+    text = TerminalRenderer(color=False, width=140).render(report)
+    html = HTMLRenderer().render(report)
+    assert "about 1.19 billion samples/step fit (estimate)" in text
+    assert "about 1.19 billion samples per step would fit" in html
+    assert "e+0" not in text and "e+0" not in html

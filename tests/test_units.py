@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from diagnose.units import format_value, human_bytes, ms, percent, plain, rate, speedup
+from diagnose.units import count, format_value, human_bytes, ms, percent, plain, rate, speedup
 
 
 @pytest.mark.parametrize(
@@ -63,3 +63,16 @@ class Case:
 )
 def test_format_value(case: Case) -> None:
     assert format_value(case.value, case.spec, case.unit) == case.text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(1.19451e9, "1.19 billion"), (1_194_510, "1.19 million"), (123_456, "123,456"), (64, "64"), (64.0, "64"), (2.5, "2.5"),
+     (0.125, "0.125"), (1234.6, "1,235"), (3.2e12, "3.2 trillion")],
+)
+def test_counts_never_in_exponent(value: float, text: str) -> None:
+    assert count(value) == text
+
+
+def test_a_huge_whole_setting_is_written_with_separators() -> None:
+    assert plain(1.19451e9) == "1,194,510,000" and plain(0.1) == "0.1"

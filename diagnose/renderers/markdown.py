@@ -11,7 +11,7 @@ from typing import Any
 
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.view import ReportView, exposed_caption, phase_caption
-from diagnose.units import human_bytes, percent, spread_ms
+from diagnose.units import count, human_bytes, percent, spread_ms
 
 TRUST_NOTE = """\
 **Which numbers to trust.** The `exposed/*` and `phase/*` scalars and this text come from diagnose's
@@ -110,9 +110,9 @@ def _breakdown(view: ReportView) -> str:
     gpu = breakdown.gpu
     if gpu is not None:
         lines.append(
-            f"GPU busy {percent(gpu.busy_share or 0, 0)} · {gpu.kernels_per_step or 0:g} kernels/step · "
+            f"GPU busy {percent(gpu.busy_share or 0, 0)} · {count(gpu.kernels_per_step or 0)} kernels/step · "
             f"H2D {human_bytes(gpu.h2d_pageable_bytes or 0)} pageable, {human_bytes(gpu.h2d_pinned_bytes or 0)} pinned per step · "
-            f"{gpu.syncs_per_step or 0:g} syncs/step"
+            f"{count(gpu.syncs_per_step or 0)} syncs/step"
         )
     return "\n\n".join(lines)
 

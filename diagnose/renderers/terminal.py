@@ -17,8 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.renderers.base import Renderer
-from diagnose.renderers.view import FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
-from diagnose.units import gain_words, human_bytes, percent, spread_ms
+from diagnose.renderers.view import FindingRow, RankRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
+from diagnose.units import count, gain_words, human_bytes, percent, spread_ms
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
 STYLES: dict[str, tuple[str, str]] = {
@@ -144,7 +144,7 @@ class TerminalRenderer(Renderer):
         if t.profiled:
             c.print(Text.assemble(("Profiled window ", "bold"), f"({t.profiled.steps} steps): ", _timing_text(t.profiled)))
         if t.batch_size:
-            c.print(Text(f"batch: {t.batch_size:g} samples per step (found from the data)", style="dim"))
+            c.print(Text(f"batch: {count(t.batch_size)} samples per step (found from the data)", style="dim"))
         if t.note:
             c.print(Text(t.note, style="yellow"))
         if t.steady or t.profiled or t.batch_size or t.note:
@@ -209,7 +209,7 @@ class TerminalRenderer(Renderer):
         gpu = v.breakdown.gpu  # type: ignore[union-attr]
         if gpu is None:
             return
-        parts = [f"GPU busy {percent(gpu.busy_share or 0, 0)}", f"{gpu.kernels_per_step or 0:g} kernels/step"]
+        parts = [f"GPU busy {percent(gpu.busy_share or 0, 0)}", f"{count(gpu.kernels_per_step or 0)} kernels/step"]
         if gpu.median_kernel_us is not None:
             parts.append(f"median kernel {gpu.median_kernel_us:.1f} µs")
         if gpu.h2d_pageable_bytes:
@@ -217,7 +217,7 @@ class TerminalRenderer(Renderer):
         if gpu.h2d_pinned_bytes:
             parts.append(f"H2D {human_bytes(gpu.h2d_pinned_bytes)}/step pinned")
         if gpu.syncs_per_step:
-            parts.append(f"{gpu.syncs_per_step:g} syncs/step")
+            parts.append(f"{count(gpu.syncs_per_step)} syncs/step")
         c.print(" · ".join(parts))
         mem = v.memory
         if mem.capacity_bytes and mem.peak_allocated_bytes is not None:
@@ -249,7 +249,7 @@ class TerminalRenderer(Renderer):
             if lim.headroom_gb is not None:
                 tail += f" · free {lim.headroom_gb:.1f} GB"
             if lim.largest_batch:
-                tail += f" · about {lim.largest_batch:g} samples/step fit (estimate)"
+                tail += f" · about {count(lim.largest_batch)} samples/step fit (estimate)"
             c.print(Text.assemble(("memory at the step's peak: ", "bold"), owners + tail))
         if lim.kernels:
             table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
@@ -341,12 +341,12 @@ class TerminalRenderer(Renderer):
         ranks = v.ranks
         assert ranks is not None
         table = Table(
-            title=f"{ranks.world_size} ranks side by side (the report above is rank {ranks.first_rank}'s)",
+            title=f"{ranks.world_size} ranks side by side (the report above is rank {ranks.lead_rank}'s)",
             title_justify="left",
             box=None,
             header_style="bold",
         )
-        columns = ["rank", "status", "step ms", "data wait ms", "comm ms", "comm exposed", "GPU busy", "samples/step", "samples/s", "top exposed"]
+        columns = ["rank", "status", "step ms", "data wait ms", "comm ms", "comm exposed ms", "GPU busy", "samples/step", "samples/s", "top exposed"]
         if ranks.others:
             columns.append("listed because")
         for column in columns:
@@ -359,9 +359,9 @@ class TerminalRenderer(Renderer):
                 _num(row.median_step_ms, "{:.1f}"),
                 _num(row.data_wait_ms, "{:.2f}"),
                 _num(row.communication_ms, "{:.2f}"),
-                _num(row.exposed_communication_share, "{:.0%}"),
+                _exposed_comm(row),
                 _num(row.gpu_busy, "{:.0%}"),
-                _num(row.samples_per_step, "{:g}"),
+                (count(row.samples_per_step) if row.samples_per_step is not None else "-"),
                 _num(row.steady_samples_per_s, "{:,.1f}"),
                 str(row.top_exposed or "-"),
                 *why,
@@ -473,3 +473,10 @@ def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
             name = head + ("<…>" if cut == "<" and cut in name else "")
             break
     return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _exposed_comm(row: RankRow) -> str:
+    """Exposed communication per step, the figure the breakdown writes for it (ms, not a share:
+    the lead rank's row and the breakdown read alike)."""
+    exposed = row.exposed_communication_ms
+    return "-" if exposed is None else f"{exposed:.2f}"

@@ -212,6 +212,18 @@ class RankRow:
     top_exposed: str | None
     backend: str | None
     steady_samples_per_s: float | None
+    steady_step_ms: float | None = None
+    step_ms: tuple[float, ...] | list[float] | None = None
+
+    @property
+    def exposed_communication_ms(self) -> float | None:
+        """Exposed communication per step as the breakdown writes it: the exposed share of the
+        steady step (of the profiled mean step where the rank timed none), so that the lead
+        rank's row and the report's breakdown give one figure."""
+        step = self.steady_step_ms
+        if step is None:
+            step = sum(self.step_ms) / len(self.step_ms) if self.step_ms else self.median_step_ms
+        return None if self.exposed_communication_share is None or step is None else self.exposed_communication_share * step
 
 
 @dataclass(frozen=True)
@@ -247,7 +259,7 @@ class OtherRanks:
 @dataclass(frozen=True)
 class RanksView:
     world_size: int
-    first_rank: int  # the rank whose breakdown the report shows
+    first_rank: int
     rows: tuple[RankRow, ...]
     job_samples_per_s: float | None
     straggler: Straggler | None  # only when the straggler rule fired
@@ -256,6 +268,9 @@ class RanksView:
     #: rank -> why it is listed (report.json distributed.notable_ranks)
     why: Mapping[int, str] = field(default_factory=dict)
     others: OtherRanks | None = None
+    #: the rank whose breakdown and findings the report shows (the lead: the one the others wait
+    #: for, else the first; report.json source.rank)
+    lead_rank: int = 0
 
 
 @dataclass(frozen=True)
@@ -484,7 +499,7 @@ class ReportView:
             throughput=_throughput(report.throughput or {}),
             memory=_memory(report.memory or {}),
             breakdown=_breakdown(report, labels) if report.breakdown else None,
-            ranks=_ranks(report.distributed, findings),
+            ranks=_ranks(report.distributed, findings, (report.source or {}).get("rank")),
             findings=findings,
             next_steps=tuple(_finding(f, report) for f in report.next_steps),
             findings_not_shown=report.findings_not_shown,
@@ -710,7 +725,7 @@ def _median_step(
     )
 
 
-def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ...]) -> RanksView | None:
+def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ...], lead: int | None = None) -> RanksView | None:
     if not distributed:
         return None
     rows = tuple(
@@ -724,7 +739,7 @@ def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ..
     why = {int(rank): str(reason) for rank, reason in (distributed.get("notable_ranks") or {}).items()}
     shown, others = rows, None
     if len(rows) > MAX_RANK_ROWS:
-        keep = {first_rank, *why, *([straggler.rank] if straggler else [])}
+        keep = {first_rank, *why, *([straggler.rank] if straggler else []), *([] if lead is None else [int(lead)])}
         shown = tuple(row for row in rows if row.rank in keep)
         rest = sorted(row.median_step_ms for row in rows if row.rank not in keep and row.median_step_ms is not None)
         others = OtherRanks(
@@ -742,6 +757,7 @@ def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ..
         shown=shown,
         why=why,
         others=others,
+        lead_rank=first_rank if lead is None else int(lead),
     )
 
 

@@ -35,8 +35,8 @@ reshard_after_forward, forward_prefetch, backward_prefetch, param_dtype, reduce_
                     ``backward_prefetch``, ``MixedPrecision``)
 backend             the process group's backend (``init_process_group(backend=...)``)
 nproc_per_node      the ranks ``diagnose run`` launches through torchrun (the data-parallel
-                    degree of a script that reads its world size from torchrun's variables);
-                    1 runs the script alone
+                    degree of a script that reads its world size from torchrun's variables;
+                    1: one rank under torchrun, the reference of a scaling sweep)
 =================== ==========================================================================
 
 ``env.NAME=value`` sets an environment variable before the script starts (a script that reads
@@ -121,7 +121,7 @@ KNOB_SPECS: dict[str, KnobSpec] = {
         KnobSpec("param_dtype", "bf16|fp16|fp32", "FSDP: the mixed-precision policy's param_dtype (MixedPrecisionPolicy / MixedPrecision)"),
         KnobSpec("reduce_dtype", "bf16|fp16|fp32", "FSDP: the mixed-precision policy's reduce_dtype (gradient reduction)"),
         KnobSpec("backend", "text", "the process group's backend: init_process_group(backend=...), e.g. nccl, gloo"),
-        KnobSpec("nproc_per_node", "int", "ranks launched through torchrun (diagnose run --nproc-per-node); 1: the script alone"),
+        KnobSpec("nproc_per_node", "int", "ranks launched through torchrun (diagnose run --nproc-per-node N): sweep it for the scaling"),
     )
 }
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from diagnose.renderers.html.markup import Markup, el
 from diagnose.renderers.limitsview import Roofline
 from diagnose.renderers.view import ExperimentRow, Segment, StepRow
-from diagnose.units import ms, percent
+from diagnose.units import count, ms, percent
 
 CHART_WIDTH = 960
 #: Width of one character of an 11 px chart label, to decide whether a label fits.
@@ -236,7 +236,7 @@ def roofline_chart(roofline: Roofline) -> Markup:
     for dot in roofline.dots:
         x, y = x_of(dot.intensity), y_of(max(dot.tflops, ys[0]))
         radius = 4 + 14 * math.sqrt(max(dot.time_share, 0.0))
-        tip = (f"{dot.kind}: {dot.tflops:.3g} TFLOP/s at {dot.intensity:.3g} FLOP/byte, {dot.bound}-bound, "
+        tip = (f"{dot.kind}: {count(dot.tflops)} TFLOP/s at {count(dot.intensity)} FLOP/byte, {dot.bound}-bound, "
                f"{percent(dot.tflops / dot.roof_tflops if dot.roof_tflops else 0, 0)} of its roof, {percent(dot.time_share, 0)} of kernel time")
         parts.append(el("circle", el("title", tip), cx=n(x), cy=n(y), r=n(radius), class_=f"dot k-{dot.kind}", data_class=dot.kind))
         parts.append(el("text", dot.kind, x=n(x + radius + 4), y=n(y + 4), class_="dot-label"))

@@ -8,7 +8,7 @@ from typing import Any
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
 from diagnose.renderers.view import ExperimentRow, ExperimentsView, FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
-from diagnose.units import gain_words, human_bytes, ms, percent, plain, rate, spread_ms
+from diagnose.units import count, gain_words, human_bytes, ms, percent, plain, rate, spread_ms
 
 
 def header(view: ReportView) -> Markup:
@@ -66,7 +66,7 @@ def throughput_and_memory(view: ReportView) -> Markup:
     cards = [card for card in cards if card]
     notes = [] if cards else [el("p", "No step was timed.", class_="muted")]
     if t.batch_size:
-        notes.append(el("p", f"Batch: {t.batch_size:g} samples per step (found from the data).", class_="muted"))
+        notes.append(el("p", f"Batch: {count(t.batch_size)} samples per step (found from the data).", class_="muted"))
     if t.note:
         notes.append(el("p", t.note, class_="note"))
     return section("Throughput and memory", el("div", cards, class_="cards"), notes, anchor="throughput")
@@ -187,11 +187,11 @@ def _gpu_counters(view: ReportView) -> Markup | None:
         return None
     chips = [
         f"GPU busy {percent(gpu.busy_share or 0)}",
-        f"{gpu.kernels_per_step or 0:g} kernels/step",
+        f"{count(gpu.kernels_per_step or 0)} kernels/step",
         f"median kernel {gpu.median_kernel_us:.1f} µs" if gpu.median_kernel_us is not None else None,
         f"H2D {human_bytes(gpu.h2d_pageable_bytes)}/step pageable" if gpu.h2d_pageable_bytes else None,
         f"H2D {human_bytes(gpu.h2d_pinned_bytes)}/step pinned" if gpu.h2d_pinned_bytes else None,
-        f"{gpu.syncs_per_step:g} syncs/step" if gpu.syncs_per_step else None,
+        f"{count(gpu.syncs_per_step)} syncs/step" if gpu.syncs_per_step else None,
     ]
     return el("p", [el("span", chip, class_="chip") for chip in chips if chip], class_="chips")
 
@@ -276,7 +276,7 @@ def hardware_limit(view: ReportView) -> Markup | None:
         parts.append(_kernel_table(lim.kernels))
     if lim.memory:
         free = f" · {lim.headroom_gb:.1f} GB free" if lim.headroom_gb is not None else ""
-        batch = f" · about {lim.largest_batch:g} samples per step would fit (an estimate; diagnose sweep finds the real one)" if lim.largest_batch else ""
+        batch = f" · about {count(lim.largest_batch)} samples per step would fit (an estimate; diagnose sweep finds the real one)" if lim.largest_batch else ""
         parts.append(el("p", el("strong", "Memory at the step's peak: "), " · ".join(f"{m.owner} {human_bytes(m.bytes)}" for m in lim.memory) + free + batch))
     if lim.oom is not None:
         oom = lim.oom
@@ -315,6 +315,10 @@ def nothing_profiled(view: ReportView) -> Markup:
     )
 
 
+def _rank_cell(name: str, fmt: str, value: Any) -> str:
+    return count(value) if name == "samples_per_step" else fmt.format(value)
+
+
 def ranks(view: ReportView) -> Markup | str:
     """A distributed run: every rank side by side, and the straggler if the rules named one."""
     r = view.ranks
@@ -322,9 +326,9 @@ def ranks(view: ReportView) -> Markup | str:
         return ""
     columns = [
         ("rank", "rank", "{}"), ("status", "status", "{}"), ("median_step_ms", "step", "{:.2f} ms"),
-        ("data_wait_ms", "data wait (exposed)", "{:.2f} ms"), ("communication_ms", "communication kernels", "{:.2f} ms"),
-        ("exposed_communication_share", "communication exposed", "{:.0%}"), ("gpu_busy", "GPU busy", "{:.0%}"),
-        ("samples_per_step", "samples per step", "{:g}"), ("top_exposed", "largest exposed share", "{}"),
+        ("data_wait_ms", "data wait (exposed)", "{:.2f} ms"), ("communication_ms", "communication", "{:.2f} ms"),
+        ("exposed_communication_ms", "communication exposed", "{:.2f} ms"), ("exposed_communication_share", "exposed share", "{:.0%}"),
+        ("gpu_busy", "GPU busy", "{:.0%}"), ("samples_per_step", "samples per step", "{}"), ("top_exposed", "largest exposed share", "{}"),
     ]  # fmt: skip
     titles = [title for _, title, _ in columns] + (["listed because"] if r.others else [])
     header_row = el("tr", [el("th", title) for title in titles])
@@ -335,11 +339,11 @@ def ranks(view: ReportView) -> Markup | str:
         return [el("td", r.why.get(row.rank, "the first rank" if row.rank == r.first_rank else ""))]
 
     rows = [
-        el("tr", [el("td", "-" if getattr(row, name) is None else fmt.format(getattr(row, name))) for name, _, fmt in columns] + why(row))
+        el("tr", [el("td", "-" if getattr(row, name) is None else _rank_cell(name, fmt, getattr(row, name))) for name, _, fmt in columns] + why(row))
         for row in r.shown
     ]
     parts: list[Any] = [
-        el("p", f"{r.world_size} ranks; the breakdown above is the first rank's.", class_="muted"),
+        el("p", f"{r.world_size} ranks; the breakdown above is rank {r.lead_rank}'s.", class_="muted"),
         el("table", el("thead", header_row), el("tbody", rows), class_="grid"),
     ]
     if r.others:
