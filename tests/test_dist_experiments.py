@@ -1,0 +1,116 @@
+"""verify and sweep of torchrun jobs, and two torchrun "nodes" on one host diagnosed as one job
+(a c10d rendezvous, one gloo rank per node): the launch options, the job's samples/s as the
+compared figure, the report a node that does not merge waits for."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from diagnose.experiments import Launch, Spec, outcome_from_report, wait_for_report
+from diagnose.rundir import RunDir
+from tests.conftest import REPO
+
+BUCKETS = str(REPO / "examples" / "ddp_buckets.py")
+STRAGGLER = str(REPO / "examples" / "ddp_straggler.py")
+WINDOW = ["--warmup", "2", "--steps", "3", "--timed-steps", "5"]
+
+
+def test_each_experiment_meets_in_its_own_rendezvous() -> None:
+    launch = Launch(2, ("--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=node0:29400", "--rdzv-id=job42"))
+    argv = launch.argv("bucket_cap_mb=1")
+    assert argv[:2] == ["--nproc-per-node", "2"] and launch.multi_node
+    assert argv[argv.index("--rdzv-id") + 1] == "job42-bucket_cap_mb_1"
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "node0:29400"
+    assert Launch(2).argv("baseline-1") == ["--nproc-per-node", "2"] and not Launch(2).multi_node
+    assert Launch().argv("x") == []
+
+
+def test_a_job_is_compared_by_its_samples_per_s_not_its_lead_ranks() -> None:
+    report = {"status": {"state": "stopped"}, "throughput": {"steady": {"steps_per_s": 10.0, "samples_per_s": 160.0}},
+              "distributed": {"job_samples_per_s": 330.0}}
+    outcome = outcome_from_report(Spec("baseline"), report, Path("/nowhere"), 0)
+    assert outcome.status == "ok" and outcome.samples_per_s == 330.0 and outcome.steps_per_s == 10.0
+
+
+def test_a_node_that_does_not_merge_waits_for_a_fresh_report(tmp_path: Path) -> None:
+    run_dir = RunDir.create(tmp_path / "run")
+    run_dir.own_path.mkdir(parents=True, exist_ok=True)
+    run_dir.report_path.write_text(json.dumps({"old": True}))
+    os.utime(run_dir.report_path, (1.0, 1.0))  # an earlier run's report in a reused folder
+    since = time.time()
+    assert wait_for_report(run_dir, since, timeout_s=0.3, poll_s=0.05) == {}
+    threading.Timer(0.2, lambda: run_dir.report_path.write_text(json.dumps({"new": True}))).start()
+    assert wait_for_report(run_dir, since - 1, timeout_s=10, poll_s=0.05) == {"new": True}
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+
+
+@pytest.mark.slow
+def test_sweep_under_torchrun_applies_the_ddp_knob_on_every_rank_and_compares_the_jobs(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "diagnose", "sweep", "--nproc-per-node", "2", *WINDOW, "--set", "bucket_cap_mb=1,10000", "--json",
+           "--out", "sw", BUCKETS, "--", "--small", "--steps", "40"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=500, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)["experiments"]["rows"]
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    for row, cap in zip(rows, ("1", "10000")):
+        assert row["via"] == {"bucket_cap_mb": f"DistributedDataParallel(bucket_cap_mb={cap})"}
+        report = RunDir(Path(row["run_dir"])).load_report().to_dict()
+        assert report["distributed"]["world_size"] == 2
+        for rank in (0, 1):  # every rank built its DDP with the knob's bucket size
+            record = json.loads(RunDir(Path(row["run_dir"])).record_path(rank).read_text())
+            assert record["knobs_via"]["bucket_cap_mb"] == f"DistributedDataParallel(bucket_cap_mb={cap})"
+        calls = report["distributed"]["ranks"][0]["collectives"]["all_reduce"]["calls_per_step"]
+        assert (calls > 1) if cap == "1" else (calls == 1)  # 2 MiB of gradients: several buckets of 1 MiB, else one
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_with_a_c10d_rendezvous_are_diagnosed_as_one_job(tmp_path: Path) -> None:
+    """Two ``diagnose run --nnodes 2`` on one host, one gloo rank each, meeting at a c10d
+    rendezvous: the job's rank 0 (on whichever node) merges both ranks into one report in the
+    shared --out; the other node's diagnose finds it there or says where it will be."""
+    port = _free_port()
+    shared = tmp_path / "shared"
+
+    def node(rank: int) -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "diagnose", "run", "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(rank),
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes", *WINDOW, "--json",
+               "--out", str(shared), STRAGGLER, "--", "--small", "--steps", "60"]
+        return subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    nodes = [node(0), node(1)]
+    outputs = []
+    try:
+        for proc in nodes:
+            outputs.append(proc.communicate(timeout=400))
+    finally:
+        for proc in nodes:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, (_, err) in zip(nodes, outputs):
+        assert proc.returncode == 0, err[-3000:]
+    report = RunDir(shared).load_report().to_dict()
+    dist = report["distributed"]
+    assert dist["world_size"] == 2 and [r["rank"] for r in dist["ranks"]] == [0, 1]
+    assert dist["gathered"] == "process group store"  # the job's rank 0 merged, not a node's launcher
+    assert {r["backend"] for r in dist["ranks"]} == {"gloo"}
+    assert all(r["collectives"]["all_reduce"]["calls_per_step"] >= 1 for r in dist["ranks"])
+    printed = [json.loads(out) for out, _ in outputs if out.strip()]
+    assert printed and all(p["distributed"]["world_size"] == 2 for p in printed)  # the node that merged printed it
