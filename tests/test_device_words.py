@@ -100,6 +100,19 @@ def test_a_cpu_only_run_never_reads_of_a_gpu(rule: Rule) -> None:
         assert not gpu_words(rule, values), f"{rule.id} on a CPU run ({example.name}): {gpu_words(rule, values)}"
 
 
+#: code a CPU run (gloo, no device) cannot run: DDP refuses device_ids there, NCCL needs GPUs
+CUDA_CODE = re.compile(r"device_ids\s*=|\.cuda\(|torch\.cuda\.|backend\s*=\s*\"nccl\"|init_process_group\(\"nccl\"")
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if not cannot_fire_on_a_cpu(r)], ids=lambda r: r.id)
+def test_a_cpu_runs_advice_code_runs_on_a_cpu(rule: Rule) -> None:
+    """DIST008 advised ``DistributedDataParallel(model, device_ids=[local_rank], ...)`` on a
+    gloo run on the CPU, which DDP rejects."""
+    for example in (e for e in rule.examples if e.fires):
+        finding = make_finding(rule, symptoms_from_values(cpu_values(example.symptoms)))
+        assert not CUDA_CODE.search(finding.do), f"{rule.id} ({example.name}): {finding.do!r}"
+
+
 def test_the_rules_that_can_fire_on_a_cpu_are_the_ones_expected() -> None:
     """Guards the check above against passing by skipping everything."""
     can = {r.id for r in RULES if not cannot_fire_on_a_cpu(r)}
