@@ -103,7 +103,7 @@ def run(
     from diagnose.analysis.pipeline import AnalysisOptions
     from diagnose.distributed import SummaryExchange, rank_info
     from diagnose.record import GROWTH_FACTOR, WindowPlan
-    from diagnose.runtime.knobs import Knobs
+    from diagnose.runtime.knobs import LAUNCH_KNOBS, Knobs
     from diagnose.signals import SignalHold
 
     script_args = list(args or [])
@@ -138,7 +138,7 @@ def run(
             options=AnalysisOptions.load(rules_dirs or (), show_all=show_all),  # a bad rule file fails before the script runs
             plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop, max_steps=GROWTH_FACTOR * steps if max_steps is None else max_steps),
             out=out, overwrite=overwrite, html=html, lines=not no_lines, quiet=quiet,
-            knob_assignments=[k for k in knob or [] if k.partition("=")[0].strip() != "nproc_per_node"], rules_dirs=tuple(rules_dirs or ()), keep_traces=keep_traces,
+            knob_assignments=[k for k in knob or [] if k.partition("=")[0].strip() not in LAUNCH_KNOBS], rules_dirs=tuple(rules_dirs or ()), keep_traces=keep_traces,
             torchrun_options=torchrun_options,
         )
         run_dir = session.open_run_dir(request, None if nproc_per_node else rank)

@@ -78,7 +78,7 @@ SYNC_METHODS = ("item", "__bool__", "tolist", "nonzero")
 DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
 #: FSDP's settings (FSDP2's fully_shard, FSDP1's FullyShardedDataParallel)
 FSDP_KNOBS = ("reshard_after_forward", "forward_prefetch", "backward_prefetch", "param_dtype", "reduce_dtype")
-#: the launch's knobs: ``diagnose run`` reads them, not the script's process
+#: the launch's knobs: ``diagnose run`` reads them (not passed on to the ranks it launches)
 LAUNCH_KNOBS = ("nproc_per_node",)
 #: the modules of torch that export FSDP2's ``fully_shard`` (a script imports it from any)
 FULLY_SHARD_MODULES = ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard", "torch.distributed._composable.fsdp")
