@@ -484,6 +484,7 @@ def verify(
     args: Optional[list[str]] = typer.Argument(None, metavar="SCRIPT_ARGS", help="The script's own arguments (after --)."),
     module: Optional[str] = typer.Option(None, "-m", "--module", metavar="MODULE", help="Run a module as `python -m MODULE` would."),
     top: int = typer.Option(3, "--top", min=1, metavar="N", help="How many of the top recommendations to try."),
+    only_rules: Optional[list[str]] = typer.Option(None, "--rule", metavar="RULE", help="Try only this rule's finding (repeatable), wherever it ranks: --rule DIST008."),
     repeats: int = typer.Option(2, "--repeats", min=1, metavar="N", help="Baseline runs, to measure the run-to-run spread."),
     warmup: int = typer.Option(5, "--warmup", min=1, metavar="N", help="Warm-up steps of every run."),
     steps: int = typer.Option(5, "--steps", min=1, metavar="N", help="Profiled steps of every run."),
@@ -514,7 +515,7 @@ def verify(
     result, base_report = run_verify(
         target_args, out_dir, WindowPlan(warmup=warmup, steps=steps, timed=timed_steps), top=top, repeats=repeats,
         base_knobs=list(knob or []), on_progress=_progress_printer(json_out), timeout=timeout, options=rules_argv(rules_dirs or []),
-        launch=launch,
+        launch=launch, rules=[r.upper() for r in only_rules or []],
     )
     first = result.baseline.runs[0]
     if not base_report or first.status != "ok":

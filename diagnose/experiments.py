@@ -405,9 +405,12 @@ def merge_knobs(specs: list[Spec]) -> dict[str, str]:
 # --- verify -----------------------------------------------------------------------------------
 
 
-def candidates_from_report(report: dict[str, Any], top: int) -> list[Spec]:
-    """The top findings that carry a knob (or, when nothing is wrong, the next steps)."""
+def candidates_from_report(report: dict[str, Any], top: int, rules: list[str] | None = None) -> list[Spec]:
+    """The top findings that carry a knob (or, when nothing is wrong, the next steps); with
+    ``rules``, only those rules' findings, wherever they rank."""
     findings = report.get("findings") or report.get("next_steps") or []
+    if rules:
+        findings = [f for f in findings if f.get("rule") in rules]
     specs = []
     for f in findings:
         knobs = {k: v for k, v in (f.get("knobs") or {}).items() if v not in ("", "n/a")}
@@ -424,6 +427,8 @@ class VerifyResult:
     tried: list[Outcome]
     combined: Outcome | None
     skipped: list[str]  # findings without a knob
+    #: the rules asked for (``--rule``) whose finding the baseline did not have
+    not_fired: list[str] = field(default_factory=list)
 
 
 def verify(
@@ -437,8 +442,10 @@ def verify(
     timeout: float | None = None,
     options: RunOptions | None = None,
     launch: Launch | None = None,
+    rules: list[str] | None = None,
 ) -> tuple[VerifyResult, dict[str, Any]]:
-    """Diagnose, then try each top recommendation alone and all of them combined."""
+    """Diagnose, then try each top recommendation (or the findings of ``rules``) alone and all
+    of them combined."""
 
     def experiment(spec: Spec, name: str) -> Outcome:
         on_progress(name)
@@ -447,8 +454,9 @@ def verify(
     baselines = [experiment(Spec("baseline"), f"baseline-{i}") for i in range(1, repeats + 1)]
     first = out_dir.child("baseline-1")
     report = first.load_report().to_dict() if first.report_path.is_file() else {}
-    specs = candidates_from_report(report, top)
-    skipped = [f["rule"] for f in (report.get("findings") or [])[:top] if not f.get("knobs")]
+    specs = candidates_from_report(report, top, rules)
+    considered = [f for f in report.get("findings") or [] if not rules or f.get("rule") in rules][:top]
+    skipped = [f["rule"] for f in considered if not f.get("knobs")]
     tried = [experiment(spec, spec.label) for spec in specs]
     combined = None
     if len(specs) > 1:
@@ -460,7 +468,8 @@ def verify(
     for b in baselines:
         judge(b, baseline)
         b.verdict = "baseline" if b.status == "ok" else b.status
-    return VerifyResult(baseline, tried, combined, skipped), report
+    fired = {f.get("rule") for f in report.get("findings") or []}
+    return VerifyResult(baseline, tried, combined, skipped, [r for r in rules or [] if r not in fired]), report
 
 
 def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, Any]:
@@ -483,7 +492,9 @@ def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, 
             lines.append(f"all of them combined: {result.combined.speedup:.2f}x ({result.combined.verdict})")
     for rule in result.skipped:
         lines.append(f"{rule} has no knob: apply its change by hand and run diagnose again to measure it")
-    if not result.tried and not result.skipped:
+    for rule in result.not_fired:
+        lines.append(f"{rule} did not fire on the baseline: nothing of it to try")
+    if not result.tried and not result.skipped and not result.not_fired:
         lines.append("nothing to try: the diagnosis has no recommendation with a knob")
     return {
         "kind": "verify",

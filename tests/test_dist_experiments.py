@@ -114,3 +114,14 @@ def test_two_torchrun_nodes_with_a_c10d_rendezvous_are_diagnosed_as_one_job(tmp_
     assert all(r["collectives"]["all_reduce"]["calls_per_step"] >= 1 for r in dist["ranks"])
     printed = [json.loads(out) for out, _ in outputs if out.strip()]
     assert printed and all(p["distributed"]["world_size"] == 2 for p in printed)  # the node that merged printed it
+
+
+def test_verify_tries_the_named_rules_finding_wherever_it_ranks() -> None:
+    from diagnose.experiments import Baseline, VerifyResult, candidates_from_report, summarize_verify
+
+    report = {"findings": [{"rule": "LAUNCH001", "knobs": {"compile": "default"}}, {"rule": "DIST002", "knobs": {}},
+                           {"rule": "DIST008", "knobs": {"bucket_cap_mb": "4"}}]}
+    assert [s.rule for s in candidates_from_report(report, top=1)] == ["LAUNCH001"]
+    assert [(s.rule, s.knobs) for s in candidates_from_report(report, top=1, rules=["DIST008"])] == [("DIST008", {"bucket_cap_mb": "4"})]
+    result = VerifyResult(Baseline([], True), [], None, [], not_fired=["DIST009"])
+    assert summarize_verify(result, report)["conclusions"] == ["DIST009 did not fire on the baseline: nothing of it to try"]
