@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the repository's diagnose, as the commands it runs use
+from diagnose.experiments import end_process_group  # noqa: E402
 
 #: a case is not started with less than this left of the budget
 MIN_CASE_S = 60.0
@@ -143,24 +145,12 @@ def run_command(cmd: list[str], timeout: float, log_path: Path) -> tuple[int | N
             out, _ = proc.communicate(timeout=timeout)
             return proc.returncode, out
         except subprocess.TimeoutExpired:
-            _end_group(proc)
+            end_process_group(proc)
             return None, ""
         except BaseException:  # Ctrl-C or SIGTERM (main's handler): the job in its own session goes too
-            _end_group(proc)
+            end_process_group(proc)
             raise
 
-
-def _end_group(proc: subprocess.Popen[str]) -> None:
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.communicate(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _json(text: str) -> dict[str, Any]:

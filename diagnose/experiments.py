@@ -187,21 +187,27 @@ def _run_in_session(cmd: list[str], env: dict[str, str], timeout: float | None) 
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except BaseException:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.communicate(timeout=KILL_GRACE_S)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        end_process_group(proc)
         raise
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
     return proc.returncode, stdout, stderr
+
+
+def end_process_group(proc: subprocess.Popen[Any], grace_s: float = KILL_GRACE_S) -> None:
+    """End the process group of ``proc`` (started with ``start_new_session``): SIGTERM (torchrun
+    passes it to its ranks), SIGKILL after ``grace_s`` if it is still there."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.communicate(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
