@@ -30,8 +30,8 @@ Writes, under ``--out``, as it goes (a killed run keeps what it measured): ``res
 (every case's row, rewritten after each case), ``results.md`` (the tables), ``<case>.log`` (the
 command's stderr tail) and the run directories under ``runs/``. Cases already in
 ``results.json`` are skipped (``--rerun`` runs them again): call it again with a fresh budget to
-go on. ``--budget-s`` bounds the whole call: a case is not started without ``MIN_CASE_S`` left,
-and each command's timeout is what remains. Keep NCCL's NVLink multicast off where the host asks
+go on. ``--budget-s`` bounds the whole call: a case is not started without ``MIN_CASE_S`` left
+(by its kind), and each command's timeout is what remains. Keep NCCL's NVLink multicast off where the host asks
 for it (``NCCL_NVLS_ENABLE=0`` reaches the ranks through the environment).
 """
 
@@ -53,8 +53,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the repository's diagnose, as the commands it runs use
 from diagnose.experiments import end_process_group  # noqa: E402
 
-#: a case is not started with less than this left of the budget
-MIN_CASE_S = 60.0
+#: a case is not started with less than this left of the budget (seconds, by kind: a verify is
+#: three torchrun jobs, a sweep two; a case cut short is lost, and run again by the next call)
+MIN_CASE_S = {"verify": 150.0, "sweep": 100.0, "scaling": 100.0, "run": 60.0}
 
 
 @dataclass(frozen=True)
@@ -353,7 +354,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help="folder for results.json, results.md, the logs and runs/")
     p.add_argument("--gpus", type=int, default=None, help="ranks per job (default: the GPUs torch sees; 2 with --cpu-smoke)")
     p.add_argument("--cpu-smoke", action="store_true", help="gloo ranks on the CPU, tiny models and windows")
-    p.add_argument("--budget-s", type=float, default=540.0, help="seconds for this whole call (a case starts with at least 60 s left)")
+    p.add_argument("--budget-s", type=float, default=540.0, help="seconds for this whole call (a case starts only with MIN_CASE_S left)")
     p.add_argument("--timeout", type=float, default=420.0, help="seconds one case's command may take at most")
     p.add_argument("--only", nargs="*", default=None, help="run these cases (names), in this order")
     p.add_argument("--rerun", action="store_true", help="run cases again that results.json already holds")
@@ -395,7 +396,7 @@ def main() -> None:
         if case.gpu_only and s.smoke:
             log(f"{case.name}: needs GPUs, skipped on the CPU")
             continue
-        if s.left() < MIN_CASE_S:
+        if s.left() < MIN_CASE_S[case.kind]:
             log(f"{case.name}: not started, {s.left():.0f} s of the budget left (call again to go on)")
             continue
         expect = case.rule or ("no " + "/".join(case.quiet) if case.quiet else "a figure, no rule")
