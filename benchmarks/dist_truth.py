@@ -14,7 +14,7 @@ session (a timeout ends the whole torchrun job, not only its parent):
   and DIST009's bucket size, each a torchrun job), and measures the job's samples/s (steps/s
   where the script has no samples).
 * ``sweep``: rules whose fix is the script's own change (DIST003's straggler, DIST005's uneven
-  data, DIST002's no_sync accumulation): ``diagnose sweep --nproc-per-node N --set arg.X=planted,fixed``;
+  data split equally, DIST002's no_sync accumulation): ``diagnose sweep --nproc-per-node N --set arg.X=planted,fixed``;
   the first point's report says what fired, the second is the fix. DIST002's accumulation does 4
   micro-batches a step, so its steps/s are multiplied by 4 (``work_knob``).
 * ``run``: one ``diagnose run --nproc-per-node N`` (the FSDP example with the advice applied: the
@@ -97,8 +97,8 @@ CASES: tuple[Case, ...] = (
          note="FullyShardedDataParallel (FSDP1) blocks, no prefetch"),
     Case("ddp-comm-bound", "DIST002", "sweep", "examples/ddp_buckets.py", ("--bucket-cap-mb", "25"), sweep="arg.accumulate=1,4",
          work_knob="arg.accumulate", note="DDP's default buckets; the fix: all-reduce once per 4 micro-batches (no_sync)"),
-    Case("uneven-data", "DIST005", "sweep", "examples/ddp_straggler.py", ("--no-delay",), sweep="arg.uneven=flag,none",
-         note="the last rank's batches twice as large, no slow loading; the fix: equal batches"),
+    Case("uneven-data", "DIST005", "sweep", "examples/ddp_straggler.py", (), sweep="arg.split=uneven,even",
+         note="the last rank's batches twice as large; the fix: the same samples per step, split equally"),
     Case("gloo-on-gpus", "DIST004", "verify", "examples/ddp_buckets.py", ("--bucket-cap-mb", "25"), base_knobs=("backend=gloo",),
          gpu_only=True, note="the script's process group forced to gloo (--set backend=gloo); verify tries backend=nccl"),
     Case("fsdp2-fixed", "", "run", "examples/fsdp_exposed_comm.py", ("--fixed",), quiet=("DIST006", "DIST007"),

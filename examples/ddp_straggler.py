@@ -6,8 +6,9 @@ a slower disk or fewer CPUs). At every gradient all-reduce the other ranks wait 
 Expected diagnosis: DIST003, naming the last rank and its data loading.
 
     diagnose run --nproc-per-node 2 examples/ddp_straggler.py
-    --no-delay   every rank loads alike (the fix; the reference of a scaling run)
-    --uneven     no delay, but the last rank takes batches twice as large (expected DIST005)
+    --no-delay      every rank loads alike (the fix; the reference of a scaling run)
+    --split uneven  no delay, but the last rank takes batches twice as large (expected DIST005)
+    --split even    its fix: every rank the same batch, the job's samples per step unchanged
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Samples(Dataset):
 def main() -> None:
     p = parser(__doc__, steps=200)
     p.add_argument("--no-delay", action="store_true", help="no rank is slower to load (the fix)")
-    p.add_argument("--uneven", action="store_true", help="the last rank's batches are twice as large, no delay")
+    p.add_argument("--split", choices=("uneven", "even"), help="no delay; uneven: the last rank's batches twice as large; even: the same total, split equally")
     args = p.parse_args()
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -53,10 +54,12 @@ def main() -> None:
     width, batch = (64, 16) if args.small else (1024, 256)
     slow = rank == world - 1
     delay = 0.002 if args.small else 0.0004  # per sample; --small (CPU) plants it above the noise of 2 cores
-    if args.no_delay or args.uneven:
+    if args.no_delay or args.split:
         delay = 0.0
-    if args.uneven and slow:
+    if args.split == "uneven" and slow:
         batch *= 2
+    elif args.split == "even":  # the uneven split's samples per step, shared equally
+        batch = round(batch * (world + 1) / world)
     dataset = Samples(batch * args.steps * world, width, delay_s=delay if slow else 0.0)
     loader = DataLoader(dataset, batch_size=batch, sampler=DistributedSampler(dataset, shuffle=False), num_workers=1)
     model = nn.parallel.DistributedDataParallel(
