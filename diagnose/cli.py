@@ -642,6 +642,7 @@ def knobs_command(
 
         knobs = [{"name": spec.name, "kind": spec.kind, "help": spec.help} for spec in KNOB_SPECS.values()]
         knobs.append({"name": "arg.<flag>", "kind": "text", "help": "a flag of the script itself, e.g. arg.batch_size=64"})
+        knobs.append({"name": "env.<NAME>", "kind": "text", "help": "an environment variable set before the script starts, e.g. env.DP_SHARD=2"})
         sys.stdout.write(orjson.dumps(knobs, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     sys.stdout.write(knobs_help())

@@ -117,3 +117,18 @@ def test_env_knobs_set_variables_until_removed(monkeypatch: pytest.MonkeyPatch) 
 def test_bad_distributed_values_are_usage_errors(bad: str) -> None:
     with pytest.raises(UsageError):
         Knobs.parse([bad])
+
+
+def test_diagnose_knobs_lists_every_distributed_knob() -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "diagnose", "knobs", "--json"], env=env, capture_output=True, text=True, timeout=60, check=True)
+    names = {k["name"] for k in json.loads(proc.stdout)}
+    wanted = {"bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "reshard_after_forward", "forward_prefetch", "backward_prefetch",
+              "param_dtype", "reduce_dtype", "backend", "nproc_per_node", "env.<NAME>"}
+    assert wanted <= names
