@@ -125,3 +125,38 @@ def test_verify_tries_the_named_rules_finding_wherever_it_ranks() -> None:
     assert [(s.rule, s.knobs) for s in candidates_from_report(report, top=1, rules=["DIST008"])] == [("DIST008", {"bucket_cap_mb": "4"})]
     result = VerifyResult(Baseline([], True), [], None, [], not_fired=["DIST009"])
     assert summarize_verify(result, report)["conclusions"] == ["DIST009 did not fire on the baseline: nothing of it to try"]
+
+
+@pytest.mark.slow
+def test_a_sweep_on_two_simulated_nodes_measures_each_point_as_one_job(tmp_path: Path) -> None:
+    """The same ``diagnose sweep --nnodes 2 ...`` on both "nodes", into one --out: each point is
+    one two-rank job in its own rendezvous; the node whose ranks do not merge waits for the
+    job's report and tabulates the same figure."""
+    port = _free_port()
+    shared = tmp_path / "shared"
+
+    def node() -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "diagnose", "sweep", "--nproc-per-node", "1", "--nnodes", "2", "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "sweep", *WINDOW, "--set", "bucket_cap_mb=1,10000", "--json",
+               "--out", str(shared), BUCKETS, "--", "--small", "--steps", "40"]
+        return subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    nodes = [node(), node()]
+    outputs = []
+    try:
+        for proc in nodes:
+            outputs.append(proc.communicate(timeout=600))
+    finally:
+        for proc in nodes:
+            if proc.poll() is None:
+                proc.kill()
+    tables = []
+    for proc, (out, err) in zip(nodes, outputs):
+        assert proc.returncode == 0, err[-3000:]
+        tables.append(json.loads(out)["experiments"]["rows"])
+    for rows in tables:
+        assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert [r["steps_per_s"] for r in tables[0]] == [r["steps_per_s"] for r in tables[1]]  # one job per point, read alike
+    for row in tables[0]:
+        report = RunDir(Path(row["run_dir"])).load_report().to_dict()
+        assert report["distributed"]["world_size"] == 2
