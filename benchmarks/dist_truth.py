@@ -190,8 +190,16 @@ def describe(report: dict[str, Any]) -> dict[str, Any]:
                                           "collectives", "top_exposed")} for r in dist.get("ranks") or []],
         "lead_rank": (report.get("source") or {}).get("rank"),
         "warnings": [w for w in report.get("warnings") or [] if "rank" in w],
-        "device": (report.get("environment") or {}).get("gpu_name") or (report.get("environment") or {}).get("device"),
+        "device": _device(report.get("environment") or {}),
     }
+
+
+def _device(env: dict[str, Any]) -> str | None:
+    """``4x NVIDIA H100 80GB HBM3, torch 2.11.0+cu130``, as the report's environment says."""
+    name = env.get("device_name") if env.get("gpu_count") else env.get("device")
+    count = f"{env['gpu_count']}x " if env.get("gpu_count") else ""
+    torch = f", torch {env['torch']}" if env.get("torch") else ""
+    return f"{count}{name}{torch}" if name else None
 
 
 def run_case(case: Case, s: Settings) -> dict[str, Any]:
