@@ -75,6 +75,22 @@ def test_sweep_under_torchrun_applies_the_ddp_knob_on_every_rank_and_compares_th
         assert (calls > 1) if cap == "1" else (calls == 1)  # 2 MiB of gradients: several buckets of 1 MiB, else one
 
 
+def _both(nodes: list[subprocess.Popen[str]], timeout: float) -> list[tuple[str, str]]:
+    """Every "node"'s stdout and stderr once all have ended, each with exit code 0 (killed at the
+    timeout, or when another failed)."""
+    outputs = []
+    try:
+        for proc in nodes:
+            outputs.append(proc.communicate(timeout=timeout))
+    finally:
+        for proc in nodes:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, (_, err) in zip(nodes, outputs):
+        assert proc.returncode == 0, err[-3000:]
+    return outputs
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,17 +111,7 @@ def test_two_torchrun_nodes_with_a_c10d_rendezvous_are_diagnosed_as_one_job(tmp_
                "--out", str(shared), STRAGGLER, "--", "--small", "--steps", "60"]
         return subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    nodes = [node(0), node(1)]
-    outputs = []
-    try:
-        for proc in nodes:
-            outputs.append(proc.communicate(timeout=400))
-    finally:
-        for proc in nodes:
-            if proc.poll() is None:
-                proc.kill()
-    for proc, (_, err) in zip(nodes, outputs):
-        assert proc.returncode == 0, err[-3000:]
+    outputs = _both([node(0), node(1)], timeout=400)
     report = RunDir(shared).load_report().to_dict()
     dist = report["distributed"]
     assert dist["world_size"] == 2 and [r["rank"] for r in dist["ranks"]] == [0, 1]
@@ -141,19 +147,7 @@ def test_a_sweep_on_two_simulated_nodes_measures_each_point_as_one_job(tmp_path:
                "--out", str(shared), BUCKETS, "--", "--small", "--steps", "40"]
         return subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    nodes = [node(), node()]
-    outputs = []
-    try:
-        for proc in nodes:
-            outputs.append(proc.communicate(timeout=600))
-    finally:
-        for proc in nodes:
-            if proc.poll() is None:
-                proc.kill()
-    tables = []
-    for proc, (out, err) in zip(nodes, outputs):
-        assert proc.returncode == 0, err[-3000:]
-        tables.append(json.loads(out)["experiments"]["rows"])
+    tables = [json.loads(out)["experiments"]["rows"] for out, _ in _both([node(), node()], timeout=600)]
     for rows in tables:
         assert [r["status"] for r in rows] == ["ok", "ok"]
     assert [r["steps_per_s"] for r in tables[0]] == [r["steps_per_s"] for r in tables[1]]  # one job per point, read alike
