@@ -48,6 +48,9 @@ class StepClock:
         self._fetched_last_iteration = False
         self._lead_optimizer: int | None = None
         self._lead_module: int | None = None
+        #: when the lead optimizer last stepped: the end of the step in progress, should no
+        #: fetch follow to commit its boundary (the script's last step)
+        self._stepped_at: float | None = None
         self.samples_this_step = 0
         self.samples_per_step: list[int] = []
 
@@ -88,6 +91,7 @@ class StepClock:
         self._fetches_since_step = 0
         if uses_loader:
             self._pending = True  # the boundary is the next fetch
+            self._stepped_at = time.perf_counter()
         elif optimizer_id == self._lead_optimizer:
             self._boundary()
 
@@ -100,6 +104,19 @@ class StepClock:
                 self._boundary()
         elif self._use_mode("dataloader"):
             self._boundary()
+
+    def last_step_end(self) -> float | None:
+        """The script ended: the end of a step whose boundary still waits for a fetch (its
+        optimizer step ran, no fetch followed), so that the last step ends at its optimizer
+        step and what the script does after it (teardown, a checkpoint, evaluation) is in no
+        step. Counts the step's samples; None when no step is pending."""
+        if not self._pending or self._stepped_at is None:
+            return None
+        self._pending = False
+        self.samples_per_step.append(self.samples_this_step)
+        self.samples_this_step = 0
+        self._last_boundary_at = self._stepped_at
+        return self._stepped_at
 
     def batch_delivered(self, samples: int) -> None:
         self.samples_this_step += samples
