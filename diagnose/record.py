@@ -215,6 +215,10 @@ class ModelInfo:
     compiled: bool
     data_parallel: bool
     distributed_data_parallel: bool
+    #: how the model is spread over devices and the settings the rules would advise
+    #: (``instrument.describe_parallel``): ``kind`` ("DataParallel", "DDP", "FSDP1", "FSDP2")
+    #: with its devices, bucket size or prefetch settings; empty for a plain model
+    parallel: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

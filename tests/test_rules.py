@@ -30,6 +30,8 @@ def test_rule_examples(rule, example) -> None:
     """An example fires when the rule's conditions hold and no rule that supersedes it fires."""
     fired = [r for r in RULES if r.fires(example.symptoms)]
     assert (rule in fired and rule.id not in superseded_by(fired)) is example.fires
+    if example.already is not None:  # the setting it advises is on: [already]'s words, or not
+        assert rule.already_set(example.symptoms) is example.already
 
 
 def test_a_superseded_finding_is_dropped_and_recorded() -> None:

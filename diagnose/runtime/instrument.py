@@ -559,10 +559,66 @@ def describe_models() -> list[ModelInfo]:
                 or hasattr(m.__dict__.get("forward"), "_torchdynamo_orig_callable"),
                 data_parallel=isinstance(m, nn.DataParallel),
                 distributed_data_parallel=isinstance(m, nn.parallel.DistributedDataParallel),
+                parallel=_safe_parallel(m),
             )
         )
     out.sort(key=lambda info: -info.params)
     return out[:8]
+
+
+def _safe_parallel(module: Any) -> dict[str, Any]:
+    try:
+        return describe_parallel(module)
+    except Exception:  # noqa: BLE001 - a wrapper's internals differ across torch versions: say nothing
+        return {}
+
+
+def describe_parallel(module: Any) -> dict[str, Any]:
+    """How the model is spread over devices, with the settings rules would advise (so that they
+    do not advise what is set): nn.DataParallel's devices; DDP's bucket size; FSDP2
+    (``fully_shard``): its sharded modules and how many of them have an explicit forward or
+    backward prefetch (``set_modules_to_forward_prefetch`` / ``..._backward_prefetch``);
+    FSDP1: its ``forward_prefetch`` and ``backward_prefetch``. Empty for a plain model."""
+    from torch import nn
+
+    inner = getattr(module, "_orig_mod", module)
+    if isinstance(inner, nn.DataParallel):
+        return {"kind": "DataParallel", "devices": len(inner.device_ids or [])}
+    if isinstance(inner, nn.parallel.DistributedDataParallel):
+        cap = getattr(inner, "bucket_bytes_cap", None)
+        return {"kind": "DDP", "bucket_cap_mb": round(cap / 2**20, 3) if isinstance(cap, (int, float)) else None}
+    fsdp1 = _fsdp1_settings(inner)
+    if fsdp1:
+        return fsdp1
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return {}
+    sharded = [m for m in inner.modules() if isinstance(m, FSDPModule)]
+    if not sharded:
+        return {}
+    forward = backward = 0
+    for m in sharded:
+        state = m._get_fsdp_state()
+        forward += bool(getattr(state, "_states_to_forward_prefetch", None))
+        backward += bool(getattr(state, "_states_to_backward_prefetch", None))
+    return {"kind": "FSDP2", "sharded_modules": len(sharded), "forward_prefetch_modules": forward, "backward_prefetch_modules": backward}
+
+
+def _fsdp1_settings(module: Any) -> dict[str, Any]:
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:
+        return {}
+    wrapped = [m for m in module.modules() if isinstance(m, FullyShardedDataParallel)]
+    if not wrapped:
+        return {}
+    first = wrapped[0]
+    backward = getattr(first, "backward_prefetch", None)
+    return {
+        "kind": "FSDP1", "sharded_modules": len(wrapped), "forward_prefetch": bool(getattr(first, "forward_prefetch", False)),
+        "backward_prefetch": getattr(backward, "name", None) if backward is not None else None,
+    }
 
 
 def _optimized_module_class() -> type | None:
