@@ -77,6 +77,21 @@ def run_length(options: list[dict[str, Any]], loader_batches: int | None, framew
     return None
 
 
+def even_out_epoch_turns(samples: list[int], batches: list[tuple[int, int]]) -> list[int]:
+    """Samples per step with an epoch's turn evened out. A loader wrapped in a one-ahead
+    prefetch (accelerate's ``DataLoaderShard``, under the HF Trainer and ``Accelerator``) draws
+    each batch a step early: at an epoch's end one step draws nothing (the data ran out) and
+    the next draws two batches, the new epoch's first two. The first of them is the empty
+    step's: without it the step reads 0 samples and no samples/s can be said. ``batches``: per
+    step, the batches drawn and the first one's samples."""
+    out = list(samples)
+    for i in range(min(len(out), len(batches)) - 1):
+        (drawn, _), (drawn_next, first_next) = batches[i], batches[i + 1]
+        if out[i] == 0 and drawn == 0 and drawn_next >= 2 and 0 < first_next < out[i + 1]:
+            out[i], out[i + 1] = first_next, out[i + 1] - first_next
+    return out
+
+
 def steps_vary_widely(durations: list[float]) -> bool:
     """Whether the p90 of these step times (linear interpolation, numpy's default) is over
     ``NOISY_P90_OVER_MEDIAN`` times their median; never for fewer than two steps."""
@@ -186,9 +201,14 @@ class DataLoaderInfo:
     first_batch_wait_s: list[float] = field(default_factory=list)
     fetches_in_window: int = 0
     knobs_applied: dict[str, Any] = field(default_factory=dict)
+    #: ``len(loader)`` when it was iterated: batches per epoch, also with a batch sampler
+    batches_per_epoch: int | None = None
 
     def batches(self) -> int | None:
-        """Batches in one pass over the dataset (None when its length or batch size is unknown)."""
+        """Batches in one pass over the dataset (None when neither the loader's length nor its
+        dataset's length and batch size are known)."""
+        if self.batches_per_epoch:
+            return self.batches_per_epoch
         if not self.dataset_len or not self.batch_size:
             return None
         full, rest = divmod(self.dataset_len, self.batch_size)

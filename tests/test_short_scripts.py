@@ -63,11 +63,18 @@ def test_the_run_length_comes_from_the_scripts_options_its_loader_or_its_framewo
 def test_the_flag_that_gives_more_steps_is_the_scripts_own() -> None:
     steps = {"flag": "--max-iters", "dest": "max_iters", "kind": "steps", "value": 40}
     epochs = {"flag": "--num_epochs", "dest": "num_epochs", "kind": "epochs", "value": 1}
-    assert more_steps([epochs, steps], 36, 10) == "--max-iters 36"
-    assert more_steps([epochs], 36, 10) == "--num_epochs 4"
-    assert more_steps([epochs], 36, None) is None
-    assert more_steps([], 36, 10) is None
-    assert more_steps([{**steps, "value": 0}, epochs], 36, 10) == "--num_epochs 4"  # --max-iters 0: not in use
+    assert more_steps([epochs, steps], 36, 10, made=40) == "--max-iters 36"
+    assert more_steps([epochs], 36, 10, made=10) == "--num_epochs 4"
+    assert more_steps([epochs], 36, None, made=10) is None
+    assert more_steps([], 36, 10, made=10) is None
+    # a step count that did not limit the run: --max-iters 0 (run the epochs), or over the steps made
+    assert more_steps([{**steps, "value": 0}, epochs], 36, 10, made=10) == "--num_epochs 4"
+    assert more_steps([{**steps, "value": 60}, epochs], 36, 10, made=10) == "--num_epochs 4"
+    # the HF Trainer's own settings, where the script has no option for them
+    hf = FrameworkInfo("hf_trainer", "arguments", "TrainingArguments", None, None, settings={"max_steps": -1, "num_train_epochs": 4})
+    assert more_steps([{**steps, "value": 60}], 26, None, made=12, frameworks=[hf]) == "TrainingArguments(num_train_epochs=9)"
+    hf.settings["max_steps"] = 12
+    assert more_steps([], 26, None, made=12, frameworks=[hf]) == "TrainingArguments(max_steps=26)"
 
 
 def _record(durations: list[float], profiled: int, plan: WindowPlan, status: str = "completed", **kw: object) -> RunRecord:
@@ -226,3 +233,47 @@ def test_a_short_script_under_diagnose_run_is_diagnosed_and_told_how_to_run_long
     assert (short["steps"], short["profiled"], short["timed"], short["more_steps"]) == (12, 7, 0, "--epochs 12")
     assert report["throughput"]["profiled"]["steps"] == 7
     assert any("run it with --epochs 12" in w for w in report["warnings"])
+
+
+def test_an_epoch_turn_under_a_one_ahead_prefetch_is_evened_out() -> None:
+    from diagnose.record import even_out_epoch_turns
+
+    # batches of 8, 8, 4 an epoch, each drawn a step early: the turn's step drew nothing, the
+    # next the new epoch's first two
+    samples = [8, 4, 0, 16, 4, 0, 16, 4, 0]
+    batches = [(1, 8), (1, 4), (0, 0), (2, 8), (1, 4), (0, 0), (2, 8), (1, 4), (0, 0)]
+    assert even_out_epoch_turns(samples, batches) == [8, 4, 8, 8, 4, 8, 8, 4, 0]
+    # a plain loop's steps stay as they are, a step that drew one batch of 0 samples too
+    assert even_out_epoch_turns([4, 4, 2, 4], [(1, 4), (1, 4), (1, 2), (1, 4)]) == [4, 4, 2, 4]
+
+
+#: the HF Trainer's way (accelerate's DataLoaderShard): each batch drawn from the DataLoader one
+#: step before the loop gets it
+ONE_AHEAD = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+def one_ahead(loader):
+    it = iter(loader)
+    current = next(it)
+    for following in it:
+        yield current
+        current = following
+    yield current
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loader = DataLoader(TensorDataset(torch.randn(20, 4)), batch_size=8)
+for epoch in range(4):
+    for (x,) in one_ahead(loader):
+        model(x).mean().backward()
+        opt.step(); opt.zero_grad()
+"""
+
+
+def test_a_one_ahead_loader_keeps_its_samples_per_second_at_epoch_turns(write_script) -> None:
+    # issue 33: an HF Trainer run recorded 0 samples in the step at each epoch's turn and lost
+    # its steady samples/s
+    record = run(write_script(ONE_AHEAD), [], WindowPlan(warmup=2, steps=3, timed=4, stop=False))
+    assert record.completed_steps() == 12
+    # each step reads the batch drawn during it (the next one's): the last step drew none
+    assert record.samples_per_step == [8, 4, 8] * 3 + [8, 4, 0]
+    assert record.timed_samples == 8 + 8 + 4 + 8  # steps 6-9

@@ -25,6 +25,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from diagnose.analysis.breakdown import Breakdown, per_step_stats, quantile, ref
 from diagnose.analysis.categories import EXPOSED, HOST_EXPOSED, exposed_labels
 from diagnose.analysis.findings import Diagnosis
 from diagnose.analysis.limits import distance_to_limits, limits_to_dict
-from diagnose.record import NOISY_P90_OVER_MEDIAN, RunRecord, WindowPlan, check_field_kinds
+from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.timeline import TraceMeta
 from diagnose.units import gain_words, percent
@@ -442,20 +443,32 @@ def short_run(record: RunRecord) -> dict[str, Any] | None:
         "planned_profiled": asked.steps,
         "timed": record.timed_steps,
         "planned_timed": asked.timed,
-        "more_steps": more_steps(record.length_options, asked.last_boundary, loader.batches() if loader is not None else None),
+        "more_steps": more_steps(record.length_options, asked.last_boundary, loader.batches() if loader is not None else None, steps, record.frameworks),
     }
 
 
-def more_steps(options: list[dict[str, Any]], needed: int, loader_batches: int | None) -> str | None:
-    """The script's own option that gives ``needed`` steps, spelled as the script spells it
-    (``--max_iters 36``, ``--epochs 3``); None when it has none diagnose recognises. A step
-    count of 0 or less is one the script does not use (``--iters 0``: run the epochs)."""
+def more_steps(options: list[dict[str, Any]], needed: int, loader_batches: int | None, made: int,
+               frameworks: Sequence[FrameworkInfo] = ()) -> str | None:
+    """The script's own setting that gives ``needed`` steps, spelled as the script spells it
+    (``--max_iters 36``, ``--epochs 3``, ``TrainingArguments(num_train_epochs=9)``), for a
+    script that made ``made`` steps; None when it has none diagnose recognises. A step count
+    that did not limit the run (``--iters 0``: run the epochs; a value over the steps made) is
+    not the one to raise."""
     for option in options:
-        if option.get("kind") == "steps" and isinstance(option.get("value"), (int, float)) and option["value"] > 0:
+        value = option.get("value")
+        if option.get("kind") == "steps" and isinstance(value, (int, float)) and 0 < value <= made + 1:
             return f"{option['flag']} {needed}"
     for option in options:
         if option.get("kind") == "epochs" and loader_batches:
             return f"{option['flag']} {-(-needed // loader_batches)}"
+    for f in frameworks:
+        steps, epochs = f.settings.get("max_steps"), f.settings.get("num_train_epochs", f.settings.get("max_epochs"))
+        name = "num_train_epochs" if "num_train_epochs" in f.settings else "max_epochs"
+        if isinstance(steps, int) and not isinstance(steps, bool) and 0 < steps <= made + 1:
+            return f"{f.cls}(max_steps={needed})"
+        if isinstance(epochs, (int, float)) and not isinstance(epochs, bool) and epochs > 0 and made > 0:
+            per_epoch = loader_batches or made / epochs
+            return f"{f.cls}({name}={math.ceil(needed / per_epoch)})"
     return None
 
 

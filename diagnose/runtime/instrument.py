@@ -53,6 +53,9 @@ class StepClock:
         self._stepped_at: float | None = None
         self.samples_this_step = 0
         self.samples_per_step: list[int] = []
+        #: batches delivered in each step, and the first one's samples (record.even_out_epoch_turns)
+        self.batches_this_step: list[int] = []
+        self.batches_per_step: list[tuple[int, int]] = []
 
     def _use_mode(self, mode: str) -> bool:
         """Switch to ``mode`` if it is stronger; return whether signals of ``mode`` count."""
@@ -62,20 +65,28 @@ class StepClock:
             step_started = self._last_boundary_at
             self.mode = mode
             self.samples_per_step = []
+            self.batches_per_step = []
             self._on_reset(mode)
             if mode == "optimizer" and step_started is not None:
                 # The first optimizer step ends a step that began at the weaker signal's last
                 # boundary (the fetch or the model call): that step counts too, else a script of
                 # 3 optimizer steps would be reported as 2. Its samples stay with it.
                 self.samples_per_step.append(0)
+                self.batches_per_step.append((0, 0))
                 self._last_boundary_at = step_started
                 self._on_boundary(step_started)
             return True
         return False
 
-    def _boundary(self) -> None:
+    def _close_step(self) -> None:
         self.samples_per_step.append(self.samples_this_step)
+        batches = self.batches_this_step
+        self.batches_per_step.append((len(batches), batches[0] if batches else 0))
         self.samples_this_step = 0
+        self.batches_this_step = []
+
+    def _boundary(self) -> None:
+        self._close_step()
         self._last_boundary_at = time.perf_counter()
         self._on_boundary(self._last_boundary_at)
 
@@ -113,13 +124,13 @@ class StepClock:
         if not self._pending or self._stepped_at is None:
             return None
         self._pending = False
-        self.samples_per_step.append(self.samples_this_step)
-        self.samples_this_step = 0
+        self._close_step()
         self._last_boundary_at = self._stepped_at
         return self._stepped_at
 
     def batch_delivered(self, samples: int) -> None:
         self.samples_this_step += samples
+        self.batches_this_step.append(samples)
 
     def module_called(self, module_id: int) -> None:
         if self.mode is not None and self.mode != "forward":
@@ -421,6 +432,8 @@ class Instrumentation:
             if info is not None:
                 info.iterators_created += iterator.__dict__.pop("_diagnose_new", 0)
                 iterator._diagnose_epoch_start = start
+                if info.batches_per_epoch is None:
+                    info.batches_per_epoch = _length(loader)
             return iterator
 
         return __iter__
@@ -455,6 +468,14 @@ class Instrumentation:
             return batch
 
         return __next__
+
+
+def _length(loader: Any) -> int | None:
+    """``len(loader)``, None where it has none (an iterable dataset) or it fails."""
+    try:
+        return int(len(loader))
+    except Exception:  # noqa: BLE001 - a sampler without a length, an IterableDataset
+        return None
 
 
 def _dynamo_compiled_something() -> bool:

@@ -27,7 +27,7 @@ from diagnose import errors
 from diagnose.runtime.capture import CaptureSession, StopScript
 from diagnose.errors import UsageError
 from diagnose.progress import Progress
-from diagnose.record import RunLength, RunRecord, WindowPlan, run_length
+from diagnose.record import RunLength, RunRecord, WindowPlan, even_out_epoch_turns, run_length
 from diagnose.rundir import RunDir
 from diagnose.signals import SignalHold
 
@@ -366,7 +366,7 @@ class _ScriptRun:
         record.plan_fit = dict(session.fit)
         record.length_options = self.script_args.found()
         record.boundaries_s = list(session.boundaries)
-        record.samples_per_step = self.clock.samples_per_step[1:]
+        record.samples_per_step = even_out_epoch_turns(self.clock.samples_per_step[1:], self.clock.batches_per_step[1:])
         record.profiled_steps = session.profiled_steps()
         record.window_growth = dict(session.growth)
         record.trace_files = list(session.trace_files)
