@@ -53,27 +53,28 @@ class RunLength:
 
 
 def run_length(options: list[dict[str, Any]], loader_batches: int | None, frameworks: list[FrameworkInfo]) -> RunLength | None:
-    """The steps the script's own settings promise: a step-count option (``--max_iters 40``),
-    else epochs times its DataLoader's batches, else the framework's (``max_steps``, epochs);
-    None when nothing says. Gradient accumulation is not divided out: an estimate on the long
-    side only lets the window keep more of its plan."""
-    for option in options:
-        if option.get("kind") == "steps" and isinstance(option.get("value"), int) and option["value"] > 0:
-            return RunLength(option["value"], f"{option['flag']} {option['value']}")
+    """The steps the script's own settings promise. A framework that runs the loop (the HF
+    Trainer, Lightning) is asked first: its ``max_steps``, else its epochs times the DataLoader's
+    batches (a script's ``--steps`` it never passed on says nothing). Else a step-count option
+    (``--max_iters 40``), else epochs times the DataLoader's batches; None when nothing says.
+    Gradient accumulation is not divided out: an estimate on the long side only lets the window
+    keep more of its plan."""
     for f in frameworks:
         steps = f.settings.get("max_steps")
         if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
             return RunLength(steps, f"{f.cls}(max_steps={steps})")
+        epochs = f.settings.get("num_train_epochs", f.settings.get("max_epochs"))
+        if loader_batches and isinstance(epochs, (int, float)) and not isinstance(epochs, bool) and epochs > 0:
+            name = "num_train_epochs" if "num_train_epochs" in f.settings else "max_epochs"
+            return RunLength(max(1, round(epochs * loader_batches)), f"{f.cls}({name}={epochs:g}) x {loader_batches} batches")
+    for option in options:
+        if option.get("kind") == "steps" and isinstance(option.get("value"), int) and option["value"] > 0:
+            return RunLength(option["value"], f"{option['flag']} {option['value']}")
     if loader_batches:
         for option in options:
             epochs = option.get("value")
             if option.get("kind") == "epochs" and isinstance(epochs, (int, float)) and epochs > 0:
                 return RunLength(max(1, round(epochs * loader_batches)), f"{option['flag']} {epochs:g} x {loader_batches} batches")
-        for f in frameworks:
-            epochs = f.settings.get("num_train_epochs", f.settings.get("max_epochs"))
-            if isinstance(epochs, (int, float)) and not isinstance(epochs, bool) and epochs > 0:
-                name = "num_train_epochs" if "num_train_epochs" in f.settings else "max_epochs"
-                return RunLength(max(1, round(epochs * loader_batches)), f"{f.cls}({name}={epochs:g}) x {loader_batches} batches")
     return None
 
 

@@ -55,6 +55,8 @@ def test_the_run_length_comes_from_the_scripts_options_its_loader_or_its_framewo
     assert run_length([epochs], None, []) is None  # epochs of an unknown length say nothing
     hf = FrameworkInfo("hf_trainer", "arguments", "TrainingArguments", None, None, settings={"max_steps": -1, "num_train_epochs": 2.0})
     assert run_length([], 5, [hf]) == RunLength(10, "TrainingArguments(num_train_epochs=2) x 5 batches")
+    # the loop's framework first: a script's --steps it never passed on says nothing
+    assert run_length([{**steps, "flag": "--steps", "value": 60}], 5, [hf]) == RunLength(10, "TrainingArguments(num_train_epochs=2) x 5 batches")
     hf.settings["max_steps"] = 12
     assert run_length([], 5, [hf]) == RunLength(12, "TrainingArguments(max_steps=12)")
     assert run_length([], None, []) is None
@@ -277,3 +279,30 @@ def test_a_one_ahead_loader_keeps_its_samples_per_second_at_epoch_turns(write_sc
     # each step reads the batch drawn during it (the next one's): the last step drew none
     assert record.samples_per_step == [8, 4, 8] * 3 + [8, 4, 0]
     assert record.timed_samples == 8 + 8 + 4 + 8  # steps 6-9
+
+
+def test_a_script_that_raises_inside_the_window_reports_one_count_of_profiled_steps(write_script) -> None:
+    # issue 38 item 13: "Profiled window (4 steps)" beside "3 of the 10 planned steps"; the
+    # trace's last mark ran on from the last step to the failure
+    from diagnose.analysis.pipeline import AnalysisOptions
+    from diagnose.session import analyze_run
+
+    script = write_script(
+        """
+        import time, torch
+        from torch.utils.data import DataLoader, TensorDataset
+        m = torch.nn.Linear(8, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for i, (x,) in enumerate(DataLoader(TensorDataset(torch.randn(400, 8)), batch_size=4)):
+            m(x).mean().backward(); opt.step(); opt.zero_grad()
+            if i == 7:
+                time.sleep(0.3)  # e.g. a checkpoint, then the failure
+                raise RuntimeError("boom after step 7")
+        """
+    )
+    record = run(script, [], WindowPlan(warmup=5, steps=10, timed=4))
+    assert record.status == "failed" and record.completed_steps() == 8 and record.profiled_steps == 3
+    report = analyze_run(RunDir(script.parent / "run"), AnalysisOptions.load(()))
+    assert report.throughput["profiled"]["steps"] == 3
+    assert "3 of the 10 planned steps were profiled" in report.status["message"]
+    assert report.throughput["profiled"]["p90_step_ms"] < 200  # the 0.3 s is in no step
+    assert report.run["after_last_step_s"] >= 0.3
