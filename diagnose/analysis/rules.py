@@ -603,15 +603,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     on_cpu = data.get("on_cpu", {})
     if not isinstance(on_cpu, dict):
         raise fail(f"on_cpu must be a table of the CPU-only run's texts ({', '.join(DEVICE_TEXT_KEYS)})", "on_cpu")
-    for key, text in on_cpu.items():
-        if key not in DEVICE_TEXT_KEYS:
-            raise fail(f"on_cpu: unknown key {key!r} (known: {', '.join(DEVICE_TEXT_KEYS)})", "on_cpu")
-        if not isinstance(text, str) or not text.strip():
-            raise fail(f"on_cpu.{key} must be a non-empty string", "on_cpu")
-        if key in ("says", "do"):
-            _check_names(template_names(text) - {"gain"}, text, fail)
-            if (problem := template_spec_problem(text)) is not None:
-                raise fail(f"on_cpu.{key}: {problem}", "on_cpu")
+    _check_texts("on_cpu", on_cpu, fail)
 
     already_when, already_texts = _read_already(data.get("already"), fail)
 
@@ -704,16 +696,22 @@ def _read_already(raw: Any, fail: Callable[[str, str | None], RuleError]) -> tup
     texts = {k: v for k, v in raw.items() if k != "when"}
     if not texts:
         raise fail("already: give the words (title, says, why, do) that say why the setting is not enough", "already")
+    _check_texts("already", texts, fail)
+    return tuple(conditions), {k: v.strip() for k, v in texts.items()}
+
+
+def _check_texts(table: str, texts: dict[str, Any], fail: Callable[[str, str | None], RuleError]) -> None:
+    """A table of a rule's words (``[on_cpu]``, ``[already]``): known keys, non-empty strings,
+    templates over known symptoms."""
     for key, text in texts.items():
         if key not in DEVICE_TEXT_KEYS:
-            raise fail(f"already: unknown key {key!r} (known: when, {', '.join(DEVICE_TEXT_KEYS)})", "already")
+            raise fail(f"{table}: unknown key {key!r} (known: {', '.join(DEVICE_TEXT_KEYS)})", table)
         if not isinstance(text, str) or not text.strip():
-            raise fail(f"already.{key} must be a non-empty string", "already")
+            raise fail(f"{table}.{key} must be a non-empty string", table)
         if key in ("says", "do"):
             _check_names(template_names(text) - {"gain"}, text, fail)
             if (problem := template_spec_problem(text)) is not None:
-                raise fail(f"already.{key}: {problem}", "already")
-    return tuple(conditions), {k: v.strip() for k, v in texts.items()}
+                raise fail(f"{table}.{key}: {problem}", table)
 
 
 def _read_predict(raw: Any, fail: Callable[[str, str | None], RuleError]) -> tuple[str | None, tuple[tuple[str, Node], ...]]:
