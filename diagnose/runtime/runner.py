@@ -350,6 +350,7 @@ class _ScriptRun:
             record.flags = _safely(describe_flags, {})
         if not record.memory:
             record.memory = _safely(describe_memory, {})
+        record.boundaries_s = list(session.boundaries)  # the hooks cut what came after the last step
         for hook in self.hooks:
             _safely(lambda h=hook: h.finish(record))
         record.environment = _safely(describe_environment, {})
@@ -365,7 +366,6 @@ class _ScriptRun:
         record.plan = asdict(plan)
         record.plan_fit = dict(session.fit)
         record.length_options = self.script_args.found()
-        record.boundaries_s = list(session.boundaries)
         record.samples_per_step = even_out_epoch_turns(self.clock.samples_per_step[1:], self.clock.batches_per_step[1:])
         record.profiled_steps = session.profiled_steps()
         record.window_growth = dict(session.growth)
