@@ -18,6 +18,14 @@ ends with the last completed step). ``self.plan`` is then the plan as it runs: e
 boundary (export, timed steps, stop) moves with it. A rank of a distributed run never grows its
 window: the ranks must stop at the same step.
 
+At the first step the plan is cut to the steps the script's settings promise (``length``, from
+the runner: its ``--max_iters``, epochs times its DataLoader, its framework's ``max_steps``;
+``WindowPlan.fitted``), warm-up first, so that a short script is profiled and timed as far as
+its steps go; ``self.asked`` keeps the plan as asked and ``self.fit`` says why it was cut. A
+script that ends with a step no fetch closed has it closed at its optimizer step
+(``on_last_boundary``); one that ends during the timing keeps the timed steps it had
+(``timed_so_far``); under ``--no-stop`` every later boundary still counts.
+
 Only what the analysis needs is collected: no shapes, stacks, memory events or FLOPs, which
 make traces 5-20x larger.
 """
