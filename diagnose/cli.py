@@ -312,7 +312,7 @@ def _exit_for(record, plan) -> None:  # noqa: ANN001
         what = "interrupted (Ctrl-C)" if record.status == "interrupted" else "terminated (SIGTERM)"
         typer.echo(f"diagnose: {what}: what was measured until then is in the report", err=True)
     if record.status in ("completed", "stopped"):
-        if record.completed_steps() <= plan.warmup:
+        if not record.profiled_steps and record.completed_steps() <= plan.warmup:  # a plan cut to the script profiles a step
             typer.echo(
                 f"diagnose: warning: the script ran only {record.completed_steps()} steps, "
                 f"not more than --warmup {plan.warmup}: nothing was profiled (try --warmup 1 --steps 2)",

@@ -9,7 +9,10 @@ compile break-even) is pure and tested without running anything.
 The statistic is the report's steady figure: the mean over the timed steps (profiler off), as
 samples per second where every run knows it (a batch-size change alters the work per step), else
 steps per second, with the p10-p90 of those steps (``mean_step_ms``, ``p10_step_ms``,
-``p90_step_ms``). A change whose speedup lies inside the baseline's own spread of that statistic
+``p90_step_ms``). A run of a script too short for the timed steps is no failure: it has its
+profiled window's figures, and where any run has only those, every run is compared by its
+profiled window (``align_basis``: like with like, each row saying which it is); a run without
+the figures of that basis is shown, never compared, and never the best. A change whose speedup lies inside the baseline's own spread of that statistic
 is called "no effect": half the range of the baseline repeats' means, or, with one repeat, half
 the p10-p90 range of its timed steps over its mean step (``Baseline.spread``, ``spread_from``).
 
@@ -59,12 +62,21 @@ class Spec:
     rule: str | None = None
 
 
+#: an outcome's figures of one basis: its rates and step times
+FIGURES = ("steps_per_s", "samples_per_s", "mean_step_ms", "p10_step_ms", "p90_step_ms", "mean_spread")
+
+
 @dataclass
 class Outcome:
     label: str
     knobs: dict[str, str]
     status: str  # ok, oom, failed, no_steps
     run_dir: str
+    #: the figures the run measured: ``steady`` (the timed steps, profiler off) and ``profiled``
+    #: (the profiled window), each as the report's throughput keeps them (None: not measured)
+    figures: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    #: which of them the rates below are: "steady" or "profiled" (None: neither is there)
+    basis: str | None = None
     rule: str | None = None
     steps_per_s: float | None = None
     samples_per_s: float | None = None
@@ -88,6 +100,18 @@ class Outcome:
 
     def rate(self, by_samples: bool) -> float | None:
         return self.samples_per_s if by_samples else self.steps_per_s
+
+    def __post_init__(self) -> None:
+        if not self.figures and (self.steps_per_s or self.samples_per_s):  # built from its rates alone: steady ones
+            self.figures = {"steady": {name: getattr(self, name) for name in FIGURES}, "profiled": None}
+
+    def use(self, basis: str) -> None:
+        """Take the rates and step times of ``basis`` ("steady" or "profiled"); without its
+        figures the run has no rate: it is shown, not compared."""
+        figures = self.figures.get(basis) or {}
+        self.basis = basis if figures.get("steps_per_s") or figures.get("samples_per_s") else None
+        for name in FIGURES:
+            setattr(self, name, figures.get(name) if self.basis else None)
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -232,33 +256,33 @@ def wait_for_report(run_dir: RunDir, since: float, timeout_s: float, poll_s: flo
 
 def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_code: int, stderr: str = "") -> Outcome:
     state = (report.get("status") or {}).get("state")
+    throughput = report.get("throughput") or {}
+    figures = {basis: throughput.get(basis) if (throughput.get(basis) or {}).get("steps_per_s") else None for basis in BASES}
+    job = (report.get("distributed") or {}).get("job_samples_per_s")
+    if job and figures["steady"]:
+        # a torchrun job: the job's samples/s (every rank's added up), not the lead rank's own
+        figures["steady"] = {**figures["steady"], "samples_per_s": job}
     if not report:
         status = "failed"
     elif state == "oom":
         status = "oom"
-    elif state in ("stopped", "completed") and (report.get("throughput") or {}).get("steady"):
+    elif any(figures.values()):
+        # measured: the timed steps, or the profiled window of a script too short for them (or
+        # one that ended after its window): its figures, labelled, never "failed"
         status = "ok"
     elif state == "no_steps":
         status = "no_steps"
     else:
         status = "failed"
-    out = Outcome(spec.label, spec.knobs, status, str(run_dir), rule=spec.rule, exit_code=exit_code)
-    if status != "ok":
+    out = Outcome(spec.label, spec.knobs, status, str(run_dir), rule=spec.rule, exit_code=exit_code, figures=figures)
+    if status != "ok" or state not in ("stopped", "completed"):
         error = (report.get("status") or {}).get("message") or stderr.strip().splitlines()[-1:] or ["no report"]
         out.error = error if isinstance(error, str) else error[0]
-        note = (report.get("throughput") or {}).get("note")
+        note = throughput.get("note")
         if status == "failed" and state in ("stopped", "completed") and note:
-            # the script ran fine but ended before the timed window: say so, not just "failed"
+            # the script ran fine but ended before any measured step: say so, not just "failed"
             out.error = f"{out.error}, before the timed window ({note})"
-    steady = (report.get("throughput") or {}).get("steady") or {}
-    out.steps_per_s = steady.get("steps_per_s")
-    # a torchrun job: the job's samples/s (every rank's added up), not the lead rank's own
-    job = (report.get("distributed") or {}).get("job_samples_per_s")
-    out.samples_per_s = job if job else steady.get("samples_per_s")
-    out.mean_step_ms = steady.get("mean_step_ms")
-    out.p10_step_ms = steady.get("p10_step_ms")
-    out.p90_step_ms = steady.get("p90_step_ms")
-    out.mean_spread = steady.get("mean_spread")
+    out.use("steady" if figures["steady"] else "profiled")
     parsed = Report.from_dict(report)  # schema 2 keeps the window's shares among the symptoms
     out.gpu_busy = parsed.gpu_busy_share()
     shares = parsed.exposed_shares()
@@ -293,8 +317,27 @@ def describe_change(knobs: dict[str, str], via: dict[str, str]) -> str:
 
 # --- bookkeeping ------------------------------------------------------------------------------
 
+#: the figures a run may have: its timed steps (profiler off), its profiled window
+BASES = ("steady", "profiled")
+
 #: what every rate, speedup and spread of verify and sweep is computed on (their tables say it)
 STATISTIC = "mean of the timed steps with the profiler off, and their p10-p90"
+STATISTICS = {
+    "steady": STATISTIC,
+    "profiled": "mean of the profiled steps (profiler on: host-heavy steps read slower), and their p10-p90: "
+                "a run too short for the timed steps has only these, so every run is compared by them",
+}
+
+
+def align_basis(outcomes: list[Outcome]) -> str:
+    """Compare like with like: the timed steps where every measured run has them, else every
+    run's profiled window. Sets each measured run's rates to that basis (a run without it has
+    none: shown, not compared); returns the basis."""
+    measured = [o for o in outcomes if o.status == "ok"]
+    basis = "steady" if all(o.figures.get("steady") for o in measured) else "profiled"
+    for o in measured:
+        o.use(basis)
+    return basis
 
 
 @dataclass
@@ -372,8 +415,11 @@ def judge(outcome: Outcome, baseline: Baseline) -> Outcome:
         return outcome
     base = baseline.rate
     rate = outcome.rate(baseline.by_samples)
-    if not base or not rate:
-        outcome.verdict = "failed"
+    if not rate:
+        outcome.verdict = "not compared"  # measured, but not the way the others were
+        return outcome
+    if not base:
+        outcome.verdict = "no baseline"
         return outcome
     outcome.speedup = rate / base
     noise = max(baseline.spread, MIN_EFFECT)
@@ -468,6 +514,7 @@ def verify(
     if len(specs) > 1:
         combined = experiment(Spec("combined", merge_knobs(specs)), "combined")
     everything = baselines + tried + ([combined] if combined else [])
+    align_basis(everything)
     baseline = Baseline(baselines, compare_by_samples(everything))
     for o in tried + ([combined] if combined else []):
         judge(o, baseline)
@@ -502,11 +549,15 @@ def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, 
         lines.append(f"{rule} did not fire on the baseline: nothing of it to try")
     if not result.tried and not result.skipped and not result.not_fired:
         lines.append("nothing to try: the diagnosis has no recommendation with a knob")
+    basis = _basis_of(result.baseline.runs + result.tried + ([result.combined] if result.combined else []))
+    if basis == "profiled":
+        lines.insert(0, "compared by the profiled windows: a run was too short for the timed steps (profiler off)")
     return {
         "kind": "verify",
         "parameters": [],
         "compared_by": "samples_per_s" if result.baseline.by_samples else "steps_per_s",
-        "statistic": STATISTIC,
+        "basis": basis,
+        "statistic": STATISTICS[basis],
         "baseline_rate": result.baseline.rate,
         "baseline_spread": round(result.baseline.spread, 4),
         "baseline_spread_from": result.baseline.spread_from,
@@ -525,8 +576,12 @@ def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: 
         lines = [f"{change} had no effect: {o.speedup:.3f}x is inside {within}"]
     elif o.verdict == "slower":
         lines = [f"{change} made it slower: {o.speedup:.2f}x; do not apply it"]
+    elif o.verdict == "not compared":
+        lines = [f"{change} was measured, but not as the others were (no {'timed' if o.figures.get('profiled') else 'profiled'} steps): not compared"]
     else:
         lines = [f"{change} could not be measured: {o.error or o.verdict}"]
+    if o.status == "ok" and o.error:
+        lines.append(f"  note: {o.error}")
     if predicted is not None and o.speedup is not None:
         lines.append(f"  predicted {predicted:.2f}x, measured {o.speedup:.2f}x ({(predicted - o.speedup) / o.speedup:+.0%})")
     if o.top_exposed:
@@ -535,7 +590,7 @@ def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: 
 
 
 def _row(o: Outcome, role: str) -> dict[str, Any]:
-    row = {k: v for k, v in asdict(o).items() if k not in ("exit_code",)}
+    row = {k: v for k, v in asdict(o).items() if k not in ("exit_code", "figures")}
     row["role"] = role
     if row.get("speedup") is not None:
         row["speedup"] = round(row["speedup"], 4)
@@ -596,7 +651,9 @@ def sweep(
 
 
 def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]:
+    basis = align_basis(outcomes)
     by_samples = compare_by_samples(outcomes)
+    # "best" and the speedups only among runs measured the same way (never a failed one)
     ok = [o for o in outcomes if o.status == "ok" and o.rate(by_samples)]
     best = max(ok, key=lambda o: o.rate(by_samples) or 0) if ok else None
     first_ok = ok[0] if ok else None
@@ -614,7 +671,16 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
                 conclusions.append(f"{o.label}: compiling took {cost['compile_s']:.1f} s more than {eager.label} and {pays}")
         rows.append(row)
     if best is not None:
-        conclusions.insert(0, f"best: {best.label} at {best.rate(by_samples):.1f} {'samples' if by_samples else 'steps'}/s")
+        how = " (profiled window)" if basis == "profiled" else ""
+        conclusions.insert(0, f"best: {best.label} at {best.rate(by_samples):.1f} {'samples' if by_samples else 'steps'}/s{how}")
+    if basis == "profiled":
+        conclusions.insert(1 if best is not None else 0, "compared by the profiled windows: a run was too short for the timed steps (profiler off)")
+    for o in outcomes:
+        if o.status == "ok" and not o.rate(by_samples):
+            o.verdict = "not compared"
+            conclusions.append(f"{o.label}: measured, but not as the others were: not compared")
+        elif o.status == "ok" and o.error:
+            conclusions.append(f"{o.label}: {o.error} (its figures are from before)")
     conclusions += [f"{o.label}: {o.status}: {o.error}" for o in outcomes if o.status != "ok" and o.error]
     for name in names:
         if _is_size_knob(name):
@@ -630,10 +696,16 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
         "kind": "sweep",
         "parameters": names,
         "compared_by": "samples_per_s" if by_samples else "steps_per_s",
-        "statistic": STATISTIC,
+        "basis": basis,
+        "statistic": STATISTICS[basis],
         "rows": rows,
         "conclusions": conclusions,
     }
+
+
+def _basis_of(outcomes: list[Outcome]) -> str:
+    """The basis the measured runs were aligned to ("steady" when none was measured)."""
+    return next((o.basis for o in outcomes if o.status == "ok" and o.basis), "steady")
 
 
 def _compiles(o: Outcome) -> bool:

@@ -33,6 +33,66 @@ GROWTH_BUDGET_S = 120.0
 GROWTH_FACTOR = 3
 
 
+#: script options (their ``dest``, lower case) that set how long a script trains: in optimizer
+#: steps, or in epochs (passes over its DataLoader)
+LENGTH_OPTIONS: dict[str, str] = {
+    **dict.fromkeys(("max_iters", "max_iter", "max_iterations", "max_steps", "iters", "iterations", "num_iters", "num_iterations",
+                     "steps", "num_steps", "n_steps", "train_steps", "total_steps", "training_steps", "max_train_steps",
+                     "num_train_steps", "train_iters"), "steps"),
+    **dict.fromkeys(("epochs", "num_epochs", "n_epochs", "max_epochs", "num_train_epochs", "train_epochs", "nepochs"), "epochs"),
+}
+
+
+@dataclass(frozen=True)
+class RunLength:
+    """How many steps the script will make, as far as its settings say, and which say it."""
+
+    steps: int
+    #: "--max_iters 40", "--epochs 2 x 20 batches", "TrainingArguments(max_steps=40)"
+    source: str
+
+
+def run_length(options: list[dict[str, Any]], loader_batches: int | None, frameworks: list[FrameworkInfo]) -> RunLength | None:
+    """The steps the script's own settings promise. A framework that runs the loop (the HF
+    Trainer, Lightning) is asked first: its ``max_steps``, else its epochs times the DataLoader's
+    batches (a script's ``--steps`` it never passed on says nothing). Else a step-count option
+    (``--max_iters 40``), else epochs times the DataLoader's batches; None when nothing says.
+    Gradient accumulation is not divided out: an estimate on the long side only lets the window
+    keep more of its plan."""
+    for f in frameworks:
+        steps = f.settings.get("max_steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+            return RunLength(steps, f"{f.cls}(max_steps={steps})")
+        epochs = f.settings.get("num_train_epochs", f.settings.get("max_epochs"))
+        if loader_batches and isinstance(epochs, (int, float)) and not isinstance(epochs, bool) and epochs > 0:
+            name = "num_train_epochs" if "num_train_epochs" in f.settings else "max_epochs"
+            return RunLength(max(1, round(epochs * loader_batches)), f"{f.cls}({name}={epochs:g}) x {loader_batches} batches")
+    for option in options:
+        if option.get("kind") == "steps" and isinstance(option.get("value"), int) and option["value"] > 0:
+            return RunLength(option["value"], f"{option['flag']} {option['value']}")
+    if loader_batches:
+        for option in options:
+            epochs = option.get("value")
+            if option.get("kind") == "epochs" and isinstance(epochs, (int, float)) and epochs > 0:
+                return RunLength(max(1, round(epochs * loader_batches)), f"{option['flag']} {epochs:g} x {loader_batches} batches")
+    return None
+
+
+def even_out_epoch_turns(samples: list[int], batches: list[tuple[int, int]]) -> list[int]:
+    """Samples per step with an epoch's turn evened out. A loader wrapped in a one-ahead
+    prefetch (accelerate's ``DataLoaderShard``, under the HF Trainer and ``Accelerator``) draws
+    each batch a step early: at an epoch's end one step draws nothing (the data ran out) and
+    the next draws two batches, the new epoch's first two. The first of them is the empty
+    step's: without it the step reads 0 samples and no samples/s can be said. ``batches``: per
+    step, the batches drawn and the first one's samples."""
+    out = list(samples)
+    for i in range(min(len(out), len(batches)) - 1):
+        (drawn, _), (drawn_next, first_next) = batches[i], batches[i + 1]
+        if out[i] == 0 and drawn == 0 and drawn_next >= 2 and 0 < first_next < out[i + 1]:
+            out[i], out[i + 1] = first_next, out[i + 1] - first_next
+    return out
+
+
 def steps_vary_widely(durations: list[float]) -> bool:
     """Whether the p90 of these step times (linear interpolation, numpy's default) is over
     ``NOISY_P90_OVER_MEDIAN`` times their median; never for fewer than two steps."""
@@ -104,6 +164,21 @@ class WindowPlan:
         """The timed steps, as a slice of per-step lists."""
         return slice(self.first_timed, self.last_boundary)
 
+    def fitted(self, total: int) -> WindowPlan:
+        """The plan cut to a script of ``total`` steps: the warm-up first (all but one step at
+        most), then the profiled window, then the timed steps after the export step; a window
+        that may grow grows only as far as the timed steps still fit. Unchanged when the
+        script has the steps the plan needs, or fewer than two."""
+        if total < 2:
+            return self
+        if total >= self.last_boundary:
+            bound = min(self.step_bound, total - self.warmup - 1 - self.timed)
+            return replace(self, max_steps=bound if bound > self.steps else None)
+        warmup = min(self.warmup, total - 1)
+        steps = min(self.steps, total - warmup)
+        timed = max(0, total - warmup - steps - 1)
+        return replace(self, warmup=warmup, steps=steps, timed=timed, max_steps=None)
+
     def to_argv(self) -> list[str]:
         """The plan as ``diagnose run`` options: what a rank or an experiment is started with."""
         argv = ["--warmup", str(self.warmup), "--steps", str(self.steps), "--max-steps", str(self.step_bound), "--timed-steps", str(self.timed)]
@@ -127,6 +202,18 @@ class DataLoaderInfo:
     first_batch_wait_s: list[float] = field(default_factory=list)
     fetches_in_window: int = 0
     knobs_applied: dict[str, Any] = field(default_factory=dict)
+    #: ``len(loader)`` when it was iterated: batches per epoch, also with a batch sampler
+    batches_per_epoch: int | None = None
+
+    def batches(self) -> int | None:
+        """Batches in one pass over the dataset (None when neither the loader's length nor its
+        dataset's length and batch size are known)."""
+        if self.batches_per_epoch:
+            return self.batches_per_epoch
+        if not self.dataset_len or not self.batch_size:
+            return None
+        full, rest = divmod(self.dataset_len, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
 
 
 @dataclass
@@ -149,6 +236,10 @@ class ModelInfo:
     compiled: bool
     data_parallel: bool
     distributed_data_parallel: bool
+    #: how the model is spread over devices and the settings the rules would advise
+    #: (``instrument.describe_parallel``): ``kind`` ("DataParallel", "DDP", "FSDP1", "FSDP2")
+    #: with its devices, bucket size or prefetch settings; empty for a plain model
+    parallel: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -260,10 +351,19 @@ class RunRecord:
     status: str = "completed"
     exit_code: int = 0
     error: dict[str, Any] | None = None
+    #: the plan as it ran: cut to the script's steps where its settings said it has fewer
     plan: dict[str, Any] = field(default_factory=dict)
+    #: how the plan was cut (empty: it was not): ``asked`` (the plan as asked), ``steps`` (the
+    #: steps the script's settings promised) and ``source`` ("--max_iters 40")
+    plan_fit: dict[str, Any] = field(default_factory=dict)
+    #: the script's own options that set how long it trains: ``flag`` (as the script spells
+    #: it), ``dest``, ``kind`` ("steps" or "epochs") and the ``value`` it parsed
+    length_options: list[dict[str, Any]] = field(default_factory=list)
     step_mode: str | None = None
     #: ``time.perf_counter()`` when the script started (before its first step: imports, set-up)
     script_start_s: float | None = None
+    #: ``time.perf_counter()`` when the script's own code ended (None: it did not, or an older run)
+    script_end_s: float | None = None
     #: ``time.perf_counter()`` at each step boundary: step k runs from boundary k to k+1
     boundaries_s: list[float] = field(default_factory=list)
     samples_per_step: list[int] = field(default_factory=list)
@@ -319,6 +419,13 @@ class RunRecord:
         if self.script_start_s is None or len(self.boundaries_s) <= warmup:
             return None
         return self.boundaries_s[warmup] - self.script_start_s
+
+    def after_last_step_seconds(self) -> float | None:
+        """From the end of the last step to the script's end: its teardown, checkpoint or
+        evaluation (None when unknown, or when diagnose stopped the script)."""
+        if self.script_end_s is None or not self.boundaries_s or self.status == "stopped":
+            return None
+        return max(0.0, self.script_end_s - self.boundaries_s[-1])
 
     def completed_steps(self) -> int:
         return max(0, len(self.boundaries_s) - 1)

@@ -39,6 +39,8 @@ def _torch_state() -> tuple | None:
         torch.nn.Module.__dict__.get("zero_grad"),
         torch.nn.utils.clip_grad_norm_,
         torch.amp.GradScaler.__dict__.get("step"),
+        # diagnose.runtime.scriptargs
+        __import__("argparse").ArgumentParser.__dict__["parse_known_args"],
     )
 
 

@@ -52,15 +52,42 @@ def terminal(report: Report) -> str:
     return TerminalRenderer(color=False).render(report)
 
 
-def test_a_point_that_ends_before_the_timed_window_says_so() -> None:
-    outcome = outcome_from_report(Spec("num_workers=2", {"num_workers": "2"}), too_short_report(), Path("/nonexistent"), 0)
-    assert outcome.status == "failed"
-    assert outcome.error is not None and "before the timed window" in outcome.error and "too few steps" in outcome.error
-    summary = summarize_sweep(["num_workers"], [cpu_point("num_workers=0", 12.0), outcome])
-    assert any(line.startswith("num_workers=2: failed: the script ran to its end after 8 steps, before the timed window")
-               for line in summary["conclusions"])
-    text = terminal(sweep_report([cpu_point("num_workers=0", 12.0), outcome]))
-    assert "before the timed window" in text
+def measured_point(label: str, steady: float | None, profiled: float | None) -> Outcome:
+    """A point as ``outcome_from_report`` reads it: steady and profiled samples/s (None: not measured)."""
+    figures = {name: ({"steps": 10, "steps_per_s": rate / 8, "samples_per_s": rate, "mean_step_ms": 8000 / rate} if rate else None)
+               for name, rate in (("steady", steady), ("profiled", profiled))}
+    point = Outcome(label, {"num_workers": label.split("=")[-1]}, "ok", f"runs/s/{label}", figures=figures)
+    point.use("steady" if steady else "profiled")
+    return point
+
+
+def test_a_point_that_ends_before_the_timed_window_is_measured_by_its_profiled_window() -> None:
+    # issue 33: 6 and 15 "failed" for ending before the timed window, and the slowest point,
+    # the one that did not, was called best
+    outcome = outcome_from_report(Spec("num_workers=6", {"num_workers": "6"}), too_short_report(), Path("/nonexistent"), 0)
+    assert (outcome.status, outcome.basis, outcome.samples_per_s, outcome.error) == ("ok", "profiled", 20.0, None)
+    points = [measured_point("num_workers=2", steady=12.0, profiled=10.0), outcome, measured_point("num_workers=15", steady=None, profiled=30.0)]
+    summary = summarize_sweep(["num_workers"], points)
+    # like with like: every row by its profiled window, and the best among them
+    assert summary["basis"] == "profiled" and summary["statistic"].startswith("mean of the profiled steps")
+    assert [r["samples_per_s"] for r in summary["rows"]] == [10.0, 20.0, 30.0]
+    assert [r["speedup"] for r in summary["rows"]] == [1.0, 2.0, 3.0]
+    assert summary["conclusions"][0] == "best: num_workers=15 at 30.0 samples/s (profiled window)"
+    assert not any("failed" in line for line in summary["conclusions"])
+    text = terminal(sweep_report(points))
+    assert "failed" not in text and "profiled" in text
+
+
+def test_best_is_never_a_failed_run_nor_one_measured_another_way() -> None:
+    failed = Outcome("num_workers=8", {"num_workers": "8"}, "failed", "", error="the script raised RuntimeError")
+    steady_only = measured_point("num_workers=4", steady=50.0, profiled=None)  # its script's own profiler: no window
+    short = measured_point("num_workers=0", steady=None, profiled=10.0)
+    summary = summarize_sweep(["num_workers"], [short, steady_only, failed])
+    assert summary["conclusions"][0].startswith("best: num_workers=0")
+    assert "num_workers=4: measured, but not as the others were: not compared" in summary["conclusions"]
+    # all timed: the steady figures, as before
+    summary = summarize_sweep(["num_workers"], [measured_point("a=1", 12.0, 10.0), measured_point("a=2", 15.0, 9.0), failed])
+    assert summary["basis"] == "steady" and summary["conclusions"][0] == "best: a=2 at 15.0 samples/s"
 
 
 def test_a_cpu_sweep_names_its_device_and_has_no_gpu_columns_nor_blank_runs() -> None:

@@ -393,3 +393,19 @@ def test_one_baseline_run_uses_how_far_its_mean_moves_not_how_its_steps_differ()
     assert judge(ok("x", 18.5 * 1.2), one).verdict == "helped"  # the p10-p90 (±89%) would say no effect
     older = Baseline([ok("b", 18.5, mean_step_ms=54.0, p10_step_ms=6.0, p90_step_ms=102.0)], by_samples=False)
     assert (older.spread_from, older.spread) == ("steps", pytest.approx(48 / 54))  # a report without it
+
+
+def test_verify_of_a_short_script_judges_every_run_by_its_profiled_window() -> None:
+    # the baseline's script ended before the timed steps; the change's run did not: both are
+    # compared by their profiled windows, the change is no failure
+    from diagnose.experiments import align_basis
+
+    def point(label: str, steady: float | None, profiled: float) -> Outcome:
+        figures = {"steady": {"steps": 20, "steps_per_s": steady} if steady else None, "profiled": {"steps": 10, "steps_per_s": profiled}}
+        return Outcome(label, {}, "ok", "", figures=figures)
+
+    base, change = point("baseline", None, 10.0), point("DATA001", 30.0, 20.0)
+    assert align_basis([base, change]) == "profiled"
+    baseline = Baseline([base], by_samples=False)
+    judge(change, baseline)
+    assert (change.verdict, change.speedup, change.basis) == ("helped", 2.0, "profiled")

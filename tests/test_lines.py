@@ -240,3 +240,29 @@ def test_a_script_compiled_for_cuda_graphs_runs_without_the_main_thread_sampler(
     assert record.compile and record.compile["cudagraphs"]
     assert record.host_samples.get("samples", 0) == 0
     assert any("CUDA graphs" in w for w in record.warnings)
+
+
+TEARDOWN = """
+import time, torch
+m = torch.nn.Linear(64, 1); opt = torch.optim.SGD(m.parameters(), lr=1e-6)
+for _ in range(6):
+    m(torch.randn(256, 64)).sum().backward(); opt.step(); opt.zero_grad()
+
+def teardown():
+    deadline = time.perf_counter() + 0.5
+    while time.perf_counter() < deadline:
+        sum(range(1000))  # TEARDOWN: after the last step (a checkpoint, destroy_process_group())
+
+teardown()
+"""
+
+
+def test_the_teardown_after_the_last_step_is_no_line_of_the_loop(write_script, tmp_path: Path) -> None:
+    # issue 33: DATA004 pointed at destroy_process_group() and a checkpoint's gather, sampled
+    # while the script's teardown ran inside a window it ended
+    script = write_script(TEARDOWN)
+    record, _ = _run(script, tmp_path)
+    assert record.status == "completed" and record.profiled_steps == 4  # the script ended inside the window
+    host = record.host_samples
+    assert host.get("window_s", 0.0) < 0.4
+    assert not [x for x in host.get("lines", []) if x["function"] == "teardown"]

@@ -30,6 +30,8 @@ def test_rule_examples(rule, example) -> None:
     """An example fires when the rule's conditions hold and no rule that supersedes it fires."""
     fired = [r for r in RULES if r.fires(example.symptoms)]
     assert (rule in fired and rule.id not in superseded_by(fired)) is example.fires
+    if example.already is not None:  # the setting it advises is on: [already]'s words, or not
+        assert rule.already_set(example.symptoms) is example.already
 
 
 def test_a_superseded_finding_is_dropped_and_recorded() -> None:
@@ -155,6 +157,12 @@ fires = false
         (VALID.replace('why = "w"', 'why = "w"\nsupersedes = "DATA001"'), 6, "supersedes must be a list of rule ids"),
         (VALID.replace('why = "w"', 'why = "w"\nsupersedes = ["MY001"]'), 6, "MY001 cannot supersede itself"),
         (VALID.replace('[when]', '[when]\nunless = ["gpu.busy > 2"]'), 6, "'when' takes 'all', 'any' and 'none'"),
+        # [already]: the advised setting is on (issue 33)
+        (VALID.replace('[when]', '[already]\nsays = "s2"\n[when]'), 6, "already is a table with 'when'"),
+        (VALID.replace('[when]', '[already]\nwhen = ["dataloader.pin_mem == 1"]\nsays = "s2"\n[when]'), 7, "unknown symptom 'dataloader.pin_mem'"),
+        (VALID.replace('[when]', '[already]\nwhen = ["dataloader.pin_memory == 1"]\n[when]'), 6, "already: give the words"),
+        (VALID.replace('[when]', '[already]\nwhen = ["dataloader.pin_memory == 1"]\ncolour = "red"\n[when]'), 6, "already: unknown key 'colour'"),
+        (VALID.replace('fires = false', 'fires = false\nalready = true'), 14, "already is true or false, in a rule with an [already] table"),
     ],
 )
 def test_malformed_rule_files_name_file_line_and_problem(tmp_path: Path, body: str, line: int, problem: str) -> None:

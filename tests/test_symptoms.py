@@ -315,7 +315,22 @@ CASES = {
             "cpu.count": 16, "cpu.cores": 8, "host.loader_receive_ms_per_mb": 0.33, "cudnn.benchmark": 1, "matmul.tf32": 1, "model.conv_layers": 5, "model.channels_last": 1,
             "model.compiled": 1, "model.data_parallel": 1, "model.ddp": 1,
         }),
-        Case("nothing recorded", record=_record(), expected={"cpu.count": None, "cpu.cores": None, "host.loader_receive_ms_per_mb": None, "cudnn.benchmark": None, "matmul.tf32": None, "model.compiled": None}),
+        Case("nothing recorded", record=_record(), expected={"cpu.count": None, "cpu.cores": None, "host.loader_receive_ms_per_mb": None, "cudnn.benchmark": None, "matmul.tf32": None, "model.compiled": None,
+             "model.data_parallel_devices": None, "fsdp.prefetch_set": None, "ddp.bucket_cap_mb": None}),
+        # issue 33: the settings the rules would advise, as the runner read them off the wrappers
+        Case("nn.DataParallel over one GPU", record=_record(models=[ModelInfo("dp", 10, "float32", 0, False, False, True, False, {"kind": "DataParallel", "devices": 1})]),
+             expected={"model.data_parallel": 1, "model.data_parallel_devices": 1, "fsdp.prefetch_set": None}),
+        Case("FSDP2 with explicit forward and backward prefetch", record=_record(models=[ModelInfo("fsdp", 10, "float32", 0, False, False, False, False, {
+            "kind": "FSDP2", "sharded_modules": 5, "forward_prefetch_modules": 3, "backward_prefetch_modules": 3})]),
+             expected={"fsdp.prefetch_set": 1, "model.data_parallel_devices": None}),
+        Case("FSDP2 with its default prefetch", record=_record(models=[ModelInfo("fsdp", 10, "float32", 0, False, False, False, False, {
+            "kind": "FSDP2", "sharded_modules": 5, "forward_prefetch_modules": 0, "backward_prefetch_modules": 0})]),
+             expected={"fsdp.prefetch_set": 0}),
+        Case("FSDP1 with forward_prefetch and BACKWARD_PRE", record=_record(models=[ModelInfo("fsdp", 10, "float32", 0, False, False, False, False, {
+            "kind": "FSDP1", "sharded_modules": 3, "forward_prefetch": True, "backward_prefetch": "BACKWARD_PRE"})]),
+             expected={"fsdp.prefetch_set": 1}),
+        Case("DDP with 100 MB buckets", record=_record(models=[ModelInfo("ddp", 10, "float32", 0, False, False, False, True, {"kind": "DDP", "bucket_cap_mb": 100.0})]),
+             expected={"ddp.bucket_cap_mb": 100.0, "model.ddp": 1}),
     ],
     "compiled": [
         Case("a graph break and shape recompilations after the warm-up", record=_record(compile={

@@ -142,8 +142,8 @@ def loop_framework(values: dict[str, float]) -> str | None:
 def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
     values = symptoms.values_by_name()
     cpu_only = cpu_only_run(values)
-    texts = rule.texts(cpu_only)
-    do, framework = rule.do_for(loop_framework(values), cpu_only)
+    texts = rule.texts(cpu_only, values)  # [already]'s words where the script has the setting on
+    do, framework = rule.do_for(loop_framework(values), cpu_only, values)
     lines = symptoms.texts.get(rule.quote) if rule.quote else None
     if framework is not None and symptoms.texts.get("lines.framework"):
         lines = "; ".join(x for x in (symptoms.texts["lines.framework"], lines) if x)

@@ -33,7 +33,7 @@ from diagnose.analysis.collectives import CollectiveTime, collective_times
 from diagnose.analysis.forking import Beside
 from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
-from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
+from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, StepMark, Timeline, TraceMeta, load_timeline, paused_gc
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,8 @@ def _breakdown(
         if not timeline.steps:
             warnings.append(f"the trace {trace.name} holds no events on a training thread")
             return None, timeline.meta
+        if record is not None and timeline.has_step_marks:
+            timeline = replace(timeline, steps=recorded_steps(timeline.steps, record))
         # a large trace's breakdown is computed in a forked child while this process builds the
         # replay model, checks it and replays it unchanged for the predictions (the breakdown
         # comes back in kilobytes; the model would not)
@@ -235,6 +237,28 @@ def _breakdown(
         if record is not None and record.sync_sites:
             record.sync_sites = attribute_sync_time(record, timeline)
     return breakdown, timeline.meta
+
+
+def recorded_steps(marks: Sequence[StepMark], record: RunRecord) -> list[StepMark]:
+    """The trace's step marks as the run record counted the steps. A script that ends inside
+    the profiled window leaves a last mark that runs on to the profiler's stop: whatever the
+    script did after its last step (teardown, a checkpoint's gather, ``destroy_process_group()``)
+    is in it. Only the record's profiled steps are steps, and the last of them ends where the
+    record's step ended (its optimizer step), so that no training-loop figure holds the
+    teardown. A window the script did not end inside keeps its marks as they are."""
+    plan = record.window_plan() if record.plan else None
+    if plan is None or not marks or record.completed_steps() >= plan.window_end:
+        return list(marks)
+    last = plan.warmup + record.profiled_steps  # the first step the record did not complete
+    kept = [m for m in marks if m.number < last]
+    if not kept:
+        return list(marks)
+    durations = record.step_durations()
+    tail = kept[-1]
+    if tail.number < len(durations):
+        end = min(tail.end, tail.start + durations[tail.number] * 1e6)
+        kept[-1] = tail._replace(end=end)
+    return kept
 
 
 #: a timeline of at least this many events has its breakdown computed in a forked child beside

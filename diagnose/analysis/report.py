@@ -25,6 +25,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from diagnose.analysis.breakdown import Breakdown, per_step_stats, quantile, ref
 from diagnose.analysis.categories import EXPOSED, HOST_EXPOSED, exposed_labels
 from diagnose.analysis.findings import Diagnosis
 from diagnose.analysis.limits import distance_to_limits, limits_to_dict
-from diagnose.record import NOISY_P90_OVER_MEDIAN, RunRecord, check_field_kinds
+from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.timeline import TraceMeta
 from diagnose.units import gain_words, percent
@@ -386,6 +387,8 @@ def _from_record(report: Report, record: RunRecord) -> None:
         "startup_s": _round(record.startup_seconds(record.plan.get("warmup", 0)), 3),
         "profiled_steps": record.profiled_steps,
         "window_growth": record.window_growth or None,
+        "short_run": short_run(record),
+        "after_last_step_s": _round(record.after_last_step_seconds(), 3),
         "knobs": record.knobs,
         "trace_files": record.trace_files,
     }
@@ -409,6 +412,98 @@ def _from_record(report: Report, record: RunRecord) -> None:
     grown = growth_note(record.window_growth)
     if grown:
         report.warnings.append(grown)
+    report.warnings.extend(short_run_notes(report.run["short_run"]))
+    tail = after_last_step_note(record)
+    if tail:
+        report.warnings.append(tail)
+
+
+def short_run(record: RunRecord) -> dict[str, Any] | None:
+    """What a script with fewer steps than the plan needs left out (None when it had them, or
+    diagnose stopped it before they ran out): ``steps`` (the script's, as its settings promised
+    or as it ran), ``needed`` (the plan as asked: warm-up, window, export and timed steps),
+    ``profiled``/``planned_profiled`` and ``timed``/``planned_timed``, ``source`` (what said how
+    many steps it makes) and ``more_steps``: the option of the script that gives more, with
+    the value that gives enough (None: it has none diagnose recognises)."""
+    if not record.plan:
+        return None
+    fit = record.plan_fit or {}
+    asked = WindowPlan(**fit["asked"]) if isinstance(fit.get("asked"), dict) else WindowPlan(**record.plan)
+    ran_out = record.status in ("completed", "exited") and record.completed_steps() < asked.last_boundary
+    cut = isinstance(fit.get("steps"), int) and fit["steps"] < asked.last_boundary  # not only the growth capped
+    if not cut and not ran_out:
+        return None
+    steps = record.completed_steps() if ran_out or not isinstance(fit.get("steps"), int) else fit["steps"]
+    loader = record.train_loader()
+    return {
+        "steps": steps,
+        "needed": asked.last_boundary,
+        "source": fit.get("source"),
+        "profiled": record.profiled_steps,
+        "planned_profiled": asked.steps,
+        "timed": record.timed_steps,
+        "planned_timed": asked.timed,
+        "more_steps": more_steps(record.length_options, asked.last_boundary, loader.batches() if loader is not None else None, steps, record.frameworks),
+    }
+
+
+def more_steps(options: list[dict[str, Any]], needed: int, loader_batches: int | None, made: int,
+               frameworks: Sequence[FrameworkInfo] = ()) -> str | None:
+    """The script's own setting that gives ``needed`` steps, spelled as the script spells it
+    (``--max_iters 36``, ``--epochs 3``, ``TrainingArguments(num_train_epochs=9)``), for a
+    script that made ``made`` steps; None when it has none diagnose recognises. A step count
+    that did not limit the run (``--iters 0``: run the epochs; a value over the steps made) is
+    not the one to raise."""
+    for option in options:
+        value = option.get("value")
+        if option.get("kind") == "steps" and isinstance(value, (int, float)) and 0 < value <= made + 1:
+            return f"{option['flag']} {needed}"
+    for option in options:
+        if option.get("kind") == "epochs" and loader_batches:
+            return f"{option['flag']} {-(-needed // loader_batches)}"
+    for f in frameworks:
+        steps, epochs = f.settings.get("max_steps"), f.settings.get("num_train_epochs", f.settings.get("max_epochs"))
+        name = "num_train_epochs" if "num_train_epochs" in f.settings else "max_epochs"
+        if isinstance(steps, int) and not isinstance(steps, bool) and 0 < steps <= made + 1:
+            return f"{f.cls}(max_steps={needed})"
+        if isinstance(epochs, (int, float)) and not isinstance(epochs, bool) and epochs > 0 and made > 0:
+            per_epoch = loader_batches or made / epochs
+            return f"{f.cls}({name}={math.ceil(needed / per_epoch)})"
+    return None
+
+
+def short_run_notes(short: dict[str, Any] | None) -> list[str]:
+    """The lines that say what a short script left out, how sure the diagnosis is then, and
+    how to give it more steps."""
+    if not short:
+        return []
+    said = f" ({short['source']})" if short.get("source") else ""
+    left = [f"profiled {short['profiled']} of {short['planned_profiled']} steps"]
+    left.append(f"timed {short['timed']} of {short['planned_timed']} with the profiler off" if short["timed"] else
+                f"timed none of {short['planned_timed']} with the profiler off (figures are the profiled window's)")
+    how = f"run it with {short['more_steps']}" if short.get("more_steps") else (
+        f"run a longer job (at least {short['needed']} steps; diagnose stops it once measured, --no-stop lets it finish)")
+    return [
+        f"short script: it makes {short['steps']} steps{said}, fewer than the {short['needed']} the plan needs "
+        f"(warm-up, profiled window, timed steps): {', '.join(left)}",
+        f"less sure: the diagnosis rests on {short['profiled']} profiled and {short['timed']} timed steps; a rerun may rank "
+        f"the findings differently. For the whole plan, {how}",
+    ]
+
+
+#: the time after the last step is reported when it is over this many median steps
+LONG_TAIL_STEPS = 2.0
+
+
+def after_last_step_note(record: RunRecord) -> str | None:
+    """One line when the script ran long after its last step (teardown, a checkpoint,
+    evaluation): that time is in no step and feeds no finding."""
+    tail = record.after_last_step_seconds()
+    durations = record.step_durations()
+    if tail is None or not durations or tail <= LONG_TAIL_STEPS * statistics.median(durations):
+        return None
+    return (f"after its last step the script ran {tail * 1000:.0f} ms more (teardown, checkpoint, evaluation): "
+            "in no step and in no finding")
 
 
 #: why a grown window ended, as the note says it

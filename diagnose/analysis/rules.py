@@ -14,6 +14,12 @@ over what the run did not measure).
 (``lightning``, ``hf_trainer``, ``accelerate``); ``Rule.do_for(framework)`` picks it, with the
 plain ``do`` for plain PyTorch and for frameworks the table leaves out.
 
+``[already]`` is for a rule that advises a setting the script may have set already: its
+``when`` (conditions that all hold when the setting is on) and the words that then say why the
+setting is not enough (any of ``title``, ``says``, ``why``, ``do``; ``Rule.texts(cpu_only,
+values)``). A rule whose advice cannot help once the setting is on stays silent instead, through
+``[when] none``. An example may say ``already = true`` to check which words it gets.
+
 ``[on_cpu]`` holds the words for a run that used no GPU (``gpu.present == 0``): any of
 ``title``, ``says``, ``why`` and ``do``, each replacing the rule's own on such a run
 (``Rule.texts(cpu_only)``). A rule that can fire on a CPU-only run words its texts for either
@@ -319,6 +325,8 @@ class Example:
     name: str
     symptoms: dict[str, float]
     fires: bool
+    #: whether the rule's ``[already]`` words apply (None: the example does not say)
+    already: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -380,10 +388,21 @@ class Rule:
     do_by_framework: Mapping[str, str] = field(default_factory=dict)
     #: the words for a run that used no GPU: key of DEVICE_TEXT_KEYS -> text
     on_cpu: Mapping[str, str] = field(default_factory=dict)
+    #: ``[already]``: conditions that hold when the advised setting is on already, and the words
+    #: that then say why it is not enough (key of DEVICE_TEXT_KEYS -> text)
+    already_when: tuple[Condition, ...] = ()
+    already_texts: Mapping[str, str] = field(default_factory=dict)
 
-    def texts(self, cpu_only: bool = False) -> RuleTexts:
-        """The rule's title, says, why and do, in the words of a CPU-only run where asked."""
-        words = self.on_cpu if cpu_only else {}
+    def already_set(self, values: Mapping[str, float] | None) -> bool:
+        """The script already does what the rule advises (``[already]``'s conditions hold)."""
+        return bool(self.already_when) and values is not None and all(c.holds(values) for c in self.already_when)
+
+    def texts(self, cpu_only: bool = False, values: Mapping[str, float] | None = None) -> RuleTexts:
+        """The rule's title, says, why and do, in the words of a CPU-only run where asked, and
+        in ``[already]``'s where the run's ``values`` show the advised setting on."""
+        words = dict(self.on_cpu) if cpu_only else {}
+        if self.already_set(values):
+            words.update(self.already_texts)
         return RuleTexts(
             title=words.get("title", self.title), says=words.get("says", self.says),
             why=words.get("why", self.why), do=words.get("do", self.do),
@@ -397,12 +416,13 @@ class Rule:
             return False
         return not self.any_of or any(c.holds(values) for c in self.any_of)
 
-    def do_for(self, framework: str | None, cpu_only: bool = False) -> tuple[str, str | None]:
+    def do_for(self, framework: str | None, cpu_only: bool = False, values: Mapping[str, float] | None = None) -> tuple[str, str | None]:
         """The change's text for a loop under ``framework``, and the framework whose terms it
-        uses (None: the plain PyTorch text, in a CPU-only run's words where asked)."""
-        if framework is not None and framework in self.do_by_framework:
+        uses (None: the plain PyTorch text, in a CPU-only run's words where asked; ``[already]``'s
+        where the setting is on: the framework's way to switch it on is no news then)."""
+        if framework is not None and framework in self.do_by_framework and not ("do" in self.already_texts and self.already_set(values)):
             return self.do_by_framework[framework], framework
-        return self.texts(cpu_only).do, None
+        return self.texts(cpu_only, values).do, None
 
     def condition_names(self) -> set[str]:
         """The symptoms the rule's conditions read."""
@@ -508,7 +528,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
 
     known_keys = {
         "id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples", "quote",
-        "supersedes", "predict", "do_by_framework", "on_cpu",
+        "supersedes", "predict", "do_by_framework", "on_cpu", "already",
     }
     for key in data:
         if key not in known_keys:
@@ -583,15 +603,9 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     on_cpu = data.get("on_cpu", {})
     if not isinstance(on_cpu, dict):
         raise fail(f"on_cpu must be a table of the CPU-only run's texts ({', '.join(DEVICE_TEXT_KEYS)})", "on_cpu")
-    for key, text in on_cpu.items():
-        if key not in DEVICE_TEXT_KEYS:
-            raise fail(f"on_cpu: unknown key {key!r} (known: {', '.join(DEVICE_TEXT_KEYS)})", "on_cpu")
-        if not isinstance(text, str) or not text.strip():
-            raise fail(f"on_cpu.{key} must be a non-empty string", "on_cpu")
-        if key in ("says", "do"):
-            _check_names(template_names(text) - {"gain"}, text, fail)
-            if (problem := template_spec_problem(text)) is not None:
-                raise fail(f"on_cpu.{key}: {problem}", "on_cpu")
+    _check_texts("on_cpu", on_cpu, fail)
+
+    already_when, already_texts = _read_already(data.get("already"), fail)
 
     evidence = data.get("evidence", [])
     if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
@@ -621,14 +635,16 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     for i, ex in enumerate(data.get("examples", [])):
         if not isinstance(ex, dict) or "symptoms" not in ex or "fires" not in ex:
             raise fail(f"example {i + 1} needs 'symptoms' (a table) and 'fires' (true/false)", "[[examples]]")
-        for key in set(ex) - {"name", "symptoms", "fires"}:
-            raise fail(f"example {i + 1}: unknown key {key!r} (an example has name, symptoms, fires)", key)
+        for key in set(ex) - {"name", "symptoms", "fires", "already"}:
+            raise fail(f"example {i + 1}: unknown key {key!r} (an example has name, symptoms, fires, already)", key)
+        if "already" in ex and (not isinstance(ex["already"], bool) or not already_when):
+            raise fail(f"example {i + 1}: already is true or false, in a rule with an [already] table", "already")
         symptoms = ex["symptoms"]
         if not isinstance(symptoms, dict) or not all(isinstance(v, (int, float, bool)) for v in symptoms.values()):
             raise fail(f"example {i + 1}: symptoms must map names to numbers", "symptoms")
         _check_names(set(symptoms), f"example {i + 1}", fail)
         examples.append(
-            Example(str(ex.get("name", f"example {i + 1}")), {k: float(v) for k, v in symptoms.items()}, bool(ex["fires"]))
+            Example(str(ex.get("name", f"example {i + 1}")), {k: float(v) for k, v in symptoms.items()}, bool(ex["fires"]), ex.get("already"))
         )
     if not any(e.fires for e in examples) or not any(not e.fires for e in examples):
         raise fail("a rule carries at least one example that fires and one that does not", "[[examples]]" if examples else None)
@@ -658,7 +674,44 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         predict_params=predict_params,
         do_by_framework={k: v.strip() for k, v in do_by_framework.items()},
         on_cpu={k: v.strip() for k, v in on_cpu.items()},
+        already_when=already_when,
+        already_texts=already_texts,
     )
+
+
+def _read_already(raw: Any, fail: Callable[[str, str | None], RuleError]) -> tuple[tuple[Condition, ...], dict[str, str]]:
+    """``[already]``: ``when`` (a list of conditions) and the texts that replace the rule's own."""
+    if raw is None:
+        return (), {}
+    if not isinstance(raw, dict) or not isinstance(raw.get("when"), list) or not raw["when"]:
+        raise fail("already is a table with 'when' (a list of conditions) and the texts that say why the setting is not enough", "already")
+    conditions = []
+    for text in raw["when"]:
+        try:
+            tree = parse_condition(str(text))
+        except ExprError as exc:
+            raise fail(f"already: bad condition {text!r}: {exc}", "already") from exc
+        _check_names(names_in(tree[1]) | names_in(tree[2]), str(text), fail)
+        conditions.append(Condition(str(text), tree))
+    texts = {k: v for k, v in raw.items() if k != "when"}
+    if not texts:
+        raise fail("already: give the words (title, says, why, do) that say why the setting is not enough", "already")
+    _check_texts("already", texts, fail)
+    return tuple(conditions), {k: v.strip() for k, v in texts.items()}
+
+
+def _check_texts(table: str, texts: dict[str, Any], fail: Callable[[str, str | None], RuleError]) -> None:
+    """A table of a rule's words (``[on_cpu]``, ``[already]``): known keys, non-empty strings,
+    templates over known symptoms."""
+    for key, text in texts.items():
+        if key not in DEVICE_TEXT_KEYS:
+            raise fail(f"{table}: unknown key {key!r} (known: {', '.join(DEVICE_TEXT_KEYS)})", table)
+        if not isinstance(text, str) or not text.strip():
+            raise fail(f"{table}.{key} must be a non-empty string", table)
+        if key in ("says", "do"):
+            _check_names(template_names(text) - {"gain"}, text, fail)
+            if (problem := template_spec_problem(text)) is not None:
+                raise fail(f"{table}.{key}: {problem}", table)
 
 
 def _read_predict(raw: Any, fail: Callable[[str, str | None], RuleError]) -> tuple[str | None, tuple[tuple[str, Node], ...]]:

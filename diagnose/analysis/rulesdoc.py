@@ -54,6 +54,9 @@ def rules_markdown(rules: list[Rule]) -> str:
         'hf_trainer = "args = TrainingArguments(..., bf16=True)"   # also: lightning, accelerate',
         '[on_cpu]                             # the words for a run that used no GPU (optional)',
         'title = "..."                        # any of title, says, why, do',
+        '[already]                            # the advised setting is on already (optional):',
+        'when = ["dataloader.pin_memory == 1"] # ... then these words say why it is not enough',
+        'says = "..."                         # any of title, says, why, do',
         'gain = "1 / (1 - exposed.data_wait)"  # the most the change can give (optional)',
         'evidence = ["exposed.data_wait"]     # symptoms quoted with the finding',
         'knob = { num_workers = "{suggest.num_workers}" }   # what diagnose verify applies',
@@ -95,6 +98,11 @@ def rules_markdown(rules: list[Rule]) -> str:
         "`framework.fabric`, `framework.accelerate`) a finding shows the rule's `do_by_framework`",
         "text for it, where there is one, and its `where` line starts at the user's Trainer,",
         "TrainingArguments, Fabric or Accelerator (`lines.framework`).",
+        "",
+        "A rule that advises a setting checks it: where the script has it on already, the rule stays",
+        "silent (`[when] none`) when the change could not help, or its `[already]` table (`when`, and",
+        "any of `title`, `says`, `why`, `do`) says why the setting is not enough. An example may say",
+        "`already = true` or `false` to check which words it gets.",
         "",
         "On a run that used no GPU (`gpu.present == 0`) a finding shows the rule's `[on_cpu]` texts",
         "where it has them: a rule that can fire on a CPU-only run words its texts for either device,",
@@ -143,6 +151,10 @@ def rules_markdown(rules: list[Rule]) -> str:
             out += ["On a CPU-only run:", ""]
             out += [f"- {key}: {' '.join(getattr(cpu, key).split())}" for key in ("title", "says", "why") if key in r.on_cpu]
             out += [""] + (["```python", cpu.do, "```", ""] if "do" in r.on_cpu else [])
+        if r.already_texts:
+            out += ["With the setting on already (" + " and ".join(f"`{c.text}`" for c in r.already_when) + "):", ""]
+            out += [f"- {key}: {' '.join(r.already_texts[key].split())}" for key in ("title", "says", "why") if key in r.already_texts]
+            out += [""] + (["```python", r.already_texts["do"], "```", ""] if "do" in r.already_texts else [])
         if r.supersedes:
             out += ["Supersedes: " + ", ".join(f"[{x}](#{x.lower()})" for x in r.supersedes) + " (dropped when this rule fires)", ""]
         superseded_by = [o.id for o in rules if r.id in o.supersedes]

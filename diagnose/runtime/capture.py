@@ -18,12 +18,21 @@ ends with the last completed step). ``self.plan`` is then the plan as it runs: e
 boundary (export, timed steps, stop) moves with it. A rank of a distributed run never grows its
 window: the ranks must stop at the same step.
 
+At the first step the plan is cut to the steps the script's settings promise (``length``, from
+the runner: its ``--max_iters``, epochs times its DataLoader, its framework's ``max_steps``;
+``WindowPlan.fitted``), warm-up first, so that a short script is profiled and timed as far as
+its steps go; ``self.asked`` keeps the plan as asked and ``self.fit`` says why it was cut. A
+script that ends with a step no fetch closed has it closed at its optimizer step
+(``on_last_boundary``); one that ends during the timing keeps the timed steps it had
+(``timed_so_far``); under ``--no-stop`` every later boundary still counts.
+
 Only what the analysis needs is collected: no shapes, stacks, memory events or FLOPs, which
 make traces 5-20x larger.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import gzip
 import os
@@ -37,7 +46,7 @@ from typing import Any, Protocol
 
 from diagnose.progress import Progress
 from diagnose import record as _record
-from diagnose.record import WindowPlan, steps_vary_widely
+from diagnose.record import RunLength, WindowPlan, steps_vary_widely
 from diagnose.signals import deferred
 from diagnose.rundir import RunDir
 from diagnose.runtime.foreign import ForeignProfilers
@@ -69,11 +78,19 @@ class CaptureSession:
         window: WindowListener,
         rank: int | None = None,
         prefetched: Callable[[], int] | None = None,
+        length: Callable[[], RunLength | None] | None = None,
     ) -> None:
+        #: the plan as asked; ``planned`` is it cut to the steps the script has (``fitted``)
+        self.asked = plan
         #: the plan as it runs: the window may grow past the planned steps
         self.plan = plan
         self.planned = plan
         self.may_grow = plan.grows() and rank is None
+        #: how many steps the script will make, as its settings say (None: they do not)
+        self.length = length or (lambda: None)
+        #: the plan was cut to the script's steps: ``asked`` (the plan as asked), ``steps`` and
+        #: ``source`` (what said so); empty when it was not
+        self.fit: dict[str, Any] = {}
         #: how the window grew (``RunRecord.window_growth``); empty while it did not try
         self.growth: dict[str, Any] = {}
         self.run_dir = run_dir
@@ -151,14 +168,20 @@ class CaptureSession:
         self.timed_start = self.timed_end = None
         self.timed_skip = 0
         self.window_closed = False
-        self.plan = self.planned
+        self.plan = self.planned = self.asked
+        self.may_grow = self.asked.grows() and self.rank is None
+        self.fit = {}
         self.growth = {}
 
     def on_boundary(self, now: float) -> None:
         if self.finished:
+            if not self.plan.stop:  # --no-stop: the script runs on, and its steps still count
+                self.boundaries.append(now)
             return
         k = len(self.boundaries)
         self.boundaries.append(now)
+        if k == 0:
+            self._fit_to_script()
         if k == self.plan.window_end and self.may_grow and self._profiler is not None:
             self._grow_or_end(k, now)
         plan = self.plan
@@ -185,10 +208,10 @@ class CaptureSession:
             self.window.window_opened()
         if k == plan.window_end + 1 and not self.timed_skip:
             self.timed_skip = max(0, int(self.prefetched()))
-        if k == plan.first_timed + self.timed_skip:
+        if plan.timed and k == plan.first_timed + self.timed_skip:
             self._synchronize()
             self.timed_start = time.perf_counter()
-        if k == plan.last_boundary + self.timed_skip:
+        if plan.timed and k == plan.last_boundary + self.timed_skip:
             self._synchronize()
             self.timed_end = time.perf_counter()
             self.finished = True
@@ -198,6 +221,43 @@ class CaptureSession:
             self.progress.phase("--no-stop: the script runs on to its end")
             return
         self._report(k)
+
+    def _fit_to_script(self) -> None:
+        """At the first step, once the script has parsed its options and built its loader:
+        cut the plan to the steps it will make (``WindowPlan.fitted``), so that a short script
+        is profiled and timed as far as its steps go instead of ending before the timing."""
+        try:
+            length = self.length()
+        except Exception:  # noqa: BLE001 - an estimate that fails leaves the plan as asked
+            length = None
+        if length is None:
+            return
+        fitted = self.asked.fitted(length.steps)
+        if fitted != self.asked:
+            self.plan = self.planned = fitted
+            self.may_grow = fitted.grows() and self.rank is None
+            self.fit = {"asked": dataclasses.asdict(self.asked), "steps": length.steps, "source": length.source}
+
+    def on_last_boundary(self, at: float) -> None:
+        """The script ended with a step whose boundary no fetch committed: it ends at ``at``
+        (its optimizer step). Only counted (the profiler, if still on, is stopped by
+        ``finish``); it completes the timing when it is the last timed step's end."""
+        k = len(self.boundaries)
+        self.boundaries.append(at)
+        if self.finished or self.timed_start is None:
+            return
+        if k == self.plan.last_boundary + self.timed_skip:
+            self.timed_end = at
+            self.finished = True
+
+    def timed_so_far(self) -> tuple[int, float] | None:
+        """The script ended during the timed steps: how many completed and how long they took
+        (boundary to boundary; the last one is not synchronised with the GPU), None otherwise."""
+        if self.timed_start is None or self.timed_end is not None:
+            return None
+        first = self.plan.first_timed + self.timed_skip
+        done = len(self.boundaries) - 1 - first
+        return (done, self.boundaries[-1] - self.boundaries[first]) if done > 0 else None
 
     def _grow_or_end(self, k: int, now: float) -> None:
         """At the window's current end: one more profiled step while the profiled steps vary

@@ -68,13 +68,13 @@ WATCHED = (
 #: settings read off each constructed object (attribute names, or ``name=dotted.path`` where the
 #: object keeps it deeper; missing ones are skipped)
 SETTINGS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("lightning", "trainer"): ("precision", "accumulate_grad_batches", "max_steps", "num_devices"),
+    ("lightning", "trainer"): ("precision", "accumulate_grad_batches", "max_steps", "max_epochs", "num_devices"),
     ("fabric", "fabric"): ("precision=strategy.precision.precision", "world_size"),
     ("hf_trainer", "arguments"): (
         "bf16", "fp16", "tf32", "per_device_train_batch_size", "gradient_accumulation_steps",
         "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
         "dataloader_prefetch_factor", "torch_compile", "torch_compile_mode", "optim", "use_cpu",
-        "logging_steps", "max_steps",
+        "logging_steps", "max_steps", "num_train_epochs",
     ),
     ("hf_trainer", "trainer"): (),
     ("accelerate", "accelerator"): ("mixed_precision", "gradient_accumulation_steps", "device_placement"),

@@ -48,8 +48,14 @@ class StepClock:
         self._fetched_last_iteration = False
         self._lead_optimizer: int | None = None
         self._lead_module: int | None = None
+        #: when the lead optimizer last stepped: the end of the step in progress, should no
+        #: fetch follow to commit its boundary (the script's last step)
+        self._stepped_at: float | None = None
         self.samples_this_step = 0
         self.samples_per_step: list[int] = []
+        #: batches delivered in each step, and the first one's samples (record.even_out_epoch_turns)
+        self.batches_this_step: list[int] = []
+        self.batches_per_step: list[tuple[int, int]] = []
 
     def _use_mode(self, mode: str) -> bool:
         """Switch to ``mode`` if it is stronger; return whether signals of ``mode`` count."""
@@ -59,20 +65,28 @@ class StepClock:
             step_started = self._last_boundary_at
             self.mode = mode
             self.samples_per_step = []
+            self.batches_per_step = []
             self._on_reset(mode)
             if mode == "optimizer" and step_started is not None:
                 # The first optimizer step ends a step that began at the weaker signal's last
                 # boundary (the fetch or the model call): that step counts too, else a script of
                 # 3 optimizer steps would be reported as 2. Its samples stay with it.
                 self.samples_per_step.append(0)
+                self.batches_per_step.append((0, 0))
                 self._last_boundary_at = step_started
                 self._on_boundary(step_started)
             return True
         return False
 
-    def _boundary(self) -> None:
+    def _close_step(self) -> None:
         self.samples_per_step.append(self.samples_this_step)
+        batches = self.batches_this_step
+        self.batches_per_step.append((len(batches), batches[0] if batches else 0))
         self.samples_this_step = 0
+        self.batches_this_step = []
+
+    def _boundary(self) -> None:
+        self._close_step()
         self._last_boundary_at = time.perf_counter()
         self._on_boundary(self._last_boundary_at)
 
@@ -88,6 +102,7 @@ class StepClock:
         self._fetches_since_step = 0
         if uses_loader:
             self._pending = True  # the boundary is the next fetch
+            self._stepped_at = time.perf_counter()
         elif optimizer_id == self._lead_optimizer:
             self._boundary()
 
@@ -101,8 +116,21 @@ class StepClock:
         elif self._use_mode("dataloader"):
             self._boundary()
 
+    def last_step_end(self) -> float | None:
+        """The script ended: the end of a step whose boundary still waits for a fetch (its
+        optimizer step ran, no fetch followed), so that the last step ends at its optimizer
+        step and what the script does after it (teardown, a checkpoint, evaluation) is in no
+        step. Counts the step's samples; None when no step is pending."""
+        if not self._pending or self._stepped_at is None:
+            return None
+        self._pending = False
+        self._close_step()
+        self._last_boundary_at = self._stepped_at
+        return self._stepped_at
+
     def batch_delivered(self, samples: int) -> None:
         self.samples_this_step += samples
+        self.batches_this_step.append(samples)
 
     def module_called(self, module_id: int) -> None:
         if self.mode is not None and self.mode != "forward":
@@ -404,6 +432,8 @@ class Instrumentation:
             if info is not None:
                 info.iterators_created += iterator.__dict__.pop("_diagnose_new", 0)
                 iterator._diagnose_epoch_start = start
+                if info.batches_per_epoch is None:
+                    info.batches_per_epoch = _length(loader)
             return iterator
 
         return __iter__
@@ -438,6 +468,14 @@ class Instrumentation:
             return batch
 
         return __next__
+
+
+def _length(loader: Any) -> int | None:
+    """``len(loader)``, None where it has none (an iterable dataset) or it fails."""
+    try:
+        return int(len(loader))
+    except Exception:  # noqa: BLE001 - a sampler without a length, an IterableDataset
+        return None
 
 
 def _dynamo_compiled_something() -> bool:
@@ -542,10 +580,66 @@ def describe_models() -> list[ModelInfo]:
                 or hasattr(m.__dict__.get("forward"), "_torchdynamo_orig_callable"),
                 data_parallel=isinstance(m, nn.DataParallel),
                 distributed_data_parallel=isinstance(m, nn.parallel.DistributedDataParallel),
+                parallel=_safe_parallel(m),
             )
         )
     out.sort(key=lambda info: -info.params)
     return out[:8]
+
+
+def _safe_parallel(module: Any) -> dict[str, Any]:
+    try:
+        return describe_parallel(module)
+    except Exception:  # noqa: BLE001 - a wrapper's internals differ across torch versions: say nothing
+        return {}
+
+
+def describe_parallel(module: Any) -> dict[str, Any]:
+    """How the model is spread over devices, with the settings rules would advise (so that they
+    do not advise what is set): nn.DataParallel's devices; DDP's bucket size; FSDP2
+    (``fully_shard``): its sharded modules and how many of them have an explicit forward or
+    backward prefetch (``set_modules_to_forward_prefetch`` / ``..._backward_prefetch``);
+    FSDP1: its ``forward_prefetch`` and ``backward_prefetch``. Empty for a plain model."""
+    from torch import nn
+
+    inner = getattr(module, "_orig_mod", module)
+    if isinstance(inner, nn.DataParallel):
+        return {"kind": "DataParallel", "devices": len(inner.device_ids or [])}
+    if isinstance(inner, nn.parallel.DistributedDataParallel):
+        cap = getattr(inner, "bucket_bytes_cap", None)
+        return {"kind": "DDP", "bucket_cap_mb": round(cap / 2**20, 3) if isinstance(cap, (int, float)) else None}
+    fsdp1 = _fsdp1_settings(inner)
+    if fsdp1:
+        return fsdp1
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return {}
+    sharded = [m for m in inner.modules() if isinstance(m, FSDPModule)]
+    if not sharded:
+        return {}
+    forward = backward = 0
+    for m in sharded:
+        state = m._get_fsdp_state()
+        forward += bool(getattr(state, "_states_to_forward_prefetch", None))
+        backward += bool(getattr(state, "_states_to_backward_prefetch", None))
+    return {"kind": "FSDP2", "sharded_modules": len(sharded), "forward_prefetch_modules": forward, "backward_prefetch_modules": backward}
+
+
+def _fsdp1_settings(module: Any) -> dict[str, Any]:
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:
+        return {}
+    wrapped = [m for m in module.modules() if isinstance(m, FullyShardedDataParallel)]
+    if not wrapped:
+        return {}
+    first = wrapped[0]
+    backward = getattr(first, "backward_prefetch", None)
+    return {
+        "kind": "FSDP1", "sharded_modules": len(wrapped), "forward_prefetch": bool(getattr(first, "forward_prefetch", False)),
+        "backward_prefetch": getattr(backward, "name", None) if backward is not None else None,
+    }
 
 
 def _optimized_module_class() -> type | None:

@@ -83,6 +83,9 @@ class Sampler:
         self.counts: Counter[tuple[str, str, str]] = Counter()  # (where, site, function)
         self.where_counts: Counter[str] = Counter()
         self.samples = 0
+        #: each sample's time and what it counted, so that the samples after a moment (the
+        #: script's teardown after its last step) can be taken back (``drop_after``)
+        self.taken: list[tuple[float, str, tuple[str, str, str] | None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -112,11 +115,26 @@ class Sampler:
         self.samples += 1
         where = self.classify(frame)
         if where == "diagnose":
+            self.taken.append((time.perf_counter(), where, None))
             return
         self.where_counts[where] += 1
         user = self.user_frame(frame)
-        if user is not None:
-            self.counts[(where, _site(user), user.f_code.co_name)] += 1
+        key = (where, _site(user), user.f_code.co_name) if user is not None else None
+        if key is not None:
+            self.counts[key] += 1
+        self.taken.append((time.perf_counter(), where, key))
+
+    def drop_after(self, moment: float) -> None:
+        """Take back the samples taken after ``moment``: they are no step's."""
+        while self.taken and self.taken[-1][0] > moment:
+            _, where, key = self.taken.pop()
+            self.samples -= 1
+            if where != "diagnose":
+                self.where_counts[where] -= 1
+            if key is not None:
+                self.counts[key] -= 1
+        self.counts = +self.counts  # drop the zeros
+        self.where_counts = +self.where_counts
 
 
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace(os.sep, "/") + "/"  # the diagnose package
@@ -354,6 +372,13 @@ class LineAttribution:
 
     def finish(self, record: Any) -> None:
         self._stop_window()
+        if self.main_sampler is not None and record.boundaries_s:
+            # a script that ended inside the window was sampled on after its last step: what it
+            # did then (teardown, a checkpoint, destroy_process_group()) is no step's, and no
+            # line of the training loop's
+            last = record.boundaries_s[-1]
+            self.main_sampler.drop_after(last)
+            self.window_s = max(0.0, min(self.window_s, last - self._window_start))
         if self.main_thread_off is not None and self.main_thread_off not in record.warnings:
             record.warnings.append(self.main_thread_off)
         record.sync_sites = self._sync_sites()

@@ -27,9 +27,13 @@ from diagnose import errors
 from diagnose.runtime.capture import CaptureSession, StopScript
 from diagnose.errors import UsageError
 from diagnose.progress import Progress
-from diagnose.record import RunRecord, WindowPlan
+from diagnose.record import RunLength, RunRecord, WindowPlan, even_out_epoch_turns, run_length
 from diagnose.rundir import RunDir
 from diagnose.signals import SignalHold
+
+
+#: the fewest timed steps a script that ended during the timing leaves as its steady figure
+MIN_PARTIAL_TIMED = 3
 
 
 class Terminated(BaseException):
@@ -152,7 +156,11 @@ class _ScriptRun:
             knobs=knobs.as_dict() if knobs is not None else {},
         )
         self.t0 = time.perf_counter()
-        self.session = CaptureSession(plan, run_dir, progress, window=self, rank=rank, prefetched=self._prefetched_batches)
+        from diagnose.runtime.scriptargs import ScriptArgs
+
+        #: the script's options that set how long it trains (the window is sized to them)
+        self.script_args = ScriptArgs()
+        self.session = CaptureSession(plan, run_dir, progress, window=self, rank=rank, prefetched=self._prefetched_batches, length=self._run_length)
         self.clock = StepClock(on_boundary=self._on_boundary, on_reset=self.session.on_reset)
         self.instrumentation = Instrumentation(self.clock, knobs=knobs)
         self.instrumentation.on_oom = self._on_oom
@@ -238,10 +246,12 @@ class _ScriptRun:
             # First, a plain attribute store (no Python call, so no signal handler can run before
             # it): from here on torch's SIGCHLD handler is the script's no more (_ChildSignals).
             self.child_signals.script_over = True
+            self._script_ended()
             self.hold.hold({"SIGTERM": self.saved.sigterm})  # a second Ctrl-C or SIGTERM must not cut the saving short
             status, exit_code, error = self._ending(exc)
         finally:
             self.child_signals.script_over = True
+            self._script_ended()
             self.hold.hold({"SIGTERM": self.saved.sigterm})
             os._exit = self.real_exit
             try:
@@ -254,10 +264,17 @@ class _ScriptRun:
             self.run_dir.save_record(record, self.rank)
         return record
 
+    def _script_ended(self) -> None:
+        """When the script's own code ended (the first call only): what it did after its last
+        step (teardown, a checkpoint, evaluation) runs up to here."""
+        if self.record.script_end_s is None:
+            self.record.script_end_s = time.perf_counter()
+
     def _install_hooks(self) -> None:
         """What every run installs: the instrumentation, the foreign-profiler guard, the knobs
         and the extra hooks (a script run adds its process-wide changes; a block does not)."""
         self.instrumentation.install()
+        self.script_args.install()
         self.session.guard_foreign_profilers()
         if self.knobs is not None:
             self.knobs.install()
@@ -278,6 +295,7 @@ class _ScriptRun:
             _safely(hook.remove)
         if self.knobs is not None:
             _safely(self.knobs.remove)
+        self.script_args.remove()
         self.instrumentation.remove()
         self.child_signals.remove()
         self.saved.restore(keep_held=self.hold.holding)
@@ -318,16 +336,21 @@ class _ScriptRun:
         if self.finalized:
             return
         self.finalized = True
-        record, session, plan = self.record, self.session, self.plan
+        record, session = self.record, self.session
+        plan = session.planned  # the plan cut to the script's steps, where it was
         if self.step_count.active:  # the script ended inside the counted step: what it ran is partial
             self._finish_counted_step()
             if record.flops is not None:
                 record.flops.notes.append("the script ended during the counted step: its FLOPs are partial")
+        last = self.clock.last_step_end()
+        if last is not None:  # the last step ends at its optimizer step, not at the script's end
+            session.on_last_boundary(last)
         _safely(session.finish)
         if not record.flags:
             record.flags = _safely(describe_flags, {})
         if not record.memory:
             record.memory = _safely(describe_memory, {})
+        record.boundaries_s = list(session.boundaries)  # the hooks cut what came after the last step
         for hook in self.hooks:
             _safely(lambda h=hook: h.finish(record))
         record.environment = _safely(describe_environment, {})
@@ -340,8 +363,10 @@ class _ScriptRun:
             error = error or {"type": "OutOfMemoryError", "message": self.instrumentation.oom_message, "traceback": ""}
         record.status, record.exit_code, record.error = status, exit_code, error
         record.step_mode = self.clock.mode
-        record.boundaries_s = list(session.boundaries)
-        record.samples_per_step = self.clock.samples_per_step[1:]
+        record.plan = asdict(plan)
+        record.plan_fit = dict(session.fit)
+        record.length_options = self.script_args.found()
+        record.samples_per_step = even_out_epoch_turns(self.clock.samples_per_step[1:], self.clock.batches_per_step[1:])
         record.profiled_steps = session.profiled_steps()
         record.window_growth = dict(session.growth)
         record.trace_files = list(session.trace_files)
@@ -350,6 +375,12 @@ class _ScriptRun:
             record.timed_skipped = session.timed_skip
             record.timed_seconds = session.timed_end - session.timed_start
             timed = record.samples_per_step[record.first_timed_step() : record.first_timed_step() + plan.timed]
+            record.timed_samples = sum(timed) if timed and all(timed) else None
+        elif (so_far := session.timed_so_far()) is not None and so_far[0] >= MIN_PARTIAL_TIMED:
+            # the script ended during the timing: its timed steps so far are the steady figure
+            record.timed_steps, record.timed_seconds = so_far
+            record.timed_skipped = session.timed_skip
+            timed = record.samples_per_step[record.first_timed_step() : record.first_timed_step() + so_far[0]]
             record.timed_samples = sum(timed) if timed and all(timed) else None
         record.warnings.extend(session.notes)
         if self.child_signals.late and not (error and "DataLoader worker" in error.get("message", "")):
@@ -364,6 +395,14 @@ class _ScriptRun:
         record.ended_at = _now()
         record.wall_s = time.perf_counter() - self.t0
         self.run_dir.save_record(record, self.rank)
+
+    def _run_length(self) -> RunLength | None:
+        """How many steps the script will make, as its options, its DataLoader and its
+        framework say (at the first step: all three are known by then)."""
+        loaders = list(self.instrumentation.dataloaders.values())
+        self.record.dataloaders = loaders
+        loader = self.record.train_loader()
+        return run_length(self.script_args.found(), loader.batches() if loader is not None else None, self.instrumentation.frameworks_seen())
 
     def _prefetched_batches(self) -> int:
         """Batches the training DataLoader's workers can hold queued: its workers times its

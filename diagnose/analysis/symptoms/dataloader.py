@@ -75,11 +75,7 @@ def iterators(record: RunRecord) -> int | None:
 @symptom("dataloader.steps_per_epoch", "count", "batches per epoch")
 def steps_per_epoch(record: RunRecord) -> int | None:
     loader = _loader(record)
-    if loader is None or not loader.dataset_len or not loader.batch_size:
-        return None
-    if loader.drop_last:
-        return loader.dataset_len // loader.batch_size
-    return math.ceil(loader.dataset_len / loader.batch_size)
+    return loader.batches() if loader is not None else None
 
 
 @symptom("dataloader.startup_s", "s", "extra wait for the first batch of an epoch, over a normal batch (worker start-up)")

@@ -61,3 +61,31 @@ def data_parallel(record: RunRecord) -> bool | None:
 @symptom("model.ddp", "bool", "the model is wrapped in DistributedDataParallel")
 def ddp(record: RunRecord) -> bool | None:
     return any(m.distributed_data_parallel for m in record.models) if record.models else None
+
+
+def _parallel(record: RunRecord, kind: str) -> dict | None:
+    """The first model's settings of that parallel ``kind`` (``ModelInfo.parallel``), if any."""
+    return next((m.parallel for m in record.models if m.parallel.get("kind") == kind), None)
+
+
+@symptom("model.data_parallel_devices", "count", "devices nn.DataParallel spreads the model over (its device_ids)")
+def data_parallel_devices(record: RunRecord) -> int | None:
+    dp = _parallel(record, "DataParallel")
+    return dp.get("devices") if dp else None
+
+
+@symptom("fsdp.prefetch_set", "bool", "the script sets FSDP's prefetch itself: FSDP2's set_modules_to_forward_prefetch and "
+         "set_modules_to_backward_prefetch, or FSDP1's forward_prefetch=True with a backward_prefetch")
+def fsdp_prefetch_set(record: RunRecord) -> bool | None:
+    two, one = _parallel(record, "FSDP2"), _parallel(record, "FSDP1")
+    if two:
+        return bool(two.get("forward_prefetch_modules")) and bool(two.get("backward_prefetch_modules"))
+    if one:
+        return bool(one.get("forward_prefetch")) and one.get("backward_prefetch") is not None
+    return None
+
+
+@symptom("ddp.bucket_cap_mb", "MB", "DistributedDataParallel's bucket_cap_mb (torch's default: 25)")
+def ddp_bucket_cap_mb(record: RunRecord) -> float | None:
+    ddp = _parallel(record, "DDP")
+    return ddp.get("bucket_cap_mb") if ddp else None
