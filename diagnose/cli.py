@@ -94,6 +94,11 @@ def run(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
     fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", metavar="RUN_DIR", help="The run directory (or report.json) that throughput<baseline compares with."),
+    whole: bool = typer.Option(False, "--whole", hidden=True, help="diagnose watch: record the whole run (the ranks of watch --nproc-per-node get it)."),
+    window_every: float = typer.Option(600.0, "--window-every", hidden=True, min=0.0),
+    window_steps: int = typer.Option(3, "--window-steps", hidden=True, min=1),
+    max_windows: int = typer.Option(12, "--max-windows", hidden=True, min=0),
+    window_budget: float = typer.Option(0.01, "--window-budget", hidden=True, min=0.0, max=1.0),
 ) -> None:
     """Run a training script under the profiler, break each step down, and diagnose it.
 
@@ -140,6 +145,7 @@ def run(
             out=out, overwrite=overwrite, html=html, lines=not no_lines, quiet=quiet,
             knob_assignments=[k for k in knob or [] if k.partition("=")[0].strip() not in LAUNCH_KNOBS], rules_dirs=tuple(rules_dirs or ()), keep_traces=keep_traces,
             torchrun_options=torchrun_options,
+            watch=_watch_budget(whole, window_every, window_steps, max_windows, window_budget),
         )
         run_dir = session.open_run_dir(request, None if nproc_per_node else rank)
     except DiagnoseError as exc:
@@ -225,6 +231,53 @@ def _rdzv_endpoint_option() -> Optional[str]:
 
 def _rdzv_id_option() -> Optional[str]:
     return typer.Option(None, "--rdzv-id", metavar="ID", help="torchrun's rendezvous id, multi-node (each experiment appends its name).")
+
+
+def _watch_budget(whole: bool, every: float, steps: int, windows: int, cost_share: float):  # noqa: ANN202 - WatchBudget | None
+    if not whole:
+        return None
+    from diagnose.runtime.whole import WatchBudget
+
+    return WatchBudget(period_s=every, window_steps=steps, max_windows=windows, max_cost_share=cost_share)
+
+
+@app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
+def watch(
+    script: Optional[str] = typer.Argument(None, metavar="SCRIPT", help="The training script, run as `python SCRIPT ARGS` would, to its end."),
+    args: Optional[list[str]] = typer.Argument(None, metavar="SCRIPT_ARGS", help="The script's own arguments: after --, or after SCRIPT when diagnose has no option of that name."),
+    module: Optional[str] = typer.Option(None, "-m", "--module", metavar="MODULE", help="Run a module as `python -m MODULE` would."),
+    warmup: int = typer.Option(5, "--warmup", min=1, metavar="N", help="Steps before the main profiled window."),
+    steps: int = typer.Option(10, "--steps", min=1, metavar="N", help="Steps in the main profiled window."),
+    window_every: float = typer.Option(600.0, "--window-every", min=0.0, metavar="SECONDS", help="Profile a short window every SECONDS of wall-clock (0: none); slow steps get one too."),
+    window_steps: int = typer.Option(3, "--window-steps", min=1, metavar="N", help="Steps in each later window."),
+    max_windows: int = typer.Option(12, "--max-windows", min=0, metavar="N", help="Later windows at most (their traces: 256 MB at most)."),
+    window_budget: float = typer.Option(0.01, "--window-budget", min=0.0, max=1.0, metavar="SHARE", help="The later windows' time stays under this share of the wall-clock so far."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Run directory (default runs/<script>-<time>/)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Reuse a non-empty --out directory."),
+    json_out: bool = typer.Option(False, "--json", help="Print report.json to stdout (the script's output goes to stderr)."),
+    html: bool = typer.Option(False, "--html", help="Also write a self-contained report.html (with the whole-run timeline)."),
+    show_all: bool = typer.Option(False, "--all", help="Show every finding that fired, not only the top ones."),
+    rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", metavar="DIR", help="A folder (or file) of extra rule files."),
+    no_lines: bool = typer.Option(False, "--no-lines", help="No line attribution in the main window."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, metavar="N", help="Launch N ranks through torchrun; each watches itself, the report gives the job's goodput."),
+    rank_aware: bool = typer.Option(False, "--rank-aware", help="Under torchrun or srun: watch this rank into a shared run directory."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line and no live line."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."),
+) -> None:
+    """Run a training script to its end and account for its whole wall-clock.
+
+    Start-up, compilation, data start-up per epoch, training steps, evaluation, checkpoints,
+    teardown: each one's time and share (goodput is the training steps' share), the shifts that
+    cost time (with their fix), ranked with the findings of a profiled window. docs/watch.md.
+    """
+    run(
+        script=script, args=args, module=module, warmup=warmup, steps=steps, max_steps=None, timed_steps=20, no_stop=True,
+        out=out, overwrite=overwrite, json_out=json_out, html=html, show_all=show_all, rules_dirs=rules_dirs, knob=None,
+        no_lines=no_lines, nproc_per_node=nproc_per_node, rank_aware=rank_aware, keep_traces="notable", nnodes=None,
+        node_rank=None, rdzv_backend=None, rdzv_endpoint=None, rdzv_id=None, quiet=quiet, color=color, fail_on=None,
+        baseline=None, whole=True, window_every=window_every, window_steps=window_steps, max_windows=max_windows,
+        window_budget=window_budget,
+    )
 
 
 def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], merge: bool = False):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report

@@ -200,6 +200,12 @@ class DataLoaderInfo:
     iterators_created: int = 0
     #: seconds from ``iter(loader)`` to its first batch, one value per iterator
     first_batch_wait_s: list[float] = field(default_factory=list)
+    #: ``time.perf_counter()`` at each ``iter(loader)`` (the start of each first-batch wait)
+    first_batch_at_s: list[float] = field(default_factory=list)
+    #: seconds from ``iter(loader)`` until each worker delivered its first batch (the first
+    #: ``num_workers`` batches, or as many as the epoch had; the first batch without workers),
+    #: one value per iterator
+    workers_ready_s: list[float] = field(default_factory=list)
     fetches_in_window: int = 0
     knobs_applied: dict[str, Any] = field(default_factory=dict)
     #: ``len(loader)`` when it was iterated: batches per epoch, also with a batch sampler
@@ -407,6 +413,10 @@ class RunRecord:
     memory_split: MemorySplit | None = None
     #: GPU memory by owner when the script ran out of it (the error's own moment)
     memory_at_oom: MemorySplit | None = None
+    #: ``diagnose watch``: the whole run as ``runtime/whole.py`` saw it (steps, spans of
+    #: evaluation, checkpoints, compilation and data start-up, memory samples, extra windows);
+    #: empty for ``diagnose run``. Read by ``analysis/wholerun.py``
+    whole: dict[str, Any] = field(default_factory=dict)
 
     # --- derived figures ----------------------------------------------------------------------
 

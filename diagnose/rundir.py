@@ -173,6 +173,13 @@ class RunDir:
         """Where the DataLoader workers of this process leave their samples."""
         return self.path / ("workers" if rank is None else f"workers-{_rank_prefix(rank)}")
 
+    def watch_trace_path(self, index: int, step: int, rank: int | None = None) -> Path:
+        """``watch[-rank<R>]/window<I>-step<K>.pt.trace.json.gz``: a short window that ``diagnose
+        watch`` profiled later in the run (a folder of its own: the top-level traces are the
+        main window's, which HTA and ``trace_for`` read)."""
+        folder = self.path / ("watch" if rank is None else f"watch-{_rank_prefix(rank)}")
+        return folder / f"window{index}-step{step}.pt.trace.json.gz"
+
     def new_trace_path(self, rank: int | None = None) -> Path:
         """``[rank<R>_]<host>_<pid>.<ms>.pt.trace.json.gz``: the name torch-tb-profiler looks for;
         the rank prefix tells ranks apart."""

@@ -37,6 +37,7 @@ from diagnose.signals import SignalHold
 
 if TYPE_CHECKING:
     from diagnose.runtime.knobs import Knobs
+    from diagnose.runtime.whole import WatchBudget
 
 # --- analysing a run directory ----------------------------------------------------------------
 
@@ -94,6 +95,10 @@ def _analyse_from_dir(run_dir: RunDir, rank: int, record: RunRecord, options: An
 def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bool = True) -> Report:
     """report.json, then the TensorBoard events (with ``events``, for a run that measured steps
     and ended well) and report.html (with ``html``)."""
+    if report.distributed is not None:  # a watched job: each rank's accounting, the job's goodput
+        from diagnose.analysis.wholerun import job_section
+
+        report.whole = job_section(report.whole, run_dir.load_ranks()) or report.whole
     run_dir.save_report(report)
     # a run that failed or measured no step writes no events: TensorBoard would list it as a run
     if events and report.breakdown and report.status.get("state") in ("completed", "stopped", "trace"):
@@ -173,6 +178,8 @@ class RunRequest:
     keep_traces: str = "notable"
     #: torchrun's multi-node options (``--nnodes=2`` ...), passed on as they are
     torchrun_options: list[str] = field(default_factory=list)
+    #: ``diagnose watch``: the whole run is recorded, with later windows under this budget
+    watch: WatchBudget | None = None
 
     @property
     def name(self) -> str:
@@ -186,6 +193,10 @@ class RunRequest:
     def rank_argv(self) -> list[str]:
         """The options every rank's ``diagnose run --rank-aware`` is started with."""
         argv = [*self.plan.to_argv(), "--quiet", *([] if self.lines else ["--no-lines"]), "--keep-traces", self.keep_traces]
+        if self.watch is not None:
+            from diagnose.runtime.whole import budget_argv
+
+            argv += budget_argv(self.watch)
         return argv + [x for k in self.knob_assignments for x in ("--set", k)] + rules_argv(self.rules_dirs)
 
 
@@ -232,6 +243,10 @@ def run_script(
     hooks: list[Any] = [LineAttribution(run_dir.workers_path(rank_number))] if request.lines else []
     if exchange is not None:
         hooks.append(exchange)
+    if request.watch is not None:
+        from diagnose.runtime.whole import LiveLine, WholeRun
+
+        hooks.append(WholeRun(run_dir, rank_number, request.watch, LiveLine(enabled=not request.quiet)))
     with _stdout_to_stderr(quiet_stdout):
         return run_target(
             target, request.plan, run_dir, rank=rank_number, knobs=request.knobs if request.knobs else None,

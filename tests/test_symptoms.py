@@ -12,6 +12,7 @@ from diagnose.analysis.ranks import RankSet, RankSummary
 from diagnose.analysis.symptoms import CATALOG, compute_symptoms
 from diagnose.analysis.symptoms.registry import declare, evaluate, evaluation_order, symptom
 from diagnose.analysis.timeline import TraceMeta
+from tests.wholebuilder import whole_record
 from diagnose.record import DataLoaderInfo, FlopCount, FrameworkInfo, MatmulShape, MemorySplit, ModelInfo, OpCount, OptimizerInfo, RunRecord
 
 # dyadic shares, so that sums are exact
@@ -425,6 +426,22 @@ CASES = {
             "framework.mixed_precision": None, "lines.framework": None,
         }),
         Case("a bare trace: nothing known", expected={"framework.hf_trainer": None, "framework.mixed_precision": None}),
+    ],
+    "wholerun": [
+        Case("a watched run: tests/wholebuilder.py", record=whole_record(), tolerance=1e-9, expected={
+            "whole.watched": 1, "whole.wall_s": 16.0, "whole.goodput": 8.7 / 16, "whole.named_share": 1 - 3.2 / 16,
+            "whole.startup_share": 1.9 / 16, "whole.stall_share": 3.2 / 16, "whole.gc_share": 0.0, "whole.contention_share": 0.0,
+            "whole.eval_share": 0.5 / 16, "whole.eval_s": 0.5, "whole.eval_count": 1, "whole.eval_name": "HF Trainer.evaluate (eval_strategy / eval_steps)",
+            "whole.checkpoint_share": 0.4 / 16, "whole.checkpoint_s": 0.4, "whole.checkpoint_count": 2, "whole.checkpoint_mean_s": 0.2,
+            "whole.checkpoint_every_steps": 2, "whole.checkpoint_name": "torch.save",
+            "whole.epoch_starts": 1, "whole.epoch_start_share": 0.3 / 16, "whole.epoch_start_mean_s": 0.25, "whole.loader_persistent": 0, "whole.loader_workers": 2,
+            "whole.compile_share": 0.4 / 16, "whole.recompiles": 1, "whole.recompile_share": 0.1 / 16,
+            "whole.recompile_reason": "tensor 'x' size mismatch at index 1. expected 8, actual 9 (1x)",
+            "whole.slowdown": None, "whole.slowdown_share": None, "whole.step_early_ms": None, "whole.step_late_ms": None,
+            "whole.memory_growth": 0.4, "whole.memory_growth_gb": 0.04, "whole.memory_rising": 1.0,
+            "whole.memory_hours_to_capacity": (1e9 - 140e6) / 5e6 / 3600, "whole.memory_kind": "host memory (RSS)",
+        }),
+        Case("diagnose run: nothing watched", record=_record(), expected={"whole.watched": None, "whole.goodput": None, "whole.eval_share": None}),
     ],
 }
 

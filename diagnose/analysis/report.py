@@ -95,6 +95,9 @@ class Report:
     #: the distance to the hardware limit: GPU peaks, FLOPs by phase, top kernels, roofline,
     #: memory by owner, the OOM explanation (analysis/limits.py); MFU itself is a symptom
     limits: dict[str, Any] | None = None
+    #: ``diagnose watch``: the whole run's wall-clock by bucket, its shifts and series
+    #: (``analysis/wholerun.py``); None for a run that was not watched
+    whole: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -304,6 +307,7 @@ def build_report(
         report.warnings.extend(breakdown.notes)
     report.symptoms = {name: _symptom_dict(s) for name, s in symptoms.items()}
     report.limits = limits_to_dict(distance_to_limits(breakdown, record, meta), record)
+    report.whole = whole_run_section(record)
     report.warnings.extend(_steadiness_notes(report))
     if diagnosis is not None:
         findings = [f.to_dict() for f in diagnosis.findings]
@@ -361,6 +365,8 @@ def _status(report: Report, record: RunRecord | None) -> None:
     message = STATUS_MESSAGES.get(state, state).format(code=code, error=error_text or "an exception")
     if record is not None:
         steps = record.completed_steps()
+        if record.whole.get("boundaries_s"):  # diagnose watch counted every step, not the window's only
+            steps = max(steps, (len(record.whole["boundaries_s"]) - 1) * 2 ** int(record.whole.get("merged_pairs", 0)))
         plan = record.plan
         if state in ("completed", "exited", "failed", "interrupted", "terminated", "oom") and steps:
             message += f" after {steps} steps"
@@ -372,6 +378,14 @@ def _status(report: Report, record: RunRecord | None) -> None:
         "message": message,
         "error": err or None,
     }
+
+
+def whole_run_section(record: RunRecord | None) -> dict[str, Any] | None:
+    """The whole run's accounting (``diagnose watch``), or None for a run not watched."""
+    from diagnose.analysis.symptoms.wholerun import accounting_of
+
+    accounting = accounting_of(record) if record is not None else None
+    return accounting.to_dict() if accounting is not None else None
 
 
 def _from_record(report: Report, record: RunRecord) -> None:

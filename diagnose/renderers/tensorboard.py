@@ -106,7 +106,7 @@ def scalars(report: Report) -> list[tuple[int, str, float]]:
 
 
 def view_scalars(view: ReportView) -> list[tuple[int, str, float]]:
-    out = [*_step_scalars(view), *_window_scalars(view)]
+    out = [*_step_scalars(view), *_window_scalars(view), *_whole_scalars(view)]
     return [(step, tag, float(value)) for step, tag, value in out if value is not None]
 
 
@@ -125,6 +125,26 @@ def _step_scalars(view: ReportView) -> Iterator[tuple[int, str, Any]]:
             yield number, "gpu/busy_share", _busy_share(step)
             for tag, name in GPU_STEP_SCALARS.items():
                 yield number, tag, getattr(step, name)
+
+
+def _whole_scalars(view: ReportView) -> Iterator[tuple[int, str, Any]]:
+    """``diagnose watch``: over the run, at the training step they were taken at: the step
+    time (median and slowest of each point), memory and the DataLoader wait; once, at step 0,
+    goodput and each bucket's share of the wall-clock."""
+    whole = view.whole
+    if whole is None:
+        return
+    for _, median_ms, max_ms, step in whole.step_series:
+        yield step, "whole/step_ms", median_ms
+        yield step, "whole/slowest_step_ms", max_ms
+    for _, step, host_gb, gpu_gb, wait in whole.memory_series:
+        yield step, "whole/host_memory_gb", host_gb
+        yield step, "whole/gpu_memory_gb", gpu_gb
+        yield step, "whole/data_wait_share", wait
+    yield 0, "whole/goodput", whole.goodput
+    yield 0, "whole/wall_s", whole.wall_s
+    for row in whole.rows:
+        yield 0, f"whole/share_{row.bucket}", row.share
 
 
 def _busy_share(step: StepRow) -> float | None:

@@ -103,6 +103,8 @@ class TerminalRenderer(Renderer):
             color_system="truecolor" if self.color else None,
         )
         self._header(console, view)
+        if view.whole:
+            self._whole(console, view)
         self._throughput(console, view)
         if view.breakdown:
             self._bar(console, view)
@@ -135,6 +137,24 @@ class TerminalRenderer(Renderer):
         c.print(Text(f"status: {v.status.message}", style="green" if v.status.ok else "red"))
         if v.status.step_mode:
             c.print(Text(f"steps: counted at each {v.status.step_mode}", style="dim"))
+        c.print()
+
+    def _whole(self, c: Console, v: ReportView) -> None:
+        w = v.whole
+        assert w is not None
+        c.print(Text.assemble(("The whole run ", "bold"), f"({w.wall_s:.1f} s, {w.steps} steps): goodput ", (percent(w.goodput), "bold green" if w.goodput >= 0.8 else "bold yellow")))
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        table.add_column("where the wall-clock went", no_wrap=True)
+        table.add_column("seconds", justify="right")
+        table.add_column("share", justify="right")
+        for row in w.rows:
+            table.add_row(row.label, f"{row.seconds:.2f}", percent(row.share))
+        c.print(table)
+        if w.job_goodput is not None:
+            per_rank = ", ".join(f"rank {r.rank} {percent(r.goodput)}" for r in w.ranks)
+            c.print(Text(f"the job's goodput: {percent(w.job_goodput)} ({per_rank})"))
+        if w.windows:
+            c.print(Text(f"later profiled windows: {len(w.windows)} (" + ", ".join(f"{reason} at step {k}" for reason, k, _, _ in w.windows[:4]) + (", ..." if len(w.windows) > 4 else "") + ")", style="dim"))
         c.print()
 
     def _throughput(self, c: Console, v: ReportView) -> None:

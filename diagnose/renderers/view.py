@@ -23,6 +23,7 @@ from typing import Any
 
 from diagnose.analysis.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS, exposed_categories, exposed_labels
 from diagnose.analysis.report import Report, sanitized
+from diagnose.renderers.wholeview import WholeView, whole_view
 from diagnose.renderers.limitsview import LimitsView, limits_view
 from diagnose.units import format_value
 
@@ -467,6 +468,8 @@ class ReportView:
     created_at: str
     #: MFU, top kernels, roofline, memory by owner, OOM explanation (renderers/limitsview.py)
     limits: LimitsView | None = None
+    #: the whole run's accounting (``diagnose watch``; renderers/wholeview.py)
+    whole: WholeView | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -513,6 +516,7 @@ class ReportView:
             schema=report.schema,
             created_at=report.created_at,
             limits=limits_view(report),
+            whole=whole_view(report),
         )
 
 

@@ -134,16 +134,10 @@ class FrameworkWatch:
         by_module: dict[str, list[Watched]] = {}
         for w in WATCHED:
             by_module.setdefault(w.module, []).append(w)
-        for name, watched in by_module.items():
-            module = sys.modules.get(name)
-            if module is not None:
-                self._patch_module(module, watched)
-        self._finder = _ImportHook({n: (lambda m, ws=ws: self._patch_module(m, ws)) for n, ws in by_module.items()})
-        sys.meta_path.insert(0, self._finder)
+        self._finder = when_imported({n: (lambda m, ws=ws: self._patch_module(m, ws)) for n, ws in by_module.items()})
 
     def remove(self) -> None:
-        if self._finder is not None and self._finder in sys.meta_path:
-            sys.meta_path.remove(self._finder)
+        stop_watching_imports(self._finder)
         self._finder = None
         while self._undo:
             self._undo.pop()()
@@ -272,6 +266,23 @@ class _Settings:
 
     def set(self, name: str, value: Any) -> None:
         self.changes[name] = value
+
+
+def when_imported(on_loaded: dict[str, Callable[[ModuleType], None]]) -> _ImportHook:
+    """Call ``on_loaded[name](module)`` for each module already imported, now, and for the others
+    right after the script imports them; returns the import hook (``stop_watching_imports``)."""
+    for name, call in on_loaded.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            call(module)
+    finder = _ImportHook(on_loaded)
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def stop_watching_imports(finder: _ImportHook | None) -> None:
+    if finder is not None and finder in sys.meta_path:
+        sys.meta_path.remove(finder)
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):

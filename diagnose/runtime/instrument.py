@@ -56,6 +56,12 @@ class StepClock:
         #: batches delivered in each step, and the first one's samples (record.even_out_epoch_turns)
         self.batches_this_step: list[int] = []
         self.batches_per_step: list[tuple[int, int]] = []
+        #: seconds spent inside DataLoader ``__next__`` since the start (``diagnose watch``'s
+        #: data wait: two clock reads a batch)
+        self.data_wait_s = 0.0
+        #: ``time.perf_counter()`` when the last optimizer step ended (the last step of an epoch
+        #: ends there, not at the next epoch's first batch)
+        self.last_optimizer_step_at: float | None = None
 
     def _use_mode(self, mode: str) -> bool:
         """Switch to ``mode`` if it is stronger; return whether signals of ``mode`` count."""
@@ -93,6 +99,7 @@ class StepClock:
     # --- signals ------------------------------------------------------------------------------
 
     def optimizer_stepped(self, optimizer_id: int) -> None:
+        self.last_optimizer_step_at = time.perf_counter()
         self._use_mode("optimizer")
         if self._lead_optimizer is None:
             self._lead_optimizer = optimizer_id
@@ -408,9 +415,15 @@ class Instrumentation:
             length = len(dataset)  # type: ignore[arg-type]
         except Exception:
             length = None
+        created_at = user_frame(self._prefixes)
+        earlier = self.dataloaders.get(id(loader))
+        if earlier is not None and earlier.created_at == created_at and earlier.num_workers == int(loader.num_workers):
+            # the same line made it again (a loader built every epoch) where the last one was
+            # freed: one loader, whose epochs keep adding up (each one starts its workers)
+            return
         self.dataloaders[id(loader)] = DataLoaderInfo(
             loader_id=id(loader),
-            created_at=user_frame(self._prefixes),
+            created_at=created_at,
             dataset=type(dataset).__name__,
             dataset_len=length,
             batch_size=loader.batch_size,
@@ -456,13 +469,28 @@ class Instrumentation:
 
         def __next__(iterator: Any) -> Any:
             clock.batch_requested()
+            fetch_start = time.perf_counter()
             batch = original(iterator)
+            clock.data_wait_s += time.perf_counter() - fetch_start
             clock.batch_delivered(leading_dim(batch))
             info = instrumentation.dataloaders.get(getattr(iterator, "_diagnose_loader", -1))
             if info is not None:
-                started = iterator.__dict__.pop("_diagnose_epoch_start", None)
+                started = iterator.__dict__.get("_diagnose_epoch_start")
                 if started is not None:
-                    info.first_batch_wait_s.append(time.perf_counter() - started)
+                    # until each worker has delivered its first batch (round robin): the workers' start-up
+                    delivered = iterator.__dict__.get("_diagnose_delivered", 0) + 1
+                    now = time.perf_counter()
+                    if delivered == 1:
+                        info.first_batch_wait_s.append(now - started)
+                        info.first_batch_at_s.append(started)
+                        info.workers_ready_s.append(now - started)  # until a later worker delivers
+                        iterator._diagnose_ready_index = len(info.workers_ready_s) - 1
+                    else:
+                        info.workers_ready_s[iterator._diagnose_ready_index] = now - started
+                    if delivered >= info.num_workers:
+                        del iterator.__dict__["_diagnose_epoch_start"]
+                    else:
+                        iterator._diagnose_delivered = delivered
                 if instrumentation.in_window and grad_enabled():  # an eval loop (no_grad) is not the training data
                     info.fetches_in_window += 1
             return batch

@@ -172,6 +172,11 @@ class _ScriptRun:
         self.real_exit = os._exit
         self.owner_pid = os.getpid()
         self.finalized = False
+        #: hooks told of every step boundary, the whole run long (``diagnose watch``)
+        self.step_listeners = [hook.on_step for hook in hooks if hasattr(hook, "on_step")]
+        for hook in hooks:
+            if hasattr(hook, "attach"):  # a whole-run hook reads the session, clock and record
+                hook.attach(self)
 
     # --- the window's edges (called by the capture session) -----------------------------------
 
@@ -215,6 +220,8 @@ class _ScriptRun:
         if k_next == session.plan.first_timed and not session.finished:
             self._finish_counted_step()  # before the timed steps start their clocks
         session.on_boundary(now)
+        for listener in self.step_listeners:
+            listener(now)
         if k_next == session.plan.window_end and session.window_closed and not session.finished:
             if _cuda_in_use():
                 self.step_count.device_type = "cuda"

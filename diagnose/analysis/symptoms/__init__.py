@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from diagnose.analysis.breakdown import SPREAD_QUANTILES, Breakdown, one_step
 from diagnose.analysis.ranks import RankSet
-from diagnose.analysis.symptoms import compiled, copies, dataloader, distributed, environment, exposed, frameworks, gpu, limits, lines, memory, optimizer, syncs
+from diagnose.analysis.symptoms import compiled, copies, dataloader, distributed, environment, exposed, frameworks, gpu, limits, lines, memory, optimizer, syncs, wholerun
 from diagnose.analysis.symptoms.dataloader import suggest_num_workers
 from diagnose.analysis.symptoms.memory import suggest_batch_size
 from diagnose.analysis.symptoms.registry import Definition, Symptom, Symptoms, definitions_in, evaluate, evaluation_order
@@ -26,7 +26,7 @@ from diagnose.analysis.timeline import TraceMeta
 from diagnose.record import RunRecord
 
 #: the subject modules, in the order their symptoms are listed
-MODULES = (exposed, gpu, copies, syncs, optimizer, dataloader, memory, limits, environment, compiled, distributed, lines, frameworks)
+MODULES = (exposed, gpu, copies, syncs, optimizer, dataloader, memory, limits, environment, compiled, distributed, lines, frameworks, wholerun)
 #: every declared symptom, in the order of its computation (after the symptoms it uses)
 DEFINITIONS: tuple[Definition, ...] = evaluation_order(tuple(d for m in MODULES for d in definitions_in(vars(m))))
 #: name -> (unit, description) for every symptom this version computes; the rule loader checks

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.html import sections
+from diagnose.renderers.html.whole import whole_run
 from diagnose.renderers.html.charts import nice_ticks
 from diagnose.renderers.html.markup import Markup, el
 from diagnose.renderers.html.style import CATEGORY_COLOURS, CSP, PHASE_COLOURS, page
@@ -39,6 +40,7 @@ class HTMLRenderer(Renderer):
                 [sections.experiments(view)]  # a sweep's parent: its runs are the whole content
                 if view.sweep_summary
                 else [
+                    whole_run(view),
                     sections.throughput_and_memory(view),
                     *(sections.breakdown_sections(view) if view.breakdown else [sections.nothing_profiled(view)]),
                     sections.hardware_limit(view),

@@ -18,7 +18,8 @@ def header(view: ReportView) -> Markup:
 
 
 def _nav_entries(view: ReportView) -> list[tuple[str, str]]:
-    entries = [("throughput", "Throughput")]
+    entries = [("whole", "Whole run")] if view.whole else []
+    entries.append(("throughput", "Throughput"))
     if view.breakdown:
         entries += [("steps", "Step time"), ("median-step", "One step")]
     if view.limits:

@@ -1,0 +1,194 @@
+"""What ``diagnose watch`` costs a training job, and what it finds in the planted whole-run shifts.
+
+    python benchmarks/watch_cost.py                          # on a GPU: both parts
+    python benchmarks/watch_cost.py --part overhead --only gpu_bound
+    python benchmarks/watch_cost.py --part planted
+    python benchmarks/watch_cost.py --cpu                    # tiny sizes, on the CPU (a smoke run)
+
+Part ``overhead``: a GPU-bound example (examples/fp32_transformer.py) and a host-bound one
+(examples/launch_bound.py) run plainly and under ``diagnose watch``, alternating (plain, watch,
+plain, watch, ...: a drift of the machine hits both alike), ``--repeats`` times each. Two figures
+per pair, then their median and range over the pairs:
+
+* the step timer's cost: the examples' own plain timer (steps/s over steps past diagnose's main
+  window, where only the per-step hook and the twice-a-second sampling run) under watch against
+  the plain run: what item 2 of issue 36 calls the cheap step timer;
+* the whole mode's cost: the script's wall-clock under watch (``report.whole.wall_s``: process
+  start to script end, the main profiled window and its trace export included) against the
+  plain process's wall-clock; it shrinks as the run grows (the window is a fixed cost).
+
+Part ``planted``: each examples/watch_*.py under ``diagnose watch``: the top whole-run finding
+(WHOLE*), where it ranks among all findings, what it says the shift cost, the share of the
+wall-clock in named buckets, and goodput. Each row says whether the expected finding came first
+among the whole-run ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import PLAIN_RE, run_in_repo  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Load:
+    name: str
+    script: str
+    gpu_args: list[str]
+    cpu_args: list[str]
+
+
+#: the timed range starts past the main window (5 warm-up + up to 30 profiled + export + 20 timed)
+LOADS = (
+    Load("gpu_bound", "examples/fp32_transformer.py", ["--steps", "200", "--time-steps", "100:199"], ["--small", "--steps", "200", "--time-steps", "100:199"]),
+    Load("host_bound", "examples/launch_bound.py", ["--steps", "1500", "--time-steps", "200:1499"], ["--small", "--steps", "400", "--time-steps", "150:399"]),
+)
+
+
+@dataclass(frozen=True)
+class Planted:
+    script: str
+    expected: str
+    gpu_args: list[str]
+    cpu_args: list[str]
+
+
+PLANTED = (
+    Planted("examples/watch_eval_third.py", "WHOLE001", [], ["--small", "--steps", "200"]),
+    Planted("examples/watch_blocking_checkpoint.py", "WHOLE002", [], ["--small", "--steps", "200"]),
+    Planted("examples/watch_epoch_restart.py", "WHOLE003", [], ["--small", "--steps", "100", "--epochs", "5"]),
+    Planted("examples/watch_memory_creep.py", "WHOLE004", [], ["--small", "--steps", "1500"]),
+    Planted("examples/watch_slowing_step.py", "WHOLE005", [], ["--small", "--steps", "600"]),
+    Planted("examples/watch_dynamic_recompiles.py", "WHOLE006", [], ["--small", "--steps", "48", "--lengths", "4"]),
+)
+
+
+def plain_rate(output: str) -> float | None:
+    match = PLAIN_RE.search(output)
+    return float(match.group(3)) if match else None
+
+
+#: the child processes' environment: on the CPU, one intra-op thread (a small shared machine's
+#: cores are not fought over by the example's threads); on a GPU, as the user's
+ENV: dict[str, str] = {}
+
+
+def run_plain(load: Load, args: list[str], timeout: float) -> tuple[float | None, float]:
+    start = time.perf_counter()
+    done = run_in_repo([sys.executable, load.script, *args], timeout, env=ENV)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{load.script} failed plainly:\n{done.stderr[-2000:]}")
+    return plain_rate(done.stdout), wall
+
+
+def run_watch(script: str, args: list[str], out: Path, timeout: float) -> tuple[str, dict]:
+    done = run_in_repo([sys.executable, "-m", "diagnose", "watch", script, "-q", "--out", str(out), "--overwrite", "--", *args], timeout, env=ENV)
+    if done.returncode != 0:
+        raise SystemExit(f"diagnose watch {script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    report = json.loads((out / "diagnose" / "report.json").read_text())
+    return done.stdout, report
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    return f"{statistics.median(values):+.2%} (range {min(values):+.2%} .. {max(values):+.2%}, {len(values)} pairs)"
+
+
+def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: float) -> None:
+    for load in loads:
+        args = load.cpu_args if cpu else load.gpu_args
+        timer_costs, mode_costs = [], []
+        print(f"\n== {load.name}: {load.script} {' '.join(args)}", flush=True)
+        for i in range(repeats):
+            rate_plain, wall_plain = run_plain(load, args, timeout)
+            stdout, report = run_watch(load.script, args, work / f"{load.name}-{i}", timeout)
+            rate_watch = plain_rate(stdout)
+            whole = report.get("whole") or {}
+            wall_watch = whole.get("wall_s")
+            timer = (rate_plain / rate_watch - 1) if rate_plain and rate_watch else None
+            mode = (wall_watch / wall_plain - 1) if wall_watch else None
+            if timer is not None:
+                timer_costs.append(timer)
+            if mode is not None:
+                mode_costs.append(mode)
+            print(
+                f"  pair {i + 1}: plain {rate_plain or 0:.3f} steps/s, {wall_plain:.1f} s · watch {rate_watch or 0:.3f} steps/s, "
+                f"{wall_watch or 0:.1f} s (goodput {whole.get('goodput', 0):.1%}, named {whole.get('named_share', 0):.2%})",
+                flush=True,
+            )
+        print(f"  step timer's cost (per step, past the main window): {spread(timer_costs)}")
+        print(f"  whole mode's cost (script wall-clock, main window included): {spread(mode_costs)}", flush=True)
+
+
+def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None) -> int:
+    misses = 0
+    print("\n== planted whole-run shifts under diagnose watch", flush=True)
+    for p in PLANTED:
+        name = Path(p.script).stem
+        if only and name not in only:
+            continue
+        try:
+            _, report = run_watch(p.script, p.cpu_args if cpu else p.gpu_args, work / name, timeout)
+        except (SystemExit, subprocess.TimeoutExpired) as exc:  # one example's failure: say so, go on
+            misses += 1
+            print(f"  {name}: expected {p.expected}, FAILED: {str(exc)[-1500:]}", flush=True)
+            continue
+        findings = report.get("findings", [])
+        whole_findings = [f for f in findings if f["rule"].startswith("WHOLE")]
+        whole = report.get("whole") or {}
+        top = whole_findings[0] if whole_findings else None
+        ok = top is not None and top["rule"] == p.expected
+        misses += not ok
+        rank = findings.index(top) + 1 if top is not None else None
+        print(
+            f"  {name}: expected {p.expected}, top whole-run finding {top['rule'] if top else 'none'}"
+            f"{f' (rank {rank} of {len(findings)})' if rank else ''} {'OK' if ok else 'MISS'} · "
+            f"wall {whole.get('wall_s', 0):.1f} s, goodput {whole.get('goodput', 0):.1%}, named {whole.get('named_share', 0):.2%}",
+            flush=True,
+        )
+        if top is not None:
+            bound = top.get("gain_bound")
+            print(f"      {top['says']}" + (f" (fixing it: up to {bound:.2f}x on the whole run)" if bound else ""), flush=True)
+    return misses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="tiny sizes on the CPU (a smoke run of this script)")
+    parser.add_argument("--part", choices=("overhead", "planted", "both"), default="both")
+    parser.add_argument("--only", choices=[load.name for load in LOADS], action="append", help="overhead: only this load (repeatable)")
+    parser.add_argument("--planted", action="append", metavar="NAME", help="planted: only this example (e.g. watch_eval_third; repeatable)")
+    parser.add_argument("--repeats", type=int, default=3, help="pairs of runs (plain, watch) per load")
+    parser.add_argument("--timeout", type=float, default=500.0, help="seconds per run at most")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
+    args = parser.parse_args()
+    if args.cpu:
+        ENV["OMP_NUM_THREADS"] = "1"
+    work = args.keep or Path(tempfile.mkdtemp(prefix="watch-cost-"))
+    work.mkdir(parents=True, exist_ok=True)
+    misses = 0
+    try:
+        if args.part in ("overhead", "both"):
+            overhead([l for l in LOADS if not args.only or l.name in args.only], args.cpu, args.repeats, work, args.timeout)
+        if args.part in ("planted", "both"):
+            misses = planted(args.cpu, work, args.timeout, args.planted)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    raise SystemExit(1 if misses else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,673 @@
+"""The whole run, recorded cheaply: ``diagnose watch``'s runner hook.
+
+Contract: ``WholeRun(run_dir, rank, budget, live)`` is an extra runner hook (``install``,
+``remove``, ``attach``, ``on_step``, ``window_opened``, ``window_closed``, ``finish``). The
+script runs to its end; ``finish(record)`` writes ``record.whole`` (the layout is in
+docs/watch.md), which ``analysis/wholerun.py`` turns into the run's accounting. Times are
+seconds from the script's start (``record.script_start_s``); the process's own start is negative.
+
+What it records, and what each costs the script:
+
+* every step boundary (``on_step``: one clock read, one list append, one comparison);
+* the end of each optimizer step (``StepClock.last_optimizer_step_at``: one clock read), so that
+  the last step of an epoch ends where its optimizer step did, not at the next epoch's first
+  batch, and so that an optimizer step ends a ``model.eval()`` span that ``train()`` never did;
+* spans of named work, each an outermost call only (nested calls of the same kind are one span):
+  evaluation (``model.eval()`` until ``model.train()`` on that model, or the framework's own eval
+  loop: Lightning's ``_EvaluationLoop.run``, the HF ``Trainer.evaluate``), checkpoints
+  (``torch.save``, ``safetensors`` saves, Lightning's ``Trainer.save_checkpoint``, the HF
+  ``Trainer._save_checkpoint``, ``Accelerator.save_state``/``save_model``) and diagnose's own
+  profiled windows, and garbage collections of 5 ms or more (``gc.callbacks``); DataLoader start-ups (``iter(loader)`` to its first batch) come from the
+  instrumentation's loader records, compilations from dynamo's own metrics, read at the end;
+* twice a second at most (checked at a boundary): host RSS (``/proc/self/statm``), GPU memory
+  allocated, the DataLoader wait so far, the main thread's wait for a CPU
+  (``/proc/thread-self/schedstat``), GPU utilisation where NVML answers, and the live line;
+* short profiled windows (``WatchBudget``): every ``period_s`` of wall-clock, and when a step
+  takes over ``SLOW_FACTOR`` times the recent median (a step that recurs every N steps is
+  profiled where it is due next); at most ``max_windows`` and ``max_trace_bytes`` of traces.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+from diagnose.rundir import RunDir
+
+#: the layout version of ``record.whole``
+WHOLE_VERSION = 1
+#: memory, data wait and the live line are sampled at most this often (seconds)
+SAMPLE_EVERY_S = 0.5
+#: a step over this many times the median of the recent steps is slow: a window profiles it
+SLOW_FACTOR = 2.0
+#: how many recent steps the median is taken over
+RECENT_STEPS = 64
+#: at most this many boundaries are kept: past it, pairs of steps are merged (the accounting's
+#: resolution halves, its sums stay exact)
+MAX_BOUNDARIES = 200_000
+#: at most this many memory samples: past it, every other one is dropped
+MAX_SAMPLES = 20_000
+#: a garbage collection at least this long (seconds) is a span; shorter ones are not kept
+GC_MIN_S = 0.005
+#: on a pipe or a log file, the live line is printed this often (seconds)
+PIPE_LINE_EVERY_S = 30.0
+
+
+@dataclass(frozen=True)
+class WatchBudget:
+    """What the later profiled windows may take (docs/watch.md)."""
+
+    #: a window every this many seconds of wall-clock (0: none)
+    period_s: float = 600.0
+    #: profiled steps in a window
+    window_steps: int = 3
+    #: windows at most, periodic and slow-step ones together
+    max_windows: int = 12
+    #: traces written at most (bytes); once over, no more windows
+    max_trace_bytes: int = 256 * 1024 * 1024
+    #: slow-step windows at least this far apart (seconds)
+    slow_gap_s: float = 300.0
+    #: the later windows' time (profiled steps and export) stays under this share of the
+    #: wall-clock so far: a window starts only if the one before's length would still fit
+    max_cost_share: float = 0.01
+
+
+def budget_argv(budget: WatchBudget) -> list[str]:
+    """The budget as ``diagnose run`` options (a rank of ``diagnose watch --nproc-per-node``)."""
+    return [
+        "--whole", "--window-every", f"{budget.period_s:g}", "--window-steps", str(budget.window_steps),
+        "--max-windows", str(budget.max_windows), "--window-budget", f"{budget.max_cost_share:g}",
+    ]
+
+
+#: a window's length is guessed at this (seconds) before one has been taken
+FIRST_WINDOW_GUESS_S = 1.0
+
+
+@dataclass(frozen=True)
+class Hooked:
+    """One framework method whose calls are a span of named work."""
+
+    module: str
+    cls: str | None  # None: a module-level function
+    attr: str
+    kind: str  # "eval" or "checkpoint"
+    name: str  # in the framework's own terms
+
+
+#: framework methods watched (patched now, or when the script imports their module)
+HOOKED = (
+    Hooked("lightning.pytorch.loops.evaluation_loop", "_EvaluationLoop", "run", "eval", "Lightning validation loop (validation_step)"),
+    Hooked("pytorch_lightning.loops.evaluation_loop", "_EvaluationLoop", "run", "eval", "Lightning validation loop (validation_step)"),
+    Hooked("lightning.pytorch.trainer.trainer", "Trainer", "save_checkpoint", "checkpoint", "Lightning Trainer.save_checkpoint (ModelCheckpoint)"),
+    Hooked("pytorch_lightning.trainer.trainer", "Trainer", "save_checkpoint", "checkpoint", "Lightning Trainer.save_checkpoint (ModelCheckpoint)"),
+    Hooked("lightning.fabric.fabric", "Fabric", "save", "checkpoint", "Fabric.save"),
+    Hooked("transformers.trainer", "Trainer", "evaluate", "eval", "HF Trainer.evaluate (eval_strategy / eval_steps)"),
+    Hooked("transformers.trainer", "Trainer", "_save_checkpoint", "checkpoint", "HF Trainer._save_checkpoint (save_strategy / save_steps)"),
+    Hooked("accelerate.accelerator", "Accelerator", "save_state", "checkpoint", "Accelerator.save_state"),
+    Hooked("accelerate.accelerator", "Accelerator", "save_model", "checkpoint", "Accelerator.save_model"),
+    Hooked("safetensors.torch", None, "save_file", "checkpoint", "safetensors.torch.save_file"),
+    Hooked("safetensors.torch", None, "save_model", "checkpoint", "safetensors.torch.save_model"),
+    # an epoch's end: workers that are not persistent are joined before the next epoch starts more
+    Hooked("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter", "_shutdown_workers", "data_startup", "DataLoader workers shut down"),
+)
+
+
+class _Spans:
+    """Outermost spans by kind: a call inside another of the same kind adds nothing."""
+
+    def __init__(self) -> None:
+        self.done: list[dict[str, Any]] = []
+        self._open: dict[str, tuple[float, str, int]] = {}  # kind -> (start, name, depth)
+
+    def enter(self, kind: str, name: str) -> None:
+        current = self._open.get(kind)
+        if current is None:
+            self._open[kind] = (time.perf_counter(), name, 1)
+        else:
+            self._open[kind] = (current[0], current[1], current[2] + 1)
+
+    def leave(self, kind: str, end: float | None = None) -> None:
+        current = self._open.get(kind)
+        if current is None:
+            return
+        start, name, depth = current
+        if depth > 1:
+            self._open[kind] = (start, name, depth - 1)
+            return
+        del self._open[kind]
+        self.done.append({"kind": kind, "start": start, "end": max(start, end if end is not None else time.perf_counter()), "name": name})
+
+    def is_open(self, kind: str) -> bool:
+        return kind in self._open
+
+    def started(self, kind: str) -> float | None:
+        current = self._open.get(kind)
+        return current[0] if current is not None else None
+
+    def any_open(self) -> bool:
+        return bool(self._open)
+
+    def close_all(self, end: float) -> None:
+        for kind in list(self._open):
+            start, name, _ = self._open.pop(kind)
+            self.done.append({"kind": kind, "start": start, "end": end, "name": name, "open_at_end": True})
+
+
+def process_start_perf() -> float | None:
+    """``time.perf_counter()`` of this process's start (Linux: ``/proc``; 10 ms resolution), so
+    that the interpreter's own start-up is counted; None elsewhere."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of stat(5), counted after the command's ")"
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.perf_counter() - max(0.0, age)
+
+
+def host_rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def run_delay_s() -> float | None:
+    """Seconds this thread has waited on a run queue for a CPU (``/proc/thread-self/schedstat``):
+    the time other processes held the cores it could run on."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def host_capacity_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        return None
+
+
+class LiveLine:
+    """The live line on stderr: steps/s, data wait, GPU busy, memory, goodput so far. On a
+    terminal it is redrawn in place (bold goodput unless ``NO_COLOR``); on a pipe or a log, one
+    plain line every ``PIPE_LINE_EVERY_S``; with ``-q``, nothing."""
+
+    def __init__(self, stream: TextIO | None = None, enabled: bool = True) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.interactive = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.color = self.interactive and not os.environ.get("NO_COLOR")
+        self._last_plain = 0.0
+        self.drawn = False
+
+    def show(self, now: float, fields: dict[str, str]) -> None:
+        if not self.enabled:
+            return
+        if self.interactive:
+            text = "  ".join(f"{k} {self._bold(v) if k == 'goodput' else v}" for k, v in fields.items())
+            self.stream.write(f"\r\x1b[2Kdiagnose ▸ watch  {text}")
+            self.drawn = True
+        elif now - self._last_plain >= PIPE_LINE_EVERY_S:
+            self._last_plain = now
+            self.stream.write("diagnose ▸ watch  " + "  ".join(f"{k} {v}" for k, v in fields.items()) + "\n")
+        else:
+            return
+        self.stream.flush()
+
+    def _bold(self, text: str) -> str:
+        return f"\x1b[1m{text}\x1b[0m" if self.color else text
+
+    def done(self) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self.drawn = False
+
+
+def live_fields(steps_per_s: float, data_wait: float | None, gpu_busy: float | None, rss: int | None, gpu_bytes: int | None, goodput: float | None) -> dict[str, str]:
+    """The live line's fields, formatted (pure: tested on its own)."""
+    out = {"steps/s": f"{steps_per_s:.1f}" if steps_per_s < 100 else f"{steps_per_s:.0f}"}
+    if data_wait is not None:
+        out["data wait"] = f"{data_wait:.0%}"
+    if gpu_busy is not None:
+        out["GPU busy"] = f"{gpu_busy:.0%}"
+    if gpu_bytes is not None:
+        out["GPU mem"] = f"{gpu_bytes / 1e9:.1f} GB"
+    if rss is not None:
+        out["host mem"] = f"{rss / 1e9:.2f} GB"
+    if goodput is not None:
+        out["goodput"] = f"{goodput:.0%}"
+    return out
+
+
+class WholeRun:
+    """The runner hook of ``diagnose watch``."""
+
+    def __init__(self, run_dir: RunDir, rank: int | None = None, budget: WatchBudget | None = None, live: LiveLine | None = None) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.budget = budget or WatchBudget()
+        self.live = live or LiveLine(enabled=False)
+        self.process_start = process_start_perf()
+        self.boundaries: list[float] = []
+        self.merged_pairs = 0  # times the boundaries were halved (MAX_BOUNDARIES)
+        self.spans = _Spans()
+        self.samples: list[dict[str, Any]] = []
+        self.windows: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.run: Any = None
+        self._undo: list[Callable[[], None]] = []
+        self._finder: Any = None
+        self._hooked: set[tuple[str, str | None, str]] = set()
+        self._eval_model: Any = None
+        self._next_sample = 0.0
+        self._slow_limit = float("inf")
+        self._slow_steps: list[int] = []
+        self._spans_seen = 0
+        self._gc_started: float | None = None
+        self._last_slow_window = -1e18
+        self._next_periodic = 0.0
+        self._profiler: Any = None
+        self._window_ends_at = -1
+        self._window_due = -1
+        self._trace_bytes = 0
+        self._cuda = False
+        self._nvml_ok = True
+        self._last_sample: tuple[float, int, float] | None = None  # (time, steps, data wait)
+
+    # --- runner hook interface ------------------------------------------------------------------
+
+    def attach(self, run: Any) -> None:
+        """The script run (``runner._ScriptRun``): its session, clock and instrumentation."""
+        self.run = run
+
+    def install(self) -> None:
+        import torch
+        from torch import nn
+
+        from diagnose.runtime.frameworks import when_imported
+
+        now = time.perf_counter()
+        self._next_sample = now + SAMPLE_EVERY_S
+        self._next_periodic = now + self.budget.period_s if self.budget.period_s > 0 else float("inf")
+        self._patch_attr(torch, "save", self._span_wrapper("checkpoint", "torch.save"))
+        import gc
+
+        gc.callbacks.append(self._gc_callback)
+        self._undo.append(lambda: gc.callbacks.remove(self._gc_callback) if self._gc_callback in gc.callbacks else None)
+        self._patch_attr(nn.Module, "eval", self._wrap_eval)
+        self._patch_attr(nn.Module, "train", self._wrap_train)
+        by_module: dict[str, list[Hooked]] = {}
+        for h in HOOKED:
+            by_module.setdefault(h.module, []).append(h)
+        self._finder = when_imported({n: (lambda m, hs=hs: self._hook_module(m, hs)) for n, hs in by_module.items()})
+
+    def remove(self) -> None:
+        from diagnose.runtime.frameworks import stop_watching_imports
+
+        stop_watching_imports(self._finder)
+        self._finder = None
+        self._stop_window(time.perf_counter(), keep=False)
+        while self._undo:
+            self._undo.pop()()
+        self.live.done()
+
+    def window_opened(self) -> None:
+        pass
+
+    def window_closed(self, record: Any) -> None:
+        pass
+
+    # --- patches --------------------------------------------------------------------------------
+
+    def _patch_attr(self, owner: Any, name: str, factory: Callable[[Any], Any]) -> None:
+        own = name in vars(owner)
+        original = vars(owner)[name] if own else getattr(owner, name)
+        setattr(owner, name, factory(original))
+        self._undo.append(lambda: setattr(owner, name, original) if own else delattr(owner, name))
+
+    def _hook_module(self, module: Any, hooked: list[Hooked]) -> None:
+        for h in hooked:
+            key = (h.module, h.cls, h.attr)
+            owner = getattr(module, h.cls, None) if h.cls else module
+            if owner is None or key in self._hooked or h.attr not in vars(owner):
+                continue
+            self._patch_attr(owner, h.attr, self._span_wrapper(h.kind, h.name))
+            self._hooked.add(key)
+
+    def _span_wrapper(self, kind: str, name: str) -> Callable[[Any], Any]:
+        spans = self.spans
+        watch = self
+
+        def factory(original: Callable[..., Any]) -> Callable[..., Any]:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                spans.enter(kind, name)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    spans.leave(kind)
+                    if kind == "eval" and not spans.is_open("eval"):
+                        watch._end_model_eval()  # the framework's loop ended: so did its model.eval()
+
+            wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+            wrapper.__name__ = getattr(original, "__name__", "wrapper")
+            return wrapper
+
+        return factory
+
+    def _gc_callback(self, phase: str, info: dict[str, Any]) -> None:
+        """Python's garbage collector: a collection of ``GC_MIN_S`` or more, once the steps have
+        begun, is a span (those of the imports and the model build are start-up)."""
+        now = time.perf_counter()
+        if phase == "start":
+            self._gc_started = now
+        elif self._gc_started is not None and now - self._gc_started >= GC_MIN_S and self.boundaries:  # in the loop: imports' are start-up
+            self.spans.done.append({"kind": "gc", "start": self._gc_started, "end": now, "name": f"gc generation {info.get('generation')}"})
+
+    def _wrap_eval(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        watch = self
+
+        def eval(module: Any) -> Any:  # noqa: A001 - nn.Module's name
+            if watch._eval_model is None and module.training and watch.boundaries:
+                watch._eval_model = module
+                watch.spans.enter("eval_model", f"{type(module).__name__}.eval() ... .train()")
+            return original(module)
+
+        return eval
+
+    def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        watch = self
+
+        def train(module: Any, mode: bool = True) -> Any:
+            if mode and module is watch._eval_model:
+                watch._end_model_eval()
+            return original(module, mode)
+
+        return train
+
+    def _training_again(self, b: list[float]) -> None:
+        """An optimizer step since ``model.eval()``: training again (a framework restored the
+        mode without ``train()``, or the script trains in eval mode on purpose). The evaluation
+        ended by the step before this boundary at the latest."""
+        clock = self.run.clock if self.run is not None else None
+        stepped = getattr(clock, "last_optimizer_step_at", None)
+        start = self.spans.started("eval_model")
+        if stepped is None or start is None or stepped <= start:
+            return
+        self._end_model_eval(b[-2] if len(b) > 1 else None)
+
+    def _end_model_eval(self, at: float | None = None) -> None:
+        if self._eval_model is None:
+            return
+        self._eval_model = None
+        self.spans.leave("eval_model", at)
+
+    # --- per step -------------------------------------------------------------------------------
+
+    def on_step(self, now: float) -> None:
+        b = self.boundaries
+        if b and now <= b[-1]:  # a stronger step signal restarted the count at an earlier boundary
+            while b and b[-1] >= now:
+                b.pop()
+        b.append(now)
+        k = len(b) - 1
+        if k == 0:
+            self._sample(now)  # memory where the steps start: what creeps is measured from here
+        if self._eval_model is not None:
+            self._training_again(b)
+        if k >= 1 and now - b[-2] > self._slow_limit and len(self.spans.done) == self._spans_seen and not self.spans.any_open():
+            self._slow_step(k, now)  # slow, and no named span (evaluation, a save) explains it
+        self._spans_seen = len(self.spans.done)
+        if self._profiler is not None:
+            if k >= self._window_ends_at:
+                self._stop_window(now, keep=True)
+            else:
+                self._profiler.step()
+        elif k == self._window_due:
+            self._start_window(k, "slow step due", now)
+        if now >= self._next_sample:
+            self._sample(now)
+        if len(b) > MAX_BOUNDARIES:
+            self._merge_pairs()
+
+    def _merge_pairs(self) -> None:
+        """Halve the boundaries (every other one kept): the sums stay exact, the resolution halves."""
+        self.boundaries = self.boundaries[::2] if len(self.boundaries) % 2 else [*self.boundaries[:-1:2], self.boundaries[-1]]
+        self.merged_pairs += 1
+        self._window_due = -1  # step numbers changed: no window is due any more
+        self._window_ends_at = min(self._window_ends_at, len(self.boundaries))
+
+    def _slow_step(self, k: int, now: float) -> None:
+        """Step ``k - 1`` was slow. A window now profiles the next steps; a slow step that recurs
+        every N steps is profiled where it is due next (one step)."""
+        slow = self._slow_steps
+        slow.append(k - 1)
+        if self._profiler is not None or self._window_due > k or not self._main_window_done():
+            return
+        if now - self._last_slow_window < self.budget.slow_gap_s:
+            return
+        if len(slow) >= 3 and slow[-1] - slow[-2] == slow[-2] - slow[-3] > 1:
+            self._window_due = slow[-1] + (slow[-1] - slow[-2])  # the boundary that starts it
+            self._last_slow_window = now
+            return
+        self._last_slow_window = now
+        self._start_window(k, "slow step", now)
+
+    def _sample(self, now: float) -> None:
+        self._next_sample = now + SAMPLE_EVERY_S
+        b = self.boundaries
+        recent = [b[i + 1] - b[i] for i in range(max(0, len(b) - 1 - RECENT_STEPS), len(b) - 1)]
+        if len(recent) >= 8:
+            self._slow_limit = SLOW_FACTOR * statistics.median(recent)
+        if self._profiler is None and now >= self._next_periodic and self._main_window_done():
+            self._next_periodic = now + self.budget.period_s
+            self._start_window(len(b) - 1, "periodic", now)
+        clock = self.run.clock if self.run is not None else None
+        data_wait = clock.data_wait_s if clock is not None else 0.0
+        rss = host_rss_bytes()
+        gpu_bytes, gpu_busy = self._gpu_now()
+        sample = {"t": now, "steps": len(b) - 1, "data_wait_s": round(data_wait, 6), "rss_bytes": rss, "run_delay_s": run_delay_s()}
+        if gpu_bytes is not None:
+            sample["gpu_allocated_bytes"] = gpu_bytes
+        if gpu_busy is not None:
+            sample["gpu_busy"] = gpu_busy
+        self.samples.append(sample)
+        if len(self.samples) > MAX_SAMPLES:
+            self.samples = self.samples[::2]
+        last, self._last_sample = self._last_sample, (now, len(b) - 1, data_wait)
+        if last is None or now <= last[0]:
+            return
+        elapsed = now - last[0]
+        steps_per_s = (len(b) - 1 - last[1]) / elapsed
+        start = self.process_start if self.process_start is not None else (self.run.t0 if self.run is not None else now)
+        spans_s = sum(s["end"] - s["start"] for s in self.spans.done if s["start"] >= b[0]) if b else 0.0
+        goodput = max(0.0, (b[-1] - b[0]) - spans_s) / (now - start) if len(b) > 1 and now > start else None
+        self.live.show(now, live_fields(steps_per_s, (data_wait - last[2]) / elapsed, gpu_busy, rss, gpu_bytes, goodput))
+
+    def _gpu_now(self) -> tuple[int | None, float | None]:
+        torch = sys.modules.get("torch")
+        if torch is None or not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return None, None
+        self._cuda = True
+        allocated = int(torch.cuda.memory_allocated())
+        busy = None
+        if self._nvml_ok:
+            try:
+                busy = torch.cuda.utilization() / 100.0
+            except Exception:  # no pynvml / NVML here: GPU busy is left out
+                self._nvml_ok = False
+        return allocated, busy
+
+    def _main_window_done(self) -> bool:
+        session = self.run.session if self.run is not None else None
+        return session is None or session.finished or session.profiler_blocked
+
+    # --- later profiled windows ------------------------------------------------------------------
+
+    def _affordable(self, now: float) -> bool:
+        """Whether one more window (as long as the last one) keeps the windows' time under
+        ``max_cost_share`` of the wall-clock so far."""
+        start = self.process_start if self.process_start is not None else (self.run.t0 if self.run is not None else now)
+        spent = sum(w["ended"] - w["started"] for w in self.windows if "ended" in w)
+        guess = (self.windows[-1]["ended"] - self.windows[-1]["started"]) if self.windows and "ended" in self.windows[-1] else FIRST_WINDOW_GUESS_S
+        return spent + guess <= self.budget.max_cost_share * (now - start)
+
+    def _start_window(self, k: int, reason: str, now: float) -> None:
+        budget = self.budget
+        if self._profiler is not None or len(self.windows) >= budget.max_windows or self._trace_bytes >= budget.max_trace_bytes:
+            return
+        if not self._affordable(now):
+            return
+        session = self.run.session if self.run is not None else None
+        if session is not None and (session.profiler_blocked or session.foreign.active() is not None):
+            return  # the script's own profiler holds Kineto
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+            prof = profile(activities=activities, record_shapes=False, profile_memory=False, with_stack=False)
+            prof.step_num = k
+            if session is not None:
+                with session.foreign.ours():
+                    prof.start()
+            else:
+                prof.start()
+        except Exception as exc:  # noqa: BLE001 - a window that cannot start is noted, never raised
+            self.notes.append(f"a profiled window could not start at step {k}: {exc}")
+            self._next_periodic = float("inf")
+            return
+        self._profiler = prof
+        self._window_ends_at = k + (1 if reason == "slow step due" else budget.window_steps)
+        self._window_due = -1
+        self.spans.enter("profiling", f"diagnose window ({reason})")
+        self.windows.append({"reason": reason, "first_step": k, "steps": self._window_ends_at - k, "started": now})
+
+    def _stop_window(self, now: float, keep: bool) -> None:
+        prof, self._profiler = self._profiler, None
+        if prof is None:
+            return
+        window = self.windows[-1]
+        session = self.run.session if self.run is not None else None
+        try:
+            if session is not None:
+                with session.foreign.ours():
+                    prof.stop()
+            else:
+                prof.stop()
+            if keep:
+                path = self.run_dir.watch_trace_path(len(self.windows), window["first_step"], self.rank)
+                window["trace"] = export_gzipped(prof, path)
+                window["bytes"] = path.stat().st_size
+                self._trace_bytes += window["bytes"]
+        except Exception as exc:  # noqa: BLE001 - a window lost is noted, never raised into the script
+            self.notes.append(f"the profiled window at step {window['first_step']} was not saved: {exc}")
+        window["ended"] = time.perf_counter()
+        self.spans.leave("profiling")
+
+    # --- the end --------------------------------------------------------------------------------
+
+    def finish(self, record: Any) -> None:
+        """``record.whole``: everything above, in seconds from the script's start."""
+        end = getattr(record, "script_end_s", None) or time.perf_counter()
+        self._stop_window(end, keep=True)
+        if self.boundaries:
+            self._next_sample, self._next_periodic = 0.0, float("inf")  # no window after the end
+            self._sample(end)  # memory where the script ended
+        self.live.done()
+        self.spans.close_all(end)
+        origin = record.script_start_s if record.script_start_s is not None else (self.run.t0 if self.run is not None else end)
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - origin, 6)
+
+        loaders = []
+        instrumentation = getattr(self.run, "instrumentation", None)
+        # the instrumentation's loaders as they are now (the record's may be a copy from the window)
+        for info in (instrumentation.dataloaders.values() if instrumentation is not None else record.dataloaders):
+            starts = getattr(info, "first_batch_at_s", [])
+            # the start-up lasts until every worker has delivered (or the epoch ended before that)
+            waits = info.workers_ready_s if len(info.workers_ready_s) == len(starts) else info.first_batch_wait_s
+            loaders.append({
+                "created_at": info.created_at, "num_workers": info.num_workers, "persistent_workers": info.persistent_workers,
+                "starts": [[rel(s), round(w, 6)] for s, w in zip(starts, waits)],
+            })
+        capacity = {"host_bytes": host_capacity_bytes()}
+        torch = sys.modules.get("torch")
+        if self._cuda and torch is not None:
+            try:
+                capacity["gpu_bytes"] = int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+            except Exception:  # noqa: BLE001
+                pass
+        record.whole = {
+            "version": WHOLE_VERSION,
+            "process_start_s": rel(self.process_start),
+            "script_end_s": rel(end),
+            "boundaries_s": [rel(t) for t in self.boundaries],
+            "merged_pairs": self.merged_pairs,
+            "last_optimizer_step_s": rel(getattr(self.run.clock, "last_optimizer_step_at", None) if self.run is not None else None),
+            "spans": [{**s, "start": rel(s["start"]), "end": rel(s["end"])} for s in self.spans.done],
+            "loaders": loaders,
+            "compiles": compile_spans(origin),
+            "samples": [{**s, "t": rel(s["t"])} for s in self.samples],
+            "windows": [{**w, "started": rel(w.get("started")), "ended": rel(w.get("ended"))} for w in self.windows],
+            "capacity": capacity,
+            "budget": asdict(self.budget),
+            "notes": self.notes,
+        }
+
+
+def compile_spans(origin: float) -> list[dict[str, Any]]:
+    """Each compilation dynamo made (its own metrics: start, duration, the frame, the recompile
+    reason), in seconds from ``origin`` (``time.perf_counter()``)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    get = getattr(utils, "get_compilation_metrics", None) if utils is not None else None
+    try:
+        metrics = list(get()) if get is not None else []
+    except Exception:  # noqa: BLE001 - a private API: no compile spans if it changed
+        return []
+    from diagnose.runtime.compilewatch import first_line
+
+    epoch_to_perf = time.perf_counter() - time.time()
+    out = []
+    for m in metrics:
+        start_us, duration_us = getattr(m, "start_time_us", None), getattr(m, "duration_us", None)
+        if start_us is None or duration_us is None:
+            continue
+        start = start_us / 1e6 + epoch_to_perf - origin
+        reason = getattr(m, "recompile_reason", None)
+        out.append({
+            "start": round(start, 6), "end": round(start + duration_us / 1e6, 6),
+            "frame": f"{getattr(m, 'co_name', '') or ''} ({os.path.basename(getattr(m, 'co_filename', '') or '')}:{getattr(m, 'co_firstlineno', '') or ''})",
+            "reason": first_line(reason) if reason else None,
+        })
+    return out
+
+
+def export_gzipped(prof: Any, path: Any) -> str:
+    """Export a stopped profiler's trace to ``path`` (gzip level 6); returns the name relative
+    to the run directory's folder of windows."""
+    path.parent.mkdir(exist_ok=True)
+    raw = path.with_name(path.name[: -len(".gz")] + ".partial")
+    try:
+        prof.export_chrome_trace(str(raw))
+        with raw.open("rb") as src, gzip.open(path, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
+    finally:
+        raw.unlink(missing_ok=True)
+    return f"{path.parent.name}/{path.name}"

@@ -1,0 +1,93 @@
+"""The whole run's accounting (analysis/wholerun.py) on a hand-built record (tests/wholebuilder.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.analysis.wholerun import BUCKETS, account
+from diagnose.record import RunRecord
+from tests.wholebuilder import SECONDS, WALL_S, whole_record
+
+
+def test_every_second_lands_in_exactly_one_bucket() -> None:
+    acc = account(whole_record())
+    assert acc is not None
+    assert acc.wall_s == pytest.approx(WALL_S)
+    for bucket in BUCKETS:
+        assert acc.seconds[bucket] == pytest.approx(SECONDS[bucket], abs=1e-9), bucket
+    assert sum(acc.seconds.values()) == pytest.approx(WALL_S)
+    assert acc.goodput == pytest.approx(8.7 / 16)
+    assert acc.named_share == pytest.approx(1 - 3.2 / 16)
+
+
+def test_a_checkpoint_inside_an_evaluation_is_checkpointing() -> None:
+    spans = [{"kind": "eval", "start": 5.0, "end": 5.5, "name": "eval"}, {"kind": "checkpoint", "start": 5.1, "end": 5.3, "name": "torch.save"}]
+    acc = account(whole_record(spans=spans))
+    assert acc is not None
+    assert acc.seconds["eval"] == pytest.approx(0.3)
+    assert acc.seconds["checkpoint"] == pytest.approx(0.2)
+    assert sum(acc.seconds.values()) == pytest.approx(WALL_S)
+
+
+def test_the_shifts() -> None:
+    acc = account(whole_record())
+    assert acc is not None
+    shifts = acc.shifts
+    assert shifts["checkpoint"] == {"count": 2, "mean_s": pytest.approx(0.2), "every_steps": 2, "names": ["torch.save"]}
+    assert shifts["data_startup"] == {"count": 2, "mean_s": pytest.approx(0.25), "after_first_s": pytest.approx(0.3), "persistent_workers": False, "num_workers": 2}
+    assert shifts["compile"]["recompiles"] == 1 and shifts["compile"]["recompile_s"] == pytest.approx(0.1)
+    assert shifts["slowdown"] is None  # under 20 steps
+    host = shifts["memory"]["host"]
+    assert host["growth"] == pytest.approx(0.4) and host["rising_share"] == 1.0
+    assert host["hours_to_capacity"] == pytest.approx((1e9 - 140e6) / (40e6 / 8) / 3600)
+
+
+def test_a_step_that_slows_down_is_measured_against_the_early_pace() -> None:
+    # 100 steps: 10 ms each for the first fifth, then each 0.2 ms longer than the one before
+    durations = [0.010] * 20 + [0.010 + 0.0002 * i for i in range(1, 81)]
+    boundaries = [0.0]
+    for d in durations:
+        boundaries.append(boundaries[-1] + d)
+    acc = account(whole_record(boundaries_s=boundaries, spans=[], loaders=[], compiles=[], last_optimizer_step_s=None, script_end_s=boundaries[-1], process_start_s=0.0))
+    assert acc is not None
+    slow = acc.shifts["slowdown"]
+    assert slow["early_ms"] == pytest.approx(10.0)
+    assert slow["late_ms"] == pytest.approx(10.0 + 0.2 * 70.5)  # median of steps 61..80 of the rise
+    assert slow["lost_s"] == pytest.approx(sum(0.0002 * i for i in range(1, 81)))
+
+
+def test_a_run_that_was_not_watched_has_no_accounting() -> None:
+    assert account(RunRecord()) is None
+
+
+def test_the_timeline_slices_sum_to_one() -> None:
+    acc = account(whole_record())
+    assert acc is not None and len(acc.timeline) == 200
+    for piece in acc.timeline:
+        assert sum(piece["shares"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert acc.timeline[0]["shares"] == {"startup": 1.0}  # the first 80 ms: before the first step
+
+
+def test_a_jobs_goodput_is_training_time_over_wall_clock_summed_over_its_ranks() -> None:
+    from diagnose.analysis.wholerun import job_section
+
+    slow = whole_record(script_end_s=31.0)  # the same steps, 16 s more teardown: 32 s of wall-clock
+    section = job_section(None, {0: whole_record(), 1: slow, 2: RunRecord()})
+    assert section is not None
+    assert [row["rank"] for row in section["ranks"]] == [0, 1]
+    assert section["ranks"][0]["goodput"] == pytest.approx(8.7 / 16, abs=1e-6)
+    assert section["ranks"][1]["goodput"] == pytest.approx(8.7 / 32, abs=1e-6)
+    assert section["job_goodput"] == pytest.approx(2 * 8.7 / 48, abs=1e-6)
+    assert section["wall_s"] == pytest.approx(16.0)  # the first rank's accounting, the ranks beside it
+    assert job_section(None, {0: RunRecord()}) is None
+
+
+def test_a_stall_while_the_thread_waited_for_a_cpu_is_contention() -> None:
+    # the samples say the main thread waited 1.0 s on a run queue between 9 s and 11 s: step 9's
+    # 3.2 s stall (10 s to 14 s) overlaps that interval and takes the second
+    samples = [{"t": float(t), "steps": t - 1, "rss_bytes": int(1e8), "run_delay_s": d} for t, d in ((2, 0.1), (9, 0.2), (11, 1.2), (15, 1.2))]
+    acc = account(whole_record(samples=samples))
+    assert acc is not None
+    assert acc.seconds["contention"] == pytest.approx(1.0)
+    assert acc.seconds["stalls"] == pytest.approx(2.2)
+    assert sum(acc.seconds.values()) == pytest.approx(WALL_S)
