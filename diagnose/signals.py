@@ -47,7 +47,8 @@ class SignalHold:
                 current = signal.signal(signum, self._held)
             except (ValueError, OSError):  # not the main thread: nothing to hold
                 continue
-            self.previous[name] = (underneath or {}).get(name) or current
+            # SIG_DFL is 0: "is there one underneath" is asked by name, never by truth value
+            self.previous[name] = underneath[name] if underneath and underneath.get(name) is not None else current
 
     def release(self) -> None:
         previous, self.previous = self.previous, {}
