@@ -52,6 +52,16 @@ def _fail(exc: DiagnoseError) -> typer.Exit:
     return typer.Exit(exc.exit_code)
 
 
+def _fail_after_report(exc: DiagnoseError, json_out: bool, color: Optional[bool]) -> typer.Exit:
+    """``_fail``, after showing the report the error kept from being saved (a read-only or full
+    run directory): it was analysed, and is not lost."""
+    unsaved = getattr(exc, "report", None)
+    if unsaved is not None:
+        _emit(unsaved, json_out, color)
+        exc.message = f"the report above could not be saved: {exc.message}"
+    return _fail(exc)
+
+
 def _emit(report, json_out: bool, color: Optional[bool], show_steps: bool = False) -> None:  # noqa: ANN001 - Report
     from diagnose.renderers import JSONRenderer, TerminalRenderer
     from diagnose.renderers.terminal import ConsoleSettings
@@ -238,7 +248,7 @@ def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], m
         else:
             report = analyze_and_save(run_dir, request.options, html=request.html)
     except DiagnoseError as exc:
-        raise _fail(exc) from None
+        raise _fail_after_report(exc, json_out, color) from None
     _emit(report, json_out, color)
     if not json_out:
         typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
@@ -309,7 +319,8 @@ def _exit_for(record, plan) -> None:  # noqa: ANN001
         )
         raise typer.Exit(errors.EXIT_NO_STEPS)
     if record.status in ("interrupted", "terminated"):
-        what = "interrupted (Ctrl-C)" if record.status == "interrupted" else "terminated (SIGTERM)"
+        signal_name = (record.error or {}).get("message") or "SIGTERM"
+        what = "interrupted (Ctrl-C)" if record.status == "interrupted" else f"terminated ({signal_name if signal_name.startswith('SIG') else 'SIGTERM'})"
         typer.echo(f"diagnose: {what}: what was measured until then is in the report", err=True)
     if record.status in ("completed", "stopped"):
         if not record.profiled_steps and record.completed_steps() <= plan.warmup:  # a plan cut to the script profiles a step
@@ -361,7 +372,7 @@ def analyze(
                 session.save_outputs(run_dir, report, html=html, events=False)
                 typer.echo(f"wrote {run_dir.path}", err=True)
     except DiagnoseError as exc:
-        raise _fail(exc) from None
+        raise _fail_after_report(exc, json_out, color) from None
     _emit(report, json_out, color, show_steps=steps_table)
     _apply_gate(gate, [report])
 

@@ -492,9 +492,9 @@ class RunRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str))
-        tmp.replace(path)
+        from diagnose.atomic import write_atomically
+
+        write_atomically(path, json.dumps(self.to_dict(), indent=1, default=str))
 
     @classmethod
     def load(cls, path: Path) -> RunRecord:

@@ -35,6 +35,7 @@ rank's, the slowest's, the straggler's, the outliers'), unless every one was ask
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import re
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from diagnose.atomic import write_atomically
 from diagnose.errors import OutputError, UsageError
 from diagnose.record import RunRecord
 
@@ -251,9 +253,7 @@ class RunDir:
     def save_rank_summary(self, rank: int, summary: dict) -> Path:
         """Written whole under a temporary name, then renamed: a rank that waits for it never
         reads half a file."""
-        path = self.rank_summary_path(rank)
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        return self._write(path, lambda p: (partial.write_bytes(json.dumps(summary, indent=1).encode()), partial.replace(p)))
+        return self._write(self.rank_summary_path(rank), lambda p: write_atomically(p, json.dumps(summary, indent=1)))
 
     def load_rank_summaries(self) -> dict[int, dict]:
         """Each rank's summary, by rank (a run of an older diagnose has none)."""
@@ -291,10 +291,7 @@ class RunDir:
         return {rank: _load_record(self.record_path(rank)) for rank in self.ranks()}
 
     def save_record(self, record: RunRecord, rank: int | None = None) -> Path:
-        path = self.record_path(rank)
-        path.parent.mkdir(exist_ok=True)
-        record.save(path)
-        return path
+        return self._write(self.record_path(rank), record.save)
 
     def load_report(self) -> Report:
         from diagnose.analysis.report import Report
@@ -314,7 +311,7 @@ class RunDir:
         from diagnose.renderers.html import HTMLRenderer
 
         text = HTMLRenderer().render(report)
-        return self._write(self.html_path, lambda path: path.write_text(text, encoding="utf-8"))
+        return self._write(self.html_path, lambda path: write_atomically(path, text))
 
     def save_events(self, report: Report) -> Path | None:
         """TensorBoard scalars and text, when the tensorboard package is installed (else None).
@@ -335,8 +332,20 @@ class RunDir:
             path.parent.mkdir(parents=True, exist_ok=True)
             write(path)
         except OSError as exc:
-            raise OutputError(f"cannot write {path}: {exc.strerror}") from exc
+            raise write_error(path, exc) from exc
         return path
+
+
+def write_error(path: Path, exc: OSError) -> OutputError:
+    """``cannot write PATH: why``, with what to do where the cause is known."""
+    hints = {
+        errno.ENOSPC: f"the disk is full: free some space where {path.parent} is (df -h)",
+        errno.EDQUOT: "the disk quota is used up: free some space",
+        errno.EFBIG: "a file-size limit was reached (ulimit -f)",
+        errno.EROFS: "the file system is read-only: write somewhere else (--out where a command takes it)",
+        errno.EACCES: "no permission to write there: write somewhere else (--out where a command takes it)",
+    }
+    return OutputError(f"cannot write {path}: {exc.strerror or exc}", hint=hints.get(exc.errno or 0))
 
 
 def _load_record(path: Path) -> RunRecord:

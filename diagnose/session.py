@@ -30,7 +30,7 @@ from diagnose.analysis.pipeline import AnalysisOptions, RankAnalysis, analyse_ra
 from diagnose.analysis.ranks import RankSummary
 from diagnose.analysis.report import Report
 from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
-from diagnose.errors import TraceError, UsageError
+from diagnose.errors import OutputError, TraceError, UsageError
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.rundir import RunDir, shared_location
 from diagnose.signals import SignalHold
@@ -108,7 +108,12 @@ def analyze_and_save(run_dir: RunDir, options: AnalysisOptions, html: bool = Fal
     memory runs out), a run's report.json still says what the run measured without the trace
     (it is small), then the error is raised: the run's record is never left without a report."""
     try:
-        return save_outputs(run_dir, analyze_run(run_dir, options), html=html)
+        report = analyze_run(run_dir, options)
+        try:
+            return save_outputs(run_dir, report, html=html)
+        except OutputError as exc:  # a read-only or full run directory: the report is still shown
+            exc.report = report
+            raise
     except MemoryError:  # the traceback, and what the analysis held, are released on leaving
         error = TraceError(
             f"memory ran out while analysing the trace in {run_dir.path}",

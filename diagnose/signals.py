@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-HELD = ("SIGINT", "SIGTERM")
+HELD = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 @dataclass
@@ -42,7 +42,8 @@ class SignalHold:
         for name in HELD:
             signum = getattr(signal, name, None)
             try:
-                if signum is None or signal.getsignal(signum) is None:
+                # installed from C: it could not be put back; ignored (nohup): nothing to hold
+                if signum is None or signal.getsignal(signum) in (None, signal.SIG_IGN):
                     continue
                 current = signal.signal(signum, self._held)
             except (ValueError, OSError):  # not the main thread: nothing to hold

@@ -37,3 +37,262 @@ def test_an_in_process_run_puts_back_sig_dfl_for_sigterm(tmp_path: Path) -> None
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+# --- the harness: a run in its own session, bounded, then nothing of it may be left ---------------
+
+FAST = ["--warmup", "2", "--steps", "3", "--max-steps", "3", "--timed-steps", "3", "--quiet"]
+
+#: a small training loop; ``# STEP`` is where each case injects its fault (``n`` counts steps)
+LOOP = """
+import os, sys, time, torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+for n in range(1, 400):
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    # STEP
+"""
+
+
+def loop_with(fault: str) -> str:
+    """LOOP with ``fault`` (indented lines) run after each optimizer step."""
+    body = "\n".join("    " + line for line in fault.strip("\n").splitlines())
+    return LOOP.replace("    # STEP", body)
+
+
+def session_processes(sid: int) -> list[int]:
+    """The processes of session ``sid`` still alive (zombies are gone for our purpose)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[3]) == sid and fields[0] != "Z":  # state, ppid, pgrp, session
+            found.append(int(entry.name))
+    return found
+
+
+TEMPORARY = ("*.tmp", "*.partial*", ".diagnose-write-test-*", "*.tmp.*")
+
+
+def leftovers(folder: Path, sid: int, wait_s: float = 10.0) -> tuple[list[int], list[str]]:
+    """The run's processes still alive after ``wait_s`` (then killed), and temporary files."""
+    deadline = time.monotonic() + wait_s
+    alive = session_processes(sid)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = session_processes(sid)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    temporary = sorted({str(p.relative_to(folder)) for pattern in TEMPORARY for p in folder.rglob(pattern)})
+    return alive, temporary
+
+
+class Run:
+    """``python -m diagnose ARGS`` in ``cwd``, in a session of its own (its processes are found
+    by session id afterwards); stdout and stderr go to files, so a signal test can watch them."""
+
+    def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None, preexec: object = None) -> None:
+        self.cwd = cwd
+        self.out, self.err = open(cwd / ".stdout", "w+"), open(cwd / ".stderr", "w+")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "diagnose", *args], cwd=cwd, stdout=self.out, stderr=self.err, start_new_session=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **(env or {})), preexec_fn=preexec,  # type: ignore[arg-type]
+        )
+
+    def wait_for(self, path: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not (self.cwd / path).exists():
+            assert self.proc.poll() is None, f"diagnose ended ({self.proc.returncode}) before {path}: {self.stderr[-2000:]}"
+            assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+            time.sleep(0.02)
+
+    def finish(self, timeout: float = 120) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError(f"diagnose did not end within {timeout} s: {self.stderr[-2000:]}") from None
+        finally:
+            alive, temporary = leftovers(self.cwd, self.proc.pid)
+            assert not alive, f"processes of the run left: {alive}"
+            assert not temporary, f"temporary files left: {temporary}"
+
+    @property
+    def stderr(self) -> str:
+        self.err.flush()
+        return (self.cwd / ".stderr").read_text(errors="replace")
+
+    @property
+    def stdout(self) -> str:
+        self.out.flush()
+        return (self.cwd / ".stdout").read_text(errors="replace")
+
+
+def diagnose_run(cwd: Path, script: str, *options: str, timeout: float = 120, env: dict[str, str] | None = None) -> tuple[int, Run]:
+    """``diagnose run`` of ``script`` (written as train.py) into ``cwd/run``; its exit code."""
+    (cwd / "train.py").write_text(script)
+    run = Run(cwd, "run", *FAST, *options, "--out", "run", "train.py", env=env)
+    return run.finish(timeout), run
+
+
+def saved_states(run_dir: Path) -> tuple[str | None, str | None]:
+    """The status in run.json and report.json (None where the file is missing)."""
+    own = run_dir / "diagnose"
+    record = json.loads((own / "run.json").read_text())["status"] if (own / "run.json").is_file() else None
+    report = json.loads((own / "report.json").read_text())["status"]["state"] if (own / "report.json").is_file() else None
+    return record, report
+
+
+# --- 2. a child forked by the script never writes the run's files ---------------------------------
+
+
+@pytest.mark.slow
+def test_a_forked_child_that_exits_later_never_overwrites_the_report(tmp_path: Path) -> None:
+    script = loop_with(
+        """
+if n == 3 and os.fork() == 0:  # the child waits until the parent's report is written, then exits
+    open("child.pid", "w").write(str(os.getpid()))
+    deadline = time.time() + 60
+    while not os.path.exists("run/diagnose/report.json") and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    sys.exit(0)
+"""
+    )
+    code, run = diagnose_run(tmp_path, script)  # finish() waits until the child is gone too
+    assert code == 0, run.stderr[-3000:]
+    assert saved_states(tmp_path / "run") == ("stopped", "stopped")
+    assert "ran to its end" not in json.loads((tmp_path / "run/diagnose/report.json").read_text())["status"]["message"]
+
+
+# --- places that cannot take the run: a full disk, a file-size limit, a read-only folder ----------
+
+
+@pytest.fixture
+def mounted(tmp_path: Path):  # noqa: ANN201 - a factory
+    """``mounted(kind, size_kb)``: a folder under tmp_path that is a small tmpfs ("tmpfs"), or a
+    read-only view of a folder ("ro", with ``source``). Skips where mounting is refused (not root)."""
+    mounts: list[Path] = []
+
+    def mount(kind: str, size_kb: int = 256, source: Path | None = None) -> Path:
+        target = tmp_path / f"mnt{len(mounts)}"
+        target.mkdir()
+        if kind == "tmpfs":
+            commands = [["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(target)]]
+        else:
+            commands = [["mount", "--bind", str(source), str(target)], ["mount", "-o", "remount,ro,bind", str(target)]]
+        for command in commands:
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+            except OSError as exc:
+                pytest.skip(f"cannot mount: {exc}")
+            if done.returncode != 0:
+                pytest.skip(f"cannot mount: {done.stderr.strip()}")
+            if target not in mounts:
+                mounts.append(target)
+        return target
+
+    yield mount
+    for target in reversed(mounts):
+        subprocess.run(["umount", "-l", str(target)], capture_output=True, timeout=30, check=False)
+
+
+def fill(folder: Path, leave_kb: int) -> None:
+    """Fill the file system of ``folder`` until ``leave_kb`` KB are free."""
+    stat = os.statvfs(folder)
+    free = stat.f_bavail * stat.f_frsize
+    (folder / "filler").write_bytes(b"\0" * max(free - leave_kb * 1024, 0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("free_kb", [60, 4])
+def test_a_full_disk_leaves_one_line_what_fits_and_no_temporary_file(tmp_path: Path, mounted, free_kb: int) -> None:  # noqa: ANN001
+    disk = mounted("tmpfs", 256)
+    fill(disk, free_kb)
+    (tmp_path / "train.py").write_text(LOOP)
+    run = Run(tmp_path, "run", *FAST, "--out", str(disk / "run"), "train.py")
+    code = run.finish()
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    leftover = sorted(p.name for p in disk.rglob("*") if p.is_file() and p.name != "filler")
+    assert not [name for name in leftover if name.endswith((".tmp", ".partial"))], leftover
+    if free_kb == 60:  # the trace does not fit; the record and the report do, and say so
+        assert code == 0, run.stderr[-3000:]
+        assert saved_states(disk / "run") == ("stopped", "stopped")
+        warnings = json.loads((disk / "run/diagnose/report.json").read_text())["warnings"]
+        assert any("the trace could not be written (torch.profiler wrote no trace: is the disk full" in w for w in warnings), warnings
+    else:  # nothing fits: one line that says so, exit 5
+        assert code == 5, run.stderr[-3000:]
+        (line,) = [x for x in run.stderr.splitlines() if x.startswith("diagnose: error:")]
+        assert "No space left on device" in line and "hint: the disk is full" in run.stderr
+
+
+@pytest.mark.slow
+def test_a_file_size_limit_keeps_the_record_and_blames_the_limit(tmp_path: Path) -> None:
+    import resource
+
+    def limit() -> None:  # ulimit -f 40: the trace cannot be written, the record and report can
+        resource.setrlimit(resource.RLIMIT_FSIZE, (40 * 1024, 40 * 1024))
+
+    (tmp_path / "train.py").write_text(LOOP)
+    run = Run(tmp_path, "run", *FAST, "--out", "run", "train.py", preexec=limit)
+    assert run.finish() == 0, run.stderr[-3000:]
+    warnings = json.loads((tmp_path / "run/diagnose/report.json").read_text())["warnings"]
+    assert not any("FileNotFoundError" in w for w in warnings) and any("file-size limit" in w for w in warnings), warnings
+    assert saved_states(tmp_path / "run") == ("stopped", "stopped")
+
+
+@pytest.mark.slow
+def test_a_newline_in_the_run_directory_keeps_the_trace(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(LOOP)
+    run = Run(tmp_path, "run", *FAST, "--out", "new\nline", "train.py")
+    assert run.finish() == 0, run.stderr[-3000:]
+    record = json.loads((tmp_path / "new\nline" / "diagnose" / "run.json").read_text())
+    assert record["trace_files"] and (tmp_path / "new\nline" / record["trace_files"][0]).is_file()
+    report = json.loads((tmp_path / "new\nline" / "diagnose" / "report.json").read_text())
+    assert report["breakdown"]["steps"], report["warnings"]
+
+
+def _trace(folder: Path) -> Path:
+    from tests.test_faults import STEPS
+
+    path = folder / "t.json"
+    path.write_text(json.dumps({"traceEvents": STEPS}))
+    return path
+
+
+def test_analyze_of_a_read_only_run_directory_shows_the_report_and_says_it_was_not_saved(tmp_path: Path, mounted) -> None:  # noqa: ANN001
+    source = tmp_path / "run"
+    source.mkdir()
+    (source / "run.json").write_text('{"trace_files": ["h_1.1.pt.trace.json"], "status": "stopped"}')
+    _trace(source).rename(source / "h_1.1.pt.trace.json")
+    view = mounted("ro", source=source)
+    run = Run(tmp_path, "analyze", "--json", str(view))
+    assert run.finish(60) == 5, run.stderr
+    assert json.loads(run.stdout)["breakdown"]["steps"]  # shown all the same
+    (line,) = [x for x in run.stderr.splitlines() if x.startswith("diagnose: error:")]
+    assert line.startswith("diagnose: error: the report above could not be saved: cannot write") and "Read-only file system" in line
+
+
+def test_analyze_html_onto_a_full_disk_leaves_no_temporary_file(tmp_path: Path, mounted) -> None:  # noqa: ANN001
+    disk = mounted("tmpfs", 64)
+    fill(disk, 4)
+    _trace(tmp_path)
+    run = Run(tmp_path, "analyze", "--html", "-o", str(disk / "out"), "t.json")
+    assert run.finish(60) == 5, run.stderr
+    assert "Traceback" not in run.stderr and "No space left on device" in run.stderr
+    assert sorted(p.name for p in (disk / "out").rglob("*") if p.is_file()) == []

@@ -115,9 +115,9 @@ class Report:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+        from diagnose.atomic import write_atomically
+
+        write_atomically(path, self.to_json())
 
     @classmethod
     def load(cls, path: Path) -> Report:

@@ -37,7 +37,12 @@ MIN_PARTIAL_TIMED = 3
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived: unwind the script like Ctrl-C does, so that the capture is saved."""
+    """SIGTERM (or SIGHUP) arrived: unwind the script like Ctrl-C does, so that the capture is
+    saved."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 @dataclass
@@ -243,16 +248,20 @@ class _ScriptRun:
             self._install()
             self._run_script()
         except BaseException as exc:  # noqa: BLE001 - every way a script ends is recorded
+            if os.getpid() != self.owner_pid:  # a child the script forked ends here: as without diagnose
+                _end_forked_child(exc, self.real_exit)
             # First, a plain attribute store (no Python call, so no signal handler can run before
             # it): from here on torch's SIGCHLD handler is the script's no more (_ChildSignals).
             self.child_signals.script_over = True
             self._script_ended()
-            self.hold.hold({"SIGTERM": self.saved.sigterm})  # a second Ctrl-C or SIGTERM must not cut the saving short
+            self.hold.hold(self.saved.underneath())  # a second Ctrl-C or SIGTERM must not cut the saving short
             status, exit_code, error = self._ending(exc)
         finally:
+            if os.getpid() != self.owner_pid:  # a forked child whose script returned: it ends here
+                _end_forked_child(SystemExit(0), self.real_exit)
             self.child_signals.script_over = True
             self._script_ended()
-            self.hold.hold({"SIGTERM": self.saved.sigterm})
+            self.hold.hold(self.saved.underneath())
             os._exit = self.real_exit
             try:
                 self._finalize(status, exit_code, error)
@@ -285,6 +294,7 @@ class _ScriptRun:
         self._install_hooks()
         self.child_signals.install()
         os._exit = self._hard_exit  # type: ignore[assignment]
+        _ACTIVE.append(self)
         _install_sigterm()
         _prepare_sys(self.target)
 
@@ -298,6 +308,8 @@ class _ScriptRun:
         self.script_args.remove()
         self.instrumentation.remove()
         self.child_signals.remove()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         self.saved.restore(keep_held=self.hold.holding)
 
     def _run_script(self) -> None:
@@ -321,8 +333,8 @@ class _ScriptRun:
         if isinstance(exc, KeyboardInterrupt):
             _print_script_traceback(exc)
             return "interrupted", errors.EXIT_INTERRUPTED, _describe_error(exc)
-        if isinstance(exc, Terminated):
-            return "terminated", errors.EXIT_TERMINATED, _describe_error(exc)
+        if isinstance(exc, Terminated):  # 143 for SIGTERM, 129 for SIGHUP: as a shell says it
+            return "terminated", 128 + exc.signum, _describe_error(exc)
         # the script's own failure: report it as Python would
         if self.session.finished and self.plan.stop and _caused_by_stop(exc):
             return "stopped", errors.EXIT_OK, None
@@ -428,6 +440,37 @@ class _ScriptRun:
         self.real_exit(code)
 
 
+def _end_forked_child(exc: BaseException, real_exit: Callable[[int], None]) -> None:
+    """A process the script forked (``os.fork``) ran the script's code back out into diagnose's:
+    only the process that started the run records it. The child ends as it would under plain
+    Python (its exit code, its traceback, the signal that stopped it), saving nothing, and
+    without the interpreter's teardown (the parent's state it copied is not its own to undo)."""
+    if isinstance(exc, (KeyboardInterrupt, Terminated)):
+        signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else exc.signum
+        _flush_std()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    if isinstance(exc, SystemExit):
+        code = _exit_code(exc)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    elif isinstance(exc, StopScript):
+        code = errors.EXIT_OK
+    else:
+        _print_script_traceback(exc)
+        code = errors.EXIT_SCRIPT_FAILED
+    _flush_std()
+    real_exit(code)
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
 def _safely(fn: Callable[[], Any], default: Any = None) -> Any:
     """Collect a fact without ever letting the collection break the run."""
     try:
@@ -516,14 +559,41 @@ def _print_script_traceback(exc: BaseException) -> None:
     sys.stderr.flush()
 
 
-def _install_sigterm() -> None:
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated()
+#: the script runs under way in this process (one, or none)
+_ACTIVE: list[_ScriptRun] = []
 
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except (ValueError, OSError):  # not the main thread: leave signals alone
-        pass
+
+def _forked() -> None:
+    """In a child the script forks: the script's own SIGTERM and SIGHUP handlers, not diagnose's.
+    A child stuck in C code (a lock copied held) never runs a Python handler: with diagnose's it
+    survived SIGTERM, without diagnose it dies of it."""
+    for run in _ACTIVE[-1:]:
+        for signum, handler in ((signal.SIGTERM, run.saved.sigterm), (getattr(signal, "SIGHUP", None), run.saved.sighup)):
+            if signum is not None and handler is not None:
+                try:
+                    signal.signal(signum, handler)
+                except (ValueError, OSError, TypeError):  # forked from another thread: nothing to undo
+                    pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _install_sigterm() -> None:
+    """SIGTERM, and SIGHUP (a closed terminal, an ssh session lost) unless it is ignored
+    (``nohup``), stop the script as Ctrl-C does: what was measured is saved."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        try:
+            if signum is not None and (name == "SIGTERM" or signal.getsignal(signum) == signal.SIG_DFL):
+                signal.signal(signum, handler)
+        except (ValueError, OSError):  # not the main thread: leave signals alone
+            pass
 
 
 def _prepare_sys(target: Target) -> None:
@@ -625,27 +695,32 @@ class _SysState:
     #: workers has died; left in place, any later child exit raises that again inside diagnose's
     #: own analysis (a worker killed by a signal lost report.json once on CI)
     sigchld: Any = None
+    sighup: Any = None
 
     @classmethod
     def save(cls) -> _SysState:
         handlers = []
-        for name in ("SIGTERM", "SIGCHLD"):
+        for name in ("SIGTERM", "SIGCHLD", "SIGHUP"):
             try:
                 handlers.append(signal.getsignal(getattr(signal, name)))
             except (AttributeError, ValueError, OSError):  # no SIGCHLD on Windows; not the main thread
                 handlers.append(None)
         return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), *handlers)
 
+    def underneath(self) -> dict[str, Any]:
+        """The handlers a ``SignalHold`` puts back for the ones the run installed."""
+        return {"SIGTERM": self.sigterm, "SIGHUP": self.sighup}
+
     def restore(self, keep_held: bool = False) -> None:
-        """Put back what the run changed; with ``keep_held``, SIGTERM stays held (``SignalHold``
-        puts back the handler saved here when it releases)."""
+        """Put back what the run changed; with ``keep_held``, SIGTERM and SIGHUP stay held
+        (``SignalHold`` puts back the handlers saved here when it releases)."""
         sys.argv = self.argv
         if sys.path:
             sys.path[0] = self.path0
         if self.main_module is not None:
             sys.modules["__main__"] = self.main_module
-        for name, handler in (("SIGTERM", self.sigterm), ("SIGCHLD", self.sigchld)):
-            if name == "SIGTERM" and keep_held:
+        for name, handler in (("SIGTERM", self.sigterm), ("SIGCHLD", self.sigchld), ("SIGHUP", self.sighup)):
+            if name in ("SIGTERM", "SIGHUP") and keep_held:
                 continue
             if handler is not None:
                 _replace_handler(getattr(signal, name), handler)
