@@ -167,6 +167,12 @@ def run(
         if code == errors.EXIT_OK:
             _apply_gate(gate, [report])
         raise typer.Exit(code)
+    if rank is None:  # a process of its own runs the script; this one writes what it could not
+        from diagnose import supervise
+
+        ending = supervise.supervise()
+        if ending is not None:
+            _after_supervised(ending, run_dir, request, gate, json_out, color)
     hold = SignalHold()  # from the script's end until report.json is saved
     try:
         try:
@@ -235,6 +241,33 @@ def _rdzv_endpoint_option() -> Optional[str]:
 
 def _rdzv_id_option() -> Optional[str]:
     return typer.Option(None, "--rdzv-id", metavar="ID", help="torchrun's rendezvous id, multi-node (each experiment appends its name).")
+
+
+def _after_supervised(ending, run_dir, request, gate, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - Ending, RunDir, RunRequest, _Gate
+    """The supervising parent, once the run's process ended: its exit code where it finished the
+    run's files; else the record it left (or one made here) analysed, the report shown, and a
+    line that says how the process ended."""
+    import signal
+
+    from diagnose import session
+
+    try:
+        record = session.settle_supervised_run(run_dir, request, ending)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    if record is None:  # the child wrote its report: its exit code, or the signal that ended it after
+        if ending.signal == signal.SIGINT:
+            typer.echo("diagnose: interrupted", err=True)
+        raise typer.Exit(ending.code)
+    if record.status not in ("crashed", "interrupted", "terminated"):
+        typer.echo(f"diagnose: {ending.describe().replace('script', 'run')} before its report was written; it is written now", err=True)
+    report = _analyze_and_emit(run_dir, request, json_out, color)
+    if record.status == "crashed":
+        typer.echo(f"diagnose: error: {ending.describe()}: what was measured until then is in the report", err=True)
+        raise typer.Exit(ending.code)
+    if record.status in ("completed", "stopped"):
+        _apply_gate(gate, [report])
+    _exit_for(record, request.plan)
 
 
 def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], merge: bool = False):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report
@@ -697,15 +730,23 @@ def rules_command(
 
 
 def main() -> None:
+    from diagnose import supervise
+
+    supervise.enable()  # the command line (never an in-process caller) runs a script supervised
     try:
-        app()
-    except KeyboardInterrupt:
-        typer.echo("diagnose: interrupted", err=True)
-        sys.exit(errors.EXIT_INTERRUPTED)
-    except SystemExit as exc:
-        # Typer turns Ctrl-C into a silent exit 130: say what happened
-        if _raised_by_interrupt(exc):
+        try:
+            app()
+        except KeyboardInterrupt:
             typer.echo("diagnose: interrupted", err=True)
+            sys.exit(errors.EXIT_INTERRUPTED)
+        except SystemExit as exc:
+            # Typer turns Ctrl-C into a silent exit 130: say what happened
+            if _raised_by_interrupt(exc):
+                typer.echo("diagnose: interrupted", err=True)
+            raise
+    except SystemExit as exc:
+        if supervise.in_child():  # the supervised run's process: it ends here, whatever the script left running
+            supervise.end_child(exc.code)
         raise
 
 

@@ -269,7 +269,8 @@ STATUS_MESSAGES = {
     "exited": "the script exited with code {code}",
     "failed": "the script raised {error}",
     "interrupted": "interrupted (Ctrl-C); what was captured is analysed",
-    "terminated": "terminated (SIGTERM); what was captured is analysed",
+    "terminated": "terminated ({signal}); what was captured is analysed",
+    "crashed": "{error}; what was saved until then is analysed",
     "oom": "the script ran out of GPU memory: {error}",
     "no_steps": "no training step was found",
     "not_run": "the script was not run: {error}",
@@ -358,11 +359,12 @@ def _status(report: Report, record: RunRecord | None) -> None:
     code = record.exit_code if record is not None else 0
     err = (record.error or {}) if record is not None else {}
     error_text = f"{err.get('type', '')}: {err.get('message', '')}".strip(": ") if err else ""
-    message = STATUS_MESSAGES.get(state, state).format(code=code, error=error_text or "an exception")
+    signal_name = str(err.get("message") or "") if str(err.get("message") or "").startswith("SIG") else "SIGTERM"
+    message = STATUS_MESSAGES.get(state, state).format(code=code, error=(err.get("message") if state == "crashed" else error_text) or "an exception", signal=signal_name)
     if record is not None:
         steps = record.completed_steps()
         plan = record.plan
-        if state in ("completed", "exited", "failed", "interrupted", "terminated", "oom") and steps:
+        if state in ("completed", "exited", "failed", "interrupted", "terminated", "oom", "crashed") and steps:
             message += f" after {steps} steps"
             if record.profiled_steps < plan.get("steps", 0):
                 message += f"; {record.profiled_steps} of the {plan.get('steps')} planned steps were profiled"

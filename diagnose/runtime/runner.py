@@ -208,6 +208,7 @@ class _ScriptRun:
         if self.instrumentation.compile_watch is not None:
             record.compile = _safely(self.instrumentation.compile_watch.summary, {})
         self.window_closing()  # no-op for hooks already closed at the boundary
+        self._journal()  # the trace is saved: a crash from here on keeps it
 
     # --- the counted step and the OOM snapshot -------------------------------------------------
 
@@ -312,9 +313,32 @@ class _ScriptRun:
             _ACTIVE.remove(self)
         self.saved.restore(keep_held=self.hold.holding)
 
+    def _journal(self) -> None:
+        """run.json as the run stands, saying "crashed": if the process dies without a word (a
+        segfault, SIGKILL, an exec), this is what the supervising parent finds, and what was
+        measured until then (the steps' boundaries, the trace once saved) is analysed. The
+        record that ``_finalize`` saves replaces it. Only a single-process run keeps one: a
+        rank's record tells the others it has finished."""
+        if self.rank is not None or self.finalized:
+            return
+        record = RunRecord.from_dict(self.record.to_dict())
+        record.status, record.exit_code = "crashed", errors.EXIT_SCRIPT_FAILED
+        record.error = {"type": "Crash", "message": "the run's process ended before diagnose could record how", "traceback": ""}
+        record.step_mode = self.clock.mode
+        record.boundaries_s = list(self.session.boundaries)
+        record.samples_per_step = self.clock.samples_per_step[1:]
+        record.profiled_steps = self.session.profiled_steps()
+        record.trace_files = list(self.session.trace_files)
+        record.warnings = [*record.warnings, *self.session.notes]
+        try:
+            self.run_dir.save_record(record, self.rank)
+        except errors.DiagnoseError:  # a full disk: the final record says so, if it can
+            pass
+
     def _run_script(self) -> None:
         target = self.target
         self.progress.phase(f"running {Path(target.value).name if target.kind == 'script' else '-m ' + target.value}")
+        self._journal()
         self.record.script_start_s = time.perf_counter()
         if target.kind == "script":
             runpy.run_path(target.value, run_name="__main__")

@@ -1,0 +1,149 @@
+"""A supervising parent for ``diagnose run``: whatever ends the script's process (a segfault in
+an extension, SIGKILL, ``os.exec*``, a C library's ``exit``), a process that saw it happen is
+left to write what was measured until then.
+
+Contract: ``enable()`` allows supervision (the command line calls it; an in-process caller, a
+test's CliRunner, never forks). ``supervise() -> Ending | None`` forks where it is allowed and
+available (POSIX with ``sigwaitinfo``): the child gets None and runs the command on, to be ended
+by ``end_child(code)``, which runs the ``atexit`` functions, flushes and exits without waiting
+for threads the script left running; the parent waits for the child and gets how it ended
+(``Ending``), having forwarded to it the SIGINT, SIGTERM and SIGHUP sent to the parent alone
+(``kill PID``, a job scheduler, ``timeout``): those the terminal sends (Ctrl-C, a hangup) reach
+the whole process group, the child included, and are not sent twice. Where it is not allowed or
+available, ``supervise()`` returns None without forking. No torch import: the parent stays small.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+
+#: the signals the parent passes on to the child
+FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
+#: si_code of a signal sent by kill(): only those are the parent's alone
+_SI_USER, _SI_QUEUE, _SI_TKILL = 0, -1, -6
+
+_allowed = False
+_in_child = False
+
+
+def enable() -> None:
+    global _allowed
+    _allowed = True
+
+
+def available() -> bool:
+    return _allowed and hasattr(signal, "sigwaitinfo") and hasattr(os, "fork") and threading.active_count() == 1
+
+
+def in_child() -> bool:
+    return _in_child
+
+
+@dataclass
+class Ending:
+    """How the child ended: its exit code, or the signal that killed it."""
+
+    exit_code: int | None
+    signal: int | None
+    #: the signals the parent received while the child ran (forwarded or not), in order
+    received: list[int] = field(default_factory=list)
+
+    @property
+    def code(self) -> int:
+        """The exit code the command ends with: the child's, or 128 + the signal, as a shell says."""
+        return self.exit_code if self.signal is None else 128 + self.signal  # type: ignore[return-value]
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            name = signal.Signals(self.signal).name
+            what = signal.strsignal(self.signal) or name
+            return f"the script's process died of {name} ({what.lower()})"
+        return f"the script's process ended with code {self.exit_code} without returning to diagnose (an os.exec*, or a C library's exit)"
+
+
+def supervise() -> Ending | None:
+    global _in_child
+    if not available():
+        return None
+    watched = {getattr(signal, name) for name in FORWARDED} | {signal.SIGCHLD}
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        return None
+    if pid == 0:
+        _in_child = True
+        _die_with_parent()
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        return None
+    try:
+        return _wait(pid, watched)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+
+
+def _wait(pid: int, watched: set[int]) -> Ending:
+    received: list[int] = []
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            break
+        info = signal.sigwaitinfo(watched)
+        if info.si_signo == signal.SIGCHLD:
+            continue
+        received.append(info.si_signo)
+        if info.si_code in (_SI_USER, _SI_QUEUE, _SI_TKILL) and info.si_pid != pid:
+            try:  # sent to the parent alone: the child must hear it
+                os.kill(pid, info.si_signo)
+            except ProcessLookupError:
+                pass
+    if os.WIFSIGNALED(status):
+        return Ending(None, os.WTERMSIG(status), received)
+    return Ending(os.waitstatus_to_exitcode(status), None, received)
+
+
+def _die_with_parent() -> None:
+    """The child gets SIGTERM if the parent is killed (SIGKILL): never a run left orphaned."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the child outlives a killed parent
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def end_child(code: object) -> None:
+    """End the supervised child with ``code`` (a ``SystemExit`` code): the ``atexit`` functions
+    (the script's, torch's) run and the streams are flushed, but threads the script left running
+    are not waited for (the report is written; a non-daemon thread would keep it from exiting)."""
+    if code is None:
+        code = 0
+    if not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if left:
+        names = ", ".join(sorted({t.name for t in left}))
+        print(f"diagnose: note: the script left {len(left)} thread(s) running ({names}); diagnose exits without waiting for them", file=sys.stderr)
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - an atexit function that fails must not keep the process
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code & 0xFF if code >= 0 else 1)
