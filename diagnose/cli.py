@@ -195,6 +195,9 @@ def run(
             report = _analyze_and_emit(run_dir, request, json_out, color)
     finally:
         hold.release()
+    if hold.received and record.status not in ("interrupted", "terminated"):  # held while the report was saved
+        typer.echo(f"diagnose: {_signal_words(hold.received[0])}: the report was saved first", err=True)
+        raise typer.Exit(128 + hold.received[0])
     if report is not None and record.status in ("completed", "stopped"):
         _apply_gate(gate, [report])  # the script's own failure keeps its own exit code
     _exit_for(record, request.plan)
@@ -255,9 +258,11 @@ def _after_supervised(ending, run_dir, request, gate, json_out: bool, color: Opt
         record = session.settle_supervised_run(run_dir, request, ending)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    if record is None:  # the child wrote its report: its exit code, or the signal that ended it after
-        if ending.signal == signal.SIGINT:
-            typer.echo("diagnose: interrupted", err=True)
+    if record is None:  # the child wrote its report: its exit code, or the signal that came after it
+        late = ending.signal if ending.signal is not None else (ending.received[0] if ending.received and ending.code < 128 else None)
+        if late is not None and late in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            typer.echo(f"diagnose: {_signal_words(late)}: the report was saved first", err=True)
+            raise typer.Exit(128 + late)
         raise typer.Exit(ending.code)
     if record.status not in ("crashed", "interrupted", "terminated"):
         typer.echo(f"diagnose: {ending.describe().replace('script', 'run')} before its report was written; it is written now", err=True)
@@ -343,6 +348,13 @@ def _tensorboard_hint(path: Path) -> str:
     return f"  (tensorboard --logdir {path.parent})"
 
 
+def _signal_words(signum: int) -> str:
+    """"interrupted (Ctrl-C)", "terminated (SIGTERM)", "terminated (SIGHUP)"."""
+    import signal
+
+    return "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
+
+
 def _exit_for(record, plan) -> None:  # noqa: ANN001
     if record.status == "no_steps":
         typer.echo(
@@ -352,8 +364,7 @@ def _exit_for(record, plan) -> None:  # noqa: ANN001
         )
         raise typer.Exit(errors.EXIT_NO_STEPS)
     if record.status in ("interrupted", "terminated"):
-        signal_name = (record.error or {}).get("message") or "SIGTERM"
-        what = "interrupted (Ctrl-C)" if record.status == "interrupted" else f"terminated ({signal_name if signal_name.startswith('SIG') else 'SIGTERM'})"
+        what = _signal_words(record.exit_code - 128 if record.exit_code > 128 else 15)
         typer.echo(f"diagnose: {what}: what was measured until then is in the report", err=True)
     if record.status in ("completed", "stopped"):
         if not record.profiled_steps and record.completed_steps() <= plan.warmup:  # a plan cut to the script profiles a step
@@ -745,9 +756,7 @@ def main() -> None:
                 typer.echo("diagnose: interrupted", err=True)
             raise
     except SystemExit as exc:
-        if supervise.in_child():  # the supervised run's process: it ends here, whatever the script left running
-            supervise.end_child(exc.code)
-        raise
+        supervise.end_process(exc.code)  # whatever the script left running, and a late Ctrl-C: the exit code says it
 
 
 def _raised_by_interrupt(exc: BaseException) -> bool:

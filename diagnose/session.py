@@ -271,10 +271,11 @@ def run_script(
     target.args = request.knobs.apply_to_args(target.args)
     rank_number = None if rank is None else rank.rank
 
-    def before_hard_exit(_record: RunRecord) -> None:  # os._exit ends the process: report now
+    def before_hard_exit(record: RunRecord) -> None:  # os._exit or an exec ends the process: report now
         if rank is None:
             analyze_and_save(run_dir, request.options, html=request.html)
-            print(f"diagnose: the script called os._exit; the report is in {run_dir.path}", file=sys.stderr)
+            how = record.warnings[-1] if record.warnings else "the script ended its process"
+            print(f"diagnose: {how}; the report is in {run_dir.path}", file=sys.stderr)
 
     hooks: list[Any] = [LineAttribution(run_dir.workers_path(rank_number))] if request.lines else []
     if exchange is not None:

@@ -5,8 +5,7 @@ left to write what was measured until then.
 Contract: ``enable()`` allows supervision (the command line calls it; an in-process caller, a
 test's CliRunner, never forks). ``supervise() -> Ending | None`` forks where it is allowed and
 available (POSIX with ``sigwaitinfo``): the child gets None and runs the command on, to be ended
-by ``end_child(code)``, which runs the ``atexit`` functions, flushes and exits without waiting
-for threads the script left running; the parent waits for the child and gets how it ended
+by ``end_process(code)`` as every command is; the parent waits for the child and gets how it ended
 (``Ending``), having forwarded to it the SIGINT, SIGTERM and SIGHUP sent to the parent alone
 (``kill PID``, a job scheduler, ``timeout``): those the terminal sends (Ctrl-C, a hangup) reach
 the whole process group, the child included, and are not sent twice. Where it is not allowed or
@@ -30,7 +29,6 @@ FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
 _SI_USER, _SI_QUEUE, _SI_TKILL = 0, -1, -6
 
 _allowed = False
-_in_child = False
 
 
 def enable() -> None:
@@ -40,10 +38,6 @@ def enable() -> None:
 
 def available() -> bool:
     return _allowed and hasattr(signal, "sigwaitinfo") and hasattr(os, "fork") and threading.active_count() == 1
-
-
-def in_child() -> bool:
-    return _in_child
 
 
 @dataclass
@@ -69,7 +63,6 @@ class Ending:
 
 
 def supervise() -> Ending | None:
-    global _in_child
     if not available():
         return None
     watched = {getattr(signal, name) for name in FORWARDED} | {signal.SIGCHLD}
@@ -82,7 +75,6 @@ def supervise() -> Ending | None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         return None
     if pid == 0:
-        _in_child = True
         _die_with_parent()
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         return None
@@ -124,15 +116,24 @@ def _die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def end_child(code: object) -> None:
-    """End the supervised child with ``code`` (a ``SystemExit`` code): the ``atexit`` functions
-    (the script's, torch's) run and the streams are flushed, but threads the script left running
-    are not waited for (the report is written; a non-daemon thread would keep it from exiting)."""
+def end_process(code: object) -> None:
+    """End a command with ``code`` (a ``SystemExit`` code), its work done: the ``atexit``
+    functions (the script's, torch's) run and the streams are flushed; threads the script left
+    running are not waited for (a non-daemon thread would keep the process from exiting after
+    its report); and a Ctrl-C, SIGTERM or SIGHUP from here on changes only the exit code
+    (130, 143, 129), never kills the process by the signal itself (the interpreter's teardown
+    puts the default handlers back: a Ctrl-C there ended ``diagnose`` with -2)."""
     if code is None:
         code = 0
     if not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
+    came: list[int] = []
+    for name in FORWARDED:
+        try:
+            signal.signal(getattr(signal, name), lambda signum, frame: came.append(signum))
+        except (ValueError, OSError, AttributeError):  # not the main thread; no such signal
+            pass
     left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if left:
         names = ", ".join(sorted({t.name for t in left}))
@@ -146,4 +147,6 @@ def end_child(code: object) -> None:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
+    if came and code < 128:
+        code = 128 + came[0]
     os._exit(code & 0xFF if code >= 0 else 1)

@@ -296,3 +296,121 @@ def test_analyze_html_onto_a_full_disk_leaves_no_temporary_file(tmp_path: Path, 
     assert run.finish(60) == 5, run.stderr
     assert "Traceback" not in run.stderr and "No space left on device" in run.stderr
     assert sorted(p.name for p in (disk / "out").rglob("*") if p.is_file()) == []
+
+
+# --- 1, 17. the script's process dies without a word, replaces itself, or will not end ------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fault", "code", "died_of"), [
+    ("import ctypes; ctypes.string_at(0)", 128 + signal.SIGSEGV, "died of SIGSEGV (segmentation fault)"),
+    ("os.kill(os.getpid(), signal.SIGKILL)", 128 + signal.SIGKILL, "died of SIGKILL (killed)"),
+    ("import ctypes; ctypes.CDLL(None).exit(7)", 7, "ended with code 7 without returning to diagnose"),
+])
+def test_a_process_that_dies_without_a_word_still_leaves_what_was_measured(tmp_path: Path, fault: str, code: int, died_of: str) -> None:
+    code_seen, run = diagnose_run(tmp_path, loop_with(f"import signal\nif n == 7:\n    {fault}"))
+    assert code_seen == code, run.stderr[-3000:]
+    (line,) = [x for x in run.stderr.splitlines() if x.startswith("diagnose: error:")]
+    assert line.startswith(f"diagnose: error: the script's process {died_of}") and line.endswith("what was measured until then is in the report")
+    record = json.loads((tmp_path / "run/diagnose/run.json").read_text())
+    report = json.loads((tmp_path / "run/diagnose/report.json").read_text())
+    assert record["status"] == report["status"]["state"] == "crashed" and died_of in report["status"]["message"]
+    assert record["trace_files"] and report["breakdown"]["steps"], "the profiled window (steps 3-5) is kept"
+
+
+@pytest.mark.slow
+def test_an_exec_in_the_script_saves_the_report_first(tmp_path: Path) -> None:
+    code, run = diagnose_run(tmp_path, loop_with("if n == 7:\n    os.execv('/bin/sh', ['sh', '-c', 'exit 3'])"))
+    assert code == 3, run.stderr[-3000:]
+    assert "diagnose: the script replaced its process (os.execv /bin/sh)" in run.stderr
+    assert saved_states(tmp_path / "run") == ("completed", "completed")
+    assert json.loads((tmp_path / "run/diagnose/report.json").read_text())["breakdown"]["steps"]
+
+
+@pytest.mark.slow
+def test_a_thread_the_script_leaves_running_does_not_keep_diagnose(tmp_path: Path) -> None:
+    code, run = diagnose_run(tmp_path, "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), name='forever').start()\n" + LOOP)
+    assert code == 0, run.stderr[-3000:]
+    assert "the script left 1 thread(s) running (forever)" in run.stderr
+    assert saved_states(tmp_path / "run") == ("stopped", "stopped")
+
+
+@pytest.mark.slow
+def test_a_deadlocked_fork_child_dies_of_sigterm_as_without_diagnose(tmp_path: Path) -> None:
+    script = loop_with(
+        """
+if n == 3:
+    pid = os.fork()
+    if pid == 0:  # stuck in C: a lock taken twice (no Python handler runs until it returns)
+        import _thread
+        lock = _thread.allocate_lock(); lock.acquire()
+        open("child.pid", "w").write(str(os.getpid()))
+        lock.acquire()
+    _, status = os.waitpid(pid, 0)
+    open("child.status", "w").write(str(os.waitstatus_to_exitcode(status)))
+"""
+    )
+    (tmp_path / "train.py").write_text(script)
+    run = Run(tmp_path, "run", *FAST, "--out", "run", "train.py")
+    run.wait_for("child.pid")
+    time.sleep(0.2)
+    os.kill(int((tmp_path / "child.pid").read_text()), signal.SIGTERM)
+    assert run.finish() == 0, run.stderr[-3000:]
+    assert (tmp_path / "child.status").read_text() == str(-signal.SIGTERM)
+
+
+# --- 8, 19. signals at each stage: before the script, in the window, while the report is saved -----
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code", "words"), [(signal.SIGHUP, 129, "terminated (SIGHUP)"), (signal.SIGTERM, 143, "terminated (SIGTERM)"), (signal.SIGINT, 130, "interrupted (Ctrl-C)")])
+def test_a_signal_in_the_window_keeps_the_report(tmp_path: Path, sig: int, code: int, words: str) -> None:
+    (tmp_path / "train.py").write_text(loop_with("if n == 4:\n    open('in_window', 'w').close()\n    time.sleep(30)"))
+    run = Run(tmp_path, "run", *FAST, "--out", "run", "train.py")
+    run.wait_for("in_window")
+    time.sleep(0.2)
+    run.proc.send_signal(sig)
+    assert run.finish() == code, run.stderr[-3000:]
+    assert f"diagnose: {words}: what was measured until then is in the report" in run.stderr
+    state = "interrupted" if sig == signal.SIGINT else "terminated"
+    assert saved_states(tmp_path / "run") == (state, state)
+
+
+@pytest.mark.slow
+def test_sigterm_before_the_script_starts_says_so_and_leaves_a_report(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(LOOP)
+    run = Run(tmp_path, "run", *FAST, "--out", "run", "train.py")
+    run.wait_for("run")  # the run directory is made before torch is imported (seconds)
+    time.sleep(0.1)
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish() == 143, run.stderr[-3000:]
+    assert "diagnose: terminated (SIGTERM): what was measured until then is in the report" in run.stderr
+    assert saved_states(tmp_path / "run") == ("terminated", "terminated")
+
+
+#: the script's last act: a thread that signals diagnose once the run's record is final (the
+#: script has ended; the analysis and the report follow), as a user's Ctrl-C would then
+SIGNAL_WHILE_SAVING = """
+import json, threading
+def signal_when_recorded(sig=SIG):
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if json.load(open("run/diagnose/run.json"))["status"] != "crashed":
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.005)
+    os.kill(os.getppid(), sig)  # the supervising diagnose passes it on
+threading.Thread(target=signal_when_recorded, daemon=True).start()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_the_report_is_saved_keeps_it_and_says_so_in_the_exit_code(tmp_path: Path, sig: int, code: int) -> None:
+    script = LOOP.replace("for n in range(1, 400):", "for n in range(1, 16):") + SIGNAL_WHILE_SAVING.replace("SIG", str(int(sig)))
+    code_seen, run = diagnose_run(tmp_path, script, "--no-stop")
+    assert code_seen == code, run.stderr[-3000:]
+    assert saved_states(tmp_path / "run") == ("completed", "completed")
+    assert "the report was saved first" in run.stderr

@@ -175,6 +175,7 @@ class _ScriptRun:
         self.saved = _SysState.save()
         self.child_signals = _ChildSignals()
         self.real_exit = os._exit
+        self.real_execs = {name: getattr(os, name) for name in _EXECS}
         self.owner_pid = os.getpid()
         self.finalized = False
 
@@ -264,6 +265,8 @@ class _ScriptRun:
             self._script_ended()
             self.hold.hold(self.saved.underneath())
             os._exit = self.real_exit
+            for name, real in self.real_execs.items():
+                setattr(os, name, real)
             try:
                 self._finalize(status, exit_code, error)
             finally:
@@ -295,6 +298,8 @@ class _ScriptRun:
         self._install_hooks()
         self.child_signals.install()
         os._exit = self._hard_exit  # type: ignore[assignment]
+        for name in _EXECS:  # os.execl*, execvp* and spawn's exec go through these two
+            setattr(os, name, self._exec_wrapper(name, self.real_execs[name]))
         _ACTIVE.append(self)
         _install_sigterm()
         _prepare_sys(self.target)
@@ -450,6 +455,25 @@ class _ScriptRun:
             return 0
         return loader.num_workers * (loader.prefetch_factor or 2)
 
+    def _exec_wrapper(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        """``os.execv``/``os.execve`` replace the process: save the capture and the report
+        first, as for ``os._exit``. A forked child (a DataLoader worker, ``subprocess``'s
+        child) simply execs."""
+
+        def exec_(*args: Any) -> Any:
+            if os.getpid() == self.owner_pid:
+                self.child_signals.script_over = True
+                program = os.fsdecode(args[0]) if args and isinstance(args[0], (str, bytes, os.PathLike)) else "?"
+                self.record.warnings.append(f"the script replaced its process (os.{name} {program}): what ran after that was not measured")
+                _safely(lambda: self._finalize("completed", errors.EXIT_OK))
+                _safely(lambda: self.saved.restore(keep_held=self.hold.holding))
+                if self.on_hard_exit is not None:
+                    _safely(lambda: self.on_hard_exit(self.record))  # type: ignore[misc]
+                _flush_std()
+            return real(*args)
+
+        return exec_
+
     def _hard_exit(self, code: int = 0) -> None:
         """``os._exit`` skips every ``finally``: save the capture first, then really exit. Forked
         children (DataLoader workers) inherit this function and must simply exit."""
@@ -582,6 +606,9 @@ def _print_script_traceback(exc: BaseException) -> None:
     sys.stderr.write(_script_traceback(exc))
     sys.stderr.flush()
 
+
+#: the os functions that replace the process (every other exec function calls one of them)
+_EXECS = ("execv", "execve")
 
 #: the script runs under way in this process (one, or none)
 _ACTIVE: list[_ScriptRun] = []
