@@ -130,8 +130,12 @@ class RunDir:
 
     @classmethod
     def create_for(cls, name: str, out: Path | None, overwrite: bool = False) -> RunDir:
-        """``--out`` when given, else a fresh ``runs/<name>-<time>/``."""
-        return cls.create(out if out is not None else default_location(name), overwrite=overwrite)
+        """``--out`` when given, else a fresh ``runs/<name>-<time>/``; claimed by this process
+        (``claim``) before it is checked: two runs started into one new ``--out`` at once
+        would both find it empty."""
+        path = (out if out is not None else default_location(name)).expanduser().absolute()
+        claim(path)
+        return cls.create(path, overwrite=overwrite)
 
     def holds_run(self) -> bool:
         """Whether this is a diagnose run directory (it holds a run record): only those are
@@ -346,6 +350,38 @@ def write_error(path: Path, exc: OSError) -> OutputError:
         errno.EACCES: "no permission to write there: write somewhere else (--out where a command takes it)",
     }
     return OutputError(f"cannot write {path}: {exc.strerror or exc}", hint=hints.get(exc.errno or 0))
+
+
+#: the run directories this process has claimed: path -> the open folder its lock is on
+_CLAIMED: dict[Path, int] = {}
+
+
+def claim(path: Path) -> None:
+    """Take the run directory for this process (and the processes it forks) until it exits: an
+    exclusive ``flock`` on the folder itself (no file left behind; the kernel lets it go with
+    the process, however it ends). Another process that holds it: ``OutputError``, exit 5.
+    Where locks are not supported (a network file system without them), nothing is claimed."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return
+    path = path.absolute()
+    if path in _CLAIMED:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # RunDir.create says why it cannot be made, with its exit code
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OutputError(f"another diagnose run is writing into {path}", hint="choose another --out, or wait for it to end") from None
+    except OSError:
+        os.close(fd)
+        return
+    _CLAIMED[path] = fd
 
 
 def _load_record(path: Path) -> RunRecord:

@@ -414,3 +414,59 @@ def test_a_signal_while_the_report_is_saved_keeps_it_and_says_so_in_the_exit_cod
     assert code_seen == code, run.stderr[-3000:]
     assert saved_states(tmp_path / "run") == ("completed", "completed")
     assert "the report was saved first" in run.stderr
+
+
+# --- 14. a binary file as the script ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content", [b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4, b"\x89PNG\r\n\x1a\n\xff\xfe\xfa" * 50])
+def test_a_binary_file_as_the_script_is_said_to_be_binary(tmp_path: Path, content: bytes) -> None:
+    from diagnose.errors import UsageError
+    from diagnose.runtime.runner import resolve_target
+
+    (tmp_path / "prog").write_bytes(content)
+    with pytest.raises(UsageError) as raised:
+        resolve_target(str(tmp_path / "prog"), None, [])
+    assert raised.value.message == f"{tmp_path / 'prog'} is not a Python source file (it holds binary data, not text)"
+    assert "line None" not in raised.value.message
+
+
+def test_latin1_source_with_its_coding_line_is_still_python(tmp_path: Path) -> None:
+    from diagnose.runtime.runner import resolve_target
+
+    (tmp_path / "old.py").write_bytes(b"# -*- coding: latin-1 -*-\nname = '\xe9t\xe9'\n")
+    assert resolve_target(str(tmp_path / "old.py"), None, []).kind == "script"
+
+
+# --- 10. two runs into one new --out at once ---------------------------------------------------------
+
+
+def test_a_run_directory_another_process_holds_is_refused(tmp_path: Path) -> None:
+    from diagnose.rundir import RunDir
+
+    RunDir.create_for("train", tmp_path / "out")  # this process holds it now
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from diagnose.errors import OutputError\n"
+        "from diagnose.rundir import RunDir\n"
+        "try:\n"
+        f"    RunDir.create_for('train', Path({str(tmp_path / 'out')!r}), overwrite=True)\n"
+        "except OutputError as exc:\n"
+        "    print(exc.exit_code, exc.message)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.strip() == f"5 another diagnose run is writing into {tmp_path / 'out'}", done.stderr
+
+
+@pytest.mark.slow
+def test_two_runs_into_one_new_out_at_once_never_both_succeed(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(LOOP)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    runs = [Run(tmp_path / name, "run", *FAST, "--out", str(tmp_path / "shared"), str(tmp_path / "train.py")) for name in ("a", "b")]
+    codes = sorted(run.finish() for run in runs)
+    assert codes == [0, 5], [run.stderr[-1500:] for run in runs]
+    loser = next(run for run in runs if run.proc.returncode == 5)
+    assert "another diagnose run is writing into" in loser.stderr or "already exists and is not empty" in loser.stderr
+    assert saved_states(tmp_path / "shared") == ("stopped", "stopped")

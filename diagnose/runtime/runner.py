@@ -88,6 +88,11 @@ def resolve_target(script: str | None, module: str | None, args: list[str]) -> T
         source = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read {script}: {exc.strerror}") from exc
+    if b"\0" in source[:8192] or _not_text(source):  # a program, an image, an archive
+        raise UsageError(
+            f"{script} is not a Python source file (it holds binary data, not text)",
+            hint="diagnose runs Python training scripts: give the .py file (a program runs as its own command)",
+        )
     try:
         compile(source, str(path), "exec")
     except SyntaxError as exc:
@@ -98,6 +103,19 @@ def resolve_target(script: str | None, module: str | None, args: list[str]) -> T
     except ValueError as exc:  # e.g. null bytes: a binary file
         raise UsageError(f"{script} is not a Python source file ({exc})") from exc
     return Target("script", str(path.resolve()), list(args))
+
+
+def _not_text(source: bytes) -> bool:
+    """Whether the start of a file is not text Python could read: undecodable as UTF-8 (Python's
+    default source encoding) where no coding line declares another."""
+    head = source[:8192]
+    if any(b"coding" in line for line in head.split(b"\n", 2)[:2]):
+        return False  # a declared encoding (PEP 263): compile() decides
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start < len(head) - 4  # a character cut at 8192 bytes is not binary
+    return False
 
 
 def _now() -> str:
