@@ -10,6 +10,10 @@ by ``end_process(code)`` as every command is; the parent waits for the child and
 (``kill PID``, a job scheduler, ``timeout``): those the terminal sends (Ctrl-C, a hangup) reach
 the whole process group, the child included, and are not sent twice. Where it is not allowed or
 available, ``supervise()`` returns None without forking. No torch import: the parent stays small.
+
+``run_bounded(cmd, timeout) -> Finished``: a child command (verify's and sweep's runs) in a
+process group of its own, stopped politely then killed, with everything it started, when it
+runs past its time.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -150,3 +155,62 @@ def end_process(code: object) -> None:
     if came and code < 128:
         code = 128 + came[0]
     os._exit(code & 0xFF if code >= 0 else 1)
+
+
+#: how long a child stopped politely (SIGTERM) has to save its report before SIGKILL
+GRACE_S = 30.0
+
+
+@dataclass
+class Finished:
+    """A bounded child's exit code (negative: the signal that ended it) and its output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+def run_bounded(cmd: list[str], timeout: float | None, env: dict[str, str] | None = None, grace_s: float = GRACE_S) -> Finished:
+    """Run ``cmd`` in a process group of its own, its output captured. Past ``timeout``, the
+    whole group is stopped politely (SIGTERM: a ``diagnose run`` saves what it measured), then
+    after ``grace_s`` killed; once the child ended, whatever it left in its group (the script's
+    own children: a ``sleep 600``) is killed too. A Ctrl-C of the caller (the group no longer
+    hears the terminal) is passed on the same way, as is whatever else ends the caller's wait
+    (a SIGTERM its handler raises as ``SystemExit``), then raised."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    timed_out = False
+    try:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stdout, stderr = _stop_group(proc, signal.SIGTERM, grace_s)
+        except BaseException as exc:
+            _stop_group(proc, signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM, grace_s)
+            raise
+    finally:
+        _kill_group(proc.pid)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return Finished(proc.returncode, stdout, stderr, timed_out)
+
+
+def _stop_group(proc: subprocess.Popen[str], sig: int, grace_s: float) -> tuple[str, str]:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        return proc.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        return proc.communicate()
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -66,18 +66,21 @@ def loop_with(fault: str) -> str:
     return LOOP.replace("    # STEP", body)
 
 
-def session_processes(sid: int) -> list[int]:
-    """The processes of session ``sid`` still alive (zombies are gone for our purpose)."""
+def run_processes(sid: int, folder: Path) -> list[int]:
+    """The processes of the run still alive (zombies are gone for our purpose): those of session
+    ``sid``, and those working in ``folder`` (a process in a session of its own: verify's runs
+    and what their scripts start)."""
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             stat = (entry / "stat").read_text()
+            cwd = os.readlink(entry / "cwd")
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[3]) == sid and fields[0] != "Z":  # state, ppid, pgrp, session
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, session
+        if fields[0] != "Z" and (int(fields[3]) == sid or cwd == str(folder) or cwd.startswith(f"{folder}/")):
             found.append(int(entry.name))
     return found
 
@@ -88,10 +91,10 @@ TEMPORARY = ("*.tmp", "*.partial*", ".diagnose-write-test-*", "*.tmp.*")
 def leftovers(folder: Path, sid: int, wait_s: float = 10.0) -> tuple[list[int], list[str]]:
     """The run's processes still alive after ``wait_s`` (then killed), and temporary files."""
     deadline = time.monotonic() + wait_s
-    alive = session_processes(sid)
+    alive = run_processes(sid, folder)
     while alive and time.monotonic() < deadline:
         time.sleep(0.1)
-        alive = session_processes(sid)
+        alive = run_processes(sid, folder)
     for pid in alive:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -470,3 +473,17 @@ def test_two_runs_into_one_new_out_at_once_never_both_succeed(tmp_path: Path) ->
     loser = next(run for run in runs if run.proc.returncode == 5)
     assert "another diagnose run is writing into" in loser.stderr or "already exists and is not empty" in loser.stderr
     assert saved_states(tmp_path / "shared") == ("stopped", "stopped")
+
+
+# --- 11. verify --timeout stops a run politely, with what its script started -------------------------
+
+
+@pytest.mark.slow
+def test_verify_timeout_stops_the_run_politely_and_everything_it_started(tmp_path: Path) -> None:
+    script = "import subprocess\nsubprocess.Popen(['sleep', '600'])\n" + loop_with("if n == 4:\n    time.sleep(600)")
+    (tmp_path / "train.py").write_text(script)
+    run = Run(tmp_path, "verify", "--repeats", "1", "--top", "1", "--warmup", "2", "--steps", "3", "--timed-steps", "3", "--timeout", "12", "--out", "v", "train.py")
+    assert run.finish(150) == 1, run.stderr[-3000:]  # finish(): no sleep 600 left, in any session
+    assert "timed out after 12 s" in run.stderr, run.stderr[-3000:]
+    (baseline,) = [p for p in (tmp_path / "v").iterdir() if p.is_dir()]
+    assert saved_states(baseline) == ("terminated", "terminated")
