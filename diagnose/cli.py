@@ -264,9 +264,12 @@ def _after_supervised(ending, run_dir, request, gate, json_out: bool, color: Opt
             typer.echo(f"diagnose: {_signal_words(late)}: the report was saved first", err=True)
             raise typer.Exit(128 + late)
         raise typer.Exit(ending.code)
-    if record.status not in ("crashed", "interrupted", "terminated"):
+    unreported = record.status not in ("crashed", "interrupted", "terminated")
+    if unreported:
         typer.echo(f"diagnose: {ending.describe().replace('script', 'run')} before its report was written; it is written now", err=True)
     report = _analyze_and_emit(run_dir, request, json_out, color)
+    if unreported and ending.code:  # diagnose's own process failed: the exit says so
+        raise typer.Exit(ending.code)
     if record.status == "crashed":
         typer.echo(f"diagnose: error: {ending.describe()}: what was measured until then is in the report", err=True)
         raise typer.Exit(ending.code)

@@ -64,7 +64,7 @@ class Ending:
             name = signal.Signals(self.signal).name
             what = signal.strsignal(self.signal) or name
             return f"the script's process died of {name} ({what.lower()})"
-        return f"the script's process ended with code {self.exit_code} without returning to diagnose (an os.exec*, or a C library's exit)"
+        return f"the script's process ended with code {self.exit_code} without returning to diagnose (a C library's exit, or an exec)"
 
 
 def supervise() -> Ending | None:

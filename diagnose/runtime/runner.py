@@ -268,11 +268,11 @@ class _ScriptRun:
             self._install()
             self._run_script()
         except BaseException as exc:  # noqa: BLE001 - every way a script ends is recorded
-            if os.getpid() != self.owner_pid:  # a child the script forked ends here: as without diagnose
-                _end_forked_child(exc, self.real_exit)
             # First, a plain attribute store (no Python call, so no signal handler can run before
             # it): from here on torch's SIGCHLD handler is the script's no more (_ChildSignals).
             self.child_signals.script_over = True
+            if os.getpid() != self.owner_pid:  # a child the script forked ends here: as without diagnose
+                _end_forked_child(exc, self.real_exit)
             self._script_ended()
             self.hold.hold(self.saved.underneath())  # a second Ctrl-C or SIGTERM must not cut the saving short
             status, exit_code, error = self._ending(exc)
