@@ -487,3 +487,32 @@ def test_verify_timeout_stops_the_run_politely_and_everything_it_started(tmp_pat
     assert "timed out after 12 s" in run.stderr, run.stderr[-3000:]
     (baseline,) = [p for p in (tmp_path / "v").iterdir() if p.is_dir()]
     assert saved_states(baseline) == ("terminated", "terminated")
+
+
+# --- 23. nested diagnose.profile blocks ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stop", [True])
+def test_a_nested_profile_block_runs_unprofiled_and_the_outer_one_measures(tmp_path: Path, stop: bool) -> None:
+    import torch
+
+    import diagnose
+
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train(k: int) -> None:
+        for _ in range(k):
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+
+    with diagnose.profile(out=tmp_path / "outer", warmup=1, steps=3, timed_steps=3, stop=stop) as outer:
+        train(1)
+        with pytest.warns(RuntimeWarning, match="diagnose.profile inside a run diagnose is already profiling"):
+            with diagnose.profile(out=tmp_path / "inner", warmup=1, steps=2, stop=stop) as inner:
+                train(20)
+        train(20)
+    assert outer.record is not None and outer.record.status == ("stopped" if stop else "completed")
+    assert outer.report is not None and outer.report.breakdown["steps"]
+    assert inner.report is None and inner.run_dir == tmp_path / "outer" and not (tmp_path / "inner").exists()

@@ -628,8 +628,15 @@ def _print_script_traceback(exc: BaseException) -> None:
 #: the os functions that replace the process (every other exec function calls one of them)
 _EXECS = ("execv", "execve")
 
-#: the script runs under way in this process (one, or none)
+#: the script runs (and ``diagnose.profile`` blocks) under way in this process (one, or none)
 _ACTIVE: list[_ScriptRun] = []
+
+
+def profiling_now() -> Path | None:
+    """The run directory of the run under way in this process, if any: a nested
+    ``diagnose.profile`` would start a second profiler session and mutate the hooks the outer
+    one is iterating over."""
+    return _ACTIVE[-1].run_dir.path if _ACTIVE else None
 
 
 def _forked() -> None:
