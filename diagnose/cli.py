@@ -6,6 +6,7 @@ errors become one line on stderr and an exit code (docs/failures.md).
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -402,6 +403,8 @@ def analyze(
     from diagnose.rundir import RunDir
 
     gate = _gate(fail_on, baseline)
+    if max_trace_gb is not None and not (math.isfinite(max_trace_gb) and max_trace_gb > 0):
+        raise _fail(errors.UsageError(f"--max-trace-gb takes a size in GB above 0, not {max_trace_gb}", hint="--max-trace-gb 2"))
     try:
         options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
         if path.is_dir() and RunDir(path).holds_run():
@@ -494,6 +497,16 @@ def _script_args(script: Optional[str], args: Optional[list[str]], module: Optio
     return [script, "--", *rest]
 
 
+def _check_knobs(assignments: Optional[list[str]]) -> None:
+    """``--set``/``--with`` assignments checked before any run starts (exit 2, one line)."""
+    from diagnose.runtime.knobs import Knobs
+
+    try:
+        Knobs.parse(list(assignments or []))
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+
+
 def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], shared: bool = False):  # noqa: ANN202
     """The checked target, its arguments for ``diagnose run`` and the output folder (``shared``:
     a multi-node verify or sweep, whose nodes all write into it)."""
@@ -568,6 +581,7 @@ def verify(
     from diagnose.record import WindowPlan
     from diagnose.session import rules_argv
 
+    _check_knobs(knob)  # an unknown knob is a usage error here, as in run and sweep, not a failed baseline
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
     target_args, _, out_dir = _experiment_setup("verify", script, args, module, out, shared=launch.multi_node)
     result, base_report = run_verify(
@@ -622,6 +636,7 @@ def sweep(
         names, specs = parse_sweep(knob)
     except DiagnoseError as exc:
         raise _fail(exc) from None
+    _check_knobs(fixed)
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
     target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out, shared=launch.multi_node)
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)

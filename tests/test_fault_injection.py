@@ -516,3 +516,23 @@ def test_a_nested_profile_block_runs_unprofiled_and_the_outer_one_measures(tmp_p
     assert outer.record is not None and outer.record.status == ("stopped" if stop else "completed")
     assert outer.report is not None and outer.report.breakdown["steps"]
     assert inner.report is None and inner.run_dir == tmp_path / "outer" and not (tmp_path / "inner").exists()
+
+
+# --- 20. values no run could use are refused before anything runs ----------------------------------
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "--set", "batch_size=99999999999999999999", "train.py"], "knob batch_size takes at most 2,147,483,647, not 99999999999999999999"),
+    (["analyze", "--max-trace-gb", "nan", "t.json"], "--max-trace-gb takes a size in GB above 0, not nan"),
+    (["analyze", "--max-trace-gb", "inf", "t.json"], "--max-trace-gb takes a size in GB above 0, not inf"),
+    (["analyze", "--max-trace-gb", "-1", "t.json"], "--max-trace-gb takes a size in GB above 0, not -1.0"),
+    (["verify", "--set", "nosuch=1", "train.py"], "unknown knob 'nosuch'"),
+    (["sweep", "--set", "num_workers=0,1", "--with", "nosuch=1", "train.py"], "unknown knob 'nosuch'"),
+])
+def test_values_no_run_could_use_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "train.py").write_text(LOOP)
+    _trace(tmp_path)
+    run = Run(tmp_path, *args)
+    assert run.finish(60) == 2, run.stderr
+    assert run.stderr.splitlines()[0] == f"diagnose: error: {message}", run.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was started
