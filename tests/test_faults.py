@@ -644,3 +644,22 @@ def test_a_quote_or_backslash_in_the_run_directory_keeps_the_trace_valid(tmp_pat
     (trace,) = run.traces()
     assert session.trace_files == [trace.name] and len(load_timeline(trace).steps) == 2
     assert sorted(p.name for p in run.path.iterdir()) == [trace.name]
+
+
+# --- issue 38, 4. a duplicated trace: the profiler's cost is charged once per event ------------------
+
+
+def test_every_event_duplicated_gives_the_same_corrected_shares_and_findings(tmp_path: Path) -> None:
+    import gzip
+
+    from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
+    from tests.conftest import DATA
+
+    (source,) = (DATA / "launch_bound").glob("*.pt.trace.json.gz")
+    trace = json.loads(gzip.decompress(source.read_bytes()))
+    (tmp_path / "once.json").write_text(json.dumps(trace))
+    (tmp_path / "twice.json").write_text(json.dumps({**trace, "traceEvents": trace["traceEvents"] * 2}))
+    once, twice = (analyze_trace(tmp_path / name, AnalysisOptions.load()) for name in ("once.json", "twice.json"))
+    assert once.breakdown["window"]["profiler_inflation"] == twice.breakdown["window"]["profiler_inflation"]
+    assert {k: v["value"] for k, v in twice.symptoms.items()} == {k: v["value"] for k, v in once.symptoms.items()}
+    assert [f["rule"] for f in twice.findings] == [f["rule"] for f in once.findings]

@@ -810,11 +810,14 @@ class _Columns:
         distinct = {tid: set(ops.names) for tid, ops in self.thread_ops.items()}
         training = {main_tid} | {tid for tid, names_of in distinct.items() if any(n.startswith(bw_prefix) for n in names_of)}
         event_starts = C.float_column()
+        # a trace written or merged twice (duplicates found above) counts each event once: the
+        # profiler's cost per event (profcost) is charged per event the profiler really recorded
+        once = _unique_events if duplicates.dropped else lambda starts, ends=None: starts
         for tid in training:
             if tid in self.thread_ops:
-                event_starts.extend(self.thread_ops[tid].starts)
+                event_starts.extend(once(self.thread_ops[tid].starts, self.thread_ops[tid].ends))
             if tid in self.runtime_starts:
-                event_starts.extend(self.runtime_starts[tid])
+                event_starts.extend(once(self.runtime_starts[tid]))
         host_event_starts = C.Records(None, [_sorted_floats(event_starts)])
         del event_starts
         # a duplicated event would count its wait twice: each (start, end) once
@@ -976,6 +979,19 @@ def _extend_columns(columns: list[C.Column], more: list[C.Column]) -> None:
             columns[k] = C.extend_ints(column, values)
         else:
             column.extend(values)  # type: ignore[union-attr]
+
+
+def _unique_events(starts: array[float], ends: array[float] | None = None) -> array[float]:
+    """The starts of one thread's events, each (start, end) once: a duplicated event's copy
+    left out."""
+    from diagnose.analysis import vectorized
+
+    np = vectorized.np
+    columns = [vectorized.floats(starts)] + ([vectorized.floats(ends)] if ends is not None else [])
+    rows = np.unique(np.stack(columns, axis=1), axis=0)
+    out = C.float_column()
+    out.frombytes(np.ascontiguousarray(rows[:, 0]).tobytes())
+    return out
 
 
 def _sorted_floats(values: array[float]) -> array[float]:
