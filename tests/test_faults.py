@@ -663,3 +663,17 @@ def test_every_event_duplicated_gives_the_same_corrected_shares_and_findings(tmp
     assert once.breakdown["window"]["profiler_inflation"] == twice.breakdown["window"]["profiler_inflation"]
     assert {k: v["value"] for k, v in twice.symptoms.items()} == {k: v["value"] for k, v in once.symptoms.items()}
     assert [f["rule"] for f in twice.findings] == [f["rule"] for f in once.findings]
+
+
+# --- issue 38, 16. characters that reorder or break lines are written out too -------------------------
+
+
+@pytest.mark.parametrize("hostile", ["\u202ereversed", "line\u2028break", "para\u2029graph", "iso\u2066late\u2069", "mark\u200f"])
+def test_bidi_overrides_and_line_separators_never_reach_the_terminal(tmp_path: Path, hostile: str) -> None:
+    from diagnose.renderers import TerminalRenderer
+
+    events = STEPS + [{"ph": "X", "cat": hostile, "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
+    text = TerminalRenderer(color=False).render(_analyse(tmp_path, events))
+    shown = "".join(f"\\u{ord(c):04x}" if ord(c) > 0x2000 or ord(c) == 0x200F else c for c in hostile)
+    assert shown in text, text
+    assert not any(c in text for c in "\u202e\u2028\u2029\u2066\u2069\u200f")

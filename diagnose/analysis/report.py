@@ -184,8 +184,15 @@ def _evidence_as_names(finding: dict[str, Any]) -> dict[str, Any]:
 
 
 #: control characters (C0 but newline and tab, DEL, C1): in a kernel or file name from a trace
-#: they would reach the terminal as escape sequences
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: they would reach the terminal as escape sequences; and the characters that reorder or break
+#: the lines around them (bidirectional overrides and isolates, U+2028/U+2029): a name could
+#: show text other than what it holds
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _written_out(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def sanitized(value: Any, text: bool = False) -> Any:
@@ -195,7 +202,7 @@ def sanitized(value: Any, text: bool = False) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
-        return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value) if text else value
+        return _CONTROL.sub(_written_out, value) if text else value
     if isinstance(value, dict):
         return {sanitized(k, text) if isinstance(k, str) else k: sanitized(v, text) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
