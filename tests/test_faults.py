@@ -677,3 +677,44 @@ def test_bidi_overrides_and_line_separators_never_reach_the_terminal(tmp_path: P
     shown = "".join(f"\\u{ord(c):04x}" if ord(c) > 0x2000 or ord(c) == 0x200F else c for c in hostile)
     assert shown in text, text
     assert not any(c in text for c in "\u202e\u2028\u2029\u2066\u2069\u200f")
+
+
+# --- issue 38, 5, 6, 15. JSON nested too deep, bytes that are not UTF-8, negative durations -----------
+
+
+def test_json_nested_too_deep_inside_an_event_is_one_line(tmp_path: Path) -> None:
+    from tests.test_failures import diagnose, error_line
+
+    deep = {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": 20, "dur": 5, "args": {}}
+    text = json.dumps({"traceEvents": [deep, *STEPS]}).replace('"args": {}', '"args": {"deep": ' + "[" * 1200 + "]" * 1200 + "}", 1)
+    (tmp_path / "t.json").write_text(text)
+    proc = diagnose("analyze", "t.json", cwd=tmp_path)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "t.json nests JSON too deep" in error_line(proc)
+    from diagnose import api
+    from diagnose.errors import TraceError
+
+    with pytest.raises(TraceError, match="nests JSON too deep"):  # the API raises it as the one-line error, not RecursionError
+        api.analyze(tmp_path / "t.json")
+
+
+def test_a_name_that_is_not_utf8_is_read_with_a_replacement_character(tmp_path: Path) -> None:
+    kernel = [*KERNEL_STEP[:1], {**KERNEL_STEP[1], "name": "gemm_@@"}]
+    (tmp_path / "t.json").write_bytes(json.dumps({"traceEvents": kernel}).encode().replace(b"@@", b"\xff\xfe"))
+    from tests.test_failures import diagnose
+
+    proc = diagnose("analyze", "--json", "t.json", cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["breakdown"]["steps"][0]["kernels"] == 1
+    proc = diagnose("compare", "t.json", "t.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("index", "what"), [(1, "kernel 'k'"), (0, "user_annotation 'ProfilerStep#1'")])
+def test_a_negative_duration_is_a_malformed_trace(tmp_path: Path, index: int, what: str) -> None:
+    from tests.test_failures import diagnose, error_line
+
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": _with(index, dur=-26)}))
+    proc = diagnose("analyze", "t.json", cwd=tmp_path)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"event {index} ({what}) has dur -26, not a duration (0 or more)" in error_line(proc)

@@ -667,8 +667,8 @@ class _Columns:
                 left_out += 1
                 continue
             dur = e.dur
-            if type(dur) is not float or dur - dur != 0.0:
-                dur = _num(dur, e, events, first, "dur")
+            if type(dur) is not float or dur - dur != 0.0 or dur < 0.0:
+                dur = _num(dur, e, events, first, "dur", minimum=0.0)
             end = ts + dur
             if kind == _CPU_OP:
                 tid = e.tid
@@ -1144,10 +1144,13 @@ def _args(value: Any, e: Event, events: list[Event], first: int) -> EventArgs:
 _NO_ARGS = EventArgs()
 
 
-def _num(value: Any, e: Event | None = None, events: list[Event] | None = None, first: int = 0, field_name: str = "") -> float:
-    """A time or size as a float: missing is 0, a numeric string is read; anything else, or a
-    value that is not finite ("Infinity", NaN), is a malformed trace."""
-    if type(value) is float and value - value == 0.0:  # finite: inf - inf and nan - nan are nan
+def _num(
+    value: Any, e: Event | None = None, events: list[Event] | None = None, first: int = 0, field_name: str = "", minimum: float | None = None
+) -> float:
+    """A time or size as a float: missing is 0, a numeric string is read; anything else, a value
+    that is not finite ("Infinity", NaN) or one below ``minimum`` (a negative duration), is a
+    malformed trace."""
+    if type(value) is float and value - value == 0.0 and (minimum is None or value >= minimum):  # finite: inf - inf is nan
         return value
     if value is None or value is UNSET:
         return 0.0
@@ -1157,6 +1160,8 @@ def _num(value: Any, e: Event | None = None, events: list[Event] | None = None, 
         number = float("nan")
     if not math.isfinite(number):
         raise _malformed(e, events, first, field_name, value, "a finite number")
+    if minimum is not None and number < minimum:
+        raise _malformed(e, events, first, field_name, value, f"a duration ({minimum:g} or more)")
     return number
 
 

@@ -712,6 +712,16 @@ def _settle(
         if len(piece.text) > MAX_JOINED_PIECE_BYTES:
             raise _invalid(path, piece) from None
         return piece, None
+    except UnicodeDecodeError:
+        # a name cut inside a character (or bytes of another encoding): the piece is read with
+        # those bytes as U+FFFD, which every output shows; the rest of the trace is unharmed
+        readable = Piece(piece.text.decode("utf-8", "replace").encode("utf-8"), piece.separator, piece.offset)
+        return _settle(None, readable, None, decode, path)
+    except RecursionError:
+        raise TraceError(
+            f"{path}: an event near byte {piece.offset:,} nests JSON deeper than the reader follows",
+            hint="torch.profiler writes no such event: was the trace edited or generated?",
+        ) from None
 
 
 def _invalid(path: Path, piece: Piece) -> TraceError:
@@ -720,6 +730,8 @@ def _invalid(path: Path, piece: Piece) -> TraceError:
         reason = "unparseable events"
     except orjson.JSONDecodeError as exc:
         reason = f"{exc.msg} at byte {piece.offset + exc.pos - 1:,}"
+    if "depth" in reason:  # valid JSON nested deeper than a reader follows (1,024 levels)
+        return TraceError(f"{path} nests JSON too deep ({reason})", hint="torch.profiler writes no event nested that deep: was the trace edited or generated?")
     return TraceError(f"{path} is not valid JSON ({reason})", hint=_TRUNCATED_HINT)
 
 
