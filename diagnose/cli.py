@@ -7,6 +7,7 @@ errors become one line on stderr and an exit code (docs/failures.md).
 from __future__ import annotations
 
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,12 +68,20 @@ def _emit(report, json_out: bool, color: Optional[bool], show_steps: bool = Fals
     from diagnose.renderers import JSONRenderer, TerminalRenderer
     from diagnose.renderers.terminal import ConsoleSettings
 
-    if json_out:
-        sys.stdout.write(JSONRenderer().render(report) + "\n")
-        return
-    renderer = TerminalRenderer.with_settings(ConsoleSettings.detect(color, sys.stdout), show_steps=show_steps)
-    sys.stdout.write(renderer.render(report))
-    sys.stdout.flush()
+    text = JSONRenderer().render(report) + "\n" if json_out else None
+    if text is None:
+        text = TerminalRenderer.with_settings(ConsoleSettings.detect(color, sys.stdout), show_steps=show_steps).render(report)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:  # stdout closed by the script, a full device (> /dev/full)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more is written there, at exit neither
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        saved = (report.source or {}).get("run_dir")
+        typer.echo(f"diagnose: error: cannot write the report to stdout ({why})", err=True)
+        if saved:
+            typer.echo(f"hint: it is saved: diagnose report {saved} shows it again", err=True)
+        raise typer.Exit(errors.EXIT_OUTPUT) from None
 
 
 @app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)

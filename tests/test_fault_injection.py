@@ -108,9 +108,9 @@ class Run:
     """``python -m diagnose ARGS`` in ``cwd``, in a session of its own (its processes are found
     by session id afterwards); stdout and stderr go to files, so a signal test can watch them."""
 
-    def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None, preexec: object = None) -> None:
+    def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None, preexec: object = None, stdout: str = ".stdout") -> None:
         self.cwd = cwd
-        self.out, self.err = open(cwd / ".stdout", "w+"), open(cwd / ".stderr", "w+")  # noqa: SIM115
+        self.out, self.err = open(cwd / stdout, "w+"), open(cwd / ".stderr", "w+")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "diagnose", *args], cwd=cwd, stdout=self.out, stderr=self.err, start_new_session=True,
             env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **(env or {})), preexec_fn=preexec,  # type: ignore[arg-type]
@@ -536,3 +536,22 @@ def test_values_no_run_could_use_are_usage_errors(tmp_path: Path, args: list[str
     assert run.finish(60) == 2, run.stderr
     assert run.stderr.splitlines()[0] == f"diagnose: error: {message}", run.stderr
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+# --- 18. the script closes stdout; stdout is a full device ----------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_script_that_closes_stdout_still_gets_its_report_shown(tmp_path: Path) -> None:
+    code, run = diagnose_run(tmp_path, loop_with("if n == 4:\n    sys.stdout.close()"))
+    assert code == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert "run directory:" in run.stderr and "largest part of a step" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_report_to_a_full_device_is_one_line_and_kept(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(LOOP)
+    run = Run(tmp_path, "run", *FAST, "--out", "run", "train.py", stdout="/dev/full")
+    assert run.finish() == 5, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "diagnose: error: cannot write the report to stdout (No space left on device)" in run.stderr
+    assert saved_states(tmp_path / "run") == ("stopped", "stopped")

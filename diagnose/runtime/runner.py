@@ -746,6 +746,17 @@ class _ChildSignals:
             self._restore = None
 
 
+def _open_again(stream: Any, fd: int) -> Any:
+    """The standard stream as it was before the script, opened again on its file descriptor if
+    the script closed it (``sys.stdout.close()`` leaves descriptor 1 open)."""
+    if stream is None or not getattr(stream, "closed", False):
+        return stream
+    try:
+        return open(fd, "w", encoding=getattr(stream, "encoding", None), errors=getattr(stream, "errors", None), closefd=False, buffering=1)  # noqa: SIM115
+    except (OSError, ValueError):  # the descriptor itself was closed: writes go nowhere, and say so
+        return stream
+
+
 def _replace_handler(signum: int, handler: Any) -> None:
     """``signal.signal``, which runs any pending handler before it replaces it: a SIGCHLD from a
     dead DataLoader worker still pending runs torch's handler there, and it raises the worker's
@@ -772,6 +783,8 @@ class _SysState:
     #: own analysis (a worker killed by a signal lost report.json once on CI)
     sigchld: Any = None
     sighup: Any = None
+    #: the standard streams: a script that closes (or replaces) them leaves diagnose its own
+    streams: tuple[Any, Any] = (None, None)
 
     @classmethod
     def save(cls) -> _SysState:
@@ -781,7 +794,7 @@ class _SysState:
                 handlers.append(signal.getsignal(getattr(signal, name)))
             except (AttributeError, ValueError, OSError):  # no SIGCHLD on Windows; not the main thread
                 handlers.append(None)
-        return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), *handlers)
+        return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), *handlers, streams=(sys.stdout, sys.stderr))
 
     def underneath(self) -> dict[str, Any]:
         """The handlers a ``SignalHold`` puts back for the ones the run installed."""
@@ -791,6 +804,7 @@ class _SysState:
         """Put back what the run changed; with ``keep_held``, SIGTERM and SIGHUP stay held
         (``SignalHold`` puts back the handlers saved here when it releases)."""
         sys.argv = self.argv
+        sys.stdout, sys.stderr = (_open_again(saved, fd) for saved, fd in zip(self.streams, (1, 2)))
         if sys.path:
             sys.path[0] = self.path0
         if self.main_module is not None:
