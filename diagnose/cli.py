@@ -68,16 +68,23 @@ def _emit(report, json_out: bool, color: Optional[bool], show_steps: bool = Fals
     from diagnose.renderers import JSONRenderer, TerminalRenderer
     from diagnose.renderers.terminal import ConsoleSettings
 
-    text = JSONRenderer().render(report) + "\n" if json_out else None
+    saved = (report.source or {}).get("run_dir") if report.source.get("kind") == "run" else None
+    try:
+        text = JSONRenderer().render(report) + "\n" if json_out else None
+        if text is None:
+            text = TerminalRenderer.with_settings(ConsoleSettings.detect(color, sys.stdout), show_steps=show_steps).render(report)
+    except MemoryError:  # what rendering held is released on leaving; the report is saved where it could be
+        text = None
     if text is None:
-        text = TerminalRenderer.with_settings(ConsoleSettings.detect(color, sys.stdout), show_steps=show_steps).render(report)
+        typer.echo("diagnose: error: memory ran out while showing the report", err=True)
+        typer.echo(f"hint: it is saved: diagnose report {saved} shows it again" if saved else "hint: free some memory and run it again", err=True)
+        raise typer.Exit(errors.EXIT_TRACE)
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
     except (OSError, ValueError) as exc:  # stdout closed by the script, a full device (> /dev/full)
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more is written there, at exit neither
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        saved = (report.source or {}).get("run_dir")
         typer.echo(f"diagnose: error: cannot write the report to stdout ({why})", err=True)
         if saved:
             typer.echo(f"hint: it is saved: diagnose report {saved} shows it again", err=True)
@@ -774,6 +781,10 @@ def main() -> None:
     try:
         try:
             app()
+        except MemoryError:  # anywhere a command did not handle it: one line, as docs/failures.md says
+            typer.echo("diagnose: error: memory ran out", err=True)
+            typer.echo("hint: free some memory, or give less to read (diagnose trim TRACE keeps fewer steps)", err=True)
+            sys.exit(errors.EXIT_TRACE)
         except KeyboardInterrupt:
             typer.echo("diagnose: interrupted", err=True)
             sys.exit(errors.EXIT_INTERRUPTED)

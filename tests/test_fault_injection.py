@@ -555,3 +555,45 @@ def test_a_report_to_a_full_device_is_one_line_and_kept(tmp_path: Path) -> None:
     assert run.finish() == 5, run.stderr[-3000:]
     assert "Traceback" not in run.stderr and "diagnose: error: cannot write the report to stdout (No space left on device)" in run.stderr
     assert saved_states(tmp_path / "run") == ("stopped", "stopped")
+
+
+# --- 9. memory runs out after the report is saved, or anywhere in a command ---------------------------
+
+#: ``diagnose ARGS`` in a child whose terminal renderer runs out of memory (as it did at the end
+#: of a run that nearly exhausted the machine), or whose trace reader does
+OUT_OF_MEMORY = """
+import sys
+from diagnose.renderers import terminal
+from diagnose.analysis import timeline
+def out_of_memory(*args, **kwargs):
+    raise MemoryError()
+if WHERE == "render":
+    terminal.TerminalRenderer.render = out_of_memory
+else:
+    timeline.load_timeline = out_of_memory
+    import diagnose.analysis.pipeline as pipeline
+    pipeline.load_timeline = out_of_memory
+sys.argv = ["diagnose", ARGS]
+from diagnose.cli import main
+main()
+"""
+
+
+@pytest.mark.slow
+def test_memory_running_out_while_showing_a_saved_report_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(LOOP)
+    args = ["run", *FAST, "--out", "run", "train.py"]
+    (tmp_path / "driver.py").write_text(OUT_OF_MEMORY.replace("WHERE", "'render'").replace("ARGS", repr(args)[1:-1]))
+    done = subprocess.run([sys.executable, "driver.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "diagnose: error: memory ran out while showing the report" in done.stderr
+    assert f"hint: it is saved: diagnose report {tmp_path / 'run'} shows it again" in done.stderr
+    assert saved_states(tmp_path / "run") == ("stopped", "stopped")
+
+
+def test_memory_running_out_in_analyze_is_one_line_exit_4(tmp_path: Path) -> None:
+    _trace(tmp_path)
+    (tmp_path / "driver.py").write_text(OUT_OF_MEMORY.replace("WHERE", "'read'").replace("ARGS", "'analyze', 't.json'"))
+    done = subprocess.run([sys.executable, "driver.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.splitlines()[0] == "diagnose: error: memory ran out"
