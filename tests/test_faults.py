@@ -718,3 +718,21 @@ def test_a_negative_duration_is_a_malformed_trace(tmp_path: Path, index: int, wh
     proc = diagnose("analyze", "t.json", cwd=tmp_path)
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert f"event {index} ({what}) has dur -26, not a duration (0 or more)" in error_line(proc)
+
+
+# --- issue 38, 7. a gzip bomb is refused as soon as it shows ---------------------------------------------
+
+
+def test_a_gzip_that_inflates_like_no_trace_is_refused_early(tmp_path: Path) -> None:
+    import gzip
+
+    from tests.test_failures import diagnose, error_line
+
+    with gzip.open(tmp_path / "bomb.json.gz", "wb", compresslevel=1) as out:
+        out.write(b'{"traceEvents": [')
+        for _ in range(10):  # 160 MB of whitespace in about 0.7 MB
+            out.write(b" " * (16 << 20))
+        out.write(b"]}")
+    proc = diagnose("analyze", "bomb.json.gz", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "bomb.json.gz inflates over 100 times its compressed size" in error_line(proc)
