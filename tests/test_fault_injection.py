@@ -597,3 +597,35 @@ def test_memory_running_out_in_analyze_is_one_line_exit_4(tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, "driver.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.splitlines()[0] == "diagnose: error: memory ran out"
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_after_the_report_is_written_exits_130(tmp_path: Path) -> None:
+    """Issue 37, 15: a Ctrl-C while the process tears down (the script's atexit functions, the
+    interpreter's own teardown) ended it by the signal itself: -2, not 130."""
+    script = "import atexit, os, signal, time\natexit.register(lambda: (os.kill(os.getppid(), signal.SIGINT), time.sleep(1)))\n" + LOOP
+    code, run = diagnose_run(tmp_path, script)
+    assert code == 130, run.stderr[-3000:]
+    assert saved_states(tmp_path / "run") == ("stopped", "stopped")
+    assert "diagnose: interrupted (Ctrl-C): the report was saved first" in run.stderr
+
+
+# --- the suite cannot hang: a test past its time fails ---------------------------------------------
+
+
+def test_a_test_that_hangs_on_a_child_fails_at_its_timeout(tmp_path: Path) -> None:
+    (tmp_path / "test_hang.py").write_text(
+        "import os, subprocess, sys\n"
+        "def test_waits_forever():\n"
+        "    subprocess.run([sys.executable, '-c', 'import time; time.sleep(600)'], cwd=os.path.dirname(__file__))\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "timeout=3", "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(tmp_path / "test_hang.py")],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "Timeout" in done.stdout and "1 failed" in done.stdout, done.stdout[-2000:]
+    assert time.monotonic() - started < 60
+    alive, _ = leftovers(tmp_path, -1, wait_s=5)
+    assert not alive, "the sleeping child outlived its test"
