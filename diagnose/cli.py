@@ -271,6 +271,9 @@ def _after_supervised(ending, run_dir, request, gate, json_out: bool, color: Opt
 
     from diagnose import session
 
+    if ending.through_diagnose and ending.signal is None:  # the child said what happened itself
+        late = ending.received[0] if ending.received and ending.code < 128 else None
+        raise typer.Exit(128 + late if late is not None else ending.code)
     try:
         record = session.settle_supervised_run(run_dir, request, ending)
     except DiagnoseError as exc:

@@ -34,6 +34,10 @@ FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
 _SI_USER, _SI_QUEUE, _SI_TKILL = 0, -1, -6
 
 _allowed = False
+#: in the supervised child: the pipe's end that tells the parent the child ended through
+#: ``end_process`` (diagnose's own exit, its code to be trusted), not by a signal, an exec or
+#: a C library's exit
+_told: int | None = None
 
 
 def enable() -> None:
@@ -53,6 +57,8 @@ class Ending:
     signal: int | None
     #: the signals the parent received while the child ran (forwarded or not), in order
     received: list[int] = field(default_factory=list)
+    #: the child ended through ``end_process``: diagnose said what happened, with its exit code
+    through_diagnose: bool = False
 
     @property
     def code(self) -> int:
@@ -68,8 +74,10 @@ class Ending:
 
 
 def supervise() -> Ending | None:
+    global _told
     if not available():
         return None
+    told_read, told_write = os.pipe()  # not inherited across an exec: only diagnose's own exit writes
     watched = {getattr(signal, name) for name in FORWARDED} | {signal.SIGCHLD}
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     sys.stdout.flush()
@@ -78,14 +86,26 @@ def supervise() -> Ending | None:
         pid = os.fork()
     except OSError:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        os.close(told_read)
+        os.close(told_write)
         return None
     if pid == 0:
+        os.close(told_read)
+        _told = told_write
         _die_with_parent()
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         return None
+    os.close(told_write)
     try:
-        return _wait(pid, watched)
+        ending = _wait(pid, watched)
+        os.set_blocking(told_read, False)
+        try:
+            ending.through_diagnose = os.read(told_read, 1) == b"1"
+        except BlockingIOError:
+            pass
+        return ending
     finally:
+        os.close(told_read)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
 
 
@@ -154,6 +174,11 @@ def end_process(code: object) -> None:
             pass
     if came and code < 128:
         code = 128 + came[0]
+    if _told is not None:
+        try:
+            os.write(_told, b"1")
+        except OSError:
+            pass
     os._exit(code & 0xFF if code >= 0 else 1)
 
 

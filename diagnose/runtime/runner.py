@@ -453,7 +453,12 @@ class _ScriptRun:
             record.compile = _safely(self.instrumentation.compile_watch.summary, {})
         record.ended_at = _now()
         record.wall_s = time.perf_counter() - self.t0
-        self.run_dir.save_record(record, self.rank)
+        try:
+            self.run_dir.save_record(record, self.rank)
+        except errors.DiagnoseError:  # a full disk: the journal's "crashed" would say what did not happen
+            if self.rank is None:
+                self.run_dir.record_path().unlink(missing_ok=True)
+            raise
 
     def _run_length(self) -> RunLength | None:
         """How many steps the script will make, as its options, its DataLoader and its
