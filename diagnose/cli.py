@@ -273,7 +273,10 @@ def _after_supervised(ending, run_dir, request, gate, json_out: bool, color: Opt
 
     if ending.through_diagnose and ending.signal is None:  # the child said what happened itself
         late = ending.received[0] if ending.received and ending.code < 128 else None
-        raise typer.Exit(128 + late if late is not None else ending.code)
+        if late is not None:  # passed on too late for the child to hear it
+            typer.echo(f"diagnose: {_signal_words(late)} as diagnose was exiting: its work was done", err=True)
+            raise typer.Exit(128 + late)
+        raise typer.Exit(ending.code)
     try:
         record = session.settle_supervised_run(run_dir, request, ending)
     except DiagnoseError as exc:

@@ -174,6 +174,11 @@ def end_process(code: object) -> None:
             pass
     if came and code < 128:
         code = 128 + came[0]
+        words = "interrupted (Ctrl-C)" if came[0] == signal.SIGINT else f"terminated ({signal.Signals(came[0]).name})"
+        try:
+            print(f"diagnose: {words} as diagnose was exiting: its work was done", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
     if _told is not None:
         try:
             os.write(_told, b"1")
