@@ -1,7 +1,8 @@
-"""Holding Ctrl-C and SIGTERM while diagnose saves what a run measured.
+"""Holding Ctrl-C, SIGTERM and SIGHUP while diagnose saves what a run measured.
 
-Contract: ``SignalHold.hold()`` (idempotent, main thread only) makes SIGINT and SIGTERM set a
-flag and print one line instead of raising; ``release()`` puts the previous handlers back.
+Contract: ``SignalHold.hold()`` (idempotent, main thread only) makes SIGINT, SIGTERM and SIGHUP
+(each unless ignored) set a flag and print one line instead of raising; ``release()`` puts the
+previous handlers back, and ``received`` says which came (the command's exit code says so).
 The runner holds them from the moment the script ends (however it ends); the command releases
 them once report.json is written. The first signal stops the script (KeyboardInterrupt,
 ``Terminated``); a second one 20-100 ms later would otherwise raise inside diagnose's own
