@@ -5,8 +5,9 @@ left to write what was measured until then.
 Contract: ``enable()`` allows supervision (the command line calls it; an in-process caller, a
 test's CliRunner, never forks). ``supervise() -> Ending | None`` forks where it is allowed and
 available (POSIX with ``sigwaitinfo``): the child gets None and runs the command on, to be ended
-by ``end_process(code)`` as every command is; the parent waits for the child and gets how it ended
-(``Ending``), having forwarded to it the SIGINT, SIGTERM and SIGHUP sent to the parent alone
+by ``end_process(code)`` as every command is (which tells the parent, through a pipe, that
+diagnose itself ended it); the parent waits for the child and gets how it ended (``Ending``:
+its code or signal, and whether diagnose ended it), having forwarded to it the SIGINT, SIGTERM and SIGHUP sent to the parent alone
 (``kill PID``, a job scheduler, ``timeout``): those the terminal sends (Ctrl-C, a hangup) reach
 the whole process group, the child included, and are not sent twice. Where it is not allowed or
 available, ``supervise()`` returns None without forking. No torch import: the parent stays small.
