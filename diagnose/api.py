@@ -235,6 +235,18 @@ def _profiling(
 
     options = _options(rules, show_all)  # a bad rule file fails before the block runs
     parsed = Knobs.parse(list(knobs))
+    from diagnose.runtime.runner import profiling_now
+
+    outer = profiling_now()
+    if outer is not None:  # torch.profiler runs one session: the outer run measures this block too
+        import warnings
+
+        warnings.warn(
+            f"diagnose.profile inside a run diagnose is already profiling (into {outer}): this block runs unprofiled "
+            "and is measured as part of the outer run", RuntimeWarning, stacklevel=3,
+        )
+        yield ProfiledRun(outer, options={"plan": WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=stop), "knobs": list(knobs), "nested_in": str(outer)})
+        return
     rank = rank_info() if rank_aware else None
     if rank_aware and rank is None:
         raise UsageError("rank_aware needs the launcher's RANK and WORLD_SIZE (or SLURM's) in the environment")

@@ -6,6 +6,8 @@ errors become one line on stderr and an exit code (docs/failures.md).
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,16 +54,41 @@ def _fail(exc: DiagnoseError) -> typer.Exit:
     return typer.Exit(exc.exit_code)
 
 
+def _fail_after_report(exc: DiagnoseError, json_out: bool, color: Optional[bool]) -> typer.Exit:
+    """``_fail``, after showing the report the error kept from being saved (a read-only or full
+    run directory): it was analysed, and is not lost."""
+    unsaved = getattr(exc, "report", None)
+    if unsaved is not None:
+        _emit(unsaved, json_out, color)
+        exc.message = f"the report above could not be saved: {exc.message}"
+    return _fail(exc)
+
+
 def _emit(report, json_out: bool, color: Optional[bool], show_steps: bool = False) -> None:  # noqa: ANN001 - Report
     from diagnose.renderers import JSONRenderer, TerminalRenderer
     from diagnose.renderers.terminal import ConsoleSettings
 
-    if json_out:
-        sys.stdout.write(JSONRenderer().render(report) + "\n")
-        return
-    renderer = TerminalRenderer.with_settings(ConsoleSettings.detect(color, sys.stdout), show_steps=show_steps)
-    sys.stdout.write(renderer.render(report))
-    sys.stdout.flush()
+    saved = (report.source or {}).get("run_dir") if report.source.get("kind") == "run" else None
+    try:
+        text = JSONRenderer().render(report) + "\n" if json_out else None
+        if text is None:
+            text = TerminalRenderer.with_settings(ConsoleSettings.detect(color, sys.stdout), show_steps=show_steps).render(report)
+    except MemoryError:  # what rendering held is released on leaving; the report is saved where it could be
+        text = None
+    if text is None:
+        typer.echo("diagnose: error: memory ran out while showing the report", err=True)
+        typer.echo(f"hint: it is saved: diagnose report {saved} shows it again" if saved else "hint: free some memory and run it again", err=True)
+        raise typer.Exit(errors.EXIT_TRACE)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:  # stdout closed by the script, a full device (> /dev/full)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more is written there, at exit neither
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        typer.echo(f"diagnose: error: cannot write the report to stdout ({why})", err=True)
+        if saved:
+            typer.echo(f"hint: it is saved: diagnose report {saved} shows it again", err=True)
+        raise typer.Exit(errors.EXIT_OUTPUT) from None
 
 
 @app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
@@ -163,6 +190,12 @@ def run(
         if code == errors.EXIT_OK:
             _apply_gate(gate, [report])
         raise typer.Exit(code)
+    if rank is None:  # a process of its own runs the script; this one writes what it could not
+        from diagnose import supervise
+
+        ending = supervise.supervise()
+        if ending is not None:
+            _after_supervised(ending, run_dir, request, gate, json_out, color)
     hold = SignalHold()  # from the script's end until report.json is saved
     try:
         try:
@@ -185,6 +218,9 @@ def run(
             report = _analyze_and_emit(run_dir, request, json_out, color)
     finally:
         hold.release()
+    if hold.received and record.status not in ("interrupted", "terminated"):  # held while the report was saved
+        typer.echo(f"diagnose: {_signal_words(hold.received[0])}: the report was saved first", err=True)
+        raise typer.Exit(128 + hold.received[0])
     if report is not None and record.status in ("completed", "stopped"):
         _apply_gate(gate, [report])  # the script's own failure keeps its own exit code
     _exit_for(record, request.plan)
@@ -280,6 +316,44 @@ def watch(
     )
 
 
+def _after_supervised(ending, run_dir, request, gate, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - Ending, RunDir, RunRequest, _Gate
+    """The supervising parent, once the run's process ended: its exit code where it finished the
+    run's files; else the record it left (or one made here) analysed, the report shown, and a
+    line that says how the process ended."""
+    import signal
+
+    from diagnose import session
+
+    if ending.through_diagnose and ending.signal is None:  # the child said what happened itself
+        late = ending.received[0] if ending.received and ending.code < 128 else None
+        if late is not None:  # passed on too late for the child to hear it
+            typer.echo(f"diagnose: {_signal_words(late)} as diagnose was exiting: its work was done", err=True)
+            raise typer.Exit(128 + late)
+        raise typer.Exit(ending.code)
+    try:
+        record = session.settle_supervised_run(run_dir, request, ending)
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
+    if record is None:  # the child wrote its report: its exit code, or the signal that came after it
+        late = ending.signal if ending.signal is not None else (ending.received[0] if ending.received and ending.code < 128 else None)
+        if late is not None and late in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            typer.echo(f"diagnose: {_signal_words(late)}: the report was saved first", err=True)
+            raise typer.Exit(128 + late)
+        raise typer.Exit(ending.code)
+    unreported = record.status not in ("crashed", "interrupted", "terminated")
+    if unreported:
+        typer.echo(f"diagnose: {ending.describe().replace('script', 'run')} before its report was written; it is written now", err=True)
+    report = _analyze_and_emit(run_dir, request, json_out, color)
+    if unreported and ending.code:  # diagnose's own process failed: the exit says so
+        raise typer.Exit(ending.code)
+    if record.status == "crashed":
+        typer.echo(f"diagnose: error: {ending.describe()}: what was measured until then is in the report", err=True)
+        raise typer.Exit(ending.code)
+    if record.status in ("completed", "stopped"):
+        _apply_gate(gate, [report])
+    _exit_for(record, request.plan)
+
+
 def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], merge: bool = False):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report
     """Analyse and print; with ``merge`` (the ranks of --nproc-per-node have ended), the job's
     report from their summaries, the traces not worth keeping removed."""
@@ -291,7 +365,7 @@ def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], m
         else:
             report = analyze_and_save(run_dir, request.options, html=request.html)
     except DiagnoseError as exc:
-        raise _fail(exc) from None
+        raise _fail_after_report(exc, json_out, color) from None
     _emit(report, json_out, color)
     if not json_out:
         typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
@@ -353,6 +427,13 @@ def _tensorboard_hint(path: Path) -> str:
     return f"  (tensorboard --logdir {path.parent})"
 
 
+def _signal_words(signum: int) -> str:
+    """"interrupted (Ctrl-C)", "terminated (SIGTERM)", "terminated (SIGHUP)"."""
+    import signal
+
+    return "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
+
+
 def _exit_for(record, plan) -> None:  # noqa: ANN001
     if record.status == "no_steps":
         typer.echo(
@@ -362,7 +443,7 @@ def _exit_for(record, plan) -> None:  # noqa: ANN001
         )
         raise typer.Exit(errors.EXIT_NO_STEPS)
     if record.status in ("interrupted", "terminated"):
-        what = "interrupted (Ctrl-C)" if record.status == "interrupted" else "terminated (SIGTERM)"
+        what = _signal_words(record.exit_code - 128 if record.exit_code > 128 else 15)
         typer.echo(f"diagnose: {what}: what was measured until then is in the report", err=True)
     if record.status in ("completed", "stopped"):
         if not record.profiled_steps and record.completed_steps() <= plan.warmup:  # a plan cut to the script profiles a step
@@ -397,6 +478,8 @@ def analyze(
     from diagnose.rundir import RunDir
 
     gate = _gate(fail_on, baseline)
+    if max_trace_gb is not None and not (math.isfinite(max_trace_gb) and max_trace_gb > 0):
+        raise _fail(errors.UsageError(f"--max-trace-gb takes a size in GB above 0, not {max_trace_gb}", hint="--max-trace-gb 2"))
     try:
         options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
         if path.is_dir() and RunDir(path).holds_run():
@@ -414,7 +497,7 @@ def analyze(
                 session.save_outputs(run_dir, report, html=html, events=False)
                 typer.echo(f"wrote {run_dir.path}", err=True)
     except DiagnoseError as exc:
-        raise _fail(exc) from None
+        raise _fail_after_report(exc, json_out, color) from None
     _emit(report, json_out, color, show_steps=steps_table)
     _apply_gate(gate, [report])
 
@@ -487,6 +570,16 @@ def _script_args(script: Optional[str], args: Optional[list[str]], module: Optio
     if not script:
         raise _fail(errors.UsageError("give a script to run, or -m MODULE"))
     return [script, "--", *rest]
+
+
+def _check_knobs(assignments: Optional[list[str]]) -> None:
+    """``--set``/``--with`` assignments checked before any run starts (exit 2, one line)."""
+    from diagnose.runtime.knobs import Knobs
+
+    try:
+        Knobs.parse(list(assignments or []))
+    except DiagnoseError as exc:
+        raise _fail(exc) from None
 
 
 def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], shared: bool = False):  # noqa: ANN202
@@ -563,6 +656,7 @@ def verify(
     from diagnose.record import WindowPlan
     from diagnose.session import rules_argv
 
+    _check_knobs(knob)  # an unknown knob is a usage error here, as in run and sweep, not a failed baseline
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
     target_args, _, out_dir = _experiment_setup("verify", script, args, module, out, shared=launch.multi_node)
     result, base_report = run_verify(
@@ -617,6 +711,7 @@ def sweep(
         names, specs = parse_sweep(knob)
     except DiagnoseError as exc:
         raise _fail(exc) from None
+    _check_knobs(fixed)
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
     target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out, shared=launch.multi_node)
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
@@ -739,16 +834,26 @@ def rules_command(
 
 
 def main() -> None:
+    from diagnose import supervise
+
+    supervise.enable()  # the command line (never an in-process caller) runs a script supervised
     try:
-        app()
-    except KeyboardInterrupt:
-        typer.echo("diagnose: interrupted", err=True)
-        sys.exit(errors.EXIT_INTERRUPTED)
-    except SystemExit as exc:
-        # Typer turns Ctrl-C into a silent exit 130: say what happened
-        if _raised_by_interrupt(exc):
+        try:
+            app()
+        except MemoryError:  # anywhere a command did not handle it: one line, as docs/failures.md says
+            typer.echo("diagnose: error: memory ran out", err=True)
+            typer.echo("hint: free some memory, or give less to read (diagnose trim TRACE keeps fewer steps)", err=True)
+            sys.exit(errors.EXIT_TRACE)
+        except KeyboardInterrupt:
             typer.echo("diagnose: interrupted", err=True)
-        raise
+            sys.exit(errors.EXIT_INTERRUPTED)
+        except SystemExit as exc:
+            # Typer turns Ctrl-C into a silent exit 130: say what happened
+            if _raised_by_interrupt(exc):
+                typer.echo("diagnose: interrupted", err=True)
+            raise
+    except SystemExit as exc:
+        supervise.end_process(exc.code)  # whatever the script left running, and a late Ctrl-C: the exit code says it
 
 
 def _raised_by_interrupt(exc: BaseException) -> bool:

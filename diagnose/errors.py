@@ -42,6 +42,9 @@ class TraceError(DiagnoseError):
 class OutputError(DiagnoseError):
     exit_code = EXIT_OUTPUT
 
+    #: the report that could not be saved (a read-only or full run directory): still shown
+    report: object = None
+
 
 class RuleError(DiagnoseError):
     """A rule file that cannot be used: the message names the file, line and problem."""

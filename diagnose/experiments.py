@@ -34,7 +34,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -48,6 +47,7 @@ from diagnose.errors import UsageError
 from diagnose.record import WindowPlan
 from diagnose.rundir import RunDir
 from diagnose.runtime.knobs import Knobs, split_assignment
+from diagnose.supervise import Finished, run_bounded
 
 #: A change smaller than this is "no effect" even when the baseline's spread is smaller still.
 MIN_EFFECT = 0.02
@@ -181,10 +181,9 @@ def run_experiment(
     cmd = _command(script, spec, run_dir, plan, base_knobs or [], options or [], launch)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     started = time.time()
-    try:
-        returncode, stdout, stderr = _run_in_session(cmd, env, timeout)
-    except subprocess.TimeoutExpired:
-        return Outcome(spec.label, spec.knobs, "failed", str(run_dir.path), rule=spec.rule, error=f"timed out after {timeout:.0f} s")
+    # stopped politely past its time (its report is saved), with the processes its script started
+    finished = _run_in_session(cmd, env, timeout)
+    stdout, stderr, returncode = finished.stdout, finished.stderr, finished.returncode
     report: dict[str, Any] = {}
     if stdout.strip():
         try:
@@ -193,45 +192,24 @@ def run_experiment(
             report = {}
     if not report and launch is not None and launch.multi_node:
         report = wait_for_report(run_dir, started, REPORT_WAIT_S)  # another node's rank 0 merges
-    return outcome_from_report(spec, report, run_dir.path, returncode, stderr)
+    outcome = outcome_from_report(spec, report, run_dir.path, returncode, stderr)
+    if finished.timed_out:
+        outcome.status, outcome.error = "failed", f"timed out after {timeout:.0f} s" + (" (what it measured is in its report)" if report else "")
+    return outcome
 
 
-#: seconds a timed-out run's process group gets to end on SIGTERM before SIGKILL
-KILL_GRACE_S = 10.0
-
-
-def _run_in_session(cmd: list[str], env: dict[str, str], timeout: float | None) -> tuple[int, str, str]:
-    """Run ``cmd`` in its own session; on timeout (or Ctrl-C, which no longer reaches it) end its
-    whole process group (a torchrun job's ranks with it, not only the ``diagnose run`` that
-    launched them), then re-raise."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+def _run_in_session(cmd: list[str], env: dict[str, str], timeout: float | None) -> Finished:
+    """``run_bounded``: ``cmd`` in its own session, its whole process group (a torchrun job's
+    ranks with it, and whatever its script started) stopped politely past ``timeout``, on a
+    Ctrl-C (which no longer reaches it) or a SIGTERM to verify or sweep, then killed."""
     main = threading.current_thread() is threading.main_thread()
     # SIGTERM to verify or sweep would otherwise end it alone, its job running on in its session
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except BaseException:
-        end_process_group(proc)
-        raise
+        return run_bounded(cmd, timeout, env)
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
-    return proc.returncode, stdout, stderr
-
-
-def end_process_group(proc: subprocess.Popen[Any], grace_s: float = KILL_GRACE_S) -> None:
-    """End the process group of ``proc`` (started with ``start_new_session``): SIGTERM (torchrun
-    passes it to its ranks), SIGKILL after ``grace_s`` if it is still there."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.communicate(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:

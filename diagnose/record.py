@@ -20,8 +20,10 @@ RUN_SCHEMA = "diagnose.run/1"
 FRAMEWORKS = ("lightning", "hf_trainer", "fabric", "accelerate")
 
 #: How a run ended. "stopped" means diagnose stopped the script on purpose after measuring;
-#: "not_run" that the script could not be started (missing, not Python, module not found).
-STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps", "not_run")
+#: "not_run" that the script could not be started (missing, not Python, module not found);
+#: "crashed" that its process ended without diagnose seeing how (a segfault, SIGKILL, an exec, a
+#: C library's exit): the supervising ``diagnose run`` wrote what was saved until then.
+STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps", "not_run", "crashed")
 
 
 #: steps vary widely when the p90 step is over this many times the median step: the profiled
@@ -502,9 +504,9 @@ class RunRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str))
-        tmp.replace(path)
+        from diagnose.atomic import write_atomically
+
+        write_atomically(path, json.dumps(self.to_dict(), indent=1, default=str))
 
     @classmethod
     def load(cls, path: Path) -> RunRecord:

@@ -35,6 +35,7 @@ rank's, the slowest's, the straggler's, the outliers'), unless every one was ask
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import re
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from diagnose.atomic import write_atomically
 from diagnose.errors import OutputError, UsageError
 from diagnose.record import RunRecord
 
@@ -128,8 +130,12 @@ class RunDir:
 
     @classmethod
     def create_for(cls, name: str, out: Path | None, overwrite: bool = False) -> RunDir:
-        """``--out`` when given, else a fresh ``runs/<name>-<time>/``."""
-        return cls.create(out if out is not None else default_location(name), overwrite=overwrite)
+        """``--out`` when given, else a fresh ``runs/<name>-<time>/``; claimed by this process
+        (``claim``) before it is checked: two runs started into one new ``--out`` at once
+        would both find it empty."""
+        path = (out if out is not None else default_location(name)).expanduser().absolute()
+        claim(path)
+        return cls.create(path, overwrite=overwrite)
 
     def holds_run(self) -> bool:
         """Whether this is a diagnose run directory (it holds a run record): only those are
@@ -258,9 +264,7 @@ class RunDir:
     def save_rank_summary(self, rank: int, summary: dict) -> Path:
         """Written whole under a temporary name, then renamed: a rank that waits for it never
         reads half a file."""
-        path = self.rank_summary_path(rank)
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        return self._write(path, lambda p: (partial.write_bytes(json.dumps(summary, indent=1).encode()), partial.replace(p)))
+        return self._write(self.rank_summary_path(rank), lambda p: write_atomically(p, json.dumps(summary, indent=1)))
 
     def load_rank_summaries(self) -> dict[int, dict]:
         """Each rank's summary, by rank (a run of an older diagnose has none)."""
@@ -298,10 +302,7 @@ class RunDir:
         return {rank: _load_record(self.record_path(rank)) for rank in self.ranks()}
 
     def save_record(self, record: RunRecord, rank: int | None = None) -> Path:
-        path = self.record_path(rank)
-        path.parent.mkdir(exist_ok=True)
-        record.save(path)
-        return path
+        return self._write(self.record_path(rank), record.save)
 
     def load_report(self) -> Report:
         from diagnose.analysis.report import Report
@@ -321,7 +322,7 @@ class RunDir:
         from diagnose.renderers.html import HTMLRenderer
 
         text = HTMLRenderer().render(report)
-        return self._write(self.html_path, lambda path: path.write_text(text, encoding="utf-8"))
+        return self._write(self.html_path, lambda path: write_atomically(path, text))
 
     def save_events(self, report: Report) -> Path | None:
         """TensorBoard scalars and text, when the tensorboard package is installed (else None).
@@ -342,8 +343,52 @@ class RunDir:
             path.parent.mkdir(parents=True, exist_ok=True)
             write(path)
         except OSError as exc:
-            raise OutputError(f"cannot write {path}: {exc.strerror}") from exc
+            raise write_error(path, exc) from exc
         return path
+
+
+def write_error(path: Path, exc: OSError) -> OutputError:
+    """``cannot write PATH: why``, with what to do where the cause is known."""
+    hints = {
+        errno.ENOSPC: f"the disk is full: free some space where {path.parent} is (df -h)",
+        errno.EDQUOT: "the disk quota is used up: free some space",
+        errno.EFBIG: "a file-size limit was reached (ulimit -f)",
+        errno.EROFS: "the file system is read-only: write somewhere else (--out where a command takes it)",
+        errno.EACCES: "no permission to write there: write somewhere else (--out where a command takes it)",
+    }
+    return OutputError(f"cannot write {path}: {exc.strerror or exc}", hint=hints.get(exc.errno or 0))
+
+
+#: the run directories this process has claimed: path -> the open folder its lock is on
+_CLAIMED: dict[Path, int] = {}
+
+
+def claim(path: Path) -> None:
+    """Take the run directory for this process (and the processes it forks) until it exits: an
+    exclusive ``flock`` on the folder itself (no file left behind; the kernel lets it go with
+    the process, however it ends). Another process that holds it: ``OutputError``, exit 5.
+    Where locks are not supported (a network file system without them), nothing is claimed."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return
+    path = path.absolute()
+    if path in _CLAIMED:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # RunDir.create says why it cannot be made, with its exit code
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OutputError(f"another diagnose run is writing into {path}", hint="choose another --out, or wait for it to end") from None
+    except OSError:
+        os.close(fd)
+        return
+    _CLAIMED[path] = fd
 
 
 def _load_record(path: Path) -> RunRecord:

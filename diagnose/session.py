@@ -19,6 +19,7 @@ The runtime side (torch) is imported only when a script is run: analysing needs 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from diagnose.analysis.pipeline import AnalysisOptions, RankAnalysis, analyse_ra
 from diagnose.analysis.ranks import RankSummary
 from diagnose.analysis.report import Report
 from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
-from diagnose.errors import TraceError, UsageError
+from diagnose.errors import OutputError, TraceError, UsageError
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.rundir import RunDir, shared_location
 from diagnose.signals import SignalHold
@@ -38,6 +39,7 @@ from diagnose.signals import SignalHold
 if TYPE_CHECKING:
     from diagnose.runtime.knobs import Knobs
     from diagnose.runtime.whole import WatchBudget
+    from diagnose.supervise import Ending
 
 # --- analysing a run directory ----------------------------------------------------------------
 
@@ -113,7 +115,12 @@ def analyze_and_save(run_dir: RunDir, options: AnalysisOptions, html: bool = Fal
     memory runs out), a run's report.json still says what the run measured without the trace
     (it is small), then the error is raised: the run's record is never left without a report."""
     try:
-        return save_outputs(run_dir, analyze_run(run_dir, options), html=html)
+        report = analyze_run(run_dir, options)
+        try:
+            return save_outputs(run_dir, report, html=html)
+        except OutputError as exc:  # a read-only or full run directory: the report is still shown
+            exc.report = report
+            raise
     except MemoryError:  # the traceback, and what the analysis held, are released on leaving
         error = TraceError(
             f"memory ran out while analysing the trace in {run_dir.path}",
@@ -146,6 +153,46 @@ def save_not_run(run_dir: RunDir, target: dict[str, Any], message: str, options:
     record.error = {"type": "UsageError", "message": message, "traceback": ""}
     run_dir.save_record(record)
     analyze_and_save(run_dir, options)
+
+
+# --- a run whose process ended without a word ---------------------------------------------------
+
+
+def settle_supervised_run(run_dir: RunDir, request: RunRequest, ending: Ending) -> RunRecord | None:
+    """After ``diagnose run``'s supervised child ended: the record to analyse where the child
+    did not finish the run's files, else None. A child that never recorded how the run ended
+    (a segfault, SIGKILL, an exec, a signal before the script started) left no run.json or the
+    one it keeps as it goes (status "crashed"): it is completed here with how the process
+    ended. A child that recorded the run but died before its report (or during it) leaves
+    its record to analyse again."""
+    import signal
+
+    try:
+        record = run_dir.load_record()
+    except UsageError:
+        record = None
+    if record is not None and record.status != "crashed":
+        report = run_dir.report_path
+        done = report.is_file() and report.stat().st_mtime >= run_dir.record_path().stat().st_mtime
+        return None if done else record
+    if record is None:
+        kind, value = ("module", request.module) if request.module else ("script", request.script)
+        record = RunRecord(target={"kind": kind, "value": value, "args": request.script_args, "cwd": os.getcwd()}, command=list(sys.argv))
+        record.plan = dataclasses.asdict(request.plan)
+    sig = ending.signal if ending.signal is not None else (ending.code - 128 if ending.code in (130, 143, 129) else None)
+    if sig is not None and sig in ending.received and sig == signal.SIGINT:
+        record.status, record.exit_code = "interrupted", 130
+        record.error = {"type": "KeyboardInterrupt", "message": "", "traceback": ""}
+    elif sig is not None and sig in ending.received and sig in (signal.SIGTERM, getattr(signal, "SIGHUP", -1)):
+        record.status, record.exit_code = "terminated", 128 + sig
+        record.error = {"type": "Terminated", "message": signal.Signals(sig).name, "traceback": ""}
+    else:
+        record.status, record.exit_code = "crashed", ending.code
+        record.error = {"type": "Crash", "message": ending.describe(), "traceback": ""}
+    if not record.started_at:
+        record.warnings.append("the run ended before the script started: nothing was measured")
+    run_dir.save_record(record)
+    return record
 
 
 # --- running a script -------------------------------------------------------------------------
@@ -235,10 +282,11 @@ def run_script(
     target.args = request.knobs.apply_to_args(target.args)
     rank_number = None if rank is None else rank.rank
 
-    def before_hard_exit(_record: RunRecord) -> None:  # os._exit ends the process: report now
+    def before_hard_exit(record: RunRecord) -> None:  # os._exit or an exec ends the process: report now
         if rank is None:
             analyze_and_save(run_dir, request.options, html=request.html)
-            print(f"diagnose: the script called os._exit; the report is in {run_dir.path}", file=sys.stderr)
+            how = record.warnings[-1] if record.warnings else "the script ended its process"
+            print(f"diagnose: {how}; the report is in {run_dir.path}", file=sys.stderr)
 
     hooks: list[Any] = [LineAttribution(run_dir.workers_path(rank_number))] if request.lines else []
     if exchange is not None:

@@ -1,7 +1,8 @@
-"""Holding Ctrl-C and SIGTERM while diagnose saves what a run measured.
+"""Holding Ctrl-C, SIGTERM and SIGHUP while diagnose saves what a run measured.
 
-Contract: ``SignalHold.hold()`` (idempotent, main thread only) makes SIGINT and SIGTERM set a
-flag and print one line instead of raising; ``release()`` puts the previous handlers back.
+Contract: ``SignalHold.hold()`` (idempotent, main thread only) makes SIGINT, SIGTERM and SIGHUP
+(each unless ignored) set a flag and print one line instead of raising; ``release()`` puts the
+previous handlers back, and ``received`` says which came (the command's exit code says so).
 The runner holds them from the moment the script ends (however it ends); the command releases
 them once report.json is written. The first signal stops the script (KeyboardInterrupt,
 ``Terminated``); a second one 20-100 ms later would otherwise raise inside diagnose's own
@@ -17,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-HELD = ("SIGINT", "SIGTERM")
+HELD = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 @dataclass
@@ -42,12 +43,14 @@ class SignalHold:
         for name in HELD:
             signum = getattr(signal, name, None)
             try:
-                if signum is None or signal.getsignal(signum) is None:
+                # installed from C: it could not be put back; ignored (nohup): nothing to hold
+                if signum is None or signal.getsignal(signum) in (None, signal.SIG_IGN):
                     continue
                 current = signal.signal(signum, self._held)
             except (ValueError, OSError):  # not the main thread: nothing to hold
                 continue
-            self.previous[name] = (underneath or {}).get(name) or current
+            # SIG_DFL is 0: "is there one underneath" is asked by name, never by truth value
+            self.previous[name] = underneath[name] if underneath and underneath.get(name) is not None else current
 
     def release(self) -> None:
         previous, self.previous = self.previous, {}

@@ -114,3 +114,37 @@ def reports_written_validate(request: pytest.FixtureRequest) -> Iterator[None]:
             continue
         if isinstance(data, dict) and str(data.get("schema", "")).endswith("/2"):
             assert report_errors(data) == [], f"{path} does not validate"
+
+
+# --- no test can hang the suite ------------------------------------------------------------------
+#
+# pytest-timeout (the test extra) fails a test that runs past pyproject's ``timeout``. Where it is
+# not installed, the same bound comes from SIGALRM here: a test blocked on a child (a wait, a
+# pipe) is interrupted and fails, and the child is killed by subprocess's own cleanup.
+
+try:
+    import pytest_timeout  # noqa: F401 - the plugin registers itself
+except ImportError:
+    import signal
+
+    def pytest_addoption(parser: pytest.Parser) -> None:
+        parser.addini("timeout", "seconds a test may run (pytest-timeout's option)", default="300")
+        parser.addini("timeout_method", "pytest-timeout's option (ignored here)", default="signal")
+
+    @pytest.fixture(autouse=True)
+    def _test_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
+        seconds = int(float(request.config.getini("timeout") or 0))
+        if not seconds or not hasattr(signal, "SIGALRM"):
+            yield
+            return
+
+        def expired(signum: int, frame: object) -> None:
+            pytest.fail(f"Timeout: the test ran past {seconds} s", pytrace=True)
+
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.alarm(seconds)
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)

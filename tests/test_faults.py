@@ -644,3 +644,95 @@ def test_a_quote_or_backslash_in_the_run_directory_keeps_the_trace_valid(tmp_pat
     (trace,) = run.traces()
     assert session.trace_files == [trace.name] and len(load_timeline(trace).steps) == 2
     assert sorted(p.name for p in run.path.iterdir()) == [trace.name]
+
+
+# --- issue 38, 4. a duplicated trace: the profiler's cost is charged once per event ------------------
+
+
+def test_every_event_duplicated_gives_the_same_corrected_shares_and_findings(tmp_path: Path) -> None:
+    import gzip
+
+    from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
+    from tests.conftest import DATA
+
+    (source,) = (DATA / "launch_bound").glob("*.pt.trace.json.gz")
+    trace = json.loads(gzip.decompress(source.read_bytes()))
+    (tmp_path / "once.json").write_text(json.dumps(trace))
+    (tmp_path / "twice.json").write_text(json.dumps({**trace, "traceEvents": trace["traceEvents"] * 2}))
+    once, twice = (analyze_trace(tmp_path / name, AnalysisOptions.load()) for name in ("once.json", "twice.json"))
+    assert once.breakdown["window"]["profiler_inflation"] == twice.breakdown["window"]["profiler_inflation"]
+    assert {k: v["value"] for k, v in twice.symptoms.items()} == {k: v["value"] for k, v in once.symptoms.items()}
+    assert [f["rule"] for f in twice.findings] == [f["rule"] for f in once.findings]
+
+
+# --- issue 38, 16. characters that reorder or break lines are written out too -------------------------
+
+
+@pytest.mark.parametrize("hostile", ["\u202ereversed", "line\u2028break", "para\u2029graph", "iso\u2066late\u2069", "mark\u200f"])
+def test_bidi_overrides_and_line_separators_never_reach_the_terminal(tmp_path: Path, hostile: str) -> None:
+    from diagnose.renderers import TerminalRenderer
+
+    events = STEPS + [{"ph": "X", "cat": hostile, "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
+    text = TerminalRenderer(color=False).render(_analyse(tmp_path, events))
+    shown = "".join(f"\\u{ord(c):04x}" if ord(c) > 0x2000 or ord(c) == 0x200F else c for c in hostile)
+    assert shown in text, text
+    assert not any(c in text for c in "\u202e\u2028\u2029\u2066\u2069\u200f")
+
+
+# --- issue 38, 5, 6, 15. JSON nested too deep, bytes that are not UTF-8, negative durations -----------
+
+
+def test_json_nested_too_deep_inside_an_event_is_one_line(tmp_path: Path) -> None:
+    from tests.test_failures import diagnose, error_line
+
+    deep = {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": 20, "dur": 5, "args": {}}
+    text = json.dumps({"traceEvents": [deep, *STEPS]}).replace('"args": {}', '"args": {"deep": ' + "[" * 1200 + "]" * 1200 + "}", 1)
+    (tmp_path / "t.json").write_text(text)
+    proc = diagnose("analyze", "t.json", cwd=tmp_path)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "t.json nests JSON too deep" in error_line(proc)
+    from diagnose import api
+    from diagnose.errors import TraceError
+
+    with pytest.raises(TraceError, match="nests JSON too deep"):  # the API raises it as the one-line error, not RecursionError
+        api.analyze(tmp_path / "t.json")
+
+
+def test_a_name_that_is_not_utf8_is_read_with_a_replacement_character(tmp_path: Path) -> None:
+    kernel = [*KERNEL_STEP[:1], {**KERNEL_STEP[1], "name": "gemm_@@"}]
+    (tmp_path / "t.json").write_bytes(json.dumps({"traceEvents": kernel}).encode().replace(b"@@", b"\xff\xfe"))
+    from tests.test_failures import diagnose
+
+    proc = diagnose("analyze", "--json", "t.json", cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["breakdown"]["steps"][0]["kernels"] == 1
+    proc = diagnose("compare", "t.json", "t.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("index", "what"), [(1, "kernel 'k'"), (0, "user_annotation 'ProfilerStep#1'")])
+def test_a_negative_duration_is_a_malformed_trace(tmp_path: Path, index: int, what: str) -> None:
+    from tests.test_failures import diagnose, error_line
+
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": _with(index, dur=-26)}))
+    proc = diagnose("analyze", "t.json", cwd=tmp_path)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"event {index} ({what}) has dur -26, not a duration (0 or more)" in error_line(proc)
+
+
+# --- issue 38, 7. a gzip bomb is refused as soon as it shows ---------------------------------------------
+
+
+def test_a_gzip_that_inflates_like_no_trace_is_refused_early(tmp_path: Path) -> None:
+    import gzip
+
+    from tests.test_failures import diagnose, error_line
+
+    with gzip.open(tmp_path / "bomb.json.gz", "wb", compresslevel=1) as out:
+        out.write(b'{"traceEvents": [')
+        for _ in range(10):  # 160 MB of whitespace in about 0.7 MB
+            out.write(b" " * (16 << 20))
+        out.write(b"]}")
+    proc = diagnose("analyze", "bomb.json.gz", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "bomb.json.gz inflates over 100 times its compressed size" in error_line(proc)

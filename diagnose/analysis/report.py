@@ -118,9 +118,9 @@ class Report:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+        from diagnose.atomic import write_atomically
+
+        write_atomically(path, self.to_json())
 
     @classmethod
     def load(cls, path: Path) -> Report:
@@ -187,8 +187,15 @@ def _evidence_as_names(finding: dict[str, Any]) -> dict[str, Any]:
 
 
 #: control characters (C0 but newline and tab, DEL, C1): in a kernel or file name from a trace
-#: they would reach the terminal as escape sequences
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: they would reach the terminal as escape sequences; and the characters that reorder or break
+#: the lines around them (bidirectional overrides and isolates, U+2028/U+2029): a name could
+#: show text other than what it holds
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _written_out(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def sanitized(value: Any, text: bool = False) -> Any:
@@ -198,7 +205,7 @@ def sanitized(value: Any, text: bool = False) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
-        return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value) if text else value
+        return _CONTROL.sub(_written_out, value) if text else value
     if isinstance(value, dict):
         return {sanitized(k, text) if isinstance(k, str) else k: sanitized(v, text) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -272,7 +279,8 @@ STATUS_MESSAGES = {
     "exited": "the script exited with code {code}",
     "failed": "the script raised {error}",
     "interrupted": "interrupted (Ctrl-C); what was captured is analysed",
-    "terminated": "terminated (SIGTERM); what was captured is analysed",
+    "terminated": "terminated ({signal}); what was captured is analysed",
+    "crashed": "{error}; what was saved until then is analysed",
     "oom": "the script ran out of GPU memory: {error}",
     "no_steps": "no training step was found",
     "not_run": "the script was not run: {error}",
@@ -362,13 +370,14 @@ def _status(report: Report, record: RunRecord | None) -> None:
     code = record.exit_code if record is not None else 0
     err = (record.error or {}) if record is not None else {}
     error_text = f"{err.get('type', '')}: {err.get('message', '')}".strip(": ") if err else ""
-    message = STATUS_MESSAGES.get(state, state).format(code=code, error=error_text or "an exception")
+    signal_name = str(err.get("message") or "") if str(err.get("message") or "").startswith("SIG") else "SIGTERM"
+    message = STATUS_MESSAGES.get(state, state).format(code=code, error=(err.get("message") if state == "crashed" else error_text) or "an exception", signal=signal_name)
     if record is not None:
         steps = record.completed_steps()
         if record.whole.get("boundaries_s"):  # diagnose watch counted every step, not the window's only
             steps = max(steps, (len(record.whole["boundaries_s"]) - 1) * 2 ** int(record.whole.get("merged_pairs", 0)))
         plan = record.plan
-        if state in ("completed", "exited", "failed", "interrupted", "terminated", "oom") and steps:
+        if state in ("completed", "exited", "failed", "interrupted", "terminated", "oom", "crashed") and steps:
             message += f" after {steps} steps"
             if record.profiled_steps < plan.get("steps", 0):
                 message += f"; {record.profiled_steps} of the {plan.get('steps')} planned steps were profiled"

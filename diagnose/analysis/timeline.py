@@ -667,8 +667,8 @@ class _Columns:
                 left_out += 1
                 continue
             dur = e.dur
-            if type(dur) is not float or dur - dur != 0.0:
-                dur = _num(dur, e, events, first, "dur")
+            if type(dur) is not float or dur - dur != 0.0 or dur < 0.0:
+                dur = _num(dur, e, events, first, "dur", minimum=0.0)
             end = ts + dur
             if kind == _CPU_OP:
                 tid = e.tid
@@ -810,11 +810,14 @@ class _Columns:
         distinct = {tid: set(ops.names) for tid, ops in self.thread_ops.items()}
         training = {main_tid} | {tid for tid, names_of in distinct.items() if any(n.startswith(bw_prefix) for n in names_of)}
         event_starts = C.float_column()
+        # a trace written or merged twice (duplicates found above) counts each event once: the
+        # profiler's cost per event (profcost) is charged per event the profiler really recorded
+        once = _unique_events if duplicates.dropped else lambda starts, ends=None: starts
         for tid in training:
             if tid in self.thread_ops:
-                event_starts.extend(self.thread_ops[tid].starts)
+                event_starts.extend(once(self.thread_ops[tid].starts, self.thread_ops[tid].ends))
             if tid in self.runtime_starts:
-                event_starts.extend(self.runtime_starts[tid])
+                event_starts.extend(once(self.runtime_starts[tid]))
         host_event_starts = C.Records(None, [_sorted_floats(event_starts)])
         del event_starts
         # a duplicated event would count its wait twice: each (start, end) once
@@ -978,6 +981,19 @@ def _extend_columns(columns: list[C.Column], more: list[C.Column]) -> None:
             column.extend(values)  # type: ignore[union-attr]
 
 
+def _unique_events(starts: array[float], ends: array[float] | None = None) -> array[float]:
+    """The starts of one thread's events, each (start, end) once: a duplicated event's copy
+    left out."""
+    from diagnose.analysis import vectorized
+
+    np = vectorized.np
+    columns = [vectorized.floats(starts)] + ([vectorized.floats(ends)] if ends is not None else [])
+    rows = np.unique(np.stack(columns, axis=1), axis=0)
+    out = C.float_column()
+    out.frombytes(np.ascontiguousarray(rows[:, 0]).tobytes())
+    return out
+
+
 def _sorted_floats(values: array[float]) -> array[float]:
     """The float column sorted, ascending (numpy's stable sort: the order ``sorted`` gives, in a
     tenth of the time on the half million event starts of a large trace)."""
@@ -1128,10 +1144,13 @@ def _args(value: Any, e: Event, events: list[Event], first: int) -> EventArgs:
 _NO_ARGS = EventArgs()
 
 
-def _num(value: Any, e: Event | None = None, events: list[Event] | None = None, first: int = 0, field_name: str = "") -> float:
-    """A time or size as a float: missing is 0, a numeric string is read; anything else, or a
-    value that is not finite ("Infinity", NaN), is a malformed trace."""
-    if type(value) is float and value - value == 0.0:  # finite: inf - inf and nan - nan are nan
+def _num(
+    value: Any, e: Event | None = None, events: list[Event] | None = None, first: int = 0, field_name: str = "", minimum: float | None = None
+) -> float:
+    """A time or size as a float: missing is 0, a numeric string is read; anything else, a value
+    that is not finite ("Infinity", NaN) or one below ``minimum`` (a negative duration), is a
+    malformed trace."""
+    if type(value) is float and value - value == 0.0 and (minimum is None or value >= minimum):  # finite: inf - inf is nan
         return value
     if value is None or value is UNSET:
         return 0.0
@@ -1141,6 +1160,8 @@ def _num(value: Any, e: Event | None = None, events: list[Event] | None = None, 
         number = float("nan")
     if not math.isfinite(number):
         raise _malformed(e, events, first, field_name, value, "a finite number")
+    if minimum is not None and number < minimum:
+        raise _malformed(e, events, first, field_name, value, f"a duration ({minimum:g} or more)")
     return number
 
 

@@ -177,11 +177,20 @@ class _Inflater:
 
     #: compressed bytes read at a time
     INPUT_BYTES = 256 * 1024
+    #: a torch.profiler trace gzips 15-20 times smaller (tests/data, and 10 GB traces alike); a
+    #: file that inflates over this many times its size is no trace (a gzip bomb: 4 MB of
+    #: whitespace inflating to 4 GiB ran for minutes): refused as soon as it shows
+    MAX_RATIO = 100
+    #: inflated bytes before the ratio is judged (the first block of a small file may run high)
+    RATIO_AFTER_BYTES = 64 << 20
 
-    def __init__(self, fh: BinaryIO) -> None:
+    def __init__(self, fh: BinaryIO, path: Path | None = None) -> None:
         self._fh = fh
+        self._path = path
         self._zlib = _inflating.decompressobj(31)
         self._input = b""
+        self._read_in = 0
+        self._given_out = 0
 
     def close(self) -> None:
         self._fh.close()
@@ -215,6 +224,7 @@ class _Inflater:
                 return b""
             if not self._input:
                 self._input = self._fh.read(self.INPUT_BYTES)
+                self._read_in += len(self._input)
                 if not self._input:
                     out = self._zlib.decompress(b"", most)  # what zlib holds back still
                     if out:
@@ -223,6 +233,13 @@ class _Inflater:
             out = self._zlib.decompress(self._input, most)
             self._input = self._zlib.unused_data if self._zlib.eof else self._zlib.unconsumed_tail
             if out:
+                self._given_out += len(out)
+                if self._given_out > self.RATIO_AFTER_BYTES and self._given_out > self.MAX_RATIO * self._read_in:
+                    raise TraceError(
+                        f"{self._path or 'the trace'} inflates over {self.MAX_RATIO} times its compressed size "
+                        f"({self._read_in / 1e6:.1f} MB to more than {self._given_out / 1e6:,.0f} MB so far): not a trace torch.profiler wrote",
+                        hint="a torch.profiler trace gzips 15-20 times smaller; was this file made some other way?",
+                    )
                 return out
 
     def _next_member(self) -> bool:
@@ -308,7 +325,7 @@ class TraceStream:
             fh = self.path.open("rb")
         except _READ_ERRORS as exc:
             raise self._unreadable(exc) from exc
-        return _Inflater(fh) if self.gzipped else fh
+        return _Inflater(fh, self.path) if self.gzipped else fh
 
     def _unreadable(self, exc: BaseException) -> TraceError:
         kind = "gzip " if self.gzipped else ""
@@ -712,6 +729,16 @@ def _settle(
         if len(piece.text) > MAX_JOINED_PIECE_BYTES:
             raise _invalid(path, piece) from None
         return piece, None
+    except UnicodeDecodeError:
+        # a name cut inside a character (or bytes of another encoding): the piece is read with
+        # those bytes as U+FFFD, which every output shows; the rest of the trace is unharmed
+        readable = Piece(piece.text.decode("utf-8", "replace").encode("utf-8"), piece.separator, piece.offset)
+        return _settle(None, readable, None, decode, path)
+    except RecursionError:
+        raise TraceError(
+            f"{path}: an event near byte {piece.offset:,} nests JSON deeper than the reader follows",
+            hint="torch.profiler writes no such event: was the trace edited or generated?",
+        ) from None
 
 
 def _invalid(path: Path, piece: Piece) -> TraceError:
@@ -720,6 +747,8 @@ def _invalid(path: Path, piece: Piece) -> TraceError:
         reason = "unparseable events"
     except orjson.JSONDecodeError as exc:
         reason = f"{exc.msg} at byte {piece.offset + exc.pos - 1:,}"
+    if "depth" in reason:  # valid JSON nested deeper than a reader follows (1,024 levels)
+        return TraceError(f"{path} nests JSON too deep ({reason})", hint="torch.profiler writes no event nested that deep: was the trace edited or generated?")
     return TraceError(f"{path} is not valid JSON ({reason})", hint=_TRUNCATED_HINT)
 
 

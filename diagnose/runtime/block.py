@@ -25,7 +25,7 @@ from diagnose.progress import Progress
 from diagnose.record import WindowPlan
 from diagnose.rundir import RunDir
 from diagnose.runtime.capture import StopScript
-from diagnose.runtime.runner import Target, _describe_error, _is_oom, _ScriptRun
+from diagnose.runtime.runner import _ACTIVE, Target, _describe_error, _is_oom, _ScriptRun
 from diagnose.signals import SignalHold
 
 
@@ -75,6 +75,7 @@ class BlockRun(_ScriptRun):
     def _install(self) -> None:
         """The script run's hooks without the process-wide changes a script run makes."""
         self._install_hooks()
+        _ACTIVE.append(self)
 
     def _ending(self, exc: BaseException) -> tuple[str, int, dict[str, Any] | None]:
         """How the block ended. Its own exception is raised again on leaving the ``with``, so

@@ -33,6 +33,7 @@ make traces 5-20x larger.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gc
 import gzip
 import os
@@ -343,17 +344,25 @@ class CaptureSession:
         # Written under a name no reader looks for and renamed when complete: an export that
         # fails (out of memory, disk full) leaves no cut-short trace for ``analyze`` to pick,
         # and never raises into the script. Kineto writes the path into the trace unescaped
-        # ("traceName"): a quote or a backslash in the run directory's path would make the JSON
-        # invalid, so such a run exports under a plain temporary folder.
-        plain = not any(c in str(raw) for c in '"\\')
+        # ("traceName"): a quote, a backslash or a control character (a newline) in the run
+        # directory's path would make the JSON invalid, so such a run exports under a plain
+        # temporary folder.
+        plain = not any(c in str(raw) for c in '"\\') and str(raw).isprintable()
         exported = raw.with_name(raw.name + ".partial") if plain else Path(tempfile.mkdtemp(prefix="diagnose-trace-")) / "trace.json"
+        # Kineto writes its own temporary file (the name plus ".tmp") and renames it; a write
+        # that fails there (a full disk, a file-size limit) is not raised: it leaves its
+        # temporary file and no trace
+        kineto_tmp = exported.with_name(exported.name + ".tmp")
         try:
             prof.export_chrome_trace(str(exported))
+            if not exported.is_file():
+                raise OSError(errno.EIO, "torch.profiler wrote no trace: is the disk full, or a file-size limit (ulimit -f) set?")
             shutil.move(str(exported), str(raw))
         except (OSError, MemoryError, RuntimeError) as exc:  # RuntimeError: Kineto's own failures
-            self.notes.append(f"the trace could not be written ({type(exc).__name__}: {exc}); the report holds what was measured without it")
-            exported.unlink(missing_ok=True)
-            raw.unlink(missing_ok=True)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+            self.notes.append(f"the trace could not be written ({why}); the report holds what was measured without it")
+            for leftover in (kineto_tmp, exported, raw):
+                leftover.unlink(missing_ok=True)
             return
         finally:
             if not plain:

@@ -126,6 +126,10 @@ KNOB_SPECS: dict[str, KnobSpec] = {
 }
 
 
+#: the largest whole-number knob value (a 32-bit C int: a DataLoader's batch size, its workers)
+MAX_INT_KNOB = 2**31 - 1
+
+
 def parse_value(spec: KnobSpec, raw: str) -> Any:
     raw = raw.strip()
     if spec.kind == "text":
@@ -147,6 +151,8 @@ def parse_value(spec: KnobSpec, raw: str) -> Any:
             raise UsageError(f"knob {spec.name} takes a whole number, not {raw!r}") from None
         if value < 0:
             raise UsageError(f"knob {spec.name} must not be negative")
+        if value > MAX_INT_KNOB:  # torch takes sizes and counts as C integers: the script would crash
+            raise UsageError(f"knob {spec.name} takes at most {MAX_INT_KNOB:,}, not {raw}")
         return value
     if spec.kind == "bool":
         lowered = raw.lower()

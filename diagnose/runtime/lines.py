@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from diagnose.atomic import write_atomically
 from diagnose.runtime.instrument import first_user_frame, is_generated
 
 SYNC_WARNING = "synchronizing CUDA operation"
@@ -244,9 +245,7 @@ class WorkerProbe:
             "counts": [[where, site, fn, n] for (where, site, fn), n in self.sampler.counts.items()],
             "where": dict(self.sampler.where_counts),
         }
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.path)
+        write_atomically(self.path, json.dumps(data))
         self._last_flush = time.monotonic()
 
     def timed_fetch(self, fetch: Callable[..., Any]) -> Callable[..., Any]:

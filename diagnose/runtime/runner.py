@@ -37,7 +37,12 @@ MIN_PARTIAL_TIMED = 3
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived: unwind the script like Ctrl-C does, so that the capture is saved."""
+    """SIGTERM (or SIGHUP) arrived: unwind the script like Ctrl-C does, so that the capture is
+    saved."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 @dataclass
@@ -83,6 +88,11 @@ def resolve_target(script: str | None, module: str | None, args: list[str]) -> T
         source = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read {script}: {exc.strerror}") from exc
+    if b"\0" in source[:8192] or _not_text(source):  # a program, an image, an archive
+        raise UsageError(
+            f"{script} is not a Python source file (it holds binary data, not text)",
+            hint="diagnose runs Python training scripts: give the .py file (a program runs as its own command)",
+        )
     try:
         compile(source, str(path), "exec")
     except SyntaxError as exc:
@@ -93,6 +103,19 @@ def resolve_target(script: str | None, module: str | None, args: list[str]) -> T
     except ValueError as exc:  # e.g. null bytes: a binary file
         raise UsageError(f"{script} is not a Python source file ({exc})") from exc
     return Target("script", str(path.resolve()), list(args))
+
+
+def _not_text(source: bytes) -> bool:
+    """Whether the start of a file is not text Python could read: undecodable as UTF-8 (Python's
+    default source encoding) where no coding line declares another."""
+    head = source[:8192]
+    if any(b"coding" in line for line in head.split(b"\n", 2)[:2]):
+        return False  # a declared encoding (PEP 263): compile() decides
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start < len(head) - 4  # a character cut at 8192 bytes is not binary
+    return False
 
 
 def _now() -> str:
@@ -170,6 +193,7 @@ class _ScriptRun:
         self.saved = _SysState.save()
         self.child_signals = _ChildSignals()
         self.real_exit = os._exit
+        self.real_execs = {name: getattr(os, name) for name in _EXECS}
         self.owner_pid = os.getpid()
         self.finalized = False
         #: hooks told of every step boundary, the whole run long (``diagnose watch``)
@@ -208,6 +232,7 @@ class _ScriptRun:
         if self.instrumentation.compile_watch is not None:
             record.compile = _safely(self.instrumentation.compile_watch.summary, {})
         self.window_closing()  # no-op for hooks already closed at the boundary
+        self._journal()  # the trace is saved: a crash from here on keeps it
 
     # --- the counted step and the OOM snapshot -------------------------------------------------
 
@@ -253,14 +278,20 @@ class _ScriptRun:
             # First, a plain attribute store (no Python call, so no signal handler can run before
             # it): from here on torch's SIGCHLD handler is the script's no more (_ChildSignals).
             self.child_signals.script_over = True
+            if os.getpid() != self.owner_pid:  # a child the script forked ends here: as without diagnose
+                _end_forked_child(exc, self.real_exit)
             self._script_ended()
-            self.hold.hold({"SIGTERM": self.saved.sigterm})  # a second Ctrl-C or SIGTERM must not cut the saving short
+            self.hold.hold(self.saved.underneath())  # a second Ctrl-C or SIGTERM must not cut the saving short
             status, exit_code, error = self._ending(exc)
         finally:
+            if os.getpid() != self.owner_pid:  # a forked child whose script returned: it ends here
+                _end_forked_child(SystemExit(0), self.real_exit)
             self.child_signals.script_over = True
             self._script_ended()
-            self.hold.hold({"SIGTERM": self.saved.sigterm})
+            self.hold.hold(self.saved.underneath())
             os._exit = self.real_exit
+            for name, real in self.real_execs.items():
+                setattr(os, name, real)
             try:
                 self._finalize(status, exit_code, error)
             finally:
@@ -292,6 +323,9 @@ class _ScriptRun:
         self._install_hooks()
         self.child_signals.install()
         os._exit = self._hard_exit  # type: ignore[assignment]
+        for name in _EXECS:  # os.execl*, execvp* and spawn's exec go through these two
+            setattr(os, name, self._exec_wrapper(name, self.real_execs[name]))
+        _ACTIVE.append(self)
         _install_sigterm()
         _prepare_sys(self.target)
 
@@ -305,11 +339,36 @@ class _ScriptRun:
         self.script_args.remove()
         self.instrumentation.remove()
         self.child_signals.remove()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         self.saved.restore(keep_held=self.hold.holding)
+
+    def _journal(self) -> None:
+        """run.json as the run stands, saying "crashed": if the process dies without a word (a
+        segfault, SIGKILL, an exec), this is what the supervising parent finds, and what was
+        measured until then (the steps' boundaries, the trace once saved) is analysed. The
+        record that ``_finalize`` saves replaces it. Only a single-process run keeps one: a
+        rank's record tells the others it has finished."""
+        if self.rank is not None or self.finalized:
+            return
+        record = RunRecord.from_dict(self.record.to_dict())
+        record.status, record.exit_code = "crashed", errors.EXIT_SCRIPT_FAILED
+        record.error = {"type": "Crash", "message": "the run's process ended before diagnose could record how", "traceback": ""}
+        record.step_mode = self.clock.mode
+        record.boundaries_s = list(self.session.boundaries)
+        record.samples_per_step = self.clock.samples_per_step[1:]
+        record.profiled_steps = self.session.profiled_steps()
+        record.trace_files = list(self.session.trace_files)
+        record.warnings = [*record.warnings, *self.session.notes]
+        try:
+            self.run_dir.save_record(record, self.rank)
+        except errors.DiagnoseError:  # a full disk: the final record says so, if it can
+            pass
 
     def _run_script(self) -> None:
         target = self.target
         self.progress.phase(f"running {Path(target.value).name if target.kind == 'script' else '-m ' + target.value}")
+        self._journal()
         self.record.script_start_s = time.perf_counter()
         if target.kind == "script":
             runpy.run_path(target.value, run_name="__main__")
@@ -328,8 +387,8 @@ class _ScriptRun:
         if isinstance(exc, KeyboardInterrupt):
             _print_script_traceback(exc)
             return "interrupted", errors.EXIT_INTERRUPTED, _describe_error(exc)
-        if isinstance(exc, Terminated):
-            return "terminated", errors.EXIT_TERMINATED, _describe_error(exc)
+        if isinstance(exc, Terminated):  # 143 for SIGTERM, 129 for SIGHUP: as a shell says it
+            return "terminated", 128 + exc.signum, _describe_error(exc)
         # the script's own failure: report it as Python would
         if self.session.finished and self.plan.stop and _caused_by_stop(exc):
             return "stopped", errors.EXIT_OK, None
@@ -401,7 +460,12 @@ class _ScriptRun:
             record.compile = _safely(self.instrumentation.compile_watch.summary, {})
         record.ended_at = _now()
         record.wall_s = time.perf_counter() - self.t0
-        self.run_dir.save_record(record, self.rank)
+        try:
+            self.run_dir.save_record(record, self.rank)
+        except errors.DiagnoseError:  # a full disk: the journal's "crashed" would say what did not happen
+            if self.rank is None:
+                self.run_dir.record_path().unlink(missing_ok=True)
+            raise
 
     def _run_length(self) -> RunLength | None:
         """How many steps the script will make, as its options, its DataLoader and its
@@ -421,6 +485,25 @@ class _ScriptRun:
             return 0
         return loader.num_workers * (loader.prefetch_factor or 2)
 
+    def _exec_wrapper(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        """``os.execv``/``os.execve`` replace the process: save the capture and the report
+        first, as for ``os._exit``. A forked child (a DataLoader worker, ``subprocess``'s
+        child) simply execs."""
+
+        def exec_(*args: Any) -> Any:
+            if os.getpid() == self.owner_pid:
+                self.child_signals.script_over = True
+                program = os.fsdecode(args[0]) if args and isinstance(args[0], (str, bytes, os.PathLike)) else "?"
+                self.record.warnings.append(f"the script replaced its process (os.{name} {program}): what ran after that was not measured")
+                _safely(lambda: self._finalize("completed", errors.EXIT_OK))
+                _safely(lambda: self.saved.restore(keep_held=self.hold.holding))
+                if self.on_hard_exit is not None:
+                    _safely(lambda: self.on_hard_exit(self.record))  # type: ignore[misc]
+                _flush_std()
+            return real(*args)
+
+        return exec_
+
     def _hard_exit(self, code: int = 0) -> None:
         """``os._exit`` skips every ``finally``: save the capture first, then really exit. Forked
         children (DataLoader workers) inherit this function and must simply exit."""
@@ -433,6 +516,37 @@ class _ScriptRun:
         if self.on_hard_exit is not None:
             _safely(lambda: self.on_hard_exit(self.record))  # type: ignore[misc]
         self.real_exit(code)
+
+
+def _end_forked_child(exc: BaseException, real_exit: Callable[[int], None]) -> None:
+    """A process the script forked (``os.fork``) ran the script's code back out into diagnose's:
+    only the process that started the run records it. The child ends as it would under plain
+    Python (its exit code, its traceback, the signal that stopped it), saving nothing, and
+    without the interpreter's teardown (the parent's state it copied is not its own to undo)."""
+    if isinstance(exc, (KeyboardInterrupt, Terminated)):
+        signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else exc.signum
+        _flush_std()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    if isinstance(exc, SystemExit):
+        code = _exit_code(exc)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    elif isinstance(exc, StopScript):
+        code = errors.EXIT_OK
+    else:
+        _print_script_traceback(exc)
+        code = errors.EXIT_SCRIPT_FAILED
+    _flush_std()
+    real_exit(code)
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 def _safely(fn: Callable[[], Any], default: Any = None) -> Any:
@@ -523,14 +637,51 @@ def _print_script_traceback(exc: BaseException) -> None:
     sys.stderr.flush()
 
 
-def _install_sigterm() -> None:
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated()
+#: the os functions that replace the process (every other exec function calls one of them)
+_EXECS = ("execv", "execve")
 
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except (ValueError, OSError):  # not the main thread: leave signals alone
-        pass
+#: the script runs (and ``diagnose.profile`` blocks) under way in this process (one, or none)
+_ACTIVE: list[_ScriptRun] = []
+
+
+def profiling_now() -> Path | None:
+    """The run directory of the run under way in this process, if any: a nested
+    ``diagnose.profile`` would start a second profiler session and mutate the hooks the outer
+    one is iterating over."""
+    return _ACTIVE[-1].run_dir.path if _ACTIVE else None
+
+
+def _forked() -> None:
+    """In a child the script forks: the script's own SIGTERM and SIGHUP handlers, not diagnose's.
+    A child stuck in C code (a lock copied held) never runs a Python handler: with diagnose's it
+    survived SIGTERM, without diagnose it dies of it."""
+    for run in _ACTIVE[-1:]:
+        for signum, handler in ((signal.SIGTERM, run.saved.sigterm), (getattr(signal, "SIGHUP", None), run.saved.sighup)):
+            if signum is not None and handler is not None:
+                try:
+                    signal.signal(signum, handler)
+                except (ValueError, OSError, TypeError):  # forked from another thread: nothing to undo
+                    pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _install_sigterm() -> None:
+    """SIGTERM, and SIGHUP (a closed terminal, an ssh session lost) unless it is ignored
+    (``nohup``), stop the script as Ctrl-C does: what was measured is saved."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        try:
+            if signum is not None and (name == "SIGTERM" or signal.getsignal(signum) == signal.SIG_DFL):
+                signal.signal(signum, handler)
+        except (ValueError, OSError):  # not the main thread: leave signals alone
+            pass
 
 
 def _prepare_sys(target: Target) -> None:
@@ -607,6 +758,17 @@ class _ChildSignals:
             self._restore = None
 
 
+def _open_again(stream: Any, fd: int) -> Any:
+    """The standard stream as it was before the script, opened again on its file descriptor if
+    the script closed it (``sys.stdout.close()`` leaves descriptor 1 open)."""
+    if stream is None or not getattr(stream, "closed", False):
+        return stream
+    try:
+        return open(fd, "w", encoding=getattr(stream, "encoding", None), errors=getattr(stream, "errors", None), closefd=False, buffering=1)  # noqa: SIM115
+    except (OSError, ValueError):  # the descriptor itself was closed: writes go nowhere, and say so
+        return stream
+
+
 def _replace_handler(signum: int, handler: Any) -> None:
     """``signal.signal``, which runs any pending handler before it replaces it: a SIGCHLD from a
     dead DataLoader worker still pending runs torch's handler there, and it raises the worker's
@@ -632,27 +794,35 @@ class _SysState:
     #: workers has died; left in place, any later child exit raises that again inside diagnose's
     #: own analysis (a worker killed by a signal lost report.json once on CI)
     sigchld: Any = None
+    sighup: Any = None
+    #: the standard streams: a script that closes (or replaces) them leaves diagnose its own
+    streams: tuple[Any, Any] = (None, None)
 
     @classmethod
     def save(cls) -> _SysState:
         handlers = []
-        for name in ("SIGTERM", "SIGCHLD"):
+        for name in ("SIGTERM", "SIGCHLD", "SIGHUP"):
             try:
                 handlers.append(signal.getsignal(getattr(signal, name)))
             except (AttributeError, ValueError, OSError):  # no SIGCHLD on Windows; not the main thread
                 handlers.append(None)
-        return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), *handlers)
+        return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), *handlers, streams=(sys.stdout, sys.stderr))
+
+    def underneath(self) -> dict[str, Any]:
+        """The handlers a ``SignalHold`` puts back for the ones the run installed."""
+        return {"SIGTERM": self.sigterm, "SIGHUP": self.sighup}
 
     def restore(self, keep_held: bool = False) -> None:
-        """Put back what the run changed; with ``keep_held``, SIGTERM stays held (``SignalHold``
-        puts back the handler saved here when it releases)."""
+        """Put back what the run changed; with ``keep_held``, SIGTERM and SIGHUP stay held
+        (``SignalHold`` puts back the handlers saved here when it releases)."""
         sys.argv = self.argv
+        sys.stdout, sys.stderr = (_open_again(saved, fd) for saved, fd in zip(self.streams, (1, 2)))
         if sys.path:
             sys.path[0] = self.path0
         if self.main_module is not None:
             sys.modules["__main__"] = self.main_module
-        for name, handler in (("SIGTERM", self.sigterm), ("SIGCHLD", self.sigchld)):
-            if name == "SIGTERM" and keep_held:
+        for name, handler in (("SIGTERM", self.sigterm), ("SIGCHLD", self.sigchld), ("SIGHUP", self.sighup)):
+            if name in ("SIGTERM", "SIGHUP") and keep_held:
                 continue
             if handler is not None:
                 _replace_handler(getattr(signal, name), handler)

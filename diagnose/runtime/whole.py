@@ -163,9 +163,14 @@ class _Spans:
 
 def process_start_perf() -> float | None:
     """``time.perf_counter()`` of this process's start (Linux: ``/proc``; 10 ms resolution), so
-    that the interpreter's own start-up is counted; None elsewhere."""
+    that the interpreter's own start-up is counted; None elsewhere. Under ``diagnose run``'s
+    supervising parent (diagnose/supervise.py) the script runs in a forked child: the parent's
+    start is the run's."""
+    from diagnose import supervise
+
+    pid = os.getppid() if supervise.supervised() else "self"
     try:
-        with open("/proc/self/stat") as f:
+        with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         start_ticks = int(fields[19])  # field 22 of stat(5), counted after the command's ")"
         with open("/proc/uptime") as f:

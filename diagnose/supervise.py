@@ -1,0 +1,253 @@
+"""A supervising parent for ``diagnose run``: whatever ends the script's process (a segfault in
+an extension, SIGKILL, ``os.exec*``, a C library's ``exit``), a process that saw it happen is
+left to write what was measured until then.
+
+Contract: ``enable()`` allows supervision (the command line calls it; an in-process caller, a
+test's CliRunner, never forks). ``supervise() -> Ending | None`` forks where it is allowed and
+available (POSIX with ``sigwaitinfo``): the child gets None and runs the command on, to be ended
+by ``end_process(code)`` as every command is (which tells the parent, through a pipe, that
+diagnose itself ended it); the parent waits for the child and gets how it ended (``Ending``:
+its code or signal, and whether diagnose ended it), having forwarded to it the SIGINT, SIGTERM and SIGHUP sent to the parent alone
+(``kill PID``, a job scheduler, ``timeout``): those the terminal sends (Ctrl-C, a hangup) reach
+the whole process group, the child included, and are not sent twice. Where it is not allowed or
+available, ``supervise()`` returns None without forking. No torch import: the parent stays small.
+
+``run_bounded(cmd, timeout) -> Finished``: a child command (verify's and sweep's runs) in a
+process group of its own, stopped politely then killed, with everything it started, when it
+runs past its time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import ctypes.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+
+#: the signals the parent passes on to the child
+FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
+#: si_code of a signal sent by kill(): only those are the parent's alone
+_SI_USER, _SI_QUEUE, _SI_TKILL = 0, -1, -6
+
+_allowed = False
+#: in the supervised child: the pipe's end that tells the parent the child ended through
+#: ``end_process`` (diagnose's own exit, its code to be trusted), not by a signal, an exec or
+#: a C library's exit
+_told: int | None = None
+
+
+def supervised() -> bool:
+    """This process is the supervised child: its parent is the process the user started (whose
+    start is the run's start, its interpreter and imports included)."""
+    return _told is not None
+
+
+def enable() -> None:
+    global _allowed
+    _allowed = True
+
+
+def available() -> bool:
+    return _allowed and hasattr(signal, "sigwaitinfo") and hasattr(os, "fork") and threading.active_count() == 1
+
+
+@dataclass
+class Ending:
+    """How the child ended: its exit code, or the signal that killed it."""
+
+    exit_code: int | None
+    signal: int | None
+    #: the signals the parent received while the child ran (forwarded or not), in order
+    received: list[int] = field(default_factory=list)
+    #: the child ended through ``end_process``: diagnose said what happened, with its exit code
+    through_diagnose: bool = False
+
+    @property
+    def code(self) -> int:
+        """The exit code the command ends with: the child's, or 128 + the signal, as a shell says."""
+        return self.exit_code if self.signal is None else 128 + self.signal  # type: ignore[return-value]
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            name = signal.Signals(self.signal).name
+            what = signal.strsignal(self.signal) or name
+            return f"the script's process died of {name} ({what.lower()})"
+        return f"the script's process ended with code {self.exit_code} without returning to diagnose (a C library's exit, or an exec)"
+
+
+def supervise() -> Ending | None:
+    global _told
+    if not available():
+        return None
+    told_read, told_write = os.pipe()  # not inherited across an exec: only diagnose's own exit writes
+    watched = {getattr(signal, name) for name in FORWARDED} | {signal.SIGCHLD}
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        os.close(told_read)
+        os.close(told_write)
+        return None
+    if pid == 0:
+        os.close(told_read)
+        _told = told_write
+        _die_with_parent()
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        return None
+    os.close(told_write)
+    try:
+        ending = _wait(pid, watched)
+        os.set_blocking(told_read, False)
+        try:
+            ending.through_diagnose = os.read(told_read, 1) == b"1"
+        except BlockingIOError:
+            pass
+        return ending
+    finally:
+        os.close(told_read)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+
+
+def _wait(pid: int, watched: set[int]) -> Ending:
+    received: list[int] = []
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            break
+        info = signal.sigwaitinfo(watched)
+        if info.si_signo == signal.SIGCHLD:
+            continue
+        received.append(info.si_signo)
+        if info.si_code in (_SI_USER, _SI_QUEUE, _SI_TKILL) and info.si_pid != pid:
+            try:  # sent to the parent alone: the child must hear it
+                os.kill(pid, info.si_signo)
+            except ProcessLookupError:
+                pass
+    if os.WIFSIGNALED(status):
+        return Ending(None, os.WTERMSIG(status), received)
+    return Ending(os.waitstatus_to_exitcode(status), None, received)
+
+
+def _die_with_parent() -> None:
+    """The child gets SIGTERM if the parent is killed (SIGKILL): never a run left orphaned."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the child outlives a killed parent
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def end_process(code: object) -> None:
+    """End a command with ``code`` (a ``SystemExit`` code), its work done: the ``atexit``
+    functions (the script's, torch's) run and the streams are flushed; threads the script left
+    running are not waited for (a non-daemon thread would keep the process from exiting after
+    its report); and a Ctrl-C, SIGTERM or SIGHUP from here on changes only the exit code
+    (130, 143, 129), never kills the process by the signal itself (the interpreter's teardown
+    puts the default handlers back: a Ctrl-C there ended ``diagnose`` with -2)."""
+    if code is None:
+        code = 0
+    if not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    came: list[int] = []
+    for name in FORWARDED:
+        try:
+            signal.signal(getattr(signal, name), lambda signum, frame: came.append(signum))
+        except (ValueError, OSError, AttributeError):  # not the main thread; no such signal
+            pass
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if left:
+        names = ", ".join(sorted({t.name for t in left}))
+        print(f"diagnose: note: the script left {len(left)} thread(s) running ({names}); diagnose exits without waiting for them", file=sys.stderr)
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - an atexit function that fails must not keep the process
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    if came and code < 128:
+        code = 128 + came[0]
+        words = "interrupted (Ctrl-C)" if came[0] == signal.SIGINT else f"terminated ({signal.Signals(came[0]).name})"
+        try:
+            print(f"diagnose: {words} as diagnose was exiting: its work was done", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+    if _told is not None:
+        try:
+            os.write(_told, b"1")
+        except OSError:
+            pass
+    os._exit(code & 0xFF if code >= 0 else 1)
+
+
+#: how long a child stopped politely (SIGTERM) has to save its report before SIGKILL
+GRACE_S = 30.0
+
+
+@dataclass
+class Finished:
+    """A bounded child's exit code (negative: the signal that ended it) and its output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+def run_bounded(cmd: list[str], timeout: float | None, env: dict[str, str] | None = None, grace_s: float = GRACE_S) -> Finished:
+    """Run ``cmd`` in a process group of its own, its output captured. Past ``timeout``, the
+    whole group is stopped politely (SIGTERM: a ``diagnose run`` saves what it measured), then
+    after ``grace_s`` killed; once the child ended, whatever it left in its group (the script's
+    own children: a ``sleep 600``) is killed too. A Ctrl-C of the caller (the group no longer
+    hears the terminal) is passed on the same way, as is whatever else ends the caller's wait
+    (a SIGTERM its handler raises as ``SystemExit``), then raised."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    timed_out = False
+    try:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stdout, stderr = _stop_group(proc, signal.SIGTERM, grace_s)
+        except BaseException as exc:
+            _stop_group(proc, signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM, grace_s)
+            raise
+    finally:
+        _kill_group(proc.pid)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return Finished(proc.returncode, stdout, stderr, timed_out)
+
+
+def _stop_group(proc: subprocess.Popen[str], sig: int, grace_s: float) -> tuple[str, str]:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        return proc.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        return proc.communicate()
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
