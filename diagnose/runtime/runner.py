@@ -9,6 +9,7 @@ the record of what was measured is saved in the run directory before this return
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib.util
 import os
@@ -17,7 +18,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -55,7 +56,8 @@ def resolve_target(script: str | None, module: str | None, args: list[str]) -> T
     """Check the script or module before anything runs, with errors a user can act on."""
     if module:
         try:
-            spec = importlib.util.find_spec(module)
+            with _cwd_first_on_path():  # as ``python -m`` looks it up (the console script's sys.path lacks it)
+                spec = importlib.util.find_spec(module)
         except (ImportError, ValueError) as exc:
             spec = None
             reason = str(exc)
@@ -93,6 +95,18 @@ def resolve_target(script: str | None, module: str | None, args: list[str]) -> T
     except ValueError as exc:  # e.g. null bytes: a binary file
         raise UsageError(f"{script} is not a Python source file ({exc})") from exc
     return Target("script", str(path.resolve()), list(args))
+
+
+@contextlib.contextmanager
+def _cwd_first_on_path() -> Iterator[None]:
+    """The current folder first on ``sys.path`` for the block, as ``python -m`` puts it there
+    before it looks the module up; the previous ``sys.path`` is put back after."""
+    saved = list(sys.path)
+    sys.path.insert(0, os.getcwd())
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 def _now() -> str:
