@@ -112,7 +112,7 @@ def run(
     if module and script:
         script_args = [script, *script_args]
         script = None
-    gate = _gate(fail_on, baseline)  # a bad condition fails before the script runs
+    gate = _gate(fail_on, baseline, rules_dirs)  # a bad condition fails before the script runs
     rank = rank_info()
     if rank_aware and rank is None:
         raise _fail(errors.UsageError("--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)", hint="use --nproc-per-node N to launch through torchrun"))
@@ -254,13 +254,18 @@ class _Gate:
     baseline: object = None  # a Report, when --baseline was given
 
 
-def _gate(fail_on: Optional[list[str]], baseline: Optional[Path], first_run_is_baseline: bool = False) -> _Gate:
-    """The parsed ``--fail-on`` conditions and the ``--baseline`` report, checked before any work
-    (``compare`` takes its first run as the baseline)."""
-    from diagnose.analysis.gate import parse_condition
+def _gate(fail_on: Optional[list[str]], baseline: Optional[Path], rules_dirs: Optional[list[Path]], first_run_is_baseline: bool = False) -> _Gate:
+    """The parsed ``--fail-on`` conditions (rule ids and categories checked against the rules,
+    built-in and ``--rules``) and the ``--baseline`` report, checked before any work (``compare``
+    takes its first run as the baseline)."""
+    from diagnose.analysis.gate import parse_condition, resolve_names
 
     try:
         conditions = [parse_condition(text) for text in fail_on or []]
+        if any(c.kind in ("rule", "category") for c in conditions):
+            from diagnose.analysis.rules import load_rules
+
+            conditions = resolve_names(conditions, load_rules(list(rules_dirs or [])))
         base = None
         if baseline is not None:
             from diagnose.api import analyze as load_report
@@ -343,7 +348,7 @@ def analyze(
     from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
     from diagnose.rundir import RunDir
 
-    gate = _gate(fail_on, baseline)
+    gate = _gate(fail_on, baseline, rules_dirs)
     try:
         options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
         if path.is_dir() and RunDir(path).holds_run():
@@ -400,7 +405,7 @@ def compare(
     from diagnose.api import compare as compare_runs
     from diagnose.renderers.comparison import render_comparison
 
-    gate = _gate(fail_on, None, first_run_is_baseline=True)
+    gate = _gate(fail_on, None, rules_dirs, first_run_is_baseline=True)
     try:
         comparison = compare_runs(*paths, rules=rules_dirs or ())
     except DiagnoseError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,56 @@ def test_module_is_looked_up_from_the_current_folder(tmp_path: Path, monkeypatch
     assert (target.kind, target.value) == ("module", "mypkg37.train")
     assert sys.path == before
     sys.modules.pop("mypkg37", None)
+
+
+# --- 2: a --fail-on typo is an error, never a gate that cannot fail ------------------------------
+
+
+DATA = REPO / "tests" / "data"
+
+
+@pytest.mark.parametrize(
+    ("condition", "message", "listed"),
+    [
+        ("NOPE001", "no rule has the rule id 'NOPE001'", "DATA001"),
+        ("rule:DATA01X", "not a rule id", "DATA001"),
+        ("category:dat", "no rule has the category 'dat' (did you mean data?)", "data, distributed"),
+    ],
+)
+def test_fail_on_unknown_rule_or_category_is_a_usage_error(condition: str, message: str, listed: str, tmp_path: Path) -> None:
+    proc = diagnose("analyze", str(DATA / "bare" / "data_bound.pt.trace.json.gz"), "--json", "--fail-on", condition, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert listed in proc.stderr
+    assert proc.stdout == ""  # refused before any analysis
+
+
+def test_fail_on_names_are_case_insensitive_and_trip_the_gate(tmp_path: Path) -> None:
+    for condition in ("category:DATA", "data001"):
+        proc = diagnose("analyze", str(DATA / "bare" / "data_bound.pt.trace.json.gz"), "--json", "--fail-on", condition, cwd=tmp_path)
+        assert proc.returncode == 6, (condition, proc.stderr)
+        assert "DATA001 fired" in proc.stderr
+
+
+def test_fail_on_accepts_a_rule_of_the_users_own(tmp_path: Path) -> None:
+    from diagnose.analysis.gate import parse_condition, resolve_names
+    from diagnose.analysis.rules import load_rules
+    from diagnose.errors import UsageError
+
+    builtin = load_rules([])
+    with pytest.raises(UsageError, match="MINE001"):
+        resolve_names([parse_condition("MINE001")], builtin)
+
+    class Mine:
+        id = "MINE001"
+        category = "mine"
+
+    assert [c.value for c in resolve_names([parse_condition("mine001"), parse_condition("category:Mine")], [*builtin, Mine()])] == ["MINE001", "mine"]
+
+
+def test_docs_ci_lists_every_category_of_the_builtin_rules() -> None:
+    from diagnose.analysis.rules import load_rules
+
+    text = (REPO / "docs" / "ci.md").read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("| `category:data`")]
+    assert {f"`{r.category}`" for r in load_rules([])} <= set(re.findall(r"`[a-z]+`", row))
