@@ -88,3 +88,67 @@ def test_docs_ci_lists_every_category_of_the_builtin_rules() -> None:
     text = (REPO / "docs" / "ci.md").read_text()
     (row,) = [line for line in text.splitlines() if line.startswith("| `category:data`")]
     assert {f"`{r.category}`" for r in load_rules([])} <= set(re.findall(r"`[a-z]+`", row))
+
+
+# --- 3: verify and sweep tables at 80 and 100 columns: columns dropped or stacked, nothing cut ---
+
+
+WORD = re.compile(r"[^\s│┃|,;:()\[\]]+")
+
+
+def words(text: str) -> set[str]:
+    return set(WORD.findall(text))
+
+
+def uncut(narrow: str, wide: str, width: int) -> None:
+    """Every line fits ``width``, and every word or number of the narrow rendering is one of the
+    wide one's (a cut leaves a piece that is not: ``num_wo``, ``(389.9-2``)."""
+    assert "…" not in narrow
+    for line in narrow.splitlines():
+        assert len(line) <= width, line
+    notes = "\n".join(re.findall(r"\(not shown at \d+ columns: .*?shows\s+them\)", narrow, re.DOTALL))
+    assert words(narrow) - words(notes) <= words(wide), sorted(words(narrow) - words(notes) - words(wide))
+
+
+def _long_sweep():  # noqa: ANN202 - a Report
+    from diagnose.experiments import Outcome
+    from tests.test_experiment_display import sweep_report
+
+    outcomes = [
+        Outcome(f"arg.batch-size={b},num_workers={w}", {"arg.batch-size": str(b), "num_workers": str(w)}, "ok", f"runs/s/{b}-{w}",
+                steps_per_s=3.21, samples_per_s=389.93 + b, mean_step_ms=389.94 + w, p10_step_ms=212.35, p90_step_ms=1412.86,
+                gpu_busy=0.42, peak_reserved_bytes=12_345_678_901, top_exposed={"category": "data_wait", "share": 0.61})
+        for b in (64, 128) for w in (0, 4)
+    ]
+    return sweep_report(outcomes)
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_sweep_and_verify_tables_cut_no_label_or_number(width: int, tmp_path: Path) -> None:
+    from diagnose.renderers.terminal import TerminalRenderer
+    from tests.test_verify_table import _verified
+
+    for report in (_long_sweep(), _verified(tmp_path)):
+        narrow = TerminalRenderer(color=False, width=width).render(report)
+        wide = TerminalRenderer(color=False, width=None).render(report)
+        uncut(narrow, wide, width)
+        for row in report.experiments["rows"] if "rows" in report.experiments else []:
+            assert row["label"] in narrow
+
+
+def test_fit_table_drops_then_stacks() -> None:
+    from rich.console import Console
+
+    from diagnose.renderers.fit import Column, fit_table
+
+    columns = [Column("run"), Column("speedup", "right"), Column("bound", "right", drop=0)]
+    rows = [["num_workers=4", "1.23x", "2.50x"]]
+    assert fit_table(columns, rows, 80).left_out == ()
+    fitted = fit_table(columns, rows, 24)  # 13 + 2 + 7 fits, with bound's 7 more it does not
+    assert fitted.left_out == ("bound",) and not fitted.stacked
+    assert fitted.note(24) == "(not shown at 24 columns: bound; a wider terminal or --json shows them)"
+    stacked = fit_table(columns, rows, 16)
+    assert stacked.stacked
+    console = Console(width=16, record=True, color_system=None)
+    console.print(stacked.renderable)
+    assert console.export_text().splitlines() == ["num_workers=4", "  speedup: 1.23x", "  bound: 2.50x"]

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from diagnose.renderers.base import Renderer
+from diagnose.renderers.fit import Column, FittedTable, fit_table
 from diagnose.renderers.view import FindingRow, RankRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
 from diagnose.units import count, gain_words, human_bytes, percent, spread_ms
 
@@ -252,15 +253,12 @@ class TerminalRenderer(Renderer):
                 tail += f" · about {count(lim.largest_batch)} samples/step fit (estimate)"
             c.print(Text.assemble(("memory at the step's peak: ", "bold"), owners + tail))
         if lim.kernels:
-            table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-            table.add_column("top kernels", no_wrap=True, overflow="ellipsis")
-            table.add_column("class")
-            table.add_column("ms/step", justify="right")
-            table.add_column("share", justify="right")
-            table.add_column("TFLOP/s", justify="right")
-            for k in lim.kernels[:5]:
-                table.add_row(short_kernel_name(k.name), k.kind, f"{k.ms_per_step:.3f}", percent(k.share, 0), f"{k.tflops:.1f}" if k.tflops is not None else "")
-            c.print(table)
+            columns = [Column("top kernels"), Column("class", drop=0), Column("ms/step", "right"), Column("share", "right"), Column("TFLOP/s", "right", drop=1)]
+            rows = [
+                [short_kernel_name(k.name), k.kind, f"{k.ms_per_step:.3f}", percent(k.share, 0), f"{k.tflops:.1f}" if k.tflops is not None else ""]
+                for k in lim.kernels[:5]
+            ]
+            self._fitted(c, fit_table(columns, rows, self.width, header_style="bold"))
         c.print()
 
     def _steps_table(self, c: Console, v: ReportView) -> None:
@@ -337,23 +335,28 @@ class TerminalRenderer(Renderer):
             c.print(Text(f"    | {line}", style="cyan"))
         c.print()
 
+    def _fitted(self, c: Console, fitted: FittedTable) -> None:
+        """A table fitted to the width, and the line that says which columns it left out."""
+        c.print(fitted.renderable)
+        note = fitted.note(self.width)
+        if note:
+            c.print(Text(note, style="dim"))
+
     def _ranks(self, c: Console, v: ReportView) -> None:
         ranks = v.ranks
         assert ranks is not None
-        table = Table(
-            title=f"{ranks.world_size} ranks side by side (the report above is rank {ranks.lead_rank}'s)",
-            title_justify="left",
-            box=None,
-            header_style="bold",
-        )
-        columns = ["rank", "status", "step ms", "data wait ms", "comm ms", "comm exposed ms", "GPU busy", "samples/step", "samples/s", "top exposed"]
+        # too narrow a terminal loses the columns with a drop order first (lowest first)
+        columns = [
+            Column("rank", "right"), Column("status"), Column("step ms", "right"), Column("data wait ms", "right", drop=5),
+            Column("comm ms", "right", drop=3), Column("comm exposed ms", "right", drop=4), Column("GPU busy", "right", drop=2),
+            Column("samples/step", "right", drop=0), Column("samples/s", "right", drop=6), Column("top exposed", drop=1),
+        ]
         if ranks.others:
-            columns.append("listed because")
-        for column in columns:
-            table.add_column(column, justify="left" if column in ("status", "top exposed", "listed because") else "right")
+            columns.append(Column("listed because", drop=7))
+        rows = []
         for row in ranks.shown:
             why = [ranks.why.get(row.rank, "the first rank" if row.rank == ranks.first_rank else "")] if ranks.others else []
-            table.add_row(
+            rows.append([
                 str(row.rank),
                 row.status,
                 _num(row.median_step_ms, "{:.1f}"),
@@ -365,8 +368,8 @@ class TerminalRenderer(Renderer):
                 _num(row.steady_samples_per_s, "{:,.1f}"),
                 str(row.top_exposed or "-"),
                 *why,
-            )
-        c.print(table)
+            ])
+        self._fitted(c, fit_table(columns, rows, self.width, title=f"{ranks.world_size} ranks side by side (the report above is rank {ranks.lead_rank}'s)", header_style="bold"))
         if ranks.others:
             c.print(Text(ranks.others.text() + " (report.json lists every rank)", style="dim"))
         if ranks.job_samples_per_s:
@@ -382,33 +385,32 @@ class TerminalRenderer(Renderer):
         key = e.compared_by
         title = "What each recommendation really buys" if e.kind == "verify" else "Sweep"
         title += f": {e.statistic}" if e.statistic else ""
-        table = Table(title=title, title_justify="left", box=None, header_style="bold")
         with_via = any(row.via for row in e.rows)  # how each knob reached the loop
-        # a CPU-only run has no GPU busy figure and no device memory: no columns of dashes for them
+        # a CPU-only run has no GPU busy figure and no device memory: no columns of dashes for them;
+        # too narrow a terminal loses the columns with a drop order first (lowest first)
         columns = [
-            ("run", "left"),
-            *((("via", "left"),) if with_via else ()),
-            ("result", "left"),
-            ("mean " + key.replace("_per_s", "/s"), "right"),
-            ("mean step ms (p10-p90)", "right"),
-            ("speedup", "right"),
-            ("predicted", "right"),
-            ("bound", "right"),
-            *([("GPU busy", "right")] if e.shows_gpu_busy else []),
-            *([("peak mem", "right")] if e.shows_memory else []),
-            ("top exposed after", "left"),
+            Column("run"),
+            *((Column("via", drop=2),) if with_via else ()),
+            Column("result"),
+            Column("mean " + key.replace("_per_s", "/s"), "right"),
+            Column("mean step ms (p10-p90)", "right", drop=6),
+            Column("speedup", "right"),
+            Column("predicted", "right", drop=5),
+            Column("bound", "right", drop=0),
+            *([Column("GPU busy", "right", drop=4)] if e.shows_gpu_busy else []),
+            *([Column("peak mem", "right", drop=3)] if e.shows_memory else []),
+            Column("top exposed after", drop=1),
         ]
-        for column, justify in columns:
-            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        rows = []
         for row in e.rows:
             verdict = row.verdict or row.status
             if row.compiled:
                 verdict += f" (compile {row.compile_s} s"
                 verdict += f", pays off after {row.break_even_steps} steps)" if row.break_even_steps is not None else ")"
             compared = row.figure(key)
-            table.add_row(
-                escape(row.label),
-                *((escape(row.via),) if with_via else ()),
+            rows.append([
+                Text(row.label),
+                *((Text(row.via),) if with_via else ()),
                 verdict,
                 f"{compared:.2f}" if compared else "-",
                 row.step_text() or "-",
@@ -418,8 +420,8 @@ class TerminalRenderer(Renderer):
                 *([percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-"] if e.shows_gpu_busy else []),
                 *([human_bytes(row.peak_reserved_bytes) if row.peak_reserved_bytes else "-"] if e.shows_memory else []),
                 f"{row.top_category} {percent(row.top_share or 0, 0)}" if row.top_category else "-",
-            )
-        c.print(table)
+            ])
+        self._fitted(c, fit_table(columns, rows, self.width, title=title, header_style="bold"))
         if e.kind == "verify":
             source = spread_words(e.baseline_spread_from)
             c.print(Text(
