@@ -6,6 +6,7 @@ errors become one line on stderr and an exit code (docs/failures.md).
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -620,19 +621,52 @@ def _progress_printer(quiet: bool):  # noqa: ANN202 - a callback
 
 @app.command(cls=Command)
 def trim(
-    trace: Path = typer.Argument(..., metavar="TRACE", help="A torch.profiler trace (.json or .json.gz)."),
-    out: Path = typer.Argument(..., metavar="OUT", help="Where to write the trimmed trace (.json or .json.gz)."),
-    steps: int = typer.Option(3, "--steps", min=1, metavar="N", help="Steps to keep."),
+    trace: Path = typer.Argument(..., metavar="TRACE", help="A torch.profiler trace (.json or .json.gz), or a run directory with one trace."),
+    out: Path = typer.Argument(..., metavar="OUT", help="Where to write the trimmed trace (.json, or .json.gz to compress it)."),
+    steps: int = typer.Option(3, "--steps", min=1, metavar="N", help="Steps of the trace to keep."),
     skip: int = typer.Option(1, "--skip", min=0, metavar="N", help="Steps to leave out first."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT if it exists."),
 ) -> None:
     """Cut a trace to a few steps and the events the analysis reads (to share it, or as a test fixture)."""
     from diagnose.analysis.trim import trim_file
 
     try:
-        written = trim_file(trace, out, steps=steps, skip=skip)
+        source = _one_trace(trace)
+        _check_output_file(out, source, overwrite)
+        written = trim_file(source, out, steps=steps, skip=skip)
     except DiagnoseError as exc:
         raise _fail(exc) from None
     typer.echo(f"wrote {written} ({written.stat().st_size / 1e3:.0f} KB)", err=True)
+
+
+def _one_trace(path: Path) -> Path:
+    """A trace file as given, or the one trace of a run directory (or of a folder of traces)."""
+    from diagnose.rundir import RunDir
+
+    if not path.is_dir():
+        return path
+    found = RunDir(path).traces()
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise errors.UsageError(f"{path} holds no trace (.pt.trace.json or .pt.trace.json.gz)", hint="give the trace file itself")
+    raise errors.UsageError(f"{path} holds {len(found)} traces: {', '.join(p.name for p in found)}", hint="give the one to trim")
+
+
+def _check_output_file(out: Path, source: Path, overwrite: bool) -> None:
+    """Refuse, before any work, an output that would replace the input, an existing file
+    without --overwrite, or a folder that cannot take it."""
+    if out.exists() and source.exists() and out.resolve() == source.resolve():
+        raise errors.UsageError(f"OUT is TRACE itself ({out}): trimming would replace the trace it reads", hint="write the trimmed trace to another file")
+    if out.is_dir():
+        raise errors.OutputError(f"{out} is a folder", hint="give the file to write, e.g. trimmed.pt.trace.json.gz")
+    if out.exists() and not overwrite:
+        raise errors.OutputError(f"{out} already exists", hint="choose another name, or pass --overwrite to replace it")
+    folder = out.parent
+    if not folder.is_dir():
+        raise errors.OutputError(f"cannot write {out}: the folder {folder} does not exist", hint="create it first, or choose another path")
+    if not os.access(folder, os.W_OK):
+        raise errors.OutputError(f"cannot write {out}: the folder {folder} is not writable", hint="choose a writable folder")
 
 
 @app.command(name="knobs", cls=Command)

@@ -339,6 +339,20 @@ class RunDir:
         return path
 
 
+def write_file_whole(path: Path, raw: bytes) -> Path:
+    """``raw`` into ``path`` whole or not at all: written beside it under a hidden partial name,
+    then renamed over it, so that a full or read-only file system leaves neither an empty nor a
+    cut file, and an existing file stays as it was. An ``OutputError`` says why it failed."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_bytes(raw)
+        partial.replace(path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}", hint="choose a writable folder with room for it") from None
+    return path
+
+
 def _load_record(path: Path) -> RunRecord:
     """A run.json, or one line saying why it cannot be used (corrupt, edited, cut short)."""
     try:

@@ -152,3 +152,81 @@ def test_fit_table_drops_then_stacks() -> None:
     console = Console(width=16, record=True, color_system=None)
     console.print(stacked.renderable)
     assert console.export_text().splitlines() == ["num_workers=4", "  speedup: 1.23x", "  bound: 2.50x"]
+
+
+# --- 4 and issue 38 item 21: trim refuses what would lose a file, and writes whole or not at all --
+
+
+TRACE = DATA / "bare" / "data_bound.pt.trace.json.gz"
+
+
+def test_trim_into_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    proc = diagnose("trim", str(TRACE), str(tmp_path / "no_such_dir" / "x.json"), cwd=tmp_path)
+    assert proc.returncode == 5
+    assert proc.stderr.splitlines()[0] == f"diagnose: error: cannot write {tmp_path / 'no_such_dir' / 'x.json'}: the folder {tmp_path / 'no_such_dir'} does not exist"
+    assert "Traceback" not in proc.stderr
+
+
+def test_trim_never_replaces_a_file_unasked_nor_its_own_input(tmp_path: Path) -> None:
+    existing = tmp_path / "t.json"
+    existing.write_text("mine")
+    proc = diagnose("trim", str(TRACE), str(existing), cwd=tmp_path)
+    assert proc.returncode == 5 and "already exists" in proc.stderr and "--overwrite" in proc.stderr
+    assert existing.read_text() == "mine"
+    proc = diagnose("trim", str(TRACE), str(existing), "--overwrite", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert existing.read_text().startswith("{")
+
+    copy = tmp_path / "copy.pt.trace.json"
+    copy.write_bytes(existing.read_bytes())
+    for flags in ((), ("--overwrite",)):
+        proc = diagnose("trim", str(copy), "copy.pt.trace.json", *flags, cwd=tmp_path)
+        assert proc.returncode == 2 and "OUT is TRACE itself" in proc.stderr
+        assert copy.read_bytes() == existing.read_bytes()
+
+
+def test_trim_takes_a_run_directory_with_one_trace(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / TRACE.name).write_bytes(TRACE.read_bytes())
+    proc = diagnose("trim", str(run), "small.pt.trace.json.gz", "--steps", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "small.pt.trace.json.gz").stat().st_size > 0
+    (run / ("rank1_" + TRACE.name)).write_bytes(TRACE.read_bytes())
+    proc = diagnose("trim", str(run), "two.json", cwd=tmp_path)
+    assert proc.returncode == 2 and "holds 2 traces" in proc.stderr and not (tmp_path / "two.json").exists()
+
+
+def test_a_full_file_system_leaves_the_old_file_and_no_piece(tmp_path: Path, monkeypatch) -> None:
+    import errno
+
+    from diagnose.errors import OutputError
+    from diagnose.rundir import write_file_whole
+
+    target = tmp_path / "t.json"
+    target.write_text("old")
+    real_write = Path.write_bytes
+
+    def full(self: Path, data: bytes) -> int:
+        real_write(self, data[:3])  # a part lands, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OutputError, match=f"cannot write {target}: No space left on device"):
+        write_file_whole(target, b"new content")
+    monkeypatch.undo()
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_trim_into_a_read_only_folder_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        proc = diagnose("trim", str(TRACE), str(folder / "x.json"), cwd=tmp_path)
+    finally:
+        folder.chmod(0o755)
+    assert proc.returncode == 5 and "is not writable" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(folder.iterdir()) == []
