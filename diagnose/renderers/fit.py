@@ -84,13 +84,29 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
             left_out.append(i)
         if total(shown) > width:  # the columns that must stay do not fit side by side: stack each row
             return FittedTable(_stacked(columns, rows, title, table_options.get("header_style")), stacked=True)
+    widths = _widths([columns[i] for i in shown], [needs[i] for i in shown], width)
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, **table_options)
-    for i in shown:
+    for i, column_width in zip(shown, widths):
         column = columns[i]
-        table.add_column(column.header, justify=column.justify, min_width=needs[i], style=column.style)  # type: ignore[arg-type]
+        table.add_column(column.header, justify=column.justify, width=column_width, style=column.style)  # type: ignore[arg-type]
     for row in rows:
         table.add_row(*(row[i] for i in shown))
     return FittedTable(table, tuple(columns[i].header for i in sorted(left_out)))
+
+
+def _widths(columns: Sequence[Column], needs: Sequence[int], width: int | None) -> list[int]:
+    """Each column's width, set here rather than left to rich (whose shrinking crops cells):
+    what its cells need, and more for a header that would wrap, as the width allows (the
+    narrowest headers first, so that as many as can stay on one line)."""
+    widths = list(needs)
+    room = None if width is None else width - (sum(needs) + GAP * max(len(needs) - 1, 0))
+    for i in sorted(range(len(columns)), key=lambda i: cell_len(columns[i].header) - needs[i]):
+        more = max(cell_len(columns[i].header) - needs[i], 0)
+        if room is not None:
+            more = min(more, room)
+            room -= more
+        widths[i] += more
+    return widths
 
 
 def _stacked(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], title: str | None, header_style: str | None) -> RenderableType:

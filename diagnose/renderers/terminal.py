@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -320,19 +321,25 @@ class TerminalRenderer(Renderer):
     def _finding(self, c: Console, i: int, f: FindingRow) -> None:
         words = gain_words(f.predicted_speedup, f.gain_bound)
         gain = f" — {words}" if words else ""
-        c.print(Text.assemble(f"{i:>2}. ", (f.rule, "bold"), " ", (f.title, "bold"), (gain, "green")))
-        c.print(Text(f"    {f.says}"))
+        heading = Table.grid()  # the title wraps beside its number, not under it
+        heading.add_column(no_wrap=True)
+        heading.add_column()
+        heading.add_row(f"{i:>2}. ", Text.assemble((f.rule, "bold"), " ", (f.title, "bold"), (gain, "green")))
+        c.print(heading)
+        _indented(c, Text(f.says))
         if f.evidence:
-            c.print(Text("    evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in f.evidence), style="dim"))
+            _indented(c, Text("evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in f.evidence), style="dim"))
         if f.borderline:
-            c.print(Text(
-                f"    borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not show it",
+            _indented(c, Text(
+                f"borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not show it",
                 style="yellow",
             ))
         if f.lines:
-            c.print(Text(f"    where: {f.lines}", style="yellow"))
+            _indented(c, Text(f"where: {f.lines}", style="yellow"))
         for line in f.do.splitlines():
-            c.print(Text(f"    | {line}", style="cyan"))
+            # code to copy is never wrapped: a piece on the next line, outside the gutter, reads as
+            # another line of code; the terminal soft-wraps a long line and a copy keeps it whole
+            c.print(Text(f"    | {line}", style="cyan"), no_wrap=True, overflow="ignore", crop=False)
         c.print()
 
     def _fitted(self, c: Console, fitted: FittedTable) -> None:
@@ -433,6 +440,11 @@ class TerminalRenderer(Renderer):
         if e.plot:
             c.print(Text(f"plot: {e.plot}", style="dim"))
         c.print()
+
+
+def _indented(c: Console, text: Text, indent: int = 4) -> None:
+    """A paragraph wrapped inside its indent (a hanging indent), never back to column 0."""
+    c.print(Padding(text, (0, 0, 0, indent)))
 
 
 def _num(value: Any, fmt: str) -> str:
