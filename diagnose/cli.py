@@ -442,15 +442,23 @@ def _script_args(script: Optional[str], args: Optional[list[str]], module: Optio
     return [script, "--", *rest]
 
 
-def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], shared: bool = False):  # noqa: ANN202
+def _experiment_setup(  # noqa: ANN202
+    kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], shared: bool = False,
+    knobs: Optional[list[str]] = None, rules_dirs: Optional[list[Path]] = None,
+):
     """The checked target, its arguments for ``diagnose run`` and the output folder (``shared``:
-    a multi-node verify or sweep, whose nodes all write into it)."""
+    a multi-node verify or sweep, whose nodes all write into it), created only once the target,
+    the knobs and the rule files are found good (a usage error leaves no folder behind)."""
+    from diagnose.analysis.rules import load_rules
     from diagnose.rundir import RunDir
+    from diagnose.runtime.knobs import Knobs
     from diagnose.runtime.runner import resolve_target
 
     target_args = _script_args(script, args, module)
     try:
         target = resolve_target(script if not module else None, module, [])
+        Knobs.parse(list(knobs or []))
+        load_rules(list(rules_dirs or []))
         out_dir = RunDir.create_for(f"{kind}-{target.display_name}", out, overwrite=shared)
     except DiagnoseError as exc:
         raise _fail(exc) from None
@@ -517,7 +525,7 @@ def verify(
     from diagnose.session import rules_argv
 
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
-    target_args, _, out_dir = _experiment_setup("verify", script, args, module, out, shared=launch.multi_node)
+    target_args, _, out_dir = _experiment_setup("verify", script, args, module, out, shared=launch.multi_node, knobs=knob, rules_dirs=rules_dirs)
     result, base_report = run_verify(
         target_args, out_dir, WindowPlan(warmup=warmup, steps=steps, timed=timed_steps), top=top, repeats=repeats,
         base_knobs=list(knob or []), on_progress=_progress_printer(json_out), timeout=timeout, options=rules_argv(rules_dirs or []),
@@ -571,7 +579,7 @@ def sweep(
     except DiagnoseError as exc:
         raise _fail(exc) from None
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
-    target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out, shared=launch.multi_node)
+    target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out, shared=launch.multi_node, knobs=fixed)
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
     outcomes = run_sweep(
         target_args, out_dir, plan, specs, base_knobs=list(fixed or []), on_progress=_progress_printer(json_out), timeout=timeout, launch=launch

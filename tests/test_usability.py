@@ -248,3 +248,20 @@ def test_a_finding_wraps_inside_its_indent_and_keeps_its_code_whole() -> None:
     assert block and all(line.startswith("    ") for line in block), block
     code = [line for line in block if line.startswith("    | ")]
     assert code == [f"    | {line}".rstrip() for line in finding["do"].splitlines()]
+
+
+# --- 6: a usage error leaves no run directory behind ----------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["run", "verify", "sweep"])
+@pytest.mark.parametrize("target", [[], ["missing.py"], ["folder"], ["/bin/ls"], ["-m", "no_such_mod37"], ["train.py", "--set", "nosuch=1"]])
+def test_a_usage_error_leaves_no_run_directory(command: str, target: list[str], tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    sweep = ["--set", "num_workers=0,2"] if command == "sweep" and "--set" not in target else []
+    if command == "sweep" and "--set" in target:
+        target = ["train.py", "--set", "num_workers=0,2", "--with", "nosuch=1"]
+    proc = diagnose(command, *sweep, *target, "--out", "out", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("diagnose: error:") and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "train.py"]
