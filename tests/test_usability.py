@@ -265,3 +265,31 @@ def test_a_usage_error_leaves_no_run_directory(command: str, target: list[str], 
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("diagnose: error:") and "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "train.py"]
+
+
+# --- 7: --set arg.NAME is spelled as the script's own parser spells it ---------------------------
+
+
+def test_respell_options_asks_the_parsers_spelling() -> None:
+    from diagnose.runtime.knobs import respell_options
+
+    known = ["--batch-size", "--lr", "--help", "--mixed-precision"]
+    args = ["--batch-size", "64", "--lr=0.1", "--batch_size", "128", "--mixed_precision=bf16"]
+    assert respell_options(args, ["--batch_size", "--mixed_precision", "--lr", "--nosuch"], known) == (
+        ["--lr=0.1", "--batch-size", "128", "--mixed-precision=bf16"], ["--nosuch"])
+
+
+def test_arg_knob_reaches_a_dashed_option_and_an_unknown_one_is_said(tmp_path: Path) -> None:
+    from tests.scripts import MLP_TRAIN
+
+    (tmp_path / "train.py").write_text(MLP_TRAIN.lstrip())
+    fast = ["--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "--no-lines"]
+    proc = diagnose("run", *fast, "--json", "--set", "arg.batch_size=24", "train.py", "--", "--batch-size", "64", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    report = json.loads(proc.stdout)
+    assert report["throughput"]["batch_size"] == 24
+    proc = diagnose("run", *fast, "--json", "--set", "arg.batch_sise=24", "train.py", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "diagnose: warning: --set arg.batch_sise: the script's parser has no option --batch_sise (its options: --batch-size, --epochs, --help)" in proc.stderr
