@@ -17,6 +17,7 @@ import typer
 from diagnose import __version__, errors
 from diagnose.cliparse import Command, ScriptCommand
 from diagnose.errors import DiagnoseError
+from diagnose.progress import ExperimentProgress
 
 app = typer.Typer(
     name="diagnose",
@@ -509,6 +510,7 @@ def verify(
     json_out: bool = typer.Option(False, "--json", help="Print the report (with the experiments) as JSON."),
     html: bool = typer.Option(False, "--html", help="Also write report.html."),
     timeout: float = typer.Option(1800, "--timeout", metavar="SECONDS", help="Seconds one run may take."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
     nproc_per_node: Optional[int] = _nproc_option(),
     nnodes: Optional[str] = _nnodes_option(),
@@ -526,11 +528,13 @@ def verify(
 
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
     target_args, _, out_dir = _experiment_setup("verify", script, args, module, out, shared=launch.multi_node, knobs=knob, rules_dirs=rules_dirs)
+    progress = ExperimentProgress(enabled=not (quiet or json_out))
     result, base_report = run_verify(
         target_args, out_dir, WindowPlan(warmup=warmup, steps=steps, timed=timed_steps), top=top, repeats=repeats,
-        base_knobs=list(knob or []), on_progress=_progress_printer(json_out), timeout=timeout, options=rules_argv(rules_dirs or []),
-        launch=launch, rules=[r.upper() for r in only_rules or []],
+        base_knobs=list(knob or []), timeout=timeout, options=rules_argv(rules_dirs or []),
+        launch=launch, rules=[r.upper() for r in only_rules or []], **_progress_callbacks(progress),
     )
+    progress.done()
     first = result.baseline.runs[0]
     if not base_report or first.status != "ok":
         raise _fail(
@@ -560,6 +564,7 @@ def sweep(
     json_out: bool = typer.Option(False, "--json", help="Print the report (with the sweep) as JSON."),
     html: bool = typer.Option(False, "--html", help="Also write report.html with the sweep charts."),
     timeout: float = typer.Option(1800, "--timeout", metavar="SECONDS", help="Seconds one run may take."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
     nproc_per_node: Optional[int] = _nproc_option(),
     nnodes: Optional[str] = _nnodes_option(),
@@ -581,16 +586,21 @@ def sweep(
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
     target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out, shared=launch.multi_node, knobs=fixed)
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
+    progress = ExperimentProgress(enabled=not (quiet or json_out))
     outcomes = run_sweep(
-        target_args, out_dir, plan, specs, base_knobs=list(fixed or []), on_progress=_progress_printer(json_out), timeout=timeout, launch=launch
+        target_args, out_dir, plan, specs, base_knobs=list(fixed or []), timeout=timeout, launch=launch, **_progress_callbacks(progress)
     )
+    progress.done()
     summary = summarize_sweep(names, outcomes)
     plot = plot_sweep(summary, out_dir.plot_path)
     if plot is not None:
         summary["plot"] = plot.name
     report = Report(
         source={"kind": "sweep", "run_dir": str(out_dir.path)},
-        status={"state": "sweep", "exit_code": 0, "message": f"{len(outcomes)} runs of {target.value}", "error": None},
+        status={
+            "state": "sweep", "exit_code": errors.EXIT_OK if any(o.status == "ok" for o in outcomes) else errors.EXIT_SCRIPT_FAILED,
+            "message": f"{len(outcomes)} runs of {target.value}", "error": None,
+        },
         run={"target": {"kind": target.kind, "value": target.value, "args": target_args}},
         # the machine the points ran on, as their own reports recorded it: the header names the device
         environment=_environment_of(outcomes),
@@ -619,12 +629,10 @@ def _environment_of(outcomes) -> dict:  # noqa: ANN001 - list[Outcome]
     return {}
 
 
-def _progress_printer(quiet: bool):  # noqa: ANN202 - a callback
-    def show(label: str) -> None:
-        if not quiet:
-            typer.echo(f"diagnose ▸ experiment: {label}", err=True)
-
-    return show
+def _progress_callbacks(progress: ExperimentProgress) -> dict:
+    """verify's and sweep's progress: a line per experiment; on a terminal, each child run's own
+    progress drawn in place under it."""
+    return {"on_progress": progress.experiment, "on_child_line": progress.child if progress.shows_children else None}
 
 
 @app.command(cls=Command)

@@ -45,6 +45,7 @@ from typing import Any
 
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
+from diagnose.progress import PREFIX as PROGRESS_PREFIX
 from diagnose.record import WindowPlan
 from diagnose.rundir import RunDir
 from diagnose.runtime.knobs import Knobs, split_assignment
@@ -156,9 +157,10 @@ def _slug(label: str) -> str:
 
 
 def _command(
-    script: list[str], spec: Spec, run_dir: RunDir, plan: WindowPlan, base_knobs: list[str], options: RunOptions, launch: Launch | None = None
+    script: list[str], spec: Spec, run_dir: RunDir, plan: WindowPlan, base_knobs: list[str], options: RunOptions, launch: Launch | None = None,
+    quiet: bool = True,
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir.path), *options]
+    cmd = [sys.executable, "-m", "diagnose", "run", *(["--quiet"] if quiet else []), "--json", "--overwrite", "--out", str(run_dir.path), *options]
     cmd += (launch or Launch()).argv(run_dir.path.name)  # the experiment's folder: unique in its verify or sweep
     cmd += plan.to_argv()
     for assignment in [*base_knobs, *(f"{k}={v}" for k, v in spec.knobs.items())]:
@@ -175,14 +177,16 @@ def run_experiment(
     timeout: float | None = None,
     options: RunOptions | None = None,
     launch: Launch | None = None,
+    on_child_line: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Run once under ``diagnose run`` (a whole torchrun job with ``launch``) in a fresh process
-    and read its report."""
-    cmd = _command(script, spec, run_dir, plan, base_knobs or [], options or [], launch)
+    and read its report. With ``on_child_line``, the run's progress lines are passed to it as
+    they come."""
+    cmd = _command(script, spec, run_dir, plan, base_knobs or [], options or [], launch, quiet=on_child_line is None)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     started = time.time()
     try:
-        returncode, stdout, stderr = _run_in_session(cmd, env, timeout)
+        returncode, stdout, stderr = _run_in_session(cmd, env, timeout, on_child_line or (lambda _: None))
     except subprocess.TimeoutExpired:
         return Outcome(spec.label, spec.knobs, "failed", str(run_dir.path), rule=spec.rule, error=f"timed out after {timeout:.0f} s")
     report: dict[str, Any] = {}
@@ -200,35 +204,60 @@ def run_experiment(
 KILL_GRACE_S = 10.0
 
 
-def _run_in_session(cmd: list[str], env: dict[str, str], timeout: float | None) -> tuple[int, str, str]:
-    """Run ``cmd`` in its own session; on timeout (or Ctrl-C, which no longer reaches it) end its
-    whole process group (a torchrun job's ranks with it, not only the ``diagnose run`` that
-    launched them), then re-raise."""
+def _run_in_session(
+    cmd: list[str], env: dict[str, str], timeout: float | None, on_line: Callable[[str], None] = lambda _: None,
+) -> tuple[int, str, str]:
+    """Run ``cmd`` in its own session: (exit code, stdout, stderr without its progress lines,
+    which go to ``on_line`` as the child writes them). On timeout (or Ctrl-C, which no longer
+    reaches it) end its whole process group (a torchrun job's ranks with it, not only the
+    ``diagnose run`` that launched them), then re-raise."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    out: list[str] = []
+    err: list[str] = []
+
+    def read_stdout() -> None:
+        out.append(proc.stdout.read())  # type: ignore[union-attr]
+
+    def read_stderr() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            if line.startswith(PROGRESS_PREFIX):
+                on_line(line[len(PROGRESS_PREFIX):].strip())
+            else:
+                err.append(line)
+
+    readers = [threading.Thread(target=read_stdout, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
+    for reader in readers:
+        reader.start()
     main = threading.current_thread() is threading.main_thread()
     # SIGTERM to verify or sweep would otherwise end it alone, its job running on in its session
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except BaseException:
-        end_process_group(proc)
+        end_process_group(proc, drained=True)
         raise
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
-    return proc.returncode, stdout, stderr
+        for reader in readers:
+            reader.join(timeout=KILL_GRACE_S)
+    return proc.returncode, "".join(out), "".join(err)
 
 
-def end_process_group(proc: subprocess.Popen[Any], grace_s: float = KILL_GRACE_S) -> None:
+def end_process_group(proc: subprocess.Popen[Any], grace_s: float = KILL_GRACE_S, drained: bool = False) -> None:
     """End the process group of ``proc`` (started with ``start_new_session``): SIGTERM (torchrun
-    passes it to its ranks), SIGKILL after ``grace_s`` if it is still there."""
+    passes it to its ranks), SIGKILL after ``grace_s`` if it is still there. ``drained``: its
+    pipes are read by the caller's threads, so it is waited for, not communicated with."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
         try:
-            proc.communicate(timeout=grace_s)
+            if drained:
+                proc.wait(timeout=grace_s)
+            else:
+                proc.communicate(timeout=grace_s)
             return
         except subprocess.TimeoutExpired:
             continue
@@ -495,13 +524,14 @@ def verify(
     options: RunOptions | None = None,
     launch: Launch | None = None,
     rules: list[str] | None = None,
+    on_child_line: Callable[[str], None] | None = None,
 ) -> tuple[VerifyResult, dict[str, Any]]:
     """Diagnose, then try each top recommendation (or the findings of ``rules``) alone and all
     of them combined."""
 
     def experiment(spec: Spec, name: str) -> Outcome:
         on_progress(name)
-        return run_experiment(script, spec, out_dir.child(name), plan, base_knobs, timeout, options, launch)
+        return run_experiment(script, spec, out_dir.child(name), plan, base_knobs, timeout, options, launch, on_child_line)
 
     baselines = [experiment(Spec("baseline"), f"baseline-{i}") for i in range(1, repeats + 1)]
     first = out_dir.child("baseline-1")
@@ -633,6 +663,7 @@ def sweep(
     stop_after_oom: bool = True,
     options: RunOptions | None = None,
     launch: Launch | None = None,
+    on_child_line: Callable[[str], None] | None = None,
 ) -> list[Outcome]:
     """Run each point; once a batch-size point runs out of memory, larger ones are skipped."""
     outcomes: list[Outcome] = []
@@ -643,7 +674,7 @@ def sweep(
             outcomes.append(Outcome(spec.label, spec.knobs, "oom", "", error="skipped: a smaller value already ran out of memory"))
             continue
         on_progress(spec.label)
-        o = run_experiment(script, spec, out_dir.child(spec.label), plan, base_knobs, timeout, options, launch)
+        o = run_experiment(script, spec, out_dir.child(spec.label), plan, base_knobs, timeout, options, launch, on_child_line)
         outcomes.append(o)
         if o.status == "oom" and size_knob:
             oom_at[size_knob] = min(oom_at.get(size_knob, float("inf")), _as_float(spec.knobs[size_knob]))

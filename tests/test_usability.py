@@ -293,3 +293,81 @@ def test_arg_knob_reaches_a_dashed_option_and_an_unknown_one_is_said(tmp_path: P
     proc = diagnose("run", *fast, "--json", "--set", "arg.batch_sise=24", "train.py", cwd=tmp_path)
     assert proc.returncode != 0
     assert "diagnose: warning: --set arg.batch_sise: the script's parser has no option --batch_sise (its options: --batch-size, --epochs, --help)" in proc.stderr
+
+
+# --- 8: TERM=dumb, the sweep's status colour, a child run's progress, Kineto's own lines ----------
+
+
+class _Terminal:
+    """A stream that says it is a terminal."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise OSError("no descriptor")
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_term_dumb_gets_no_colour_nor_escape_codes(monkeypatch) -> None:
+    from diagnose.progress import Progress
+    from diagnose.renderers.terminal import ConsoleSettings
+
+    assert ConsoleSettings.detect(None, _Terminal(), {"TERM": "xterm-256color"}).color
+    assert not ConsoleSettings.detect(None, _Terminal(), {"TERM": "dumb"}).color
+    assert ConsoleSettings.detect(True, _Terminal(), {"TERM": "dumb"}).color  # --color still wins
+    assert ConsoleSettings.detect(None, _Terminal(), {"TERM": "dumb", "FORCE_COLOR": "1"}).color
+    monkeypatch.setenv("TERM", "dumb")
+    stream = _Terminal()
+    progress = Progress(stream)
+    progress.step("step 3")
+    assert stream.text == ""
+
+
+def test_a_sweep_that_ran_has_a_green_status_line() -> None:
+    from diagnose.renderers.terminal import TerminalRenderer
+
+    report = _long_sweep()
+    report.status["exit_code"] = 0
+    text = TerminalRenderer(color=True, width=None).render(report)
+    (line,) = [line for line in text.splitlines() if "4 runs of data_bound.py" in line]
+    assert "\x1b[32m" in line and "\x1b[31m" not in line  # green, not red
+    report.status["exit_code"] = 1  # no point ran
+    text = TerminalRenderer(color=True, width=None).render(report)
+    (line,) = [line for line in text.splitlines() if "4 runs of data_bound.py" in line]
+    assert "\x1b[31m" in line
+
+
+def test_kineto_lines_are_kept_off_stderr_and_the_rest_kept() -> None:
+    from diagnose.runtime.kinetolog import kept_lines
+
+    raw = (b"USDT:2026-11-27 05:01:21 28288:28288 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+           b"my own warning\n"
+           b"STAGE:2026-11-27 05:02:17 30039:30039 SyncActivityProfilerHandler.cpp:51] Completed Stage: Warm Up\n")
+    assert kept_lines(raw) == b"my own warning\n"
+
+
+def test_a_child_runs_progress_reaches_the_parent_and_no_kineto_line_shows(tmp_path: Path) -> None:
+    from diagnose.experiments import Spec, run_experiment
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+    from tests.scripts import MLP_TRAIN
+
+    (tmp_path / "train.py").write_text(MLP_TRAIN.lstrip())
+    lines: list[str] = []
+    plan = WindowPlan(warmup=2, steps=2, timed=2, max_steps=2)
+    out = RunDir.create(tmp_path / "child")
+    outcome = run_experiment([str(tmp_path / "train.py"), "--"], Spec("baseline"), out, plan, timeout=240, on_child_line=lines.append)
+    assert outcome.status == "ok", outcome.error
+    assert any("warm" in line for line in lines) and any("profil" in line for line in lines), lines
+    proc = diagnose("run", "--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "-q", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0 and "USDT:" not in proc.stderr and "STAGE:" not in proc.stderr, proc.stderr

@@ -56,7 +56,7 @@ class ConsoleSettings:
     @classmethod
     def detect(cls, color: bool | None = None, stream: TextIO | None = None, environ: Mapping[str, str] = os.environ) -> ConsoleSettings:
         """``--color/--no-color`` first, then NO_COLOR (any value: no colour, no-color.org), then
-        FORCE_COLOR, then whether ``stream`` is a terminal. The width is COLUMNS when set, else the
+        FORCE_COLOR, then whether ``stream`` is a terminal that takes colour (not TERM=dumb). The width is COLUMNS when set, else the
         terminal's; piped output is not wrapped (a reader or a pager wraps it)."""
         stream = sys.stdout if stream is None else stream
         is_tty = bool(getattr(stream, "isatty", lambda: False)())
@@ -66,7 +66,7 @@ class ConsoleSettings:
             elif environ.get("FORCE_COLOR", "") not in ("", "0"):
                 color = True
             else:
-                color = is_tty
+                color = is_tty and not dumb_terminal(environ)
         width: int | None = None
         columns = environ.get("COLUMNS", "")
         if columns.isdigit() and int(columns) > 0:
@@ -77,6 +77,11 @@ class ConsoleSettings:
             except (OSError, ValueError, AttributeError):
                 width = None
         return cls(color=color, width=width)
+
+
+def dumb_terminal(environ: Mapping[str, str] = os.environ) -> bool:
+    """TERM=dumb: a terminal (Emacs' shell, some CI consoles) that takes no escape codes."""
+    return environ.get("TERM", "") == "dumb"
 
 
 class TerminalRenderer(Renderer):
