@@ -331,7 +331,7 @@ def _exit_for(record, plan) -> None:  # noqa: ANN001
 
 @app.command(cls=Command)
 def analyze(
-    path: Path = typer.Argument(..., metavar="PATH", help="A run directory, or a trace written by torch.profiler (.json or .json.gz)."),
+    path: Path = typer.Argument(..., metavar="PATH", help="A run directory (or its report.json), or a trace written by torch.profiler (.json or .json.gz)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     html: bool = typer.Option(False, "--html", help="Also write report.html (into the run directory; for a bare trace or a folder of traces, into a new one)."),
     show_all: bool = typer.Option(False, "--all", help="Show every finding that fired."),
@@ -351,6 +351,7 @@ def analyze(
     from diagnose.rundir import RunDir
 
     gate = _gate(fail_on, baseline, rules_dirs)
+    path = RunDir.containing(path).path  # RUN/diagnose/report.json names its run directory
     try:
         options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
         if path.is_dir() and RunDir(path).holds_run():
@@ -375,7 +376,7 @@ def analyze(
 
 @app.command(cls=Command)
 def report(
-    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory with report.json."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory with report.json (or that report.json itself)."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json."),
     html: bool = typer.Option(False, "--html", help="Write report.html into the run directory."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
@@ -383,7 +384,7 @@ def report(
     """Show a saved report again (no re-analysis), or write its HTML."""
     from diagnose.rundir import RunDir
 
-    saved_run = RunDir(run_dir)
+    saved_run = RunDir.containing(run_dir)  # RUN/diagnose/report.json names its run directory
     try:
         saved = saved_run.load_report()
         if html:

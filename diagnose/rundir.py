@@ -131,6 +131,16 @@ class RunDir:
         """``--out`` when given, else a fresh ``runs/<name>-<time>/``."""
         return cls.create(out if out is not None else default_location(name), overwrite=overwrite)
 
+    @classmethod
+    def containing(cls, path: Path) -> RunDir:
+        """The run directory ``path`` is, or whose own file it names: ``RUN/diagnose/report.json``,
+        ``RUN/report.json`` (an older layout) and ``RUN/diagnose/run.json`` are ``RUN``'s."""
+        path = Path(path)
+        if path.is_file() and (path.name in (REPORT_JSON, RUN_JSON) or _RANK_RECORD.match(path.name)):
+            folder = path.parent
+            return cls(folder.parent if folder.name == OWN_FILES else folder)
+        return cls(path)
+
     def holds_run(self) -> bool:
         """Whether this is a diagnose run directory (it holds a run record): only those are
         written into by ``analyze``; a folder of a user's own traces is not."""

@@ -371,3 +371,101 @@ def test_a_child_runs_progress_reaches_the_parent_and_no_kineto_line_shows(tmp_p
     assert any("warm" in line for line in lines) and any("profil" in line for line in lines), lines
     proc = diagnose("run", "--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "-q", "train.py", cwd=tmp_path)
     assert proc.returncode == 0 and "USDT:" not in proc.stderr and "STAGE:" not in proc.stderr, proc.stderr
+
+
+# --- 9: compare knows each run's spread and notes, one window for all, and warns of unlike runs ---
+
+
+def _saved(name: str = "data_bound"):  # noqa: ANN202 - a Report
+    from diagnose.api import analyze
+
+    return analyze(DATA / name, reanalyze=True)
+
+
+def _scaled(report, factor: float):  # noqa: ANN001, ANN202 - Report in and out
+    """The report with its steady throughput ``factor`` times higher (and its step shorter)."""
+    import copy
+
+    other = copy.deepcopy(report)
+    steady = other.throughput["steady"]
+    for key in ("steps_per_s", "samples_per_s"):
+        steady[key] = steady[key] * factor
+    for key in ("mean_step_ms", "p10_step_ms", "p90_step_ms", "median_step_ms"):
+        if key in steady:
+            steady[key] = steady[key] / factor
+    return other
+
+
+def test_a_change_inside_the_runs_spread_is_said_to_be_no_measurable_change() -> None:
+    from diagnose.analysis.compare import compare_reports
+
+    base = _saved()
+    steady = base.throughput["steady"]
+    assert steady.get("p10_step_ms") and steady.get("p90_step_ms")
+    spread = (steady["p90_step_ms"] - steady["p10_step_ms"]) / 2 / steady["mean_step_ms"]
+    inside = compare_reports([("a", base), ("b", _scaled(base, 1 + spread / 2))])
+    assert inside.runs[1].inside_spread
+    assert f"inside the runs' spread of ±{round(spread * 100)}%: no measurable change" in inside.runs[1].shift
+    outside = compare_reports([("a", base), ("b", _scaled(base, 1 + spread * 3))])
+    assert not outside.runs[1].inside_spread and "no measurable change" not in outside.runs[1].shift
+    assert inside.runs[0].spread == round(spread, 4)
+    assert inside.runs[0].notes == tuple(w for w in base.warnings if w.startswith("profiling made"))
+
+
+def test_compare_uses_one_window_for_every_run() -> None:
+    import copy
+
+    from diagnose.analysis.compare import compare_reports
+
+    base = _saved()
+    unprofiled = copy.deepcopy(base)
+    unprofiled.throughput["steady"] = None  # ended before its timed window: only the profiled figure
+    comparison = compare_reports([("a", base), ("b", unprofiled)])
+    assert comparison.window == "profiled"
+    assert comparison.runs[1].speedup == 1.0  # the same profiled figure, not steady against profiled
+
+
+def test_compare_warns_when_the_runs_are_of_different_scripts_or_plans() -> None:
+    import copy
+
+    from diagnose.analysis.compare import compare_reports
+
+    base = _saved()
+    other = copy.deepcopy(base)
+    other.run["target"] = {**other.run["target"], "value": "/w/other.py"}
+    other.run["plan"] = {**other.run["plan"], "steps": 9}
+    warnings = compare_reports([("a", base), ("b", other)]).warnings
+    assert warnings[0].startswith("the runs are of different scripts: a: ") and warnings[0].endswith("b: /w/other.py")
+    assert warnings[1].startswith("the runs are of different window plans")
+    assert compare_reports([("a", base), ("b", copy.deepcopy(base))]).warnings == ()
+
+
+def test_compare_labels_report_json_paths_by_their_run_folder(tmp_path: Path) -> None:
+    import shutil
+
+    for name in ("before", "after"):
+        shutil.copytree(DATA / "data_bound", tmp_path / name)
+    from diagnose.api import compare
+
+    reports = [tmp_path / name / "diagnose" / "report.json" if (tmp_path / name / "diagnose").is_dir() else tmp_path / name / "report.json" for name in ("before", "after")]
+    assert compare(*reports).labels == ("before", "after")
+    proc = diagnose("compare", *map(str, reports), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    assert [run["label"] for run in json.loads(proc.stdout)["runs"]] == ["before", "after"]
+
+
+# --- 11: a run's report.json is taken wherever a run directory is ------------------------------------
+
+
+def test_report_and_analyze_take_a_runs_report_json(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(DATA / "data_bound", tmp_path / "run")
+    own = tmp_path / "run" / "diagnose" / "report.json"
+    path = own if own.is_file() else tmp_path / "run" / "report.json"
+    for command in (["report"], ["analyze"], ["report", "--html"]):
+        proc = diagnose(*command, str(path), "--no-color", cwd=tmp_path) if command != ["report", "--html"] else diagnose(*command, str(path), cwd=tmp_path)
+        assert proc.returncode == 0, (command, proc.stderr)
+    assert (tmp_path / "run" / "report.html").is_file()

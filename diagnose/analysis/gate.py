@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from diagnose.analysis.compare import rate_key_for, throughput_of
+from diagnose.analysis.compare import rate_key_for, throughput_of, window_for
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
 
@@ -134,16 +134,18 @@ def _throughput_failure(report: Report, condition: Condition, baseline: Report |
         if baseline is None:
             raise UsageError(f"--fail-on {condition.text!r} needs a baseline run", hint="pass --baseline RUN_DIR (compare uses its first run)")
         rate_key = rate_key_for([report, baseline])
-        bound = throughput_of(baseline, rate_key)
+        window = window_for([report, baseline], rate_key)  # both in one window: steady, else profiled
+        bound = throughput_of(baseline, rate_key, window)
         if bound is None:
             raise UsageError(f"--fail-on {condition.text!r}: the baseline run measured no throughput")
         bound_text = f"the baseline's {bound:,.1f}"
     else:
         rate_key = rate_key_for([report])
+        window = None
         bound = condition.bound
         bound_text = f"{bound:,g}"
     unit = rate_key.replace("_per_s", "/s")
-    value = throughput_of(report, rate_key)
+    value = throughput_of(report, rate_key, window)
     if value is None:
         return f"{condition.text}: the run measured no throughput"
     limit = bound * (1 - condition.tolerance)

@@ -12,6 +12,7 @@ import io
 import json
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from diagnose.analysis.compare import Comparison, RunColumn, ShareRow
 from diagnose.renderers.fit import Column, FittedTable, fit_table
@@ -19,6 +20,7 @@ from diagnose.renderers.view import ReportView
 from diagnose.units import ms, percent, spread_ms
 
 FORMATS = ("terminal", "json", "html")
+WINDOW_WORDS = {"steady": "timed with the profiler off", "profiled": "the profiled steps, as not every run has a steady figure"}
 
 
 def render_comparison(comparison: Comparison, fmt: str = "terminal", color: bool = False, width: int = 100) -> str:
@@ -63,8 +65,14 @@ class ComparisonTerminalRenderer:
         )
         c = comparison
         console.print(f"[bold]diagnose compare[/]  ·  {len(c.runs)} runs, the first is the baseline")
+        for warning in c.warnings:
+            console.print(Text(f"warning: {warning}", style="yellow"))
         for run in c.runs[1:]:
             console.print(f"[bold cyan]{escape(run.label)}[/]: {escape(run.shift or '')}")
+        for run in c.runs:
+            spread = f"its steps' spread ±{percent(run.spread, 0)}" if run.spread is not None else ""
+            for line in ([spread] if spread and run.notes else []) + list(run.notes):
+                console.print(Text(f"note ({run.label}): {line}", style="dim"))
         console.print()
         for fitted in (
             self._summary(c),
@@ -83,13 +91,13 @@ class ComparisonTerminalRenderer:
 
     def _summary(self, c: Comparison) -> FittedTable:
         rows = [
-            [rate_words(c.rate_key), *[_cell(r.throughput, f"{r.throughput:,.1f}" if r.throughput else "", r.speedup) for r in c.runs]],
+            [rate_words(c.rate_key), *[_cell(r.throughput, f"{r.throughput:,.1f}" if r.throughput else "", r.speedup, r.inside_spread) for r in c.runs]],
             ["mean step (p10–p90)", *[step_text(r) for r in c.runs]],
         ]
         if c.on_gpu:
             rows.append(["GPU busy", *[percent(r.gpu_busy, 0) if r.gpu_busy is not None else "—" for r in c.runs]])
         rows.append(["status", *[r.state for r in c.runs]])
-        return self._fit("Throughput", c, rows)
+        return self._fit("Throughput" + (f" ({c.window}: {WINDOW_WORDS[c.window]})" if c.window else ""), c, rows)
 
     def _shares(self, title: str, c: Comparison, rows: tuple[ShareRow, ...]) -> FittedTable:
         lines = []
@@ -113,10 +121,12 @@ class ComparisonTerminalRenderer:
             console.print(f"  [dim]{rule}: {escape(title)}[/]")
 
 
-def _cell(value: float | None, text: str, speedup: float | None) -> str:
+def _cell(value: float | None, text: str, speedup: float | None, inside: bool = False) -> str:
     if value is None:
         return "—"
-    return f"{text} ({speedup_text(speedup)})" if speedup is not None and speedup != 1.0 else text
+    if speedup is None or speedup == 1.0:
+        return text
+    return f"{text} ({speedup_text(speedup)}{', within spread' if inside else ''})"
 
 
 def findings_change(run: RunColumn, after_word: str = "") -> str:
