@@ -175,6 +175,7 @@ def run(
                 raise _fail(exc) from None
             if report is not None:
                 _emit(report, json_out, color)
+                _say_html(run_dir, request.html)
                 if not json_out:
                     typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
         elif session.merges_here(rank):
@@ -242,9 +243,16 @@ def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], m
     except DiagnoseError as exc:
         raise _fail(exc) from None
     _emit(report, json_out, color)
+    _say_html(run_dir, request.html)
     if not json_out:
         typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
     return report
+
+
+def _say_html(run_dir, html: bool) -> None:  # noqa: ANN001 - RunDir
+    """Where --html wrote report.html: every command that writes one says so."""
+    if html and run_dir.html_path.is_file():
+        typer.echo(f"wrote {run_dir.html_path}", err=True)
 
 
 # --- the CI gate (docs/ci.md) -------------------------------------------------------------------
@@ -354,20 +362,24 @@ def analyze(
     path = RunDir.containing(path).path  # RUN/diagnose/report.json names its run directory
     try:
         options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
+        saved_in = None
         if path.is_dir() and RunDir(path).holds_run():
-            report = session.analyze_and_save(RunDir(path), options, html=html)
+            saved_in = RunDir(path)
+            report = session.analyze_and_save(saved_in, options, html=html)
         elif path.is_dir():  # a folder of the user's own traces: never written into
             report = session.analyze_run(RunDir(path), options)
             if html or out is not None:
-                run_dir = RunDir.create_for("analyze-" + (path.resolve().name or "traces"), out)
-                session.save_outputs(run_dir, report, html=html, events=False)
-                typer.echo(f"wrote {run_dir.path}", err=True)
+                saved_in = RunDir.create_for("analyze-" + (path.resolve().name or "traces"), out)
+                session.save_outputs(saved_in, report, html=html, events=False)
+                typer.echo(f"wrote {saved_in.report_path}", err=True)
         else:
             report = analyze_trace(path, options)
             if html or out is not None:  # never write beside the user's trace: a run directory
-                run_dir = RunDir.create_for("analyze-" + path.name.split(".")[0], out)
-                session.save_outputs(run_dir, report, html=html, events=False)
-                typer.echo(f"wrote {run_dir.path}", err=True)
+                saved_in = RunDir.create_for("analyze-" + path.name.split(".")[0], out)
+                session.save_outputs(saved_in, report, html=html, events=False)
+                typer.echo(f"wrote {saved_in.report_path}", err=True)
+        if saved_in is not None:
+            _say_html(saved_in, html)
     except DiagnoseError as exc:
         raise _fail(exc) from None
     _emit(report, json_out, color, show_steps=steps_table)
@@ -475,6 +487,7 @@ def _save_and_emit(out_dir, report, html: bool, json_out: bool, color: Optional[
     except DiagnoseError as exc:
         raise _fail(exc) from None
     _emit(report, json_out, color)
+    _say_html(out_dir, html)
     _experiment_events(out_dir)
 
 

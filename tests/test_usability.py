@@ -469,3 +469,29 @@ def test_report_and_analyze_take_a_runs_report_json(tmp_path: Path) -> None:
         proc = diagnose(*command, str(path), "--no-color", cwd=tmp_path) if command != ["report", "--html"] else diagnose(*command, str(path), cwd=tmp_path)
         assert proc.returncode == 0, (command, proc.stderr)
     assert (tmp_path / "run" / "report.html").is_file()
+
+
+# --- 12: every command that writes report.html says where -----------------------------------------
+
+
+def test_every_html_writer_says_where_report_html_went(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(DATA / "data_bound", tmp_path / "run")
+    proc = diagnose("analyze", str(TRACE), "--html", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (html,) = (tmp_path / "runs").glob("analyze-data_bound-*/report.html")
+    assert f"wrote {html}" in proc.stderr.splitlines()
+    proc = diagnose("analyze", str(tmp_path / "run"), "--html", "--json", cwd=tmp_path)
+    assert f"wrote {tmp_path / 'run' / 'report.html'}" in proc.stderr.splitlines()
+    from tests.scripts import MLP_TRAIN
+
+    (tmp_path / "train.py").write_text(MLP_TRAIN.lstrip())
+    proc = diagnose("run", "--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "--html", "--out", "r", "--no-lines", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {tmp_path / 'r' / 'report.html'}" in proc.stderr.splitlines()
+
+
+def test_docs_say_where_a_bare_traces_html_goes() -> None:
+    text = (REPO / "docs" / "html-report.md").read_text()
+    assert "beside it" not in text.split("```")[1] and "runs/analyze-" in text
