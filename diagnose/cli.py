@@ -23,7 +23,7 @@ app = typer.Typer(
     name="diagnose",
     help="Why is this PyTorch training job slow? Profile it, break each step down, and say what to change.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion and --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -249,10 +249,23 @@ def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], m
     return report
 
 
-def _say_html(run_dir, html: bool) -> None:  # noqa: ANN001 - RunDir
+def _say_html(run_dir, html: bool, quiet: bool = False) -> None:  # noqa: ANN001 - RunDir
     """Where --html wrote report.html: every command that writes one says so."""
     if html and run_dir.html_path.is_file():
-        typer.echo(f"wrote {run_dir.html_path}", err=True)
+        _say(f"wrote {run_dir.html_path}", quiet)
+
+
+def _say(text: str, quiet: bool = False) -> None:
+    """A line of information on stderr (what was written where), left out with -q."""
+    if not quiet:
+        typer.echo(text, err=True)
+
+
+def _renamed(given: bool, old: str, new: str) -> bool:
+    """An option's old name still works, with a warning that names the new one."""
+    if given:
+        typer.echo(f"diagnose: warning: {old} is now {new} (--steps N counts steps in run, verify, sweep and trim); the old name will go", err=True)
+    return given
 
 
 # --- the CI gate (docs/ci.md) -------------------------------------------------------------------
@@ -347,8 +360,10 @@ def analyze(
     max_trace_gb: Optional[float] = typer.Option(
         None, "--max-trace-gb", metavar="GB", help="Refuse traces whose JSON is larger than this (default: any size the memory available allows)."
     ),
-    steps_table: bool = typer.Option(False, "--steps", help="Also print the breakdown of every step."),
+    per_step: bool = typer.Option(False, "--per-step", help="Also print the breakdown of every step."),
+    old_steps: bool = typer.Option(False, "--steps", hidden=True, help="The old name of --per-step."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="For a bare trace or a folder of traces: save report.json (and --html) in this new folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
     fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", metavar="RUN_DIR", help="The run directory (or report.json) that throughput<baseline compares with."),
@@ -358,6 +373,7 @@ def analyze(
     from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
     from diagnose.rundir import RunDir
 
+    per_step = per_step or _renamed(old_steps, "analyze --steps", "--per-step")
     gate = _gate(fail_on, baseline, rules_dirs)
     path = RunDir.containing(path).path  # RUN/diagnose/report.json names its run directory
     try:
@@ -371,18 +387,18 @@ def analyze(
             if html or out is not None:
                 saved_in = RunDir.create_for("analyze-" + (path.resolve().name or "traces"), out)
                 session.save_outputs(saved_in, report, html=html, events=False)
-                typer.echo(f"wrote {saved_in.report_path}", err=True)
+                _say(f"wrote {saved_in.report_path}", quiet)
         else:
             report = analyze_trace(path, options)
             if html or out is not None:  # never write beside the user's trace: a run directory
                 saved_in = RunDir.create_for("analyze-" + path.name.split(".")[0], out)
                 session.save_outputs(saved_in, report, html=html, events=False)
-                typer.echo(f"wrote {saved_in.report_path}", err=True)
+                _say(f"wrote {saved_in.report_path}", quiet)
         if saved_in is not None:
-            _say_html(saved_in, html)
+            _say_html(saved_in, html, quiet)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    _emit(report, json_out, color, show_steps=steps_table)
+    _emit(report, json_out, color, show_steps=per_step)
     _apply_gate(gate, [report])
 
 
@@ -391,6 +407,8 @@ def report(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory with report.json (or that report.json itself)."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json."),
     html: bool = typer.Option(False, "--html", help="Write report.html into the run directory."),
+    per_step: bool = typer.Option(False, "--per-step", help="Also print the breakdown of every step."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Show a saved report again (no re-analysis), or write its HTML."""
@@ -400,11 +418,11 @@ def report(
     try:
         saved = saved_run.load_report()
         if html:
-            typer.echo(f"wrote {saved_run.save_html(saved)}", err=True)
+            _say(f"wrote {saved_run.save_html(saved)}", quiet)
             return
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    _emit(saved, json_out, color)
+    _emit(saved, json_out, color, show_steps=per_step)
 
 
 @app.command(cls=Command)
@@ -414,6 +432,7 @@ def compare(
     html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write the comparison as a self-contained HTML page to this file."),
     rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", metavar="DIR", help="Re-analyse every run with these extra rule files."),
     fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds for a run after the first: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal output."),
 ) -> None:
     """Compare runs side by side: throughput, where the step time went, the findings that came and went, and how the bottleneck moved."""
@@ -432,7 +451,7 @@ def compare(
             html.write_text(render_comparison(comparison, "html"), encoding="utf-8")
         except OSError as exc:
             raise _fail(errors.OutputError(f"cannot write {html}: {exc.strerror}")) from None
-        typer.echo(f"wrote {html}", err=True)
+        _say(f"wrote {html}", quiet)
     if json_out:
         sys.stdout.write(render_comparison(comparison, "json"))
     else:
@@ -656,6 +675,7 @@ def trim(
     steps: int = typer.Option(3, "--steps", min=1, metavar="N", help="Steps of the trace to keep."),
     skip: int = typer.Option(1, "--skip", min=0, metavar="N", help="Steps to leave out first."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT if it exists."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
 ) -> None:
     """Cut a trace to a few steps and the events the analysis reads (to share it, or as a test fixture)."""
     from diagnose.analysis.trim import trim_file
@@ -666,7 +686,7 @@ def trim(
         written = trim_file(source, out, steps=steps, skip=skip)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    typer.echo(f"wrote {written} ({written.stat().st_size / 1e3:.0f} KB)", err=True)
+    _say(f"wrote {written} ({written.stat().st_size / 1e3:.0f} KB)", quiet)
 
 
 def _one_trace(path: Path) -> Path:
@@ -704,7 +724,7 @@ def knobs_command(
     json_out: bool = typer.Option(False, "--json", help="Print the knobs as JSON (name, kind, help)."),
 ) -> None:
     """List the knobs that --set, verify and sweep can change without editing the script."""
-    from diagnose.runtime.knobs import KNOB_SPECS, knobs_help
+    from diagnose.runtime.knobs import KNOB_SPECS, KNOBS_HEADERS, knob_rows
 
     if json_out:
         import orjson
@@ -714,7 +734,7 @@ def knobs_command(
         knobs.append({"name": "env.<NAME>", "kind": "text", "help": "an environment variable set before the script starts, e.g. env.DP_SHARD=2"})
         sys.stdout.write(orjson.dumps(knobs, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    sys.stdout.write(knobs_help())
+    sys.stdout.write(_text_table(KNOBS_HEADERS, knob_rows(), wrap=("values",)))
 
 
 @app.command(name="rules", cls=Command)
@@ -726,7 +746,7 @@ def rules_command(
 ) -> None:
     """List the rules (built-in and your own)."""
     from diagnose.analysis.rules import load_rules
-    from diagnose.analysis.rulesdoc import rules_markdown, rules_table, symptoms_table
+    from diagnose.analysis.rulesdoc import RULES_HEADERS, SYMPTOMS_HEADERS, rules_markdown, rules_rows, symptoms_rows
     from diagnose.analysis.symptoms import CATALOG
 
     try:
@@ -749,9 +769,19 @@ def rules_command(
     elif markdown:
         sys.stdout.write(rules_markdown(loaded))
     elif symptoms:
-        sys.stdout.write(symptoms_table())
+        sys.stdout.write(_text_table(SYMPTOMS_HEADERS, symptoms_rows()))
     else:
-        sys.stdout.write(rules_table(loaded))
+        sys.stdout.write(_text_table(RULES_HEADERS, rules_rows(loaded)))
+
+
+def _text_table(headers: tuple[str, ...], rows: list[list[str]], wrap: tuple[str, ...] = ()) -> str:
+    """A listing at the terminal's width (COLUMNS): its last column (and those named in ``wrap``)
+    is prose, wrapped between words; piped output is not wrapped."""
+    from diagnose.renderers.fit import Column, text_table
+    from diagnose.renderers.terminal import ConsoleSettings
+
+    columns = [Column(h, wrap=h in wrap or h == headers[-1]) for h in headers]
+    return text_table(columns, rows, ConsoleSettings.detect(False, sys.stdout).width)
 
 
 def main() -> None:

@@ -495,3 +495,59 @@ def test_every_html_writer_says_where_report_html_went(tmp_path: Path) -> None:
 def test_docs_say_where_a_bare_traces_html_goes() -> None:
     text = (REPO / "docs" / "html-report.md").read_text()
     assert "beside it" not in text.split("```")[1] and "runs/analyze-" in text
+
+
+# --- 13: shell completion, -q everywhere, one meaning of --steps, listings at COLUMNS --------------
+
+
+def as_console_script(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    """``diagnose ARGS`` as the console script runs it (its name is diagnose, not python -m ...)."""
+    code = "import sys; sys.argv[0] = 'diagnose'; from diagnose.cli import main; main()"
+    full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(("shell", "marker"), [("bash", "_DIAGNOSE_COMPLETE=complete_bash"), ("zsh", "_DIAGNOSE_COMPLETE=complete_zsh")])
+def test_shell_completion_scripts_and_install(shell: str, marker: str, tmp_path: Path) -> None:
+    proc = as_console_script("--show-completion", shell, cwd=tmp_path, env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert marker in proc.stdout
+    proc = as_console_script("--install-completion", shell, cwd=tmp_path, env={"HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
+    assert proc.returncode == 0, proc.stderr
+    rc = tmp_path / (".bashrc" if shell == "bash" else ".zshrc")
+    assert rc.is_file() and rc.read_text().strip()
+
+
+def test_bash_completes_commands_and_options(tmp_path: Path) -> None:
+    proc = as_console_script(cwd=tmp_path, env={"_DIAGNOSE_COMPLETE": "complete_bash", "COMP_WORDS": "diagnose ana", "COMP_CWORD": "1"})
+    assert proc.stdout.split() == ["analyze"]
+    proc = as_console_script(cwd=tmp_path, env={"_DIAGNOSE_COMPLETE": "complete_bash", "COMP_WORDS": "diagnose run train.py --warm", "COMP_CWORD": "3"})
+    assert proc.stdout.split() == ["--warmup"]
+    proc = as_console_script(cwd=tmp_path, env={"_DIAGNOSE_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "diagnose tri"})
+    assert '"trim"' in proc.stdout
+
+
+def test_every_command_that_writes_takes_quiet(tmp_path: Path) -> None:
+    proc = diagnose("trim", str(TRACE), "t.json", "-q", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == ""
+    proc = diagnose("analyze", "-q", str(TRACE), "--html", "--json", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    for command in ("report", "compare", "verify", "sweep"):
+        assert "--quiet" in diagnose(command, "--help", cwd=tmp_path, env={"COLUMNS": "200"}).stdout
+
+
+def test_analyze_per_step_and_the_old_steps_flag_still_works(tmp_path: Path) -> None:
+    new = diagnose("analyze", str(TRACE), "--per-step", "--no-color", cwd=tmp_path)
+    old = diagnose("analyze", str(TRACE), "--steps", "--no-color", cwd=tmp_path)
+    assert new.returncode == old.returncode == 0
+    assert "per step (ms)" in new.stdout and new.stdout == old.stdout
+    assert "diagnose: warning: analyze --steps is now --per-step" in old.stderr and "warning" not in new.stderr
+    assert "--steps" not in diagnose("analyze", "--help", cwd=tmp_path, env={"COLUMNS": "200"}).stdout
+
+
+@pytest.mark.parametrize("command", [["knobs"], ["rules"], ["rules", "--symptoms"]])
+def test_listings_fit_columns(command: list[str], tmp_path: Path) -> None:
+    narrow = diagnose(*command, cwd=tmp_path, env={"COLUMNS": "80"}).stdout
+    wide = diagnose(*command, cwd=tmp_path, env={"COLUMNS": "1000"}).stdout
+    assert max(map(len, wide.splitlines())) > 80
+    uncut(narrow, wide, 80)

@@ -7,8 +7,9 @@ may go (``Column.drop``, lowest first) are left out one by one until it fits, an
 ``FittedTable.left_out`` names them so that the renderer can say so; when even the columns
 that must stay do not fit, each row is stacked instead: its first cell on a line, then one
 ``header: value`` line per other column. ``width=None`` (piped output, not wrapped) keeps every
-column. Headers may wrap between words, never inside one. Pure: the result is a rich
-renderable, printed by the caller.
+column. Headers may wrap between words, never inside one, and so may the cells of a column of
+prose (``Column.wrap``: a description), which takes the width the others leave. Pure: the result
+is a rich renderable, printed by the caller; ``text_table`` prints one to a string.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class Column:
     #: wide, lowest first
     drop: int | None = None
     style: str | None = None
+    #: prose: its cells wrap between words (the column needs only its longest word)
+    wrap: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,17 @@ def _longest_word(text: str) -> int:
 
 
 def column_widths(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> list[int]:
-    """The width each column needs: its widest cell, and its header's longest word."""
-    return [max([_longest_word(col.header), *(_cell_width(row[i]) for row in rows)]) for i, col in enumerate(columns)]
+    """The width each column needs: its widest cell (its longest word for prose), and its
+    header's longest word."""
+    return [
+        max([_longest_word(col.header), *((_longest_word(_plain(row[i])) if col.wrap else _cell_width(row[i])) for row in rows)])
+        for i, col in enumerate(columns)
+    ]
+
+
+def natural_widths(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> list[int]:
+    """The width each column takes with room to spare: its widest cell or its header."""
+    return [max([cell_len(col.header), *(_cell_width(row[i]) for row in rows)]) for i, col in enumerate(columns)]
 
 
 def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int | None, *, title: str | None = None, **table_options: Any) -> FittedTable:
@@ -84,7 +96,8 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
             left_out.append(i)
         if total(shown) > width:  # the columns that must stay do not fit side by side: stack each row
             return FittedTable(_stacked(columns, rows, title, table_options.get("header_style")), stacked=True)
-    widths = _widths([columns[i] for i in shown], [needs[i] for i in shown], width)
+    naturals = natural_widths(columns, rows)
+    widths = _widths([columns[i] for i in shown], [needs[i] for i in shown], [naturals[i] for i in shown], width)
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, **table_options)
     for i, column_width in zip(shown, widths):
         column = columns[i]
@@ -94,14 +107,21 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
     return FittedTable(table, tuple(columns[i].header for i in sorted(left_out)))
 
 
-def _widths(columns: Sequence[Column], needs: Sequence[int], width: int | None) -> list[int]:
+def _widths(columns: Sequence[Column], needs: Sequence[int], naturals: Sequence[int], width: int | None) -> list[int]:
     """Each column's width, set here rather than left to rich (whose shrinking crops cells):
-    what its cells need, and more for a header that would wrap, as the width allows (the
-    narrowest headers first, so that as many as can stay on one line)."""
+    what its cells need; then, as the width allows, prose its whole lines, and a header that
+    would wrap its whole length (the narrowest headers first, so that as many as can stay on
+    one line)."""
     widths = list(needs)
     room = None if width is None else width - (sum(needs) + GAP * max(len(needs) - 1, 0))
-    for i in sorted(range(len(columns)), key=lambda i: cell_len(columns[i].header) - needs[i]):
-        more = max(cell_len(columns[i].header) - needs[i], 0)
+    for i in reversed([i for i, column in enumerate(columns) if column.wrap]):  # the last (the prose) first
+        more = naturals[i] - widths[i]
+        if room is not None:
+            more = min(more, room)
+            room -= more
+        widths[i] += more
+    for i in sorted(range(len(columns)), key=lambda i: naturals[i] - widths[i]):
+        more = max(naturals[i] - widths[i], 0)
         if room is not None:
             more = min(more, room)
             room -= more
@@ -121,3 +141,19 @@ def _stacked(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], title: s
                 continue
             lines.append(Text.assemble("  ", (f"{column.header}: ", header_style or "dim"), cell))
     return Group(*lines)
+
+
+def text_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int | None) -> str:
+    """The fitted table as plain text (no colour), its note below it, no line ending in spaces."""
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width or 100_000, color_system=None, highlight=False, soft_wrap=width is None)
+    fitted = fit_table(columns, rows, width, header_style="bold")
+    console.print(fitted.renderable)
+    note = fitted.note(width)
+    if note:
+        console.print(note)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"

@@ -915,8 +915,13 @@ def _optimizer_classes(optim_module: Any) -> list[type]:
     return out
 
 
-def knobs_help() -> str:
-    lines = [f"{spec.name:24s} {spec.kind:30s} {spec.help}" for spec in KNOB_SPECS.values()]
-    lines.append(f"{'arg.<flag>':24s} {'text':30s} a flag of the script itself, e.g. arg.batch_size=64")
-    lines.append(f"{'env.<NAME>':24s} {'text':30s} an environment variable set before the script starts, e.g. env.DP_SHARD=2")
-    return "\n".join(lines) + "\n"
+#: the columns of ``diagnose knobs``
+KNOBS_HEADERS = ("knob", "values", "what it changes")
+
+
+def knob_rows() -> list[list[str]]:
+    """The rows of ``diagnose knobs``: each knob, the values it takes, what it changes."""
+    rows = [[spec.name, spec.kind.replace("|", " | "), spec.help] for spec in KNOB_SPECS.values()]
+    rows.append(["arg.<flag>", "text", "a flag of the script itself, e.g. arg.batch_size=64 (spelled as its argparse spells it)"])
+    rows.append(["env.<NAME>", "text", "an environment variable set before the script starts, e.g. env.DP_SHARD=2"])
+    return rows
