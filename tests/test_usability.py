@@ -551,3 +551,33 @@ def test_listings_fit_columns(command: list[str], tmp_path: Path) -> None:
     wide = diagnose(*command, cwd=tmp_path, env={"COLUMNS": "1000"}).stdout
     assert max(map(len, wide.splitlines())) > 80
     uncut(narrow, wide, 80)
+
+
+# --- 14: a profiler-off window much slower than the profiled one is said; shares stay within 100% --
+
+
+def test_a_much_slower_steady_window_is_said() -> None:
+    from diagnose.analysis.breakdown import STEADY_SLOWER, calibrate_to_steady_state
+    from tests.test_breakdown import analyse
+    from tests.tracebuilder import TraceBuilder, ELEMENTWISE
+
+    b = TraceBuilder()
+    b.step(0, 0, 100)
+    b.op("aten::linear", 0, 1, forward=True)
+    b.backward_op(90, 10)
+    b.kernel(ELEMENTWISE, 20, 40, launch_ts=10)
+    raw = analyse(b)
+    slower = calibrate_to_steady_state(raw, steady_step_us=216)
+    assert slower.exposed_share == raw.exposed_share and slower.trace_exposed_share is None
+    assert slower.notes[-1].startswith("the profiler-off window was 116% slower than the profiled one (0.2 vs 0.1 ms/step): the shares are of the profiled step")
+    just = calibrate_to_steady_state(raw, steady_step_us=100 * STEADY_SLOWER * 0.99)
+    assert just.notes == raw.notes
+
+
+def test_a_share_spread_stays_within_0_and_100_percent() -> None:
+    from diagnose.analysis.symptoms.registry import Symptom, Symptoms
+
+    window = Symptoms({"exposed.data_wait": Symptom("exposed.data_wait", 0.95, "share", "")})
+    steps = [Symptoms({"exposed.data_wait": Symptom("exposed.data_wait", v, "share", "")}) for v in (0.7, 0.8, 0.9, 1.0)]
+    spread = window.with_spreads(steps, (0.1, 0.9))["exposed.data_wait"].spread
+    assert spread is not None and spread[1] == 1.0 and 0.7 < spread[0] < 0.95
