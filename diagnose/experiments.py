@@ -642,7 +642,20 @@ def parse_sweep(assignments: list[str]) -> tuple[list[str], list[Spec]]:
         values = [v.strip() for v in raw.split(",") if v.strip()]
         if not values:
             raise UsageError(f"--set {name}= lists no values")
-        Knobs.parse([f"{name}={v}" for v in values])  # validate every value now, not mid-sweep
+        if name in names:
+            raise UsageError(f"--set {name} is given twice", hint=f"list every value once: --set {name}=v1,v2,...")
+        # validate every value now, not mid-sweep; two spellings of one value (2 and 02, 1 and
+        # true) are one point, which would run twice into one folder
+        seen: dict[Any, str] = {}
+        for value in values:
+            parsed = Knobs.parse([f"{name}={value}"]).as_dict()[name]
+            key = (type(parsed).__name__, parsed)
+            if key in seen:
+                raise UsageError(
+                    f"--set {name}={raw} lists {seen[key]!r} twice" + (f" (as {value!r})" if value != seen[key] else ""),
+                    hint="list each value once (diagnose verify --repeats N measures the run-to-run spread)",
+                )
+            seen[key] = value
         names.append(name)
         value_lists.append(values)
     specs = []
@@ -668,17 +681,33 @@ def sweep(
     """Run each point; once a batch-size point runs out of memory, larger ones are skipped."""
     outcomes: list[Outcome] = []
     oom_at: dict[str, float] = {}
-    for spec in specs:
+    folders = child_folders(out_dir, [spec.label for spec in specs])
+    for spec, folder in zip(specs, folders):
         size_knob = next((k for k in spec.knobs if _is_size_knob(k)), None)
         if stop_after_oom and size_knob and size_knob in oom_at and _as_float(spec.knobs[size_knob]) > oom_at[size_knob]:
             outcomes.append(Outcome(spec.label, spec.knobs, "oom", "", error="skipped: a smaller value already ran out of memory"))
             continue
         on_progress(spec.label)
-        o = run_experiment(script, spec, out_dir.child(spec.label), plan, base_knobs, timeout, options, launch, on_child_line)
+        o = run_experiment(script, spec, folder, plan, base_knobs, timeout, options, launch, on_child_line)
         outcomes.append(o)
         if o.status == "oom" and size_knob:
             oom_at[size_knob] = min(oom_at.get(size_knob, float("inf")), _as_float(spec.knobs[size_knob]))
     return outcomes
+
+
+def child_folders(out_dir: RunDir, labels: list[str]) -> list[RunDir]:
+    """One folder per run, never two runs in one: labels whose folder names collide (``a/b`` and
+    ``a_b`` are both ``a_b``) get ``-2``, ``-3`` ... after the first."""
+    taken: set[Path] = set()
+    folders = []
+    for label in labels:
+        folder, n = out_dir.child(label), 1
+        while folder.path in taken:
+            n += 1
+            folder = out_dir.child(f"{label}-{n}")
+        taken.add(folder.path)
+        folders.append(folder)
+    return folders
 
 
 def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]:

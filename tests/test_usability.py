@@ -581,3 +581,40 @@ def test_a_share_spread_stays_within_0_and_100_percent() -> None:
     steps = [Symptoms({"exposed.data_wait": Symptom("exposed.data_wait", v, "share", "")}) for v in (0.7, 0.8, 0.9, 1.0)]
     spread = window.with_spreads(steps, (0.1, 0.9))["exposed.data_wait"].spread
     assert spread is not None and spread[1] == 1.0 and 0.7 < spread[0] < 0.95
+
+
+# --- 15: a sweep never runs two points into one folder ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("assignments", "message"),
+    [
+        (["num_workers=0,2,0,2"], "--set num_workers=0,2,0,2 lists '0' twice"),
+        (["num_workers=2,02"], "lists '2' twice (as '02')"),
+        (["pin_memory=true,1"], "lists 'true' twice (as '1')"),
+        (["num_workers=0,2", "num_workers=4"], "--set num_workers is given twice"),
+        (["arg.lr=0.1,0.1"], "lists '0.1' twice"),
+    ],
+)
+def test_a_sweep_refuses_a_repeated_value(assignments: list[str], message: str) -> None:
+    from diagnose.errors import UsageError
+    from diagnose.experiments import parse_sweep
+
+    with pytest.raises(UsageError) as caught:
+        parse_sweep(assignments)
+    assert message in caught.value.message
+
+
+def test_colliding_labels_get_their_own_folders(tmp_path: Path) -> None:
+    from diagnose.experiments import child_folders
+    from diagnose.rundir import RunDir
+
+    folders = child_folders(RunDir(tmp_path), ["arg.x=a/b", "arg.x=a_b", "arg.x=a:b", "num_workers=2"])
+    assert [f.path.name for f in folders] == ["arg.x=a_b", "arg.x=a_b-2", "arg.x=a_b-3", "num_workers=2"]
+
+
+def test_a_repeated_sweep_value_is_a_usage_error_before_any_run(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    proc = diagnose("sweep", "--set", "num_workers=0,2,0,2", "train.py", cwd=tmp_path)
+    assert proc.returncode == 2 and "lists '0' twice" in proc.stderr
+    assert not (tmp_path / "runs").exists()
