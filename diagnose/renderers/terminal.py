@@ -175,41 +175,34 @@ class TerminalRenderer(Renderer):
         bd = v.breakdown
         assert bd is not None
         c.print(Text(exposed_caption(bd.exposed_basis, bd.exposed_step_ms), style="dim"))
-        table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-        table.add_column("", no_wrap=True)
-        table.add_column("exposed: what limits the step", no_wrap=True)
-        table.add_column("mean ms/step", justify="right")
-        table.add_column("p10–p90 ms", justify="right")
-        table.add_column("share", justify="right")
+        rows = []
         for row in bd.listed:
             style, glyph = STYLES[row.category]
-            table.add_row(
+            rows.append([
                 Text("■" if self.color else glyph, style=style if self.color else ""),
                 row.label,
                 f"{row.mean_ms:.2f}",
                 spread_ms(row.p10_ms, row.p90_ms),
                 percent(row.share),
-            )
-        c.print(table)
+            ])
+        columns = [Column(""), Column("exposed: what limits the step"), Column("mean ms/step", "right"), Column("p10–p90 ms", "right", drop=0), Column("share", "right")]
+        self._fitted(c, fit_table(columns, rows, self.width, header_style="bold"))
         c.print()
 
     def _phase_table(self, c: Console, v: ReportView) -> None:
         bd = v.breakdown
         assert bd is not None
         c.print(Text(phase_caption(bd.phase_step_ms), style="dim"))
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        table.add_column("host thread phases", no_wrap=True)
-        table.add_column("mean ms/step", justify="right")
-        table.add_column("p10–p90 ms", justify="right")
-        table.add_column("share", justify="right")
+        columns = [Column("host thread phases"), Column("mean ms/step", "right"), Column("p10–p90 ms", "right", drop=1), Column("share", "right")]
         if v.on_gpu:
-            table.add_column("hidden behind GPU", justify="right")
+            columns.append(Column("hidden behind GPU", "right", drop=0))
+        rows = []
         for row in bd.phases:
             cells = [row.label, f"{row.mean_ms:.2f}", spread_ms(row.p10_ms, row.p90_ms), percent(row.share)]
-            if row.hidden_share is not None:
-                cells.append(percent(row.hidden_share))
-            table.add_row(*cells)
-        c.print(table)
+            if v.on_gpu:
+                cells.append(percent(row.hidden_share) if row.hidden_share is not None else "")
+            rows.append(cells)
+        self._fitted(c, fit_table(columns, rows, self.width, header_style="bold"))
         c.print()
 
     def _gpu_line(self, c: Console, v: ReportView) -> None:
@@ -268,15 +261,15 @@ class TerminalRenderer(Renderer):
         c.print()
 
     def _steps_table(self, c: Console, v: ReportView) -> None:
-        rows = v.breakdown.exposed  # type: ignore[union-attr]
-        table = Table(title="per step (ms)", box=None, header_style="bold")
-        table.add_column("step")
-        table.add_column("total", justify="right")
-        for row in rows:
-            table.add_column(STYLES[row.category][1], justify="right")
-        for step in v.breakdown.steps:  # type: ignore[union-attr]
-            table.add_row(str(step.number), f"{step.duration_ms:.2f}", *(f"{step.exposed_ms[row.category]:.2f}" for row in rows))
-        c.print(table)
+        categories = v.breakdown.exposed  # type: ignore[union-attr]
+        # too narrow a terminal leaves out the categories with the least time first
+        order = {row.category: rank for rank, row in enumerate(sorted(categories, key=lambda row: row.mean_ms))}
+        columns = [Column("step", "right"), Column("total", "right"), *(Column(STYLES[row.category][1], "right", drop=order[row.category]) for row in categories)]
+        rows = [
+            [str(step.number), f"{step.duration_ms:.2f}", *(f"{step.exposed_ms[row.category]:.2f}" for row in categories)]
+            for step in v.breakdown.steps  # type: ignore[union-attr]
+        ]
+        self._fitted(c, fit_table(columns, rows, self.width, title="per step (ms)", header_style="bold"))
 
     def _config(self, c: Console, v: ReportView) -> None:
         loader = v.config.dataloader
