@@ -37,6 +37,19 @@ def test_module_is_looked_up_from_the_current_folder(tmp_path: Path, monkeypatch
     sys.modules.pop("mypkg37", None)
 
 
+@pytest.mark.slow
+def test_run_dash_m_from_the_packages_folder_as_the_console_script_does(tmp_path: Path) -> None:
+    from tests.scripts import MLP_TRAIN
+
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train.py").write_text(MLP_TRAIN.lstrip())
+    # python -P: no current folder on sys.path, as the installed `diagnose` script has none
+    proc = diagnose("run", "--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "--no-lines", "-m", "mypkg.train",
+                    cwd=tmp_path, python_flags=("-P",))
+    assert proc.returncode == 0, proc.stderr
+
+
 # --- 2: a --fail-on typo is an error, never a gate that cannot fail ------------------------------
 
 
