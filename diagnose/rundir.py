@@ -310,6 +310,8 @@ class RunDir:
         from diagnose.analysis.report import Report
 
         path = self.report_path
+        if self.path.is_file():  # not a run directory, nor a run's own report.json (RunDir.containing)
+            raise UsageError(f"{self.path} is a file, not a run directory", hint=f"give the run directory that holds {OWN_FILES}/{REPORT_JSON}")
         if not path.is_file():
             raise UsageError(f"no {REPORT_JSON} in {self.path}", hint=f"diagnose analyze {self.path} makes one")
         try:

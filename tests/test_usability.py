@@ -631,3 +631,10 @@ def test_a_repeated_sweep_value_is_a_usage_error_before_any_run(tmp_path: Path) 
     proc = diagnose("sweep", "--set", "num_workers=0,2,0,2", "train.py", cwd=tmp_path)
     assert proc.returncode == 2 and "lists '0' twice" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_report_of_another_file_says_so_and_its_hint_does_not_fail(tmp_path: Path) -> None:
+    (tmp_path / "notes.json").write_text("{}")
+    proc = diagnose("report", "notes.json", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["diagnose: error: notes.json is a file, not a run directory", "hint: give the run directory that holds diagnose/report.json"]
