@@ -638,3 +638,12 @@ def test_report_of_another_file_says_so_and_its_hint_does_not_fail(tmp_path: Pat
     proc = diagnose("report", "notes.json", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["diagnose: error: notes.json is a file, not a run directory", "hint: give the run directory that holds diagnose/report.json"]
+
+
+def test_compare_leaves_no_trailing_spaces() -> None:
+    from diagnose.analysis.compare import compare_reports
+    from diagnose.renderers.comparison import render_comparison
+
+    base = _saved()
+    text = render_comparison(compare_reports([("a", base), ("b", _scaled(base, 1.5))]), "terminal", width=60)
+    assert [line for line in text.splitlines() if line != line.rstrip()] == []

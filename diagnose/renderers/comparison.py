@@ -16,6 +16,7 @@ from rich.text import Text
 
 from diagnose.analysis.compare import Comparison, RunColumn, ShareRow
 from diagnose.renderers.fit import Column, FittedTable, fit_table
+from diagnose.renderers.terminal import without_trailing_spaces
 from diagnose.renderers.view import ReportView
 from diagnose.units import ms, percent, spread_ms
 
@@ -83,7 +84,7 @@ class ComparisonTerminalRenderer:
             console.print(fitted.renderable)
             console.print()
         self._findings(console, c)
-        return buffer.getvalue()
+        return without_trailing_spaces(buffer.getvalue())
 
     def _fit(self, title: str, c: Comparison, rows: list[list[str]]) -> FittedTable:
         columns = [Column(""), *(Column(run.label, "right") for run in c.runs)]

@@ -79,6 +79,12 @@ class ConsoleSettings:
         return cls(color=color, width=width)
 
 
+def without_trailing_spaces(text: str) -> str:
+    """No line ends in spaces (rich pads wrapped lines and table cells to the width); colour
+    codes at a line's end stay."""
+    return _TRAILING_SPACE.sub(r"\1", text)
+
+
 def dumb_terminal(environ: Mapping[str, str] = os.environ) -> bool:
     """TERM=dumb: a terminal (Emacs' shell, some CI consoles) that takes no escape codes."""
     return environ.get("TERM", "") == "dumb"
@@ -95,8 +101,7 @@ class TerminalRenderer(Renderer):
         return cls(color=settings.color, width=settings.width, show_steps=show_steps)
 
     def render_view(self, view: ReportView) -> str:
-        # no line ends in spaces (rich pads wrapped lines and table cells to the width)
-        return _TRAILING_SPACE.sub(r"\1", self._render_view(view))
+        return without_trailing_spaces(self._render_view(view))
 
     def _render_view(self, view: ReportView) -> str:
         buffer = io.StringIO()
