@@ -447,10 +447,12 @@ def compare(
     except ValueError as exc:  # fewer than two runs
         raise _fail(errors.UsageError(str(exc), hint="give two run directories or more, or one verify or sweep directory")) from None
     if html is not None:
-        try:
-            html.write_text(render_comparison(comparison, "html"), encoding="utf-8")
-        except OSError as exc:
-            raise _fail(errors.OutputError(f"cannot write {html}: {exc.strerror}")) from None
+        from diagnose.rundir import write_file_whole
+
+        try:  # whole or not at all: a full disk leaves no cut page
+            write_file_whole(html, render_comparison(comparison, "html").encode("utf-8"))
+        except DiagnoseError as exc:
+            raise _fail(exc) from None
         _say(f"wrote {html}", quiet)
     if json_out:
         sys.stdout.write(render_comparison(comparison, "json"))

@@ -647,3 +647,9 @@ def test_compare_leaves_no_trailing_spaces() -> None:
     base = _saved()
     text = render_comparison(compare_reports([("a", base), ("b", _scaled(base, 1.5))]), "terminal", width=60)
     assert [line for line in text.splitlines() if line != line.rstrip()] == []
+
+
+def test_compare_html_into_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    proc = diagnose("compare", str(DATA / "data_bound"), str(DATA / "data_bound"), "--json", "--html", str(tmp_path / "no" / "c.html"), cwd=tmp_path)
+    assert proc.returncode == 5 and "Traceback" not in proc.stderr
+    assert f"diagnose: error: cannot write {tmp_path / 'no' / 'c.html'}: No such file or directory" in proc.stderr
