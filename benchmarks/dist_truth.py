@@ -42,7 +42,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the repository's diagnose, as the commands it runs use
-from diagnose.experiments import end_process_group  # noqa: E402
+from diagnose.supervise import run_bounded  # noqa: E402
 
 #: a case is not started with less than this left of the budget (seconds, by kind: a verify is
 #: three torchrun jobs, a sweep two; a case cut short is lost, and run again by the next call)
@@ -141,17 +140,14 @@ def run_command(cmd: list[str], timeout: float, log_path: Path) -> tuple[int | N
     with log_path.open("w") as err:
         err.write(" ".join(cmd) + "\n\n")
         err.flush()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-            return proc.returncode, out
-        except subprocess.TimeoutExpired:
-            end_process_group(proc)
-            return None, ""
-        except BaseException:  # Ctrl-C or SIGTERM (main's handler): the job in its own session goes too
-            end_process_group(proc)
-            raise
 
+        def to_log(line: str) -> bool:  # the job's stderr into its log as it comes, none kept
+            err.write(line)
+            return False
+
+        # past its time, or on Ctrl-C or SIGTERM, the job in its own session goes (politely first)
+        finished = run_bounded(cmd, timeout, env, on_stderr_line=to_log, cwd=REPO)
+        return (None, "") if finished.timed_out else (finished.returncode, finished.stdout)
 
 
 def _json(text: str) -> dict[str, Any]:

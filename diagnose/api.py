@@ -116,6 +116,10 @@ def experiment_children(path: Path) -> list[tuple[str, Path]]:
 
 
 def _label(path: Path) -> str:
+    from diagnose.rundir import RunDir
+
+    if path.is_file() and RunDir.containing(path).path != path:  # RUN/diagnose/report.json is RUN
+        return RunDir.containing(path).path.resolve().name
     name = path.name
     for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
         if name.endswith(suffix):

@@ -18,12 +18,13 @@ import typer
 from diagnose import __version__, errors
 from diagnose.cliparse import Command, ScriptCommand
 from diagnose.errors import DiagnoseError
+from diagnose.progress import ExperimentProgress
 
 app = typer.Typer(
     name="diagnose",
     help="Why is this PyTorch training job slow? Profile it, break each step down, and say what to change.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion and --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -144,7 +145,7 @@ def run(
     if module and script:
         script_args = [script, *script_args]
         script = None
-    gate = _gate(fail_on, baseline)  # a bad condition fails before the script runs
+    gate = _gate(fail_on, baseline, rules_dirs)  # a bad condition fails before the script runs
     rank = rank_info()
     if rank_aware and rank is None:
         raise _fail(errors.UsageError("--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)", hint="use --nproc-per-node N to launch through torchrun"))
@@ -212,6 +213,7 @@ def run(
                 raise _fail(exc) from None
             if report is not None:
                 _emit(report, json_out, color)
+                _say_html(run_dir, request.html)
                 if not json_out:
                     typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
         elif session.merges_here(rank):
@@ -367,9 +369,29 @@ def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], m
     except DiagnoseError as exc:
         raise _fail_after_report(exc, json_out, color) from None
     _emit(report, json_out, color)
+    _say_html(run_dir, request.html)
     if not json_out:
         typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
     return report
+
+
+def _say_html(run_dir, html: bool, quiet: bool = False) -> None:  # noqa: ANN001 - RunDir
+    """Where --html wrote report.html: every command that writes one says so."""
+    if html and run_dir.html_path.is_file():
+        _say(f"wrote {run_dir.html_path}", quiet)
+
+
+def _say(text: str, quiet: bool = False) -> None:
+    """A line of information on stderr (what was written where), left out with -q."""
+    if not quiet:
+        typer.echo(text, err=True)
+
+
+def _renamed(given: bool, old: str, new: str) -> bool:
+    """An option's old name still works, with a warning that names the new one."""
+    if given:
+        typer.echo(f"diagnose: warning: {old} is now {new} (--steps N counts steps in run, verify, sweep and trim); the old name will go", err=True)
+    return given
 
 
 # --- the CI gate (docs/ci.md) -------------------------------------------------------------------
@@ -381,13 +403,18 @@ class _Gate:
     baseline: object = None  # a Report, when --baseline was given
 
 
-def _gate(fail_on: Optional[list[str]], baseline: Optional[Path], first_run_is_baseline: bool = False) -> _Gate:
-    """The parsed ``--fail-on`` conditions and the ``--baseline`` report, checked before any work
-    (``compare`` takes its first run as the baseline)."""
-    from diagnose.analysis.gate import parse_condition
+def _gate(fail_on: Optional[list[str]], baseline: Optional[Path], rules_dirs: Optional[list[Path]], first_run_is_baseline: bool = False) -> _Gate:
+    """The parsed ``--fail-on`` conditions (rule ids and categories checked against the rules,
+    built-in and ``--rules``) and the ``--baseline`` report, checked before any work (``compare``
+    takes its first run as the baseline)."""
+    from diagnose.analysis.gate import parse_condition, resolve_names
 
     try:
         conditions = [parse_condition(text) for text in fail_on or []]
+        if any(c.kind in ("rule", "category") for c in conditions):
+            from diagnose.analysis.rules import load_rules
+
+            conditions = resolve_names(conditions, load_rules(list(rules_dirs or [])))
         base = None
         if baseline is not None:
             from diagnose.api import analyze as load_report
@@ -458,7 +485,7 @@ def _exit_for(record, plan) -> None:  # noqa: ANN001
 
 @app.command(cls=Command)
 def analyze(
-    path: Path = typer.Argument(..., metavar="PATH", help="A run directory, or a trace written by torch.profiler (.json or .json.gz)."),
+    path: Path = typer.Argument(..., metavar="PATH", help="A run directory (or its report.json), or a trace written by torch.profiler (.json or .json.gz)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     html: bool = typer.Option(False, "--html", help="Also write report.html (into the run directory; for a bare trace or a folder of traces, into a new one)."),
     show_all: bool = typer.Option(False, "--all", help="Show every finding that fired."),
@@ -466,8 +493,10 @@ def analyze(
     max_trace_gb: Optional[float] = typer.Option(
         None, "--max-trace-gb", metavar="GB", help="Refuse traces whose JSON is larger than this (default: any size the memory available allows)."
     ),
-    steps_table: bool = typer.Option(False, "--steps", help="Also print the breakdown of every step."),
+    per_step: bool = typer.Option(False, "--per-step", help="Also print the breakdown of every step."),
+    old_steps: bool = typer.Option(False, "--steps", hidden=True, help="The old name of --per-step."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="For a bare trace or a folder of traces: save report.json (and --html) in this new folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
     fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", metavar="RUN_DIR", help="The run directory (or report.json) that throughput<baseline compares with."),
@@ -477,50 +506,58 @@ def analyze(
     from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
     from diagnose.rundir import RunDir
 
-    gate = _gate(fail_on, baseline)
+    per_step = per_step or _renamed(old_steps, "analyze --steps", "--per-step")
+    gate = _gate(fail_on, baseline, rules_dirs)
     if max_trace_gb is not None and not (math.isfinite(max_trace_gb) and max_trace_gb > 0):
         raise _fail(errors.UsageError(f"--max-trace-gb takes a size in GB above 0, not {max_trace_gb}", hint="--max-trace-gb 2"))
+    path = RunDir.containing(path).path  # RUN/diagnose/report.json names its run directory
     try:
         options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
+        saved_in = None
         if path.is_dir() and RunDir(path).holds_run():
-            report = session.analyze_and_save(RunDir(path), options, html=html)
+            saved_in = RunDir(path)
+            report = session.analyze_and_save(saved_in, options, html=html)
         elif path.is_dir():  # a folder of the user's own traces: never written into
             report = session.analyze_run(RunDir(path), options)
             if html or out is not None:
-                run_dir = RunDir.create_for("analyze-" + (path.resolve().name or "traces"), out)
-                session.save_outputs(run_dir, report, html=html, events=False)
-                typer.echo(f"wrote {run_dir.path}", err=True)
+                saved_in = RunDir.create_for("analyze-" + (path.resolve().name or "traces"), out)
+                session.save_outputs(saved_in, report, html=html, events=False)
+                _say(f"wrote {saved_in.report_path}", quiet)
         else:
             report = analyze_trace(path, options)
             if html or out is not None:  # never write beside the user's trace: a run directory
-                run_dir = RunDir.create_for("analyze-" + path.name.split(".")[0], out)
-                session.save_outputs(run_dir, report, html=html, events=False)
-                typer.echo(f"wrote {run_dir.path}", err=True)
+                saved_in = RunDir.create_for("analyze-" + path.name.split(".")[0], out)
+                session.save_outputs(saved_in, report, html=html, events=False)
+                _say(f"wrote {saved_in.report_path}", quiet)
+        if saved_in is not None:
+            _say_html(saved_in, html, quiet)
     except DiagnoseError as exc:
         raise _fail_after_report(exc, json_out, color) from None
-    _emit(report, json_out, color, show_steps=steps_table)
+    _emit(report, json_out, color, show_steps=per_step)
     _apply_gate(gate, [report])
 
 
 @app.command(cls=Command)
 def report(
-    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory with report.json."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory with report.json (or that report.json itself)."),
     json_out: bool = typer.Option(False, "--json", help="Print report.json."),
     html: bool = typer.Option(False, "--html", help="Write report.html into the run directory."),
+    per_step: bool = typer.Option(False, "--per-step", help="Also print the breakdown of every step."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
 ) -> None:
     """Show a saved report again (no re-analysis), or write its HTML."""
     from diagnose.rundir import RunDir
 
-    saved_run = RunDir(run_dir)
+    saved_run = RunDir.containing(run_dir)  # RUN/diagnose/report.json names its run directory
     try:
         saved = saved_run.load_report()
         if html:
-            typer.echo(f"wrote {saved_run.save_html(saved)}", err=True)
+            _say(f"wrote {saved_run.save_html(saved)}", quiet)
             return
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    _emit(saved, json_out, color)
+    _emit(saved, json_out, color, show_steps=per_step)
 
 
 @app.command(cls=Command)
@@ -530,13 +567,14 @@ def compare(
     html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Also write the comparison as a self-contained HTML page to this file."),
     rules_dirs: Optional[list[Path]] = typer.Option(None, "--rules", metavar="DIR", help="Re-analyse every run with these extra rule files."),
     fail_on: Optional[list[str]] = typer.Option(None, "--fail-on", metavar="CONDITION", help="Exit 6 when this holds for a run after the first: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal output."),
 ) -> None:
     """Compare runs side by side: throughput, where the step time went, the findings that came and went, and how the bottleneck moved."""
     from diagnose.api import compare as compare_runs
     from diagnose.renderers.comparison import render_comparison
 
-    gate = _gate(fail_on, None, first_run_is_baseline=True)
+    gate = _gate(fail_on, None, rules_dirs, first_run_is_baseline=True)
     try:
         comparison = compare_runs(*paths, rules=rules_dirs or ())
     except DiagnoseError as exc:
@@ -544,11 +582,13 @@ def compare(
     except ValueError as exc:  # fewer than two runs
         raise _fail(errors.UsageError(str(exc), hint="give two run directories or more, or one verify or sweep directory")) from None
     if html is not None:
-        try:
-            html.write_text(render_comparison(comparison, "html"), encoding="utf-8")
-        except OSError as exc:
-            raise _fail(errors.OutputError(f"cannot write {html}: {exc.strerror}")) from None
-        typer.echo(f"wrote {html}", err=True)
+        from diagnose.rundir import write_file_whole
+
+        try:  # whole or not at all: a full disk leaves no cut page
+            write_file_whole(html, render_comparison(comparison, "html").encode("utf-8"))
+        except DiagnoseError as exc:
+            raise _fail(exc) from None
+        _say(f"wrote {html}", quiet)
     if json_out:
         sys.stdout.write(render_comparison(comparison, "json"))
     else:
@@ -572,25 +612,23 @@ def _script_args(script: Optional[str], args: Optional[list[str]], module: Optio
     return [script, "--", *rest]
 
 
-def _check_knobs(assignments: Optional[list[str]]) -> None:
-    """``--set``/``--with`` assignments checked before any run starts (exit 2, one line)."""
-    from diagnose.runtime.knobs import Knobs
-
-    try:
-        Knobs.parse(list(assignments or []))
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-
-
-def _experiment_setup(kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], shared: bool = False):  # noqa: ANN202
+def _experiment_setup(  # noqa: ANN202
+    kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], shared: bool = False,
+    knobs: Optional[list[str]] = None, rules_dirs: Optional[list[Path]] = None,
+):
     """The checked target, its arguments for ``diagnose run`` and the output folder (``shared``:
-    a multi-node verify or sweep, whose nodes all write into it)."""
+    a multi-node verify or sweep, whose nodes all write into it), created only once the target,
+    the knobs and the rule files are found good (a usage error leaves no folder behind)."""
+    from diagnose.analysis.rules import load_rules
     from diagnose.rundir import RunDir
+    from diagnose.runtime.knobs import Knobs
     from diagnose.runtime.runner import resolve_target
 
     target_args = _script_args(script, args, module)
     try:
         target = resolve_target(script if not module else None, module, [])
+        Knobs.parse(list(knobs or []))
+        load_rules(list(rules_dirs or []))
         out_dir = RunDir.create_for(f"{kind}-{target.display_name}", out, overwrite=shared)
     except DiagnoseError as exc:
         raise _fail(exc) from None
@@ -605,6 +643,7 @@ def _save_and_emit(out_dir, report, html: bool, json_out: bool, color: Optional[
     except DiagnoseError as exc:
         raise _fail(exc) from None
     _emit(report, json_out, color)
+    _say_html(out_dir, html)
     _experiment_events(out_dir)
 
 
@@ -641,6 +680,7 @@ def verify(
     json_out: bool = typer.Option(False, "--json", help="Print the report (with the experiments) as JSON."),
     html: bool = typer.Option(False, "--html", help="Also write report.html."),
     timeout: float = typer.Option(1800, "--timeout", metavar="SECONDS", help="Seconds one run may take."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
     nproc_per_node: Optional[int] = _nproc_option(),
     nnodes: Optional[str] = _nnodes_option(),
@@ -656,14 +696,15 @@ def verify(
     from diagnose.record import WindowPlan
     from diagnose.session import rules_argv
 
-    _check_knobs(knob)  # an unknown knob is a usage error here, as in run and sweep, not a failed baseline
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
-    target_args, _, out_dir = _experiment_setup("verify", script, args, module, out, shared=launch.multi_node)
+    target_args, _, out_dir = _experiment_setup("verify", script, args, module, out, shared=launch.multi_node, knobs=knob, rules_dirs=rules_dirs)
+    progress = ExperimentProgress(enabled=not (quiet or json_out))
     result, base_report = run_verify(
         target_args, out_dir, WindowPlan(warmup=warmup, steps=steps, timed=timed_steps), top=top, repeats=repeats,
-        base_knobs=list(knob or []), on_progress=_progress_printer(json_out), timeout=timeout, options=rules_argv(rules_dirs or []),
-        launch=launch, rules=[r.upper() for r in only_rules or []],
+        base_knobs=list(knob or []), timeout=timeout, options=rules_argv(rules_dirs or []),
+        launch=launch, rules=[r.upper() for r in only_rules or []], **_progress_callbacks(progress),
     )
+    progress.done()
     first = result.baseline.runs[0]
     if not base_report or first.status != "ok":
         raise _fail(
@@ -693,6 +734,7 @@ def sweep(
     json_out: bool = typer.Option(False, "--json", help="Print the report (with the sweep) as JSON."),
     html: bool = typer.Option(False, "--html", help="Also write report.html with the sweep charts."),
     timeout: float = typer.Option(1800, "--timeout", metavar="SECONDS", help="Seconds one run may take."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
     nproc_per_node: Optional[int] = _nproc_option(),
     nnodes: Optional[str] = _nnodes_option(),
@@ -711,20 +753,24 @@ def sweep(
         names, specs = parse_sweep(knob)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    _check_knobs(fixed)
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
-    target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out, shared=launch.multi_node)
+    target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out, shared=launch.multi_node, knobs=fixed)
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
+    progress = ExperimentProgress(enabled=not (quiet or json_out))
     outcomes = run_sweep(
-        target_args, out_dir, plan, specs, base_knobs=list(fixed or []), on_progress=_progress_printer(json_out), timeout=timeout, launch=launch
+        target_args, out_dir, plan, specs, base_knobs=list(fixed or []), timeout=timeout, launch=launch, **_progress_callbacks(progress)
     )
+    progress.done()
     summary = summarize_sweep(names, outcomes)
     plot = plot_sweep(summary, out_dir.plot_path)
     if plot is not None:
         summary["plot"] = plot.name
     report = Report(
         source={"kind": "sweep", "run_dir": str(out_dir.path)},
-        status={"state": "sweep", "exit_code": 0, "message": f"{len(outcomes)} runs of {target.value}", "error": None},
+        status={
+            "state": "sweep", "exit_code": errors.EXIT_OK if any(o.status == "ok" for o in outcomes) else errors.EXIT_SCRIPT_FAILED,
+            "message": f"{len(outcomes)} runs of {target.value}", "error": None,
+        },
         run={"target": {"kind": target.kind, "value": target.value, "args": target_args}},
         # the machine the points ran on, as their own reports recorded it: the header names the device
         environment=_environment_of(outcomes),
@@ -753,29 +799,61 @@ def _environment_of(outcomes) -> dict:  # noqa: ANN001 - list[Outcome]
     return {}
 
 
-def _progress_printer(quiet: bool):  # noqa: ANN202 - a callback
-    def show(label: str) -> None:
-        if not quiet:
-            typer.echo(f"diagnose ▸ experiment: {label}", err=True)
-
-    return show
+def _progress_callbacks(progress: ExperimentProgress) -> dict:
+    """verify's and sweep's progress: a line per experiment; on a terminal, each child run's own
+    progress drawn in place under it."""
+    return {"on_progress": progress.experiment, "on_child_line": progress.child if progress.shows_children else None}
 
 
 @app.command(cls=Command)
 def trim(
-    trace: Path = typer.Argument(..., metavar="TRACE", help="A torch.profiler trace (.json or .json.gz)."),
-    out: Path = typer.Argument(..., metavar="OUT", help="Where to write the trimmed trace (.json or .json.gz)."),
-    steps: int = typer.Option(3, "--steps", min=1, metavar="N", help="Steps to keep."),
+    trace: Path = typer.Argument(..., metavar="TRACE", help="A torch.profiler trace (.json or .json.gz), or a run directory with one trace."),
+    out: Path = typer.Argument(..., metavar="OUT", help="Where to write the trimmed trace (.json, or .json.gz to compress it)."),
+    steps: int = typer.Option(3, "--steps", min=1, metavar="N", help="Steps of the trace to keep."),
     skip: int = typer.Option(1, "--skip", min=0, metavar="N", help="Steps to leave out first."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT if it exists."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
 ) -> None:
     """Cut a trace to a few steps and the events the analysis reads (to share it, or as a test fixture)."""
     from diagnose.analysis.trim import trim_file
 
     try:
-        written = trim_file(trace, out, steps=steps, skip=skip)
+        source = _one_trace(trace)
+        _check_output_file(out, source, overwrite)
+        written = trim_file(source, out, steps=steps, skip=skip)
     except DiagnoseError as exc:
         raise _fail(exc) from None
-    typer.echo(f"wrote {written} ({written.stat().st_size / 1e3:.0f} KB)", err=True)
+    _say(f"wrote {written} ({written.stat().st_size / 1e3:.0f} KB)", quiet)
+
+
+def _one_trace(path: Path) -> Path:
+    """A trace file as given, or the one trace of a run directory (or of a folder of traces)."""
+    from diagnose.rundir import RunDir
+
+    if not path.is_dir():
+        return path
+    found = RunDir(path).traces()
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise errors.UsageError(f"{path} holds no trace (.pt.trace.json or .pt.trace.json.gz)", hint="give the trace file itself")
+    raise errors.UsageError(f"{path} holds {len(found)} traces: {', '.join(p.name for p in found)}", hint="give the one to trim")
+
+
+def _check_output_file(out: Path, source: Path, overwrite: bool) -> None:
+    """Refuse, before any work, an output that would replace the input, an existing file
+    without --overwrite, or a folder that cannot take it."""
+    if out.exists() and source.exists() and out.resolve() == source.resolve():
+        raise errors.UsageError(f"OUT is TRACE itself ({out}): trimming would replace the trace it reads", hint="write the trimmed trace to another file")
+    if out.is_dir():
+        raise errors.OutputError(f"{out} is a folder", hint="give the file to write, e.g. trimmed.pt.trace.json.gz")
+    if out.exists() and not overwrite:
+        raise errors.OutputError(f"{out} already exists", hint="choose another name, or pass --overwrite to replace it")
+    folder = out.parent
+    if not folder.is_dir():
+        raise errors.OutputError(f"cannot write {out}: the folder {folder} does not exist", hint="create it first, or choose another path")
+    if not os.access(folder, os.W_OK):
+        raise errors.OutputError(f"cannot write {out}: the folder {folder} is not writable", hint="choose a writable folder")
 
 
 @app.command(name="knobs", cls=Command)
@@ -783,7 +861,7 @@ def knobs_command(
     json_out: bool = typer.Option(False, "--json", help="Print the knobs as JSON (name, kind, help)."),
 ) -> None:
     """List the knobs that --set, verify and sweep can change without editing the script."""
-    from diagnose.runtime.knobs import KNOB_SPECS, knobs_help
+    from diagnose.runtime.knobs import KNOB_SPECS, KNOBS_HEADERS, knob_rows
 
     if json_out:
         import orjson
@@ -793,7 +871,7 @@ def knobs_command(
         knobs.append({"name": "env.<NAME>", "kind": "text", "help": "an environment variable set before the script starts, e.g. env.DP_SHARD=2"})
         sys.stdout.write(orjson.dumps(knobs, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    sys.stdout.write(knobs_help())
+    sys.stdout.write(_text_table(KNOBS_HEADERS, knob_rows(), wrap=("values",)))
 
 
 @app.command(name="rules", cls=Command)
@@ -805,7 +883,7 @@ def rules_command(
 ) -> None:
     """List the rules (built-in and your own)."""
     from diagnose.analysis.rules import load_rules
-    from diagnose.analysis.rulesdoc import rules_markdown, rules_table, symptoms_table
+    from diagnose.analysis.rulesdoc import RULES_HEADERS, SYMPTOMS_HEADERS, rules_markdown, rules_rows, symptoms_rows
     from diagnose.analysis.symptoms import CATALOG
 
     try:
@@ -828,9 +906,19 @@ def rules_command(
     elif markdown:
         sys.stdout.write(rules_markdown(loaded))
     elif symptoms:
-        sys.stdout.write(symptoms_table())
+        sys.stdout.write(_text_table(SYMPTOMS_HEADERS, symptoms_rows()))
     else:
-        sys.stdout.write(rules_table(loaded))
+        sys.stdout.write(_text_table(RULES_HEADERS, rules_rows(loaded)))
+
+
+def _text_table(headers: tuple[str, ...], rows: list[list[str]], wrap: tuple[str, ...] = ()) -> str:
+    """A listing at the terminal's width (COLUMNS): its last column (and those named in ``wrap``)
+    is prose, wrapped between words; piped output is not wrapped."""
+    from diagnose.renderers.fit import Column, text_table
+    from diagnose.renderers.terminal import ConsoleSettings
+
+    columns = [Column(h, wrap=h in wrap or h == headers[-1]) for h in headers]
+    return text_table(columns, rows, ConsoleSettings.detect(False, sys.stdout).width)
 
 
 def main() -> None:

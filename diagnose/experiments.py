@@ -44,6 +44,7 @@ from typing import Any
 
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
+from diagnose.progress import PREFIX as PROGRESS_PREFIX
 from diagnose.record import WindowPlan
 from diagnose.rundir import RunDir
 from diagnose.runtime.knobs import Knobs, split_assignment
@@ -156,9 +157,10 @@ def _slug(label: str) -> str:
 
 
 def _command(
-    script: list[str], spec: Spec, run_dir: RunDir, plan: WindowPlan, base_knobs: list[str], options: RunOptions, launch: Launch | None = None
+    script: list[str], spec: Spec, run_dir: RunDir, plan: WindowPlan, base_knobs: list[str], options: RunOptions, launch: Launch | None = None,
+    quiet: bool = True,
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir.path), *options]
+    cmd = [sys.executable, "-m", "diagnose", "run", *(["--quiet"] if quiet else []), "--json", "--overwrite", "--out", str(run_dir.path), *options]
     cmd += (launch or Launch()).argv(run_dir.path.name)  # the experiment's folder: unique in its verify or sweep
     cmd += plan.to_argv()
     for assignment in [*base_knobs, *(f"{k}={v}" for k, v in spec.knobs.items())]:
@@ -175,14 +177,17 @@ def run_experiment(
     timeout: float | None = None,
     options: RunOptions | None = None,
     launch: Launch | None = None,
+    on_child_line: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Run once under ``diagnose run`` (a whole torchrun job with ``launch``) in a fresh process
-    and read its report."""
-    cmd = _command(script, spec, run_dir, plan, base_knobs or [], options or [], launch)
+    and read its report. With ``on_child_line``, the run's progress lines are passed to it as
+    they come."""
+    cmd = _command(script, spec, run_dir, plan, base_knobs or [], options or [], launch, quiet=on_child_line is None)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     started = time.time()
-    # stopped politely past its time (its report is saved), with the processes its script started
-    finished = _run_in_session(cmd, env, timeout)
+    # stopped politely past its time (its report is saved), with the processes its script started;
+    # its progress lines drawn as they come where the caller draws them
+    finished = _run_in_session(cmd, env, timeout, on_child_line)
     stdout, stderr, returncode = finished.stdout, finished.stderr, finished.returncode
     report: dict[str, Any] = {}
     if stdout.strip():
@@ -198,15 +203,22 @@ def run_experiment(
     return outcome
 
 
-def _run_in_session(cmd: list[str], env: dict[str, str], timeout: float | None) -> Finished:
+def _run_in_session(cmd: list[str], env: dict[str, str], timeout: float | None, on_line: Callable[[str], None] | None = None) -> Finished:
     """``run_bounded``: ``cmd`` in its own session, its whole process group (a torchrun job's
     ranks with it, and whatever its script started) stopped politely past ``timeout``, on a
-    Ctrl-C (which no longer reaches it) or a SIGTERM to verify or sweep, then killed."""
+    Ctrl-C (which no longer reaches it) or a SIGTERM to verify or sweep, then killed. With
+    ``on_line``, the child's progress lines go to it as they come, not into its stderr."""
+
+    def keep(line: str) -> bool:
+        if on_line is not None and line.startswith(PROGRESS_PREFIX):
+            on_line(line[len(PROGRESS_PREFIX):].strip())
+            return False
+        return True
     main = threading.current_thread() is threading.main_thread()
     # SIGTERM to verify or sweep would otherwise end it alone, its job running on in its session
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
     try:
-        return run_bounded(cmd, timeout, env)
+        return run_bounded(cmd, timeout, env, on_stderr_line=keep if on_line is not None else None)
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
@@ -473,13 +485,14 @@ def verify(
     options: RunOptions | None = None,
     launch: Launch | None = None,
     rules: list[str] | None = None,
+    on_child_line: Callable[[str], None] | None = None,
 ) -> tuple[VerifyResult, dict[str, Any]]:
     """Diagnose, then try each top recommendation (or the findings of ``rules``) alone and all
     of them combined."""
 
     def experiment(spec: Spec, name: str) -> Outcome:
         on_progress(name)
-        return run_experiment(script, spec, out_dir.child(name), plan, base_knobs, timeout, options, launch)
+        return run_experiment(script, spec, out_dir.child(name), plan, base_knobs, timeout, options, launch, on_child_line)
 
     baselines = [experiment(Spec("baseline"), f"baseline-{i}") for i in range(1, repeats + 1)]
     first = out_dir.child("baseline-1")
@@ -590,7 +603,20 @@ def parse_sweep(assignments: list[str]) -> tuple[list[str], list[Spec]]:
         values = [v.strip() for v in raw.split(",") if v.strip()]
         if not values:
             raise UsageError(f"--set {name}= lists no values")
-        Knobs.parse([f"{name}={v}" for v in values])  # validate every value now, not mid-sweep
+        if name in names:
+            raise UsageError(f"--set {name} is given twice", hint=f"list every value once: --set {name}=v1,v2,...")
+        # validate every value now, not mid-sweep; two spellings of one value (2 and 02, 1 and
+        # true) are one point, which would run twice into one folder
+        seen: dict[Any, str] = {}
+        for value in values:
+            parsed = Knobs.parse([f"{name}={value}"]).as_dict()[name]
+            key = (type(parsed).__name__, parsed)
+            if key in seen:
+                raise UsageError(
+                    f"--set {name}={raw} lists {seen[key]!r} twice" + (f" (as {value!r})" if value != seen[key] else ""),
+                    hint="list each value once (diagnose verify --repeats N measures the run-to-run spread)",
+                )
+            seen[key] = value
         names.append(name)
         value_lists.append(values)
     specs = []
@@ -611,21 +637,38 @@ def sweep(
     stop_after_oom: bool = True,
     options: RunOptions | None = None,
     launch: Launch | None = None,
+    on_child_line: Callable[[str], None] | None = None,
 ) -> list[Outcome]:
     """Run each point; once a batch-size point runs out of memory, larger ones are skipped."""
     outcomes: list[Outcome] = []
     oom_at: dict[str, float] = {}
-    for spec in specs:
+    folders = child_folders(out_dir, [spec.label for spec in specs])
+    for spec, folder in zip(specs, folders):
         size_knob = next((k for k in spec.knobs if _is_size_knob(k)), None)
         if stop_after_oom and size_knob and size_knob in oom_at and _as_float(spec.knobs[size_knob]) > oom_at[size_knob]:
             outcomes.append(Outcome(spec.label, spec.knobs, "oom", "", error="skipped: a smaller value already ran out of memory"))
             continue
         on_progress(spec.label)
-        o = run_experiment(script, spec, out_dir.child(spec.label), plan, base_knobs, timeout, options, launch)
+        o = run_experiment(script, spec, folder, plan, base_knobs, timeout, options, launch, on_child_line)
         outcomes.append(o)
         if o.status == "oom" and size_knob:
             oom_at[size_knob] = min(oom_at.get(size_knob, float("inf")), _as_float(spec.knobs[size_knob]))
     return outcomes
+
+
+def child_folders(out_dir: RunDir, labels: list[str]) -> list[RunDir]:
+    """One folder per run, never two runs in one: labels whose folder names collide (``a/b`` and
+    ``a_b`` are both ``a_b``) get ``-2``, ``-3`` ... after the first."""
+    taken: set[Path] = set()
+    folders = []
+    for label in labels:
+        folder, n = out_dir.child(label), 1
+        while folder.path in taken:
+            n += 1
+            folder = out_dir.child(f"{label}-{n}")
+        taken.add(folder.path)
+        folders.append(folder)
+    return folders
 
 
 def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]:

@@ -137,6 +137,16 @@ class RunDir:
         claim(path)
         return cls.create(path, overwrite=overwrite)
 
+    @classmethod
+    def containing(cls, path: Path) -> RunDir:
+        """The run directory ``path`` is, or whose own file it names: ``RUN/diagnose/report.json``,
+        ``RUN/report.json`` (an older layout) and ``RUN/diagnose/run.json`` are ``RUN``'s."""
+        path = Path(path)
+        if path.is_file() and (path.name in (REPORT_JSON, RUN_JSON) or _RANK_RECORD.match(path.name)):
+            folder = path.parent
+            return cls(folder.parent if folder.name == OWN_FILES else folder)
+        return cls(path)
+
     def holds_run(self) -> bool:
         """Whether this is a diagnose run directory (it holds a run record): only those are
         written into by ``analyze``; a folder of a user's own traces is not."""
@@ -308,6 +318,8 @@ class RunDir:
         from diagnose.analysis.report import Report
 
         path = self.report_path
+        if self.path.is_file():  # not a run directory, nor a run's own report.json (RunDir.containing)
+            raise UsageError(f"{self.path} is a file, not a run directory", hint=f"give the run directory that holds {OWN_FILES}/{REPORT_JSON}")
         if not path.is_file():
             raise UsageError(f"no {REPORT_JSON} in {self.path}", hint=f"diagnose analyze {self.path} makes one")
         try:
@@ -389,6 +401,16 @@ def claim(path: Path) -> None:
         os.close(fd)
         return
     _CLAIMED[path] = fd
+
+
+def write_file_whole(path: Path, raw: bytes) -> Path:
+    """``raw`` into ``path`` whole or not at all (``write_atomically``): a full or read-only file
+    system leaves neither an empty nor a cut file, and an existing file stays as it was. An
+    ``OutputError`` says why it failed (``write_error``)."""
+    try:
+        return write_atomically(path, raw)
+    except OSError as exc:
+        raise write_error(path, exc) from None
 
 
 def _load_record(path: Path) -> RunRecord:

@@ -248,7 +248,11 @@ class RunRequest:
 
 
 def open_run_dir(request: RunRequest, rank: RankInfo | None = None) -> RunDir:
-    """The run directory, created before the script starts; every rank shares one."""
+    """The run directory, created before the script starts (once the script or module is
+    found: a usage error leaves no folder behind); every rank shares one."""
+    from diagnose.runtime.runner import resolve_target
+
+    resolve_target(request.script, request.module, request.script_args)
     if rank is None:
         return RunDir.create_for(request.name, request.out, overwrite=request.overwrite)
     return RunDir.create(request.out or shared_location(request.name), overwrite=True)  # each rank writes its own names

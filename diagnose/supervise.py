@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 #: the signals the parent passes on to the child
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
@@ -208,23 +209,29 @@ class Finished:
     timed_out: bool = False
 
 
-def run_bounded(cmd: list[str], timeout: float | None, env: dict[str, str] | None = None, grace_s: float = GRACE_S) -> Finished:
+def run_bounded(
+    cmd: list[str], timeout: float | None, env: dict[str, str] | None = None, grace_s: float = GRACE_S,
+    on_stderr_line: Callable[[str], bool] | None = None, cwd: str | os.PathLike[str] | None = None,
+) -> Finished:
     """Run ``cmd`` in a process group of its own, its output captured. Past ``timeout``, the
     whole group is stopped politely (SIGTERM: a ``diagnose run`` saves what it measured), then
     after ``grace_s`` killed; once the child ended, whatever it left in its group (the script's
     own children: a ``sleep 600``) is killed too. A Ctrl-C of the caller (the group no longer
     hears the terminal) is passed on the same way, as is whatever else ends the caller's wait
-    (a SIGTERM its handler raises as ``SystemExit``), then raised."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    (a SIGTERM its handler raises as ``SystemExit``), then raised. With ``on_stderr_line``, each
+    line of the child's stderr is given to it as it comes (a progress line to draw), and kept in
+    ``Finished.stderr`` only where it returns True."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True)
+    output = _Output(proc, on_stderr_line) if on_stderr_line is not None else None
     timed_out = False
     try:
         try:
-            stdout, stderr = proc.communicate(timeout=timeout)
+            stdout, stderr = _communicate(proc, output, timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            stdout, stderr = _stop_group(proc, signal.SIGTERM, grace_s)
+            stdout, stderr = _stop_group(proc, output, signal.SIGTERM, grace_s)
         except BaseException as exc:
-            _stop_group(proc, signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM, grace_s)
+            _stop_group(proc, output, signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM, grace_s)
             raise
     finally:
         _kill_group(proc.pid)
@@ -234,16 +241,45 @@ def run_bounded(cmd: list[str], timeout: float | None, env: dict[str, str] | Non
     return Finished(proc.returncode, stdout, stderr, timed_out)
 
 
-def _stop_group(proc: subprocess.Popen[str], sig: int, grace_s: float) -> tuple[str, str]:
+class _Output:
+    """A child's output read by two threads as it comes: stdout whole, stderr line by line."""
+
+    def __init__(self, proc: subprocess.Popen[str], on_line: Callable[[str], bool]) -> None:
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.threads = [
+            threading.Thread(target=lambda: self.out.append(proc.stdout.read()), daemon=True),  # type: ignore[union-attr]
+            threading.Thread(target=self._read_err, args=(proc, on_line), daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _read_err(self, proc: subprocess.Popen[str], on_line: Callable[[str], bool]) -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            if on_line(line):
+                self.err.append(line)
+
+    def wait(self, proc: subprocess.Popen[str], timeout: float | None) -> tuple[str, str]:
+        proc.wait(timeout=timeout)
+        for thread in self.threads:
+            thread.join()
+        return "".join(self.out), "".join(self.err)
+
+
+def _communicate(proc: subprocess.Popen[str], output: _Output | None, timeout: float | None) -> tuple[str, str]:
+    return output.wait(proc, timeout) if output is not None else proc.communicate(timeout=timeout)
+
+
+def _stop_group(proc: subprocess.Popen[str], output: _Output | None, sig: int, grace_s: float) -> tuple[str, str]:
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
     try:
-        return proc.communicate(timeout=grace_s)
+        return _communicate(proc, output, grace_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)
-        return proc.communicate()
+        return _communicate(proc, output, None)
 
 
 def _kill_group(pgid: int) -> None:

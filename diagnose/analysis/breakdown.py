@@ -756,6 +756,11 @@ def _strip(segments: list[tuple[float, float, str, str]], step: Any, bins: int) 
 # --- profiler overhead -----------------------------------------------------------------------
 
 
+#: a steady (profiler-off) step this many times the profiled one is said in a note: the shares,
+#: which stay the profiled step's, would otherwise switch basis without a word
+STEADY_SLOWER = 1.10
+
+
 def calibrate_to_steady_state(bd: Breakdown, steady_step_us: float, tolerance: float = 0.02) -> Breakdown:
     """Correct the exposed view for the profiler's own host overhead.
 
@@ -764,13 +769,22 @@ def calibrate_to_steady_state(bd: Breakdown, steady_step_us: float, tolerance: f
     (timed with the profiler off) says by how much. GPU work is barely affected, so the host
     categories are scaled by ``k = (t_steady - g) / (t_profiled - g)`` (``g``: GPU-side time per
     step) and the shares re-expressed over the steady step; they still sum to one. When the
-    profiled steps are not slower (data-bound loops), nothing changes.
+    profiled steps are not slower (data-bound loops), nothing changes; when the steady steps are
+    much slower (``STEADY_SLOWER``), nothing changes either, and a note says so.
     """
     n = len(bd.steps)
     if not n or steady_step_us <= 0:
         return bd
     t_profiled = bd.total_us / n
     inflation = t_profiled / steady_step_us
+    if inflation * STEADY_SLOWER <= 1:  # said, as the opposite case is: the shares stay the trace's
+        note = (
+            f"the profiler-off window was {100 * (1 / inflation - 1):.0f}% slower than the profiled one "
+            f"({steady_step_us / 1e3:.1f} vs {t_profiled / 1e3:.1f} ms/step): the shares are of the profiled step, "
+            "not corrected to the steady one (the script changed pace after the window: evaluation, "
+            "checkpoints, a slower stretch of data, a busier machine)"
+        )
+        return replace(bd, profiler_inflation=inflation, notes=[*bd.notes, note])
     if inflation <= 1 + tolerance:
         return replace(bd, profiler_inflation=inflation)
     per_step = {k: v * t_profiled for k, v in bd.exposed_share.items()}

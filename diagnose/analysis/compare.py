@@ -8,8 +8,15 @@ disappeared) and, in one sentence, with the run just before it (the shift: "data
 one after another. ``Comparison.to_dict()`` is what ``diagnose compare --json`` prints.
 
 Throughput is compared in samples per second when every run knows it (a batch-size change
-alters the work per step), else in steps per second; the steady figure (profiler off) when a
-run has it, else the profiled one (``throughput_of``).
+alters the work per step), else in steps per second; the steady figure (profiler off) when
+every run has it, else the profiled one of every run (``window_for``: never one run's steady
+figure against another's profiled one).
+
+Noise: each run carries its spread (half the p10-p90 range of its steps over its mean step, as
+verify's single-run spread) and its notes on the timing (noisy windows, a profiler-off window
+slower than the profiled one, ...). A speedup inside the larger spread of the two runs is said
+to be inside it ("no measurable change"), never read as a shift. The comparison warns when the
+runs are of different scripts, window plans or devices (``Comparison.warnings``).
 """
 
 from __future__ import annotations
@@ -51,10 +58,16 @@ SHIFT_WORDS_CPU = {
 MIN_SHIFT = 0.05
 
 
-def throughput_of(report: Report, rate_key: str) -> float | None:
-    """The run's ``rate_key`` figure (``samples_per_s`` or ``steps_per_s``): steady when
-    measured, else profiled; None when the run measured neither."""
-    for window in ("steady", "profiled"):
+#: the report's timing windows, the preferred first
+WINDOWS = ("steady", "profiled")
+#: the report notes that bear on how far its timing can be trusted (report.py writes them)
+TIMING_NOTE_STARTS = ("noisy ", "bursty ", "profiling made", "the profiler-off window", "too few steps")
+
+
+def throughput_of(report: Report, rate_key: str, window: str | None = None) -> float | None:
+    """The run's ``rate_key`` figure (``samples_per_s`` or ``steps_per_s``) in ``window``; with
+    none given, steady when measured, else profiled; None when the run measured neither."""
+    for window in (window,) if window else WINDOWS:
         timing = (report.throughput or {}).get(window) or {}
         value = timing.get(rate_key)
         if isinstance(value, (int, float)) and value > 0:
@@ -67,10 +80,26 @@ def rate_key_for(reports: Sequence[Report]) -> str:
     return "samples_per_s" if all(throughput_of(r, "samples_per_s") is not None for r in reports) else "steps_per_s"
 
 
-def step_ms(report: Report) -> tuple[float | None, float | None, float | None]:
+def window_for(reports: Sequence[Report], rate_key: str) -> str | None:
+    """The window every report has the figure in (steady first): the one to compare them in;
+    None when no window is common to all (each then gives what it has)."""
+    for window in WINDOWS:
+        if all(throughput_of(r, rate_key, window) is not None for r in reports):
+            return window
+    return None
+
+
+def spread_of(mean: float | None, low: float | None, high: float | None) -> float | None:
+    """Half the p10-p90 range over the mean: how far one run's figure can move by chance."""
+    if mean is None or low is None or high is None or mean <= 0:
+        return None
+    return round((high - low) / 2 / mean, 4)
+
+
+def step_ms(report: Report, window: str | None = None) -> tuple[float | None, float | None, float | None]:
     """The mean step with its p10 and p90 (the report's statistic, as verify and sweep show it),
-    from the steady window where it was timed, else the profiled one."""
-    for window in ("steady", "profiled"):
+    from ``window``, or with none given the steady window where it was timed, else the profiled one."""
+    for window in (window,) if window else WINDOWS:
         timing = (report.throughput or {}).get(window) or {}
         mean = timing.get("mean_step_ms")
         if isinstance(mean, (int, float)):
@@ -114,6 +143,9 @@ class RunColumn:
     top_category: str | None  # what limits the step most
     top_share: float | None
     shift: str | None  # one sentence against the run before; None for the first
+    spread: float | None = None  # half its p10-p90 step range over its mean step
+    inside_spread: bool = False  # its speedup over the baseline is inside the larger of both spreads
+    notes: tuple[str, ...] = ()  # its report's notes on its timing (noisy, slower unprofiled, ...)
 
 
 @dataclass(frozen=True)
@@ -124,6 +156,8 @@ class Comparison:
     exposed: tuple[ShareRow, ...]  # the categories with time in some run, display order
     phases: tuple[ShareRow, ...]
     titles: dict[str, str]  # rule id -> title, for every rule that fired in some run
+    window: str | None = None  # the timing window every run is compared in (steady, profiled)
+    warnings: tuple[str, ...] = ()  # the runs differ in script, plan or device
     #: the reports compared, in order (the HTML page draws their steps); not part of to_dict()
     reports: tuple[Report, ...] = field(default=(), repr=False, compare=False)
 
@@ -150,6 +184,8 @@ class Comparison:
             "exposed": [asdict(row) for row in self.exposed],
             "phases": [asdict(row) for row in self.phases],
             "titles": dict(self.titles),
+            "window": self.window,
+            "warnings": list(self.warnings),
         }
 
 
@@ -173,28 +209,33 @@ def compare_reports(runs: Sequence[tuple[str, Report]]) -> Comparison:
         for phase in PHASES
         if any(s and s[phase] > 0 for s in phase_shares)
     )
-    base_rate = throughput_of(reports[0], rate_key)
+    window = window_for(reports, rate_key)
+    rates = [throughput_of(r, rate_key, window) for r in reports]
+    steps = [step_ms(r, window) for r in reports]
+    spreads = [spread_of(*s) for s in steps]
     base_rules = _fired(reports[0])
     columns: list[RunColumn] = []
     for i, (label, report) in enumerate(runs):
-        rate = throughput_of(report, rate_key)
         fired = _fired(report)
         top = _top(exposed_shares[i])
-        steps = step_ms(report)
+        speedup = _speedup(rates[0], rates[i])
+        inside = i > 0 and inside_spread(speedup, spreads[0], spreads[i])
         shift = None
         if i > 0:
-            shift = shift_sentence(exposed_shares[i - 1], exposed_shares[i], words, _speedup(throughput_of(reports[i - 1], rate_key), rate), rate_key)
+            before = _speedup(rates[i - 1], rates[i])
+            noise = _larger(spreads[i - 1], spreads[i]) if inside_spread(before, spreads[i - 1], spreads[i]) else None
+            shift = shift_sentence(exposed_shares[i - 1], exposed_shares[i], words, before, rate_key, noise=noise)
         columns.append(
             RunColumn(
                 label=label,
                 source=str(report.source.get("run_dir") or report.source.get("trace") or ""),
                 state=str((report.status or {}).get("state", "unknown")),
                 verdict=report.verdict,
-                throughput=rate,
-                speedup=_speedup(base_rate, rate),
-                mean_step_ms=steps[0],
-                p10_step_ms=steps[1],
-                p90_step_ms=steps[2],
+                throughput=rates[i],
+                speedup=speedup,
+                mean_step_ms=steps[i][0],
+                p10_step_ms=steps[i][1],
+                p90_step_ms=steps[i][2],
                 gpu_busy=report.gpu_busy_share() if report.on_gpu else None,
                 findings=fired,
                 appeared=tuple(r for r in fired if r not in base_rules) if i else (),
@@ -202,10 +243,52 @@ def compare_reports(runs: Sequence[tuple[str, Report]]) -> Comparison:
                 top_category=top[0] if top else None,
                 top_share=top[1] if top else None,
                 shift=shift,
+                spread=spreads[i],
+                inside_spread=inside,
+                notes=timing_notes(report),
             )
         )
     titles = {f["rule"]: f.get("title", "") for r in reports for f in r.findings}
-    return Comparison(tuple(columns), rate_key, on_gpu, exposed_rows, phase_rows, titles, tuple(reports))
+    return Comparison(tuple(columns), rate_key, on_gpu, exposed_rows, phase_rows, titles, window, tuple(run_differences(runs)), tuple(reports))
+
+
+def inside_spread(speedup: float | None, spread_a: float | None, spread_b: float | None) -> bool:
+    """Whether a speedup is inside the larger of two runs' spreads (a change chance can make)."""
+    noise = _larger(spread_a, spread_b)
+    return speedup is not None and noise is not None and abs(speedup - 1) <= noise
+
+
+def _larger(a: float | None, b: float | None) -> float | None:
+    known = [x for x in (a, b) if x is not None]
+    return max(known) if known else None
+
+
+def timing_notes(report: Report) -> tuple[str, ...]:
+    """The report's notes that bear on how far its timing can be trusted."""
+    notes = [str(report.throughput.get("note"))] if (report.throughput or {}).get("note") else []
+    return tuple(notes + [w for w in report.warnings if w.startswith(TIMING_NOTE_STARTS)])
+
+
+def run_differences(runs: Sequence[tuple[str, Report]]) -> list[str]:
+    """What makes the runs unlike each other beyond the change compared: another script, another
+    window plan, another device (a comparison of those says little about a change)."""
+    warnings = []
+    for what, value_of in (
+        ("scripts", lambda r: ((r.run or {}).get("target") or {}).get("value")),
+        ("window plans (--warmup/--steps/--timed-steps)", lambda r: _plan_text((r.run or {}).get("plan"))),
+        ("devices", lambda r: (r.environment or {}).get("device_name") or (r.environment or {}).get("device")),
+    ):
+        values = [(label, value_of(report)) for label, report in runs]
+        known = [(label, v) for label, v in values if v]
+        if len({v for _, v in known}) > 1:
+            warnings.append(f"the runs are of different {what}: " + "; ".join(f"{label}: {v}" for label, v in known))
+    return warnings
+
+
+def _plan_text(plan: dict[str, Any] | None) -> str | None:
+    if not plan:
+        return None
+    return f"warmup {plan.get('warmup')}, steps {plan.get('steps')}, timed {plan.get('timed')}"
 
 
 def shift_sentence(
@@ -214,12 +297,16 @@ def shift_sentence(
     words: dict[str, str],
     speedup: float | None = None,
     rate_key: str = "samples_per_s",
+    noise: float | None = None,
 ) -> str:
     """One sentence naming how the bottleneck moved from ``before`` to ``after`` (exposed shares).
 
     "data wait 64% -> 3%; the step is now GPU backward, 51% (3.10x samples/s)" when the
-    largest category changed; "data wait still limits the step: 64% -> 58%" when it did not."""
+    largest category changed; "data wait still limits the step: 64% -> 58%" when it did not.
+    With ``noise`` (the speedup is inside the runs' spread), the speedup is said to be inside it."""
     rate = f" ({speedup:.2f}x {rate_key.replace('_per_s', '/s')})" if speedup is not None else ""
+    if noise is not None and speedup is not None:
+        rate = f" ({speedup:.2f}x {rate_key.replace('_per_s', '/s')}, inside the runs' spread of ±{percent(noise, 0)}: no measurable change)"
     if not before or not after:
         return f"no breakdown to compare{rate}".strip()
     old_top, old_share = _top(before) or ("", 0.0)

@@ -1,8 +1,10 @@
 """The CI gate: ``--fail-on`` conditions checked against a report (docs/ci.md).
 
-Contract: ``parse_condition(text) -> Condition`` (a ``UsageError`` for one it cannot read) and
-``check(report, conditions, baseline=None) -> list[str]``: one line per condition that holds,
-empty when the gate passes. Pure; no files.
+Contract: ``parse_condition(text) -> Condition`` (a ``UsageError`` for one it cannot read),
+``resolve_names(conditions, rules) -> list[Condition]`` (each rule id and category checked
+against the rules loaded, spelled as they spell it; a ``UsageError`` listing the valid ones for
+any other: a typo must never turn a CI gate off) and ``check(report, conditions, baseline=None)
+-> list[str]``: one line per condition that holds, empty when the gate passes. Pure; no files.
 
 The conditions:
 
@@ -20,14 +22,17 @@ The conditions:
 
 from __future__ import annotations
 
+import difflib
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
 
-from diagnose.analysis.compare import rate_key_for, throughput_of
+from diagnose.analysis.compare import rate_key_for, throughput_of, window_for
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
 
-_RULE_ID = re.compile(r"^[A-Z][A-Z0-9]*\d{3}$")
+_RULE_ID = re.compile(r"^[A-Z][A-Z0-9]*\d{3}$", re.IGNORECASE)
 _THROUGHPUT = re.compile(r"^throughput\s*<\s*(?P<bound>baseline|\d+(?:\.\d+)?)\s*(?:-\s*(?P<tolerance>\d+(?:\.\d+)?)\s*%)?$")
 
 
@@ -69,6 +74,41 @@ def parse_condition(text: str) -> Condition:
     )
 
 
+class NamedRule(Protocol):
+    """What the gate needs of a loaded rule (analysis.rules.Rule)."""
+
+    id: str
+    category: str
+
+
+def resolve_names(conditions: Sequence[Condition], rules: Iterable[NamedRule]) -> list[Condition]:
+    """The conditions with each rule id and category spelled as the rules spell it (``data001``
+    is DATA001, ``category:DATA`` is data); a ``UsageError`` naming the valid ones for a rule id
+    or category that no rule has, which would otherwise never hold."""
+    loaded = list(rules)
+    resolved = []
+    for condition in conditions:
+        if condition.kind == "rule":
+            known = sorted({r.id for r in loaded})
+            what = "rule id"
+        elif condition.kind == "category":
+            known = sorted({r.category for r in loaded})
+            what = "category"
+        else:
+            resolved.append(condition)
+            continue
+        by_folded = {name.casefold(): name for name in known}
+        name = by_folded.get(condition.value.casefold())
+        if name is None:
+            close = difflib.get_close_matches(condition.value.upper() if what == "rule id" else condition.value.lower(), known, n=1)
+            raise UsageError(
+                f"--fail-on {condition.text!r}: no rule has the {what} {condition.value!r}" + (f" (did you mean {close[0]}?)" if close else ""),
+                hint=f"{what}s: {', '.join(known)} (diagnose rules lists them; --rules adds your own)",
+            )
+        resolved.append(replace(condition, value=name))
+    return resolved
+
+
 def check(report: Report, conditions: list[Condition], baseline: Report | None = None) -> list[str]:
     """The conditions that hold for ``report``, one line each saying why."""
     failures = []
@@ -94,16 +134,18 @@ def _throughput_failure(report: Report, condition: Condition, baseline: Report |
         if baseline is None:
             raise UsageError(f"--fail-on {condition.text!r} needs a baseline run", hint="pass --baseline RUN_DIR (compare uses its first run)")
         rate_key = rate_key_for([report, baseline])
-        bound = throughput_of(baseline, rate_key)
+        window = window_for([report, baseline], rate_key)  # both in one window: steady, else profiled
+        bound = throughput_of(baseline, rate_key, window)
         if bound is None:
             raise UsageError(f"--fail-on {condition.text!r}: the baseline run measured no throughput")
         bound_text = f"the baseline's {bound:,.1f}"
     else:
         rate_key = rate_key_for([report])
+        window = None
         bound = condition.bound
         bound_text = f"{bound:,g}"
     unit = rate_key.replace("_per_s", "/s")
-    value = throughput_of(report, rate_key)
+    value = throughput_of(report, rate_key, window)
     if value is None:
         return f"{condition.text}: the run measured no throughput"
     limit = bound * (1 - condition.tolerance)

@@ -8,19 +8,18 @@ from diagnose.analysis.rules import Rule
 from diagnose.analysis.symptoms import CATALOG
 
 
-def rules_table(rules: list[Rule]) -> str:
-    lines = [f"{'id':10s} {'kind':8s} {'category':12s} title"]
-    for r in rules:
-        origin = "" if r.builtin else f"   ({r.source})"
-        lines.append(f"{r.id:10s} {r.kind:8s} {r.category:12s} {r.title}{origin}")
-    return "\n".join(lines) + "\n"
+#: the columns of ``diagnose rules`` and of ``diagnose rules --symptoms``
+RULES_HEADERS = ("id", "kind", "category", "title")
+SYMPTOMS_HEADERS = ("symptom", "unit", "meaning")
 
 
-def symptoms_table() -> str:
-    lines = [f"{'symptom':34s} {'unit':6s} meaning"]
-    for name, (unit, description) in sorted(CATALOG.items()):
-        lines.append(f"{name:34s} {unit:6s} {description}")
-    return "\n".join(lines) + "\n"
+def rules_rows(rules: list[Rule]) -> list[list[str]]:
+    """The rows of ``diagnose rules``: a user's rule says which file it came from."""
+    return [[r.id, r.kind, r.category, r.title + ("" if r.builtin else f" ({r.source})")] for r in rules]
+
+
+def symptoms_rows() -> list[list[str]]:
+    return [[name, unit, description] for name, (unit, description) in sorted(CATALOG.items())]
 
 
 FRAMEWORK_NAMES = {

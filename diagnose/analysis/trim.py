@@ -1,6 +1,7 @@
 """Cut a trace down to a few steps and to the events the analysis reads.
 
-Contract: ``trim_trace(data, steps) -> dict``. Keeps the trace's metadata, the first ``steps``
+Contract: ``trim_trace(data, steps) -> dict`` (and ``trimmed_bytes(path, steps)``, its file
+encoded; the command writes it, whole or not at all). Keeps the trace's metadata, the first ``steps``
 ``ProfilerStep`` windows of the main thread, and within them: user annotations, top-level
 operators of the main thread, operators that start a forward->backward flow, autograd engine
 operators, the runtime calls that launched kept GPU work, synchronised or waited for the GPU
@@ -109,12 +110,14 @@ def _top_level_ids(ops: list[dict[str, Any]]) -> set[int]:
     return top
 
 
+def trimmed_bytes(source: Path, steps: int, skip: int = 1, gzipped: bool = False) -> bytes:
+    """The trimmed trace of the file ``source``, encoded (gzipped for a ``.gz`` target)."""
+    raw = json.dumps(trim_trace(read_trace_json(source), steps, skip), separators=(",", ":")).encode()
+    return gzip.compress(raw, compresslevel=9) if gzipped else raw
+
+
 def trim_file(source: Path, target: Path, steps: int, skip: int = 1) -> Path:
-    data = read_trace_json(source)
-    trimmed = trim_trace(data, steps, skip)
-    raw = json.dumps(trimmed, separators=(",", ":")).encode()
-    if target.name.endswith(".gz"):
-        target.write_bytes(gzip.compress(raw, compresslevel=9))
-    else:
-        target.write_bytes(raw)
-    return target
+    """Trim ``source`` into ``target`` (gzipped when its name ends in .gz), whole or not at all."""
+    from diagnose.rundir import write_file_whole
+
+    return write_file_whole(target, trimmed_bytes(source, steps, skip, gzipped=target.name.endswith(".gz")))

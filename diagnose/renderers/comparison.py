@@ -12,13 +12,16 @@ import io
 import json
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from diagnose.analysis.compare import Comparison, RunColumn, ShareRow
+from diagnose.renderers.fit import Column, FittedTable, fit_table
+from diagnose.renderers.terminal import without_trailing_spaces
 from diagnose.renderers.view import ReportView
 from diagnose.units import ms, percent, spread_ms
 
 FORMATS = ("terminal", "json", "html")
+WINDOW_WORDS = {"steady": "timed with the profiler off", "profiled": "the profiled steps, as not every run has a steady figure"}
 
 
 def render_comparison(comparison: Comparison, fmt: str = "terminal", color: bool = False, width: int = 100) -> str:
@@ -63,37 +66,42 @@ class ComparisonTerminalRenderer:
         )
         c = comparison
         console.print(f"[bold]diagnose compare[/]  ·  {len(c.runs)} runs, the first is the baseline")
+        for warning in c.warnings:
+            console.print(Text(f"warning: {warning}", style="yellow"))
         for run in c.runs[1:]:
             console.print(f"[bold cyan]{escape(run.label)}[/]: {escape(run.shift or '')}")
+        for run in c.runs:
+            spread = f"its steps' spread ±{percent(run.spread, 0)}" if run.spread is not None else ""
+            for line in ([spread] if spread and run.notes else []) + list(run.notes):
+                console.print(Text(f"note ({run.label}): {line}", style="dim"))
         console.print()
-        for table in (
+        for fitted in (
             self._summary(c),
             self._shares("What limits the step (share of the step; change from the baseline)", c, c.exposed),
             self._shares("What the host thread does (phases)", c, c.phases),
         ):
-            console.print(table)
+            # a column per run, never cut: too many runs for the width stack each row instead
+            console.print(fitted.renderable)
             console.print()
         self._findings(console, c)
-        return buffer.getvalue()
+        return without_trailing_spaces(buffer.getvalue())
 
-    def _columns(self, table: Table, c: Comparison, first: str) -> None:
-        table.add_column(first)
-        for run in c.runs:
-            table.add_column(run.label, justify="right")
+    def _fit(self, title: str, c: Comparison, rows: list[list[str]]) -> FittedTable:
+        columns = [Column(""), *(Column(run.label, "right") for run in c.runs)]
+        return fit_table(columns, rows, self.width, title=title, header_style="bold")
 
-    def _summary(self, c: Comparison) -> Table:
-        table = Table(title="Throughput", title_justify="left", show_edge=False)
-        self._columns(table, c, "")
-        table.add_row(rate_words(c.rate_key), *[_cell(r.throughput, f"{r.throughput:,.1f}" if r.throughput else "", r.speedup) for r in c.runs])
-        table.add_row("mean step (p10–p90)", *[step_text(r) for r in c.runs])
+    def _summary(self, c: Comparison) -> FittedTable:
+        rows = [
+            [rate_words(c.rate_key), *[_cell(r.throughput, f"{r.throughput:,.1f}" if r.throughput else "", r.speedup, r.inside_spread) for r in c.runs]],
+            ["mean step (p10–p90)", *[step_text(r) for r in c.runs]],
+        ]
         if c.on_gpu:
-            table.add_row("GPU busy", *[percent(r.gpu_busy, 0) if r.gpu_busy is not None else "—" for r in c.runs])
-        table.add_row("status", *[r.state for r in c.runs])
-        return table
+            rows.append(["GPU busy", *[percent(r.gpu_busy, 0) if r.gpu_busy is not None else "—" for r in c.runs]])
+        rows.append(["status", *[r.state for r in c.runs]])
+        return self._fit("Throughput" + (f" ({c.window}: {WINDOW_WORDS[c.window]})" if c.window else ""), c, rows)
 
-    def _shares(self, title: str, c: Comparison, rows: tuple[ShareRow, ...]) -> Table:
-        table = Table(title=title, title_justify="left", show_edge=False)
-        self._columns(table, c, "")
+    def _shares(self, title: str, c: Comparison, rows: tuple[ShareRow, ...]) -> FittedTable:
+        lines = []
         for row in rows:
             cells = []
             for i, (share, delta) in enumerate(zip(row.shares, row.deltas)):
@@ -101,8 +109,8 @@ class ComparisonTerminalRenderer:
                     cells.append("—")
                 else:
                     cells.append(percent(share, 1) + (f" ({signed_points(delta)})" if i else ""))
-            table.add_row(row.label, *cells)
-        return table
+            lines.append([row.label, *cells])
+        return self._fit(title, c, lines)
 
     def _findings(self, console: Console, c: Comparison) -> None:
         console.print("[bold]Findings[/]")
@@ -114,10 +122,12 @@ class ComparisonTerminalRenderer:
             console.print(f"  [dim]{rule}: {escape(title)}[/]")
 
 
-def _cell(value: float | None, text: str, speedup: float | None) -> str:
+def _cell(value: float | None, text: str, speedup: float | None, inside: bool = False) -> str:
     if value is None:
         return "—"
-    return f"{text} ({speedup_text(speedup)})" if speedup is not None and speedup != 1.0 else text
+    if speedup is None or speedup == 1.0:
+        return text
+    return f"{text} ({speedup_text(speedup)}{', within spread' if inside else ''})"
 
 
 def findings_change(run: RunColumn, after_word: str = "") -> str:

@@ -13,10 +13,12 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from diagnose.renderers.base import Renderer
+from diagnose.renderers.fit import Column, FittedTable, fit_table
 from diagnose.renderers.view import FindingRow, RankRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
 from diagnose.units import count, gain_words, human_bytes, percent, spread_ms
 
@@ -54,7 +56,7 @@ class ConsoleSettings:
     @classmethod
     def detect(cls, color: bool | None = None, stream: TextIO | None = None, environ: Mapping[str, str] = os.environ) -> ConsoleSettings:
         """``--color/--no-color`` first, then NO_COLOR (any value: no colour, no-color.org), then
-        FORCE_COLOR, then whether ``stream`` is a terminal. The width is COLUMNS when set, else the
+        FORCE_COLOR, then whether ``stream`` is a terminal that takes colour (not TERM=dumb). The width is COLUMNS when set, else the
         terminal's; piped output is not wrapped (a reader or a pager wraps it)."""
         stream = sys.stdout if stream is None else stream
         is_tty = bool(getattr(stream, "isatty", lambda: False)())
@@ -64,7 +66,7 @@ class ConsoleSettings:
             elif environ.get("FORCE_COLOR", "") not in ("", "0"):
                 color = True
             else:
-                color = is_tty
+                color = is_tty and not dumb_terminal(environ)
         width: int | None = None
         columns = environ.get("COLUMNS", "")
         if columns.isdigit() and int(columns) > 0:
@@ -75,6 +77,17 @@ class ConsoleSettings:
             except (OSError, ValueError, AttributeError):
                 width = None
         return cls(color=color, width=width)
+
+
+def without_trailing_spaces(text: str) -> str:
+    """No line ends in spaces (rich pads wrapped lines and table cells to the width); colour
+    codes at a line's end stay."""
+    return _TRAILING_SPACE.sub(r"\1", text)
+
+
+def dumb_terminal(environ: Mapping[str, str] = os.environ) -> bool:
+    """TERM=dumb: a terminal (Emacs' shell, some CI consoles) that takes no escape codes."""
+    return environ.get("TERM", "") == "dumb"
 
 
 class TerminalRenderer(Renderer):
@@ -88,8 +101,7 @@ class TerminalRenderer(Renderer):
         return cls(color=settings.color, width=settings.width, show_steps=show_steps)
 
     def render_view(self, view: ReportView) -> str:
-        # no line ends in spaces (rich pads wrapped lines and table cells to the width)
-        return _TRAILING_SPACE.sub(r"\1", self._render_view(view))
+        return without_trailing_spaces(self._render_view(view))
 
     def _render_view(self, view: ReportView) -> str:
         buffer = io.StringIO()
@@ -188,41 +200,34 @@ class TerminalRenderer(Renderer):
         bd = v.breakdown
         assert bd is not None
         c.print(Text(exposed_caption(bd.exposed_basis, bd.exposed_step_ms), style="dim"))
-        table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-        table.add_column("", no_wrap=True)
-        table.add_column("exposed: what limits the step", no_wrap=True)
-        table.add_column("mean ms/step", justify="right")
-        table.add_column("p10–p90 ms", justify="right")
-        table.add_column("share", justify="right")
+        rows = []
         for row in bd.listed:
             style, glyph = STYLES[row.category]
-            table.add_row(
+            rows.append([
                 Text("■" if self.color else glyph, style=style if self.color else ""),
                 row.label,
                 f"{row.mean_ms:.2f}",
                 spread_ms(row.p10_ms, row.p90_ms),
                 percent(row.share),
-            )
-        c.print(table)
+            ])
+        columns = [Column(""), Column("exposed: what limits the step"), Column("mean ms/step", "right"), Column("p10–p90 ms", "right", drop=0), Column("share", "right")]
+        self._fitted(c, fit_table(columns, rows, self.width, header_style="bold"))
         c.print()
 
     def _phase_table(self, c: Console, v: ReportView) -> None:
         bd = v.breakdown
         assert bd is not None
         c.print(Text(phase_caption(bd.phase_step_ms), style="dim"))
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        table.add_column("host thread phases", no_wrap=True)
-        table.add_column("mean ms/step", justify="right")
-        table.add_column("p10–p90 ms", justify="right")
-        table.add_column("share", justify="right")
+        columns = [Column("host thread phases"), Column("mean ms/step", "right"), Column("p10–p90 ms", "right", drop=1), Column("share", "right")]
         if v.on_gpu:
-            table.add_column("hidden behind GPU", justify="right")
+            columns.append(Column("hidden behind GPU", "right", drop=0))
+        rows = []
         for row in bd.phases:
             cells = [row.label, f"{row.mean_ms:.2f}", spread_ms(row.p10_ms, row.p90_ms), percent(row.share)]
-            if row.hidden_share is not None:
-                cells.append(percent(row.hidden_share))
-            table.add_row(*cells)
-        c.print(table)
+            if v.on_gpu:
+                cells.append(percent(row.hidden_share) if row.hidden_share is not None else "")
+            rows.append(cells)
+        self._fitted(c, fit_table(columns, rows, self.width, header_style="bold"))
         c.print()
 
     def _gpu_line(self, c: Console, v: ReportView) -> None:
@@ -272,27 +277,24 @@ class TerminalRenderer(Renderer):
                 tail += f" · about {count(lim.largest_batch)} samples/step fit (estimate)"
             c.print(Text.assemble(("memory at the step's peak: ", "bold"), owners + tail))
         if lim.kernels:
-            table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-            table.add_column("top kernels", no_wrap=True, overflow="ellipsis")
-            table.add_column("class")
-            table.add_column("ms/step", justify="right")
-            table.add_column("share", justify="right")
-            table.add_column("TFLOP/s", justify="right")
-            for k in lim.kernels[:5]:
-                table.add_row(short_kernel_name(k.name), k.kind, f"{k.ms_per_step:.3f}", percent(k.share, 0), f"{k.tflops:.1f}" if k.tflops is not None else "")
-            c.print(table)
+            columns = [Column("top kernels"), Column("class", drop=0), Column("ms/step", "right"), Column("share", "right"), Column("TFLOP/s", "right", drop=1)]
+            rows = [
+                [short_kernel_name(k.name), k.kind, f"{k.ms_per_step:.3f}", percent(k.share, 0), f"{k.tflops:.1f}" if k.tflops is not None else ""]
+                for k in lim.kernels[:5]
+            ]
+            self._fitted(c, fit_table(columns, rows, self.width, header_style="bold"))
         c.print()
 
     def _steps_table(self, c: Console, v: ReportView) -> None:
-        rows = v.breakdown.exposed  # type: ignore[union-attr]
-        table = Table(title="per step (ms)", box=None, header_style="bold")
-        table.add_column("step")
-        table.add_column("total", justify="right")
-        for row in rows:
-            table.add_column(STYLES[row.category][1], justify="right")
-        for step in v.breakdown.steps:  # type: ignore[union-attr]
-            table.add_row(str(step.number), f"{step.duration_ms:.2f}", *(f"{step.exposed_ms[row.category]:.2f}" for row in rows))
-        c.print(table)
+        categories = v.breakdown.exposed  # type: ignore[union-attr]
+        # too narrow a terminal leaves out the categories with the least time first
+        order = {row.category: rank for rank, row in enumerate(sorted(categories, key=lambda row: row.mean_ms))}
+        columns = [Column("step", "right"), Column("total", "right"), *(Column(STYLES[row.category][1], "right", drop=order[row.category]) for row in categories)]
+        rows = [
+            [str(step.number), f"{step.duration_ms:.2f}", *(f"{step.exposed_ms[row.category]:.2f}" for row in categories)]
+            for step in v.breakdown.steps  # type: ignore[union-attr]
+        ]
+        self._fitted(c, fit_table(columns, rows, self.width, title="per step (ms)", header_style="bold"))
 
     def _config(self, c: Console, v: ReportView) -> None:
         loader = v.config.dataloader
@@ -342,38 +344,49 @@ class TerminalRenderer(Renderer):
     def _finding(self, c: Console, i: int, f: FindingRow) -> None:
         words = gain_words(f.predicted_speedup, f.gain_bound)
         gain = f" — {words}" if words else ""
-        c.print(Text.assemble(f"{i:>2}. ", (f.rule, "bold"), " ", (f.title, "bold"), (gain, "green")))
-        c.print(Text(f"    {f.says}"))
+        heading = Table.grid()  # the title wraps beside its number, not under it
+        heading.add_column(no_wrap=True)
+        heading.add_column()
+        heading.add_row(f"{i:>2}. ", Text.assemble((f.rule, "bold"), " ", (f.title, "bold"), (gain, "green")))
+        c.print(heading)
+        _indented(c, Text(f.says))
         if f.evidence:
-            c.print(Text("    evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in f.evidence), style="dim"))
+            _indented(c, Text("evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in f.evidence), style="dim"))
         if f.borderline:
-            c.print(Text(
-                f"    borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not show it",
+            _indented(c, Text(
+                f"borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not show it",
                 style="yellow",
             ))
         if f.lines:
-            c.print(Text(f"    where: {f.lines}", style="yellow"))
+            _indented(c, Text(f"where: {f.lines}", style="yellow"))
         for line in f.do.splitlines():
-            c.print(Text(f"    | {line}", style="cyan"))
+            # code to copy is never wrapped: a piece on the next line, outside the gutter, reads as
+            # another line of code; the terminal soft-wraps a long line and a copy keeps it whole
+            c.print(Text(f"    | {line}", style="cyan"), no_wrap=True, overflow="ignore", crop=False)
         c.print()
+
+    def _fitted(self, c: Console, fitted: FittedTable) -> None:
+        """A table fitted to the width, and the line that says which columns it left out."""
+        c.print(fitted.renderable)
+        note = fitted.note(self.width)
+        if note:
+            c.print(Text(note, style="dim"))
 
     def _ranks(self, c: Console, v: ReportView) -> None:
         ranks = v.ranks
         assert ranks is not None
-        table = Table(
-            title=f"{ranks.world_size} ranks side by side (the report above is rank {ranks.lead_rank}'s)",
-            title_justify="left",
-            box=None,
-            header_style="bold",
-        )
-        columns = ["rank", "status", "step ms", "data wait ms", "comm ms", "comm exposed ms", "GPU busy", "samples/step", "samples/s", "top exposed"]
+        # too narrow a terminal loses the columns with a drop order first (lowest first)
+        columns = [
+            Column("rank", "right"), Column("status"), Column("step ms", "right"), Column("data wait ms", "right", drop=5),
+            Column("comm ms", "right", drop=3), Column("comm exposed ms", "right", drop=4), Column("GPU busy", "right", drop=2),
+            Column("samples/step", "right", drop=0), Column("samples/s", "right", drop=6), Column("top exposed", drop=1),
+        ]
         if ranks.others:
-            columns.append("listed because")
-        for column in columns:
-            table.add_column(column, justify="left" if column in ("status", "top exposed", "listed because") else "right")
+            columns.append(Column("listed because", drop=7))
+        rows = []
         for row in ranks.shown:
             why = [ranks.why.get(row.rank, "the first rank" if row.rank == ranks.first_rank else "")] if ranks.others else []
-            table.add_row(
+            rows.append([
                 str(row.rank),
                 row.status,
                 _num(row.median_step_ms, "{:.1f}"),
@@ -385,8 +398,8 @@ class TerminalRenderer(Renderer):
                 _num(row.steady_samples_per_s, "{:,.1f}"),
                 str(row.top_exposed or "-"),
                 *why,
-            )
-        c.print(table)
+            ])
+        self._fitted(c, fit_table(columns, rows, self.width, title=f"{ranks.world_size} ranks side by side (the report above is rank {ranks.lead_rank}'s)", header_style="bold"))
         if ranks.others:
             c.print(Text(ranks.others.text() + " (report.json lists every rank)", style="dim"))
         if ranks.job_samples_per_s:
@@ -402,33 +415,32 @@ class TerminalRenderer(Renderer):
         key = e.compared_by
         title = "What each recommendation really buys" if e.kind == "verify" else "Sweep"
         title += f": {e.statistic}" if e.statistic else ""
-        table = Table(title=title, title_justify="left", box=None, header_style="bold")
         with_via = any(row.via for row in e.rows)  # how each knob reached the loop
-        # a CPU-only run has no GPU busy figure and no device memory: no columns of dashes for them
+        # a CPU-only run has no GPU busy figure and no device memory: no columns of dashes for them;
+        # too narrow a terminal loses the columns with a drop order first (lowest first)
         columns = [
-            ("run", "left"),
-            *((("via", "left"),) if with_via else ()),
-            ("result", "left"),
-            ("mean " + key.replace("_per_s", "/s"), "right"),
-            ("mean step ms (p10-p90)", "right"),
-            ("speedup", "right"),
-            ("predicted", "right"),
-            ("bound", "right"),
-            *([("GPU busy", "right")] if e.shows_gpu_busy else []),
-            *([("peak mem", "right")] if e.shows_memory else []),
-            ("top exposed after", "left"),
+            Column("run"),
+            *((Column("via", drop=2),) if with_via else ()),
+            Column("result"),
+            Column("mean " + key.replace("_per_s", "/s"), "right"),
+            Column("mean step ms (p10-p90)", "right", drop=6),
+            Column("speedup", "right"),
+            Column("predicted", "right", drop=5),
+            Column("bound", "right", drop=0),
+            *([Column("GPU busy", "right", drop=4)] if e.shows_gpu_busy else []),
+            *([Column("peak mem", "right", drop=3)] if e.shows_memory else []),
+            Column("top exposed after", drop=1),
         ]
-        for column, justify in columns:
-            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        rows = []
         for row in e.rows:
             verdict = row.verdict or row.status
             if row.compiled:
                 verdict += f" (compile {row.compile_s} s"
                 verdict += f", pays off after {row.break_even_steps} steps)" if row.break_even_steps is not None else ")"
             compared = row.figure(key)
-            table.add_row(
-                escape(row.label),
-                *((escape(row.via),) if with_via else ()),
+            rows.append([
+                Text(row.label),
+                *((Text(row.via),) if with_via else ()),
                 verdict,
                 f"{compared:.2f}" if compared else "-",
                 row.step_text() or "-",
@@ -438,8 +450,8 @@ class TerminalRenderer(Renderer):
                 *([percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-"] if e.shows_gpu_busy else []),
                 *([human_bytes(row.peak_reserved_bytes) if row.peak_reserved_bytes else "-"] if e.shows_memory else []),
                 f"{row.top_category} {percent(row.top_share or 0, 0)}" if row.top_category else "-",
-            )
-        c.print(table)
+            ])
+        self._fitted(c, fit_table(columns, rows, self.width, title=title, header_style="bold"))
         if e.kind == "verify":
             source = spread_words(e.baseline_spread_from)
             c.print(Text(
@@ -451,6 +463,11 @@ class TerminalRenderer(Renderer):
         if e.plot:
             c.print(Text(f"plot: {e.plot}", style="dim"))
         c.print()
+
+
+def _indented(c: Console, text: Text, indent: int = 4) -> None:
+    """A paragraph wrapped inside its indent (a hanging indent), never back to column 0."""
+    c.print(Padding(text, (0, 0, 0, indent)))
 
 
 def _num(value: Any, fmt: str) -> str:

@@ -547,7 +547,8 @@ def _status(report: Report) -> StatusView:
     return StatusView(
         state=state,
         message=str(status.get("message", "")),
-        ok=state in OK_STATES,
+        # a sweep is fine when at least one of its points ran (its exit code says so)
+        ok=state in OK_STATES or (state == "sweep" and status.get("exit_code") == 0),
         step_mode=STEP_MODE_LABELS.get(mode, mode) if mode else None,
         error_type=error.get("type") if error else None,
         error_message=str(error.get("message", "")) if error else None,

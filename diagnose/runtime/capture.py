@@ -51,6 +51,7 @@ from diagnose.record import RunLength, WindowPlan, steps_vary_widely
 from diagnose.signals import deferred
 from diagnose.rundir import RunDir
 from diagnose.runtime.foreign import ForeignProfilers
+from diagnose.runtime.kinetolog import without_kineto_lines
 
 
 class StopScript(BaseException):
@@ -200,7 +201,7 @@ class CaptureSession:
             self._close_window()
         elif self._profiler is not None and k < plan.window_end:
             try:
-                with self.foreign.ours(), deferred():
+                with self.foreign.ours(), deferred(), without_kineto_lines():
                     self._profiler.step()
             except RuntimeError as exc:  # e.g. the script's own profiler holds Kineto
                 self._profiler_failed(exc)
@@ -305,7 +306,7 @@ class CaptureSession:
         self._discard_trace = False
         try:
             self._profiler = self._new_profiler(profile, schedule, activities)
-            with self.foreign.ours(), deferred():
+            with self.foreign.ours(), deferred(), without_kineto_lines():
                 self._profiler.start()
         except RuntimeError as exc:
             self._profiler_failed(exc)
@@ -467,4 +468,5 @@ def stop_profiler(profiler: Any) -> None:
     mark = getattr(profiler, "step_rec_fn", None)
     if mark is not None and getattr(mark, "record", True) is None:
         profiler.step_rec_fn = None
-    profiler.stop()
+    with without_kineto_lines():
+        profiler.stop()

@@ -42,8 +42,9 @@ nproc_per_node      the ranks ``diagnose run`` launches through torchrun (the da
 ``env.NAME=value`` sets an environment variable before the script starts (a script that reads
 its data-parallel degree, or any setting, from the environment), as ``arg.<flag>`` sets a flag.
 
-Script arguments can be changed too (``arg.batch_size=64`` sets ``--batch_size 64``), which is
-how sweeps drive a script's own flags.
+Script arguments can be changed too (``arg.batch_size=64`` sets ``--batch_size 64``, spelled as
+the script's argparse parser spells it: ``--batch-size 64`` where that is its option), which is
+how sweeps drive a script's own flags; an option the parser lacks is said on stderr.
 
 Under a training framework a knob takes the framework's own switch where it has one (the
 framework's constructor is patched: ``runtime/frameworks.py``): ``autocast`` becomes Lightning's
@@ -244,6 +245,36 @@ class Knobs:
             out += [option] if value == "flag" else [option, *value.split()]
         return out
 
+    def script_options(self) -> list[str]:
+        """The options the ``arg.`` knobs set (or remove), as ``apply_to_args`` spells them."""
+        return [flag if flag.startswith("-") else f"--{flag}" for flag in self.script_args]
+
+    def _patch_argparse(self) -> None:
+        """Spell each ``arg.`` option as the script's own parser does: ``arg.batch_size`` is
+        ``--batch-size`` for a parser that has that option (argparse is asked, at the moment the
+        script parses); an option no parser has is said on stderr, since the script fails on it."""
+        import argparse
+
+        original = argparse.ArgumentParser.parse_known_args
+        options = self.script_options()
+        warned: set[str] = set()
+
+        def parse_known_args(parser: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
+            given = sys.argv[1:] if args is None else list(args)
+            known = [option for option in parser._option_string_actions if option.startswith("--")]
+            respelled, unknown = respell_options(given, options, known)
+            has_subcommands = any(isinstance(action, argparse._SubParsersAction) for action in parser._actions)
+            for option in unknown:
+                if option in respelled and option not in warned and not has_subcommands:
+                    warned.add(option)
+                    print(
+                        f"diagnose: warning: --set arg.{option.lstrip('-')}: the script's parser has no option {option}"
+                        f" (its options: {', '.join(sorted(known)) or 'none'})", file=sys.stderr,
+                    )
+            return original(parser, respelled, namespace)
+
+        self._patch(argparse.ArgumentParser, "parse_known_args", parse_known_args)
+
     # --- DataLoader -----------------------------------------------------------------------------
 
     def apply_to_dataloader(
@@ -273,6 +304,8 @@ class Knobs:
     def install(self) -> None:
         import torch
 
+        if self.script_args:
+            self._patch_argparse()
         v = self.values
         if v.get("tf32") is not None:
             self._set_attr(torch.backends.cuda.matmul, "allow_tf32", bool(v["tf32"]))
@@ -819,6 +852,33 @@ def parse_sites(text: str) -> frozenset[tuple[str, int]]:
     return frozenset(sites)
 
 
+def option_key(option: str) -> str:
+    """An option's name whatever its spelling: ``--batch-size``, ``--batch_size``, ``--Batch-Size``."""
+    return option.lstrip("-").replace("-", "_").lower()
+
+
+def respell_options(args: list[str], options: list[str], known: list[str]) -> tuple[list[str], list[str]]:
+    """``args`` with each of ``options`` (set by ``arg.`` knobs) spelled as the one of ``known``
+    (a parser's options) that names the same thing, its own occurrences removed first (the
+    knob replaces them); and the options that no known option names."""
+    out = list(args)
+    unknown = []
+    by_key: dict[str, list[str]] = {}
+    for option in known:
+        by_key.setdefault(option_key(option), []).append(option)
+    for option in options:
+        if option in known:
+            continue
+        matches = by_key.get(option_key(option), [])
+        if len(matches) != 1:
+            unknown.append(option)
+            continue
+        (spelled,) = matches
+        out = _without_option(out, spelled)
+        out = [spelled if a == option else f"{spelled}={a[len(option) + 1:]}" if a.startswith(option + "=") else a for a in out]
+    return out, unknown
+
+
 def _without_option(args: list[str], option: str) -> list[str]:
     """``args`` without ``option`` and the values that follow it (``--opt v1 v2`` or ``--opt=v``)."""
     out: list[str] = []
@@ -861,8 +921,13 @@ def _optimizer_classes(optim_module: Any) -> list[type]:
     return out
 
 
-def knobs_help() -> str:
-    lines = [f"{spec.name:24s} {spec.kind:30s} {spec.help}" for spec in KNOB_SPECS.values()]
-    lines.append(f"{'arg.<flag>':24s} {'text':30s} a flag of the script itself, e.g. arg.batch_size=64")
-    lines.append(f"{'env.<NAME>':24s} {'text':30s} an environment variable set before the script starts, e.g. env.DP_SHARD=2")
-    return "\n".join(lines) + "\n"
+#: the columns of ``diagnose knobs``
+KNOBS_HEADERS = ("knob", "values", "what it changes")
+
+
+def knob_rows() -> list[list[str]]:
+    """The rows of ``diagnose knobs``: each knob, the values it takes, what it changes."""
+    rows = [[spec.name, spec.kind.replace("|", " | "), spec.help] for spec in KNOB_SPECS.values()]
+    rows.append(["arg.<flag>", "text", "a flag of the script itself, e.g. arg.batch_size=64 (spelled as its argparse spells it)"])
+    rows.append(["env.<NAME>", "text", "an environment variable set before the script starts, e.g. env.DP_SHARD=2"])
+    return rows

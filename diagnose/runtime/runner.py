@@ -9,6 +9,7 @@ the record of what was measured is saved in the run directory before this return
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib.util
 import os
@@ -17,7 +18,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -60,7 +61,8 @@ def resolve_target(script: str | None, module: str | None, args: list[str]) -> T
     """Check the script or module before anything runs, with errors a user can act on."""
     if module:
         try:
-            spec = importlib.util.find_spec(module)
+            with _cwd_first_on_path():  # as ``python -m`` looks it up (the console script's sys.path lacks it)
+                spec = importlib.util.find_spec(module)
         except (ImportError, ValueError) as exc:
             spec = None
             reason = str(exc)
@@ -116,6 +118,18 @@ def _not_text(source: bytes) -> bool:
     except UnicodeDecodeError as exc:
         return exc.start < len(head) - 4  # a character cut at 8192 bytes is not binary
     return False
+
+
+@contextlib.contextmanager
+def _cwd_first_on_path() -> Iterator[None]:
+    """The current folder first on ``sys.path`` for the block, as ``python -m`` puts it there
+    before it looks the module up; the previous ``sys.path`` is put back after."""
+    saved = list(sys.path)
+    sys.path.insert(0, os.getcwd())
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 def _now() -> str:

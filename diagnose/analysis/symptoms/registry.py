@@ -180,11 +180,22 @@ class Symptoms(Mapping[str, Symptom]):
                 continue
             mean = sum(values) / len(values)
             low, high = (_quantile(values, q) for q in quantiles)
+            # moved, the range may leave the values' own: a share stays within 0-100%, a
+            # figure never negative in any step stays at or above 0 (no "73%-103%")
+            floor, ceiling = (0.0, 1.0) if symptom.unit == "share" else (0.0 if min(values) >= 0 else None, None)
             items[name] = Symptom(
                 name, symptom.value, symptom.unit, symptom.description,
-                low=symptom.value - (mean - low), high=symptom.value + (high - mean),
+                low=_bounded(symptom.value - (mean - low), floor, ceiling), high=_bounded(symptom.value + (high - mean), floor, ceiling),
             )
         return Symptoms(items, self.texts)
+
+
+def _bounded(value: float, floor: float | None, ceiling: float | None) -> float:
+    if floor is not None:
+        value = max(value, floor)
+    if ceiling is not None:
+        value = min(value, ceiling)
+    return value
 
 
 def _quantile(values: list[float], q: float) -> float:
