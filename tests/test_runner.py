@@ -401,3 +401,51 @@ def test_the_scripts_traceback_hides_pass_through_frames_but_not_our_own_errors(
 
     ours = runner._script_traceback(caught(lambda: wrapper.through(wrapper.own_bug)))
     assert ours.count("own_wrapper.py") == 2 and "KeyError: 'missing'" in ours  # raised in diagnose: kept
+
+
+# An evaluation before training: the model's calls are the first step signal, so the profiler
+# starts on them; the first optimizer step (a stronger signal) drops it from inside
+# ``optimizer.step``, within record_functions begun under it (torch's, the script's own).
+EVALUATE_THEN_TRAIN = """
+import contextlib
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(32, 64)
+model.eval()
+with torch.no_grad():
+    for _ in range(3):
+        model(x)
+model.train()
+for it in range(40):
+    with contextlib.ExitStack() as marks:
+        for depth in range(32):  # many open annotations: many stale end times to write
+            marks.enter_context(torch.profiler.record_function(f"train_step.{depth}"))
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+"""
+
+
+def test_a_stronger_step_signal_restarts_the_profiler_after_the_step_that_found_it(write_script, tmp_path: Path) -> None:
+    """The zoo's nanoGPT crash: the new profiler started inside the resetting ``optimizer.step``,
+    so the record_functions begun under the dropped one ended under it and torch wrote their end
+    times into freed memory; the process died (SIGSEGV / glibc abort) at the ``gc.collect()`` that
+    closes the window. Now it starts at the first boundary of a later call."""
+    script = write_script(EVALUATE_THEN_TRAIN)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnose", "run", "--warmup", "1", "--steps", "6", "--max-steps", "6", "--timed-steps", "3",
+         "--out", str(out), "--no-color", str(script)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = RunRecord.load(out / "diagnose" / "run.json")
+    assert record.step_mode == "optimizer" and record.status == "stopped"
+    # boundaries 0 and 1 both come from the resetting optimizer.step: boundary 2 starts the
+    # profiler, recording at once, and the warm-up grows from 1 to 2 steps
+    assert record.plan["warmup"] == 2
+    assert record.profiled_steps == 6 and record.trace_files

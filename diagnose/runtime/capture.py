@@ -41,6 +41,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -123,6 +124,12 @@ class CaptureSession:
         self.foreign = ForeignProfilers()
         #: profiled steps kept when diagnose stepped aside for the script's profiler
         self._profiled_cut: int | None = None
+        #: whether a reset dropped a running profiler and the new one waits for a boundary outside
+        #: the resetting call (``on_reset``); ``in_reset_call`` says whether a boundary is inside it
+        self._restart_pending = False
+        self.in_reset_call: Callable[[], bool] = lambda: False
+        #: the boundary that started the profiler (its schedule counts from there)
+        self._start_at = 0
 
     # --- the script's own torch.profiler ----------------------------------------------------------
 
@@ -165,6 +172,15 @@ class CaptureSession:
         """A stronger step signal appeared: start counting again in that mode."""
         self.mode = mode
         self._leave_window()
+        # The reset comes from inside a step (the optimizer's post hook: within torch's
+        # ``Optimizer.step#...`` record_function and diagnose's phase marks, all begun under the
+        # profiler dropped here), and the new count's first boundaries may come from that same
+        # call. Those record_functions end afterwards; ended while a newer profiler session runs,
+        # torch (2.13.0 at least) writes their end time into the dropped session's freed event
+        # storage: heap corruption, an abort at a later ``gc.collect()``. So the new profiler
+        # starts at the first boundary of a later call (``on_boundary``). A reset before that
+        # keeps it pending: the first dropped session's record_functions may still be open.
+        self._restart_pending = self._restart_pending or self._profiler is not None
         self._drop_profiler()
         self.boundaries = []
         self.timed_start = self.timed_end = None
@@ -184,16 +200,18 @@ class CaptureSession:
         self.boundaries.append(now)
         if k == 0:
             self._fit_to_script()
+        starts = self._starts_profiler(k)
         if k == self.plan.window_end and self.may_grow and self._profiler is not None:
             self._grow_or_end(k, now)
         plan = self.plan
         if not plan.in_window(k):
             self._leave_window()  # before the export: samplers stop first
-        if (k == 0 or self._profiler is not None) and not self.profiler_blocked and k <= plan.window_end:
+        if (starts or self._profiler is not None) and not self.profiler_blocked and k <= plan.window_end:
             foreign = self.foreign.active()
             if foreign is not None:  # never a second Kineto session over the script's
                 self._step_aside(f"the script's own torch.profiler was on at step {k} ({foreign})")
-        if k == 0 and not self.profiler_blocked:
+        if starts and not self.profiler_blocked:
+            self._start_at = k
             self._start_profiler()
         elif self._profiler is not None and k == plan.window_end:
             # stop() ends the last step's mark and saves the trace, wherever the schedule is
@@ -261,6 +279,20 @@ class CaptureSession:
         done = len(self.boundaries) - 1 - first
         return (done, self.boundaries[-1] - self.boundaries[first]) if done > 0 else None
 
+    def _starts_profiler(self, k: int) -> bool:
+        """Whether boundary ``k`` starts the profiler: the first, or after a reset that dropped a
+        running one, the first outside the resetting call. Started that late, it may have no
+        warm-up step of its own (it records at once) and the warm-up grows where the window
+        would have begun before it."""
+        if not self._restart_pending:
+            return k == 0
+        if self.in_reset_call():
+            return False
+        self._restart_pending = False
+        if k > self.plan.warmup:
+            self.plan = dataclasses.replace(self.plan, warmup=k)
+        return True
+
     def _grow_or_end(self, k: int, now: float) -> None:
         """At the window's current end: one more profiled step while the profiled steps vary
         widely, under the bound and the time budget; else say why the window ends here."""
@@ -320,11 +352,18 @@ class CaptureSession:
         self.profiler_blocked = True
 
     def _new_profiler(self, profile: Any, schedule: Any, activities: list[Any]) -> Any:
-        plan = self.plan
+        # the steps it steps through before the window: fewer when it starts late (``_start_at``)
+        before = max(self.plan.warmup - self._start_at, 0)
+        with warnings.catch_warnings():
+            # started at the window's first step (after a reset, ``_starts_profiler``): no warm-up step
+            warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+            return self._profile(profile, schedule, activities, before)
+
+    def _profile(self, profile: Any, schedule: Any, activities: list[Any], before: int) -> Any:
         return profile(
             activities=activities,
             # active for the most steps the window may grow to: the session stops it at the window's end
-            schedule=schedule(wait=max(plan.warmup - 1, 0), warmup=1 if plan.warmup else 0, active=self._active_steps(), repeat=1),
+            schedule=schedule(wait=max(before - 1, 0), warmup=1 if before else 0, active=self._active_steps(), repeat=1),
             on_trace_ready=self._save_trace,
             record_shapes=False,
             profile_memory=False,

@@ -51,6 +51,9 @@ class StepClock:
         #: when the lead optimizer last stepped: the end of the step in progress, should no
         #: fetch follow to commit its boundary (the script's last step)
         self._stepped_at: float | None = None
+        #: whether the signal being handled is the one that reset the count: its boundaries come
+        #: from inside the step that found the stronger signal (``CaptureSession.on_reset``)
+        self.in_reset_call = False
         self.samples_this_step = 0
         self.samples_per_step: list[int] = []
         #: batches delivered in each step, and the first one's samples (record.even_out_epoch_turns)
@@ -72,6 +75,7 @@ class StepClock:
             self.mode = mode
             self.samples_per_step = []
             self.batches_per_step = []
+            self.in_reset_call = True
             self._on_reset(mode)
             if mode == "optimizer" and step_started is not None:
                 # The first optimizer step ends a step that began at the weaker signal's last
@@ -100,6 +104,7 @@ class StepClock:
 
     def optimizer_stepped(self, optimizer_id: int) -> None:
         self.last_optimizer_step_at = time.perf_counter()
+        self.in_reset_call = False
         self._use_mode("optimizer")
         if self._lead_optimizer is None:
             self._lead_optimizer = optimizer_id
@@ -115,6 +120,7 @@ class StepClock:
 
     def batch_requested(self) -> None:
         """Called before the DataLoader produces a batch."""
+        self.in_reset_call = False
         self._fetches_since_step += 1
         if self.mode == "optimizer":
             if self._pending:
@@ -140,6 +146,7 @@ class StepClock:
         self.batches_this_step.append(samples)
 
     def module_called(self, module_id: int) -> None:
+        self.in_reset_call = False
         if self.mode is not None and self.mode != "forward":
             return
         if self._lead_module is None:

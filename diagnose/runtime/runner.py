@@ -199,6 +199,7 @@ class _ScriptRun:
         self.script_args = ScriptArgs()
         self.session = CaptureSession(plan, run_dir, progress, window=self, rank=rank, prefetched=self._prefetched_batches, length=self._run_length)
         self.clock = StepClock(on_boundary=self._on_boundary, on_reset=self.session.on_reset)
+        self.session.in_reset_call = lambda: self.clock.in_reset_call
         self.instrumentation = Instrumentation(self.clock, knobs=knobs)
         self.instrumentation.on_oom = self._on_oom
         #: the FLOPs and memory owners of the step after the window (the one never timed)
@@ -448,6 +449,8 @@ class _ScriptRun:
         record.length_options = self.script_args.found()
         record.samples_per_step = even_out_epoch_turns(self.clock.samples_per_step[1:], self.clock.batches_per_step[1:])
         record.profiled_steps = session.profiled_steps()
+        # the warm-up as it ran: longer than planned where a reset restarted the profiler
+        record.plan["warmup"] = session.plan.warmup
         record.window_growth = dict(session.growth)
         record.trace_files = list(session.trace_files)
         if session.timed_start is not None and session.timed_end is not None:
