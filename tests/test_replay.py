@@ -615,22 +615,25 @@ def test_step_spread_ignores_outlying_steps() -> None:
 def test_findings_rank_by_prediction_and_leave_out_what_cannot_be_told_from_noise() -> None:
     rules = {r.id: r for r in load_rules()}
     model = model_of(synced_step())
-    predictor = Predictor(model, replay_check(model), 1.0, spread=0.2)
+    # single steps spread by 90%, but the mean step is uncertain by 20%: the floor is the mean's
+    predictor = Predictor(model, replay_check(model), 1.0, spread=0.9, mean_uncertainty=0.2)
     symptoms = symptoms_from_values(
         {"sync.per_step": 50, "sync.cost_share": 0.4, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3}
     )
     assert rules["SYNC001"].fires(symptoms.values_by_name())
     diagnosis = diagnose_symptoms([rules["SYNC001"]], symptoms, predictor)
-    # removing the sync replays to 1.18x: under the 20% spread
+    # removing the sync replays to 1.18x: under the floor of hypot(20%, 4%) = 20.4%
     assert diagnosis.findings == []
-    assert diagnosis.considered == ["considered SYNC001: predicted 1.18x, within the 20% step-to-step spread"]
-    kept = diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01))
+    assert diagnosis.considered == [
+        "considered SYNC001: predicted 1.18x, within the ±20% that the mean step's uncertainty (±20%) and a rerun (4%) leave"
+    ]
+    kept = diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.9, mean_uncertainty=0.01))
     assert [f.predicted for f in kept.findings] == [pytest.approx(200 / 170)]
     assert kept.findings[0].to_dict()["predicted_speedup"] == round(200 / 170, 4)
     assert kept.replay is not None and kept.replay["within_tolerance"]
     # a bound under the replay (a sync cost share of 10%: 1.11x) leaves the prediction as it is
     low = symptoms_from_values({"sync.per_step": 50, "sync.cost_share": 0.1, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3})
-    above = diagnose_symptoms([rules["SYNC001"]], low, Predictor(model, replay_check(model), 1.0, spread=0.01)).findings[0]
+    above = diagnose_symptoms([rules["SYNC001"]], low, Predictor(model, replay_check(model), 1.0, spread=0.01, mean_uncertainty=0.01)).findings[0]
     assert (above.predicted, above.gain) == (pytest.approx(200 / 170), pytest.approx(1 / 0.9))
     assert "capped" not in above.prediction_note
 
@@ -648,8 +651,8 @@ def test_a_prediction_near_the_gain_a_change_must_beat_is_borderline_either_way(
         {"sync.per_step": 50, "sync.cost_share": 0.4, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3}
     )
 
-    def run(spread: float) -> Diagnosis:
-        return diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=spread))
+    def run(uncertainty: float) -> Diagnosis:
+        return diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.0, mean_uncertainty=uncertainty))
 
     left_out = run(0.2)  # 0.18 of gain against a floor of 0.20: left out, but within a factor 2
     assert left_out.findings == [] and len(left_out.borderline) == 1
@@ -670,10 +673,13 @@ def test_the_floor_counts_what_a_rerun_moves_the_step(monkeypatch: pytest.Monkey
     symptoms = symptoms_from_values(
         {"sync.per_step": 50, "sync.cost_share": 0.4, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3}
     )
+    from diagnose.analysis import uncertainty as U
+
     monkeypatch.setattr(F, "RUN_TO_RUN_SPREAD", 0.25)
-    diagnosis = diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01))
+    monkeypatch.setattr(U, "RUN_TO_RUN_SPREAD", 0.25)
+    diagnosis = diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01, mean_uncertainty=0.01))
     assert diagnosis.findings == []
-    assert diagnosis.considered == ["considered SYNC001: predicted 1.18x, within the 25% a rerun moves the step"]
+    assert diagnosis.considered == ["considered SYNC001: predicted 1.18x, within the ±25% that the mean step's uncertainty (±1%) and a rerun (25%) leave"]
 
 
 # --- the recorded GPU fixtures ----------------------------------------------------------------------

@@ -33,6 +33,8 @@ from diagnose.analysis.collectives import CollectiveTime, collective_times
 from diagnose.analysis.forking import Beside
 from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
+from diagnose.analysis.categories import EXPOSED
+from diagnose.analysis.uncertainty import StepSample, mean_uncertainty
 from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, Timeline, TraceMeta, load_timeline, paused_gc
 
 
@@ -225,6 +227,8 @@ def _breakdown(
                 breakdown = side.result()
         finally:
             side.cancel()
+        if predictors:  # the bootstrap resamples the profiled steps' own breakdown
+            predictors[0] = predictors[0].with_sample(step_sample(breakdown))
         if collectives is not None:
             collectives.update(collective_times(timeline))
         steady = _steady_step_us(record)
@@ -245,8 +249,9 @@ PARALLEL_MIN_EVENTS = 200_000
 
 def make_predictor(model: StepModel, record: RunRecord | None, loader_kinds: Mapping[str, int]) -> Predictor:
     """The predictor of a run's fixes: its replay model, checked against the measured window,
-    with the host scaled to the steady step, and the step-to-step spread (steady steps where
-    timed, else the profiled ones). ``loader_kinds``: the DataLoader iterators the trace names
+    with the host scaled to the steady step, the step-to-step spread and the uncertainty of the
+    mean step (``uncertainty.mean_uncertainty``: the floor a change must beat), of the steady
+    steps where timed, else of the profiled ones. ``loader_kinds``: the DataLoader iterators the trace names
     (``Timeline.dataloader_kinds``), which say, for a trace alone, whether the data waits are
     the main thread's own loading."""
     if _loads_in_main_thread(record, loader_kinds):
@@ -257,7 +262,19 @@ def make_predictor(model: StepModel, record: RunRecord | None, loader_kinds: Map
         steady_durations = record.steady_durations()
     durations = steady_durations if len(steady_durations) >= 2 else list(model.step_durations_us)
     steady = _steady_step_us(record)
-    return Predictor(model, check, host_code_scale(model, check, steady), step_spread(durations), gpu_stretch(model, check, steady))
+    return Predictor(
+        model, check, host_code_scale(model, check, steady), step_spread(durations), gpu_stretch(model, check, steady),
+        mean_uncertainty=mean_uncertainty(durations),
+    )
+
+
+def step_sample(breakdown: Breakdown) -> StepSample:
+    """The profiled steps as the bootstrap resamples them: each one's length and exposed time
+    per category (the breakdown's, as profiled)."""
+    steps = breakdown.steps
+    return StepSample(
+        tuple(s.duration_us for s in steps), {cat: tuple(s.exposed.get(cat, 0.0) for s in steps) for cat in EXPOSED}
+    )
 
 
 #: the most a host-ahead window's replayed step is stretched: beyond it the steps hold more than

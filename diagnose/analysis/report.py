@@ -82,6 +82,9 @@ class Report:
     borderline: list[str] = field(default_factory=list)
     #: the replay of the unchanged step against the measured one, and the prediction settings
     replay: dict[str, Any] | None = None
+    #: how sure the ranking is: the resampling, the floor, the top finding's share of first
+    #: places, the findings to measure (``findings.ranking_summary``)
+    ranking: dict[str, Any] | None = None
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     host_hotspots: dict[str, Any] = field(default_factory=dict)
     worker_hotspots: dict[str, Any] = field(default_factory=dict)
@@ -314,6 +317,7 @@ def build_report(
         report.warnings.extend(diagnosis.skipped)
         report.borderline = list(diagnosis.borderline)
         report.replay = diagnosis.replay
+        report.ranking = diagnosis.ranking
         # not healthy while the GPU idles a large share of the step, whatever could be predicted
         report.healthy = diagnosis.healthy and report.breakdown is not None and dominant_idle(breakdown) is None
         report.verdict = _verdict(report, diagnosis, breakdown)
@@ -560,7 +564,14 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
         return "Nothing to diagnose: no profiled step."
     if diagnosis.findings:
         top = diagnosis.findings[0]
-        words = gain_words(top.predicted, top.gain)
+        if top.measured is not None:
+            words = f"measured {top.measured.speedup:.2f}x by a short A/B (±{top.measured.spread:.1%})"
+        else:
+            words = gain_words(top.predicted, top.gain)
+            if top.predicted_low is not None and top.predicted_high is not None:
+                words += f"; {top.predicted_low:.2f}x-{top.predicted_high:.2f}x"
+        if len(diagnosis.findings) > 1 and top.first_share is not None:
+            words += f"; first in {top.first_share:.0%} of resamples"
         bound = f" ({words})" if words else ""
         if top.borderline:
             bound += "; borderline: its evidence lies within the steps' spread of the threshold, a rerun may differ"
