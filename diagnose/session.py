@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +120,24 @@ def analyze_and_save(run_dir: RunDir, options: AnalysisOptions, html: bool = Fal
     raise error
 
 
+def check_and_save(run_dir: RunDir, request: RunRequest, report: Report, budget_s: float, on_progress: Callable[[str], None]) -> Report:
+    """``diagnose run``'s check (``experiments.check``: a short A/B of the findings the report
+    says to measure, in fresh runs, within ``budget_s``), then the report again with what it
+    measured ranked above what is predicted, and the check's own section (``ranking.check``).
+    The report saved before it stays where no experiment ran."""
+    from diagnose import experiments
+
+    options = [*rules_argv(request.rules_dirs), *([] if request.lines else ["--no-lines"])]
+    measured, summary = experiments.check(
+        request.target_argv(), run_dir, request.plan, report.to_dict(), request.check, budget_s, request.knob_assignments, options, on_progress
+    )
+    if not summary["experiments"]:  # nothing it could measure (no knob) or time for
+        return report
+    checked = analyze_run(run_dir, replace(request.options, measured=measured))
+    checked.ranking = {**(checked.ranking or {}), "check": summary}
+    return save_outputs(run_dir, checked, html=request.html)
+
+
 def _save_without_trace(run_dir: RunDir, options: AnalysisOptions, error: TraceError) -> None:
     """A single run's report without its trace, with a warning that says why; only where the
     run has no report of its own yet (a re-analysis that fails keeps the one it has)."""
@@ -173,6 +191,10 @@ class RunRequest:
     keep_traces: str = "notable"
     #: torchrun's multi-node options (``--nnodes=2`` ...), passed on as they are
     torchrun_options: list[str] = field(default_factory=list)
+    #: how many unsure findings the run measures by a short A/B afterwards (0: ``--no-check``)
+    check: int = 0
+    #: the time the check may take (None: the run's own time again, ``experiments.CHECK_BUDGET_FACTOR``)
+    check_budget_s: float | None = None
 
     @property
     def name(self) -> str:

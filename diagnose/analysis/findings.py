@@ -356,6 +356,8 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
             draws.append(values)
         else:
             draws.append(np.full(sample.resamples, f.gain or 1.0))
+    if all(f.tier == 2 for f in findings):  # bounds alone: nothing was resampled
+        return
     for f, share in zip(findings, U.ranking_shares(draws, [f.tier for f in findings])):
         f.first_share = share
 

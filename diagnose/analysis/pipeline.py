@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from diagnose.analysis.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
 from diagnose.errors import TraceError, UsageError
-from diagnose.analysis.findings import DEFAULT_LIMIT, diagnose_symptoms
+from diagnose.analysis.findings import DEFAULT_LIMIT, Measurement, diagnose_symptoms
 from diagnose.analysis.predict import Predictor, step_spread
 from diagnose.analysis.replay import ReplayCheck, StepModel, build_model, host_code_scale, replay_check
 from diagnose.record import RunRecord
@@ -47,6 +47,8 @@ class AnalysisOptions:
     limit: int | None = DEFAULT_LIMIT
     #: refuse larger JSON (None: no cap; the trace is streamed and checked against the memory available)
     max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES
+    #: what ``diagnose run``'s check measured, by rule id: it ranks above what is predicted
+    measured: Mapping[str, Measurement] = field(default_factory=dict)
 
     @classmethod
     def load(cls, rules_dirs: Sequence[Path] = (), show_all: bool = False, max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES) -> AnalysisOptions:
@@ -81,7 +83,7 @@ def analyze(
     # Rules run even with no profiled step: what the run record shows (an OOM, memory at
     # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.
     return build_report(
-        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictors[0] if predictors else None),
+        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictors[0] if predictors else None, options.measured),
         source=source, limit=options.limit, warnings=warnings,
     )
 
@@ -130,7 +132,7 @@ def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[s
     symptoms = compute_symptoms(a.breakdown, a.record, a.meta, rank_set)
     predictor = a.predictors[0] if a.predictors else None
     report = build_report(
-        record=a.record, meta=a.meta, breakdown=a.breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor),
+        record=a.record, meta=a.meta, breakdown=a.breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor, options.measured),
         source=source, limit=options.limit, warnings=warnings,
     )
     if rank_set is not None:
