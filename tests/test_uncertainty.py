@@ -295,3 +295,62 @@ def test_the_check_runs_within_its_budget_and_judges_against_the_run(monkeypatch
     assert measured == {"DATA001": Measurement(2.0, 0.02, "helped", "num_workers=4")}
     assert summary["spent_s"] == 90.0 and summary["not_measured"] == ["PREC001: the budget (100 s) is spent"]
     assert summary["experiments"][0]["speedup"] == 2.0 and summary["compared_by"] == "samples_per_s"
+
+
+# --- diagnose run measures what it is unsure of ---------------------------------------------------
+
+SLOW_LOADER = """
+import time, torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 100000
+    def __getitem__(self, i):
+        time.sleep(0.02)  # the planted data wait: 80 ms a batch of 4, on no CPU
+        return torch.randn(8), i % 2
+
+if __name__ == "__main__":
+    loader = DataLoader(Slow(), batch_size=4, num_workers=0)
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.slow
+def test_run_measures_a_finding_it_cannot_predict_and_ranks_it_on_the_measurement(tmp_path: Path) -> None:
+    """A CPU run has no replay: the finding with a knob (four workers, whose sleeping loads
+    overlap) is measured by one fresh run through verify's knobs, and ranks first on it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    (tmp_path / "slow.py").write_text(SLOW_LOADER.lstrip())
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "TEST901.toml").write_text(BOUND_ONLY_RULE)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "diagnose", "run", "--warmup", "2", "--steps", "3", "--max-steps", "3", "--timed-steps", "6",
+           "--rules", "rules", "--check", "1", "--check-budget", "300", "--no-lines", "--json", "--quiet", "--out", "runs/a", "slow.py"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    check = report["ranking"]["check"]
+    (experiment,) = check["experiments"]
+    assert experiment["rule"] == "TEST901" and experiment["status"] == "ok", experiment
+    assert experiment["knobs"] == {"num_workers": "4"} and experiment["run_dir"].endswith("check-TEST901")
+    top = report["findings"][0]
+    assert top["rule"] == "TEST901" and top["basis"] == "measured"
+    assert top["measured"]["verdict"] == "helped" and top["measured"]["speedup"] > 1.5, top["measured"]
+    assert report["ranking"]["basis"] == "measured" and "measured" in report["verdict"]
+    # every experiment is one measurement: it checks nothing of its own
+    child = json.loads((tmp_path / "runs" / "a" / "check-TEST901" / "diagnose" / "report.json").read_text())
+    assert "check" not in (child.get("ranking") or {})
