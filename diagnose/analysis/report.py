@@ -430,8 +430,11 @@ def growth_note(growth: dict[str, Any]) -> str | None:
     planned, steps = growth.get("planned_steps"), growth.get("steps")
     if not isinstance(planned, int) or not isinstance(steps, int) or steps <= planned:
         return None
-    ratio = growth.get("p90_over_median")
-    why = f" (p90 {ratio:.1f}x the median)" if isinstance(ratio, (int, float)) else ""
+    ratio, mean = growth.get("p90_over_median"), growth.get("mean_uncertainty")
+    why = f" (p90 {ratio:.1f}x the median" if isinstance(ratio, (int, float)) else ""
+    if why and isinstance(mean, (int, float)):
+        why += f", their mean uncertain by ±{mean:.0%}"
+    why += ")" if why else ""
     end = _GROWTH_ENDS.get(str(growth.get("ended_by")), "")
     return (
         f"the profiled window grew from {planned} to {steps} steps (at most {growth.get('max_steps')}): "
