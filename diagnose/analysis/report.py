@@ -573,7 +573,9 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
             words = gain_words(top.predicted, top.gain)
             if top.predicted_low is not None and top.predicted_high is not None:
                 words += f"; {top.predicted_low:.2f}x-{top.predicted_high:.2f}x"
-        if len(diagnosis.findings) > 1 and top.first_share is not None:
+        if top.dominant and top.measured is None:
+            words += "; shown first: what it fixes holds most of the step"
+        elif len(diagnosis.findings) > 1 and top.first_share is not None:
             words += f"; first in {top.first_share:.0%} of resamples"
         bound = f" ({words})" if words else ""
         if top.borderline:
