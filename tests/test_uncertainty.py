@@ -63,12 +63,19 @@ def test_the_floor_is_the_mean_steps_uncertainty_and_a_rerun_not_the_spread_of_s
 
 def test_a_prediction_is_resampled_by_the_steps_of_its_category(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two steps of 100 and 200 µs, the second waiting 100 µs for data: a fix of the data wait
-    predicted 1.5x (300 -> 200 µs) saves its 100 µs in the second step alone."""
+    predicted 1.5x (300 -> 200 µs) saves its 100 µs in the second step: at most 90% of its wait
+    there (``MAX_REMOVED``), 100 and 110 µs kept, both scaled by 200 / 210 to the replay's 200."""
     monkeypatch.setattr(U, "RUN_TO_RUN_SPREAD", 0.0)
     sample = U.StepSample((100.0, 200.0), {"data_wait": (0.0, 100.0)})
     idx = np.array([[0, 0], [1, 1], [0, 1]])
     values = U.resampled_speedups(sample, 1.5, categories=("data_wait",), error=0.0, indices=idx)
-    assert values.tolist() == pytest.approx([200 / 200, 400 / 200, 300 / 200])
+    kept = (100 * 200 / 210, 110 * 200 / 210)
+    assert values.tolist() == pytest.approx([200 / (2 * kept[0]), 400 / (2 * kept[1]), 300 / 200])
+    # a host-ahead window: a drained step of 10 µs with no GPU time, then one of 250 all GPU; bf16
+    # predicted 6x (260 -> 43.3 µs) removes 216.7 of the 250 µs (87%, under the cap): the drained
+    # steps alone gain nothing, the full ones alone 250 / 33.3 = 7.5x
+    ahead = U.resampled_speedups(U.StepSample((10.0, 250.0), {"gpu_forward": (0.0, 250.0)}), 6.0, categories=("gpu_forward",), error=0.0, indices=idx)
+    assert ahead.tolist() == pytest.approx([1.0, 7.5, 6.0])
     # no category named: the saving shared by the steps' length, the same on every resample
     same = U.resampled_speedups(sample, 1.5, error=0.0, indices=idx)
     assert same.tolist() == pytest.approx([1.5, 1.5, 1.5])

@@ -24,8 +24,9 @@ Contract (pure; numpy, imported where it is used):
 The resampling is of per-step quantities, not of whole replays: a prediction's saving is shared
 out over the steps in proportion to each step's exposed time in the categories its
 transformation changes (``TARGET_CATEGORIES``; in proportion to the step's length where none
-is named), and each resample's speedup is its steps' time over that time less their share of
-the saving. One replay per resample would cost 0.1-0.3 s each on a large window (predict.py).
+is named; at most ``MAX_REMOVED`` of that time, every step then scaled so that together they
+keep what the replay said), and each resample's speedup is its steps' time over their time
+after the change. One replay per resample would cost 0.1-0.3 s each on a large window (predict.py).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ SEED = 32
 INTERVAL = 0.90
 #: Steps whose lag-1 autocorrelation is at least this (either sign) are resampled in blocks.
 BLOCK_CORRELATION = 0.3
+#: The most of a step's time in the changed categories that one step's share of a saving removes
+#: (the rest of the saving is shared by every step's length): no resample of steps makes a step
+#: vanish.
+MAX_REMOVED = 0.9
 #: The z of a two-sided ``INTERVAL`` interval of a normal: a model error given as the relative
 #: error at the interval's edge is a spread of ``log(1 + error) / Z_INTERVAL`` in log speed.
 Z_INTERVAL = 1.645
@@ -235,13 +240,16 @@ def resampled_speedups(
         for name in categories:
             exposed = sample.exposed_us.get(name)
             if exposed is not None and len(exposed) == len(d):
-                c += np.asarray(exposed, dtype=float)
+                c += np.minimum(np.asarray(exposed, dtype=float), d)
         if float(c.sum()) <= 0:
             c = d
-        share = saved * c / float(c.sum())  # each step's part of the saving
-        before = d[idx].sum(axis=1)
-        after = np.maximum(before - share[idx].sum(axis=1), before * 1e-3)
-        values = before / after * batch_factor
+        # each step keeps its time less a share of its category's: at most ``MAX_REMOVED`` of it
+        # (a host-ahead window's drained first steps hold little GPU time, the next ones all),
+        # then every step is scaled so that the window's steps together keep what the replay said
+        k = min(max(saved, 0.0) / float(c.sum()), MAX_REMOVED) if saved > 0 else saved / float(c.sum())
+        kept = d - k * c
+        kept *= (total - saved) / float(kept.sum())
+        values = d[idx].sum(axis=1) / kept[idx].sum(axis=1) * batch_factor
     sigma = math.hypot(math.log1p(error) / Z_INTERVAL, math.sqrt(2) * RUN_TO_RUN_SPREAD)
     return values * np.exp(np.random.default_rng([sample.seed, stream]).normal(0.0, sigma, len(values)))
 
