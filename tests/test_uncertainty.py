@@ -361,3 +361,13 @@ def test_run_measures_a_finding_it_cannot_predict_and_ranks_it_on_the_measuremen
     # every experiment is one measurement: it checks nothing of its own
     child = json.loads((tmp_path / "runs" / "a" / "check-TEST901" / "diagnose" / "report.json").read_text())
     assert "check" not in (child.get("ranking") or {})
+
+
+def test_every_experiment_run_is_one_measurement_and_checks_nothing(tmp_path: Path) -> None:
+    """verify's, sweep's and the check's own runs pass --no-check: they never start A/Bs of their own."""
+    from diagnose.experiments import Spec, _command
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+
+    cmd = _command(["train.py", "--"], Spec("x", {"num_workers": "4"}), RunDir(tmp_path), WindowPlan(), [], [])
+    assert "--no-check" in cmd and cmd.index("--no-check") < cmd.index("train.py")
