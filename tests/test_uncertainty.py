@@ -5,8 +5,6 @@ traces and values, with the fixed seed."""
 
 from __future__ import annotations
 
-import math
-import textwrap
 from pathlib import Path
 
 import numpy as np

@@ -48,11 +48,9 @@ from diagnose.analysis.predict import Prediction, PredictionRequest, Predictor
 from diagnose.analysis.rules import Rule, cpu_only_run, render_template, template_names
 from diagnose.analysis.symptoms import CATALOG
 from diagnose.analysis.symptoms import Symptoms
-from diagnose.analysis.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD
+from diagnose.analysis.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD  # noqa: F401 - MIN_GAIN: read from here too
 from diagnose.units import format_value
 from diagnose.record import FRAMEWORKS
-
-__all__ = ["MIN_GAIN", "RUN_TO_RUN_SPREAD", "Diagnosis", "Finding", "Measurement", "diagnose_symptoms"]
 
 #: An exposed category where the GPU idles (data wait, copies, syncs, host code) over this share
 #: of the step: a fix for it is never left out for a small prediction, it is measured or shown
@@ -66,8 +64,8 @@ WIDE_INTERVAL = 1.5
 #: The top findings the check considers measuring (``diagnose run --check N`` takes the first N
 #: of them that say why).
 CHECK_WINDOW = 3
-#: A predicted gain within this factor of the gain a change must beat (the floor: the spread, or
-#: MIN_GAIN) is borderline: the floor is itself estimated from one run's steps (2% to 10% over
+#: A predicted gain within this factor of the gain a change must beat (the floor:
+#: ``uncertainty.change_floor``) is borderline: the floor is itself estimated from one run's steps (2% to 10% over
 #: five runs of one script) and a prediction near 1x is uncertain by about its own size
 #: (docs/truth.md), so a rerun may fall on the other side.
 PREDICTION_BAND = 2.0
