@@ -487,7 +487,10 @@ def diagnose_symptoms(
             (problems if rule.kind == "problem" else nexts).append(finding)
             continue
         near = finding.predicted is not None and floor / PREDICTION_BAND <= finding.predicted - 1 <= floor * PREDICTION_BAND
-        if finding.predicted is not None and finding.predicted < 1 + floor and not finding.dominant:
+        # a dominant category's fix predicted within the floor stays (to be measured); one
+        # predicted slower than the step as it is does not
+        within = finding.dominant is not None and finding.predicted is not None and finding.predicted >= 1 / (1 + floor)
+        if finding.predicted is not None and finding.predicted < 1 + floor and not within:
             uncertainty = predictor.mean_uncertainty if predictor is not None else 0.0
             why = (
                 "slower than the step as it is"
