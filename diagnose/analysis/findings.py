@@ -16,8 +16,8 @@ within a tier by the measured, predicted or bounded gain. The ranking's confiden
 of resamples in which the top finding stays first (``Diagnosis.ranking``). Findings whose bound
 is under ``MIN_GAIN`` are dropped; those predicted to gain less than the floor (the mean step's
 uncertainty and the run-to-run term: ``uncertainty.change_floor``; never the spread of single
-steps) are left out with one line saying so, except a fix for a dominant category, which is
-measured or shown first with its interval; those measured not to help are left out the same way.
+steps) are left out with one line saying so, except a fix for a dominant category predicted
+within the floor, which is measured or shown first with its interval; those measured not to help are left out the same way.
 Findings whose prediction is unsure (intervals that overlap at the top, a wide interval, a
 transformation the model predicts badly here, no prediction, a dominant category, an unsettled
 ranking) say why (``Finding.check``): ``diagnose run`` measures them.
