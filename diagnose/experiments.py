@@ -508,11 +508,8 @@ def check(
         outcomes.append(run_experiment(script, spec, run_dir.check_run(spec.rule), short, base_knobs, timeout, options))
         budget.spend(clock() - started)
     baseline.by_samples = compare_by_samples([*baseline.runs, *outcomes])
-    measured: dict[str, Measurement] = {}
     for o in outcomes:
         judge(o, baseline)
-        if o.verdict in ("helped", "no effect", "slower") and o.speedup is not None and o.rule:
-            measured[o.rule] = Measurement(o.speedup, max(baseline.spread, MIN_EFFECT), o.verdict, describe_change(o.knobs, o.via))
     summary = {
         "budget_s": round(budget_s, 2),
         "spent_s": round(budget.spent_s, 2),
@@ -524,7 +521,19 @@ def check(
         "experiments": [_row(o, role="check") for o in outcomes],
         "not_measured": left,
     }
-    return measured, summary
+    return measurements(summary), summary
+
+
+def measurements(summary: dict[str, Any]) -> dict[str, Measurement]:
+    """What a check measured, by rule, from its summary (``ranking.check`` of a report): every
+    experiment judged helped, no effect or slower. A later ``diagnose analyze`` of the run
+    reads them back from there, so that re-analysing never loses them."""
+    spread = max(float(summary.get("baseline_spread") or 0.0), MIN_EFFECT)
+    out = {}
+    for row in summary.get("experiments") or []:
+        if row.get("verdict") in ("helped", "no effect", "slower") and row.get("speedup") is not None and row.get("rule"):
+            out[row["rule"]] = Measurement(row["speedup"], spread, row["verdict"], describe_change(row.get("knobs") or {}, row.get("via") or {}))
+    return out
 
 
 # --- sweep ------------------------------------------------------------------------------------

@@ -54,7 +54,26 @@ def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
     trace, warnings = run_dir.trace_for(record)
     if record is None and trace is None:
         raise UsageError(f"{run_dir.path} holds neither run.json nor a trace", hint="is it a diagnose run directory?")
-    return analyze(record, trace, options, source, warnings)
+    checked = None if options.measured else _kept_check(run_dir)
+    if checked is None:
+        return analyze(record, trace, options, source, warnings)
+    from diagnose.experiments import measurements  # the runtime's knobs: imported only here
+
+    report = analyze(record, trace, replace(options, measured=measurements(checked)), source, warnings)
+    report.ranking = {**(report.ranking or {}), "check": checked}
+    return report
+
+
+def _kept_check(run_dir: RunDir) -> dict[str, Any] | None:
+    """The check ``diagnose run`` saved in the run's report (``ranking.check``), if any: a
+    re-analysis ranks on what it measured too."""
+    if not run_dir.report_path.is_file():
+        return None
+    try:
+        checked = (run_dir.load_report().ranking or {}).get("check")
+    except (OSError, ValueError, TypeError, UsageError):
+        return None
+    return checked if isinstance(checked, dict) and checked.get("experiments") else None
 
 
 def _combine_from_dir(run_dir: RunDir, ranks: dict[int, RunRecord], options: AnalysisOptions, source: dict[str, Any]) -> Report:

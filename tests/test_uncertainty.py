@@ -359,6 +359,13 @@ def test_run_measures_a_finding_it_cannot_predict_and_ranks_it_on_the_measuremen
     # every experiment is one measurement: it checks nothing of its own
     child = json.loads((tmp_path / "runs" / "a" / "check-TEST901" / "diagnose" / "report.json").read_text())
     assert "check" not in (child.get("ranking") or {})
+    # analysing the run again keeps what was measured
+    again = subprocess.run([sys.executable, "-m", "diagnose", "analyze", "runs/a", "--rules", "rules", "--json"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    reread = json.loads(again.stdout)
+    assert reread["findings"][0]["rule"] == "TEST901" and reread["findings"][0]["measured"] == top["measured"]
+    assert reread["ranking"]["check"]["experiments"][0]["speedup"] == experiment["speedup"]
 
 
 def test_every_experiment_run_is_one_measurement_and_checks_nothing(tmp_path: Path) -> None:
