@@ -15,9 +15,11 @@ Contract (pure; numpy, imported where it is used):
 * ``change_floor(mean_uncertainty) -> float``: the relative gain a change must beat: the mean's
   uncertainty and the run-to-run term together, at least ``MIN_GAIN``;
 * ``StepSample`` (each profiled step's duration and its exposed time per category) and
-  ``resampled_speedups(sample, speedup, categories, model_error, ...)``: one finding's predicted
-  speedup on each resample of the steps, times a draw of what the model cannot see for its
-  transformation (``MODEL_ERROR``), and the run-to-run term;
+  ``resampled_speedups(sample, speedup, categories=..., error=model_error(name), ...)``: one
+  finding's predicted speedup on each resample of the steps, times a draw of what the model
+  cannot see for its transformation (``MODEL_ERROR``) and of the run-to-run term;
+  ``measured_draws`` the same for a measured speedup; ``interval(values)`` their 5th-95th
+  percentiles;
 * ``ranking_shares(values, tiers) -> list[float]``: how often each finding is first when every
   resample is ranked on its own values (tiers first: measured, then predicted, then bound only).
 
