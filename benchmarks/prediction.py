@@ -46,18 +46,23 @@ def verify(name: str, out: Path, top: int, repeats: int, timeout: int, extra: li
     report = json.loads(p.stdout)
     experiments = report.get("experiments") or {}
     spread = experiments.get("baseline_spread") or 0.0
+    # the baseline run's own findings: each prediction's interval (issue 32)
+    intervals = {f["rule"]: f.get("predicted_interval") for f in (report.get("findings") or []) + (report.get("next_steps") or [])}
     rows = []
     for row in experiments.get("rows", []):
         if row.get("role") != "recommendation":
             continue
         measured, predicted = row.get("speedup"), row.get("predicted_speedup")
         error = abs(predicted - measured) / measured if measured and predicted else None
+        interval = intervals.get(row.get("rule"))
         rows.append(
             {
                 "rule": row.get("rule"),
                 "knobs": row.get("knobs"),
                 "measured": measured,
                 "predicted": predicted,
+                "interval": interval,
+                "inside": None if not interval or measured is None else interval[0] <= measured <= interval[1],
                 "bound": row.get("gain_bound"),
                 "error": None if error is None else round(error, 4),
             }
@@ -127,7 +132,10 @@ def fixture_predictions() -> list[dict]:
         if not (report.get("replay") or {}).get("steps"):
             continue  # a CPU run: nothing replayed
         for f in report["findings"]:
-            out.append({"fixture": name, "rule": f["rule"], "predicted": f["predicted_speedup"], "bound": f["gain_bound"], "note": f["prediction_note"]})
+            out.append({
+                "fixture": name, "rule": f["rule"], "predicted": f["predicted_speedup"], "interval": f.get("predicted_interval"),
+                "first_share": f.get("first_share"), "check": f.get("check"), "bound": f["gain_bound"], "note": f["prediction_note"],
+            })
         out += [{"fixture": name, "rule": None, "predicted": None, "bound": None, "note": line} for line in report.get("considered", [])]
     return out
 
@@ -149,8 +157,10 @@ def main() -> None:
                 print(f"{row['fixture']:32} {row['note']}")
                 continue
             predicted = f"{row['predicted']:.2f}x" if row["predicted"] else "-"
+            interval = f"{row['interval'][0]:.2f}-{row['interval'][1]:.2f}x" if row.get("interval") else "-"
+            first = f"{row['first_share']:.0%}" if row.get("first_share") is not None else "-"
             bound = f"{row['bound']:.2f}x" if row["bound"] else "-"
-            print(f"{row['fixture']:32} {row['rule']:9} predicted {predicted:>7}  bound {bound:>7}  {row['note'] or ''}")
+            print(f"{row['fixture']:32} {row['rule']:9} predicted {predicted:>7} ({interval:>11}, first {first:>4})  bound {bound:>7}  {row['note'] or ''}")
         return
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -19,6 +20,9 @@ from diagnose import __version__, errors
 from diagnose.cliparse import Command, ScriptCommand
 from diagnose.errors import DiagnoseError
 from diagnose.progress import ExperimentProgress
+
+#: when this process began: ``diagnose run``'s check may take the run's own time again, counted from here
+_PROCESS_STARTED = time.monotonic()
 
 app = typer.Typer(
     name="diagnose",
@@ -127,6 +131,9 @@ def run(
     window_steps: int = typer.Option(3, "--window-steps", hidden=True, min=1),
     max_windows: int = typer.Option(12, "--max-windows", hidden=True, min=0),
     window_budget: float = typer.Option(0.01, "--window-budget", hidden=True, min=0.0, max=1.0),
+    check: int = typer.Option(2, "--check", min=0, metavar="N", help="Measure up to N unsure findings by a short A/B afterwards (fresh runs with their knobs), within the run's own time again."),
+    no_check: bool = typer.Option(False, "--no-check", help="Never measure: rank on the predictions alone."),
+    check_budget: Optional[float] = typer.Option(None, "--check-budget", min=0, metavar="SECONDS", help="The time the check may take (default: the run's own time again)."),
 ) -> None:
     """Run a training script under the profiler, break each step down, and diagnose it.
 
@@ -135,6 +142,8 @@ def run(
     from diagnose import session
     from diagnose.analysis.pipeline import AnalysisOptions
     from diagnose.distributed import SummaryExchange, rank_info
+
+    started = _PROCESS_STARTED  # the check's budget is the run's own time again, from its start
     from diagnose.record import GROWTH_FACTOR, WindowPlan
     from diagnose.runtime.knobs import LAUNCH_KNOBS, Knobs
     from diagnose.signals import SignalHold
@@ -172,7 +181,7 @@ def run(
             plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop, max_steps=GROWTH_FACTOR * steps if max_steps is None else max_steps),
             out=out, overwrite=overwrite, html=html, lines=not no_lines, quiet=quiet,
             knob_assignments=[k for k in knob or [] if k.partition("=")[0].strip() not in LAUNCH_KNOBS], rules_dirs=tuple(rules_dirs or ()), keep_traces=keep_traces,
-            torchrun_options=torchrun_options,
+            torchrun_options=torchrun_options, check=0 if no_check else check, check_budget_s=check_budget,
             watch=_watch_budget(whole, window_every, window_steps, max_windows, window_budget),
         )
         run_dir = session.open_run_dir(request, None if nproc_per_node else rank)
@@ -209,6 +218,8 @@ def run(
         if rank is not None:  # every rank analyses its own trace; the merging one combines
             try:
                 report = session.finish_rank(run_dir, rank, request.options, exchange, keep_traces=request.keep_traces, html=request.html)
+                if report is not None and request.check:  # the merging rank: the job's report
+                    report = session.check_skipped(run_dir, report, session.DISTRIBUTED_CHECK_SKIPPED, html=request.html)
             except DiagnoseError as exc:
                 raise _fail(exc) from None
             if report is not None:
@@ -217,7 +228,7 @@ def run(
                 if not json_out:
                     typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
         elif session.merges_here(rank):
-            report = _analyze_and_emit(run_dir, request, json_out, color)
+            report = _analyze_and_emit(run_dir, request, json_out, color, started=started)
     finally:
         hold.release()
     if hold.received and record.status not in ("interrupted", "terminated"):  # held while the report was saved
@@ -314,7 +325,7 @@ def watch(
         no_lines=no_lines, nproc_per_node=nproc_per_node, rank_aware=rank_aware, keep_traces="notable", nnodes=None,
         node_rank=None, rdzv_backend=None, rdzv_endpoint=None, rdzv_id=None, quiet=quiet, color=color, fail_on=None,
         baseline=None, whole=True, window_every=window_every, window_steps=window_steps, max_windows=max_windows,
-        window_budget=window_budget,
+        window_budget=window_budget, check=0, no_check=True, check_budget=None,  # a whole run is not run again for an A/B
     )
 
 
@@ -356,16 +367,28 @@ def _after_supervised(ending, run_dir, request, gate, json_out: bool, color: Opt
     _exit_for(record, request.plan)
 
 
-def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], merge: bool = False):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report
+def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], merge: bool = False, started: Optional[float] = None):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report
     """Analyse and print; with ``merge`` (the ranks of --nproc-per-node have ended), the job's
-    report from their summaries, the traces not worth keeping removed."""
-    from diagnose.session import analyze_and_save, merge_ranks
+    report from their summaries, the traces not worth keeping removed. A single run whose
+    ranking names findings to measure measures them first (``--check``, ``session.check_and_save``),
+    within the run's own time since ``started``; a distributed one says why it measures
+    nothing (``session.check_skipped``)."""
+    from diagnose.experiments import CHECK_BUDGET_FACTOR
+    from diagnose.session import DISTRIBUTED_CHECK_SKIPPED, analyze_and_save, check_and_save, check_skipped, merge_ranks
 
     try:
         if merge:
             report = merge_ranks(run_dir, request.options, html=request.html, keep_traces=request.keep_traces)
+            if request.check:
+                report = check_skipped(run_dir, report, DISTRIBUTED_CHECK_SKIPPED, html=request.html)
         else:
             report = analyze_and_save(run_dir, request.options, html=request.html)
+            to_check = [item for item in (report.ranking or {}).get("to_check") or [] if item.get("knobs")]
+            if request.check and started is not None and to_check and report.status.get("state") in ("stopped", "completed"):
+                budget = request.check_budget_s if request.check_budget_s is not None else CHECK_BUDGET_FACTOR * (time.monotonic() - started)
+                say = (lambda _: None) if request.quiet else (lambda text: typer.echo(f"diagnose ▸ {text}", err=True))
+                say(f"{len(to_check)} finding(s) too unsure to rank on a prediction: measuring up to {request.check} (budget {budget:.0f} s; --no-check skips this)")
+                report = check_and_save(run_dir, request, report, budget, say)
     except DiagnoseError as exc:
         raise _fail_after_report(exc, json_out, color) from None
     _emit(report, json_out, color)

@@ -38,10 +38,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from diagnose.analysis.findings import Measurement
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
 from diagnose.progress import PREFIX as PROGRESS_PREFIX
@@ -160,7 +161,8 @@ def _command(
     script: list[str], spec: Spec, run_dir: RunDir, plan: WindowPlan, base_knobs: list[str], options: RunOptions, launch: Launch | None = None,
     quiet: bool = True,
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "diagnose", "run", *(["--quiet"] if quiet else []), "--json", "--overwrite", "--out", str(run_dir.path), *options]
+    # --no-check: an experiment is one measurement; it measures nothing of its own
+    cmd = [sys.executable, "-m", "diagnose", "run", *(["--quiet"] if quiet else []), "--json", "--overwrite", "--no-check", "--out", str(run_dir.path), *options]
     cmd += (launch or Launch()).argv(run_dir.path.name)  # the experiment's folder: unique in its verify or sweep
     cmd += plan.to_argv()
     for assignment in [*base_knobs, *(f"{k}={v}" for k, v in spec.knobs.items())]:
@@ -586,6 +588,128 @@ def _row(o: Outcome, role: str) -> dict[str, Any]:
     if row.get("speedup") is not None:
         row["speedup"] = round(row["speedup"], 4)
     return row
+
+
+# --- diagnose run's check: measure the unsure findings ------------------------------------------
+
+#: ``diagnose run`` measures up to this many unsure findings by default (``--check N``)
+CHECK_DEFAULT = 2
+#: the check's budget: this many times the run's own time (its start to its first report)
+CHECK_BUDGET_FACTOR = 1.0
+#: an experiment still running when the budget is spent gets this share of the budget left more
+#: to finish (a fresh run costs about what the run did: on the 2-core development machine the
+#: first A/B of a 6 s run took 5.5 s against a budget of 5.47 s)
+CHECK_GRACE = 1.25
+#: the profiled steps of each A/B run: what is compared is the timed steps (profiler off), and
+#: every profiled step costs the trace's export and analysis
+CHECK_PROFILED_STEPS = 1
+
+
+def check_plan(plan: WindowPlan, timed: bool = True) -> WindowPlan:
+    """The plan of each A/B run: the run's warm-up and timed steps, one profiled step, a fixed
+    window, stopped after its timed steps. A run without timed steps (a script too short for
+    them) is compared by its profiled window, as verify does (``align_basis``): each A/B run then
+    gets the run's own plan, fixed, which the script's length cuts as it cut the run's."""
+    if not timed:
+        return replace(plan, max_steps=None, stop=True)
+    return WindowPlan(warmup=plan.warmup, steps=CHECK_PROFILED_STEPS, timed=plan.timed, stop=True)
+
+
+@dataclass
+class CheckBudget:
+    """The check's time: ``budget_s`` in all, ``spent_s`` so far, what the last experiment took."""
+
+    budget_s: float
+    spent_s: float = 0.0
+    last_s: float | None = None
+
+    def timeout(self) -> float | None:
+        """What the next experiment may take (the budget left, ``CHECK_GRACE`` times), or None
+        when it cannot fit: one starts only while the budget left holds at least half what the
+        last one took."""
+        left = self.budget_s - self.spent_s
+        return left * CHECK_GRACE if left > 0 and left >= (self.last_s or 0.0) / 2 else None
+
+    def spend(self, seconds: float) -> None:
+        self.spent_s += seconds
+        self.last_s = seconds
+
+
+def check_candidates(report: dict[str, Any], count: int) -> tuple[list[Spec], list[str]]:
+    """The findings the report's ranking says to measure (``ranking.to_check``, in rank order)
+    that carry a knob, the first ``count``; and one line for each of the others it names."""
+    specs: list[Spec] = []
+    left: list[str] = []
+    for item in (report.get("ranking") or {}).get("to_check") or []:
+        knobs = {k: v for k, v in (item.get("knobs") or {}).items() if v not in ("", "n/a")}
+        if not knobs:
+            left.append(f"{item['rule']}: no knob to apply it with; apply its change by hand and run diagnose again")
+        elif len(specs) < count:
+            specs.append(Spec(item["rule"], knobs, item["rule"]))
+        else:
+            left.append(f"{item['rule']}: past --check {count}")
+    return specs, left
+
+
+def check(
+    script: list[str],
+    run_dir: RunDir,
+    plan: WindowPlan,
+    report: dict[str, Any],
+    count: int,
+    budget_s: float,
+    base_knobs: list[str] | None = None,
+    options: RunOptions | None = None,
+    on_progress: Callable[[str], None] = lambda _: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[dict[str, Measurement], dict[str, Any]]:
+    """``diagnose run``'s check: a short A/B of the findings its report says to measure, each
+    one fresh ``diagnose run`` of the script with the finding's knobs (``run_experiment``, into
+    ``RunDir.check_run``), against the run itself as the baseline, within ``budget_s``, compared
+    by the basis every run shares (``align_basis``: a short script's profiled window). Returns the measurements by rule and the ``ranking.check`` section of the report."""
+    specs, left = check_candidates(report, count)
+    baseline = Baseline([outcome_from_report(Spec("baseline"), report, run_dir.path, 0)], False)
+    budget = CheckBudget(budget_s)
+    short = check_plan(plan, timed=bool(baseline.runs[0].figures.get("steady")))
+    outcomes: list[Outcome] = []
+    for spec in specs:
+        timeout = budget.timeout()
+        if timeout is None:
+            left.append(f"{spec.rule}: the budget ({budget_s:.0f} s) is spent")
+            continue
+        on_progress(f"checking {spec.rule} ({describe_change(spec.knobs, {})}) by a short A/B")
+        started = clock()
+        outcomes.append(run_experiment(script, spec, run_dir.check_run(spec.rule), short, base_knobs, timeout, options))
+        budget.spend(clock() - started)
+    basis = align_basis([*baseline.runs, *outcomes])
+    baseline.by_samples = compare_by_samples([*baseline.runs, *outcomes])
+    for o in outcomes:
+        judge(o, baseline)
+    summary = {
+        "budget_s": round(budget_s, 2),
+        "spent_s": round(budget.spent_s, 2),
+        "compared_by": "samples_per_s" if baseline.by_samples else "steps_per_s",
+        "basis": basis,
+        "statistic": STATISTICS[basis],
+        "baseline_spread": round(baseline.spread, 4),
+        "baseline_spread_from": baseline.spread_from,
+        "plan": {"warmup": short.warmup, "steps": short.steps, "timed_steps": short.timed},
+        "experiments": [_row(o, role="check") for o in outcomes],
+        "not_measured": left,
+    }
+    return measurements(summary), summary
+
+
+def measurements(summary: dict[str, Any]) -> dict[str, Measurement]:
+    """What a check measured, by rule, from its summary (``ranking.check`` of a report): every
+    experiment judged helped, no effect or slower. A later ``diagnose analyze`` of the run
+    reads them back from there, so that re-analysing never loses them."""
+    spread = max(float(summary.get("baseline_spread") or 0.0), MIN_EFFECT)
+    out = {}
+    for row in summary.get("experiments") or []:
+        if row.get("verdict") in ("helped", "no effect", "slower") and row.get("speedup") is not None and row.get("rule"):
+            out[row["rule"]] = Measurement(row["speedup"], spread, row["verdict"], describe_change(row.get("knobs") or {}, row.get("via") or {}))
+    return out
 
 
 # --- sweep ------------------------------------------------------------------------------------

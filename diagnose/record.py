@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from diagnose.analysis.uncertainty import mean_uncertainty_estimate
+
 RUN_SCHEMA = "diagnose.run/1"
 
 #: the training frameworks diagnose recognises, from the one that owns the loop most completely
@@ -29,6 +31,13 @@ STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminat
 #: steps vary widely when the p90 step is over this many times the median step: the profiled
 #: window grows while they do, and the report calls such a window (or steady state) noisy
 NOISY_P90_OVER_MEDIAN = 1.5
+#: the window also grows while the mean of its steps is uncertain by more than this (relative
+#: half-width of its 90% interval, ``uncertainty.mean_uncertainty_estimate``): the floor a change
+#: must beat and every prediction's interval rest on the mean step, and the ranking of findings
+#: with them (issue 32: the top finding changed between identical runs). A proxy for "the top
+#: of the ranking is not settled" that costs microseconds per step; the report's own
+#: ``ranking.first_share`` is the full measure, from the trace.
+WINDOW_MEAN_UNCERTAINTY = 0.10
 #: the window grows only while it has lasted under this many seconds (a slow model's steps)
 GROWTH_BUDGET_S = 120.0
 #: ``diagnose run`` lets the window grow to this many times ``--steps`` (``--max-steps``)
@@ -103,6 +112,12 @@ def steps_vary_widely(durations: list[float]) -> bool:
     median = statistics.median(durations)
     p90 = statistics.quantiles(durations, n=10, method="inclusive")[8]
     return median > 0 and p90 > NOISY_P90_OVER_MEDIAN * median
+
+
+def window_unsettled(durations: list[float]) -> bool:
+    """Whether a growing window profiles one more step: its steps vary widely, or their mean is
+    uncertain by more than ``WINDOW_MEAN_UNCERTAINTY``."""
+    return steps_vary_widely(durations) or mean_uncertainty_estimate(durations) > WINDOW_MEAN_UNCERTAINTY
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,10 @@ class RunDir:
         slug = "".join(c if c.isalnum() or c in "=.-_" else "_" for c in label).strip("_")[:80]
         return RunDir(self.path / (slug if slug.strip(".") else "run"))
 
+    def check_run(self, rule: str) -> RunDir:
+        """The folder of ``diagnose run``'s short A/B of one finding (its check), inside the run's."""
+        return self.child(f"check-{rule}")
+
     # --- names --------------------------------------------------------------------------------
 
     @property

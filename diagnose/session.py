@@ -22,8 +22,8 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,26 @@ def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
     trace, warnings = run_dir.trace_for(record)
     if record is None and trace is None:
         raise UsageError(f"{run_dir.path} holds neither run.json nor a trace", hint="is it a diagnose run directory?")
-    return analyze(record, trace, options, source, warnings)
+    checked = None if options.measured else _kept_check(run_dir)
+    if checked is None:
+        return analyze(record, trace, options, source, warnings)
+    from diagnose.experiments import measurements  # the runtime's knobs: imported only here
+
+    report = analyze(record, trace, replace(options, measured=measurements(checked)), source, warnings)
+    report.ranking = {**(report.ranking or {}), "check": checked}
+    return report
+
+
+def _kept_check(run_dir: RunDir) -> dict[str, Any] | None:
+    """The check ``diagnose run`` saved in the run's report (``ranking.check``), if any: a
+    re-analysis ranks on what it measured too."""
+    if not run_dir.report_path.is_file():
+        return None
+    try:
+        checked = (run_dir.load_report().ranking or {}).get("check")
+    except (OSError, ValueError, TypeError, UsageError):
+        return None
+    return checked if isinstance(checked, dict) and checked.get("experiments") else None
 
 
 def _combine_from_dir(run_dir: RunDir, ranks: dict[int, RunRecord], options: AnalysisOptions, source: dict[str, Any]) -> Report:
@@ -130,6 +149,44 @@ def analyze_and_save(run_dir: RunDir, options: AnalysisOptions, html: bool = Fal
         error = exc.with_traceback(None)
     _save_without_trace(run_dir, options, error)
     raise error
+
+
+def check_and_save(run_dir: RunDir, request: RunRequest, report: Report, budget_s: float, on_progress: Callable[[str], None]) -> Report:
+    """``diagnose run``'s check (``experiments.check``: a short A/B of the findings the report
+    says to measure, in fresh runs, within ``budget_s``), then the report again with what it
+    measured ranked above what is predicted, and the check's own section (``ranking.check``).
+    The report saved before it stays where no experiment ran."""
+    from diagnose import experiments
+
+    options = [*rules_argv(request.rules_dirs), *([] if request.lines else ["--no-lines"])]
+    measured, summary = experiments.check(
+        request.target_argv(), run_dir, request.plan, report.to_dict(), request.check, budget_s, request.knob_assignments, options, on_progress
+    )
+    if not summary["experiments"]:  # nothing it could measure (no knob) or time for
+        return report
+    checked = analyze_run(run_dir, replace(request.options, measured=measured))
+    checked.ranking = {**(checked.ranking or {}), "check": summary}
+    return save_outputs(run_dir, checked, html=request.html)
+
+
+#: why a distributed run measures nothing in-run: its A/B would have to launch each experiment as
+#: the same torchrun job on every node, in step; ``diagnose verify --nproc-per-node`` does that
+DISTRIBUTED_CHECK_SKIPPED = (
+    "a distributed run measures no unsure finding in-run (each A/B would be a whole torchrun job on every node): "
+    "measure them with diagnose verify --nproc-per-node N --rule RULE"
+)
+
+
+def check_skipped(run_dir: RunDir, report: Report, reason: str, html: bool = False) -> Report:
+    """The report of a run whose check could not run (``reason``): ``ranking.check`` and a
+    warning say so, each finding it would have measured named, so that an unsure ranking is
+    never taken for a checked one."""
+    to_check = [item["rule"] for item in (report.ranking or {}).get("to_check") or [] if item.get("knobs")]
+    if not to_check:
+        return report
+    report.ranking = {**(report.ranking or {}), "check": {"skipped": reason, "experiments": [], "not_measured": [f"{rule}: {reason}" for rule in to_check]}}
+    report.warnings = [*report.warnings, f"not measured ({', '.join(to_check)}): {reason}"]
+    return save_outputs(run_dir, report, html=html)
 
 
 def _save_without_trace(run_dir: RunDir, options: AnalysisOptions, error: TraceError) -> None:
@@ -227,6 +284,10 @@ class RunRequest:
     torchrun_options: list[str] = field(default_factory=list)
     #: ``diagnose watch``: the whole run is recorded, with later windows under this budget
     watch: WatchBudget | None = None
+    #: how many unsure findings the run measures by a short A/B afterwards (0: ``--no-check``)
+    check: int = 0
+    #: the time the check may take (None: the run's own time again, ``experiments.CHECK_BUDGET_FACTOR``)
+    check_budget_s: float | None = None
 
     @property
     def name(self) -> str:

@@ -15,7 +15,10 @@ import pytest
 
 from diagnose import record as record_module
 from diagnose.analysis.report import growth_note
-from diagnose.record import RunRecord, WindowPlan, steps_vary_widely
+import statistics
+
+from diagnose.analysis.uncertainty import mean_uncertainty_estimate
+from diagnose.record import WINDOW_MEAN_UNCERTAINTY, RunRecord, WindowPlan, steps_vary_widely, window_unsettled
 
 FAST, SLOW = 0.1, 1.0
 
@@ -34,6 +37,18 @@ def test_steps_vary_widely_is_p90_over_one_and_a_half_medians() -> None:
     assert not steps_vary_widely([1.0, 1.0, 1.0, 1.5, 1.5, 1.5])
     assert not steps_vary_widely([SLOW])
     assert not steps_vary_widely([])
+
+
+def test_the_window_is_unsettled_while_its_steps_vary_widely_or_their_mean_is_uncertain() -> None:
+    # 0.1 and 0.13 s alternating: never 1.5x the median, but the mean of four is uncertain by
+    # 1.645 x 0.0173 / 2 / 0.115 = 12.4%, of six by 1.645 x 0.0164 / sqrt(6) / 0.115 = 9.6%
+    assert not steps_vary_widely([0.1, 0.13] * 3)
+    assert mean_uncertainty_estimate([0.1, 0.13] * 2) == pytest.approx(1.645 * statistics.stdev([0.1, 0.13] * 2) / 2 / 0.115)
+    assert window_unsettled([0.1, 0.13] * 2) and not window_unsettled([0.1, 0.13] * 3)
+    # one step ten times the others among eleven: the p90 is fast, the mean still uncertain
+    assert not steps_vary_widely([FAST] * 10 + [SLOW]) and window_unsettled([FAST] * 10 + [SLOW])
+    assert not window_unsettled([FAST] * 4)
+    assert window_unsettled([FAST, SLOW, FAST, FAST])
 
 
 def test_a_plan_grows_one_step_at_a_time_up_to_its_bound() -> None:
@@ -113,32 +128,34 @@ def traced_steps(run_dir: Path, record: RunRecord) -> int:
 
 
 @pytest.mark.parametrize("stop", [True, False], ids=["stopped", "--no-stop"])
-def test_the_window_grows_while_steps_vary_then_stops_when_they_do_not(write_script, stop: bool) -> None:
-    # profiled steps 2-5 hold one slow step (3): the window grows one fast step at a time until
-    # eleven steps, where the p90 is a fast step (see the criterion's test above)
+def test_the_window_grows_while_steps_vary_then_stops_at_its_bound(write_script, stop: bool) -> None:
+    # profiled steps 2-5 hold one slow step (3): the window grows one fast step at a time; from
+    # eleven steps the p90 is a fast step, but one step ten times the others leaves the mean
+    # uncertain by far more than WINDOW_MEAN_UNCERTAINTY (see the criterion's test above): the
+    # window grows to its bound
     plan = WindowPlan(warmup=2, steps=4, timed=2, max_steps=12, stop=stop)
     record, run_dir = run(write_script, slow=[3], iterations=24, plan=plan)
     assert record.status == ("stopped" if stop else "completed")
-    assert record.profiled_steps == 11
+    assert record.profiled_steps == 12
     assert record.window_growth == {
-        "planned_steps": 4, "max_steps": 12, "steps": 11, "ended_by": "steady",
-        "p90_over_median": record.window_growth["p90_over_median"],
+        "planned_steps": 4, "max_steps": 12, "steps": 12, "ended_by": "bound",
+        "p90_over_median": record.window_growth["p90_over_median"], "mean_uncertainty": record.window_growth["mean_uncertainty"],
     }
-    assert record.window_growth["p90_over_median"] > 5
-    assert traced_steps(run_dir, record) == 11
+    assert record.window_growth["p90_over_median"] > 5 and record.window_growth["mean_uncertainty"] > WINDOW_MEAN_UNCERTAINTY
+    assert traced_steps(run_dir, record) == 12
     # the export step after the window, then the timed steps: all fast
-    assert record.first_timed_step() == 2 + 11 + 1
+    assert record.first_timed_step() == 2 + 12 + 1
     assert record.timed_steps == 2 and all(FAST * 0.9 < d < SLOW * 0.6 for d in record.steady_durations())
     assert record.plan["steps"] == 4  # the plan as asked; window_growth says how it ran
     # stopped after the timed steps; with --no-stop every one of the script's 24 steps counts
-    assert record.completed_steps() == (2 + 11 + 1 + 2 if stop else 24)
+    assert record.completed_steps() == (2 + 12 + 1 + 2 if stop else 24)
     # the report says so: report.json's run and notes, the terminal
     report = analyze_run(RunDir(run_dir), AnalysisOptions.load(()))
-    assert report.run["window_growth"]["steps"] == 11
-    assert report.throughput["profiled"]["steps"] == 11
+    assert report.run["window_growth"]["steps"] == 12
+    assert report.throughput["profiled"]["steps"] == 12
     note = growth_note(record.window_growth)
-    assert note is not None and note.startswith("the profiled window grew from 4 to 11 steps (at most 12)") and note in report.warnings
-    assert "the profiled window grew from 4 to 11 steps" in " ".join(TerminalRenderer().render(report).split())
+    assert note is not None and note.startswith("the profiled window grew from 4 to 12 steps (at most 12)") and note in report.warnings
+    assert "the profiled window grew from 4 to 12 steps" in " ".join(TerminalRenderer().render(report).split())
 
 
 def test_the_window_stops_growing_at_its_bound(write_script) -> None:
@@ -179,3 +196,40 @@ def test_a_rank_of_a_distributed_run_never_grows_its_window(write_script) -> Non
     # the ranks must stop at the same step; a fixed plan (no max_steps) is the plans' test above
     record, run_dir = run(write_script, slow=[3], rank=0)
     assert record.profiled_steps == 4 and record.window_growth == {}
+
+
+#: SLEEPY with its length as an option diagnose reads (``--max_iters``): the plan is cut to it
+SLEEPY_ITERS = """
+import argparse, time, torch
+p = argparse.ArgumentParser()
+p.add_argument("--slow", default="")
+p.add_argument("--max_iters", type=int, default=40)
+a = p.parse_args()
+slow = {{int(k) for k in a.slow.split(",") if k}}
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(a.max_iters):
+    time.sleep({slow} if i in slow else {fast})
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+""".format(slow=SLOW, fast=FAST)
+
+
+def test_the_window_grows_while_its_mean_is_uncertain_only_as_far_as_the_script_has_steps(write_script) -> None:
+    # one step ten times the others: the mean stays uncertain by far more than
+    # WINDOW_MEAN_UNCERTAINTY however long the window, so it grows to its bound; the script makes
+    # 14 steps (--max_iters 14), so the bound is cut from 12 to the 9 that leave the export step
+    # and the 2 timed steps room (WindowPlan.fitted): never past what the script has
+    script = write_script(SLEEPY_ITERS)
+    run_dir = script.parent / "run"
+    run_dir.mkdir(exist_ok=True)
+    target = resolve_target(str(script), None, ["--slow", "3", "--max_iters", "14"])
+    record = run_target(target, PLAN, RunDir(run_dir), progress=Progress(enabled=False))
+    assert record.plan_fit is not None and record.plan_fit["steps"] == 14
+    assert record.window_growth is not None
+    assert (record.window_growth["max_steps"], record.window_growth["steps"], record.window_growth["ended_by"]) == (9, 9, "bound")
+    assert record.window_growth["mean_uncertainty"] > WINDOW_MEAN_UNCERTAINTY
+    assert record.profiled_steps == 9 and traced_steps(run_dir, record) == 9
+    assert record.first_timed_step() == 2 + 9 + 1 and record.timed_steps == 2
+    assert record.completed_steps() == 14

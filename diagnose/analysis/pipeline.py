@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from diagnose.analysis.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
 from diagnose.errors import TraceError, UsageError
-from diagnose.analysis.findings import DEFAULT_LIMIT, diagnose_symptoms
+from diagnose.analysis.findings import DEFAULT_LIMIT, Measurement, diagnose_symptoms
 from diagnose.analysis.predict import Predictor, step_spread
 from diagnose.analysis.replay import ReplayCheck, StepModel, build_model, host_code_scale, replay_check
 from diagnose.record import RunRecord
@@ -33,6 +33,8 @@ from diagnose.analysis.collectives import CollectiveTime, collective_times
 from diagnose.analysis.forking import Beside
 from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
+from diagnose.analysis.categories import EXPOSED
+from diagnose.analysis.uncertainty import StepSample, mean_uncertainty
 from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, StepMark, Timeline, TraceMeta, load_timeline, paused_gc
 
 
@@ -45,6 +47,8 @@ class AnalysisOptions:
     limit: int | None = DEFAULT_LIMIT
     #: refuse larger JSON (None: no cap; the trace is streamed and checked against the memory available)
     max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES
+    #: what ``diagnose run``'s check measured, by rule id: it ranks above what is predicted
+    measured: Mapping[str, Measurement] = field(default_factory=dict)
 
     @classmethod
     def load(cls, rules_dirs: Sequence[Path] = (), show_all: bool = False, max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES) -> AnalysisOptions:
@@ -79,7 +83,7 @@ def analyze(
     # Rules run even with no profiled step: what the run record shows (an OOM, memory at
     # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.
     return build_report(
-        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictors[0] if predictors else None),
+        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictors[0] if predictors else None, options.measured),
         source=source, limit=options.limit, warnings=warnings,
     )
 
@@ -128,7 +132,7 @@ def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[s
     symptoms = compute_symptoms(a.breakdown, a.record, a.meta, rank_set)
     predictor = a.predictors[0] if a.predictors else None
     report = build_report(
-        record=a.record, meta=a.meta, breakdown=a.breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor),
+        record=a.record, meta=a.meta, breakdown=a.breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor, options.measured),
         source=source, limit=options.limit, warnings=warnings,
     )
     if rank_set is not None:
@@ -227,6 +231,8 @@ def _breakdown(
                 breakdown = side.result()
         finally:
             side.cancel()
+        if predictors:  # the bootstrap resamples the profiled steps' own breakdown
+            predictors[0] = predictors[0].with_sample(step_sample(breakdown))
         if collectives is not None:
             collectives.update(collective_times(timeline))
         steady = _steady_step_us(record)
@@ -269,8 +275,9 @@ PARALLEL_MIN_EVENTS = 200_000
 
 def make_predictor(model: StepModel, record: RunRecord | None, loader_kinds: Mapping[str, int]) -> Predictor:
     """The predictor of a run's fixes: its replay model, checked against the measured window,
-    with the host scaled to the steady step, and the step-to-step spread (steady steps where
-    timed, else the profiled ones). ``loader_kinds``: the DataLoader iterators the trace names
+    with the host scaled to the steady step, the step-to-step spread and the uncertainty of the
+    mean step (``uncertainty.mean_uncertainty``: the floor a change must beat), of the steady
+    steps where timed, else of the profiled ones. ``loader_kinds``: the DataLoader iterators the trace names
     (``Timeline.dataloader_kinds``), which say, for a trace alone, whether the data waits are
     the main thread's own loading."""
     if _loads_in_main_thread(record, loader_kinds):
@@ -281,7 +288,19 @@ def make_predictor(model: StepModel, record: RunRecord | None, loader_kinds: Map
         steady_durations = record.steady_durations()
     durations = steady_durations if len(steady_durations) >= 2 else list(model.step_durations_us)
     steady = _steady_step_us(record)
-    return Predictor(model, check, host_code_scale(model, check, steady), step_spread(durations), gpu_stretch(model, check, steady))
+    return Predictor(
+        model, check, host_code_scale(model, check, steady), step_spread(durations), gpu_stretch(model, check, steady),
+        mean_uncertainty=mean_uncertainty(durations),
+    )
+
+
+def step_sample(breakdown: Breakdown) -> StepSample:
+    """The profiled steps as the bootstrap resamples them: each one's length and exposed time
+    per category (the breakdown's, as profiled)."""
+    steps = breakdown.steps
+    return StepSample(
+        tuple(s.duration_us for s in steps), {cat: tuple(s.exposed.get(cat, 0.0) for s in steps) for cat in EXPOSED}
+    )
 
 
 #: the most a host-ahead window's replayed step is stretched: beyond it the steps hold more than

@@ -83,6 +83,9 @@ class Report:
     borderline: list[str] = field(default_factory=list)
     #: the replay of the unchanged step against the measured one, and the prediction settings
     replay: dict[str, Any] | None = None
+    #: how sure the ranking is: the resampling, the floor, the top finding's share of first
+    #: places, the findings to measure (``findings.ranking_summary``)
+    ranking: dict[str, Any] | None = None
     sync_sites: list[dict[str, Any]] = field(default_factory=list)
     host_hotspots: dict[str, Any] = field(default_factory=dict)
     worker_hotspots: dict[str, Any] = field(default_factory=dict)
@@ -327,6 +330,7 @@ def build_report(
         report.warnings.extend(diagnosis.skipped)
         report.borderline = list(diagnosis.borderline)
         report.replay = diagnosis.replay
+        report.ranking = diagnosis.ranking
         # not healthy while the GPU idles a large share of the step, whatever could be predicted
         report.healthy = diagnosis.healthy and report.breakdown is not None and dominant_idle(breakdown) is None
         report.verdict = _verdict(report, diagnosis, breakdown)
@@ -544,8 +548,11 @@ def growth_note(growth: dict[str, Any]) -> str | None:
     planned, steps = growth.get("planned_steps"), growth.get("steps")
     if not isinstance(planned, int) or not isinstance(steps, int) or steps <= planned:
         return None
-    ratio = growth.get("p90_over_median")
-    why = f" (p90 {ratio:.1f}x the median)" if isinstance(ratio, (int, float)) else ""
+    ratio, mean = growth.get("p90_over_median"), growth.get("mean_uncertainty")
+    why = f" (p90 {ratio:.1f}x the median" if isinstance(ratio, (int, float)) else ""
+    if why and isinstance(mean, (int, float)):
+        why += f", their mean uncertain by ±{mean:.0%}"
+    why += ")" if why else ""
     end = _GROWTH_ENDS.get(str(growth.get("ended_by")), "")
     return (
         f"the profiled window grew from {planned} to {steps} steps (at most {growth.get('max_steps')}): "
@@ -678,7 +685,16 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
         return "Nothing to diagnose: no profiled step."
     if diagnosis.findings:
         top = diagnosis.findings[0]
-        words = gain_words(top.predicted, top.gain)
+        if top.measured is not None:
+            words = f"measured {top.measured.speedup:.2f}x by a short A/B (±{top.measured.spread:.1%})"
+        else:
+            words = gain_words(top.predicted, top.gain)
+            if top.predicted_low is not None and top.predicted_high is not None:
+                words += f"; {top.predicted_low:.2f}x-{top.predicted_high:.2f}x"
+        if top.dominant and top.measured is None:
+            words += "; shown first: what it fixes holds most of the step"
+        elif len(diagnosis.findings) > 1 and top.first_share is not None:
+            words += f"; first in {top.first_share:.0%} of resamples"
         bound = f" ({words})" if words else ""
         if top.borderline:
             bound += "; borderline: its evidence lies within the steps' spread of the threshold, a rerun may differ"

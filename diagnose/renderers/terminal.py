@@ -20,7 +20,7 @@ from rich.text import Text
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.fit import Column, FittedTable, fit_table
 from diagnose.renderers.view import FindingRow, RankRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
-from diagnose.units import count, gain_words, human_bytes, percent, spread_ms
+from diagnose.units import count, human_bytes, percent, spread_ms
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
 STYLES: dict[str, tuple[str, str]] = {
@@ -320,7 +320,7 @@ class TerminalRenderer(Renderer):
             return
         c.print(Text(v.verdict, style="bold green" if v.healthy else "bold red"))
         if v.findings:
-            c.print(Text("Findings, ranked by the predicted gain (else the most each fix can gain):", style="bold"))
+            c.print(Text("Findings, ranked: measured first, then by the predicted gain, then by the most each fix can gain:", style="bold"))
         for i, f in enumerate(v.findings, 1):
             self._finding(c, i, f)
         if v.findings_not_shown:
@@ -342,7 +342,7 @@ class TerminalRenderer(Renderer):
                 self._finding(c, i, f)
 
     def _finding(self, c: Console, i: int, f: FindingRow) -> None:
-        words = gain_words(f.predicted_speedup, f.gain_bound)
+        words = f.gain_text
         gain = f" — {words}" if words else ""
         heading = Table.grid()  # the title wraps beside its number, not under it
         heading.add_column(no_wrap=True)
@@ -350,6 +350,8 @@ class TerminalRenderer(Renderer):
         heading.add_row(f"{i:>2}. ", Text.assemble((f.rule, "bold"), " ", (f.title, "bold"), (gain, "green")))
         c.print(heading)
         _indented(c, Text(f.says))
+        if f.check:
+            _indented(c, Text(f"unsure ({'; '.join(f.check)}): diagnose run measures it (--check N)", style="yellow"))
         if f.evidence:
             _indented(c, Text("evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in f.evidence), style="dim"))
         if f.borderline:

@@ -25,7 +25,7 @@ from diagnose.analysis.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS,
 from diagnose.analysis.report import Report, sanitized
 from diagnose.renderers.wholeview import WholeView, whole_view
 from diagnose.renderers.limitsview import LimitsView, limits_view
-from diagnose.units import format_value
+from diagnose.units import format_value, gain_words
 
 #: An exposed category is listed in the tables when it holds at least this share of the window.
 MIN_SHARE_LISTED = 0.0005
@@ -300,6 +300,27 @@ class FindingRow:
     knobs: Mapping[str, str]
     #: symptoms whose step-to-step spread reaches the rule's threshold (a rerun may not fire it)
     borderline: tuple[str, ...] = ()
+    #: what the rank stands on: "measured", "predicted" or "bound"
+    basis: str = "bound"
+    #: the prediction's 90% interval
+    predicted_interval: tuple[float, float] | None = None
+    #: what diagnose run's short A/B measured: speedup, spread, verdict, change
+    measured: Mapping[str, Any] | None = None
+    #: why the gain is unsure enough to measure
+    check: tuple[str, ...] = ()
+
+    @property
+    def gain_text(self) -> str:
+        """The gain as every renderer words it: measured (with its spread), else predicted with
+        its interval, else the bound."""
+        if self.measured:
+            m = self.measured
+            return f"measured {m['speedup']:.2f}x by a short A/B (±{m['spread']:.1%}; {m.get('change') or 'its knobs'})"
+        words = gain_words(self.predicted_speedup, self.gain_bound)
+        if self.predicted_interval is not None:
+            low, high = self.predicted_interval
+            words += f" (90% interval {low:.2f}x–{high:.2f}x)"
+        return words
 
 
 @dataclass(frozen=True)
@@ -798,6 +819,10 @@ def _finding(finding: Mapping[str, Any], report: Report) -> FindingRow:
         references=tuple(finding.get("references") or ()),
         knobs=dict(finding.get("knobs") or {}),
         borderline=tuple(finding.get("borderline") or ()),
+        basis=finding.get("basis") or ("predicted" if finding.get("predicted_speedup") is not None else "bound"),
+        predicted_interval=tuple(finding["predicted_interval"]) if finding.get("predicted_interval") else None,  # type: ignore[arg-type]
+        measured=finding.get("measured"),
+        check=tuple(finding.get("check") or ()),
     )
 
 

@@ -11,8 +11,9 @@ plain clocks and the profiler off. The session alone opens and closes the window
 
 The window grows when the plan allows it (``WindowPlan.max_steps``): the profiler's schedule is
 active for up to ``max_steps``, and at the planned window's end, then at each later boundary,
-the session profiles one more step while the profiled steps vary widely
-(``record.steps_vary_widely``: p90 over 1.5x the median), the bound is not reached and the window
+the session profiles one more step while the profiled steps are unsettled
+(``record.window_unsettled``: p90 over 1.5x the median, or their mean uncertain by more than
+``record.WINDOW_MEAN_UNCERTAINTY``, the proxy of an unsettled ranking), the bound is not reached and the window
 has lasted under ``record.GROWTH_BUDGET_S``; otherwise it stops the profiler there (the trace
 ends with the last completed step). ``self.plan`` is then the plan as it runs: every later
 boundary (export, timed steps, stop) moves with it. A rank of a distributed run never grows its
@@ -48,7 +49,8 @@ from typing import Any, Protocol
 
 from diagnose.progress import Progress
 from diagnose import record as _record
-from diagnose.record import RunLength, WindowPlan, steps_vary_widely
+from diagnose.record import RunLength, WindowPlan, window_unsettled
+from diagnose.analysis.uncertainty import mean_uncertainty_estimate
 from diagnose.signals import deferred
 from diagnose.rundir import RunDir
 from diagnose.runtime.foreign import ForeignProfilers
@@ -301,7 +303,8 @@ class CaptureSession:
         if not self.growth:
             self.growth = {"planned_steps": self.planned.steps, "max_steps": plan.step_bound, "steps": plan.steps, "ended_by": None,
                            "p90_over_median": _p90_over_median(durations)}
-        if not steps_vary_widely(durations):
+        self.growth["mean_uncertainty"] = round(mean_uncertainty_estimate(durations), 4)
+        if not window_unsettled(durations):
             ended_by = "steady"
         elif plan.steps >= plan.step_bound:
             ended_by = "bound"
@@ -310,8 +313,8 @@ class CaptureSession:
         else:
             if plan.steps == self.planned.steps:
                 self.progress.phase(
-                    f"the profiled steps vary widely (p90 {self.growth['p90_over_median']:.1f}x the median): "
-                    f"profiling up to {plan.step_bound} steps while they do"
+                    f"the profiled steps vary widely (p90 {self.growth['p90_over_median']:.1f}x the median, their mean "
+                    f"±{self.growth['mean_uncertainty']:.0%}): profiling up to {plan.step_bound} steps while they do"
                 )
             self.plan = plan.grown()
             self.growth["steps"] = self.plan.steps

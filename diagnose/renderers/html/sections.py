@@ -8,7 +8,7 @@ from typing import Any
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
 from diagnose.renderers.view import ExperimentRow, ExperimentsView, FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
-from diagnose.units import count, gain_words, human_bytes, ms, percent, plain, rate, spread_ms
+from diagnose.units import count, human_bytes, ms, percent, plain, rate, spread_ms
 
 
 def header(view: ReportView) -> Markup:
@@ -385,7 +385,7 @@ def findings(view: ReportView) -> Markup:
 
 
 def _finding(rank: int, finding: FindingRow) -> Markup:
-    gain = gain_words(finding.predicted_speedup, finding.gain_bound)
+    gain = finding.gain_text
     heading = el(
         "div",
         el("span", f"{rank}.", class_="rank"),
@@ -395,6 +395,8 @@ def _finding(rank: int, finding: FindingRow) -> Markup:
         class_="finding-head",
     )
     parts = [heading, el("p", finding.says)]
+    if finding.check:
+        parts.append(el("p", f"unsure ({'; '.join(finding.check)}): diagnose run measures it (--check N)", class_="borderline"))
     if finding.borderline:
         parts.append(el(
             "p",

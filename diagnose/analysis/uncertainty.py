@@ -1,0 +1,284 @@
+"""How sure a prediction, the floor a change must beat, and the ranking are: a block bootstrap
+over the profiled steps, with a fixed seed (a report is reproducible from its trace).
+
+Contract (pure; numpy, imported where it is used):
+
+* ``resample_indices(n, resamples, block, seed) -> array (resamples, n)``: circular block
+  bootstrap of ``n`` steps, each row one resample's step indices;
+* ``block_length(values) -> int``: 1 where consecutive steps do not correlate, else blocks of
+  about the cube root of the steps (a host that runs ahead times a short step, then a long one);
+* ``mean_uncertainty(durations) -> float``: the relative half-width of the mean step's
+  ``INTERVAL`` interval over resamples of the steps: what the mean of this run's steps says
+  about the mean step, NOT the spread of single steps;
+* ``mean_uncertainty_estimate(durations) -> float``: its normal approximation, what the capture
+  computes at each step boundary to grow the window while the mean is unsettled;
+* ``change_floor(mean_uncertainty) -> float``: the relative gain a change must beat: the mean's
+  uncertainty and the run-to-run term together, at least ``MIN_GAIN``;
+* ``StepSample`` (each profiled step's duration and its exposed time per category) and
+  ``resampled_speedups(sample, speedup, categories=..., error=model_error(name), ...)``: one
+  finding's predicted speedup on each resample of the steps, times a draw of what the model
+  cannot see for its transformation (``MODEL_ERROR``) and of the run-to-run term;
+  ``measured_draws`` the same for a measured speedup; ``interval(values)`` their 5th-95th
+  percentiles;
+* ``ranking_shares(values, tiers) -> list[float]``: how often each finding is first when every
+  resample is ranked on its own values (tiers first: measured, then predicted, then bound only).
+
+The resampling is of per-step quantities, not of whole replays: a prediction's saving is shared
+out over the steps in proportion to each step's exposed time in the categories its
+transformation changes (``TARGET_CATEGORIES``; in proportion to the step's length where none
+is named; at most ``MAX_REMOVED`` of that time, every step then scaled so that together they
+keep what the replay said), and each resample's speedup is its steps' time over their time
+after the change. One replay per resample would cost 0.1-0.3 s each on a large window (predict.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: A fix that cannot make the step at least this much faster is not worth a user's time.
+MIN_GAIN = 1.03
+#: How much the steady step of the same script moves from one run to the next, beyond what one
+#: run's own steps show: the median coefficient of variation of the steady step over 22 planted
+#: and framework examples, 5 runs each, on an H200 (benchmarks/flip_rate.py, 2026-11-23; GPU-bound
+#: loops under 1%, host-bound ones 4-20%).
+RUN_TO_RUN_SPREAD = 0.04
+#: Resamples of the steps; 400 keep a 90% interval's ends within about a percent of where more
+#: would put them, and cost a millisecond on 30 steps.
+RESAMPLES = 400
+#: The bootstrap's seed: fixed, so that the same trace gives the same report.
+SEED = 32
+#: The interval every figure here carries: its 5th to 95th percentile over the resamples.
+INTERVAL = 0.90
+#: Steps whose lag-1 autocorrelation is at least this (either sign) are resampled in blocks.
+BLOCK_CORRELATION = 0.3
+#: The most of a step's time in the changed categories that one step's share of a saving removes
+#: (the rest of the saving is shared by every step's length): no resample of steps makes a step
+#: vanish.
+MAX_REMOVED = 0.9
+#: The z of a two-sided ``INTERVAL`` interval of a normal: a model error given as the relative
+#: error at the interval's edge is a spread of ``log(1 + error) / Z_INTERVAL`` in log speed.
+Z_INTERVAL = 1.645
+
+#: What the replay model cannot see for each transformation: the relative error |predicted -
+#: measured| / measured taken as the edge of the ``INTERVAL`` interval, the largest seen for that
+#: transformation on the project's own examples under verify (docs/truth.md, "A host that runs
+#: ahead": fifteen rows on an H100, 2026-11-25; more_workers and larger_batch also the other two
+#: calls of that day). Never fitted on the outside corpus (benchmarks/zoo/), whose evaluation half
+#: is where the accuracy is reported.
+MODEL_ERROR: dict[str, float] = {
+    # lightning 3%, fabric 17%, fp32_transformer 6%, closure_optimizer 18%, accelerate 3%
+    "autocast_bf16": 0.18,
+    # elementwise_chain (FUSE001) 16%, well_tuned (NEXT001) 0%
+    "compile": 0.16,
+    # launch_bound (LAUNCH001) 28%
+    "cuda_graphs": 0.28,
+    # compiled_launch_bound (LAUNCH002) 30%
+    "graphs_of_compiled": 0.30,
+    # data_bound 1%, 5%, 19%; hf_trainer_workers 29%, 3%, 5%
+    "more_workers": 0.29,
+    # item_syncs (SYNC001) 17%
+    "remove_syncs": 0.17,
+    # tiny_batch (MEM004) 10%, 19%
+    "larger_batch": 0.19,
+}
+#: The least model error of any transformation: one or two measurements within a few percent
+#: (pinned_copies 3%, fused_optimizer 0%) say little about the next script.
+MODEL_ERROR_MIN = 0.05
+#: A transformation never measured against verify (tf32): the accuracy goal's 90th percentile
+#: (issue 32: |predicted - measured| / measured at most 35% in nine scripts of ten).
+MODEL_ERROR_UNMEASURED = 0.35
+
+#: The exposed categories (analysis/categories.py) whose time each transformation changes: its
+#: saving is shared out over the steps by them. Not named: by the steps' length.
+TARGET_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "more_workers": ("data_wait",),
+    "pinned_copies": ("h2d_copy",),
+    "remove_syncs": ("sync",),
+    "fused_optimizer": ("host_optimizer", "gpu_optimizer"),
+    "autocast_bf16": ("gpu_forward", "gpu_backward"),
+    "tf32": ("gpu_forward", "gpu_backward"),
+    "compile": ("host_forward", "host_backward", "gpu_forward", "gpu_backward"),
+    "cuda_graphs": ("host_forward", "host_backward", "host_optimizer"),
+    "graphs_of_compiled": ("host_forward", "host_backward", "host_optimizer"),
+}
+
+
+def model_error(transformation: str) -> float:
+    """The relative error of a transformation's prediction at the interval's edge."""
+    if transformation not in MODEL_ERROR and transformation not in ("pinned_copies", "fused_optimizer"):
+        return MODEL_ERROR_UNMEASURED
+    return max(MODEL_ERROR.get(transformation, 0.0), MODEL_ERROR_MIN)
+
+
+def _np() -> Any:
+    import numpy
+
+    return numpy
+
+
+def block_length(values: Sequence[float]) -> int:
+    """1 where consecutive steps are uncorrelated (|lag-1 autocorrelation| under
+    ``BLOCK_CORRELATION``), else about the cube root of the steps (at least 2)."""
+    n = len(values)
+    if n < 4:
+        return 1
+    np = _np()
+    x = np.asarray(values, dtype=float) - float(np.mean(values))
+    denom = float(np.dot(x, x))
+    if denom <= 0:
+        return 1
+    r1 = float(np.dot(x[:-1], x[1:])) / denom
+    return 1 if abs(r1) < BLOCK_CORRELATION else max(2, round(n ** (1 / 3)))
+
+
+def resample_indices(n: int, resamples: int = RESAMPLES, block: int = 1, seed: int = SEED) -> np.ndarray:
+    """Circular block bootstrap: each row draws ``ceil(n / block)`` blocks of ``block``
+    consecutive steps (wrapping at the end), cut to ``n``."""
+    np = _np()
+    rng = np.random.default_rng(seed)
+    block = max(1, min(block, n))
+    blocks = -(-n // block)
+    starts = rng.integers(0, n, size=(resamples, blocks))
+    rows = (starts[:, :, None] + np.arange(block)[None, None, :]) % n
+    return rows.reshape(resamples, blocks * block)[:, :n]
+
+
+def _quantiles(values: np.ndarray, axis: int = -1) -> tuple[Any, Any]:
+    np = _np()
+    tail = (1 - INTERVAL) / 2
+    return np.quantile(values, tail, axis=axis), np.quantile(values, 1 - tail, axis=axis)
+
+
+def mean_uncertainty(durations: Sequence[float], resamples: int = RESAMPLES, seed: int = SEED) -> float:
+    """The relative half-width of the mean step's ``INTERVAL`` interval over block resamples of
+    ``durations`` (0 for fewer than two steps)."""
+    n = len(durations)
+    if n < 2:
+        return 0.0
+    np = _np()
+    d = np.asarray(durations, dtype=float)
+    mean = float(d.mean())
+    if mean <= 0:
+        return 0.0
+    means = d[resample_indices(n, resamples, block_length(durations), seed)].mean(axis=1)
+    low, high = _quantiles(means)
+    return float(high - low) / 2 / mean
+
+
+def mean_uncertainty_estimate(durations: Sequence[float]) -> float:
+    """The capture's cheap proxy of ``mean_uncertainty`` (pure Python, a few microseconds, run at
+    each step boundary of a growing window): the normal approximation of the mean's ``INTERVAL``
+    half-width, ``Z_INTERVAL`` standard errors over the mean (0 for fewer than three steps)."""
+    n = len(durations)
+    if n < 3:
+        return 0.0
+    mean = sum(durations) / n
+    if mean <= 0:
+        return 0.0
+    var = sum((d - mean) ** 2 for d in durations) / (n - 1)
+    return Z_INTERVAL * math.sqrt(var / n) / mean
+
+
+def change_floor(mean_uncertainty: float) -> float:
+    """The relative gain a change must beat: the mean step's uncertainty and the run-to-run
+    term (independent, so in quadrature), at least ``MIN_GAIN``."""
+    return max(MIN_GAIN - 1, math.hypot(mean_uncertainty, RUN_TO_RUN_SPREAD))
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """The profiled steps as the bootstrap resamples them: each step's duration and its exposed
+    time per category (µs), and the resamples' step indices (fixed seed, blocks where the steps
+    correlate)."""
+
+    durations_us: tuple[float, ...]
+    exposed_us: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    resamples: int = RESAMPLES
+    seed: int = SEED
+
+    @property
+    def steps(self) -> int:
+        return len(self.durations_us)
+
+    @property
+    def block(self) -> int:
+        return block_length(self.durations_us)
+
+    def indices(self) -> np.ndarray:
+        return resample_indices(self.steps, self.resamples, self.block, self.seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "resamples": self.resamples, "seed": self.seed, "block": self.block, "interval": INTERVAL}
+
+
+def resampled_speedups(
+    sample: StepSample,
+    speedup: float,
+    batch_factor: float = 1.0,
+    categories: Sequence[str] = (),
+    error: float = 0.0,
+    stream: int = 0,
+    indices: np.ndarray | None = None,
+) -> np.ndarray:
+    """One prediction on each resample of the steps (see the module's docstring), times a
+    lognormal draw of the model's error (``error`` at the interval's edge) and of the run-to-run
+    term (a measurement compares two runs: ``RUN_TO_RUN_SPREAD`` times the square root of 2).
+    ``stream`` picks the finding's own draws (the same finding draws the same numbers)."""
+    np = _np()
+    d = np.asarray(sample.durations_us, dtype=float)
+    total = float(d.sum())
+    if sample.steps == 0 or total <= 0 or speedup <= 0:
+        values = np.full(sample.resamples if indices is None else indices.shape[0], float(speedup))
+    else:
+        idx = sample.indices() if indices is None else indices
+        saved = total - total * batch_factor / speedup  # time the change removes from the window
+        c = np.zeros_like(d)
+        for name in categories:
+            exposed = sample.exposed_us.get(name)
+            if exposed is not None and len(exposed) == len(d):
+                c += np.minimum(np.asarray(exposed, dtype=float), d)
+        if float(c.sum()) <= 0:
+            c = d
+        # each step keeps its time less a share of its category's: at most ``MAX_REMOVED`` of it
+        # (a host-ahead window's drained first steps hold little GPU time, the next ones all),
+        # then every step is scaled so that the window's steps together keep what the replay said
+        k = min(max(saved, 0.0) / float(c.sum()), MAX_REMOVED) if saved > 0 else saved / float(c.sum())
+        kept = d - k * c
+        kept *= (total - saved) / float(kept.sum())
+        values = d[idx].sum(axis=1) / kept[idx].sum(axis=1) * batch_factor
+    sigma = math.hypot(math.log1p(error) / Z_INTERVAL, math.sqrt(2) * RUN_TO_RUN_SPREAD)
+    return values * np.exp(np.random.default_rng([sample.seed, stream]).normal(0.0, sigma, len(values)))
+
+
+def measured_draws(speedup: float, spread: float, resamples: int = RESAMPLES, stream: int = 0, seed: int = SEED) -> np.ndarray:
+    """A measured speedup on each resample: lognormal, its relative ``spread`` (the A/B's
+    baseline spread, half a range) taken as the interval's edge."""
+    np = _np()
+    sigma = math.log1p(max(spread, 0.0)) / Z_INTERVAL
+    return speedup * np.exp(np.random.default_rng([seed, stream]).normal(0.0, sigma, resamples))
+
+
+def interval(values: np.ndarray) -> tuple[float, float]:
+    """The ``INTERVAL`` interval of resampled values."""
+    low, high = _quantiles(values)
+    return float(low), float(high)
+
+
+def ranking_shares(values: Sequence[np.ndarray], tiers: Sequence[int]) -> list[float]:
+    """For each finding, the share of resamples in which it ranks first: a lower tier first
+    (measured, predicted, bound only), then the higher value. ``values[i]`` holds finding i's
+    value on every resample (the same resamples for all)."""
+    if not values:
+        return []
+    np = _np()
+    v = np.vstack([np.asarray(x, dtype=float) for x in values])
+    best_tier = min(tiers)
+    v = np.where(np.asarray(tiers)[:, None] == best_tier, v, -np.inf)
+    first = np.argmax(v, axis=0)
+    return [float(np.mean(first == i)) for i in range(len(values))]
