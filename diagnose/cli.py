@@ -652,7 +652,7 @@ def _experiment_setup(  # noqa: ANN202
         target = resolve_target(script if not module else None, module, [])
         Knobs.parse(list(knobs or []))
         load_rules(list(rules_dirs or []))
-        out_dir = RunDir.create_for(f"{kind}-{target.display_name}", out, overwrite=shared)
+        out_dir = RunDir.create_for(f"{kind}-{target.display_name}", out, overwrite=shared, shared=shared)
     except DiagnoseError as exc:
         raise _fail(exc) from None
     return target_args, target, out_dir

@@ -129,12 +129,14 @@ class RunDir:
         return cls(path)
 
     @classmethod
-    def create_for(cls, name: str, out: Path | None, overwrite: bool = False) -> RunDir:
+    def create_for(cls, name: str, out: Path | None, overwrite: bool = False, shared: bool = False) -> RunDir:
         """``--out`` when given, else a fresh ``runs/<name>-<time>/``; claimed by this process
         (``claim``) before it is checked: two runs started into one new ``--out`` at once
-        would both find it empty."""
+        would both find it empty. A ``shared`` folder (the nodes of a multi-node job all write into
+        one) is not claimed: each node's processes write their own names there."""
         path = (out if out is not None else default_location(name)).expanduser().absolute()
-        claim(path)
+        if not shared:
+            claim(path)
         return cls.create(path, overwrite=overwrite)
 
     @classmethod

@@ -315,7 +315,8 @@ def open_run_dir(request: RunRequest, rank: RankInfo | None = None) -> RunDir:
 
     resolve_target(request.script, request.module, request.script_args)
     if rank is None:
-        return RunDir.create_for(request.name, request.out, overwrite=request.overwrite)
+        # the nodes of a multi-node job share one folder: none of them claims it alone
+        return RunDir.create_for(request.name, request.out, overwrite=request.overwrite, shared=bool(request.torchrun_options))
     return RunDir.create(request.out or shared_location(request.name), overwrite=True)  # each rank writes its own names
 
 
