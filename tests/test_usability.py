@@ -212,18 +212,30 @@ def test_trim_takes_a_run_directory_with_one_trace(tmp_path: Path) -> None:
 def test_a_full_file_system_leaves_the_old_file_and_no_piece(tmp_path: Path, monkeypatch) -> None:
     import errno
 
+    import builtins
+
+    from diagnose import atomic
     from diagnose.errors import OutputError
     from diagnose.rundir import write_file_whole
 
     target = tmp_path / "t.json"
     target.write_text("old")
-    real_write = Path.write_bytes
 
-    def full(self: Path, data: bytes) -> int:
-        real_write(self, data[:3])  # a part lands, then the disk is full
-        raise OSError(errno.ENOSPC, "No space left on device")
+    class FullDisk:  # a part lands, then the disk is full
+        def __init__(self, path: Path) -> None:
+            self.stream = builtins.open(path, "wb")
 
-    monkeypatch.setattr(Path, "write_bytes", full)
+        def __enter__(self) -> FullDisk:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.stream.close()
+
+        def write(self, data: bytes) -> int:
+            self.stream.write(data[:3])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "open", lambda path, mode: FullDisk(path), raising=False)
     with pytest.raises(OutputError, match=f"cannot write {target}: No space left on device"):
         write_file_whole(target, b"new content")
     monkeypatch.undo()
