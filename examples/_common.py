@@ -26,6 +26,22 @@ def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def init_distributed() -> torch.device:
+    """The process group of a torchrun rank (nccl on GPUs, gloo on the CPU, one thread a rank
+    there) and the rank's device."""
+    import os
+
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    if not cuda:
+        torch.set_num_threads(1)
+        return torch.device("cpu")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 class PlainTimer:
     """Steps per second over ranges of steps, with the GPU synchronised at both ends: the
     reference that ``diagnose``'s steady-state figure is compared with (benchmarks/). Several

@@ -18,13 +18,12 @@ NCCL on GPUs, gloo on CPUs; the GPU figures need a machine of 2-4 GPUs.
 from __future__ import annotations
 
 import contextlib
-import os
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from _common import parser
+from _common import parser, init_distributed
 
 
 def main() -> None:
@@ -32,13 +31,8 @@ def main() -> None:
     p.add_argument("--bucket-cap-mb", type=float, default=10000.0)
     p.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step, all-reduced once (no_sync)")
     args = p.parse_args()
-    cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    else:
-        torch.set_num_threads(1)
-    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    dev = init_distributed()
+    cuda = dev.type == "cuda"
     width, depth, batch = (256, 8, 32) if args.small else (2048, 24, 64)
     layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
     model = nn.parallel.DistributedDataParallel(

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-from _common import parser
+from _common import parser, init_distributed
 
 
 def main() -> None:
@@ -34,13 +34,7 @@ def main() -> None:
     p.add_argument("--no-prefetch", action="store_true", help="leave FSDP2's prefetch at its defaults")
     p.add_argument("--checkpoint", default=None, help="where rank 0 saves the gathered state dict (default: a temporary file)")
     args = p.parse_args()
-    cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    else:
-        torch.set_num_threads(1)
-    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    dev = init_distributed()
     width, depth, batch = (256, 4, 8) if args.small else (4096, 8, 16)
     blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth))
     model = nn.Sequential(*blocks, nn.Linear(width, 10)).to(dev)

@@ -23,14 +23,13 @@ collectives' split and the rules' plumbing; the GPU figures need a machine of 2-
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from _common import parser
+from _common import parser, init_distributed
 
 
 def main() -> None:
@@ -39,13 +38,8 @@ def main() -> None:
     p.add_argument("--fixed", action="store_true")
     p.add_argument("--fsdp1", action="store_true", help="FullyShardedDataParallel (FSDP1) instead of fully_shard")
     args = p.parse_args()
-    cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    else:
-        torch.set_num_threads(1)
-    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    dev = init_distributed()
+    cuda = dev.type == "cuda"
     width, depth, batch = (256, 6, 8) if args.small else (4096, 12, 8)
     blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth)).to(dev)
     model = nn.Sequential(*blocks, nn.Linear(width, 10)).to(dev)
