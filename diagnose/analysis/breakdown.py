@@ -32,6 +32,7 @@ from diagnose.analysis import columns as C
 from diagnose.analysis import patterns as P
 from diagnose.analysis.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
 from diagnose.analysis.timeline import HostOp, Interval, Timeline
+from diagnose.stats import quantile
 
 if TYPE_CHECKING:
     import numpy as np
@@ -1031,17 +1032,6 @@ def one_step(bd: Breakdown, index: int) -> Breakdown:
         hidden_share=_hidden(phase_share, exposed_share),
         dataloader_kinds=bd.dataloader_kinds,
     )
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default), 0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    below = int(pos)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (pos - below)
 
 
 def reference_step_us(bd: Breakdown, view: str = "exposed") -> float:

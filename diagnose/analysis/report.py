@@ -32,13 +32,14 @@ from typing import Any
 
 from diagnose import __version__
 from diagnose.analysis.bare import not_seen_line, trace_only
-from diagnose.analysis.breakdown import Breakdown, per_step_stats, quantile, reference_step_us
+from diagnose.analysis.breakdown import Breakdown, per_step_stats, reference_step_us
 from diagnose.analysis.categories import EXPOSED, HOST_EXPOSED, exposed_labels
 from diagnose.analysis.findings import Diagnosis
 from diagnose.analysis.limits import distance_to_limits, limits_to_dict
 from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.timeline import TraceMeta
+from diagnose.stats import quantile
 from diagnose.units import gain_words, percent
 
 REPORT_SCHEMA = "diagnose.report/2"

@@ -25,6 +25,7 @@ from diagnose.analysis.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS,
 from diagnose.analysis.report import Report, sanitized
 from diagnose.renderers.wholeview import WholeView, whole_view
 from diagnose.renderers.limitsview import LimitsView, limits_view
+from diagnose.stats import quantile
 from diagnose.units import format_value, gain_words
 
 #: An exposed category is listed in the tables when it holds at least this share of the window.
@@ -770,9 +771,9 @@ def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ..
         rest = sorted(row.median_step_ms for row in rows if row.rank not in keep and row.median_step_ms is not None)
         others = OtherRanks(
             count=len(rows) - len(shown),
-            step_ms_p10=_quantile(rest, 0.1) if rest else None,
-            step_ms_median=_quantile(rest, 0.5) if rest else None,
-            step_ms_p90=_quantile(rest, 0.9) if rest else None,
+            step_ms_p10=quantile(rest, 0.1) if rest else None,
+            step_ms_median=quantile(rest, 0.5) if rest else None,
+            step_ms_p90=quantile(rest, 0.9) if rest else None,
         )
     return RanksView(
         world_size=distributed.get("world_size") or len(rows),
@@ -785,14 +786,6 @@ def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ..
         others=others,
         lead_rank=first_rank if lead is None else int(lead),
     )
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between the closest ranks of a sorted list."""
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _finding(finding: Mapping[str, Any], report: Report) -> FindingRow:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from diagnose.stats import quantile
+
 #: the inputs a symptom function may name, in the order they are documented above
 INPUTS = ("steps", "gpu", "record", "meta", "ranks", "known")
 
@@ -179,7 +181,7 @@ class Symptoms(Mapping[str, Symptom]):
                 items[name] = symptom
                 continue
             mean = sum(values) / len(values)
-            low, high = (_quantile(values, q) for q in quantiles)
+            low, high = (quantile(values, q) for q in quantiles)
             # moved, the range may leave the values' own: a share stays within 0-100%, a
             # figure never negative in any step stays at or above 0 (no "73%-103%")
             floor, ceiling = (0.0, 1.0) if symptom.unit == "share" else (0.0 if min(values) >= 0 else None, None)
@@ -196,14 +198,6 @@ def _bounded(value: float, floor: float | None, ceiling: float | None) -> float:
     if ceiling is not None:
         value = min(value, ceiling)
     return value
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    below = int(pos)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (pos - below)
 
 
 def evaluate(ordered: tuple[Definition, ...], inputs: Mapping[str, Any]) -> Symptoms:
