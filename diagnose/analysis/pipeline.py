@@ -6,7 +6,9 @@ Contract: ``analyze(record, trace, options, source) -> Report`` for one process;
 ``rank_report`` (its own report) and ``combine_ranks(lead, summaries, ...)`` (the job's report
 from one rank's analysis and the others' summaries: ``lead_of`` picks the rank the others wait
 for, whose trace alone the merging process reads; every other rank's only as its summary);
-``analyze_ranks(ranks, options, source) -> Report`` for a run directory without summaries;
+``analyze_ranks(ranks, options, source) -> Report`` for a run directory without summaries, and
+``combine_from_traces`` where some left one (``traced(analyse)`` is how another rank's trace is
+read, once for every caller);
 ``analyze_trace(trace, options) -> Report`` for a trace on its own. Every stage is a pure
 function of the previous stage's value: timeline -> breakdown -> symptoms -> findings -> report.
 """
@@ -71,20 +73,20 @@ def analyze(
     record: RunRecord | None, trace: Path | None, options: AnalysisOptions, source: dict[str, Any], warnings: Sequence[str] = ()
 ) -> Report:
     """One process's run: what its record says and its trace shows."""
-    warnings = list(warnings)
-    predictors: list[Predictor] = []
-    breakdown, meta = _breakdown(record, trace, options, warnings, predictors)
+    window = _window(record, trace, options)
+    record = window.record
     source = dict(source)
     if trace is not None:
         source["trace"] = str(trace)
-        if breakdown is None and record is None:
+        if window.breakdown is None and record is None:
             raise TraceError(f"{trace} holds no profiled events to analyse", hint="was the profiler running while the script worked?")
-    symptoms = compute_symptoms(breakdown, record, meta)
+    symptoms = compute_symptoms(window.breakdown, record, window.meta)
     # Rules run even with no profiled step: what the run record shows (an OOM, memory at
     # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.
     return build_report(
-        record=record, meta=meta, breakdown=breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictors[0] if predictors else None, options.measured),
-        source=source, limit=options.limit, warnings=warnings,
+        record=record, meta=window.meta, breakdown=window.breakdown, symptoms=symptoms,
+        diagnosis=diagnose_symptoms(list(options.rules), symptoms, window.predictor, options.measured),
+        source=source, limit=options.limit, warnings=[*warnings, *window.warnings],
     )
 
 
@@ -106,13 +108,11 @@ class RankAnalysis:
 
 def analyse_rank(rank: int, record: RunRecord, trace: Path | None, options: AnalysisOptions, warnings: Sequence[str] = ()) -> RankAnalysis:
     """One rank's trace, analysed on its own: its breakdown and its summary."""
-    found = list(warnings)
-    predictors: list[Predictor] = []
-    collectives: dict[str, CollectiveTime] = {}
-    breakdown, meta = _breakdown(record, trace, options, found, predictors, collectives)
-    summary = summarize_rank(rank, record, breakdown, collectives)
+    window = _window(record, trace, options, collectives=True)
+    summary = summarize_rank(rank, window.record, window.breakdown, dict(window.collectives))
     summary.trace = trace.name if trace is not None else None
-    return RankAnalysis(rank, record, trace, breakdown, meta, found, predictors, summary)
+    predictors = [window.predictor] if window.predictor is not None else []
+    return RankAnalysis(rank, window.record, trace, window.breakdown, window.meta, [*warnings, *window.warnings], predictors, summary)
 
 
 def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[str, Any], rank_set: RankSet | None = None) -> Report:
@@ -178,71 +178,100 @@ def lead_of(analysis: RankAnalysis, summaries: Sequence[RankSummary], load: Call
 def analyze_ranks(ranks: dict[int, RankInput], options: AnalysisOptions, source: dict[str, Any]) -> Report:
     """A distributed run whose ranks left no summaries (a run directory of an older diagnose):
     each rank's trace analysed in turn, one at a time, and only its summary kept."""
-    first_rank = min(ranks)
-    first: RankAnalysis | None = None
-    summaries = []
-    for rank, (record, trace) in sorted(ranks.items()):
-        analysis = analyse_rank(rank, record, trace, options)
-        if rank == first_rank:
-            first = analysis
-        summaries.append(analysis.summary)
-    assert first is not None
+    return combine_from_traces(sorted(ranks), lambda rank: analyse_rank(rank, *ranks[rank], options), {}, options, source)
+
+
+def combine_from_traces(
+    ranks: Sequence[int], analyse: Callable[[int], RankAnalysis | None], saved: Mapping[int, RankSummary], options: AnalysisOptions,
+    source: dict[str, Any],
+) -> Report:
+    """The job's report where this process reads the traces itself: the first rank's analysed
+    (``analyse``), every other rank's saved summary (``saved``) or, where it left none, its
+    trace analysed in turn and only its summary kept; then the lead rank's trace where it is
+    not the first (``lead_of``)."""
+    first = analyse(min(ranks))
+    if first is None:
+        raise UsageError(f"rank {min(ranks)} left no record to analyse")
+    summaries = [first.summary]
+    for rank in sorted(ranks):
+        if rank == first.rank:
+            continue
+        other = saved[rank] if rank in saved else _summary_of(analyse(rank))
+        if other is not None:
+            summaries.append(other)
+    return combine_ranks(lead_of(first, summaries, traced(analyse)), summaries, options, source)
+
+
+def _summary_of(analysis: RankAnalysis | None) -> RankSummary | None:
+    return analysis.summary if analysis is not None else None
+
+
+def traced(analyse: Callable[[int], RankAnalysis | None]) -> Callable[[int], RankAnalysis | None]:
+    """``lead_of``'s ``load``: another rank's analysis from its own trace, None where it left no
+    record or no trace (its summary then stands for it)."""
 
     def load(rank: int) -> RankAnalysis | None:
-        record, trace = ranks[rank]
-        return analyse_rank(rank, record, trace, options) if trace is not None else None
+        analysis = analyse(rank)
+        return analysis if analysis is not None and analysis.trace is not None else None
 
-    return combine_ranks(lead_of(first, summaries, load), summaries, options, source)
+    return load
 
 
-def _breakdown(
-    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: list[str], predictors: list[Predictor] | None = None,
-    collectives: dict[str, CollectiveTime] | None = None,
-) -> tuple[Breakdown | None, TraceMeta | None]:
-    """The trace's breakdown, corrected to the run's steady state (None without a profiled step).
-    ``predictors`` receives the predictor of the window's fixes (``make_predictor``), when it has
-    a replay model; ``collectives`` the communication by collective kind, when the trace shows any."""
+@dataclass(frozen=True)
+class Window:
+    """What the analysis reads off one process's profiled window: its breakdown corrected to
+    the steady state (None without a profiled step), the trace's metadata, the notes the reading
+    left, the predictor of its fixes (None without a replay model), the communication by
+    collective kind, and the run record with the trace's sync time attributed to its sites."""
+
+    breakdown: Breakdown | None
+    meta: TraceMeta | None
+    record: RunRecord | None
+    warnings: tuple[str, ...] = ()
+    predictor: Predictor | None = None
+    collectives: Mapping[str, CollectiveTime] = field(default_factory=dict)
+
+
+def _window(record: RunRecord | None, trace: Path | None, options: AnalysisOptions, collectives: bool = False) -> Window:
+    """The trace's window, analysed: a new value (nothing passed in is changed), with the
+    predictor of the window's fixes (``make_predictor``) where it has a replay model; with
+    ``collectives``, the communication by collective kind."""
     if trace is None:
         # the runner's own note says why when the script did reach the window (its own profiler, ...)
         if record is not None and record.status not in ("no_steps",) and record.completed_steps() <= record.plan.get("warmup", 0):
-            warnings.append("no trace was written: the script ended before the profiled window")
-        return None, None
+            return Window(None, None, record, ("no trace was written: the script ended before the profiled window",))
+        return Window(None, None, record)
     with paused_gc():
         timeline = load_timeline(trace, max_bytes=options.max_trace_bytes)
         if not timeline.steps:
-            warnings.append(f"the trace {trace.name} holds no events on a training thread")
-            return None, timeline.meta
+            return Window(None, timeline.meta, record, (f"the trace {trace.name} holds no events on a training thread",))
         if record is not None and timeline.has_step_marks:
             timeline = replace(timeline, steps=recorded_steps(timeline.steps, record))
         # a large trace's breakdown is computed in a forked child while this process builds the
         # replay model, checks it and replays it unchanged for the predictions (the breakdown
         # comes back in kilobytes; the model would not)
-        side = Beside(partial(compute_breakdown, timeline), fork=predictors is not None and timeline.meta.event_count >= PARALLEL_MIN_EVENTS)
+        side = Beside(partial(compute_breakdown, timeline), fork=timeline.meta.event_count >= PARALLEL_MIN_EVENTS)
+        predictor = None
         try:
             breakdown = None if side.forked else side.result()
-            if predictors is not None:
-                model = build_model(timeline)
-                predictor = make_predictor(model, record, timeline.dataloader_kinds) if model is not None else None
-                if predictor is not None:
-                    if side.forked and predictor.check.reproduces:
-                        predictor.baseline  # noqa: B018 - replayed now, beside the breakdown
-                    predictors.append(predictor)
+            model = build_model(timeline)
+            predictor = make_predictor(model, record, timeline.dataloader_kinds) if model is not None else None
+            if predictor is not None and side.forked and predictor.check.reproduces:
+                predictor.baseline  # noqa: B018 - replayed now, beside the breakdown
             if breakdown is None:
                 breakdown = side.result()
         finally:
             side.cancel()
-        if predictors:  # the bootstrap resamples the profiled steps' own breakdown
-            predictors[0] = predictors[0].with_sample(step_sample(breakdown))
-        if collectives is not None:
-            collectives.update(collective_times(timeline))
+        if predictor is not None:  # the bootstrap resamples the profiled steps' own breakdown
+            predictor = predictor.with_sample(step_sample(breakdown))
         steady = _steady_step_us(record)
         if steady is not None:
             breakdown = calibrate_to_steady_state(breakdown, steady)
         elif breakdown.has_gpu:  # no step timed with the profiler off: estimate what profiling cost
             breakdown = correct_profiler_cost(breakdown, estimate_cost_per_event(timeline).per_event_us)
         if record is not None and record.sync_sites:
-            record.sync_sites = attribute_sync_time(record, timeline)
-    return breakdown, timeline.meta
+            record = replace(record, sync_sites=attribute_sync_time(record, timeline))
+        return Window(breakdown, timeline.meta, record, (), predictor, collective_times(timeline) if collectives else {})
 
 
 def recorded_steps(marks: Sequence[StepMark], record: RunRecord) -> list[StepMark]:
