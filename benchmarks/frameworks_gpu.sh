@@ -41,7 +41,7 @@ for record in $(find "$OUT/runs" -name run.json); do
     rel=${run#"$OUT/runs/"}; mkdir -p "$STAGE/$rel"
     cp "$meta"/report.json "$meta"/run.json "$STAGE/$rel/" 2>/dev/null
     trace=$(ls "$run"/*.pt.trace.json* 2>/dev/null | head -1)
-    [ -n "$trace" ] && $D trim "$trace" "$STAGE/$rel/trace.trimmed.json.gz" --steps 3 >/dev/null 2>&1
+    [ -n "$trace" ] && $D trim "$trace" "$STAGE/$rel/trace.trimmed.json.gz" --keep 3 >/dev/null 2>&1
 done
 tar -czf "$OUT/frameworks.tar.gz" -C "$STAGE" .
 rm -rf "$STAGE" "$OUT/runs"

@@ -212,35 +212,22 @@ def profile(
     return run
 
 
-def _own_report(run_dir: Any, rank: int) -> Report | None:
-    from diagnose.analysis.report import Report
-
-    path = run_dir.rank_report_path(rank)
-    return Report.load(path) if path.is_file() else None
-
-
 @contextlib.contextmanager
 def _profiling(
     name: str, *, warmup: int, steps: int, timed_steps: int, stop: bool, out: PathLike | None, overwrite: bool,
     knobs: Sequence[str], lines: bool, rules: Sequence[PathLike], show_all: bool, html: bool, quiet: bool,
     rank_aware: bool = False, keep_traces: str = "notable",
 ) -> Iterator[ProfiledRun]:
-    from diagnose.progress import Progress
-    from diagnose.record import WindowPlan
-    from diagnose.rundir import RunDir
-    from diagnose.runtime.block import BlockRun
-    from diagnose.runtime.knobs import Knobs
-    from diagnose.session import analyze_and_save
-
-    from diagnose.distributed import SummaryExchange, rank_info
+    """The block's run, orchestrated by ``session.profiled_block`` as a script's run is; here
+    only what a notebook needs: a block inside a run diagnose already profiles runs unprofiled."""
+    from diagnose import session
+    from diagnose.distributed import rank_info
     from diagnose.errors import UsageError
-    from diagnose.rundir import shared_location
-    from diagnose.session import finish_rank
-
-    options = _options(rules, show_all)  # a bad rule file fails before the block runs
-    parsed = Knobs.parse(list(knobs))
+    from diagnose.record import WindowPlan
     from diagnose.runtime.runner import profiling_now
 
+    options = _options(rules, show_all)  # a bad rule file fails before the block runs
+    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=stop)
     outer = profiling_now()
     if outer is not None:  # torch.profiler runs one session: the outer run measures this block too
         import warnings
@@ -249,37 +236,21 @@ def _profiling(
             f"diagnose.profile inside a run diagnose is already profiling (into {outer}): this block runs unprofiled "
             "and is measured as part of the outer run", RuntimeWarning, stacklevel=3,
         )
-        yield ProfiledRun(outer, options={"plan": WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=stop), "knobs": list(knobs), "nested_in": str(outer)})
+        yield ProfiledRun(outer, options={"plan": plan, "knobs": list(knobs), "nested_in": str(outer)})
         return
     rank = rank_info() if rank_aware else None
     if rank_aware and rank is None:
         raise UsageError("rank_aware needs the launcher's RANK and WORLD_SIZE (or SLURM's) in the environment")
     rank = rank if rank is not None and rank.world_size > 1 else None
-    if rank is None:
-        run_dir = RunDir.create_for(name, Path(out) if out is not None else None, overwrite=overwrite)
-    else:  # every rank writes its own names into one shared folder
-        run_dir = RunDir.create(Path(out) if out is not None else shared_location(name), overwrite=True)
-    hooks: list[Any] = []
-    if lines:
-        from diagnose.runtime.lines import LineAttribution
-
-        hooks.append(LineAttribution(run_dir.workers_path(rank.rank if rank is not None else None)))
-    exchange = SummaryExchange(rank) if rank is not None else None
-    if exchange is not None:
-        hooks.append(exchange)
-    plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=stop)
-    run = ProfiledRun(run_dir.path, options={"plan": plan, "knobs": list(knobs)})
-    block = BlockRun(
-        name, plan, run_dir, knobs=parsed if parsed else None, progress=Progress(enabled=not quiet), extra_hooks=hooks,
-        rank=rank.rank if rank is not None else None,
+    run: ProfiledRun | None = None
+    block = session.profiled_block(
+        name, plan, options, knobs=knobs, lines=lines, html=html, quiet=quiet, out=Path(out) if out is not None else None,
+        overwrite=overwrite, rank=rank, keep_traces=keep_traces,
     )
     try:
-        with block:
+        with block as outcome:
+            run = ProfiledRun(outcome.run_dir.path, options={"plan": plan, "knobs": list(knobs)})
             yield run
     finally:
-        run.record = block.record
-        if rank is None:
-            run.report = analyze_and_save(run_dir, options, html=html)
-        else:
-            merged = finish_rank(run_dir, rank, options, exchange, keep_traces=keep_traces, html=html)
-            run.report = merged if merged is not None else _own_report(run_dir, rank.rank)
+        if run is not None:
+            run.record, run.report = outcome.record, outcome.report

@@ -1,7 +1,10 @@
-"""The command line: a thin facade over runner -> analysis -> renderers.
+"""The command line: argument parsing and exit codes, over ``session`` (the one orchestration
+of a run: profile, analyse, save, render).
 
-Each command parses its options, calls one function of the pipeline and renders the result;
-errors become one line on stderr and an exit code (docs/failures.md).
+Each command parses its options into a request, calls ``session`` with a ``Display`` (what it
+shows on the terminal) and turns what comes back into an exit code. Errors are not handled
+here: a ``DiagnoseError`` or memory running out ends the command through ``errors.Failure``
+(``cliparse.Command``: one line, a hint, the exit code; docs/failures.md).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import typer
 
 from diagnose import __version__, errors
 from diagnose.cliparse import Command, ScriptCommand
-from diagnose.errors import DiagnoseError
+from diagnose.display import Display
+from diagnose.errors import Failure
 from diagnose.progress import ExperimentProgress
 
 #: when this process began: ``diagnose run``'s check may take the run's own time again, counted from here
@@ -50,50 +54,6 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """diagnose: a profiling-driven bottleneck doctor for PyTorch training."""
-
-
-def _fail(exc: DiagnoseError) -> typer.Exit:
-    typer.echo(f"diagnose: error: {exc.message}", err=True)
-    if exc.hint:
-        typer.echo(f"hint: {exc.hint}", err=True)
-    return typer.Exit(exc.exit_code)
-
-
-def _fail_after_report(exc: DiagnoseError, json_out: bool, color: Optional[bool]) -> typer.Exit:
-    """``_fail``, after showing the report the error kept from being saved (a read-only or full
-    run directory): it was analysed, and is not lost."""
-    unsaved = getattr(exc, "report", None)
-    if unsaved is not None:
-        _emit(unsaved, json_out, color)
-        exc.message = f"the report above could not be saved: {exc.message}"
-    return _fail(exc)
-
-
-def _emit(report, json_out: bool, color: Optional[bool], show_steps: bool = False) -> None:  # noqa: ANN001 - Report
-    from diagnose.renderers import JSONRenderer, TerminalRenderer
-    from diagnose.renderers.terminal import ConsoleSettings
-
-    saved = (report.source or {}).get("run_dir") if report.source.get("kind") == "run" else None
-    try:
-        text = JSONRenderer().render(report) + "\n" if json_out else None
-        if text is None:
-            text = TerminalRenderer.with_settings(ConsoleSettings.detect(color, sys.stdout), show_steps=show_steps).render(report)
-    except MemoryError:  # what rendering held is released on leaving; the report is saved where it could be
-        text = None
-    if text is None:
-        typer.echo("diagnose: error: memory ran out while showing the report", err=True)
-        typer.echo(f"hint: it is saved: diagnose report {saved} shows it again" if saved else "hint: free some memory and run it again", err=True)
-        raise typer.Exit(errors.EXIT_TRACE)
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except (OSError, ValueError) as exc:  # stdout closed by the script, a full device (> /dev/full)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more is written there, at exit neither
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        typer.echo(f"diagnose: error: cannot write the report to stdout ({why})", err=True)
-        if saved:
-            typer.echo(f"hint: it is saved: diagnose report {saved} shows it again", err=True)
-        raise typer.Exit(errors.EXIT_OUTPUT) from None
 
 
 @app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
@@ -141,12 +101,9 @@ def run(
     """
     from diagnose import session
     from diagnose.analysis.pipeline import AnalysisOptions
-    from diagnose.distributed import SummaryExchange, rank_info
-
-    started = _PROCESS_STARTED  # the check's budget is the run's own time again, from its start
+    from diagnose.distributed import rank_info
     from diagnose.record import GROWTH_FACTOR, WindowPlan
     from diagnose.runtime.knobs import LAUNCH_KNOBS, Knobs
-    from diagnose.signals import SignalHold
 
     script_args = list(args or [])
     if script_args[:1] == ["--"]:
@@ -157,86 +114,36 @@ def run(
     gate = _gate(fail_on, baseline, rules_dirs)  # a bad condition fails before the script runs
     rank = rank_info()
     if rank_aware and rank is None:
-        raise _fail(errors.UsageError("--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)", hint="use --nproc-per-node N to launch through torchrun"))
+        raise errors.UsageError("--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)", hint="use --nproc-per-node N to launch through torchrun")
     rank = rank if rank is not None and rank.world_size > 1 else None
     torchrun_options = _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id)
-    try:
-        knobs = Knobs.parse(knob or [])
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
+    knobs = Knobs.parse(knob or [])
     if knobs.nproc_per_node() is not None and rank is None:  # the launch's knob (a sweep of it): as --nproc-per-node
         nproc_per_node = knobs.nproc_per_node()
         if not nproc_per_node:
-            raise _fail(errors.UsageError("nproc_per_node takes a positive number of ranks"))
+            raise errors.UsageError("nproc_per_node takes a positive number of ranks")
     if torchrun_options and not nproc_per_node:
-        raise _fail(errors.UsageError("--nnodes, --node-rank and --rdzv-* go with --nproc-per-node", hint="under your own torchrun, give them to torchrun"))
+        raise errors.UsageError("--nnodes, --node-rank and --rdzv-* go with --nproc-per-node", hint="under your own torchrun, give them to torchrun")
     if torchrun_options and out is None:
-        raise _fail(errors.UsageError("a multi-node run needs --out DIR on a file system every node shares"))
+        raise errors.UsageError("a multi-node run needs --out DIR on a file system every node shares")
     if keep_traces not in session.KEEP_TRACES:
-        raise _fail(errors.UsageError(f"--keep-traces takes {' or '.join(session.KEEP_TRACES)}, not {keep_traces}"))
-    try:
-        request = session.RunRequest(
-            script=script, module=module, script_args=script_args, knobs=knobs,
-            options=AnalysisOptions.load(rules_dirs or (), show_all=show_all),  # a bad rule file fails before the script runs
-            plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop, max_steps=GROWTH_FACTOR * steps if max_steps is None else max_steps),
-            out=out, overwrite=overwrite, html=html, lines=not no_lines, quiet=quiet,
-            knob_assignments=[k for k in knob or [] if k.partition("=")[0].strip() not in LAUNCH_KNOBS], rules_dirs=tuple(rules_dirs or ()), keep_traces=keep_traces,
-            torchrun_options=torchrun_options, check=0 if no_check else check, check_budget_s=check_budget,
-            watch=_watch_budget(whole, window_every, window_steps, max_windows, window_budget),
-        )
-        run_dir = session.open_run_dir(request, None if nproc_per_node else rank)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    if nproc_per_node:
-        typer.echo(f"diagnose ▸ launching {nproc_per_node} ranks through torchrun into {run_dir.path}", err=True)
-        code = session.launch_ranks(request, nproc_per_node, run_dir, quiet_stdout=json_out)
-        if torchrun_options:  # several nodes: the job's rank 0 merged (on whichever node it ran)
-            if run_dir.report_path.is_file():
-                _emit(run_dir.load_report(), json_out, color)
-            else:
-                typer.echo(f"diagnose ▸ this node's ranks ended; the job's rank 0 writes the report into {run_dir.path}", err=True)
-            raise typer.Exit(code)
-        report = _analyze_and_emit(run_dir, request, json_out, color, merge=True)
-        if code == errors.EXIT_OK:
-            _apply_gate(gate, [report])
-        raise typer.Exit(code)
-    if rank is None:  # a process of its own runs the script; this one writes what it could not
-        from diagnose import supervise
-
-        ending = supervise.supervise()
-        if ending is not None:
-            _after_supervised(ending, run_dir, request, gate, json_out, color)
-    hold = SignalHold()  # from the script's end until report.json is saved
-    try:
-        try:
-            exchange = SummaryExchange(rank) if rank is not None else None
-            record = session.run_script(request, run_dir, rank, quiet_stdout=json_out, signal_hold=hold, exchange=exchange)
-        except DiagnoseError as exc:
-            typer.echo(f"run directory: {run_dir.path}", err=True)
-            raise _fail(exc) from None
-        report = None
-        if rank is not None:  # every rank analyses its own trace; the merging one combines
-            try:
-                report = session.finish_rank(run_dir, rank, request.options, exchange, keep_traces=request.keep_traces, html=request.html)
-                if report is not None and request.check:  # the merging rank: the job's report
-                    report = session.check_skipped(run_dir, report, session.DISTRIBUTED_CHECK_SKIPPED, html=request.html)
-            except DiagnoseError as exc:
-                raise _fail(exc) from None
-            if report is not None:
-                _emit(report, json_out, color)
-                _say_html(run_dir, request.html)
-                if not json_out:
-                    typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
-        elif session.merges_here(rank):
-            report = _analyze_and_emit(run_dir, request, json_out, color, started=started)
-    finally:
-        hold.release()
-    if hold.received and record.status not in ("interrupted", "terminated"):  # held while the report was saved
-        typer.echo(f"diagnose: {_signal_words(hold.received[0])}: the report was saved first", err=True)
-        raise typer.Exit(128 + hold.received[0])
-    if report is not None and record.status in ("completed", "stopped"):
-        _apply_gate(gate, [report])  # the script's own failure keeps its own exit code
-    _exit_for(record, request.plan)
+        raise errors.UsageError(f"--keep-traces takes {' or '.join(session.KEEP_TRACES)}, not {keep_traces}")
+    request = session.RunRequest(
+        script=script, module=module, script_args=script_args, knobs=knobs,
+        options=AnalysisOptions.load(rules_dirs or (), show_all=show_all),  # a bad rule file fails before the script runs
+        plan=WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=not no_stop, max_steps=GROWTH_FACTOR * steps if max_steps is None else max_steps),
+        out=out, overwrite=overwrite, html=html, lines=not no_lines, quiet=quiet,
+        knob_assignments=[k for k in knob or [] if k.partition("=")[0].strip() not in LAUNCH_KNOBS], rules_dirs=tuple(rules_dirs or ()), keep_traces=keep_traces,
+        torchrun_options=torchrun_options, check=0 if no_check else check, check_budget_s=check_budget,
+        watch=_watch_budget(whole, window_every, window_steps, max_windows, window_budget),
+    )
+    # the check's budget is the run's own time again, from this process's start
+    end = session.run(request, Display(json_out=json_out, color=color), nproc_per_node, rank, started=_PROCESS_STARTED)
+    if end.gated is not None:
+        _apply_gate(gate, [end.gated])
+    for line in end.closing:
+        typer.echo(line, err=True)
+    raise typer.Exit(end.exit_code)
 
 
 def _torchrun_options(nnodes: Optional[str], node_rank: Optional[int], rdzv_backend: Optional[str], rdzv_endpoint: Optional[str], rdzv_id: Optional[str]) -> list[str]:
@@ -251,9 +158,9 @@ def _launch(nproc_per_node: Optional[int], torchrun_options: list[str], out: Opt
     from diagnose.experiments import Launch
 
     if torchrun_options and not nproc_per_node:
-        raise _fail(errors.UsageError("--nnodes, --node-rank and --rdzv-* go with --nproc-per-node"))
+        raise errors.UsageError("--nnodes, --node-rank and --rdzv-* go with --nproc-per-node")
     if torchrun_options and out is None:
-        raise _fail(errors.UsageError("a multi-node verify or sweep needs --out DIR on a file system every node shares", hint="run the same command on every node"))
+        raise errors.UsageError("a multi-node verify or sweep needs --out DIR on a file system every node shares", hint="run the same command on every node")
     return Launch(nproc_per_node, tuple(torchrun_options))
 
 
@@ -329,91 +236,10 @@ def watch(
     )
 
 
-def _after_supervised(ending, run_dir, request, gate, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - Ending, RunDir, RunRequest, _Gate
-    """The supervising parent, once the run's process ended: its exit code where it finished the
-    run's files; else the record it left (or one made here) analysed, the report shown, and a
-    line that says how the process ended."""
-    import signal
-
-    from diagnose import session
-
-    if ending.through_diagnose and ending.signal is None:  # the child said what happened itself
-        late = ending.received[0] if ending.received and ending.code < 128 else None
-        if late is not None:  # passed on too late for the child to hear it
-            typer.echo(f"diagnose: {_signal_words(late)} as diagnose was exiting: its work was done", err=True)
-            raise typer.Exit(128 + late)
-        raise typer.Exit(ending.code)
-    try:
-        record = session.settle_supervised_run(run_dir, request, ending)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    if record is None:  # the child wrote its report: its exit code, or the signal that came after it
-        late = ending.signal if ending.signal is not None else (ending.received[0] if ending.received and ending.code < 128 else None)
-        if late is not None and late in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            typer.echo(f"diagnose: {_signal_words(late)}: the report was saved first", err=True)
-            raise typer.Exit(128 + late)
-        raise typer.Exit(ending.code)
-    unreported = record.status not in ("crashed", "interrupted", "terminated")
-    if unreported:
-        typer.echo(f"diagnose: {ending.describe().replace('script', 'run')} before its report was written; it is written now", err=True)
-    report = _analyze_and_emit(run_dir, request, json_out, color)
-    if unreported and ending.code:  # diagnose's own process failed: the exit says so
-        raise typer.Exit(ending.code)
-    if record.status == "crashed":
-        typer.echo(f"diagnose: error: {ending.describe()}: what was measured until then is in the report", err=True)
-        raise typer.Exit(ending.code)
-    if record.status in ("completed", "stopped"):
-        _apply_gate(gate, [report])
-    _exit_for(record, request.plan)
-
-
-def _analyze_and_emit(run_dir, request, json_out: bool, color: Optional[bool], merge: bool = False, started: Optional[float] = None):  # noqa: ANN001, ANN202 - RunDir, RunRequest -> Report
-    """Analyse and print; with ``merge`` (the ranks of --nproc-per-node have ended), the job's
-    report from their summaries, the traces not worth keeping removed. A single run whose
-    ranking names findings to measure measures them first (``--check``, ``session.check_and_save``),
-    within the run's own time since ``started``; a distributed one says why it measures
-    nothing (``session.check_skipped``)."""
-    from diagnose.experiments import CHECK_BUDGET_FACTOR
-    from diagnose.session import DISTRIBUTED_CHECK_SKIPPED, analyze_and_save, check_and_save, check_skipped, merge_ranks
-
-    try:
-        if merge:
-            report = merge_ranks(run_dir, request.options, html=request.html, keep_traces=request.keep_traces)
-            if request.check:
-                report = check_skipped(run_dir, report, DISTRIBUTED_CHECK_SKIPPED, html=request.html)
-        else:
-            report = analyze_and_save(run_dir, request.options, html=request.html)
-            to_check = [item for item in (report.ranking or {}).get("to_check") or [] if item.get("knobs")]
-            if request.check and started is not None and to_check and report.status.get("state") in ("stopped", "completed"):
-                budget = request.check_budget_s if request.check_budget_s is not None else CHECK_BUDGET_FACTOR * (time.monotonic() - started)
-                say = (lambda _: None) if request.quiet else (lambda text: typer.echo(f"diagnose ▸ {text}", err=True))
-                say(f"{len(to_check)} finding(s) too unsure to rank on a prediction: measuring up to {request.check} (budget {budget:.0f} s; --no-check skips this)")
-                report = check_and_save(run_dir, request, report, budget, say)
-    except DiagnoseError as exc:
-        raise _fail_after_report(exc, json_out, color) from None
-    _emit(report, json_out, color)
-    _say_html(run_dir, request.html)
-    if not json_out:
-        typer.echo(f"run directory: {run_dir.path}{_tensorboard_hint(run_dir.path)}", err=True)
-    return report
-
-
-def _say_html(run_dir, html: bool, quiet: bool = False) -> None:  # noqa: ANN001 - RunDir
-    """Where --html wrote report.html: every command that writes one says so."""
-    if html and run_dir.html_path.is_file():
-        _say(f"wrote {run_dir.html_path}", quiet)
-
-
-def _say(text: str, quiet: bool = False) -> None:
-    """A line of information on stderr (what was written where), left out with -q."""
-    if not quiet:
-        typer.echo(text, err=True)
-
-
-def _renamed(given: bool, old: str, new: str) -> bool:
-    """An option's old name still works, with a warning that names the new one."""
+def _renamed(given: bool, old: str, new: str, why: str) -> bool:
+    """An option's old name still works, with a warning that names the new one (and ``why``)."""
     if given:
-        typer.echo(f"diagnose: warning: {old} is now {new} (--steps N counts steps in run, verify, sweep and trim); the old name will go", err=True)
+        typer.echo(f"diagnose: warning: {old} is now {new} ({why}); the old name will go", err=True)
     return given
 
 
@@ -432,21 +258,18 @@ def _gate(fail_on: Optional[list[str]], baseline: Optional[Path], rules_dirs: Op
     takes its first run as the baseline)."""
     from diagnose.analysis.gate import parse_condition, resolve_names
 
-    try:
-        conditions = [parse_condition(text) for text in fail_on or []]
-        if any(c.kind in ("rule", "category") for c in conditions):
-            from diagnose.analysis.rules import load_rules
+    conditions = [parse_condition(text) for text in fail_on or []]
+    if any(c.kind in ("rule", "category") for c in conditions):
+        from diagnose.analysis.rules import load_rules
 
-            conditions = resolve_names(conditions, load_rules(list(rules_dirs or [])))
-        base = None
-        if baseline is not None:
-            from diagnose.api import analyze as load_report
+        conditions = resolve_names(conditions, load_rules(list(rules_dirs or [])))
+    base = None
+    if baseline is not None:
+        from diagnose.api import analyze as load_report
 
-            base = load_report(baseline)
-        elif any(c.needs_baseline for c in conditions) and not first_run_is_baseline:
-            raise errors.UsageError("--fail-on throughput<baseline needs --baseline RUN_DIR")
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
+        base = load_report(baseline)
+    elif any(c.needs_baseline for c in conditions) and not first_run_is_baseline:
+        raise errors.UsageError("--fail-on throughput<baseline needs --baseline RUN_DIR")
     return _Gate(conditions, base)
 
 
@@ -457,53 +280,12 @@ def _apply_gate(gate: _Gate, reports: list, baseline=None) -> None:  # noqa: ANN
     if not gate.conditions:
         return
     failures = []
-    try:
-        for report in reports:
-            failures += check(report, gate.conditions, baseline if baseline is not None else gate.baseline)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
+    for report in reports:
+        failures += check(report, gate.conditions, baseline if baseline is not None else gate.baseline)
     for line in failures:
         typer.echo(f"diagnose: fail-on: {line}", err=True)
     if failures:
         raise typer.Exit(errors.EXIT_GATE)
-
-
-def _tensorboard_hint(path: Path) -> str:
-    """Where TensorBoard is installed and the run wrote its events: how to open it."""
-    import importlib.util
-
-    if importlib.util.find_spec("tensorboard") is None or not any(path.glob("events.out.tfevents.*")):
-        return ""
-    return f"  (tensorboard --logdir {path.parent})"
-
-
-def _signal_words(signum: int) -> str:
-    """"interrupted (Ctrl-C)", "terminated (SIGTERM)", "terminated (SIGHUP)"."""
-    import signal
-
-    return "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
-
-
-def _exit_for(record, plan) -> None:  # noqa: ANN001
-    if record.status == "no_steps":
-        typer.echo(
-            "diagnose: error: no training step was found: the script made no optimizer step, "
-            "fetched no DataLoader batch and called no module",
-            err=True,
-        )
-        raise typer.Exit(errors.EXIT_NO_STEPS)
-    if record.status in ("interrupted", "terminated"):
-        what = _signal_words(record.exit_code - 128 if record.exit_code > 128 else 15)
-        typer.echo(f"diagnose: {what}: what was measured until then is in the report", err=True)
-    if record.status in ("completed", "stopped"):
-        if not record.profiled_steps and record.completed_steps() <= plan.warmup:  # a plan cut to the script profiles a step
-            typer.echo(
-                f"diagnose: warning: the script ran only {record.completed_steps()} steps, "
-                f"not more than --warmup {plan.warmup}: nothing was profiled (try --warmup 1 --steps 2)",
-                err=True,
-            )
-        raise typer.Exit(errors.EXIT_OK)
-    raise typer.Exit(record.exit_code or errors.EXIT_SCRIPT_FAILED)
 
 
 @app.command(cls=Command)
@@ -526,37 +308,15 @@ def analyze(
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
     from diagnose import session
-    from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
-    from diagnose.rundir import RunDir
+    from diagnose.analysis.pipeline import AnalysisOptions
 
-    per_step = per_step or _renamed(old_steps, "analyze --steps", "--per-step")
+    per_step = per_step or _renamed(old_steps, "analyze --steps", "--per-step", "--steps counts the profiled steps in run, verify and sweep")
     gate = _gate(fail_on, baseline, rules_dirs)
     if max_trace_gb is not None and not (math.isfinite(max_trace_gb) and max_trace_gb > 0):
-        raise _fail(errors.UsageError(f"--max-trace-gb takes a size in GB above 0, not {max_trace_gb}", hint="--max-trace-gb 2"))
-    path = RunDir.containing(path).path  # RUN/diagnose/report.json names its run directory
-    try:
-        options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
-        saved_in = None
-        if path.is_dir() and RunDir(path).holds_run():
-            saved_in = RunDir(path)
-            report = session.analyze_and_save(saved_in, options, html=html)
-        elif path.is_dir():  # a folder of the user's own traces: never written into
-            report = session.analyze_run(RunDir(path), options)
-            if html or out is not None:
-                saved_in = RunDir.create_for("analyze-" + (path.resolve().name or "traces"), out)
-                session.save_outputs(saved_in, report, html=html, events=False)
-                _say(f"wrote {saved_in.report_path}", quiet)
-        else:
-            report = analyze_trace(path, options)
-            if html or out is not None:  # never write beside the user's trace: a run directory
-                saved_in = RunDir.create_for("analyze-" + path.name.split(".")[0], out)
-                session.save_outputs(saved_in, report, html=html, events=False)
-                _say(f"wrote {saved_in.report_path}", quiet)
-        if saved_in is not None:
-            _say_html(saved_in, html, quiet)
-    except DiagnoseError as exc:
-        raise _fail_after_report(exc, json_out, color) from None
-    _emit(report, json_out, color, show_steps=per_step)
+        raise errors.UsageError(f"--max-trace-gb takes a size in GB above 0, not {max_trace_gb}", hint="--max-trace-gb 2")
+    options = AnalysisOptions.load(rules_dirs or (), show_all=show_all, max_trace_bytes=None if max_trace_gb is None else int(max_trace_gb * 1e9))
+    display = Display(json_out=json_out, color=color, quiet=quiet, show_steps=per_step)
+    report = session.analyze_path(path, options, display, html=html, out=out)
     _apply_gate(gate, [report])
 
 
@@ -571,16 +331,15 @@ def report(
 ) -> None:
     """Show a saved report again (no re-analysis), or write its HTML."""
     from diagnose.rundir import RunDir
+    from diagnose.session import write_html
 
+    display = Display(json_out=json_out, color=color, quiet=quiet, show_steps=per_step)
     saved_run = RunDir.containing(run_dir)  # RUN/diagnose/report.json names its run directory
-    try:
-        saved = saved_run.load_report()
-        if html:
-            _say(f"wrote {saved_run.save_html(saved)}", quiet)
-            return
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    _emit(saved, json_out, color, show_steps=per_step)
+    saved = saved_run.load_report()
+    if html:
+        display.say(f"wrote {write_html(saved_run, saved)}")
+        return
+    display.report(saved)
 
 
 @app.command(cls=Command)
@@ -600,18 +359,14 @@ def compare(
     gate = _gate(fail_on, None, rules_dirs, first_run_is_baseline=True)
     try:
         comparison = compare_runs(*paths, rules=rules_dirs or ())
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
     except ValueError as exc:  # fewer than two runs
-        raise _fail(errors.UsageError(str(exc), hint="give two run directories or more, or one verify or sweep directory")) from None
+        raise errors.UsageError(str(exc), hint="give two run directories or more, or one verify or sweep directory") from None
     if html is not None:
         from diagnose.rundir import write_file_whole
 
-        try:  # whole or not at all: a full disk leaves no cut page
-            write_file_whole(html, render_comparison(comparison, "html").encode("utf-8"))
-        except DiagnoseError as exc:
-            raise _fail(exc) from None
-        _say(f"wrote {html}", quiet)
+        # whole or not at all: a full disk leaves no cut page
+        write_file_whole(html, render_comparison(comparison, "html").encode("utf-8"))
+        Display(quiet=quiet).say(f"wrote {html}")
     if json_out:
         sys.stdout.write(render_comparison(comparison, "json"))
     else:
@@ -631,59 +386,8 @@ def _script_args(script: Optional[str], args: Optional[list[str]], module: Optio
     if module:
         return ["-m", module, *([script] if script else []), *(["--"] if rest or script else []), *rest]
     if not script:
-        raise _fail(errors.UsageError("give a script to run, or -m MODULE"))
+        raise errors.UsageError("give a script to run, or -m MODULE")
     return [script, "--", *rest]
-
-
-def _experiment_setup(  # noqa: ANN202
-    kind: str, script: Optional[str], args: Optional[list[str]], module: Optional[str], out: Optional[Path], shared: bool = False,
-    knobs: Optional[list[str]] = None, rules_dirs: Optional[list[Path]] = None,
-):
-    """The checked target, its arguments for ``diagnose run`` and the output folder (``shared``:
-    a multi-node verify or sweep, whose nodes all write into it), created only once the target,
-    the knobs and the rule files are found good (a usage error leaves no folder behind)."""
-    from diagnose.analysis.rules import load_rules
-    from diagnose.rundir import RunDir
-    from diagnose.runtime.knobs import Knobs
-    from diagnose.runtime.runner import resolve_target
-
-    target_args = _script_args(script, args, module)
-    try:
-        target = resolve_target(script if not module else None, module, [])
-        Knobs.parse(list(knobs or []))
-        load_rules(list(rules_dirs or []))
-        out_dir = RunDir.create_for(f"{kind}-{target.display_name}", out, overwrite=shared, shared=shared)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    return target_args, target, out_dir
-
-
-def _save_and_emit(out_dir, report, html: bool, json_out: bool, color: Optional[bool]) -> None:  # noqa: ANN001 - RunDir, Report
-    from diagnose.session import save_outputs
-
-    try:
-        save_outputs(out_dir, report, html=html, events=False)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    _emit(report, json_out, color)
-    _say_html(out_dir, html)
-    _experiment_events(out_dir)
-
-
-def _experiment_events(out_dir) -> None:  # noqa: ANN001 - RunDir
-    """A verify or sweep parent's runs side by side in TensorBoard: an event file of the
-    comparison of its child runs (each child has its own). Skipped without tensorboard, or with
-    fewer than two runs that left a report."""
-    from diagnose.api import compare as compare_runs
-
-    try:
-        from diagnose.renderers.comparison_events import write_comparison_events
-
-        write_comparison_events(compare_runs(out_dir.path), out_dir.path)
-    except ImportError:
-        return
-    except (DiagnoseError, ValueError, OSError) as exc:
-        typer.echo(f"diagnose: note: no comparison events in {out_dir.path}: {getattr(exc, 'message', exc)}", err=True)
 
 
 @app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
@@ -713,34 +417,21 @@ def verify(
     rdzv_id: Optional[str] = _rdzv_id_option(),
 ) -> None:
     """Diagnose, then measure what each top recommendation really buys, one at a time and combined."""
-    from diagnose.analysis.report import Report
-    from diagnose.experiments import summarize_verify
+    from diagnose import session
     from diagnose.experiments import verify as run_verify
     from diagnose.record import WindowPlan
-    from diagnose.session import rules_argv
 
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
-    target_args, _, out_dir = _experiment_setup("verify", script, args, module, out, shared=launch.multi_node, knobs=knob, rules_dirs=rules_dirs)
+    target_args = _script_args(script, args, module)
+    _, out_dir = session.experiment_dir("verify", script, module, out, launch.multi_node, knob or [], rules_dirs or [])
     progress = ExperimentProgress(enabled=not (quiet or json_out))
     result, base_report = run_verify(
         target_args, out_dir, WindowPlan(warmup=warmup, steps=steps, timed=timed_steps), top=top, repeats=repeats,
-        base_knobs=list(knob or []), timeout=timeout, options=rules_argv(rules_dirs or []),
+        base_knobs=list(knob or []), timeout=timeout, options=session.rules_argv(rules_dirs or []),
         launch=launch, rules=[r.upper() for r in only_rules or []], **_progress_callbacks(progress),
     )
     progress.done()
-    first = result.baseline.runs[0]
-    if not base_report or first.status != "ok":
-        raise _fail(
-            errors.DiagnoseError(
-                f"the baseline run did not measure a steady state ({first.status}): {first.error}",
-                hint=f"its run directory: {first.run_dir}; try diagnose run on the script first",
-                exit_code=errors.EXIT_SCRIPT_FAILED,
-            )
-        )
-    report = Report.from_dict(base_report)
-    report.experiments = summarize_verify(result, base_report)
-    _save_and_emit(out_dir, report, html, json_out, color)
-    typer.echo(f"run directory: {out_dir.path}", err=True)
+    session.save_experiments(out_dir, session.verify_report(result, base_report), html, Display(json_out=json_out, color=color))
 
 
 @app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
@@ -767,59 +458,24 @@ def sweep(
     rdzv_id: Optional[str] = _rdzv_id_option(),
 ) -> None:
     """Run the script once per value of a knob (or a pair of knobs): throughput, GPU busy, memory."""
-    from diagnose.analysis.report import Report
-    from diagnose.experiments import parse_sweep, plot_sweep, summarize_sweep
+    from diagnose import session
+    from diagnose.experiments import parse_sweep
     from diagnose.experiments import sweep as run_sweep
     from diagnose.record import WindowPlan
 
-    try:
-        names, specs = parse_sweep(knob)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
+    names, specs = parse_sweep(knob)
     launch = _launch(nproc_per_node, _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id), out)
-    target_args, target, out_dir = _experiment_setup("sweep", script, args, module, out, shared=launch.multi_node, knobs=fixed)
+    target_args = _script_args(script, args, module)
+    target, out_dir = session.experiment_dir("sweep", script, module, out, launch.multi_node, fixed or [], [])
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps)
     progress = ExperimentProgress(enabled=not (quiet or json_out))
     outcomes = run_sweep(
         target_args, out_dir, plan, specs, base_knobs=list(fixed or []), timeout=timeout, launch=launch, **_progress_callbacks(progress)
     )
     progress.done()
-    summary = summarize_sweep(names, outcomes)
-    plot = plot_sweep(summary, out_dir.plot_path)
-    if plot is not None:
-        summary["plot"] = plot.name
-    report = Report(
-        source={"kind": "sweep", "run_dir": str(out_dir.path)},
-        status={
-            "state": "sweep", "exit_code": errors.EXIT_OK if any(o.status == "ok" for o in outcomes) else errors.EXIT_SCRIPT_FAILED,
-            "message": f"{len(outcomes)} runs of {target.value}", "error": None,
-        },
-        run={"target": {"kind": target.kind, "value": target.value, "args": target_args}},
-        # the machine the points ran on, as their own reports recorded it: the header names the device
-        environment=_environment_of(outcomes),
-        verdict=summary["conclusions"][0] if summary["conclusions"] else "no run of the sweep succeeded",
-        experiments=summary,
-    )
-    _save_and_emit(out_dir, report, html, json_out, color)
-    typer.echo(f"run directory: {out_dir.path}", err=True)
+    session.save_experiments(out_dir, session.sweep_report(names, outcomes, out_dir, target, target_args), html, Display(json_out=json_out, color=color))
     if not any(o.status == "ok" for o in outcomes):
         raise typer.Exit(errors.EXIT_SCRIPT_FAILED)
-
-
-def _environment_of(outcomes) -> dict:  # noqa: ANN001 - list[Outcome]
-    """The environment recorded by the first of the sweep's runs that left a report."""
-    from diagnose.rundir import RunDir
-
-    for outcome in outcomes:
-        if not outcome.run_dir:
-            continue
-        try:
-            environment = RunDir(Path(outcome.run_dir)).load_report().environment
-        except (DiagnoseError, OSError, ValueError):
-            continue
-        if environment:
-            return dict(environment)
-    return {}
 
 
 def _progress_callbacks(progress: ExperimentProgress) -> dict:
@@ -832,21 +488,21 @@ def _progress_callbacks(progress: ExperimentProgress) -> dict:
 def trim(
     trace: Path = typer.Argument(..., metavar="TRACE", help="A torch.profiler trace (.json or .json.gz), or a run directory with one trace."),
     out: Path = typer.Argument(..., metavar="OUT", help="Where to write the trimmed trace (.json, or .json.gz to compress it)."),
-    steps: int = typer.Option(3, "--steps", min=1, metavar="N", help="Steps of the trace to keep."),
-    skip: int = typer.Option(1, "--skip", min=0, metavar="N", help="Steps to leave out first."),
+    keep: int = typer.Option(3, "--keep", min=1, metavar="N", help="How many steps to keep."),
+    skip: int = typer.Option(1, "--skip", min=0, metavar="N", help="How many steps to leave out before them."),
+    old_steps: Optional[int] = typer.Option(None, "--steps", min=1, hidden=True, help="The old name of --keep."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT if it exists."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
 ) -> None:
     """Cut a trace to a few steps and the events the analysis reads (to share it, or as a test fixture)."""
     from diagnose.analysis.trim import trim_file
 
-    try:
-        source = _one_trace(trace)
-        _check_output_file(out, source, overwrite)
-        written = trim_file(source, out, steps=steps, skip=skip)
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
-    _say(f"wrote {written} ({written.stat().st_size / 1e3:.0f} KB)", quiet)
+    if _renamed(old_steps is not None, "trim --steps", "--keep", "--steps counts the profiled steps in run, verify and sweep"):
+        keep = old_steps or keep
+    source = _one_trace(trace)
+    _check_output_file(out, source, overwrite)
+    written = trim_file(source, out, steps=keep, skip=skip)
+    Display(quiet=quiet).say(f"wrote {written} ({written.stat().st_size / 1e3:.0f} KB)")
 
 
 def _one_trace(path: Path) -> Path:
@@ -909,10 +565,7 @@ def rules_command(
     from diagnose.analysis.rulesdoc import RULES_HEADERS, SYMPTOMS_HEADERS, rules_markdown, rules_rows, symptoms_rows
     from diagnose.analysis.symptoms import CATALOG
 
-    try:
-        loaded = load_rules(list(rules_dirs or []))
-    except DiagnoseError as exc:
-        raise _fail(exc) from None
+    loaded = load_rules(list(rules_dirs or []))
     if json_out:
         import orjson
 
@@ -951,19 +604,18 @@ def main() -> None:
     try:
         try:
             app()
-        except MemoryError:  # anywhere a command did not handle it: one line, as docs/failures.md says
-            typer.echo("diagnose: error: memory ran out", err=True)
-            typer.echo("hint: free some memory, or give less to read (diagnose trim TRACE keeps fewer steps)", err=True)
-            sys.exit(errors.EXIT_TRACE)
-        except KeyboardInterrupt:
-            typer.echo("diagnose: interrupted", err=True)
-            sys.exit(errors.EXIT_INTERRUPTED)
-        except SystemExit as exc:
-            # Typer turns Ctrl-C into a silent exit 130: say what happened
-            if _raised_by_interrupt(exc):
-                typer.echo("diagnose: interrupted", err=True)
-            raise
+        except (MemoryError, KeyboardInterrupt) as exc:  # outside a command (parsing, an import): as errors.Failure says
+            failure = Failure.of(exc)
+        else:
+            failure = None
+        if failure is not None:  # out of the except clause: what the traceback held is released
+            for line in failure.lines:
+                typer.echo(line, err=True)
+            sys.exit(failure.exit_code)
     except SystemExit as exc:
+        # Typer turns Ctrl-C into a silent exit 130: say what happened
+        if _raised_by_interrupt(exc):
+            typer.echo("diagnose: interrupted", err=True)
         supervise.end_process(exc.code)  # whatever the script left running, and a late Ctrl-C: the exit code says it
 
 

@@ -9,7 +9,9 @@ words after it that diagnose does not know are the script's too (``diagnose run 
 --batch-size 64`` keeps working). A word that looks like an option but is unknown, standing
 before the script, is an error that says where the script's options go.
 ``ScriptCommand`` is the click command class that applies it before click parses; ``Command``
-(every other command) only keeps Python types out of the help.
+(every command) keeps Python types out of the help and ends every error of its command through
+``errors.Failure`` (one line, a hint, the exit code: ``leave``), so that no command handles
+errors itself.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 import typer.core
 
-from diagnose.errors import EXIT_USAGE
+from diagnose.errors import OUT_OF_MEMORY, DiagnoseError, Failure, UsageError
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,24 @@ class Command(typer.core.TyperCommand):
             if getattr(param, "param_type_name", None) == "argument":
                 param.display_type_rich = _no_type  # type: ignore[method-assign]
 
+    def invoke(self, ctx: typer.Context) -> Any:
+        """The command; a ``DiagnoseError`` or memory running out ends it as ``errors.Failure``
+        says (the one place errors become exit codes)."""
+        try:
+            return super().invoke(ctx)
+        except (DiagnoseError, MemoryError) as exc:
+            failure = Failure.of(exc)
+        # left the except clause first: the traceback, and all that its frames held (a report
+        # half rendered), are released before a line is written
+        leave(failure or OUT_OF_MEMORY)
+
+
+def leave(failure: Failure) -> NoReturn:
+    """Write the failure's lines on stderr and end the command with its exit code."""
+    for line in failure.lines:
+        typer.echo(line, err=True)
+    raise typer.Exit(failure.exit_code)
+
 
 class ScriptCommand(Command):
     """A command that runs a script: diagnose's options may stand before or after the script."""
@@ -120,10 +140,9 @@ class ScriptCommand(Command):
         line = split_command_line(args, OptionTable.of(self.get_params(ctx)))
         if line.unknown_before_script is not None and not ctx.resilient_parsing:
             # one line, as every error of diagnose (errors.py), not click's usage block
-            typer.echo(
-                f"diagnose: error: diagnose {ctx.info_name} has no option {line.unknown_before_script}; "
-                f"the script's own options go after -- (diagnose {ctx.info_name} [OPTIONS] SCRIPT -- SCRIPT_ARGS)",
-                err=True,
+            error = UsageError(
+                f"diagnose {ctx.info_name} has no option {line.unknown_before_script}; "
+                f"the script's own options go after -- (diagnose {ctx.info_name} [OPTIONS] SCRIPT -- SCRIPT_ARGS)"
             )
-            raise typer.Exit(EXIT_USAGE)
+            leave(Failure.of_error(error))
         return super().parse_args(ctx, line.as_args())

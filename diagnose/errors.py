@@ -1,10 +1,15 @@
 """Errors that reach the user as one clear line (plus a hint), each with its exit code.
 
-The CLI turns a ``DiagnoseError`` into ``diagnose: error: <message>`` and ``hint: <hint>`` on
-stderr and exits with ``exit_code``; docs/failures.md lists the codes.
+Contract: ``Failure.of(exc)`` is the one place an error becomes what the user sees and the
+exit code: a ``DiagnoseError`` is ``diagnose: error: <message>`` and ``hint: <hint>`` on stderr
+with its ``exit_code``; memory running out is one line, exit 4 (``EXIT_TRACE``); Ctrl-C is
+``diagnose: interrupted``, exit 130. Every command of the CLI ends through it (``cliparse.Command``);
+docs/failures.md lists the codes.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 #: Exit codes of the ``diagnose`` command itself (a failing script's own code is passed through).
 EXIT_OK = 0
@@ -50,3 +55,35 @@ class RuleError(DiagnoseError):
     """A rule file that cannot be used: the message names the file, line and problem."""
 
     exit_code = EXIT_USAGE
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What an error shows (lines for stderr) and the exit code it ends the command with."""
+
+    lines: tuple[str, ...]
+    exit_code: int
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Failure | None:
+        """The failure an error is, or None for one that is not the user's to read (a bug: its
+        traceback is the report). A ``MemoryError`` gets lines made beforehand: where memory ran
+        out, building a message could fail again."""
+        if isinstance(exc, DiagnoseError):
+            return cls.of_error(exc)
+        if isinstance(exc, MemoryError):
+            return OUT_OF_MEMORY
+        if isinstance(exc, KeyboardInterrupt):
+            return INTERRUPTED
+        return None
+
+    @classmethod
+    def of_error(cls, exc: DiagnoseError) -> Failure:
+        return cls((f"diagnose: error: {exc.message}", *((f"hint: {exc.hint}",) if exc.hint else ())), exc.exit_code)
+
+
+#: memory ran out anywhere a command did not say more (docs/failures.md: one line, exit 4)
+OUT_OF_MEMORY = Failure(
+    ("diagnose: error: memory ran out", "hint: free some memory, or give less to read (diagnose trim TRACE keeps fewer steps)"), EXIT_TRACE
+)
+INTERRUPTED = Failure(("diagnose: interrupted",), EXIT_INTERRUPTED)

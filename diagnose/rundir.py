@@ -3,8 +3,10 @@
 Contract: ``RunDir(path)`` names every file of a run (``record_path``, ``report_path``,
 ``html_path``, ``workers_path``, ``new_trace_path``, ``child``), finds what a run left
 (``ranks``, ``traces``, ``trace_for``) and loads and saves it (``load_record``/``save_record``,
-``load_report``/``save_report``, ``save_html``, ``save_events``). ``RunDir.create`` makes a
-fresh one before the script starts, so that a bad path fails fast. No torch import.
+``load_report``/``save_report``, ``save_html``; ``events_folder`` for TensorBoard's file).
+It renders nothing: ``session`` renders report.html and the events and hands it the text or
+the folder (no import of ``diagnose.renderers``). ``RunDir.create`` makes a fresh one before
+the script starts, so that a bad path fails fast. No torch import.
 
 Layout (``tensorboard --logdir runs`` finds every run)::
 
@@ -40,7 +42,6 @@ import json
 import os
 import re
 import socket
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -185,6 +186,12 @@ class RunDir:
     @property
     def html_path(self) -> Path:
         return self.path / REPORT_HTML
+
+    @property
+    def events_folder(self) -> Path:
+        """Where the TensorBoard event file goes (the renderer names it: ``events.out.tfevents.*``):
+        the run directory itself, so that ``tensorboard --logdir runs`` lists each run."""
+        return self.path
 
     @property
     def plot_path(self) -> Path:
@@ -336,24 +343,9 @@ class RunDir:
     def save_report(self, report: Report) -> Path:
         return self._write(self.report_path, report.save)
 
-    def save_html(self, report: Report) -> Path:
-        from diagnose.renderers.html import HTMLRenderer
-
-        text = HTMLRenderer().render(report)
-        return self._write(self.html_path, lambda path: write_atomically(path, text))
-
-    def save_events(self, report: Report) -> Path | None:
-        """TensorBoard scalars and text, when the tensorboard package is installed (else None).
-        A failure to write them is a warning: report.json is what counts."""
-        try:
-            from diagnose.renderers.tensorboard import write_events
-
-            return write_events(report, self.path)
-        except ImportError:
-            return None
-        except OSError as exc:
-            print(f"diagnose: warning: could not write TensorBoard events: {exc}", file=sys.stderr)
-            return None
+    def save_html(self, page: str) -> Path:
+        """report.html, as rendered (``session.write_html``), whole or not at all."""
+        return self._write(self.html_path, lambda path: write_atomically(path, page))
 
     @staticmethod
     def _write(path: Path, write: Callable[[Path], object]) -> Path:

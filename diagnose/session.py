@@ -1,18 +1,33 @@
-"""A run, orchestrated in one place: run the script into its run directory, analyse what it left
-there, write the outputs. The CLI's commands are a few calls into this module.
+"""A run, orchestrated in one place: run the script into its run directory, analyse what it
+left there, save the outputs (report.json, rendered into TensorBoard events and report.html
+here, and handed to ``RunDir`` to write), show the report. The CLI (``diagnose run``,
+``analyze``, ``report``, ``verify``, ``sweep``), the Python API (``diagnose.profile``,
+``diagnose.analyze``) and verify's and sweep's child runs (each a ``diagnose run``) all go
+through this module.
 
 Contract:
 
-* ``analyze_run(run_dir, options) -> Report``: a run directory's record(s) and trace(s), found by
-  ``RunDir``, analysed by ``analysis.pipeline`` (every rank side by side in a distributed run);
+* ``run(request, display, nproc_per_node, rank, started) -> RunEnd``: ``diagnose run`` from its
+  parsed request to how it ends (its exit code, the report its ``--fail-on`` conditions are held
+  against, the lines said last): in a supervised child, through torchrun's ranks, or as one
+  rank of a job; the report shown through ``display``;
+* ``profiled_block(name, plan, options, ...)``: the same for a block of the caller's own code
+  (``diagnose.profile``), in this process;
+* ``analyze_path(path, options, display, html, out) -> Report``: ``diagnose analyze``;
+  ``analyze_run(run_dir, options) -> Report``: a run directory's record(s) and trace(s), found
+  by ``RunDir``, analysed by ``analysis.pipeline`` (every rank side by side in a distributed run);
 * ``analyze_and_save(run_dir, options, html) -> Report``: the same, then ``save_outputs``
-  (report.json, TensorBoard events and, on request, report.html);
+  (report.json, TensorBoard events and, on request, report.html: ``write_html``, ``write_events``);
+* ``verify_report`` / ``sweep_report`` and ``save_experiments``: verify's and sweep's own report,
+  saved and shown, with the comparison of their runs as TensorBoard events;
 * ``RunRequest``: what ``diagnose run`` was asked; ``open_run_dir``, ``run_script``,
   ``launch_ranks`` and ``merges_here`` run it, in one process or one per rank;
 * ``finish_rank(run_dir, rank, options, exchange) -> Report | None``: in each rank's process,
   right after its run: its own analysis, report and summary; on the merging rank, the job's
   report from every rank's summary (``merge_ranks`` does the same from the run directory).
 
+Errors are raised as ``DiagnoseError`` (``errors.Failure`` turns them into a line and an exit
+code, in one place); a report that was analysed but could not be saved is shown first.
 The runtime side (torch) is imported only when a script is run: analysing needs no torch.
 """
 
@@ -22,21 +37,27 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from diagnose.analysis.pipeline import AnalysisOptions, RankAnalysis, analyse_rank, analyze, combine_ranks, lead_of, rank_report
+from diagnose import errors
+from diagnose.analysis.pipeline import (
+    AnalysisOptions, RankAnalysis, analyse_rank, analyze, analyze_trace, combine_from_traces, combine_ranks, lead_of, rank_report, traced,
+)
 from diagnose.analysis.ranks import RankSummary
 from diagnose.analysis.report import Report
+from diagnose.display import Display
 from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
-from diagnose.errors import OutputError, TraceError, UsageError
+from diagnose.errors import DiagnoseError, OutputError, TraceError, UsageError
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.rundir import RunDir, shared_location
 from diagnose.signals import SignalHold
 
 if TYPE_CHECKING:
+    from diagnose.experiments import Outcome, VerifyResult
     from diagnose.runtime.knobs import Knobs
     from diagnose.runtime.whole import WatchBudget
     from diagnose.supervise import Ending
@@ -83,29 +104,16 @@ def _combine_from_dir(run_dir: RunDir, ranks: dict[int, RunRecord], options: Ana
     """The job's report from the run directory: the first rank's trace, every other rank's
     summary. A rank that left no summary (an older diagnose, or one killed before its own
     analysis) is summarised from its trace, one at a time."""
-    saved = run_dir.load_rank_summaries()
-    first_rank = min(ranks)
-    first = _analyse_from_dir(run_dir, first_rank, ranks[first_rank], options)
-    summaries = [first.summary]
-    analysed = {first_rank: first}
-    for rank, record in sorted(ranks.items()):
-        if rank == first_rank:
-            continue
-        if rank in saved:
-            summaries.append(RankSummary.from_dict(saved[rank]))
-        else:
-            analysed[rank] = _analyse_from_dir(run_dir, rank, record, options)
-            summaries.append(analysed[rank].summary)
-
-    def load(rank: int) -> RankAnalysis | None:
-        if rank not in analysed:
-            analysed[rank] = _analyse_from_dir(run_dir, rank, ranks[rank], options)
-        return analysed[rank] if analysed[rank].trace is not None else None
-
-    return combine_ranks(lead_of(first, summaries, load), summaries, options, source)
+    saved = {rank: RankSummary.from_dict(summary) for rank, summary in run_dir.load_rank_summaries().items() if rank in ranks}
+    return combine_from_traces(sorted(ranks), lambda rank: _analyse_from_dir(run_dir, rank, options, ranks.get(rank)), saved, options, source)
 
 
-def _analyse_from_dir(run_dir: RunDir, rank: int, record: RunRecord, options: AnalysisOptions) -> RankAnalysis:
+def _analyse_from_dir(run_dir: RunDir, rank: int, options: AnalysisOptions, record: RunRecord | None = None) -> RankAnalysis | None:
+    """One rank's analysis from the run directory (its record loaded where not given; None
+    where it left none), its own report's name in its summary."""
+    record = record if record is not None else run_dir.load_record(rank)
+    if record is None:
+        return None
     trace, warnings = run_dir.trace_for(record, rank)
     analysis = analyse_rank(rank, record, trace, options, warnings)
     if run_dir.rank_report_path(rank).is_file():
@@ -115,7 +123,8 @@ def _analyse_from_dir(run_dir: RunDir, rank: int, record: RunRecord, options: An
 
 def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bool = True) -> Report:
     """report.json, then the TensorBoard events (with ``events``, for a run that measured steps
-    and ended well) and report.html (with ``html``)."""
+    and ended well) and report.html (with ``html``), rendered here and written by ``RunDir``.
+    Memory that runs out while rendering them leaves report.json saved, and says so."""
     if report.distributed is not None:  # a watched job: each rank's accounting, the job's goodput
         from diagnose.analysis.wholerun import job_section
 
@@ -123,10 +132,46 @@ def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bo
     run_dir.save_report(report)
     # a run that failed or measured no step writes no events: TensorBoard would list it as a run
     if events and report.breakdown and report.status.get("state") in ("completed", "stopped", "trace"):
-        run_dir.save_events(report)
+        write_events(run_dir, report)
     if html:
-        run_dir.save_html(report)
+        write_html(run_dir, report)
     return report
+
+
+def write_html(run_dir: RunDir, report: Report) -> Path:
+    """report.html, rendered from the report; memory that runs out while rendering it is a
+    ``TraceError`` (exit 4) that says report.json is kept."""
+    from diagnose.renderers.html import HTMLRenderer
+
+    try:
+        page = HTMLRenderer().render(report)
+    except MemoryError:  # left at once: what the renderer held goes with the traceback
+        page = None
+    if page is None:
+        raise TraceError(
+            f"memory ran out while writing {run_dir.html_path.name}; {run_dir.report_path} is saved",
+            hint=f"diagnose report {run_dir.path} --html writes it again where more memory is free",
+        )
+    return run_dir.save_html(page)
+
+
+def write_events(run_dir: RunDir, report: Report) -> Path | None:
+    """TensorBoard scalars and text into the run directory, when the tensorboard package is
+    installed (else None). A failure to write them, or memory running out, is a warning:
+    report.json is what counts."""
+    try:
+        from diagnose.renderers.tensorboard import write_events as write_event_file
+    except ImportError:
+        return None
+    why = None
+    try:
+        return write_event_file(report, run_dir.events_folder)
+    except OSError as exc:
+        why = str(exc)
+    except MemoryError:
+        why = "memory ran out"
+    print(f"diagnose: warning: could not write TensorBoard events: {why}", file=sys.stderr)
+    return None
 
 
 def analyze_and_save(run_dir: RunDir, options: AnalysisOptions, html: bool = False) -> Report:
@@ -210,6 +255,178 @@ def save_not_run(run_dir: RunDir, target: dict[str, Any], message: str, options:
     record.error = {"type": "UsageError", "message": message, "traceback": ""}
     run_dir.save_record(record)
     analyze_and_save(run_dir, options)
+
+
+# --- diagnose run, from its request to how it ends -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How ``diagnose run`` ends: its exit code, the report its ``--fail-on`` conditions are held
+    against (None: they are not, the run did not end well), and the lines said after them."""
+
+    exit_code: int
+    gated: Report | None = None
+    closing: tuple[str, ...] = ()
+
+
+def run(request: RunRequest, display: Display, nproc_per_node: int | None = None, rank: RankInfo | None = None, started: float | None = None) -> RunEnd:
+    """``diagnose run``: the run directory, then the script run through torchrun's ranks
+    (``nproc_per_node``), as one rank of a job (``rank``), or in a supervised child; its
+    analysis, its outputs saved and its report shown. ``started``: when this process began
+    (the check may take the run's own time again)."""
+    run_dir = open_run_dir(request, None if nproc_per_node else rank)
+    if nproc_per_node:
+        return _launched(request, nproc_per_node, run_dir, display)
+    if rank is None:  # a process of its own runs the script; this one writes what it could not
+        from diagnose import supervise
+
+        ending = supervise.supervise()
+        if ending is not None:
+            return _after_supervised(ending, run_dir, request, display)
+    return _run_here(request, run_dir, rank, display, started)
+
+
+def _launched(request: RunRequest, nproc: int, run_dir: RunDir, display: Display) -> RunEnd:
+    """``--nproc-per-node``: torchrun's ranks, then the job's report merged here (on several
+    nodes, the job's rank 0 merged it, on whichever node it ran)."""
+    display.note(f"diagnose ▸ launching {nproc} ranks through torchrun into {run_dir.path}")
+    code = launch_ranks(request, nproc, run_dir, quiet_stdout=display.json_out)
+    if request.torchrun_options:
+        if run_dir.report_path.is_file():
+            display.report(run_dir.load_report())
+        else:
+            display.note(f"diagnose ▸ this node's ranks ended; the job's rank 0 writes the report into {run_dir.path}")
+        return RunEnd(code)
+    report = _analyse_and_show(run_dir, request, display, merge=True)
+    return RunEnd(code, gated=report if code == errors.EXIT_OK else None)
+
+
+def _run_here(request: RunRequest, run_dir: RunDir, rank: RankInfo | None, display: Display, started: float | None) -> RunEnd:
+    """The script in this process (the supervised child, or a rank), then its report; SIGINT and
+    SIGTERM held from the script's end until report.json is saved."""
+    hold = SignalHold()
+    try:
+        exchange = SummaryExchange(rank) if rank is not None else None
+        try:
+            record = run_script(request, run_dir, rank, quiet_stdout=display.json_out, signal_hold=hold, exchange=exchange)
+        except DiagnoseError:
+            display.note(f"run directory: {run_dir.path}")
+            raise
+        if rank is not None:  # every rank analyses its own trace; the merging one combines
+            report = finish_rank(run_dir, rank, request.options, exchange, keep_traces=request.keep_traces, html=request.html)
+            if report is not None and request.check:  # the merging rank: the job's report
+                report = check_skipped(run_dir, report, DISTRIBUTED_CHECK_SKIPPED, html=request.html)
+            if report is not None:
+                _show(run_dir, report, request.html, display)
+        else:
+            report = _analyse_and_show(run_dir, request, display, started=started)
+    finally:
+        hold.release()
+    if hold.received and record.status not in ("interrupted", "terminated"):  # held while the report was saved
+        return RunEnd(128 + hold.received[0], closing=(f"diagnose: {signal_words(hold.received[0])}: the report was saved first",))
+    return _run_end(record, request.plan, report)
+
+
+def _after_supervised(ending: Ending, run_dir: RunDir, request: RunRequest, display: Display) -> RunEnd:
+    """The supervising parent, once the run's process ended: its exit code where it finished the
+    run's files; else the record it left (or one made here) analysed, the report shown, and a
+    line that says how the process ended."""
+    import signal
+
+    if ending.through_diagnose and ending.signal is None:  # the child said what happened itself
+        late = ending.received[0] if ending.received and ending.code < 128 else None
+        if late is not None:  # passed on too late for the child to hear it
+            return RunEnd(128 + late, closing=(f"diagnose: {signal_words(late)} as diagnose was exiting: its work was done",))
+        return RunEnd(ending.code)
+    record = settle_supervised_run(run_dir, request, ending)
+    if record is None:  # the child wrote its report: its exit code, or the signal that came after it
+        late = ending.signal if ending.signal is not None else (ending.received[0] if ending.received and ending.code < 128 else None)
+        if late is not None and late in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            return RunEnd(128 + late, closing=(f"diagnose: {signal_words(late)}: the report was saved first",))
+        return RunEnd(ending.code)
+    unreported = record.status not in ("crashed", "interrupted", "terminated")
+    if unreported:
+        display.note(f"diagnose: {ending.describe().replace('script', 'run')} before its report was written; it is written now")
+    report = _analyse_and_show(run_dir, request, display)
+    if unreported and ending.code:  # diagnose's own process failed: the exit says so
+        return RunEnd(ending.code)
+    if record.status == "crashed":
+        return RunEnd(ending.code, closing=(f"diagnose: error: {ending.describe()}: what was measured until then is in the report",))
+    return _run_end(record, request.plan, report)
+
+
+def _analyse_and_show(run_dir: RunDir, request: RunRequest, display: Display, merge: bool = False, started: float | None = None) -> Report:
+    """Analyse, save and show; with ``merge`` (the ranks of --nproc-per-node have ended), the
+    job's report from their summaries, the traces not worth keeping removed. A single run whose
+    ranking names findings to measure measures them first (``--check``, ``check_and_save``),
+    within the run's own time since ``started``; a distributed one says why it measures
+    nothing (``check_skipped``)."""
+    with shown_if_unsaved(display):
+        if merge:
+            report = merge_ranks(run_dir, request.options, html=request.html, keep_traces=request.keep_traces)
+            if request.check:
+                report = check_skipped(run_dir, report, DISTRIBUTED_CHECK_SKIPPED, html=request.html)
+        else:
+            report = analyze_and_save(run_dir, request.options, html=request.html)
+            to_check = [item for item in (report.ranking or {}).get("to_check") or [] if item.get("knobs")]
+            if request.check and started is not None and to_check and report.status.get("state") in ("stopped", "completed"):
+                from diagnose.experiments import CHECK_BUDGET_FACTOR
+
+                budget = request.check_budget_s if request.check_budget_s is not None else CHECK_BUDGET_FACTOR * (time.monotonic() - started)
+                say: Callable[[str], None] = (lambda _: None) if request.quiet else (lambda text: display.note(f"diagnose ▸ {text}"))
+                say(f"{len(to_check)} finding(s) too unsure to rank on a prediction: measuring up to {request.check} (budget {budget:.0f} s; --no-check skips this)")
+                report = check_and_save(run_dir, request, report, budget, say)
+    _show(run_dir, report, request.html, display)
+    return report
+
+
+def _show(run_dir: RunDir, report: Report, html: bool, display: Display) -> None:
+    display.report(report)
+    display.wrote_html(run_dir, html)
+    display.run_directory(run_dir)
+
+
+@contextlib.contextmanager
+def shown_if_unsaved(display: Display) -> Iterator[None]:
+    """A report analysed but not saved (a read-only or full run directory) is shown all the
+    same; the error then says so: it is not lost."""
+    try:
+        yield
+    except OutputError as exc:
+        if exc.report is not None:
+            display.report(exc.report)  # type: ignore[arg-type] - a Report, kept by analyze_and_save
+            exc.message = f"the report above could not be saved: {exc.message}"
+        raise
+
+
+def _run_end(record: RunRecord, plan: WindowPlan, report: Report | None) -> RunEnd:
+    """The exit code a run's record says, with its last lines; the report is held against
+    ``--fail-on`` only where the run ended well (the script's own failure keeps its own code)."""
+    if record.status == "no_steps":
+        return RunEnd(errors.EXIT_NO_STEPS, closing=(
+            "diagnose: error: no training step was found: the script made no optimizer step, fetched no DataLoader batch and called no module",
+        ))
+    if record.status in ("completed", "stopped"):
+        closing: tuple[str, ...] = ()
+        if not record.profiled_steps and record.completed_steps() <= plan.warmup:  # a plan cut to the script profiles a step
+            closing = (
+                f"diagnose: warning: the script ran only {record.completed_steps()} steps, "
+                f"not more than --warmup {plan.warmup}: nothing was profiled (try --warmup 1 --steps 2)",
+            )
+        return RunEnd(errors.EXIT_OK, gated=report, closing=closing)
+    closing = ()
+    if record.status in ("interrupted", "terminated"):
+        what = signal_words(record.exit_code - 128 if record.exit_code > 128 else 15)
+        closing = (f"diagnose: {what}: what was measured until then is in the report",)
+    return RunEnd(record.exit_code or errors.EXIT_SCRIPT_FAILED, closing=closing)
+
+
+def signal_words(signum: int) -> str:
+    """"interrupted (Ctrl-C)", "terminated (SIGTERM)", "terminated (SIGHUP)"."""
+    import signal
+
+    return "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
 
 
 # --- a run whose process ended without a word ---------------------------------------------------
@@ -314,10 +531,30 @@ def open_run_dir(request: RunRequest, rank: RankInfo | None = None) -> RunDir:
     from diagnose.runtime.runner import resolve_target
 
     resolve_target(request.script, request.module, request.script_args)
+    # the nodes of a multi-node job share one folder: none of them claims it alone
+    return run_dir_for(request.name, request.out, request.overwrite, rank, shared=bool(request.torchrun_options))
+
+
+def run_dir_for(name: str, out: Path | None, overwrite: bool, rank: RankInfo | None, shared: bool = False) -> RunDir:
+    """A run's folder: ``out``, else ``runs/<name>-<time>/``, claimed by this process; a rank's
+    is the job's one folder (``out``, else one every rank agrees on), where each rank writes its
+    own names."""
     if rank is None:
-        # the nodes of a multi-node job share one folder: none of them claims it alone
-        return RunDir.create_for(request.name, request.out, overwrite=request.overwrite, shared=bool(request.torchrun_options))
-    return RunDir.create(request.out or shared_location(request.name), overwrite=True)  # each rank writes its own names
+        return RunDir.create_for(name, out, overwrite=overwrite, shared=shared)
+    return RunDir.create(out or shared_location(name), overwrite=True)
+
+
+def run_hooks(run_dir: RunDir, rank: int | None, lines: bool, exchange: SummaryExchange | None) -> list[Any]:
+    """The runner hooks of every run, of a script or a block: line attribution (its workers'
+    samples into the run directory) and, for a rank, the exchange of the ranks' summaries."""
+    hooks: list[Any] = []
+    if lines:
+        from diagnose.runtime.lines import LineAttribution
+
+        hooks.append(LineAttribution(run_dir.workers_path(rank)))
+    if exchange is not None:
+        hooks.append(exchange)
+    return hooks
 
 
 def merges_here(rank: RankInfo | None) -> bool:
@@ -334,9 +571,7 @@ def run_script(
     says why, then raises the usage error. With ``signal_hold``, SIGINT and SIGTERM stay held
     after the script ended, until the caller releases them (when the report is saved). With
     ``exchange`` (a rank), the job's process-group store is kept when the window closes."""
-    from diagnose.errors import DiagnoseError
     from diagnose.progress import Progress
-    from diagnose.runtime.lines import LineAttribution
     from diagnose.runtime.runner import resolve_target, run_target
 
     try:
@@ -354,9 +589,7 @@ def run_script(
             how = record.warnings[-1] if record.warnings else "the script ended its process"
             print(f"diagnose: {how}; the report is in {run_dir.path}", file=sys.stderr)
 
-    hooks: list[Any] = [LineAttribution(run_dir.workers_path(rank_number))] if request.lines else []
-    if exchange is not None:
-        hooks.append(exchange)
+    hooks = run_hooks(run_dir, rank_number, request.lines, exchange)
     if request.watch is not None:
         from diagnose.runtime.whole import LiveLine, WholeRun
 
@@ -411,14 +644,8 @@ def finish_rank(
         run_dir.wait_for_ranks(rank.world_size, timeout_s, summaries=True)
         gathered = list(run_dir.load_rank_summaries().values())
     summaries = [RankSummary.from_dict(s) for s in gathered]
-
-    def load(other: int) -> RankAnalysis | None:  # the lead rank's own trace, still in the run directory
-        other_record = run_dir.load_record(other)
-        if other_record is None:
-            return None
-        other_trace, other_warnings = run_dir.trace_for(other_record, other)
-        return analyse_rank(other, other_record, other_trace, options, other_warnings) if other_trace is not None else None
-
+    # the lead rank's own trace, still in the run directory
+    load = traced(lambda other: _analyse_from_dir(run_dir, other, options))
     report = combine_ranks(lead_of(analysis, summaries, load), summaries, options, source)
     report.distributed["gathered"] = "process group store" if exchange is not None and exchange.store is not None and len(gathered) == rank.world_size else "run directory"
     keep_notable_traces(run_dir, report, keep_traces)
@@ -468,3 +695,175 @@ def _stdout_to_stderr(active: bool) -> Iterator[None]:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+# --- diagnose analyze ---------------------------------------------------------------------------
+
+
+def analyze_path(path: Path, options: AnalysisOptions, display: Display, html: bool = False, out: Path | None = None) -> Report:
+    """``diagnose analyze``: a run directory re-analysed and its outputs saved into it; a folder
+    of the user's own traces, or a bare trace, analysed and saved only into a new run directory
+    (``out``, or one made with ``html``), never beside the user's files. Then shown."""
+    path = RunDir.containing(path).path  # RUN/diagnose/report.json names its run directory
+    saved_in = None
+    with shown_if_unsaved(display):
+        if path.is_dir() and RunDir(path).holds_run():
+            saved_in = RunDir(path)
+            report = analyze_and_save(saved_in, options, html=html)
+        else:
+            if path.is_dir():  # a folder of the user's own traces: never written into
+                report, name = analyze_run(RunDir(path), options), path.resolve().name or "traces"
+            else:
+                report, name = analyze_trace(path, options), path.name.split(".")[0]
+            if html or out is not None:
+                saved_in = RunDir.create_for("analyze-" + name, out)
+                save_outputs(saved_in, report, html=html, events=False)
+                display.say(f"wrote {saved_in.report_path}")
+        if saved_in is not None:
+            display.wrote_html(saved_in, html)
+    display.report(report)
+    return report
+
+
+# --- verify and sweep: their own report, over their runs -----------------------------------------
+
+
+def experiment_dir(kind: str, script: str | None, module: str | None, out: Path | None, shared: bool, knobs: Sequence[str], rules_dirs: Sequence[Path]) -> tuple[Any, RunDir]:
+    """The checked target and verify's or sweep's folder (``shared``: a multi-node one, whose
+    nodes all write into it), created only once the target, the knobs and the rule files are
+    found good (a usage error leaves no folder behind)."""
+    from diagnose.analysis.rules import load_rules
+    from diagnose.runtime.knobs import Knobs
+    from diagnose.runtime.runner import resolve_target
+
+    target = resolve_target(script if not module else None, module, [])
+    Knobs.parse(list(knobs))
+    load_rules(list(rules_dirs))
+    return target, RunDir.create_for(f"{kind}-{target.display_name}", out, overwrite=shared, shared=shared)
+
+
+def verify_report(result: VerifyResult, base_report: dict[str, Any]) -> Report:
+    """verify's report: the baseline's, with the experiments; a baseline that measured no
+    steady state is the script's failure (exit 1)."""
+    from diagnose.experiments import summarize_verify
+
+    first = result.baseline.runs[0]
+    if not base_report or first.status != "ok":
+        raise DiagnoseError(
+            f"the baseline run did not measure a steady state ({first.status}): {first.error}",
+            hint=f"its run directory: {first.run_dir}; try diagnose run on the script first",
+            exit_code=errors.EXIT_SCRIPT_FAILED,
+        )
+    report = Report.from_dict(base_report)
+    report.experiments = summarize_verify(result, base_report)
+    return report
+
+
+def sweep_report(names: list[str], outcomes: list[Outcome], out_dir: RunDir, target: Any, target_args: list[str]) -> Report:
+    """sweep's report: its points side by side, their chart (``sweep.png``), the machine they
+    ran on as their own reports recorded it."""
+    from diagnose.experiments import plot_sweep, summarize_sweep
+
+    summary = summarize_sweep(names, outcomes)
+    plot = plot_sweep(summary, out_dir.plot_path)
+    if plot is not None:
+        summary["plot"] = plot.name
+    return Report(
+        source={"kind": "sweep", "run_dir": str(out_dir.path)},
+        status={
+            "state": "sweep", "exit_code": errors.EXIT_OK if any(o.status == "ok" for o in outcomes) else errors.EXIT_SCRIPT_FAILED,
+            "message": f"{len(outcomes)} runs of {target.value}", "error": None,
+        },
+        run={"target": {"kind": target.kind, "value": target.value, "args": target_args}},
+        # the machine the points ran on, as their own reports recorded it: the header names the device
+        environment=_environment_of(outcomes),
+        verdict=summary["conclusions"][0] if summary["conclusions"] else "no run of the sweep succeeded",
+        experiments=summary,
+    )
+
+
+def _environment_of(outcomes: list[Outcome]) -> dict[str, Any]:
+    """The environment recorded by the first of the sweep's runs that left a report."""
+    for outcome in outcomes:
+        if not outcome.run_dir:
+            continue
+        try:
+            environment = RunDir(Path(outcome.run_dir)).load_report().environment
+        except (DiagnoseError, OSError, ValueError):
+            continue
+        if environment:
+            return dict(environment)
+    return {}
+
+
+def save_experiments(out_dir: RunDir, report: Report, html: bool, display: Display) -> Report:
+    """verify's or sweep's report saved (no events of its own), shown, and its runs side by side
+    in TensorBoard (``comparison_events``)."""
+    save_outputs(out_dir, report, html=html, events=False)
+    display.report(report)
+    display.wrote_html(out_dir, html)
+    _experiment_events(out_dir, display)
+    display.note(f"run directory: {out_dir.path}")
+    return report
+
+
+def _experiment_events(out_dir: RunDir, display: Display) -> None:
+    """A verify or sweep parent's runs side by side in TensorBoard: an event file of the
+    comparison of its child runs (each child has its own). Skipped without tensorboard, or with
+    fewer than two runs that left a report."""
+    from diagnose.api import compare as compare_runs
+
+    try:
+        from diagnose.renderers.comparison_events import write_comparison_events
+
+        write_comparison_events(compare_runs(out_dir.path), out_dir.events_folder)
+    except ImportError:
+        return
+    except (DiagnoseError, ValueError, OSError) as exc:
+        display.note(f"diagnose: note: no comparison events in {out_dir.path}: {getattr(exc, 'message', exc)}")
+
+
+# --- a block of the caller's own code (diagnose.profile) ------------------------------------------
+
+
+@dataclass
+class BlockOutcome:
+    """A profiled block's run directory; its record and report once the block has ended."""
+
+    run_dir: RunDir
+    record: RunRecord | None = None
+    report: Report | None = None
+
+
+@contextlib.contextmanager
+def profiled_block(
+    name: str, plan: WindowPlan, options: AnalysisOptions, *, knobs: Sequence[str] = (), lines: bool = False, html: bool = False,
+    quiet: bool = True, out: Path | None = None, overwrite: bool = False, rank: RankInfo | None = None, keep_traces: str = "notable",
+) -> Iterator[BlockOutcome]:
+    """``diagnose.profile``'s run: the block profiled in this process into its run directory (a
+    rank's: the job's shared one), then analysed and saved as a script's run is (``rank``: its
+    own report, and on the merging rank the job's; the other ranks' ``report`` is their own)."""
+    from diagnose.progress import Progress
+    from diagnose.runtime.block import BlockRun
+    from diagnose.runtime.knobs import Knobs
+
+    parsed = Knobs.parse(list(knobs))
+    run_dir = run_dir_for(name, out, overwrite, rank)
+    rank_number = rank.rank if rank is not None else None
+    exchange = SummaryExchange(rank) if rank is not None else None
+    block = BlockRun(
+        name, plan, run_dir, knobs=parsed if parsed else None, progress=Progress(enabled=not quiet),
+        extra_hooks=run_hooks(run_dir, rank_number, lines, exchange), rank=rank_number,
+    )
+    outcome = BlockOutcome(run_dir)
+    try:
+        with block:
+            yield outcome
+    finally:
+        outcome.record = block.record
+        if rank is None:
+            outcome.report = analyze_and_save(run_dir, options, html=html)
+        else:
+            merged = finish_rank(run_dir, rank, options, exchange, keep_traces=keep_traces, html=html)
+            own = run_dir.rank_report_path(rank.rank)
+            outcome.report = merged if merged is not None else (Report.load(own) if own.is_file() else None)

@@ -149,7 +149,7 @@ def test_trim_keeps_the_breakdown_of_the_kept_steps(tmp_path: Path) -> None:
         b.op("aten::linear", t + 350, 10, forward=True)
         b.kernel(FP32_GEMM, t + 600, 700, launch_ts=t + 355)  # runs into the next step
     b.write(tmp_path / "t.json")
-    proc = diagnose("trim", "--steps", "2", "--skip", "1", "t.json", "small.json.gz", cwd=tmp_path)
+    proc = diagnose("trim", "--keep", "2", "--skip", "1", "t.json", "small.json.gz", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     full = {s.number: s for s in compute_breakdown(load_timeline(tmp_path / "t.json")).steps}
     small = compute_breakdown(load_timeline(tmp_path / "small.json.gz")).steps

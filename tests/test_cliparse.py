@@ -114,12 +114,12 @@ def test_rules_and_knobs_print_json() -> None:
 def test_the_tensorboard_hint_only_where_tensorboard_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from diagnose import cli
+    from diagnose.display import tensorboard_hint
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "events.out.tfevents.1.diagnose").write_bytes(b"")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    assert cli._tensorboard_hint(tmp_path / "run") == ""
+    assert tensorboard_hint(tmp_path / "run") == ""
     monkeypatch.undo()
     if importlib.util.find_spec("tensorboard") is not None:
-        assert cli._tensorboard_hint(tmp_path / "run") == f"  (tensorboard --logdir {tmp_path})"
+        assert tensorboard_hint(tmp_path / "run") == f"  (tensorboard --logdir {tmp_path})"

@@ -201,7 +201,7 @@ def test_trim_takes_a_run_directory_with_one_trace(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / TRACE.name).write_bytes(TRACE.read_bytes())
-    proc = diagnose("trim", str(run), "small.pt.trace.json.gz", "--steps", "2", cwd=tmp_path)
+    proc = diagnose("trim", str(run), "small.pt.trace.json.gz", "--keep", "2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "small.pt.trace.json.gz").stat().st_size > 0
     (run / ("rank1_" + TRACE.name)).write_bytes(TRACE.read_bytes())
@@ -568,6 +568,19 @@ def test_analyze_per_step_and_the_old_steps_flag_still_works(tmp_path: Path) -> 
     assert "per step (ms)" in new.stdout and new.stdout == old.stdout
     assert "diagnose: warning: analyze --steps is now --per-step" in old.stderr and "warning" not in new.stderr
     assert "--steps" not in diagnose("analyze", "--help", cwd=tmp_path, env={"COLUMNS": "200"}).stdout
+
+
+def test_trim_keep_and_the_old_steps_option_still_works(tmp_path: Path) -> None:
+    """trim's count of steps to keep is --keep: --steps counts the profiled steps of run, verify
+    and sweep. The old spelling keeps working, with a warning."""
+    from diagnose.analysis.timeline import load_timeline
+
+    new = diagnose("trim", str(TRACE), "new.json", "--keep", "2", "--skip", "0", cwd=tmp_path)
+    old = diagnose("trim", str(TRACE), "old.json", "--steps", "2", "--skip", "0", cwd=tmp_path)
+    assert new.returncode == old.returncode == 0, old.stderr
+    assert "diagnose: warning: trim --steps is now --keep" in old.stderr and "warning" not in new.stderr
+    assert len(load_timeline(tmp_path / "new.json").steps) == len(load_timeline(tmp_path / "old.json").steps) == 2
+    assert "--steps" not in diagnose("trim", "--help", cwd=tmp_path, env={"COLUMNS": "200"}).stdout
 
 
 @pytest.mark.parametrize("command", [["knobs"], ["rules"], ["rules", "--symptoms"]])

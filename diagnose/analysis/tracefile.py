@@ -835,7 +835,7 @@ def available_memory() -> int | None:
     return None
 
 
-_CUT_HINT = "cut the trace to a few steps (diagnose trim TRACE OUT --steps 3), or analyse it on a machine with more memory"
+_CUT_HINT = "cut the trace to a few steps (diagnose trim TRACE OUT --keep 3), or analyse it on a machine with more memory"
 
 
 def check_fits(path: Path, json_bytes: int) -> None:
