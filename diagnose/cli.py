@@ -602,12 +602,13 @@ def main() -> None:
 
     supervise.enable()  # the command line (never an in-process caller) runs a script supervised
     try:
+        failure = None
         try:
             app()
-        except (MemoryError, KeyboardInterrupt) as exc:  # outside a command (parsing, an import): as errors.Failure says
+        except (Exception, KeyboardInterrupt) as exc:  # outside a command (parsing, an import): as errors.Failure says
             failure = Failure.of(exc)
-        else:
-            failure = None
+            if failure is None:  # not the user's to read: a bug, its traceback is the report
+                raise
         if failure is not None:  # out of the except clause: what the traceback held is released
             for line in failure.lines:
                 typer.echo(line, err=True)

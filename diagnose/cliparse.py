@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 import typer
 import typer.core
 
-from diagnose.errors import OUT_OF_MEMORY, DiagnoseError, Failure, UsageError
+from diagnose.errors import Failure, UsageError
 
 
 @dataclass(frozen=True)
@@ -113,14 +113,16 @@ class Command(typer.core.TyperCommand):
 
     def invoke(self, ctx: typer.Context) -> Any:
         """The command; a ``DiagnoseError`` or memory running out ends it as ``errors.Failure``
-        says (the one place errors become exit codes)."""
+        says (the one place errors become exit codes). Any other exception is a bug: raised."""
         try:
             return super().invoke(ctx)
-        except (DiagnoseError, MemoryError) as exc:
+        except Exception as exc:  # only those Failure knows (a MemoryError's lines made beforehand); any other is raised again
             failure = Failure.of(exc)
+            if failure is None:
+                raise
         # left the except clause first: the traceback, and all that its frames held (a report
         # half rendered), are released before a line is written
-        leave(failure or OUT_OF_MEMORY)
+        leave(failure)
 
 
 def leave(failure: Failure) -> NoReturn:

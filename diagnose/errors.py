@@ -9,6 +9,7 @@ docs/failures.md lists the codes.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 #: Exit codes of the ``diagnose`` command itself (a failing script's own code is passed through).
@@ -71,7 +72,7 @@ class Failure:
         out, building a message could fail again."""
         if isinstance(exc, DiagnoseError):
             return cls.of_error(exc)
-        if isinstance(exc, MemoryError):
+        if memory_ran_out(exc):
             return OUT_OF_MEMORY
         if isinstance(exc, KeyboardInterrupt):
             return INTERRUPTED
@@ -80,6 +81,18 @@ class Failure:
     @classmethod
     def of_error(cls, exc: DiagnoseError) -> Failure:
         return cls((f"diagnose: error: {exc.message}", *((f"hint: {exc.hint}",) if exc.hint else ())), exc.exit_code)
+
+
+def memory_ran_out(exc: BaseException) -> bool:
+    """Whether ``exc`` says memory ran out: a ``MemoryError``, an ``OSError`` ENOMEM (a fork, a
+    mapping), or an import whose library the dynamic loader could not map (under an
+    address-space limit, ``ulimit -v``, a lazy import fails so, not with a MemoryError)."""
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+        return True
+    text = str(exc) if isinstance(exc, ImportError) else ""
+    return "failed to map segment" in text or "cannot allocate memory" in text.lower()
 
 
 #: memory ran out anywhere a command did not say more (docs/failures.md: one line, exit 4)

@@ -613,6 +613,98 @@ def test_memory_running_out_in_analyze_is_one_line_exit_4(tmp_path: Path) -> Non
     assert done.stderr.splitlines()[0] == "diagnose: error: memory ran out"
 
 
+#: ``diagnose ARGS`` in a child whose HTML page or TensorBoard events run out of memory while
+#: rendered: report.json is saved by then
+OUT_OF_MEMORY_RENDERING = """
+import sys
+from diagnose.renderers import html, tensorboard
+def out_of_memory(*args, **kwargs):
+    raise MemoryError()
+if WHERE == "html":
+    html.HTMLRenderer.render = out_of_memory
+else:
+    tensorboard.write_events = out_of_memory
+sys.argv = ["diagnose", ARGS]
+from diagnose.cli import main
+main()
+"""
+
+
+def _recorded_run(folder: Path) -> Path:
+    """A copy of a recorded run directory (run.json and its trace), as ``diagnose run`` left it."""
+    import shutil
+
+    run = folder / "run"
+    source = REPO / "tests" / "data" / "data_bound"
+    (run / "diagnose").mkdir(parents=True)
+    shutil.copy(source / "run.json", run / "diagnose" / "run.json")
+    for trace in source.glob("*.pt.trace.json.gz"):
+        shutil.copy(trace, run / trace.name)
+    return run
+
+
+def _driver(folder: Path, template: str, where: str, *args: str) -> subprocess.CompletedProcess[str]:
+    (folder / "driver.py").write_text(template.replace("WHERE", repr(where)).replace("ARGS", repr(list(args))[1:-1]))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "driver.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_memory_running_out_while_writing_report_html_keeps_report_json(tmp_path: Path) -> None:
+    """Issue 38, 9: report.json saved, then the page's rendering ran out of memory: the error
+    said memory ran out "while analysing the trace" (it had been analysed and saved)."""
+    run = _recorded_run(tmp_path)
+    done = _driver(tmp_path, OUT_OF_MEMORY_RENDERING, "html", "analyze", "--html", str(run))
+    assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [
+        f"diagnose: error: memory ran out while writing report.html; {run / 'diagnose' / 'report.json'} is saved",
+        f"hint: diagnose report {run} --html writes it again where more memory is free",
+    ]
+    assert saved_states(run) == ("stopped", "stopped") and not (run / "report.html").exists()
+    assert not list(run.glob("*.tmp")) and not list(run.glob(".*.tmp"))
+
+
+def test_memory_running_out_while_writing_the_events_is_a_warning(tmp_path: Path) -> None:
+    """The TensorBoard events are the run's extra: memory running out there is a warning, as a
+    failed write is; report.json and report.html are written, the report shown, exit 0."""
+    run = _recorded_run(tmp_path)
+    done = _driver(tmp_path, OUT_OF_MEMORY_RENDERING, "events", "analyze", "--html", str(run))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "diagnose: warning: could not write TensorBoard events: memory ran out" in done.stderr
+    assert saved_states(run) == ("stopped", "stopped") and (run / "report.html").is_file()
+    assert done.stdout.startswith("diagnose ")
+
+
+#: ``diagnose ARGS`` under an address-space limit set after diagnose's own imports, ``EXTRA``
+#: bytes above what the process maps: what it still imports (typer's own modules, lazily) and
+#: reads runs out, in Python (a MemoryError) or in the dynamic loader (an ImportError)
+UNDER_A_LIMIT = """
+import resource, sys
+import numpy, msgspec  # before the limit: a BLAS allocation that fails aborts, it does not raise
+import diagnose.cli
+def mapped():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (mapped() + EXTRA, resource.getrlimit(resource.RLIMIT_AS)[1]))
+sys.argv = ["diagnose", ARGS]
+diagnose.cli.main()
+"""
+
+
+@pytest.mark.parametrize("extra_mb", [2, 4, 8])
+def test_analyze_under_an_address_space_limit_is_one_line_exit_4(tmp_path: Path, extra_mb: int) -> None:
+    """Issue 38, 9: ``analyze`` under a tight ``ulimit -v``: a traceback ending in "failed to map
+    segment from shared object" (an import the limit broke) where docs/failures.md promises
+    one line and exit 4."""
+    trace = next((REPO / "tests" / "data" / "forloop_optimizer").glob("*.pt.trace.json.gz"))
+    (tmp_path / "driver.py").write_text(UNDER_A_LIMIT.replace("EXTRA", str(extra_mb << 20)).replace("ARGS", repr(["analyze", str(trace)])[1:-1]))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "driver.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode in (0, 4) and "Traceback" not in done.stderr, done.stderr[-3000:]
+    if done.returncode == 4:
+        assert done.stderr.splitlines()[0] == "diagnose: error: memory ran out"
+
+
 @pytest.mark.slow
 def test_a_ctrl_c_after_the_report_is_written_exits_130(tmp_path: Path) -> None:
     """Issue 37, 15: a Ctrl-C while the process tears down (the script's atexit functions, the
