@@ -574,15 +574,20 @@ def test_a_report_to_a_full_device_is_one_line_and_kept(tmp_path: Path) -> None:
 # --- 9. memory runs out after the report is saved, or anywhere in a command ---------------------------
 
 #: ``diagnose ARGS`` in a child whose terminal renderer runs out of memory (as it did at the end
-#: of a run that nearly exhausted the machine), or whose trace reader does
+#: of a run that nearly exhausted the machine), or its trace reader, or the rendering of its
+#: HTML page or TensorBoard events (report.json is saved by then)
 OUT_OF_MEMORY = """
 import sys
-from diagnose.renderers import terminal
+from diagnose.renderers import html, tensorboard, terminal
 from diagnose.analysis import timeline
 def out_of_memory(*args, **kwargs):
     raise MemoryError()
 if WHERE == "render":
     terminal.TerminalRenderer.render = out_of_memory
+elif WHERE == "html":
+    html.HTMLRenderer.render = out_of_memory
+elif WHERE == "events":
+    tensorboard.write_events = out_of_memory
 else:
     timeline.load_timeline = out_of_memory
     import diagnose.analysis.pipeline as pipeline
@@ -613,23 +618,6 @@ def test_memory_running_out_in_analyze_is_one_line_exit_4(tmp_path: Path) -> Non
     assert done.stderr.splitlines()[0] == "diagnose: error: memory ran out"
 
 
-#: ``diagnose ARGS`` in a child whose HTML page or TensorBoard events run out of memory while
-#: rendered: report.json is saved by then
-OUT_OF_MEMORY_RENDERING = """
-import sys
-from diagnose.renderers import html, tensorboard
-def out_of_memory(*args, **kwargs):
-    raise MemoryError()
-if WHERE == "html":
-    html.HTMLRenderer.render = out_of_memory
-else:
-    tensorboard.write_events = out_of_memory
-sys.argv = ["diagnose", ARGS]
-from diagnose.cli import main
-main()
-"""
-
-
 def _recorded_run(folder: Path) -> Path:
     """A copy of a recorded run directory (run.json and its trace), as ``diagnose run`` left it."""
     import shutil
@@ -653,7 +641,7 @@ def test_memory_running_out_while_writing_report_html_keeps_report_json(tmp_path
     """Issue 38, 9: report.json saved, then the page's rendering ran out of memory: the error
     said memory ran out "while analysing the trace" (it had been analysed and saved)."""
     run = _recorded_run(tmp_path)
-    done = _driver(tmp_path, OUT_OF_MEMORY_RENDERING, "html", "analyze", "--html", str(run))
+    done = _driver(tmp_path, OUT_OF_MEMORY, "html", "analyze", "--html", str(run))
     assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.splitlines() == [
         f"diagnose: error: memory ran out while writing report.html; {run / 'diagnose' / 'report.json'} is saved",
@@ -667,7 +655,7 @@ def test_memory_running_out_while_writing_the_events_is_a_warning(tmp_path: Path
     """The TensorBoard events are the run's extra: memory running out there is a warning, as a
     failed write is; report.json and report.html are written, the report shown, exit 0."""
     run = _recorded_run(tmp_path)
-    done = _driver(tmp_path, OUT_OF_MEMORY_RENDERING, "events", "analyze", "--html", str(run))
+    done = _driver(tmp_path, OUT_OF_MEMORY, "events", "analyze", "--html", str(run))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "diagnose: warning: could not write TensorBoard events: memory ran out" in done.stderr
     assert saved_states(run) == ("stopped", "stopped") and (run / "report.html").is_file()
