@@ -1,5 +1,6 @@
 """What a command shows on the terminal: the report on stdout, a few lines of information on
-stderr. The orchestration (``session``) calls it; the Python API passes ``Display.silent()``.
+stderr. The orchestration (``session``) calls it for the CLI's commands; the Python API shows
+nothing (it returns the report).
 
 Contract: ``Display(json_out, color, quiet, show_steps)``: ``report(report)`` writes the report
 (terminal text, or report.json with ``json_out``) to stdout; memory running out while rendering
@@ -31,16 +32,8 @@ class Display:
     quiet: bool = False
     #: the breakdown of every step too (``--per-step``)
     show_steps: bool = False
-    #: nothing at all (the Python API)
-    enabled: bool = True
-
-    @classmethod
-    def silent(cls) -> Display:
-        return cls(quiet=True, enabled=False)
 
     def report(self, report: Report) -> None:
-        if not self.enabled:
-            return
         from diagnose.renderers import JSONRenderer, TerminalRenderer
         from diagnose.renderers.terminal import ConsoleSettings
 
@@ -69,13 +62,12 @@ class Display:
 
     def say(self, text: str) -> None:
         """A line of information on stderr (what was written where), left out with ``quiet``."""
-        if self.enabled and not self.quiet:
+        if not self.quiet:
             _echo(text)
 
     def note(self, text: str) -> None:
         """A line on stderr that ``quiet`` keeps (a warning, how a run ended)."""
-        if self.enabled:
-            _echo(text)
+        _echo(text)
 
     def wrote_html(self, run_dir: RunDir, html: bool) -> None:
         """Where --html wrote report.html: every command that writes one says so."""

@@ -26,6 +26,10 @@ Contract:
   right after its run: its own analysis, report and summary; on the merging rank, the job's
   report from every rank's summary (``merge_ranks`` does the same from the run directory).
 
+It is long (about 870 lines) because it is every command's one orchestration; its sections
+follow a run's life: analysing a run directory, saving, running the script, how ``diagnose
+run`` ends, each rank's analysis, ``analyze``, verify's and sweep's reports, a profiled block.
+
 Errors are raised as ``DiagnoseError`` (``errors.Failure`` turns them into a line and an exit
 code, in one place); a report that was analysed but could not be saved is shown first.
 The runtime side (torch) is imported only when a script is run: analysing needs no torch.
@@ -161,11 +165,10 @@ def write_events(run_dir: RunDir, report: Report) -> Path | None:
     report.json is what counts."""
     try:
         from diagnose.renderers.tensorboard import write_events as write_event_file
+
+        return write_event_file(report, run_dir.events_folder)
     except ImportError:
         return None
-    why = None
-    try:
-        return write_event_file(report, run_dir.events_folder)
     except OSError as exc:
         why = str(exc)
     except MemoryError:
