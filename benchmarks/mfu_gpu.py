@@ -34,7 +34,7 @@ from _bench import PLAIN_RE, REPO, run_in_repo
 sys.path.insert(0, str(REPO))
 
 from diagnose.analysis import hardware, kernels, memory  # noqa: E402
-from diagnose.analysis.timeline import load_timeline  # noqa: E402
+from diagnose.analysis.trace.timeline import load_timeline  # noqa: E402
 from diagnose.record import RunRecord
 from diagnose.rundir import RunDir  # noqa: E402
 

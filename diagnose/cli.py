@@ -838,7 +838,7 @@ def trim(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
 ) -> None:
     """Cut a trace to a few steps and the events the analysis reads (to share it, or as a test fixture)."""
-    from diagnose.analysis.trim import trim_file
+    from diagnose.analysis.trace.trim import trim_file
 
     try:
         source = _one_trace(trace)

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from diagnose.analysis import columns as C
+from diagnose.analysis.trace import columns as C
 from diagnose.analysis.breakdown import merge
 from diagnose.analysis.replay import (
     MODEL_MAX_OPS,
@@ -27,7 +27,7 @@ from diagnose.analysis.replay import (
     step_model,
     stream_ends,
 )
-from diagnose.analysis.timeline import Timeline
+from diagnose.analysis.trace.timeline import Timeline
 
 
 def build_model(timeline: Timeline) -> StepModel | None:

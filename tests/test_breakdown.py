@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.analysis.breakdown import EXPOSED, PHASES, backward_spans, compute_breakdown, forward_spans, merge
-from diagnose.analysis.timeline import build_timeline
+from diagnose.analysis.trace.timeline import build_timeline
 from tests.tracebuilder import (
     AUTOGRAD,
     BF16_GEMM,
@@ -342,8 +342,8 @@ RECORDED_TRACES = sorted(Path(__file__).parent.joinpath("data").rglob("*.pt.trac
 @pytest.mark.parametrize("trace", RECORDED_TRACES, ids=lambda p: f"{p.parent.name}/{p.name[:12]}")
 def test_the_vectorized_breakdown_equals_the_loops_on_every_recorded_trace(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from diagnose.analysis import breakdown as B
-    from diagnose.analysis import vectorized as V
-    from diagnose.analysis.timeline import load_timeline
+    from diagnose.analysis.trace import vectorized as V
+    from diagnose.analysis.trace.timeline import load_timeline
 
     timeline = load_timeline(trace)
     if not timeline.steps:
@@ -377,7 +377,7 @@ def test_the_vectorized_sweep_equals_the_loop_on_hand_made_intervals() -> None:
     import random
 
     from diagnose.analysis import breakdown as B
-    from diagnose.analysis import vectorized as V
+    from diagnose.analysis.trace import vectorized as V
 
     rng = random.Random(7)
     steps = [(0.0, 40.0), (40.0, 75.0), (90.0, 130.0)]

@@ -138,7 +138,7 @@ def test_unknown_knob_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_trim_keeps_the_breakdown_of_the_kept_steps(tmp_path: Path) -> None:
     from diagnose.analysis.breakdown import compute_breakdown
-    from diagnose.analysis.timeline import load_timeline
+    from diagnose.analysis.trace.timeline import load_timeline
     from tests.tracebuilder import FP32_GEMM, TraceBuilder
 
     b = TraceBuilder()

@@ -626,7 +626,7 @@ def test_memory_running_out_in_the_analysis_still_leaves_a_report(tmp_path: Path
 
 @pytest.mark.parametrize("folder", ['we"ird', "back\\slash"])
 def test_a_quote_or_backslash_in_the_run_directory_keeps_the_trace_valid(tmp_path: Path, folder: str) -> None:
-    from diagnose.analysis.timeline import load_timeline
+    from diagnose.analysis.trace.timeline import load_timeline
     from diagnose.progress import Progress
     from diagnose.record import WindowPlan
     from diagnose.rundir import RunDir

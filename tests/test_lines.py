@@ -162,7 +162,7 @@ def test_source_line(tmp_path: Path) -> None:
 def test_sync_time_is_matched_call_by_call_when_the_counts_agree() -> None:
     from diagnose.analysis.pipeline import attribute_sync_time
     from diagnose.record import RunRecord
-    from diagnose.analysis.timeline import build_timeline
+    from diagnose.analysis.trace.timeline import build_timeline
     from tests.tracebuilder import TraceBuilder
 
     b = TraceBuilder()

@@ -13,7 +13,7 @@ import pytest
 from diagnose.analysis.collectives import collective_kind, collective_times
 from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank
 from diagnose.analysis.ranks import RankSummary, job_view, notable_ranks, outliers, slowest
-from diagnose.analysis.timeline import build_timeline
+from diagnose.analysis.trace.timeline import build_timeline
 from diagnose.distributed import PARENT_MERGES, RankInfo, launch_environment, launch_options, rank_info, torchrun_command
 from diagnose.errors import UsageError
 from diagnose.record import RunRecord

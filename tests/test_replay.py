@@ -41,7 +41,7 @@ from diagnose.analysis.predict import (
 from diagnose.analysis.replay import StepModel, build_model, host_code_scale, profiler_scale, replay, replay_check
 from diagnose.analysis.rules import load_rules
 from diagnose.analysis.symptoms import compute_symptoms, symptoms_from_values
-from diagnose.analysis.timeline import build_timeline, load_timeline
+from diagnose.analysis.trace.timeline import build_timeline, load_timeline
 from diagnose.record import RunRecord
 from tests.tracebuilder import ELEMENTWISE, FP32_GEMM, TraceBuilder, one_gpu_step
 
@@ -923,7 +923,7 @@ def test_a_host_ahead_windows_gpu_time_is_stretched_to_its_gpu_paced_step() -> N
 
 
 def test_trim_keeps_the_calls_that_waited_and_says_so() -> None:
-    from diagnose.analysis.trim import trim_trace
+    from diagnose.analysis.trace.trim import trim_trace
 
     data = host_ahead_steps().to_dict()
     trimmed = trim_trace(data, steps=3, skip=0)

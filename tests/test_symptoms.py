@@ -11,7 +11,7 @@ from diagnose.analysis.breakdown import EXPOSED, PHASES, Breakdown, StepBreakdow
 from diagnose.analysis.ranks import RankSet, RankSummary
 from diagnose.analysis.symptoms import CATALOG, compute_symptoms
 from diagnose.analysis.symptoms.registry import declare, evaluate, evaluation_order, symptom
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from tests.wholebuilder import whole_record
 from diagnose.record import DataLoaderInfo, FlopCount, FrameworkInfo, MatmulShape, MemorySplit, ModelInfo, OpCount, OptimizerInfo, RunRecord
 

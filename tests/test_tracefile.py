@@ -18,10 +18,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from diagnose.analysis import timeline as timeline_module
-from diagnose.analysis import tracefile
-from diagnose.analysis.timeline import build_timeline, load_timeline, read_trace_json
-from diagnose.analysis.tracefile import TraceStream, decode_objects
+from diagnose.analysis.trace import timeline as timeline_module
+from diagnose.analysis.trace import tracefile
+from diagnose.analysis.trace.timeline import build_timeline, load_timeline, read_trace_json
+from diagnose.analysis.trace.tracefile import TraceStream, decode_objects
 from diagnose.errors import TraceError
 from tests import reference_timeline
 from tests.tracebuilder import TraceBuilder, one_gpu_step
@@ -442,7 +442,7 @@ def test_numpys_own_threads_do_not_keep_the_reader_in_one_process(tiny_blocks: N
     import sys
 
     assert "numpy" not in sys.modules
-    from diagnose.analysis import vectorized
+    from diagnose.analysis.trace import vectorized
 
     assert timeline_module.threads_in_process() == 1 + vectorized.STARTED_THREADS
     (trace,) = (DATA / "item_syncs").glob("*.json.gz")

@@ -18,7 +18,7 @@ from diagnose.analysis.breakdown import compute_breakdown
 from diagnose.analysis.replay import build_model, replay_check
 from diagnose.analysis.rules import load_rules
 from diagnose.analysis.symptoms import symptoms_from_values
-from diagnose.analysis.timeline import build_timeline
+from diagnose.analysis.trace.timeline import build_timeline
 from tests.tracebuilder import ELEMENTWISE, FP32_GEMM, TraceBuilder
 
 # --- the bootstrap's arithmetic --------------------------------------------------------------------

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from diagnose.analysis import vectorized as V
-from diagnose.analysis.timeline import _outermost
+from diagnose.analysis.trace import vectorized as V
+from diagnose.analysis.trace.timeline import _outermost
 
 
 def _loop_outermost(starts: list[float], ends: list[float]) -> list[int]:
@@ -115,8 +115,8 @@ def test_numpy_is_loaded_with_one_blas_thread_and_the_environment_restored() -> 
     through ``vectorized`` it starts no thread, and the variable is gone again (a training
     script started later must not inherit it); a value the user set is left alone."""
     code = (
-        "import json, os; from diagnose.analysis import forking; before = forking.threads_in_process();"
-        "from diagnose.analysis import vectorized as V;"
+        "import json, os; from diagnose.analysis.trace import forking; before = forking.threads_in_process();"
+        "from diagnose.analysis.trace import vectorized as V;"
         "print(json.dumps([before, forking.threads_in_process(), V.STARTED_THREADS, os.environ.get('OPENBLAS_NUM_THREADS'), forking.can_fork()]))"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}

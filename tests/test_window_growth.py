@@ -87,7 +87,7 @@ def test_the_note_says_from_what_to_what_and_why() -> None:
 pytest.importorskip("torch")
 
 from diagnose.analysis.pipeline import AnalysisOptions  # noqa: E402
-from diagnose.analysis.timeline import load_timeline  # noqa: E402
+from diagnose.analysis.trace.timeline import load_timeline  # noqa: E402
 from diagnose.renderers import TerminalRenderer  # noqa: E402
 from diagnose.session import analyze_run  # noqa: E402
 from diagnose.progress import Progress  # noqa: E402

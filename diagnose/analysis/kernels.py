@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from diagnose.analysis.hardware import GpuSpec
-from diagnose.analysis.patterns import KernelPattern
+from diagnose.analysis.trace.patterns import KernelPattern
 from diagnose.record import FlopCount, MatmulShape
 
 CLASSES = ("matmul", "attention", "elementwise", "reduction", "copy", "comm", "other")

@@ -30,12 +30,12 @@ from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.rules import Rule, load_rules
 from diagnose.analysis.collectives import CollectiveTime, collective_times
-from diagnose.analysis.forking import Beside
+from diagnose.analysis.trace.forking import Beside
 from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
 from diagnose.analysis.categories import EXPOSED
 from diagnose.analysis.uncertainty import StepSample, mean_uncertainty
-from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, StepMark, Timeline, TraceMeta, load_timeline, paused_gc
+from diagnose.analysis.trace.timeline import DEFAULT_MAX_TRACE_BYTES, StepMark, Timeline, TraceMeta, load_timeline, paused_gc
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from functools import cached_property, partial
 from itertools import compress
 from typing import Any
 
-from diagnose.analysis import forking
-from diagnose.analysis import patterns as P
+from diagnose.analysis.trace import forking
+from diagnose.analysis.trace import patterns as P
 from diagnose.analysis.uncertainty import StepSample
 from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, Replay, ReplayCheck, StepModel, changed, changer, replay
 

@@ -38,7 +38,7 @@ from diagnose.analysis.findings import Diagnosis
 from diagnose.analysis.limits import distance_to_limits, limits_to_dict
 from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.units import gain_words, percent
 
 REPORT_SCHEMA = "diagnose.report/2"

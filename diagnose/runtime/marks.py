@@ -4,7 +4,7 @@ torch annotates ``optimizer.step()`` and ``optimizer.zero_grad()`` itself, but n
 ``step(closure)`` calls (Lightning's automatic optimization, LBFGS: forward and backward run
 inside the step), nor gradient clipping, GradScaler's ``unscale_``/``step``/``update`` or
 ``Module.zero_grad`` (the HF Trainer's). ``PhaseMarks`` wraps each in a
-``torch.profiler.record_function`` whose name ``diagnose.analysis.patterns`` knows:
+``torch.profiler.record_function`` whose name ``diagnose.analysis.trace.patterns`` knows:
 
 * ``diagnose#optimizer_closure``: the closure (the analysis counts forward and backward inside
   it as forward and backward, the rest as other host work, never as optimizer work);

@@ -22,7 +22,7 @@ from diagnose.analysis.symptoms import compiled, copies, dataloader, distributed
 from diagnose.analysis.symptoms.dataloader import suggest_num_workers
 from diagnose.analysis.symptoms.memory import suggest_batch_size
 from diagnose.analysis.symptoms.registry import Definition, Symptom, Symptoms, definitions_in, evaluate, evaluation_order
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import RunRecord
 
 #: the subject modules, in the order their symptoms are listed

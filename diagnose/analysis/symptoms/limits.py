@@ -12,7 +12,7 @@ from diagnose.analysis.breakdown import Breakdown
 from diagnose.analysis.limits import Limits, distance_to_limits
 from diagnose.analysis.memory import GB
 from diagnose.analysis.symptoms.registry import symptom
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import RunRecord
 
 

@@ -12,7 +12,7 @@ import statistics
 
 from diagnose.analysis.breakdown import Breakdown
 from diagnose.analysis.symptoms.registry import symptom
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import RunRecord
 
 #: operator name prefixes of the multi-tensor and fused implementations

@@ -23,8 +23,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from diagnose.analysis.columns import Records
-from diagnose.analysis.forking import threads_in_process
+from diagnose.analysis.trace.columns import Records
+from diagnose.analysis.trace.forking import threads_in_process
 
 #: the variables that size numpy's BLAS thread pool when numpy loads (OpenBLAS, MKL). The
 #: analysis multiplies no matrices, but a pool of one thread per core busy-waits beside it: on a

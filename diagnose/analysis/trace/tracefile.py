@@ -42,7 +42,7 @@ import orjson
 from diagnose.errors import TraceError
 
 if TYPE_CHECKING:
-    from diagnose.analysis.forking import SharedSlots
+    from diagnose.analysis.trace.forking import SharedSlots
 
 #: bytes read from the file (or from the decompressor) at a time; a piece is about this long.
 #: Smaller pieces keep more workers busy sooner and the last ones finish together: the 0.2 GB
