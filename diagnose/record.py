@@ -432,7 +432,7 @@ class RunRecord:
     memory_at_oom: MemorySplit | None = None
     #: ``diagnose watch``: the whole run as ``runtime/whole.py`` saw it (steps, spans of
     #: evaluation, checkpoints, compilation and data start-up, memory samples, extra windows);
-    #: empty for ``diagnose run``. Read by ``analysis/wholerun.py``
+    #: empty for ``diagnose run``. Read by ``analysis/measure/wholerun.py``
     whole: dict[str, Any] = field(default_factory=dict)
 
     # --- derived figures ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from diagnose.analysis.pipeline import AnalysisOptions, RankAnalysis, analyse_rank, analyze, combine_ranks, lead_of, rank_report
-from diagnose.analysis.ranks import RankSummary
+from diagnose.analysis.measure.ranks import RankSummary
 from diagnose.analysis.report import Report
 from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
 from diagnose.errors import OutputError, TraceError, UsageError
@@ -117,7 +117,7 @@ def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bo
     """report.json, then the TensorBoard events (with ``events``, for a run that measured steps
     and ended well) and report.html (with ``html``)."""
     if report.distributed is not None:  # a watched job: each rank's accounting, the job's goodput
-        from diagnose.analysis.wholerun import job_section
+        from diagnose.analysis.measure.wholerun import job_section
 
         report.whole = job_section(report.whole, run_dir.load_ranks()) or report.whole
     run_dir.save_report(report)

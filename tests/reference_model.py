@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from diagnose.analysis.trace import columns as C
-from diagnose.analysis.breakdown import merge
+from diagnose.analysis.measure.breakdown import merge
 from diagnose.analysis.replay import (
     MODEL_MAX_OPS,
     STREAM_GAP_US,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.categories import EXPOSED, PHASES
+from diagnose.analysis.measure.categories import EXPOSED, PHASES
 from diagnose.analysis.compare import compare_reports, shift_sentence, SHIFT_WORDS
 from diagnose.analysis.gate import check, parse_condition
 from diagnose.analysis.report import Report

@@ -9,8 +9,8 @@ import math
 import re
 from dataclasses import replace
 
-from diagnose.analysis.breakdown import Breakdown
-from diagnose.analysis.categories import EXPOSED, PHASES
+from diagnose.analysis.measure.breakdown import Breakdown
+from diagnose.analysis.measure.categories import EXPOSED, PHASES
 from diagnose.analysis.findings import diagnose_symptoms
 from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.rules import load_rules

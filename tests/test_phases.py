@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from diagnose.analysis.breakdown import compute_breakdown, merge, resolve_nesting
+from diagnose.analysis.measure.breakdown import compute_breakdown, merge, resolve_nesting
 from diagnose.analysis.trace.timeline import build_timeline, load_timeline
 from tests.conftest import DATA
 from tests.tracebuilder import AUTOGRAD, ELEMENTWISE, FP32_GEMM, MAIN, MULTI_TENSOR, TraceBuilder

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.breakdown import calibrate_to_steady_state, compute_breakdown
+from diagnose.analysis.measure.breakdown import calibrate_to_steady_state, compute_breakdown
 from diagnose.analysis.findings import MIN_GAIN, Diagnosis, diagnose_symptoms
 from diagnose.analysis.pipeline import AnalysisOptions, _steady_step_us, gpu_stretch
 from diagnose.rundir import RunDir

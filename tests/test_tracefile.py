@@ -553,7 +553,7 @@ def test_the_detail_window_budgets_the_length_its_scan_counted_not_the_estimate(
 
 
 def test_the_breakdown_says_the_trace_was_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from diagnose.analysis.breakdown import compute_breakdown
+    from diagnose.analysis.measure.breakdown import compute_breakdown
 
     path = steps_trace(8).write(tmp_path / "t.json")
     monkeypatch.setattr(timeline_module, "DETAIL_MAX_JSON_BYTES", tracefile.json_size_estimate(path) // 2)

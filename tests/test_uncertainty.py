@@ -14,7 +14,7 @@ from diagnose.analysis import uncertainty as U
 from diagnose.analysis.findings import Measurement, diagnose_symptoms
 from diagnose.analysis.pipeline import make_predictor, step_sample
 from diagnose.analysis.predict import Prediction, Predictor, step_spread
-from diagnose.analysis.breakdown import compute_breakdown
+from diagnose.analysis.measure.breakdown import compute_breakdown
 from diagnose.analysis.replay import build_model, replay_check
 from diagnose.analysis.rules import load_rules
 from diagnose.analysis.symptoms import symptoms_from_values

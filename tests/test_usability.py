@@ -582,7 +582,7 @@ def test_listings_fit_columns(command: list[str], tmp_path: Path) -> None:
 
 
 def test_a_much_slower_steady_window_is_said() -> None:
-    from diagnose.analysis.breakdown import STEADY_SLOWER, calibrate_to_steady_state
+    from diagnose.analysis.measure.breakdown import STEADY_SLOWER, calibrate_to_steady_state
     from tests.test_breakdown import analyse
     from tests.tracebuilder import TraceBuilder, ELEMENTWISE
 

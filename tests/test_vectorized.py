@@ -91,7 +91,7 @@ def _loop_backward_spans(ops: list[tuple[float, float]], forward_starts: list[fl
 
 @pytest.mark.parametrize("seed", range(40))
 def test_backward_calls_are_the_loops_groups(seed: int) -> None:
-    from diagnose.analysis.breakdown import backward_spans
+    from diagnose.analysis.measure.breakdown import backward_spans
 
     rng = random.Random(seed)
     ops = sorted(zip(*_random_rows(rng, rng.randrange(0, 200))))
@@ -102,7 +102,7 @@ def test_backward_calls_are_the_loops_groups(seed: int) -> None:
 
 
 def test_backward_events_that_end_before_they_start_are_left_to_the_loop() -> None:
-    from diagnose.analysis.breakdown import backward_spans
+    from diagnose.analysis.measure.breakdown import backward_spans
 
     ops = [(float(i), float(i) + 0.5) for i in range(80)] + [(90.0, 89.0)]
     assert V.backward_calls([a for a, _ in ops], [b for _, b in ops], [40.7]) is None

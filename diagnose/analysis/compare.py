@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from diagnose.analysis.categories import EXPOSED, PHASE_LABELS, PHASES, exposed_categories
+from diagnose.analysis.measure.categories import EXPOSED, PHASE_LABELS, PHASES, exposed_categories
 from diagnose.analysis.report import Report, html_frame
 from diagnose.units import percent
 

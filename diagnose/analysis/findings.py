@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.analysis import uncertainty as U
-from diagnose.analysis.categories import EXPOSED_LABELS, HOST_EXPOSED
+from diagnose.analysis.measure.categories import EXPOSED_LABELS, HOST_EXPOSED
 from diagnose.analysis.predict import Prediction, PredictionRequest, Predictor
 from diagnose.analysis.rules import Rule, cpu_only_run, render_template, template_names
 from diagnose.analysis.symptoms import CATALOG

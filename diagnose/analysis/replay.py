@@ -43,8 +43,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from diagnose.analysis.trace import columns as C
-from diagnose.analysis.breakdown import field_column, backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
-from diagnose.analysis.profcost import estimate_cost_per_event
+from diagnose.analysis.measure.breakdown import field_column, backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
+from diagnose.analysis.measure.profcost import estimate_cost_per_event
 from diagnose.analysis.trace.timeline import GpuKernel, GpuMemcpy, GpuMemset, Interval, Timeline
 
 if TYPE_CHECKING:  # numpy is imported where it is used (through ``vectorized``), not when this module loads
@@ -183,7 +183,7 @@ class StepModel:
     #: consecutive nodes on its thread): what each node costs beyond its recorded span
     engine_gap_us: float = 0.0
     #: events the profiler recorded on the training threads in the window, and what each cost
-    #: the host (analysis/profcost.py): the profiler's share of the traced host code where no
+    #: the host (analysis/measure/profcost.py): the profiler's share of the traced host code where no
     #: steady step says it
     host_events: int = 0
     profiler_cost_us: float = 0.0

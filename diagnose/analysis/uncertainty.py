@@ -94,7 +94,7 @@ MODEL_ERROR_MIN = 0.05
 #: (issue 32: |predicted - measured| / measured at most 35% in nine scripts of ten).
 MODEL_ERROR_UNMEASURED = 0.35
 
-#: The exposed categories (analysis/categories.py) whose time each transformation changes: its
+#: The exposed categories (analysis/measure/categories.py) whose time each transformation changes: its
 #: saving is shared out over the steps by them. Not named: by the steps' length.
 TARGET_CATEGORIES: dict[str, tuple[str, ...]] = {
     "more_workers": ("data_wait",),

@@ -3,7 +3,7 @@
 Contract: ``WholeRun(run_dir, rank, budget, live)`` is an extra runner hook (``install``,
 ``remove``, ``attach``, ``on_step``, ``window_opened``, ``window_closed``, ``finish``). The
 script runs to its end; ``finish(record)`` writes ``record.whole`` (the layout is in
-docs/watch.md), which ``analysis/wholerun.py`` turns into the run's accounting. Times are
+docs/watch.md), which ``analysis/measure/wholerun.py`` turns into the run's accounting. Times are
 seconds from the script's start (``record.script_start_s``); the process's own start is negative.
 
 What it records, and what each costs the script:

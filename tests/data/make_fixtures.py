@@ -19,7 +19,7 @@ from pathlib import Path
 from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
-from diagnose.analysis.breakdown import compute_breakdown
+from diagnose.analysis.measure.breakdown import compute_breakdown
 from diagnose.analysis.trace.timeline import load_timeline
 from diagnose.analysis.trace.trim import trim_file
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from diagnose.analysis.breakdown import SPREAD_QUANTILES, Breakdown, one_step
-from diagnose.analysis.ranks import RankSet
+from diagnose.analysis.measure.breakdown import SPREAD_QUANTILES, Breakdown, one_step
+from diagnose.analysis.measure.ranks import RankSet
 from diagnose.analysis.symptoms import compiled, copies, dataloader, distributed, environment, exposed, frameworks, gpu, limits, lines, memory, optimizer, syncs, wholerun
 from diagnose.analysis.symptoms.dataloader import suggest_num_workers
 from diagnose.analysis.symptoms.memory import suggest_batch_size

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.analysis.symptoms.registry import symptom
 from diagnose.record import RunRecord
 

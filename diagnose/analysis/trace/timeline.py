@@ -175,7 +175,7 @@ class Timeline:
     #: CPU-side collectives in flight (gloo/MPI all-reduce ... annotations, any thread)
     collectives: list[Interval] = field(default_factory=list)
     #: the same collectives with their names (``gloo:all_gather`` ...), for the per-kind split
-    #: of communication (``analysis.collectives``)
+    #: of communication (``analysis.measure.collectives``)
     collective_ops: list[HostOp] = field(default_factory=list)
     #: the training threads' ``c10d::`` calls that issue collectives (FSDP issues its
     #: reduce-scatters from the autograd thread): they name a gloo collective's kind
@@ -196,7 +196,7 @@ class Timeline:
     memset_ops: Sequence[GpuMemset] = field(default_factory=list)
     #: start times of every event the profiler recorded on the training threads (the main thread
     #: and the autograd engine's): operators and CUDA runtime calls. Each one cost the host the
-    #: profiler's own bookkeeping (see analysis/profcost.py).
+    #: profiler's own bookkeeping (see analysis/measure/profcost.py).
     host_event_starts: Sequence[float] = field(default_factory=list)
     #: recorded lengths of the training threads' no-work operators (``patterns.NO_WORK_OPS``)
     no_work_op_us: list[float] = field(default_factory=list)

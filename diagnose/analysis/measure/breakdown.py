@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from diagnose.analysis.trace import columns as C
 from diagnose.analysis.trace import patterns as P
-from diagnose.analysis.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
+from diagnose.analysis.measure.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
 from diagnose.analysis.trace.timeline import HostOp, Interval, Timeline
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class Breakdown:
     #: the median step in time order, in ``STRIP_BINS`` equal slices (see ``_strip``)
     timeline_strip: dict | None = None
     #: kernel name -> (GPU time in us, calls) over the profiled steps: the kernel table and the
-    #: roofline (analysis/kernels.py) read it; kept out of report.json (the report keeps the top rows)
+    #: roofline (analysis/measure/kernels.py) read it; kept out of report.json (the report keeps the top rows)
     kernels_by_name: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property

@@ -24,7 +24,7 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from diagnose.analysis.breakdown import merge
+from diagnose.analysis.measure.breakdown import merge
 from diagnose.analysis.trace.patterns import classify_kernel as classify
 from diagnose.analysis.trace.timeline import Interval, Timeline
 
