@@ -435,7 +435,7 @@ def _gate(fail_on: Optional[list[str]], baseline: Optional[Path], rules_dirs: Op
     try:
         conditions = [parse_condition(text) for text in fail_on or []]
         if any(c.kind in ("rule", "category") for c in conditions):
-            from diagnose.analysis.rules import load_rules
+            from diagnose.analysis.verdict.rules import load_rules
 
             conditions = resolve_names(conditions, load_rules(list(rules_dirs or [])))
         base = None
@@ -642,7 +642,7 @@ def _experiment_setup(  # noqa: ANN202
     """The checked target, its arguments for ``diagnose run`` and the output folder (``shared``:
     a multi-node verify or sweep, whose nodes all write into it), created only once the target,
     the knobs and the rule files are found good (a usage error leaves no folder behind)."""
-    from diagnose.analysis.rules import load_rules
+    from diagnose.analysis.verdict.rules import load_rules
     from diagnose.rundir import RunDir
     from diagnose.runtime.knobs import Knobs
     from diagnose.runtime.runner import resolve_target
@@ -905,8 +905,8 @@ def rules_command(
     json_out: bool = typer.Option(False, "--json", help="Print the rules (or with --symptoms, the symptoms) as JSON."),
 ) -> None:
     """List the rules (built-in and your own)."""
-    from diagnose.analysis.rules import load_rules
-    from diagnose.analysis.rulesdoc import RULES_HEADERS, SYMPTOMS_HEADERS, rules_markdown, rules_rows, symptoms_rows
+    from diagnose.analysis.verdict.rules import load_rules
+    from diagnose.analysis.verdict.rulesdoc import RULES_HEADERS, SYMPTOMS_HEADERS, rules_markdown, rules_rows, symptoms_rows
     from diagnose.analysis.symptoms import CATALOG
 
     try:

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from diagnose.analysis.findings import Measurement
+from diagnose.analysis.verdict.findings import Measurement
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
 from diagnose.progress import PREFIX as PROGRESS_PREFIX

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from diagnose.analysis.uncertainty import mean_uncertainty_estimate
+from diagnose.analysis.prediction.uncertainty import mean_uncertainty_estimate
 
 RUN_SCHEMA = "diagnose.run/1"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from diagnose.analysis.trace import columns as C
 from diagnose.analysis.measure.breakdown import merge
-from diagnose.analysis.replay import (
+from diagnose.analysis.prediction.replay import (
     MODEL_MAX_OPS,
     STREAM_GAP_US,
     GpuOp,

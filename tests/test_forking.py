@@ -132,7 +132,8 @@ def test_a_large_trace_analysed_side_by_side_gives_the_same_report(fixture: str)
         import json
         from diagnose import api
         from diagnose.analysis.trace import forking
-        from diagnose.analysis import pipeline, predict
+        from diagnose.analysis import pipeline
+        from diagnose.analysis.prediction import predict
         pipeline.PARALLEL_MIN_EVENTS = predict.PARALLEL_MIN_MODEL = 10**12
         one = api.analyze({str(DATA / fixture)!r}, reanalyze=True).to_dict()
         forked = []
@@ -158,11 +159,11 @@ def test_predictions_side_by_side_are_those_made_one_by_one() -> None:
     out = run_fresh(
         """
         import json
-        from diagnose.analysis import predict
-        from diagnose.analysis.findings import diagnose_symptoms
-        from diagnose.analysis.predict import Predictor
-        from diagnose.analysis.replay import replay_check
-        from diagnose.analysis.rules import load_rules
+        from diagnose.analysis.prediction import predict
+        from diagnose.analysis.verdict.findings import diagnose_symptoms
+        from diagnose.analysis.prediction.predict import Predictor
+        from diagnose.analysis.prediction.replay import replay_check
+        from diagnose.analysis.verdict.rules import load_rules
         from tests.test_replay import SYNCED_LAYERS_VALUES as values, checked_layers, model_of
         from diagnose.analysis.symptoms import symptoms_from_values
         rules = {r.id: r for r in load_rules()}
@@ -189,8 +190,9 @@ def test_predictions_side_by_side_are_those_made_one_by_one() -> None:
 
 
 def test_the_thresholds_keep_small_work_in_one_process() -> None:
-    from diagnose.analysis import pipeline, predict
+    from diagnose.analysis import pipeline
 
+    from diagnose.analysis.prediction import predict
     assert pipeline.PARALLEL_MIN_EVENTS >= 100_000 and predict.PARALLEL_MIN_MODEL >= 10_000
     started = time.perf_counter()
     assert forking.side_by_side([lambda: 1]) == [1]  # one call: no fork

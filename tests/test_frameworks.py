@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.findings import diagnose_symptoms, loop_framework
-from diagnose.analysis.rules import load_rule_file, load_rules
+from diagnose.analysis.verdict.findings import diagnose_symptoms, loop_framework
+from diagnose.analysis.verdict.rules import load_rule_file, load_rules
 from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.errors import RuleError
 from diagnose.experiments import describe_change, knobs_via

@@ -81,7 +81,7 @@ def test_fail_on_names_are_case_insensitive_and_trip_the_gate(tmp_path: Path) ->
 
 def test_fail_on_accepts_a_rule_of_the_users_own(tmp_path: Path) -> None:
     from diagnose.analysis.gate import parse_condition, resolve_names
-    from diagnose.analysis.rules import load_rules
+    from diagnose.analysis.verdict.rules import load_rules
     from diagnose.errors import UsageError
 
     builtin = load_rules([])
@@ -96,7 +96,7 @@ def test_fail_on_accepts_a_rule_of_the_users_own(tmp_path: Path) -> None:
 
 
 def test_docs_ci_lists_every_category_of_the_builtin_rules() -> None:
-    from diagnose.analysis.rules import load_rules
+    from diagnose.analysis.verdict.rules import load_rules
 
     text = (REPO / "docs" / "ci.md").read_text()
     (row,) = [line for line in text.splitlines() if line.startswith("| `category:data`")]

@@ -34,7 +34,7 @@ from diagnose import __version__
 from diagnose.analysis.bare import not_seen_line, trace_only
 from diagnose.analysis.measure.breakdown import Breakdown, per_step_stats, quantile, reference_step_us
 from diagnose.analysis.measure.categories import EXPOSED, HOST_EXPOSED, exposed_labels
-from diagnose.analysis.findings import Diagnosis
+from diagnose.analysis.verdict.findings import Diagnosis
 from diagnose.analysis.measure.hardware_limits import distance_to_limits, limits_to_dict
 from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms

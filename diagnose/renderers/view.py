@@ -291,7 +291,7 @@ class FindingRow:
     do: str
     why: str
     gain_bound: float | None
-    predicted_speedup: float | None  # the fix replayed on the step's model (analysis/predict.py)
+    predicted_speedup: float | None  # the fix replayed on the step's model (analysis/prediction/predict.py)
     prediction_note: str | None
     gain_formula: str | None
     evidence: tuple[EvidenceRow, ...]

@@ -23,8 +23,8 @@ from typing import Any
 
 from diagnose.analysis.trace import forking
 from diagnose.analysis.trace import patterns as P
-from diagnose.analysis.uncertainty import StepSample
-from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, Replay, ReplayCheck, StepModel, changed, changer, replay
+from diagnose.analysis.prediction.uncertainty import StepSample
+from diagnose.analysis.prediction.replay import STREAM_GAP_US, GpuOp, HostItem, Replay, ReplayCheck, StepModel, changed, changer, replay
 
 # --- tabled rates ---------------------------------------------------------------------------------
 
