@@ -261,7 +261,7 @@ def _profiling(
         run_dir = RunDir.create(Path(out) if out is not None else shared_location(name), overwrite=True)
     hooks: list[Any] = []
     if lines:
-        from diagnose.runtime.lines import LineAttribution
+        from diagnose.runtime.line_attribution import LineAttribution
 
         hooks.append(LineAttribution(run_dir.workers_path(rank.rank if rank is not None else None)))
     exchange = SummaryExchange(rank) if rank is not None else None

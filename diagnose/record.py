@@ -268,7 +268,7 @@ class ModelInfo:
 @dataclass
 class FrameworkInfo:
     """A training framework object the script built (Lightning ``Trainer`` or ``Fabric``, HF
-    ``Trainer`` or ``TrainingArguments``, ``accelerate.Accelerator``): see ``runtime/frameworks.py``."""
+    ``Trainer`` or ``TrainingArguments``, ``accelerate.Accelerator``): see ``runtime/frameworkwatch.py``."""
 
     framework: str  # "lightning", "hf_trainer", "fabric" or "accelerate"
     role: str  # "trainer", "arguments", "fabric" or "accelerator"
@@ -341,7 +341,7 @@ class FlopCount:
 
 @dataclass
 class MemorySplit:
-    """What held GPU memory, from the allocator's own figures (``runtime/memory.py``), measured
+    """What held GPU memory, from the allocator's own figures (``runtime/memory_probe.py``), measured
     over one step (``when="step"``) or at an out-of-memory error (``when="oom"``)."""
 
     when: str

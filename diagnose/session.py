@@ -336,7 +336,7 @@ def run_script(
     ``exchange`` (a rank), the job's process-group store is kept when the window closes."""
     from diagnose.errors import DiagnoseError
     from diagnose.progress import Progress
-    from diagnose.runtime.lines import LineAttribution
+    from diagnose.runtime.line_attribution import LineAttribution
     from diagnose.runtime.runner import resolve_target, run_target
 
     try:

@@ -16,7 +16,7 @@ from torch import nn
 
 from diagnose.runtime import compilewatch
 from diagnose.runtime.compilewatch import CompileWatch, first_line, reason_kind
-from diagnose.runtime.instrument import first_user_frame, is_generated
+from diagnose.runtime.usercode import first_user_frame, is_generated
 from diagnose.runtime.marks import PhaseMarks
 from tests.conftest import REPO
 

@@ -47,7 +47,7 @@ the script's argparse parser spells it: ``--batch-size 64`` where that is its op
 how sweeps drive a script's own flags; an option the parser lacks is said on stderr.
 
 Under a training framework a knob takes the framework's own switch where it has one (the
-framework's constructor is patched: ``runtime/frameworks.py``): ``autocast`` becomes Lightning's
+framework's constructor is patched: ``runtime/frameworkwatch.py``): ``autocast`` becomes Lightning's
 ``Trainer(precision="bf16-mixed")`` or ``Fabric(precision="bf16-mixed")``, ``TrainingArguments(bf16=True)`` or
 ``Accelerator(mixed_precision="bf16")`` (the global autocast is then left); the DataLoader knobs,
 ``batch_size`` and ``compile`` become ``TrainingArguments`` fields under the HF Trainer (which

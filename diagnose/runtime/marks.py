@@ -14,7 +14,7 @@ inside the step), nor gradient clipping, GradScaler's ``unscale_``/``step``/``up
   step, optimizer work;
 * ``diagnose#Module.zero_grad``: ``model.zero_grad()``, optimizer work like ``optimizer.zero_grad()``;
 * ``diagnose#backward``: a framework's own backward call (Lightning Fabric's ``fabric.backward``,
-  patched by ``runtime/frameworks.py`` when Fabric is imported: ``backward_mark``), whose whole
+  patched by ``runtime/frameworkwatch.py`` when Fabric is imported: ``backward_mark``), whose whole
   span is backward (the precision plugin's loss scaling and the strategy's hooks around the
   autograd engine), never other host work.
 

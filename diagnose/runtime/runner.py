@@ -180,7 +180,7 @@ class _ScriptRun:
     ) -> None:
         from diagnose.runtime.flops import StepCounter
         from diagnose.runtime.instrument import Instrumentation, StepClock
-        from diagnose.runtime.memory import MemoryProbe
+        from diagnose.runtime.memory_probe import MemoryProbe
 
         self.hold = hold
         self.target, self.plan, self.run_dir, self.rank = target, plan, run_dir, rank
@@ -275,7 +275,7 @@ class _ScriptRun:
 
     def _on_oom(self, message: str) -> None:
         """The first CUDA out-of-memory error is being made: what filled the memory, now."""
-        from diagnose.runtime.memory import snapshot_at_oom
+        from diagnose.runtime.memory_probe import snapshot_at_oom
 
         if self.record.memory_at_oom is None and _cuda_in_use():
             clock = self.clock

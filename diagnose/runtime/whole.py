@@ -304,7 +304,7 @@ class WholeRun:
         import torch
         from torch import nn
 
-        from diagnose.runtime.frameworks import when_imported
+        from diagnose.runtime.frameworkwatch import when_imported
 
         now = time.perf_counter()
         self._next_sample = now + SAMPLE_EVERY_S
@@ -322,7 +322,7 @@ class WholeRun:
         self._finder = when_imported({n: (lambda m, hs=hs: self._hook_module(m, hs)) for n, hs in by_module.items()})
 
     def remove(self) -> None:
-        from diagnose.runtime.frameworks import stop_watching_imports
+        from diagnose.runtime.frameworkwatch import stop_watching_imports
 
         stop_watching_imports(self._finder)
         self._finder = None
