@@ -132,6 +132,7 @@ def compare(*runs: RunLike, labels: Sequence[str] | None = None, rules: Sequence
     directory gives all its runs), a ``Report``, or a ``(label, Report)`` pair."""
     from diagnose.analysis.compare import compare_reports
     from diagnose.analysis.report import Report
+    from diagnose.renderers.notebook import for_notebook
 
     labelled: list[tuple[str, Report]] = []
     for i, run in enumerate(runs):
@@ -145,7 +146,7 @@ def compare(*runs: RunLike, labels: Sequence[str] | None = None, rules: Sequence
         if len(labels) != len(labelled):
             raise ValueError(f"{len(labels)} labels for {len(labelled)} runs")
         labelled = [(label, report) for label, (_, report) in zip(labels, labelled)]
-    return compare_reports(unique_labels(labelled))
+    return for_notebook(compare_reports(unique_labels(labelled)))  # shown as HTML in Jupyter
 
 
 def unique_labels(runs: list[tuple[str, Report]]) -> list[tuple[str, Report]]:

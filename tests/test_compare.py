@@ -16,7 +16,8 @@ from diagnose.analysis.compare import compare_reports, shift_sentence, SHIFT_WOR
 from diagnose.analysis.gate import check, parse_condition
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
-from diagnose.renderers.comparison import render_comparison, step_text
+from diagnose.renderers.comparison import render_comparison
+from diagnose.renderers.comparison_text import step_text
 from tests.conftest import DATA, REPO
 
 
