@@ -16,7 +16,8 @@ from typing import Optional
 
 import typer
 
-from diagnose import __version__, errors
+from diagnose import errors
+from diagnose.version import __version__
 from diagnose.cliparse import Command, ScriptCommand
 from diagnose.errors import DiagnoseError
 from diagnose.progress import ExperimentProgress

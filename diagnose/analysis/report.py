@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagnose import __version__
+from diagnose.version import __version__
 from diagnose.analysis.bare import not_seen_line, trace_only
 from diagnose.analysis.measure.breakdown import Breakdown, per_step_stats, quantile, reference_step_us
 from diagnose.analysis.measure.categories import EXPOSED, HOST_EXPOSED, exposed_labels
