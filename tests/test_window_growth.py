@@ -17,7 +17,7 @@ from diagnose import record as record_module
 from diagnose.analysis.report import growth_note
 import statistics
 
-from diagnose.analysis.prediction.uncertainty import mean_uncertainty_estimate
+from diagnose.record import mean_uncertainty_estimate
 from diagnose.record import WINDOW_MEAN_UNCERTAINTY, RunRecord, WindowPlan, steps_vary_widely, window_unsettled
 
 FAST, SLOW = 0.1, 1.0
