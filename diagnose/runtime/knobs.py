@@ -57,6 +57,12 @@ A script that compiles its model itself is its own switch for ``compile``
 (``runtime/compilewatch.py`` hands its calls to ``Knobs.script_compile``): compiling the model a
 second time around the script's compiled one would measure neither.
 ``Knobs.via()`` says which way each knob went; it is saved in ``run.json`` and shown by verify.
+
+Why one module (about 930 lines): the knobs are one registry. ``KNOB_SPECS`` declares each (its
+values, what it changes), and ``Knobs`` applies them to an unmodified script: the patches of
+the DataLoader, the optimizers, autocast, compile, DDP/FSDP and the frameworks read the same
+state (the values asked for, what the script built, the originals to restore), so that a knob
+split out would reach into it. ``diagnose knobs`` lists the same table (``knob_rows``).
 """
 
 from __future__ import annotations

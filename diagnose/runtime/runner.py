@@ -5,6 +5,12 @@ Contract: ``run_target(target, plan, run_dir, ...) -> RunRecord``. The script ru
 unchanged. Hooks (``instrument``) find its steps; the capture session profiles a window and stops
 the script. Whatever happens (the script fails, exits, is interrupted or runs out of GPU memory)
 the record of what was measured is saved in the run directory before this returns.
+
+Why one module (about 850 lines): running the script is one state machine (``_ScriptRun``:
+prepare the process, run ``__main__``, catch how it ended, save the record whatever happens),
+and the helpers after it each serve one of its steps: the exit code and the error, the
+script's own traceback, the forked child's signals (``_ChildSignals``), and ``sys`` saved and
+restored (``_SysState``). These last two are the seam to cut along if it grows.
 """
 
 from __future__ import annotations

@@ -28,6 +28,12 @@ work is carried in, the host runs ahead of the GPU and its launch calls wait for
 measured model-code time says nothing about what it costs. ``replay(model, host_code_scale=0)``
 then replays the host's model code as free; ``replay_check`` says which replay the predictions
 use, and how close each came to the measured window.
+
+Why one module (about 880 lines): the model and its replay are one contract, ``build_model`` and
+``replay`` must agree on every field of ``HostItem`` and ``GpuOp`` (tests/reference_model.py keeps
+the per-op loops the building must equal), and the host-pace scales (``host_ahead_scale``,
+``profiler_scale``, ``host_code_scale``) are read off a replay of the same model. The
+transformations that change the model are ``predict.py``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,15 @@ read as lists of tuples and a dict, and hold a fifth of the memory. A large trac
 decoded and folded by worker processes (``reader_workers``).
 
 This module does not import torch: a trace can be analysed on a machine without it.
+
+Why one module (about 1,300 lines): the reader is one pass, and its parts share one private
+layout. The fold (``_Columns``: the loop over every event, by category), its hand-off to the
+worker processes (``_fold_piece``, ``_folded``), the merge and the finish (sorting,
+de-duplication, top-level operators) all read and write the same column lists, and the typed
+readers of a malformed field (``_key``, ``_num``, ``_malformed``) are the fold's error paths.
+Apart, each piece would import the others' private names; the byte-level reading that has a
+contract of its own is ``tracefile.py`` already, the columns ``columns.py``, the array work
+``vectorized.py``.
 """
 
 from __future__ import annotations
