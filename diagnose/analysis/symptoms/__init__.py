@@ -10,6 +10,9 @@ cut-off (how busy is "busy", which compute capability has Tensor Cores) is writt
 files, where a reader of the rule sees it. Booleans are 0/1 facts so that the rule grammar stays
 arithmetic. A symptom the run could not measure (no DataLoader, a bare trace with no run record)
 is absent, and conditions over it are false: a rule never fires on a guess.
+
+May import: ``analysis/trace/``, ``analysis/measure/``, ``diagnose.record``, the ground floor;
+never the prediction beside it (neither reads the other), the verdict or the report.
 """
 
 from __future__ import annotations
