@@ -1,4 +1,4 @@
-"""The reader's array helpers (``analysis/vectorized``) give what the Python loops they replace
+"""The reader's array helpers (``analysis/trace/vectorized``) give what the Python loops they replace
 gave, row for row, on hand-made cases and on random ones full of ties."""
 
 from __future__ import annotations
