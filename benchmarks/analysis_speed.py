@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace  # noqa: E402
-from diagnose.analysis.timeline import read_trace_json  # noqa: E402
+from diagnose.analysis.trace.timeline import read_trace_json  # noqa: E402
 
 FIXTURE = REPO / "tests" / "data" / "forloop_optimizer"
 

@@ -38,7 +38,7 @@ def main() -> None:
     p.add_argument("--only", nargs="*", default=None)
     args = p.parse_args()
     from diagnose.analysis.pipeline import find_traces
-    from diagnose.analysis.trim import trim_file
+    from diagnose.analysis.trace.trim import trim_file
 
     for name, command in CASES.items():
         if args.only and name not in args.only:

@@ -7,7 +7,7 @@ For each worker count (and with pin_memory off and on) the loader is drained pas
 queue and then timed: batches per second, the main process's CPU time per batch (the pin thread
 included), the workers' CPU time per batch (read from /proc), and what the main process spends
 on a received batch when it pins it or first reads it by hand. This is the measurement behind the
-``more_workers`` transformation's bound on the main process (diagnose/analysis/predict.py).
+``more_workers`` transformation's bound on the main process (diagnose/analysis/prediction/predict.py).
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ from _bench import PLAIN_RE, REPO, run_in_repo
 
 sys.path.insert(0, str(REPO))
 
-from diagnose.analysis import hardware, kernels, memory  # noqa: E402
-from diagnose.analysis.timeline import load_timeline  # noqa: E402
+from diagnose.analysis.measure import hardware, kernels, memory_breakdown  # noqa: E402
+from diagnose.analysis.trace.timeline import load_timeline  # noqa: E402
 from diagnose.record import RunRecord
 from diagnose.rundir import RunDir  # noqa: E402
 
@@ -134,16 +134,16 @@ def check_oom(out: Path, result: dict) -> None:
     entry: dict = {"status": record.status, "error": (record.error or {}).get("message", "")[:300],
                    "rules": rule_ids(report), "MEM003_says": mem003 and mem003["says"], "MEM003_do": mem003 and mem003["do"]}
     if record.memory_at_oom is not None:
-        why = memory.explain_oom(record.memory_at_oom)
+        why = memory_breakdown.explain_oom(record.memory_at_oom)
         entry["at_oom"] = {"parts_gib": {k: v / 2**30 for k, v in why.parts.items()}, "largest": why.largest,
                            "requested_gib": (why.requested or 0) / 2**30, "changes": why.changes}
         print(f"OOM: {why.largest} held {why.largest_bytes / 2**30:.1f} GiB; first change: {why.changes[0] if why.changes else '-'}")
     fixed, _, _ = diagnose_run("oom.py", out, "oom_fixed", ["--batch-size", "16384", "--steps", "40"])
     entry["fixed_status"] = fixed.status
     if fixed.memory_split is not None:
-        m = memory.memory_breakdown(fixed.memory_split)
+        m = memory_breakdown.memory_breakdown(fixed.memory_split)
         entry["fixed_split_gib"] = {k: v / 2**30 for k, v in m.parts().items()}
-        entry["fixed_largest_batch_estimate"] = memory.largest_batch(m)
+        entry["fixed_largest_batch_estimate"] = memory_breakdown.largest_batch(m)
         print(f"fits at 16384: split {json.dumps({k: round(v, 2) for k, v in entry['fixed_split_gib'].items()})}; "
               f"largest batch estimated {entry['fixed_largest_batch_estimate']}")
     result["oom"] = entry

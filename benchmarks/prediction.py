@@ -6,7 +6,7 @@
 For each script in examples/ (the planted examples and any framework script kept there; the
 distributed example is left out: it needs torchrun), ``diagnose verify`` runs the baseline and
 each recommendation with a knob; its report carries both the measured speedup and the one the
-replay predicted (diagnose.analysis.predict). Writes ``prediction.json`` and ``prediction.md``
+replay predicted (diagnose.analysis.prediction.predict). Writes ``prediction.json`` and ``prediction.md``
 into --out: the table, the median and worst |predicted - measured| / measured (issue 16's goal:
 median <= 15%, worst <= 35%), and every top recommendation that measured slower than the
 baseline's spread.

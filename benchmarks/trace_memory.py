@@ -186,7 +186,7 @@ print(len(data["traceEvents"]), "events")
 """
 
 READ = """
-from diagnose.analysis.timeline import load_timeline
+from diagnose.analysis.trace.timeline import load_timeline
 timeline = load_timeline(TRACE)
 print(timeline.meta.event_count, "events,", len(timeline.kernels), "kernels")
 """

@@ -8,8 +8,7 @@ run directory or a trace, ``compare`` runs. Importing the package stays cheap an
 torch is imported when ``profile`` runs.
 """
 
-__version__ = "0.1.0"
-
-from diagnose.api import ProfiledRun, analyze, compare, load_runs, profile  # noqa: E402 - after __version__, which submodules read
+from diagnose.api import ProfiledRun, analyze, compare, load_runs, profile
+from diagnose.version import __version__
 
 __all__ = ["ProfiledRun", "__version__", "analyze", "compare", "load_runs", "profile"]

@@ -80,6 +80,8 @@ def _is_report_file(path: Path) -> bool:
 def load_runs(path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = False) -> list[tuple[str, Report]]:
     """The labelled runs a path holds: a verify or sweep directory's child runs in its own order
     (labelled as the experiment labelled them), else the one run or trace."""
+    from diagnose.session import experiment_children
+
     path = Path(path)
     children = experiment_children(path)
     if children:
@@ -87,32 +89,6 @@ def load_runs(path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool 
     return [(_label(path), analyze(path, rules=rules, show_all=show_all))]
 
 
-def experiment_children(path: Path) -> list[tuple[str, Path]]:
-    """A verify or sweep directory's child runs (label, folder) that left a report; empty for
-    anything else. Its report.json lists them in order; without one, the sub-folders by name."""
-    import json
-
-    from diagnose.rundir import RunDir
-
-    if not path.is_dir():
-        return []
-    parent = RunDir(path)
-    found: list[tuple[str, Path]] = []
-    if parent.report_path.is_file():
-        with contextlib.suppress(OSError, ValueError):
-            experiments = json.loads(parent.report_path.read_text()).get("experiments") or {}
-            for row in experiments.get("rows") or []:
-                child = Path(str(row.get("run_dir") or ""))
-                child = child if child.is_absolute() else path / child.name
-                if not child.is_dir():
-                    child = path / child.name  # the parent folder was moved since
-                if RunDir(child).report_path.is_file():
-                    found.append((str(row.get("label") or child.name), child))
-        if found or parent.record_path().is_file() or parent.traces():
-            return found
-    if parent.record_path().is_file() or parent.ranks():
-        return []
-    return [(child.name, child) for child in sorted(path.iterdir()) if child.is_dir() and RunDir(child).report_path.is_file()]
 
 
 def _label(path: Path) -> str:
@@ -145,17 +121,12 @@ def compare(*runs: RunLike, labels: Sequence[str] | None = None, rules: Sequence
         if len(labels) != len(labelled):
             raise ValueError(f"{len(labels)} labels for {len(labelled)} runs")
         labelled = [(label, report) for label, (_, report) in zip(labels, labelled)]
-    return compare_reports(unique_labels(labelled))
+    from diagnose.renderers.notebook import for_notebook
+    from diagnose.session import unique_labels
+
+    return for_notebook(compare_reports(unique_labels(labelled)))  # shown as HTML in Jupyter
 
 
-def unique_labels(runs: list[tuple[str, Report]]) -> list[tuple[str, Report]]:
-    """Labels made distinct ("baseline-1", "baseline-1 (2)"): the columns are told apart by them."""
-    seen: dict[str, int] = {}
-    out = []
-    for label, report in runs:
-        seen[label] = seen.get(label, 0) + 1
-        out.append((label if seen[label] == 1 else f"{label} ({seen[label]})", report))
-    return out
 
 
 # --- profiling in-process -----------------------------------------------------------------------

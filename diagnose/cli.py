@@ -19,7 +19,8 @@ from typing import Optional
 
 import typer
 
-from diagnose import __version__, errors
+from diagnose import errors
+from diagnose.version import __version__
 from diagnose.cliparse import Command, ScriptCommand
 from diagnose.display import Display
 from diagnose.errors import Failure
@@ -260,7 +261,7 @@ def _gate(fail_on: Optional[list[str]], baseline: Optional[Path], rules_dirs: Op
 
     conditions = [parse_condition(text) for text in fail_on or []]
     if any(c.kind in ("rule", "category") for c in conditions):
-        from diagnose.analysis.rules import load_rules
+        from diagnose.analysis.verdict.rules import load_rules
 
         conditions = resolve_names(conditions, load_rules(list(rules_dirs or [])))
     base = None
@@ -495,7 +496,7 @@ def trim(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."),
 ) -> None:
     """Cut a trace to a few steps and the events the analysis reads (to share it, or as a test fixture)."""
-    from diagnose.analysis.trim import trim_file
+    from diagnose.analysis.trace.trim import trim_file
 
     if _renamed(old_steps is not None, "trim --steps", "--keep", "--steps counts the profiled steps in run, verify and sweep"):
         keep = old_steps or keep
@@ -561,8 +562,8 @@ def rules_command(
     json_out: bool = typer.Option(False, "--json", help="Print the rules (or with --symptoms, the symptoms) as JSON."),
 ) -> None:
     """List the rules (built-in and your own)."""
-    from diagnose.analysis.rules import load_rules
-    from diagnose.analysis.rulesdoc import RULES_HEADERS, SYMPTOMS_HEADERS, rules_markdown, rules_rows, symptoms_rows
+    from diagnose.analysis.verdict.rules import load_rules
+    from diagnose.analysis.verdict.rulesdoc import RULES_HEADERS, SYMPTOMS_HEADERS, rules_markdown, rules_rows, symptoms_rows
     from diagnose.analysis.symptoms import CATALOG
 
     loaded = load_rules(list(rules_dirs or []))

@@ -1,5 +1,5 @@
 """Distributed runs: each rank profiles itself into one shared run directory; the analysis puts
-the ranks side by side and looks for a straggler (that analysis: ``diagnose.analysis.ranks``).
+the ranks side by side and looks for a straggler (that analysis: ``diagnose.analysis.measure.ranks``).
 
 Launch paths, all ending in the same per-rank ``diagnose run --rank-aware``:
 

@@ -25,6 +25,10 @@ is a whole torchrun job, and the compared figure is the job's samples/s (its ran
 samples/s added up, ``distributed.job_samples_per_s``), not one rank's. Across nodes every node
 runs the same verify or sweep into a shared ``--out``; each experiment gets its own rendezvous
 id (``<id>-<label>``), and a node whose ranks do not merge waits for the job's report.
+
+Why one module (about 900 lines): the experiments' running (child processes, launches,
+timeouts) and their bookkeeping (spread, basis, verdicts) share one value, ``Outcome``, and one
+vocabulary of statistics; the bookkeeping half is pure and tested without running anything.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from diagnose.analysis.findings import Measurement
+from diagnose.analysis.verdict.findings import Measurement
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
 from diagnose.progress import PREFIX as PROGRESS_PREFIX

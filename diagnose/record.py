@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-from diagnose.analysis.uncertainty import mean_uncertainty_estimate
 
 RUN_SCHEMA = "diagnose.run/1"
 
@@ -32,7 +32,7 @@ STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminat
 #: window grows while they do, and the report calls such a window (or steady state) noisy
 NOISY_P90_OVER_MEDIAN = 1.5
 #: the window also grows while the mean of its steps is uncertain by more than this (relative
-#: half-width of its 90% interval, ``uncertainty.mean_uncertainty_estimate``): the floor a change
+#: half-width of its 90% interval, ``mean_uncertainty_estimate``): the floor a change
 #: must beat and every prediction's interval rest on the mean step, and the ranking of findings
 #: with them (issue 32: the top finding changed between identical runs). A proxy for "the top
 #: of the ranking is not settled" that costs microseconds per step; the report's own
@@ -112,6 +112,27 @@ def steps_vary_widely(durations: list[float]) -> bool:
     median = statistics.median(durations)
     p90 = statistics.quantiles(durations, n=10, method="inclusive")[8]
     return median > 0 and p90 > NOISY_P90_OVER_MEDIAN * median
+
+
+#: The z of a two-sided 90% interval of a normal (``uncertainty.INTERVAL``, analysis/prediction/):
+#: a mean's half-width is this many standard errors; a model error given as the relative error at
+#: the interval's edge is a spread of ``log(1 + error) / Z_INTERVAL`` in log speed.
+Z_INTERVAL = 1.645
+
+
+def mean_uncertainty_estimate(durations: Sequence[float]) -> float:
+    """The capture's cheap proxy of ``uncertainty.mean_uncertainty`` (analysis/prediction/; pure
+    Python, a few microseconds, run at each step boundary of a growing window): the normal
+    approximation of the mean's 90% half-width, ``Z_INTERVAL`` standard errors over the mean (0
+    for fewer than three steps)."""
+    n = len(durations)
+    if n < 3:
+        return 0.0
+    mean = sum(durations) / n
+    if mean <= 0:
+        return 0.0
+    var = sum((d - mean) ** 2 for d in durations) / (n - 1)
+    return Z_INTERVAL * math.sqrt(var / n) / mean
 
 
 def window_unsettled(durations: list[float]) -> bool:
@@ -268,7 +289,7 @@ class ModelInfo:
 @dataclass
 class FrameworkInfo:
     """A training framework object the script built (Lightning ``Trainer`` or ``Fabric``, HF
-    ``Trainer`` or ``TrainingArguments``, ``accelerate.Accelerator``): see ``runtime/frameworks.py``."""
+    ``Trainer`` or ``TrainingArguments``, ``accelerate.Accelerator``): see ``runtime/frameworkwatch.py``."""
 
     framework: str  # "lightning", "hf_trainer", "fabric" or "accelerate"
     role: str  # "trainer", "arguments", "fabric" or "accelerator"
@@ -341,7 +362,7 @@ class FlopCount:
 
 @dataclass
 class MemorySplit:
-    """What held GPU memory, from the allocator's own figures (``runtime/memory.py``), measured
+    """What held GPU memory, from the allocator's own figures (``runtime/memory_probe.py``), measured
     over one step (``when="step"``) or at an out-of-memory error (``when="oom"``)."""
 
     when: str
@@ -432,7 +453,7 @@ class RunRecord:
     memory_at_oom: MemorySplit | None = None
     #: ``diagnose watch``: the whole run as ``runtime/whole.py`` saw it (steps, spans of
     #: evaluation, checkpoints, compilation and data start-up, memory samples, extra windows);
-    #: empty for ``diagnose run``. Read by ``analysis/wholerun.py``
+    #: empty for ``diagnose run``. Read by ``analysis/measure/wholerun.py``
     whole: dict[str, Any] = field(default_factory=dict)
 
     # --- derived figures ----------------------------------------------------------------------

@@ -26,7 +26,7 @@ Contract:
   right after its run: its own analysis, report and summary; on the merging rank, the job's
   report from every rank's summary (``merge_ranks`` does the same from the run directory).
 
-It is long (about 870 lines) because it is every command's one orchestration; its sections
+Why one module: it is every command's one orchestration (about 900 lines); its sections
 follow a run's life: analysing a run directory, saving, running the script, how ``diagnose
 run`` ends, each rank's analysis, ``analyze``, verify's and sweep's reports, a profiled block.
 
@@ -51,7 +51,7 @@ from diagnose import errors
 from diagnose.analysis.pipeline import (
     AnalysisOptions, RankAnalysis, analyse_rank, analyze, analyze_trace, combine_from_traces, combine_ranks, lead_of, rank_report, traced,
 )
-from diagnose.analysis.ranks import RankSummary
+from diagnose.analysis.measure.ranks import RankSummary
 from diagnose.analysis.report import Report
 from diagnose.display import Display
 from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
@@ -130,7 +130,7 @@ def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bo
     and ended well) and report.html (with ``html``), rendered here and written by ``RunDir``.
     Memory that runs out while rendering them leaves report.json saved, and says so."""
     if report.distributed is not None:  # a watched job: each rank's accounting, the job's goodput
-        from diagnose.analysis.wholerun import job_section
+        from diagnose.analysis.measure.wholerun import job_section
 
         report.whole = job_section(report.whole, run_dir.load_ranks()) or report.whole
     run_dir.save_report(report)
@@ -552,7 +552,7 @@ def run_hooks(run_dir: RunDir, rank: int | None, lines: bool, exchange: SummaryE
     samples into the run directory) and, for a rank, the exchange of the ranks' summaries."""
     hooks: list[Any] = []
     if lines:
-        from diagnose.runtime.lines import LineAttribution
+        from diagnose.runtime.line_attribution import LineAttribution
 
         hooks.append(LineAttribution(run_dir.workers_path(rank)))
     if exchange is not None:
@@ -735,7 +735,7 @@ def experiment_dir(kind: str, script: str | None, module: str | None, out: Path 
     """The checked target and verify's or sweep's folder (``shared``: a multi-node one, whose
     nodes all write into it), created only once the target, the knobs and the rule files are
     found good (a usage error leaves no folder behind)."""
-    from diagnose.analysis.rules import load_rules
+    from diagnose.analysis.verdict.rules import load_rules
     from diagnose.runtime.knobs import Knobs
     from diagnose.runtime.runner import resolve_target
 
@@ -814,12 +814,13 @@ def _experiment_events(out_dir: RunDir, display: Display) -> None:
     """A verify or sweep parent's runs side by side in TensorBoard: an event file of the
     comparison of its child runs (each child has its own). Skipped without tensorboard, or with
     fewer than two runs that left a report."""
-    from diagnose.api import compare as compare_runs
+    from diagnose.analysis.compare import compare_reports
 
     try:
         from diagnose.renderers.comparison_events import write_comparison_events
 
-        write_comparison_events(compare_runs(out_dir.path), out_dir.events_folder)
+        runs = unique_labels([(label, RunDir(child).load_report()) for label, child in experiment_children(out_dir.path)])
+        write_comparison_events(compare_reports(runs), out_dir.events_folder)
     except ImportError:
         return
     except (DiagnoseError, ValueError, OSError) as exc:
@@ -870,3 +871,42 @@ def profiled_block(
             merged = finish_rank(run_dir, rank, options, exchange, keep_traces=keep_traces, html=html)
             own = run_dir.rank_report_path(rank.rank)
             outcome.report = merged if merged is not None else (Report.load(own) if own.is_file() else None)
+
+
+# --- the runs a verify or sweep folder holds ---------------------------------------------------------
+
+
+def experiment_children(path: Path) -> list[tuple[str, Path]]:
+    """A verify or sweep directory's child runs (label, folder) that left a report; empty for
+    anything else. Its report.json lists them in order; without one, the sub-folders by name."""
+    import json
+
+    if not path.is_dir():
+        return []
+    parent = RunDir(path)
+    found: list[tuple[str, Path]] = []
+    if parent.report_path.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            experiments = json.loads(parent.report_path.read_text()).get("experiments") or {}
+            for row in experiments.get("rows") or []:
+                child = Path(str(row.get("run_dir") or ""))
+                child = child if child.is_absolute() else path / child.name
+                if not child.is_dir():
+                    child = path / child.name  # the parent folder was moved since
+                if RunDir(child).report_path.is_file():
+                    found.append((str(row.get("label") or child.name), child))
+        if found or parent.record_path().is_file() or parent.traces():
+            return found
+    if parent.record_path().is_file() or parent.ranks():
+        return []
+    return [(child.name, child) for child in sorted(path.iterdir()) if child.is_dir() and RunDir(child).report_path.is_file()]
+
+
+def unique_labels(runs: list[tuple[str, Report]]) -> list[tuple[str, Report]]:
+    """Labels made distinct ("baseline-1", "baseline-1 (2)"): the columns are told apart by them."""
+    seen: dict[str, int] = {}
+    out = []
+    for label, report in runs:
+        seen[label] = seen.get(label, 0) + 1
+        out.append((label if seen[label] == 1 else f"{label} ({seen[label]})", report))
+    return out

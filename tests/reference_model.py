@@ -10,9 +10,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from diagnose.analysis import columns as C
-from diagnose.analysis.breakdown import merge
-from diagnose.analysis.replay import (
+from diagnose.analysis.trace import columns as C
+from diagnose.analysis.measure.breakdown import merge
+from diagnose.analysis.prediction.replay import (
     MODEL_MAX_OPS,
     STREAM_GAP_US,
     GpuOp,
@@ -27,7 +27,7 @@ from diagnose.analysis.replay import (
     step_model,
     stream_ends,
 )
-from diagnose.analysis.timeline import Timeline
+from diagnose.analysis.trace.timeline import Timeline
 
 
 def build_model(timeline: Timeline) -> StepModel | None:

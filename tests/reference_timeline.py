@@ -8,8 +8,8 @@ from bisect import bisect_left
 from collections import Counter
 from typing import Any, NamedTuple
 
-from diagnose.analysis import patterns as P
-from diagnose.analysis.timeline import (
+from diagnose.analysis.trace import patterns as P
+from diagnose.analysis.trace.timeline import (
     LONG_RUNTIME_CALL_US,
     TRIM_FORMAT_KEY,
     GpuKernel,

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.breakdown import compute_breakdown
+from diagnose.analysis.measure.breakdown import compute_breakdown
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
-from diagnose.analysis.profcost import DEFAULT_COST_US, correct_profiler_cost, estimate_cost_per_event
-from diagnose.analysis.timeline import build_timeline
+from diagnose.analysis.measure.profcost import DEFAULT_COST_US, correct_profiler_cost, estimate_cost_per_event
+from diagnose.analysis.trace.timeline import build_timeline
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
 from tests.tracebuilder import AUTOGRAD, ELEMENTWISE, TraceBuilder

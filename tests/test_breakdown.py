@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.breakdown import EXPOSED, PHASES, backward_spans, compute_breakdown, forward_spans, merge
-from diagnose.analysis.timeline import build_timeline
+from diagnose.analysis.measure.breakdown import EXPOSED, PHASES, backward_spans, compute_breakdown, forward_spans, merge
+from diagnose.analysis.trace.timeline import build_timeline
 from tests.tracebuilder import (
     AUTOGRAD,
     BF16_GEMM,
@@ -262,7 +262,7 @@ def test_bf16_gemm_name_is_classified() -> None:
 
 
 def test_calibration_scales_host_time_to_the_steady_step() -> None:
-    from diagnose.analysis.breakdown import calibrate_to_steady_state
+    from diagnose.analysis.measure.breakdown import calibrate_to_steady_state
 
     b = TraceBuilder()
     b.step(0, 0, 100)  # profiled: 100 us, of which the GPU is busy 40 and the host launches 60
@@ -282,7 +282,7 @@ def test_calibration_scales_host_time_to_the_steady_step() -> None:
 
 
 def test_median_step_timeline_in_time_order(monkeypatch) -> None:
-    import diagnose.analysis.breakdown as breakdown_module
+    import diagnose.analysis.measure.breakdown as breakdown_module
 
     monkeypatch.setattr(breakdown_module, "STRIP_BINS", 10)  # 100 us slices of the reference step
     strip = analyse(one_gpu_step()).timeline_strip
@@ -305,7 +305,7 @@ def _waiting_steps(waits: list[float], step_us: float = 100) -> TraceBuilder:
 
 
 def test_a_table_row_is_the_mean_with_the_steps_spread() -> None:
-    from diagnose.analysis.breakdown import per_step_stats, reference_step_us
+    from diagnose.analysis.measure.breakdown import per_step_stats, reference_step_us
 
     bd = analyse(_waiting_steps([0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]))
     wait = per_step_stats(bd, "exposed")["data_wait"]
@@ -316,7 +316,7 @@ def test_a_table_row_is_the_mean_with_the_steps_spread() -> None:
 
 
 def test_calibrated_rows_are_shares_of_the_steady_step_and_their_spread_scales_with_them() -> None:
-    from diagnose.analysis.breakdown import calibrate_to_steady_state, per_step_stats, reference_step_us
+    from diagnose.analysis.measure.breakdown import calibrate_to_steady_state, per_step_stats, reference_step_us
 
     b = TraceBuilder()
     for i, forward_us in enumerate((60, 80, 100)):  # host-only steps: all host time, inflated by profiling
@@ -341,9 +341,9 @@ RECORDED_TRACES = sorted(Path(__file__).parent.joinpath("data").rglob("*.pt.trac
 
 @pytest.mark.parametrize("trace", RECORDED_TRACES, ids=lambda p: f"{p.parent.name}/{p.name[:12]}")
 def test_the_vectorized_breakdown_equals_the_loops_on_every_recorded_trace(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from diagnose.analysis import breakdown as B
-    from diagnose.analysis import vectorized as V
-    from diagnose.analysis.timeline import load_timeline
+    from diagnose.analysis.measure import breakdown as B
+    from diagnose.analysis.trace import vectorized as V
+    from diagnose.analysis.trace.timeline import load_timeline
 
     timeline = load_timeline(trace)
     if not timeline.steps:
@@ -361,7 +361,7 @@ def test_the_vectorized_breakdown_equals_the_loops_on_every_recorded_trace(trace
 
 
 def _host_intervals_of(timeline) -> dict:  # noqa: ANN001
-    from diagnose.analysis import breakdown as B
+    from diagnose.analysis.measure import breakdown as B
 
     forward_ops = B.compiled_forward_ops(timeline)
     backward = B.backward_spans(timeline.backward_ops, [op[0] for op in forward_ops])
@@ -376,8 +376,8 @@ def test_the_vectorized_sweep_equals_the_loop_on_hand_made_intervals() -> None:
     """Ties everywhere: intervals that touch, nest, share ends with steps, and GPU work of no width."""
     import random
 
-    from diagnose.analysis import breakdown as B
-    from diagnose.analysis import vectorized as V
+    from diagnose.analysis.measure import breakdown as B
+    from diagnose.analysis.trace import vectorized as V
 
     rng = random.Random(7)
     steps = [(0.0, 40.0), (40.0, 75.0), (90.0, 130.0)]

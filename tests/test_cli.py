@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.categories import EXPOSED
+from diagnose.analysis.measure.categories import EXPOSED
 from tests.conftest import REPO
 from tests.scripts import MLP_TRAIN
 from tests.tracebuilder import one_gpu_step
@@ -137,8 +137,8 @@ def test_unknown_knob_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_trim_keeps_the_breakdown_of_the_kept_steps(tmp_path: Path) -> None:
-    from diagnose.analysis.breakdown import compute_breakdown
-    from diagnose.analysis.timeline import load_timeline
+    from diagnose.analysis.measure.breakdown import compute_breakdown
+    from diagnose.analysis.trace.timeline import load_timeline
     from tests.tracebuilder import FP32_GEMM, TraceBuilder
 
     b = TraceBuilder()

@@ -6,8 +6,8 @@ from array import array
 
 import pytest
 
-from diagnose.analysis.columns import Launches, Records, extend_ints, float_column, int_column, take
-from diagnose.analysis.timeline import GpuKernel
+from diagnose.analysis.trace.columns import Launches, Records, extend_ints, float_column, int_column, take
+from diagnose.analysis.trace.timeline import GpuKernel
 
 KERNELS = [GpuKernel(1.0, 2.5, 7, "gemm", 0), GpuKernel(2.0, 3.0, 8, "relu", 1), GpuKernel(4.0, 4.5, -1, "gemm", 0)]
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.categories import EXPOSED, PHASES
+from diagnose.analysis.measure.categories import EXPOSED, PHASES
 from diagnose.analysis.compare import compare_reports, shift_sentence, SHIFT_WORDS
 from diagnose.analysis.gate import check, parse_condition
 from diagnose.analysis.report import Report
 from diagnose.errors import UsageError
-from diagnose.renderers.comparison import render_comparison, step_text
+from diagnose.renderers.comparison import render_comparison
+from diagnose.renderers.comparison_text import step_text
 from tests.conftest import DATA, REPO
 
 

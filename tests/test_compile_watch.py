@@ -16,7 +16,7 @@ from torch import nn
 
 from diagnose.runtime import compilewatch
 from diagnose.runtime.compilewatch import CompileWatch, first_line, reason_kind
-from diagnose.runtime.instrument import first_user_frame, is_generated
+from diagnose.runtime.usercode import first_user_frame, is_generated
 from diagnose.runtime.marks import PhaseMarks
 from tests.conftest import REPO
 
@@ -302,8 +302,8 @@ def test_the_compile_knob_takes_the_scripts_own_call_end_to_end(tmp_path: Path, 
 def test_launch002_names_its_verify_knob() -> None:
     """``diagnose verify`` tries a finding's knobs: LAUNCH002 (compiled, still launch-bound) is
     measured with the script's own compile call in mode reduce-overhead."""
-    from diagnose.analysis.findings import diagnose_symptoms
-    from diagnose.analysis.rules import load_rules
+    from diagnose.analysis.verdict.findings import diagnose_symptoms
+    from diagnose.analysis.verdict.rules import load_rules
     from diagnose.analysis.symptoms import symptoms_from_values
 
     values = {"compile.enabled": 1, "compile.mode_reduce_overhead": 0, "exposed.launch_model": 0.45, "gpu.busy": 0.4,

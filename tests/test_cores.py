@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from diagnose.analysis.predict import more_workers
-from diagnose.analysis.replay import replay
+from diagnose.analysis.prediction.predict import more_workers
+from diagnose.analysis.prediction.replay import replay
 from diagnose.analysis.symptoms.dataloader import suggested_workers as SUGGESTED
 from diagnose.analysis.symptoms.dataloader import workers_basis as BASIS
 from diagnose.analysis.symptoms.registry import Known

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from diagnose.analysis.findings import Finding, diagnose_symptoms, make_finding
-from diagnose.analysis.rules import Condition, Rule, load_rules, names_in
+from diagnose.analysis.verdict.findings import Finding, diagnose_symptoms, make_finding
+from diagnose.analysis.verdict.rules import Condition, Rule, load_rules, names_in
 from diagnose.analysis.symptoms import DEFINITIONS, symptoms_from_values
 from diagnose.analysis.symptoms.registry import Known
 from diagnose.errors import RuleError

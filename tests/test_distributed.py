@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.analysis.pipeline import AnalysisOptions
-from diagnose.analysis.ranks import RankSummary, straggler
+from diagnose.analysis.measure.ranks import RankSummary, straggler
 from diagnose.distributed import RankInfo, rank_info, torchrun_command
 from diagnose.rundir import RunDir, shared_location
 from diagnose.session import analyze_run

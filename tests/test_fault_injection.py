@@ -579,7 +579,7 @@ def test_a_report_to_a_full_device_is_one_line_and_kept(tmp_path: Path) -> None:
 OUT_OF_MEMORY = """
 import sys
 from diagnose.renderers import html, tensorboard, terminal
-from diagnose.analysis import timeline
+from diagnose.analysis.trace import timeline
 def out_of_memory(*args, **kwargs):
     raise MemoryError()
 if WHERE == "render":

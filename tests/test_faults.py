@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.findings import diagnose_symptoms
-from diagnose.analysis.rules import MAX_NESTING, ExprError, Rule, load_rule_file, parse_condition, parse_expr
+from diagnose.analysis.verdict.findings import diagnose_symptoms
+from diagnose.analysis.verdict.rules import MAX_NESTING, ExprError, Rule, load_rule_file, parse_condition, parse_expr
 from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.errors import RuleError
 from tests.test_rules import VALID
@@ -75,7 +75,7 @@ def test_sane_format_specs_still_load(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [("ceil(1 / 0)", math.inf), ("floor(0 / 0)", math.nan), ("ceil(-1 / 0)", -math.inf)])
 def test_rounding_passes_non_finite_values_through(text: str, expected: float) -> None:
-    from diagnose.analysis.rules import evaluate
+    from diagnose.analysis.verdict.rules import evaluate
 
     value = evaluate(parse_expr(text), {})
     assert (math.isnan(value) and math.isnan(expected)) or value == expected
@@ -626,7 +626,7 @@ def test_memory_running_out_in_the_analysis_still_leaves_a_report(tmp_path: Path
 
 @pytest.mark.parametrize("folder", ['we"ird', "back\\slash"])
 def test_a_quote_or_backslash_in_the_run_directory_keeps_the_trace_valid(tmp_path: Path, folder: str) -> None:
-    from diagnose.analysis.timeline import load_timeline
+    from diagnose.analysis.trace.timeline import load_timeline
     from diagnose.progress import Progress
     from diagnose.record import WindowPlan
     from diagnose.rundir import RunDir

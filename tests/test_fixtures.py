@@ -1,5 +1,5 @@
 """The GPU analysis on CI without a GPU: traces recorded on an NVIDIA H200 (benchmarks/truth.py),
-trimmed to a few steps (diagnose.analysis.trim), with the breakdown the untrimmed trace gave.
+trimmed to a few steps (diagnose.analysis.trace.trim), with the breakdown the untrimmed trace gave.
 
 Each planted example's report must name its planted cause as the top finding, quote the
 planted line, and no other rule may fire (the well-tuned control gets no finding at all).

@@ -7,7 +7,7 @@ import gc
 import torch
 
 from diagnose.runtime.flops import StepCounter, matmul_dims
-from diagnose.runtime.memory import MemoryProbe, find_owners, owner_bytes, snapshot_at_oom
+from diagnose.runtime.memory_probe import MemoryProbe, find_owners, owner_bytes, snapshot_at_oom
 
 
 def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:

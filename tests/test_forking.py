@@ -1,4 +1,4 @@
-"""Work beside the process (diagnose.analysis.forking): the same results as in one process,
+"""Work beside the process (diagnose.analysis.trace.forking): the same results as in one process,
 whatever the children do.
 
 A process forks only without other threads, and this test process has them (earlier tests leave
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis import forking
+from diagnose.analysis.trace import forking
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -39,7 +39,7 @@ def test_calls_side_by_side_run_in_other_processes_and_come_back_in_order() -> N
     out = run_fresh(
         """
         import json, os
-        from diagnose.analysis import forking
+        from diagnose.analysis.trace import forking
         calls = [lambda i=i: (i, os.getpid(), [i * 0.1] * 3) for i in range(5)]
         got = forking.side_by_side(calls, processes=3)
         print(json.dumps({"can": forking.can_fork(), "got": got, "me": os.getpid()}))
@@ -56,7 +56,7 @@ def test_a_child_that_dies_or_raises_is_computed_again_here() -> None:
     out = run_fresh(
         """
         import json, os
-        from diagnose.analysis import forking
+        from diagnose.analysis.trace import forking
         me = os.getpid()
         def dies():
             if os.getpid() != me:
@@ -83,7 +83,7 @@ def test_a_process_with_another_thread_computes_everything_itself() -> None:
     out = run_fresh(
         """
         import json, os, threading
-        from diagnose.analysis import forking
+        from diagnose.analysis.trace import forking
         stop = threading.Event()
         thread = threading.Thread(target=stop.wait)
         thread.start()
@@ -105,7 +105,7 @@ def test_without_fork_beside_computes_here_and_cancel_stops_a_child() -> None:
     out = run_fresh(
         """
         import json, os, time
-        from diagnose.analysis import forking
+        from diagnose.analysis.trace import forking
         side = forking.Beside(lambda: time.sleep(60))
         pid = side.pid
         t = time.perf_counter()
@@ -131,7 +131,9 @@ def test_a_large_trace_analysed_side_by_side_gives_the_same_report(fixture: str)
         f"""
         import json
         from diagnose import api
-        from diagnose.analysis import forking, pipeline, predict
+        from diagnose.analysis.trace import forking
+        from diagnose.analysis import pipeline
+        from diagnose.analysis.prediction import predict
         pipeline.PARALLEL_MIN_EVENTS = predict.PARALLEL_MIN_MODEL = 10**12
         one = api.analyze({str(DATA / fixture)!r}, reanalyze=True).to_dict()
         forked = []
@@ -157,11 +159,11 @@ def test_predictions_side_by_side_are_those_made_one_by_one() -> None:
     out = run_fresh(
         """
         import json
-        from diagnose.analysis import predict
-        from diagnose.analysis.findings import diagnose_symptoms
-        from diagnose.analysis.predict import Predictor
-        from diagnose.analysis.replay import replay_check
-        from diagnose.analysis.rules import load_rules
+        from diagnose.analysis.prediction import predict
+        from diagnose.analysis.verdict.findings import diagnose_symptoms
+        from diagnose.analysis.prediction.predict import Predictor
+        from diagnose.analysis.prediction.replay import replay_check
+        from diagnose.analysis.verdict.rules import load_rules
         from tests.test_replay import SYNCED_LAYERS_VALUES as values, checked_layers, model_of
         from diagnose.analysis.symptoms import symptoms_from_values
         rules = {r.id: r for r in load_rules()}
@@ -188,8 +190,9 @@ def test_predictions_side_by_side_are_those_made_one_by_one() -> None:
 
 
 def test_the_thresholds_keep_small_work_in_one_process() -> None:
-    from diagnose.analysis import pipeline, predict
+    from diagnose.analysis import pipeline
 
+    from diagnose.analysis.prediction import predict
     assert pipeline.PARALLEL_MIN_EVENTS >= 100_000 and predict.PARALLEL_MIN_MODEL >= 10_000
     started = time.perf_counter()
     assert forking.side_by_side([lambda: 1]) == [1]  # one call: no fork
@@ -203,7 +206,7 @@ def test_workers_apply_the_call_in_children_and_answer_in_order() -> None:
     out = run_fresh(
         """
         import json, os, threading
-        from diagnose.analysis import forking
+        from diagnose.analysis.trace import forking
         def work(i, x):
             if i == 3:
                 raise ValueError(f"bad {i}")
@@ -243,7 +246,7 @@ def test_a_worker_that_dies_answers_none_for_the_caller_to_compute() -> None:
     out = run_fresh(
         """
         import json, os, signal
-        from diagnose.analysis import forking
+        from diagnose.analysis.trace import forking
         workers = forking.Workers(lambda x: x * 2, 2)
         first = [workers.submit(i) for i in range(2)]
         answers = [get() for get in first]
@@ -264,7 +267,7 @@ def test_shared_slots_carry_bytes_to_workers_forked_after_them() -> None:
     out = run_fresh(
         """
         import json
-        from diagnose.analysis import forking
+        from diagnose.analysis.trace import forking
         slots = forking.SharedSlots(2, 8)
         workers = forking.Workers(lambda slot, n: slots.read_once(slot, n).decode(), 2)
         def put(data):
@@ -294,7 +297,7 @@ def test_workers_read_every_answer_already_sent_when_one_is_asked_for() -> None:
     out = run_fresh(
         """
         import json, time
-        from diagnose.analysis import forking
+        from diagnose.analysis.trace import forking
         workers = forking.Workers(lambda i: (i, b"x" * 2_000_000), 2)
         getters = [workers.submit(i) for i in range(4)]
         time.sleep(1.0)  # every child has sent its first answer and waits to send it whole

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.findings import diagnose_symptoms, loop_framework
-from diagnose.analysis.rules import load_rule_file, load_rules
+from diagnose.analysis.verdict.findings import diagnose_symptoms, loop_framework
+from diagnose.analysis.verdict.rules import load_rule_file, load_rules
 from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.errors import RuleError
 from diagnose.experiments import describe_change, knobs_via
 from diagnose.record import RunRecord
-from diagnose.runtime import frameworks
+from diagnose.runtime import frameworkwatch
 from diagnose.runtime.knobs import Knobs, framework_switch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,11 +56,11 @@ def fake_framework(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (package / "trainer.py").write_text(textwrap.dedent(FAKE_FRAMEWORK))
     monkeypatch.syspath_prepend(str(tmp_path))
     watched = (
-        frameworks.Watched("lightning", "fakefw", "fakefw.trainer", "Trainer", "__init__", "trainer"),
-        frameworks.Watched("accelerate", "fakefw", "fakefw.trainer", "Inner", "__init__", "accelerator"),
+        frameworkwatch.Watched("lightning", "fakefw", "fakefw.trainer", "Trainer", "__init__", "trainer"),
+        frameworkwatch.Watched("accelerate", "fakefw", "fakefw.trainer", "Inner", "__init__", "accelerator"),
     )
-    monkeypatch.setattr(frameworks, "WATCHED", watched)
-    monkeypatch.setitem(frameworks.SETTINGS, ("lightning", "trainer"), ("precision", "workers"))
+    monkeypatch.setattr(frameworkwatch, "WATCHED", watched)
+    monkeypatch.setitem(frameworkwatch.SETTINGS, ("lightning", "trainer"), ("precision", "workers"))
     yield
     for name in ("fakefw.trainer", "fakefw"):
         sys.modules.pop(name, None)
@@ -75,7 +75,7 @@ def _here() -> str | None:
 
 
 def test_a_framework_imported_after_install_is_watched_and_given_back(fake_framework) -> None:
-    watch = frameworks.FrameworkWatch(_here)
+    watch = frameworkwatch.FrameworkWatch(_here)
     watch.install()
     try:
         assert "fakefw.trainer" not in sys.modules, "installing imports nothing"
@@ -91,7 +91,7 @@ def test_a_framework_imported_after_install_is_watched_and_given_back(fake_frame
     assert info.settings == {"precision": "bf16-mixed", "workers": 0}
     assert trainer.inner.mixed_precision == "no"  # built inside the Trainer: neither recorded nor changed
     assert "__wrapped__" not in vars(module.Trainer.__init__), "remove() gives the original back"
-    assert not any(isinstance(f, frameworks._ImportHook) for f in sys.meta_path)
+    assert not any(isinstance(f, frameworkwatch._ImportHook) for f in sys.meta_path)
 
 
 def test_an_already_imported_framework_is_patched_at_once_and_knobs_take_its_switch(fake_framework) -> None:
@@ -103,7 +103,7 @@ def test_an_already_imported_framework_is_patched_at_once_and_knobs_take_its_swi
         asked.append((framework, role))
         return knobs.framework_changes(framework, role, settings)
 
-    watch = frameworks.FrameworkWatch(_here, hook)
+    watch = frameworkwatch.FrameworkWatch(_here, hook)
     watch.install()
     try:
         trainer = module.Trainer("32-true")  # positional: bound to its parameter, then changed
@@ -148,11 +148,11 @@ def test_fabric_is_recorded_with_its_setup_its_precision_switch_and_a_marked_bac
 
     (tmp_path / "fakefabric.py").write_text(textwrap.dedent(FAKE_FABRIC))
     monkeypatch.syspath_prepend(str(tmp_path))
-    watched = tuple(frameworks.Watched("fabric", "fakefabric", "fakefabric", "Fabric", method, role)
+    watched = tuple(frameworkwatch.Watched("fabric", "fakefabric", "fakefabric", "Fabric", method, role)
                     for method, role in (("__init__", "fabric"), ("setup", "setup"), ("backward", "backward")))
-    monkeypatch.setattr(frameworks, "WATCHED", watched)
+    monkeypatch.setattr(frameworkwatch, "WATCHED", watched)
     knobs = Knobs.parse(["autocast=bf16"])
-    watch = frameworks.FrameworkWatch(_here, knobs.framework_changes)
+    watch = frameworkwatch.FrameworkWatch(_here, knobs.framework_changes)
     watch.install()
     try:
         module = importlib.import_module("fakefabric")
@@ -176,7 +176,7 @@ def test_fabric_is_recorded_with_its_setup_its_precision_switch_and_a_marked_bac
 
 def test_installing_the_watch_imports_no_framework() -> None:
     code = (
-        "import sys; from diagnose.runtime.frameworks import FrameworkWatch; w = FrameworkWatch(lambda: None); "
+        "import sys; from diagnose.runtime.frameworkwatch import FrameworkWatch; w = FrameworkWatch(lambda: None); "
         "w.install(); import torch; w.remove(); "
         "print([m for m in ('lightning', 'pytorch_lightning', 'transformers', 'accelerate') if m in sys.modules])"
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from diagnose.analysis import hardware, kernels, memory
+from diagnose.analysis.measure import hardware, kernels, memory_breakdown
 from diagnose.record import FlopCount, MatmulShape, MemorySplit, OpCount, RunRecord
 
 
@@ -254,7 +254,7 @@ def _step_split(**overrides: int) -> MemorySplit:
 
 
 def test_memory_breakdown_of_a_step() -> None:
-    m = memory.memory_breakdown(_step_split())
+    m = memory_breakdown.memory_breakdown(_step_split())
     # peak 31 = start 9 + gradients made 2 + activations 20
     assert m.activations == 20 * GiB
     assert m.other == 3 * GiB  # 9 at the start - 2 params - 4 optimizer state
@@ -262,24 +262,24 @@ def test_memory_breakdown_of_a_step() -> None:
     assert sum(m.parts().values()) == m.peak_reserved
     assert m.activations_per_sample == 20 * GiB / 32
     # (80 * 0.9 - (2 + 2 + 4 + 3)) GiB / (0.625 GiB per sample) = 61.0 / 0.625 = 97.6
-    assert memory.largest_batch(m) == 97
+    assert memory_breakdown.largest_batch(m) == 97
     assert m.headroom == 46 * GiB
 
 
 def test_gradients_kept_between_steps_are_not_activations() -> None:
-    m = memory.memory_breakdown(_step_split(gradients_start_bytes=2 * GiB, allocated_start_bytes=11 * GiB))
+    m = memory_breakdown.memory_breakdown(_step_split(gradients_start_bytes=2 * GiB, allocated_start_bytes=11 * GiB))
     assert m.activations == 20 * GiB and m.other == 3 * GiB and m.gradients == 2 * GiB
 
 
 def test_no_batch_no_estimate() -> None:
-    assert memory.largest_batch(memory.memory_breakdown(_step_split(samples=None))) is None
+    assert memory_breakdown.largest_batch(memory_breakdown.memory_breakdown(_step_split(samples=None))) is None
 
 
 def test_requested_bytes_from_torch_message() -> None:
     msg = "CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.2 GiB is free."
-    assert memory.requested_bytes(msg) == int(2.5 * GiB)
-    assert memory.requested_bytes("Tried to allocate 512.00 MiB") == 512 * 1024**2
-    assert memory.requested_bytes("something else") is None
+    assert memory_breakdown.requested_bytes(msg) == int(2.5 * GiB)
+    assert memory_breakdown.requested_bytes("Tried to allocate 512.00 MiB") == 512 * 1024**2
+    assert memory_breakdown.requested_bytes("something else") is None
 
 
 def test_explain_oom_names_the_largest_owner_and_orders_changes() -> None:
@@ -289,12 +289,12 @@ def test_explain_oom_names_the_largest_owner_and_orders_changes() -> None:
         reserved_bytes=78 * GiB, capacity_bytes=80 * GiB, samples=512,
         message="CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.11 GiB",
     )
-    why = memory.explain_oom(split)
+    why = memory_breakdown.explain_oom(split)
     assert why.largest == "activations" and why.largest_bytes == 72 * GiB
     assert why.requested == 4 * GiB
     assert why.changes[0].startswith("a smaller batch")
     assert any("bf16 autocast" in c for c in why.changes)
-    assert not any("bf16 autocast" in c for c in memory.explain_oom(split, mixed_precision=True).changes)
+    assert not any("bf16 autocast" in c for c in memory_breakdown.explain_oom(split, mixed_precision=True).changes)
     assert why.changes[-1].startswith("optimizer.zero_grad(set_to_none=True)")  # 1 GiB: the least it frees
 
 

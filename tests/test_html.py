@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
-from diagnose.analysis.categories import EXPOSED, exposed_labels
+from diagnose.analysis.measure.categories import EXPOSED, exposed_labels
 from diagnose.renderers.html import CATEGORY_COLOURS, CSP, HTMLRenderer, nice_ticks
 from diagnose.renderers.view import ReportView, median_of
 from diagnose.analysis.report import Report

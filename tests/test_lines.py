@@ -12,7 +12,8 @@ pytest.importorskip("torch")
 from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
-from diagnose.runtime.lines import LineAttribution, classify_main, source_line, sync_kind, worker_frames
+from diagnose.runtime.line_attribution import LineAttribution, classify_main, sync_kind, worker_frames
+from diagnose.runtime.usercode import source_line
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
 from diagnose.runtime.runner import resolve_target, run_target
@@ -162,7 +163,7 @@ def test_source_line(tmp_path: Path) -> None:
 def test_sync_time_is_matched_call_by_call_when_the_counts_agree() -> None:
     from diagnose.analysis.pipeline import attribute_sync_time
     from diagnose.record import RunRecord
-    from diagnose.analysis.timeline import build_timeline
+    from diagnose.analysis.trace.timeline import build_timeline
     from tests.tracebuilder import TraceBuilder
 
     b = TraceBuilder()
@@ -192,7 +193,7 @@ def test_the_sampler_holds_no_frame_of_the_sampled_thread_between_samples() -> N
     import time
     import weakref
 
-    from diagnose.runtime.lines import Sampler
+    from diagnose.runtime.line_attribution import Sampler
 
     class Payload:
         pass

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from diagnose.analysis.breakdown import compute_breakdown, merge, resolve_nesting
-from diagnose.analysis.timeline import build_timeline, load_timeline
+from diagnose.analysis.measure.breakdown import compute_breakdown, merge, resolve_nesting
+from diagnose.analysis.trace.timeline import build_timeline, load_timeline
 from tests.conftest import DATA
 from tests.tracebuilder import AUTOGRAD, ELEMENTWISE, FP32_GEMM, MAIN, MULTI_TENSOR, TraceBuilder
 
@@ -208,7 +208,7 @@ FRAMEWORK_FIXTURES = ["closure_cpu", "lightning_cpu", "hf_trainer_cpu", "acceler
 def _own_optimizer_work_us(trace: dict, step: tuple[float, float]) -> float:
     """The optimizer's own time in a step, computed straight from the annotations: optimizer-side
     spans, less the closures inside them, plus the optimizer-side spans inside those closures."""
-    from diagnose.analysis import patterns as P
+    from diagnose.analysis.trace import patterns as P
 
     events = [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation" and step[0] <= e["ts"] < step[1]]
     spans = lambda pred: merge([(e["ts"], e["ts"] + e["dur"]) for e in events if pred(e["name"])])  # noqa: E731

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from diagnose.analysis.kernels import misaligned_flop_share  # noqa: E402
-from diagnose.analysis.limits import unfused_attention_share  # noqa: E402
+from diagnose.analysis.measure.kernels import misaligned_flop_share  # noqa: E402
+from diagnose.analysis.measure.hardware_limits import unfused_attention_share  # noqa: E402
 from diagnose.progress import Progress  # noqa: E402
 from diagnose.record import RunRecord, WindowPlan  # noqa: E402
 from diagnose.rundir import RunDir  # noqa: E402

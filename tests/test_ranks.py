@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.collectives import collective_kind, collective_times
+from diagnose.analysis.measure.collectives import collective_kind, collective_times
 from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank
-from diagnose.analysis.ranks import RankSummary, job_view, notable_ranks, outliers, slowest
-from diagnose.analysis.timeline import build_timeline
+from diagnose.analysis.measure.ranks import RankSummary, job_view, notable_ranks, outliers, slowest
+from diagnose.analysis.trace.timeline import build_timeline
 from diagnose.distributed import PARENT_MERGES, RankInfo, launch_environment, launch_options, rank_info, torchrun_command
 from diagnose.errors import UsageError
 from diagnose.record import RunRecord
@@ -72,7 +72,7 @@ def test_the_job_report_leads_with_the_rank_the_others_wait_for() -> None:
     """The slowest rank (its step less its waits at collectives) leads when it does clearly more of
     its own work than the first rank (10% of the step): two FSDP ranks on H200s put either one in
     the all-gathers' wait from run to run, and rank 0's view gave three top findings in five."""
-    from diagnose.analysis.ranks import lead_rank
+    from diagnose.analysis.measure.ranks import lead_rank
 
     waiting, working = _summary(0, step=10.0, comm=9.0), _summary(1, step=10.0, comm=0.5)
     assert lead_rank([waiting, working], 0) == 1

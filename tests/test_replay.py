@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.breakdown import calibrate_to_steady_state, compute_breakdown
-from diagnose.analysis.findings import MIN_GAIN, Diagnosis, diagnose_symptoms
+from diagnose.analysis.measure.breakdown import calibrate_to_steady_state, compute_breakdown
+from diagnose.analysis.verdict.findings import MIN_GAIN, Diagnosis, diagnose_symptoms
 from diagnose.analysis.pipeline import AnalysisOptions, _steady_step_us, gpu_stretch
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
-from diagnose.analysis.predict import (
+from diagnose.analysis.prediction.predict import (
     KERNEL_FLOOR_MAX_US,
     LOADER_RECEIVE_BATCH_MS,
     LOADER_RECEIVE_CONTENTION,
@@ -38,10 +38,10 @@ from diagnose.analysis.predict import (
     step_spread,
     tf32,
 )
-from diagnose.analysis.replay import StepModel, build_model, host_code_scale, profiler_scale, replay, replay_check
-from diagnose.analysis.rules import load_rules
+from diagnose.analysis.prediction.replay import StepModel, build_model, host_code_scale, profiler_scale, replay, replay_check
+from diagnose.analysis.verdict.rules import load_rules
 from diagnose.analysis.symptoms import compute_symptoms, symptoms_from_values
-from diagnose.analysis.timeline import build_timeline, load_timeline
+from diagnose.analysis.trace.timeline import build_timeline, load_timeline
 from diagnose.record import RunRecord
 from tests.tracebuilder import ELEMENTWISE, FP32_GEMM, TraceBuilder, one_gpu_step
 
@@ -643,7 +643,7 @@ def test_a_prediction_near_the_gain_a_change_must_beat_is_borderline_either_way(
     a factor 2 of the floor, a finding kept says it is borderline, and one left out is a near
     miss (examples/implicit_syncs.py on the H200: SYNC001 predicted 1.04-1.07x over five runs,
     left out in three, top finding in two, with nothing saying a rerun may differ)."""
-    from diagnose.analysis import findings as F
+    from diagnose.analysis.verdict import findings as F
 
     rules = {r.id: r for r in load_rules()}
     model = model_of(synced_step())  # SYNC001 replays to 200 / 170 = 1.18x
@@ -666,14 +666,14 @@ def test_a_prediction_near_the_gain_a_change_must_beat_is_borderline_either_way(
 def test_the_floor_counts_what_a_rerun_moves_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """One run's steps can be steady while reruns differ (implicit_syncs: steps within 2%, runs
     14% apart): a predicted gain must also beat ``RUN_TO_RUN_SPREAD``."""
-    from diagnose.analysis import findings as F
+    from diagnose.analysis.verdict import findings as F
 
     rules = {r.id: r for r in load_rules()}
     model = model_of(synced_step())
     symptoms = symptoms_from_values(
         {"sync.per_step": 50, "sync.cost_share": 0.4, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3}
     )
-    from diagnose.analysis import uncertainty as U
+    from diagnose.analysis.prediction import uncertainty as U
 
     monkeypatch.setattr(F, "RUN_TO_RUN_SPREAD", 0.25)
     monkeypatch.setattr(U, "RUN_TO_RUN_SPREAD", 0.25)
@@ -770,7 +770,7 @@ def test_verify_says_predicted_beside_measured() -> None:
 
 def test_a_window_with_too_many_gpu_ops_is_modelled_over_its_first_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """The model's memory is bounded: three steps of two kernels each, at most three ops."""
-    from diagnose.analysis import replay as replay_module
+    from diagnose.analysis.prediction import replay as replay_module
 
     b = TraceBuilder()
     for n, start in enumerate((0, 100, 200)):
@@ -802,7 +802,7 @@ def test_a_prediction_above_the_bound_is_kept_and_said_so() -> None:
 def test_a_dominant_idle_share_is_named_when_no_change_is_predicted_to_relieve_it() -> None:
     from types import SimpleNamespace
 
-    from diagnose.analysis.findings import Diagnosis
+    from diagnose.analysis.verdict.findings import Diagnosis
     from diagnose.analysis.report import _verdict, dominant_idle
 
     shares = dict.fromkeys(("data_wait", "h2d_copy", "host_forward", "host_backward", "host_optimizer", "host_other", "communication"), 0.0)
@@ -820,7 +820,7 @@ def test_a_dominant_idle_share_is_named_when_no_change_is_predicted_to_relieve_i
 
 
 def test_changed_is_dataclasses_replace_for_ops_and_host_items() -> None:
-    from diagnose.analysis.replay import GpuOp, HostItem, changed
+    from diagnose.analysis.prediction.replay import GpuOp, HostItem, changed
 
     values = {"kind": "wait", "duration_us": 1.5, "phase": "other", "ops": (1, 2), "lead_us": 0.25, "streams": (7,), "after_us": 3.0,
               "blocking": True, "fetch": 4, "sync_kind": "user", "ready_us": 9.0}
@@ -923,7 +923,7 @@ def test_a_host_ahead_windows_gpu_time_is_stretched_to_its_gpu_paced_step() -> N
 
 
 def test_trim_keeps_the_calls_that_waited_and_says_so() -> None:
-    from diagnose.analysis.trim import trim_trace
+    from diagnose.analysis.trace.trim import trim_trace
 
     data = host_ahead_steps().to_dict()
     trimmed = trim_trace(data, steps=3, skip=0)
@@ -1011,7 +1011,7 @@ def test_compile_leaves_cudnn_recurrent_layers_eager_and_predicts_no_gain() -> N
     host code, cuDNN's own, stays. Compiling the rest pays a call per piece (two forward pieces
     around the LSTM): the prediction is near 1x, not the 2-3x of compiling the LSTM's host
     code away; and the model says it predicts such a change badly (the run measures it)."""
-    from diagnose.analysis.predict import RNN_KERNEL, fusible, library_layers, weakness
+    from diagnose.analysis.prediction.predict import RNN_KERNEL, fusible, library_layers, weakness
 
     model = model_of(lstm_step())
     check = replay_check(model)

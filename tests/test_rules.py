@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from diagnose.errors import RuleError
-from diagnose.analysis.findings import diagnose_symptoms, superseded_by
-from diagnose.analysis.rules import (
+from diagnose.analysis.verdict.findings import diagnose_symptoms, superseded_by
+from diagnose.analysis.verdict.rules import (
     ExprError,
     evaluate,
     load_rule_file,
@@ -17,7 +17,7 @@ from diagnose.analysis.rules import (
     parse_expr,
     render_template,
 )
-from diagnose.analysis.rulesdoc import rules_markdown
+from diagnose.analysis.verdict.rulesdoc import rules_markdown
 from diagnose.analysis.symptoms import CATALOG, symptoms_from_values
 from tests.conftest import REPO
 
@@ -256,7 +256,7 @@ def test_a_finding_within_its_symptoms_spread_of_the_threshold_is_borderline(
 def test_the_sync_rules_verify_with_the_sync_sites_found() -> None:
     """SYNC001 and EXPO003 measure their fix with ``unsync`` at the sites line attribution found;
     a bare trace records no site, and the knob is left out rather than given a blank value."""
-    from diagnose.analysis.findings import make_finding
+    from diagnose.analysis.verdict.findings import make_finding
     from diagnose.analysis.symptoms import symptoms_from_values
 
     rules = {r.id: r for r in RULES}

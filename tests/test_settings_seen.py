@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analysis.findings import make_finding
-from diagnose.analysis.rules import load_rules
+from diagnose.analysis.verdict.findings import make_finding
+from diagnose.analysis.verdict.rules import load_rules
 from diagnose.analysis.symptoms import symptoms_from_values
 
 RULES = {r.id: r for r in load_rules()}

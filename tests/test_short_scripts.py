@@ -12,7 +12,7 @@ import pytest
 
 from diagnose.analysis.pipeline import recorded_steps
 from diagnose.analysis.report import more_steps, short_run, short_run_notes
-from diagnose.analysis.timeline import StepMark
+from diagnose.analysis.trace.timeline import StepMark
 from diagnose.record import FrameworkInfo, RunLength, RunRecord, WindowPlan, run_length
 
 PLAN = WindowPlan(warmup=5, steps=10, timed=20, max_steps=30)

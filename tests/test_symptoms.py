@@ -7,11 +7,11 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from diagnose.analysis.breakdown import EXPOSED, PHASES, Breakdown, StepBreakdown
-from diagnose.analysis.ranks import RankSet, RankSummary
+from diagnose.analysis.measure.breakdown import EXPOSED, PHASES, Breakdown, StepBreakdown
+from diagnose.analysis.measure.ranks import RankSet, RankSummary
 from diagnose.analysis.symptoms import CATALOG, compute_symptoms
 from diagnose.analysis.symptoms.registry import declare, evaluate, evaluation_order, symptom
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from tests.wholebuilder import whole_record
 from diagnose.record import DataLoaderInfo, FlopCount, FrameworkInfo, MatmulShape, MemorySplit, ModelInfo, OpCount, OptimizerInfo, RunRecord
 

@@ -14,7 +14,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from diagnose.analysis.pipeline import AnalysisOptions
-from diagnose.analysis.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, PHASES
+from diagnose.analysis.measure.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, PHASES
 from diagnose.renderers.tensorboard import TEXT_TAG, TRUST_NOTE, write_events
 from diagnose.analysis.report import Report
 from diagnose.rundir import RunDir

@@ -18,10 +18,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from diagnose.analysis import timeline as timeline_module
-from diagnose.analysis import tracefile
-from diagnose.analysis.timeline import build_timeline, load_timeline, read_trace_json
-from diagnose.analysis.tracefile import TraceStream, decode_objects
+from diagnose.analysis.trace import timeline as timeline_module
+from diagnose.analysis.trace import tracefile
+from diagnose.analysis.trace.timeline import build_timeline, load_timeline, read_trace_json
+from diagnose.analysis.trace.tracefile import TraceStream, decode_objects
 from diagnose.errors import TraceError
 from tests import reference_timeline
 from tests.tracebuilder import TraceBuilder, one_gpu_step
@@ -442,7 +442,7 @@ def test_numpys_own_threads_do_not_keep_the_reader_in_one_process(tiny_blocks: N
     import sys
 
     assert "numpy" not in sys.modules
-    from diagnose.analysis import vectorized
+    from diagnose.analysis.trace import vectorized
 
     assert timeline_module.threads_in_process() == 1 + vectorized.STARTED_THREADS
     (trace,) = (DATA / "item_syncs").glob("*.json.gz")
@@ -553,7 +553,7 @@ def test_the_detail_window_budgets_the_length_its_scan_counted_not_the_estimate(
 
 
 def test_the_breakdown_says_the_trace_was_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from diagnose.analysis.breakdown import compute_breakdown
+    from diagnose.analysis.measure.breakdown import compute_breakdown
 
     path = steps_trace(8).write(tmp_path / "t.json")
     monkeypatch.setattr(timeline_module, "DETAIL_MAX_JSON_BYTES", tracefile.json_size_estimate(path) // 2)

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diagnose.analysis import uncertainty as U
-from diagnose.analysis.findings import Measurement, diagnose_symptoms
+from diagnose.analysis.prediction import uncertainty as U
+from diagnose.analysis.verdict.findings import Measurement, diagnose_symptoms
 from diagnose.analysis.pipeline import make_predictor, step_sample
-from diagnose.analysis.predict import Prediction, Predictor, step_spread
-from diagnose.analysis.breakdown import compute_breakdown
-from diagnose.analysis.replay import build_model, replay_check
-from diagnose.analysis.rules import load_rules
+from diagnose.analysis.prediction.predict import Prediction, Predictor, step_spread
+from diagnose.analysis.measure.breakdown import compute_breakdown
+from diagnose.analysis.prediction.replay import build_model, replay_check
+from diagnose.analysis.verdict.rules import load_rules
 from diagnose.analysis.symptoms import symptoms_from_values
-from diagnose.analysis.timeline import build_timeline
+from diagnose.analysis.trace.timeline import build_timeline
 from tests.tracebuilder import ELEMENTWISE, FP32_GEMM, TraceBuilder
 
 # --- the bootstrap's arithmetic --------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_measured_ranks_above_predicted_and_a_bound_alone_never_first(tmp_path: 
 
 def test_the_top_two_overlapping_intervals_make_the_ranking_unsure() -> None:
     """Two predictions 1.18x apart by nothing: each first in about half the resamples."""
-    from diagnose.analysis.findings import Finding, mark_checks, rank_findings
+    from diagnose.analysis.verdict.findings import Finding, mark_checks, rank_findings
 
     def finding(rule: str, predicted: float) -> Finding:
         return Finding(rule, rule, "x", "problem", "", "", "", 2.0, None, [], [], {"k": "v"}, predicted=predicted)
@@ -433,7 +433,7 @@ def test_every_experiment_run_is_one_measurement_and_checks_nothing(tmp_path: Pa
 def test_a_dominant_categorys_fix_predicted_slower_is_still_left_out() -> None:
     """The fix of a dominant category stays when its prediction is within the floor, not when
     the model predicts it slower (compile across 48 graph breaks: 0.27x, measured 0.70x)."""
-    from diagnose.analysis.findings import Finding, dominant_category
+    from diagnose.analysis.verdict.findings import Finding, dominant_category
 
     rules = {r.id: r for r in load_rules()}
     assert dominant_category(rules["DATA001"], {"exposed.data_wait": 0.51}) == "data_wait"

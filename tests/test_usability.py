@@ -81,7 +81,7 @@ def test_fail_on_names_are_case_insensitive_and_trip_the_gate(tmp_path: Path) ->
 
 def test_fail_on_accepts_a_rule_of_the_users_own(tmp_path: Path) -> None:
     from diagnose.analysis.gate import parse_condition, resolve_names
-    from diagnose.analysis.rules import load_rules
+    from diagnose.analysis.verdict.rules import load_rules
     from diagnose.errors import UsageError
 
     builtin = load_rules([])
@@ -96,7 +96,7 @@ def test_fail_on_accepts_a_rule_of_the_users_own(tmp_path: Path) -> None:
 
 
 def test_docs_ci_lists_every_category_of_the_builtin_rules() -> None:
-    from diagnose.analysis.rules import load_rules
+    from diagnose.analysis.verdict.rules import load_rules
 
     text = (REPO / "docs" / "ci.md").read_text()
     (row,) = [line for line in text.splitlines() if line.startswith("| `category:data`")]
@@ -573,7 +573,7 @@ def test_analyze_per_step_and_the_old_steps_flag_still_works(tmp_path: Path) -> 
 def test_trim_keep_and_the_old_steps_option_still_works(tmp_path: Path) -> None:
     """trim's count of steps to keep is --keep: --steps counts the profiled steps of run, verify
     and sweep. The old spelling keeps working, with a warning."""
-    from diagnose.analysis.timeline import load_timeline
+    from diagnose.analysis.trace.timeline import load_timeline
 
     new = diagnose("trim", str(TRACE), "new.json", "--keep", "2", "--skip", "0", cwd=tmp_path)
     old = diagnose("trim", str(TRACE), "old.json", "--steps", "2", "--skip", "0", cwd=tmp_path)
@@ -595,7 +595,7 @@ def test_listings_fit_columns(command: list[str], tmp_path: Path) -> None:
 
 
 def test_a_much_slower_steady_window_is_said() -> None:
-    from diagnose.analysis.breakdown import STEADY_SLOWER, calibrate_to_steady_state
+    from diagnose.analysis.measure.breakdown import STEADY_SLOWER, calibrate_to_steady_state
     from tests.test_breakdown import analyse
     from tests.tracebuilder import TraceBuilder, ELEMENTWISE
 

@@ -1,4 +1,4 @@
-"""The reader's array helpers (``analysis/vectorized``) give what the Python loops they replace
+"""The reader's array helpers (``analysis/trace/vectorized``) give what the Python loops they replace
 gave, row for row, on hand-made cases and on random ones full of ties."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from diagnose.analysis import vectorized as V
-from diagnose.analysis.timeline import _outermost
+from diagnose.analysis.trace import vectorized as V
+from diagnose.analysis.trace.timeline import _outermost
 
 
 def _loop_outermost(starts: list[float], ends: list[float]) -> list[int]:
@@ -91,7 +91,7 @@ def _loop_backward_spans(ops: list[tuple[float, float]], forward_starts: list[fl
 
 @pytest.mark.parametrize("seed", range(40))
 def test_backward_calls_are_the_loops_groups(seed: int) -> None:
-    from diagnose.analysis.breakdown import backward_spans
+    from diagnose.analysis.measure.breakdown import backward_spans
 
     rng = random.Random(seed)
     ops = sorted(zip(*_random_rows(rng, rng.randrange(0, 200))))
@@ -102,7 +102,7 @@ def test_backward_calls_are_the_loops_groups(seed: int) -> None:
 
 
 def test_backward_events_that_end_before_they_start_are_left_to_the_loop() -> None:
-    from diagnose.analysis.breakdown import backward_spans
+    from diagnose.analysis.measure.breakdown import backward_spans
 
     ops = [(float(i), float(i) + 0.5) for i in range(80)] + [(90.0, 89.0)]
     assert V.backward_calls([a for a, _ in ops], [b for _, b in ops], [40.7]) is None
@@ -115,8 +115,8 @@ def test_numpy_is_loaded_with_one_blas_thread_and_the_environment_restored() -> 
     through ``vectorized`` it starts no thread, and the variable is gone again (a training
     script started later must not inherit it); a value the user set is left alone."""
     code = (
-        "import json, os; from diagnose.analysis import forking; before = forking.threads_in_process();"
-        "from diagnose.analysis import vectorized as V;"
+        "import json, os; from diagnose.analysis.trace import forking; before = forking.threads_in_process();"
+        "from diagnose.analysis.trace import vectorized as V;"
         "print(json.dumps([before, forking.threads_in_process(), V.STARTED_THREADS, os.environ.get('OPENBLAS_NUM_THREADS'), forking.can_fork()]))"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}

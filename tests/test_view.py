@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from diagnose.analysis.categories import EXPOSED, PHASES
+from diagnose.analysis.measure.categories import EXPOSED, PHASES
 from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run

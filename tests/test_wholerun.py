@@ -1,10 +1,10 @@
-"""The whole run's accounting (analysis/wholerun.py) on a hand-built record (tests/wholebuilder.py)."""
+"""The whole run's accounting (analysis/measure/wholerun.py) on a hand-built record (tests/wholebuilder.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from diagnose.analysis.wholerun import BUCKETS, account
+from diagnose.analysis.measure.wholerun import BUCKETS, account
 from diagnose.record import RunRecord
 from tests.wholebuilder import SECONDS, WALL_S, whole_record
 
@@ -69,7 +69,7 @@ def test_the_timeline_slices_sum_to_one() -> None:
 
 
 def test_a_jobs_goodput_is_training_time_over_wall_clock_summed_over_its_ranks() -> None:
-    from diagnose.analysis.wholerun import job_section
+    from diagnose.analysis.measure.wholerun import job_section
 
     slow = whole_record(script_end_s=31.0)  # the same steps, 16 s more teardown: 32 s of wall-clock
     section = job_section(None, {0: whole_record(), 1: slow, 2: RunRecord()})

@@ -17,7 +17,7 @@ from diagnose import record as record_module
 from diagnose.analysis.report import growth_note
 import statistics
 
-from diagnose.analysis.uncertainty import mean_uncertainty_estimate
+from diagnose.record import mean_uncertainty_estimate
 from diagnose.record import WINDOW_MEAN_UNCERTAINTY, RunRecord, WindowPlan, steps_vary_widely, window_unsettled
 
 FAST, SLOW = 0.1, 1.0
@@ -87,7 +87,7 @@ def test_the_note_says_from_what_to_what_and_why() -> None:
 pytest.importorskip("torch")
 
 from diagnose.analysis.pipeline import AnalysisOptions  # noqa: E402
-from diagnose.analysis.timeline import load_timeline  # noqa: E402
+from diagnose.analysis.trace.timeline import load_timeline  # noqa: E402
 from diagnose.renderers import TerminalRenderer  # noqa: E402
 from diagnose.session import analyze_run  # noqa: E402
 from diagnose.progress import Progress  # noqa: E402

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnose.analysis.symptoms import Symptoms
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 
 
 def trace_only(meta: TraceMeta, symptoms: Symptoms) -> dict[str, Any]:

@@ -5,7 +5,9 @@ The first report is the baseline: every later one is compared with it (throughpu
 change of each exposed category's and each phase's share, the findings that appeared and
 disappeared) and, in one sentence, with the run just before it (the shift: "data wait 64% ->
 3%; the step is now GPU backward, 51%"), because a list of runs is usually a list of fixes made
-one after another. ``Comparison.to_dict()`` is what ``diagnose compare --json`` prints.
+one after another. ``Comparison.to_dict()`` is what ``diagnose compare --json`` prints. The value
+knows no renderer: ``renderers/comparison.py`` renders it, ``renderers/notebook.py`` shows it in
+Jupyter.
 
 Throughput is compared in samples per second when every run knows it (a batch-size change
 alters the work per step), else in steps per second; the steady figure (profiler off) when
@@ -25,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from diagnose.analysis.categories import EXPOSED, PHASE_LABELS, PHASES, exposed_categories
-from diagnose.analysis.report import Report, html_frame
+from diagnose.analysis.measure.categories import EXPOSED, PHASE_LABELS, PHASES, exposed_categories
+from diagnose.analysis.report import Report
 from diagnose.units import percent
 
 COMPARISON_SCHEMA = "diagnose.comparison/1"
@@ -168,12 +170,6 @@ class Comparison:
     @property
     def shifts(self) -> tuple[str, ...]:
         return tuple(run.shift for run in self.runs if run.shift)
-
-    def _repr_html_(self) -> str:
-        """Jupyter shows a comparison as its HTML page (renderers imported only when asked)."""
-        from diagnose.renderers.comparison import render_comparison
-
-        return html_frame(render_comparison(self, "html"))
 
     def to_dict(self) -> dict[str, Any]:
         return {

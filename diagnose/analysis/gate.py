@@ -75,7 +75,7 @@ def parse_condition(text: str) -> Condition:
 
 
 class NamedRule(Protocol):
-    """What the gate needs of a loaded rule (analysis.rules.Rule)."""
+    """What the gate needs of a loaded rule (analysis.verdict.rules.Rule)."""
 
     id: str
     category: str

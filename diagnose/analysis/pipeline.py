@@ -22,22 +22,22 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from diagnose.analysis.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
+from diagnose.analysis.measure.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
 from diagnose.errors import TraceError, UsageError
-from diagnose.analysis.findings import DEFAULT_LIMIT, Measurement, diagnose_symptoms
-from diagnose.analysis.predict import Predictor, step_spread
-from diagnose.analysis.replay import ReplayCheck, StepModel, build_model, host_code_scale, replay_check
+from diagnose.analysis.verdict.findings import DEFAULT_LIMIT, Measurement, diagnose_symptoms
+from diagnose.analysis.prediction.predict import Predictor, step_spread
+from diagnose.analysis.prediction.replay import ReplayCheck, StepModel, build_model, host_code_scale, replay_check
 from diagnose.record import RunRecord
 from diagnose.analysis.report import Report, build_report
-from diagnose.analysis.profcost import correct_profiler_cost, estimate_cost_per_event
-from diagnose.analysis.rules import Rule, load_rules
-from diagnose.analysis.collectives import CollectiveTime, collective_times
-from diagnose.analysis.forking import Beside
-from diagnose.analysis.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
+from diagnose.analysis.measure.profcost import correct_profiler_cost, estimate_cost_per_event
+from diagnose.analysis.verdict.rules import Rule, load_rules
+from diagnose.analysis.measure.collectives import CollectiveTime, collective_times
+from diagnose.analysis.trace.forking import Beside
+from diagnose.analysis.measure.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.symptoms import compute_symptoms
-from diagnose.analysis.categories import EXPOSED
-from diagnose.analysis.uncertainty import StepSample, mean_uncertainty
-from diagnose.analysis.timeline import DEFAULT_MAX_TRACE_BYTES, StepMark, Timeline, TraceMeta, load_timeline, paused_gc
+from diagnose.analysis.measure.categories import EXPOSED
+from diagnose.analysis.prediction.uncertainty import StepSample, mean_uncertainty
+from diagnose.analysis.trace.timeline import DEFAULT_MAX_TRACE_BYTES, StepMark, Timeline, TraceMeta, load_timeline, paused_gc
 
 
 @dataclass(frozen=True)

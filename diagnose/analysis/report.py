@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagnose import __version__
+from diagnose.version import __version__
 from diagnose.analysis.bare import not_seen_line, trace_only
-from diagnose.analysis.breakdown import Breakdown, per_step_stats, reference_step_us
-from diagnose.analysis.categories import EXPOSED, HOST_EXPOSED, exposed_labels
-from diagnose.analysis.findings import Diagnosis
-from diagnose.analysis.limits import distance_to_limits, limits_to_dict
+from diagnose.analysis.measure.breakdown import Breakdown, per_step_stats, reference_step_us
+from diagnose.analysis.measure.categories import EXPOSED, HOST_EXPOSED, exposed_labels
+from diagnose.analysis.verdict.findings import Diagnosis
+from diagnose.analysis.measure.hardware_limits import distance_to_limits, limits_to_dict
 from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan, check_field_kinds
 from diagnose.analysis.symptoms import Symptoms
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.stats import quantile
 from diagnose.units import gain_words, percent
 
@@ -97,10 +97,10 @@ class Report:
     #: (``diagnose.analysis.bare``)
     trace_only: dict[str, Any] | None = None
     #: the distance to the hardware limit: GPU peaks, FLOPs by phase, top kernels, roofline,
-    #: memory by owner, the OOM explanation (analysis/limits.py); MFU itself is a symptom
+    #: memory by owner, the OOM explanation (analysis/measure/hardware_limits.py); MFU itself is a symptom
     limits: dict[str, Any] | None = None
     #: ``diagnose watch``: the whole run's wall-clock by bucket, its shifts and series
-    #: (``analysis/wholerun.py``); None for a run that was not watched
+    #: (``analysis/measure/wholerun.py``); None for a run that was not watched
     whole: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
 

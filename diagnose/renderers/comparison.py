@@ -14,11 +14,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from diagnose.analysis.compare import Comparison, RunColumn, ShareRow
+from diagnose.analysis.compare import Comparison, ShareRow
+from diagnose.renderers.comparison_text import findings_change, rate_words, signed_points, speedup_text, step_text
 from diagnose.renderers.fit import Column, FittedTable, fit_table
 from diagnose.renderers.terminal import without_trailing_spaces
 from diagnose.renderers.view import ReportView
-from diagnose.units import ms, percent, spread_ms
+from diagnose.units import percent
 
 FORMATS = ("terminal", "json", "html")
 WINDOW_WORDS = {"steady": "timed with the profiler off", "profiled": "the profiled steps, as not every run has a steady figure"}
@@ -34,23 +35,6 @@ def render_comparison(comparison: Comparison, fmt: str = "terminal", color: bool
     if fmt == "terminal":
         return ComparisonTerminalRenderer(color=color, width=width).render(comparison)
     raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
-
-
-def rate_words(rate_key: str) -> str:
-    return "samples/s" if rate_key == "samples_per_s" else "steps/s"
-
-
-def signed_points(delta: float | None) -> str:
-    """A change of share in percentage points: "+12.0 pt", "-61.0 pt", "" for none."""
-    if delta is None:
-        return ""
-    if abs(delta) < 0.0005:
-        return "±0"
-    return f"{delta * 100:+.1f} pt"
-
-
-def speedup_text(speedup: float | None) -> str:
-    return "" if speedup is None else f"{speedup:.2f}x"
 
 
 class ComparisonTerminalRenderer:
@@ -128,20 +112,3 @@ def _cell(value: float | None, text: str, speedup: float | None, inside: bool = 
     if speedup is None or speedup == 1.0:
         return text
     return f"{text} ({speedup_text(speedup)}{', within spread' if inside else ''})"
-
-
-def findings_change(run: RunColumn, after_word: str = "") -> str:
-    """What changed in a run's findings against the baseline: ``gone X; new Y; still Z``
-    (``after_word`` follows each word: the HTML table writes ``gone: X``)."""
-    kept = [r for r in run.findings if r not in run.appeared]
-    parts = [f"{word}{after_word} " + ", ".join(rules) for word, rules in (("gone", run.disappeared), ("new", run.appeared), ("still", kept)) if rules]
-    return "; ".join(parts) or "none, as in the baseline"
-
-
-def step_text(run: RunColumn) -> str:
-    """The mean step and its p10-p90, as verify and sweep write them."""
-    if run.mean_step_ms is None:
-        return "—"
-    if run.p10_step_ms is None or run.p90_step_ms is None:
-        return ms(run.mean_step_ms)
-    return f"{ms(run.mean_step_ms)} ({spread_ms(run.p10_step_ms, run.p90_step_ms, 1)})"

@@ -18,7 +18,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 from diagnose.analysis.compare import Comparison
-from diagnose.renderers.comparison import rate_words, signed_points, speedup_text
+from diagnose.renderers.comparison_text import rate_words, signed_points, speedup_text
 from diagnose.renderers.tensorboard import PARTIAL_NAME, _text_summary
 from diagnose.units import percent
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnose.analysis.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS, exposed_categories, exposed_labels
+from diagnose.analysis.measure.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS, exposed_categories, exposed_labels
 from diagnose.analysis.report import Report, sanitized
 from diagnose.renderers.wholeview import WholeView, whole_view
 from diagnose.renderers.limitsview import LimitsView, limits_view
@@ -292,7 +292,7 @@ class FindingRow:
     do: str
     why: str
     gain_bound: float | None
-    predicted_speedup: float | None  # the fix replayed on the step's model (analysis/predict.py)
+    predicted_speedup: float | None  # the fix replayed on the step's model (analysis/prediction/predict.py)
     prediction_note: str | None
     gain_formula: str | None
     evidence: tuple[EvidenceRow, ...]

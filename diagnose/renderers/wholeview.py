@@ -2,7 +2,7 @@
 later windows, and the series of the timeline.
 
 Contract: ``whole_view(report) -> WholeView | None``; pure. Built from the report's ``whole``
-section (``analysis/wholerun.py``); None for a run that was not watched.
+section (``analysis/measure/wholerun.py``); None for a run that was not watched.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diagnose.analysis.report import Report
-from diagnose.analysis.wholerun import BUCKETS, LABELS
+from diagnose.analysis.measure.wholerun import BUCKETS, LABELS
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 from diagnose.progress import Progress
 from diagnose import record as _record
 from diagnose.record import RunLength, WindowPlan, window_unsettled
-from diagnose.analysis.uncertainty import mean_uncertainty_estimate
+from diagnose.record import mean_uncertainty_estimate
 from diagnose.signals import deferred
 from diagnose.rundir import RunDir
 from diagnose.runtime.foreign import ForeignProfilers

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from diagnose.runtime.lines import source_line
+from diagnose.runtime.usercode import source_line
 
 #: resume functions dynamo makes after a graph break: ``torch_dynamo_resume_in_<function>_at_<line>``
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>.+)_at_(?P<line>\d+)$")

@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 from diagnose.record import DataLoaderInfo, ModelInfo, OptimizerInfo
+from diagnose.runtime.usercode import first_user_frame, is_generated, library_prefixes, user_frame
 
 MODES = ("forward", "dataloader", "optimizer")  # weakest to strongest
 
@@ -189,62 +190,6 @@ def leading_dim(batch: Any, depth: int = 0) -> int:
     return 0
 
 
-#: Path fragments of code that torch.compile generates: Inductor's output code and kernels
-#: (``/tmp/torchinductor_<user>/xy/cxy...py``, or under ``TORCHINDUCTOR_CACHE_DIR``), Triton's
-#: cache, and dynamo's debug dumps. Such a file is nobody's line to change.
-GENERATED_PATH_FRAGMENTS = ("/torchinductor_", "/.triton/", "/torch_compile_debug/")
-
-
-def _generated_dirs() -> tuple[str, ...]:
-    dirs = [os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")]
-    return tuple(d.rstrip("/") + "/" for d in dirs if d)
-
-
-def is_generated(filename: str) -> bool:
-    """Code no user wrote: ``<string>``/``<eval_with_key>.N`` (FX graphs), Inductor's output."""
-    if filename.startswith("<"):
-        return True
-    normalized = filename.replace(os.sep, "/")
-    if any(fragment in normalized for fragment in GENERATED_PATH_FRAGMENTS):
-        return True
-    dirs = _generated_dirs()
-    return bool(dirs) and normalized.startswith(dirs)
-
-
-def first_user_frame(frame: FrameType | None, library: tuple[str, ...]) -> FrameType | None:
-    """The innermost frame, from ``frame`` outwards, that is the user's: outside ``library``
-    (torch, site-packages, the standard library, diagnose) and not generated code (FX graphs,
-    torch.compile's output: see ``is_generated``)."""
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(library) and not is_generated(filename):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def user_frame(library: tuple[str, ...]) -> str | None:
-    """``file:line`` of the user's innermost caller of the function that calls this one."""
-    frame = first_user_frame(sys._getframe(2), library)
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
-
-
-def library_prefixes() -> tuple[str, ...]:
-    """Path prefixes of code that is not the user's: torch, site-packages, stdlib, diagnose."""
-    import sysconfig
-
-    import torch
-
-    prefixes = {
-        os.path.dirname(torch.__file__),
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the diagnose package
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["purelib"],
-        sysconfig.get_paths()["platlib"],
-    }
-    return tuple(sorted(p for p in prefixes if p))
-
-
 class Instrumentation:
     """Installs and removes every hook; collects DataLoader, optimizer and model facts."""
 
@@ -317,12 +262,12 @@ class Instrumentation:
         while self._undo:
             self._undo.pop()()
 
-    # --- training frameworks (runtime/frameworks.py) ----------------------------------------------
+    # --- training frameworks (runtime/frameworkwatch.py) ----------------------------------------------
 
     def _watch_frameworks(self) -> None:
         """Record the Lightning / HF / accelerate objects the script builds (never importing a
         framework it does not use), and let the knobs take their switches."""
-        from diagnose.runtime.frameworks import FrameworkWatch
+        from diagnose.runtime.frameworkwatch import FrameworkWatch
 
         prefixes = self._prefixes
 

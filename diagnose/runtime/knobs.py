@@ -47,7 +47,7 @@ the script's argparse parser spells it: ``--batch-size 64`` where that is its op
 how sweeps drive a script's own flags; an option the parser lacks is said on stderr.
 
 Under a training framework a knob takes the framework's own switch where it has one (the
-framework's constructor is patched: ``runtime/frameworks.py``): ``autocast`` becomes Lightning's
+framework's constructor is patched: ``runtime/frameworkwatch.py``): ``autocast`` becomes Lightning's
 ``Trainer(precision="bf16-mixed")`` or ``Fabric(precision="bf16-mixed")``, ``TrainingArguments(bf16=True)`` or
 ``Accelerator(mixed_precision="bf16")`` (the global autocast is then left); the DataLoader knobs,
 ``batch_size`` and ``compile`` become ``TrainingArguments`` fields under the HF Trainer (which
@@ -57,6 +57,12 @@ A script that compiles its model itself is its own switch for ``compile``
 (``runtime/compilewatch.py`` hands its calls to ``Knobs.script_compile``): compiling the model a
 second time around the script's compiled one would measure neither.
 ``Knobs.via()`` says which way each knob went; it is saved in ``run.json`` and shown by verify.
+
+Why one module (about 930 lines): the knobs are one registry. ``KNOB_SPECS`` declares each (its
+values, what it changes), and ``Knobs`` applies them to an unmodified script: the patches of
+the DataLoader, the optimizers, autocast, compile, DDP/FSDP and the frameworks read the same
+state (the values asked for, what the script built, the originals to restore), so that a knob
+split out would reach into it. ``diagnose knobs`` lists the same table (``knob_rows``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ torch annotates ``optimizer.step()`` and ``optimizer.zero_grad()`` itself, but n
 ``step(closure)`` calls (Lightning's automatic optimization, LBFGS: forward and backward run
 inside the step), nor gradient clipping, GradScaler's ``unscale_``/``step``/``update`` or
 ``Module.zero_grad`` (the HF Trainer's). ``PhaseMarks`` wraps each in a
-``torch.profiler.record_function`` whose name ``diagnose.analysis.patterns`` knows:
+``torch.profiler.record_function`` whose name ``diagnose.analysis.trace.patterns`` knows:
 
 * ``diagnose#optimizer_closure``: the closure (the analysis counts forward and backward inside
   it as forward and backward, the rest as other host work, never as optimizer work);
@@ -14,7 +14,7 @@ inside the step), nor gradient clipping, GradScaler's ``unscale_``/``step``/``up
   step, optimizer work;
 * ``diagnose#Module.zero_grad``: ``model.zero_grad()``, optimizer work like ``optimizer.zero_grad()``;
 * ``diagnose#backward``: a framework's own backward call (Lightning Fabric's ``fabric.backward``,
-  patched by ``runtime/frameworks.py`` when Fabric is imported: ``backward_mark``), whose whole
+  patched by ``runtime/frameworkwatch.py`` when Fabric is imported: ``backward_mark``), whose whole
   span is backward (the precision plugin's loss scaling and the strategy's hooks around the
   autograd engine), never other host work.
 

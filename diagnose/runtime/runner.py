@@ -5,6 +5,12 @@ Contract: ``run_target(target, plan, run_dir, ...) -> RunRecord``. The script ru
 unchanged. Hooks (``instrument``) find its steps; the capture session profiles a window and stops
 the script. Whatever happens (the script fails, exits, is interrupted or runs out of GPU memory)
 the record of what was measured is saved in the run directory before this returns.
+
+Why one module (about 850 lines): running the script is one state machine (``_ScriptRun``:
+prepare the process, run ``__main__``, catch how it ended, save the record whatever happens),
+and the helpers after it each serve one of its steps: the exit code and the error, the
+script's own traceback, the forked child's signals (``_ChildSignals``), and ``sys`` saved and
+restored (``_SysState``). These last two are the seam to cut along if it grows.
 """
 
 from __future__ import annotations
@@ -180,7 +186,7 @@ class _ScriptRun:
     ) -> None:
         from diagnose.runtime.flops import StepCounter
         from diagnose.runtime.instrument import Instrumentation, StepClock
-        from diagnose.runtime.memory import MemoryProbe
+        from diagnose.runtime.memory_probe import MemoryProbe
 
         self.hold = hold
         self.target, self.plan, self.run_dir, self.rank = target, plan, run_dir, rank
@@ -275,7 +281,7 @@ class _ScriptRun:
 
     def _on_oom(self, message: str) -> None:
         """The first CUDA out-of-memory error is being made: what filled the memory, now."""
-        from diagnose.runtime.memory import snapshot_at_oom
+        from diagnose.runtime.memory_probe import snapshot_at_oom
 
         if self.record.memory_at_oom is None and _cuda_in_use():
             clock = self.clock

@@ -3,7 +3,7 @@
 Contract: ``WholeRun(run_dir, rank, budget, live)`` is an extra runner hook (``install``,
 ``remove``, ``attach``, ``on_step``, ``window_opened``, ``window_closed``, ``finish``). The
 script runs to its end; ``finish(record)`` writes ``record.whole`` (the layout is in
-docs/watch.md), which ``analysis/wholerun.py`` turns into the run's accounting. Times are
+docs/watch.md), which ``analysis/measure/wholerun.py`` turns into the run's accounting. Times are
 seconds from the script's start (``record.script_start_s``); the process's own start is negative.
 
 What it records, and what each costs the script:
@@ -304,7 +304,7 @@ class WholeRun:
         import torch
         from torch import nn
 
-        from diagnose.runtime.frameworks import when_imported
+        from diagnose.runtime.frameworkwatch import when_imported
 
         now = time.perf_counter()
         self._next_sample = now + SAMPLE_EVERY_S
@@ -322,7 +322,7 @@ class WholeRun:
         self._finder = when_imported({n: (lambda m, hs=hs: self._hook_module(m, hs)) for n, hs in by_module.items()})
 
     def remove(self) -> None:
-        from diagnose.runtime.frameworks import stop_watching_imports
+        from diagnose.runtime.frameworkwatch import stop_watching_imports
 
         stop_watching_imports(self._finder)
         self._finder = None

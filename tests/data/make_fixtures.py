@@ -3,7 +3,7 @@
     python tests/data/make_fixtures.py TRUTH_DIR [TRUTH_DIR ...]
 
 For each planted example found (TRUTH_DIR/<example>/baseline-1/), this writes
-tests/data/<example>/ with the trace trimmed to a few steps (diagnose.analysis.trim), the run's
+tests/data/<example>/ with the trace trimmed to a few steps (diagnose.analysis.trace.trim), the run's
 run.json, and expected.json: the breakdown of those steps computed from the *untrimmed* trace,
 the findings, and the source line the report must quote. It refuses to write a fixture whose
 trimmed trace does not reproduce the untrimmed breakdown exactly.
@@ -19,9 +19,9 @@ from pathlib import Path
 from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
-from diagnose.analysis.breakdown import compute_breakdown
-from diagnose.analysis.timeline import load_timeline
-from diagnose.analysis.trim import trim_file
+from diagnose.analysis.measure.breakdown import compute_breakdown
+from diagnose.analysis.trace.timeline import load_timeline
+from diagnose.analysis.trace.trim import trim_file
 
 HERE = Path(__file__).resolve().parent
 

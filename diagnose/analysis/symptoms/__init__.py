@@ -10,19 +10,22 @@ cut-off (how busy is "busy", which compute capability has Tensor Cores) is writt
 files, where a reader of the rule sees it. Booleans are 0/1 facts so that the rule grammar stays
 arithmetic. A symptom the run could not measure (no DataLoader, a bare trace with no run record)
 is absent, and conditions over it are false: a rule never fires on a guess.
+
+May import: ``analysis/trace/``, ``analysis/measure/``, ``diagnose.record``, the ground floor;
+never the prediction beside it (neither reads the other), the verdict or the report.
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
-from diagnose.analysis.breakdown import SPREAD_QUANTILES, Breakdown, one_step
-from diagnose.analysis.ranks import RankSet
+from diagnose.analysis.measure.breakdown import SPREAD_QUANTILES, Breakdown, one_step
+from diagnose.analysis.measure.ranks import RankSet
 from diagnose.analysis.symptoms import compiled, copies, dataloader, distributed, environment, exposed, frameworks, gpu, limits, lines, memory, optimizer, syncs, wholerun
 from diagnose.analysis.symptoms.dataloader import suggest_num_workers
 from diagnose.analysis.symptoms.memory import suggest_batch_size
 from diagnose.analysis.symptoms.registry import Definition, Symptom, Symptoms, definitions_in, evaluate, evaluation_order
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import RunRecord
 
 #: the subject modules, in the order their symptoms are listed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.analysis.symptoms.registry import Known, symptom
 from diagnose.record import DataLoaderInfo, RunRecord
 

@@ -3,8 +3,8 @@ and the gradient volume a DDP bucket size is chosen against."""
 
 from __future__ import annotations
 
-from diagnose.analysis.kernels import ELEMENT_BYTES
-from diagnose.analysis.ranks import RankSet
+from diagnose.analysis.measure.kernels import ELEMENT_BYTES
+from diagnose.analysis.measure.ranks import RankSet
 from diagnose.analysis.symptoms.registry import symptom
 from diagnose.record import RunRecord
 
@@ -52,7 +52,7 @@ def gloo_with_gpus(record: RunRecord) -> bool | None:
     return group.get("backend") == "gloo" and bool(group.get("cuda_available")) if group else None
 
 
-# --- communication by collective kind (analysis.collectives), from the ranks' summaries ----------
+# --- communication by collective kind (analysis.measure.collectives), from the ranks' summaries ----------
 # The least exposed share of any rank is what a collective itself costs: the rank that arrives
 # last at it waits only for the transfer, the others also for that rank (a straggler's fault).
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from diagnose.analysis.breakdown import EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES, Breakdown
-from diagnose.analysis.ranks import RankSet
+from diagnose.analysis.measure.breakdown import EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES, Breakdown
+from diagnose.analysis.measure.ranks import RankSet
 from diagnose.analysis.symptoms.registry import Known, declare, symptom
 from diagnose.record import RunRecord
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.analysis.breakdown import GPU_EXPOSED, Breakdown
+from diagnose.analysis.measure.breakdown import GPU_EXPOSED, Breakdown
 from diagnose.analysis.symptoms.registry import symptom
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import RunRecord
 
 REDUCED_PRECISIONS = ("bf16", "fp16", "fp8")

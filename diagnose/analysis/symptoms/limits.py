@@ -1,18 +1,18 @@
 """The distance to the hardware limit: FLOPs, MFU, kernel classes, attention, Tensor Core
 alignment, memory by owner, the largest batch that fits, and memory at an out-of-memory error.
 
-Every figure comes from ``analysis.limits.distance_to_limits`` (the counted step in the run
+Every figure comes from ``analysis.measure.hardware_limits.distance_to_limits`` (the counted step in the run
 record, the trace's kernel times, the GPU's table entry); a run that counted nothing (a bare
 trace, a CPU run's memory, an unknown GPU's peak) has no such symptom.
 """
 
 from __future__ import annotations
 
-from diagnose.analysis.breakdown import Breakdown
-from diagnose.analysis.limits import Limits, distance_to_limits
-from diagnose.analysis.memory import GB
+from diagnose.analysis.measure.breakdown import Breakdown
+from diagnose.analysis.measure.hardware_limits import Limits, distance_to_limits
+from diagnose.analysis.measure.memory_breakdown import GB
 from diagnose.analysis.symptoms.registry import symptom
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import RunRecord
 
 

@@ -1,9 +1,9 @@
 """The source lines to quote with a finding (``text`` symptoms), from line attribution
-(``diagnose.runtime.lines``): where the syncs, copies, model, optimizer and data loading are."""
+(``diagnose.runtime.line_attribution``): where the syncs, copies, model, optimizer and data loading are."""
 
 from __future__ import annotations
 
-from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.analysis.symptoms.registry import symptom
 from diagnose.record import RunRecord
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.analysis.symptoms.registry import symptom
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import RunRecord
 
 #: operator name prefixes of the multi-tensor and fused implementations

@@ -7,7 +7,7 @@ The function's parameters say what it reads, by name:
 * ``gpu``: the breakdown, when it holds profiled steps with GPU activity;
 * ``record``: the run record (``run.json``);
 * ``meta``: what the trace says about the device;
-* ``ranks``: the ranks of a distributed run, side by side (``diagnose.analysis.ranks``);
+* ``ranks``: the ranks of a distributed run, side by side (``diagnose.analysis.measure.ranks``);
 * ``known``: the values of the symptoms named in ``uses``, computed first.
 
 A parameter without a default is required: when that input is missing the symptom is absent. A

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.analysis.symptoms.registry import Known, symptom
 
 

@@ -1,6 +1,6 @@
 """The whole run (``diagnose watch``): where its wall-clock went, and what each shift cost.
 
-Every symptom here reads ``analysis.wholerun.account(record)`` and is absent for a run that was
+Every symptom here reads ``analysis.measure.wholerun.account(record)`` and is absent for a run that was
 not watched (``diagnose run`` profiles a window and stops), so the WHOLE rules never fire there.
 Shares are of the whole wall-clock, from the process's start to the script's end.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from diagnose.analysis.symptoms.registry import symptom
-from diagnose.analysis.wholerun import Accounting, account
+from diagnose.analysis.measure.wholerun import Accounting, account
 from diagnose.record import RunRecord
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from diagnose.analysis.compare import Comparison, ShareRow
-from diagnose.renderers.comparison import findings_change, rate_words, signed_points, speedup_text, step_text
+from diagnose.renderers.comparison_text import findings_change, rate_words, signed_points, speedup_text, step_text
 from diagnose.renderers.html.charts import steps_chart
 from diagnose.renderers.html.markup import Markup, el, section, swatch
 from diagnose.renderers.html.style import page
 from diagnose.renderers.view import ReportView
-from diagnose import __version__
+from diagnose.version import __version__
 from diagnose.units import ms, percent
 
 

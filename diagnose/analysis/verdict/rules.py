@@ -369,7 +369,7 @@ class Rule:
     quote: str | None = None
     #: ids of the rules whose findings this rule's finding replaces when both fire
     supersedes: tuple[str, ...] = ()
-    #: the transformation of the replay model that predicts this fix (diagnose.analysis.predict),
+    #: the transformation of the replay model that predicts this fix (diagnose.analysis.prediction.predict),
     #: and its parameters: name -> expression over symptoms
     predict: str | None = None
     predict_params: tuple[tuple[str, Node], ...] = ()
@@ -446,7 +446,7 @@ class Rule:
 
 def builtin_rules_dir() -> Path:
     """``rules/`` beside the package in a checkout, or the copy inside an installed wheel."""
-    package = Path(__file__).resolve().parent.parent
+    package = Path(__file__).resolve().parents[2]  # diagnose/, from diagnose/analysis/verdict/rules.py
     for candidate in (package.parent / "rules", package / "_builtin_rules"):
         if candidate.is_dir():
             return candidate
@@ -716,7 +716,7 @@ def _check_texts(table: str, texts: dict[str, Any], fail: Callable[[str, str | N
 
 def _read_predict(raw: Any, fail: Callable[[str, str | None], RuleError]) -> tuple[str | None, tuple[tuple[str, Node], ...]]:
     """``predict = "name"`` or ``predict = { transform = "name", param = "expression" }``."""
-    from diagnose.analysis.predict import TRANSFORMATIONS
+    from diagnose.analysis.prediction.predict import TRANSFORMATIONS
 
     if raw is None:
         return None, ()

@@ -10,8 +10,9 @@ Contract (pure; numpy, imported where it is used):
 * ``mean_uncertainty(durations) -> float``: the relative half-width of the mean step's
   ``INTERVAL`` interval over resamples of the steps: what the mean of this run's steps says
   about the mean step, NOT the spread of single steps;
-* ``mean_uncertainty_estimate(durations) -> float``: its normal approximation, what the capture
-  computes at each step boundary to grow the window while the mean is unsettled;
+* ``record.mean_uncertainty_estimate(durations) -> float``: its normal approximation, what the
+  capture computes at each step boundary to grow the window while the mean is unsettled (kept
+  with the window plan, in the run record: the runtime reads it, and never the analysis);
 * ``change_floor(mean_uncertainty) -> float``: the relative gain a change must beat: the mean's
   uncertainty and the run-to-run term together, at least ``MIN_GAIN``;
 * ``StepSample`` (each profiled step's duration and its exposed time per category) and
@@ -38,6 +39,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+# the z of INTERVAL, and the capture's estimate of the mean step's uncertainty (which uses it), live
+# with the window plan that grows on it: the run record sits below the analysis
+from diagnose.record import Z_INTERVAL
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -61,9 +66,6 @@ BLOCK_CORRELATION = 0.3
 #: (the rest of the saving is shared by every step's length): no resample of steps makes a step
 #: vanish.
 MAX_REMOVED = 0.9
-#: The z of a two-sided ``INTERVAL`` interval of a normal: a model error given as the relative
-#: error at the interval's edge is a spread of ``log(1 + error) / Z_INTERVAL`` in log speed.
-Z_INTERVAL = 1.645
 
 #: What the replay model cannot see for each transformation: the relative error |predicted -
 #: measured| / measured taken as the edge of the ``INTERVAL`` interval, the largest seen for that
@@ -94,7 +96,7 @@ MODEL_ERROR_MIN = 0.05
 #: (issue 32: |predicted - measured| / measured at most 35% in nine scripts of ten).
 MODEL_ERROR_UNMEASURED = 0.35
 
-#: The exposed categories (analysis/categories.py) whose time each transformation changes: its
+#: The exposed categories (analysis/measure/categories.py) whose time each transformation changes: its
 #: saving is shared out over the steps by them. Not named: by the steps' length.
 TARGET_CATEGORIES: dict[str, tuple[str, ...]] = {
     "more_workers": ("data_wait",),
@@ -169,20 +171,6 @@ def mean_uncertainty(durations: Sequence[float], resamples: int = RESAMPLES, see
     means = d[resample_indices(n, resamples, block_length(durations), seed)].mean(axis=1)
     low, high = _quantiles(means)
     return float(high - low) / 2 / mean
-
-
-def mean_uncertainty_estimate(durations: Sequence[float]) -> float:
-    """The capture's cheap proxy of ``mean_uncertainty`` (pure Python, a few microseconds, run at
-    each step boundary of a growing window): the normal approximation of the mean's ``INTERVAL``
-    half-width, ``Z_INTERVAL`` standard errors over the mean (0 for fewer than three steps)."""
-    n = len(durations)
-    if n < 3:
-        return 0.0
-    mean = sum(durations) / n
-    if mean <= 0:
-        return 0.0
-    var = sum((d - mean) ** 2 for d in durations) / (n - 1)
-    return Z_INTERVAL * math.sqrt(var / n) / mean
 
 
 def change_floor(mean_uncertainty: float) -> float:

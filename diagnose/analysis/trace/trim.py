@@ -19,9 +19,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from diagnose.analysis import patterns as P
+from diagnose.analysis.trace import patterns as P
 from diagnose.errors import TraceError
-from diagnose.analysis.timeline import LONG_RUNTIME_CALL_US, TRIM_FORMAT, TRIM_FORMAT_KEY, read_trace_json
+from diagnose.analysis.trace.timeline import LONG_RUNTIME_CALL_US, TRIM_FORMAT, TRIM_FORMAT_KEY, read_trace_json
 
 _GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 _RUNTIME = ("cuda_runtime", "cuda_driver")

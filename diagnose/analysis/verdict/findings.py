@@ -4,7 +4,7 @@ Contract: ``diagnose_symptoms(rules, symptoms, predictor=None, measured=None) ->
 
 A finding's gain bound is the most its fix can give (for removing an exposed share s:
 1 / (1 - s)). Where the rule names a transformation (``predict``) and the run's step replays
-(diagnose.analysis.replay), the finding also carries the predicted speedup: the step's model
+(diagnose.analysis.prediction.replay), the finding also carries the predicted speedup: the step's model
 changed as the fix would change it, replayed, with its interval (``uncertainty``: a block
 bootstrap over the profiled steps, times what the model cannot see for that transformation).
 Where a short A/B measured the fix (``measured``: ``diagnose run``'s check, one fresh run per
@@ -42,13 +42,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnose.analysis import uncertainty as U
-from diagnose.analysis.categories import EXPOSED_LABELS, HOST_EXPOSED
-from diagnose.analysis.predict import Prediction, PredictionRequest, Predictor
-from diagnose.analysis.rules import Rule, cpu_only_run, render_template, template_names
+from diagnose.analysis.prediction import uncertainty as U
+from diagnose.analysis.measure.categories import EXPOSED_LABELS, HOST_EXPOSED
+from diagnose.analysis.prediction.predict import Prediction, PredictionRequest, Predictor
+from diagnose.analysis.verdict.rules import Rule, cpu_only_run, render_template, template_names
 from diagnose.analysis.symptoms import CATALOG
 from diagnose.analysis.symptoms import Symptoms
-from diagnose.analysis.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD  # noqa: F401 - MIN_GAIN: read from here too
+from diagnose.analysis.prediction.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD  # noqa: F401 - MIN_GAIN: read from here too
 from diagnose.units import format_value
 from diagnose.record import FRAMEWORKS
 

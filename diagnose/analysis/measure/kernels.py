@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
-from diagnose.analysis.hardware import GpuSpec
-from diagnose.analysis.patterns import KernelPattern
+from diagnose.analysis.measure.hardware import GpuSpec
+from diagnose.analysis.trace.patterns import KernelPattern
 from diagnose.record import FlopCount, MatmulShape
 
 CLASSES = ("matmul", "attention", "elementwise", "reduction", "copy", "comm", "other")
@@ -330,7 +330,7 @@ def rows_dimension(shape: MatmulShape) -> int | None:
 
 def _roof(shape: MatmulShape, gpu: GpuSpec, tf32_allowed: bool, batch_factor: float) -> tuple[float, float] | None:
     """(FLOPs, least time) of ``shape``'s calls on the roofline, its rows scaled by ``batch_factor``."""
-    from diagnose.analysis.hardware import compute_dtype
+    from diagnose.analysis.measure.hardware import compute_dtype
 
     peak = gpu.peak(compute_dtype(shape.dtype, tf32_allowed))
     size = ELEMENT_BYTES.get(shape.dtype)
@@ -361,7 +361,7 @@ def matmul_roof_share(matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_allo
     table entry or linear matmuls."""
     if gpu is None:
         return None
-    from diagnose.analysis.hardware import compute_dtype
+    from diagnose.analysis.measure.hardware import compute_dtype
 
     at_peak = at_roof = 0.0
     for shape in matmuls:

@@ -23,8 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from diagnose.analysis.columns import Records
-from diagnose.analysis.forking import threads_in_process
+from diagnose.analysis.trace.forking import threads_in_process
 
 #: the variables that size numpy's BLAS thread pool when numpy loads (OpenBLAS, MKL). The
 #: analysis multiplies no matrices, but a pool of one thread per core busy-waits beside it: on a
@@ -63,8 +62,8 @@ def floats(values: Any) -> np.ndarray:
     """A float64 array of ``values`` (an ``array('d')`` is viewed, not copied)."""
     if isinstance(values, np.ndarray):
         return values.astype(np.float64, copy=False)
-    if isinstance(values, Records) and values.make is None:  # a bare column (the host's event starts)
-        values = values.column(0)
+    if getattr(values, "make", False) is None:  # a columns.Records of one bare column (the host's event
+        values = values.column(0)  # starts), known by its attribute: columns.py imports this module, not the reverse
     if getattr(values, "typecode", None) == "d":
         return np.frombuffer(values, dtype=np.float64) if len(values) else np.empty(0)
     return np.fromiter(values, dtype=np.float64)

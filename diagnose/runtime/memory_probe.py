@@ -13,7 +13,7 @@ step (the model's input: ``(batch, ...)``; an embedding's ``(batch, positions)``
 when no DataLoader told.
 
 Sizes are the allocator's own figures (``torch.cuda.memory_stats``) and the byte sizes of the
-tensors each owner holds, counted once per storage; ``analysis/memory.py`` turns them into the
+tensors each owner holds, counted once per storage; ``analysis/measure/memory_breakdown.py`` turns them into the
 split (activations are what the step allocated above what it started with) and advice.
 """
 

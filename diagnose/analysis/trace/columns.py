@@ -68,7 +68,7 @@ def take(column: Column, order: Iterable[int]) -> Column:
     """``column`` reordered (``order`` lists indices: a list, or an integer numpy array)."""
     if type(column) is list:
         return list(map(column.__getitem__, order.tolist() if hasattr(order, "tolist") else order))
-    from diagnose.analysis.vectorized import np  # counts the threads numpy starts (see vectorized)
+    from diagnose.analysis.trace.vectorized import np  # counts the threads numpy starts (see vectorized)
 
     out = array(column.typecode)  # type: ignore[union-attr]
     index = order if isinstance(order, np.ndarray) else np.fromiter(order, dtype=np.intp)
@@ -151,7 +151,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
         one (as assigning into a dict did). A plain dict when the ids are not all integers."""
         if type(correlations) is list:
             return {c: (s, e) for c, s, e in zip(correlations, starts, ends)}
-        from diagnose.analysis import vectorized as V  # imports numpy, counting the threads it starts
+        from diagnose.analysis.trace import vectorized as V  # imports numpy, counting the threads it starts
 
         ids = V.ints(correlations)
         if (ids[1:] > ids[:-1]).all():  # the usual order
@@ -181,7 +181,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
 
     def many(self, corrs: Iterable[Any]) -> dict[Any, tuple[float, float] | None]:
         """``{corr: self.get(corr)}`` for each of ``corrs``, the searches made at once (numpy)."""
-        from diagnose.analysis import vectorized as V  # imports numpy, counting the threads it starts
+        from diagnose.analysis.trace import vectorized as V  # imports numpy, counting the threads it starts
 
         out: dict[Any, tuple[float, float] | None] = dict.fromkeys(corrs)
         wanted = [c for c in out if type(c) is int and -(2**63) <= c < 2**63]
@@ -195,7 +195,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
     def times_of(self, corrs: Sequence[Any]) -> tuple[Any, Any]:
         """The (start, end) of the launch of each of ``corrs`` as two float arrays (numpy), NaN
         where there is none (an id that is not a machine integer has none)."""
-        from diagnose.analysis import vectorized as V  # imports numpy, counting the threads it starts
+        from diagnose.analysis.trace import vectorized as V  # imports numpy, counting the threads it starts
 
         np = V.np
         keys = V.ints(corrs)

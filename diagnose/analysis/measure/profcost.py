@@ -27,8 +27,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from diagnose.analysis.breakdown import EXPOSED, Breakdown
-from diagnose.analysis.timeline import Timeline
+from diagnose.analysis.measure.breakdown import EXPOSED, Breakdown
+from diagnose.analysis.trace.timeline import Timeline
 
 #: profiler cost per recorded event over the median recorded length of a no-work operator
 COST_PER_NO_WORK_OP = 1.75

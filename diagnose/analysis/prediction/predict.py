@@ -8,6 +8,12 @@ raises ``CannotPredict(reason)`` when the model cannot express the change;
 ``facts`` are the run's symptoms by name (``dataloader.num_workers``, ``cpu.count``,
 ``workers.cpu_per_batch_ms``, ``optimizer.param_tensors`` ...): what the trace alone does not
 carry. Every modelling assumption is a named constant here, with its reason.
+
+Why one module (about 850 lines): ``TRANSFORMATIONS`` is one table, and the transformations
+share the tabled rates and the model helpers at the top (rate ratios, which kernels fuse, host
+time per launch); each is a few dozen lines, and the rule files name them here, so that a
+reader sees every modelling assumption of every fix in one place. ``Predictor`` (the findings'
+door to them) is the last section.
 """
 
 from __future__ import annotations
@@ -21,10 +27,10 @@ from functools import cached_property, partial
 from itertools import compress
 from typing import Any
 
-from diagnose.analysis import forking
-from diagnose.analysis import patterns as P
-from diagnose.analysis.uncertainty import StepSample
-from diagnose.analysis.replay import STREAM_GAP_US, GpuOp, HostItem, Replay, ReplayCheck, StepModel, changed, changer, replay
+from diagnose.analysis.trace import forking
+from diagnose.analysis.trace import patterns as P
+from diagnose.analysis.prediction.uncertainty import StepSample
+from diagnose.analysis.prediction.replay import STREAM_GAP_US, GpuOp, HostItem, Replay, ReplayCheck, StepModel, changed, changer, replay
 
 # --- tabled rates ---------------------------------------------------------------------------------
 

@@ -28,6 +28,12 @@ work is carried in, the host runs ahead of the GPU and its launch calls wait for
 measured model-code time says nothing about what it costs. ``replay(model, host_code_scale=0)``
 then replays the host's model code as free; ``replay_check`` says which replay the predictions
 use, and how close each came to the measured window.
+
+Why one module (about 880 lines): the model and its replay are one contract, ``build_model`` and
+``replay`` must agree on every field of ``HostItem`` and ``GpuOp`` (tests/reference_model.py keeps
+the per-op loops the building must equal), and the host-pace scales (``host_ahead_scale``,
+``profiler_scale``, ``host_code_scale``) are read off a replay of the same model. The
+transformations that change the model are ``predict.py``.
 """
 
 from __future__ import annotations
@@ -42,10 +48,10 @@ from itertools import compress, islice, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from diagnose.analysis import columns as C
-from diagnose.analysis.breakdown import field_column, backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
-from diagnose.analysis.profcost import estimate_cost_per_event
-from diagnose.analysis.timeline import GpuKernel, GpuMemcpy, GpuMemset, Interval, Timeline
+from diagnose.analysis.trace import columns as C
+from diagnose.analysis.measure.breakdown import field_column, backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
+from diagnose.analysis.measure.profcost import estimate_cost_per_event
+from diagnose.analysis.trace.timeline import GpuKernel, GpuMemcpy, GpuMemset, Interval, Timeline
 
 if TYPE_CHECKING:  # numpy is imported where it is used (through ``vectorized``), not when this module loads
     import numpy as np
@@ -183,7 +189,7 @@ class StepModel:
     #: consecutive nodes on its thread): what each node costs beyond its recorded span
     engine_gap_us: float = 0.0
     #: events the profiler recorded on the training threads in the window, and what each cost
-    #: the host (analysis/profcost.py): the profiler's share of the traced host code where no
+    #: the host (analysis/measure/profcost.py): the profiler's share of the traced host code where no
     #: steady step says it
     host_events: int = 0
     profiler_cost_us: float = 0.0
@@ -272,7 +278,7 @@ class _Labeller:
 
     def at_many(self, times: np.ndarray) -> list[str]:
         """``at`` of each instant (the searches made at once)."""
-        from diagnose.analysis.vectorized import np
+        from diagnose.analysis.trace.vectorized import np
         labels = [*self.segment_labels, "other"]  # before the first bound: index -1, "other"
         return list(map(labels.__getitem__, (np.searchsorted(np.array(self.bounds, dtype=np.float64), times, side="right") - 1).tolist()))
 
@@ -333,7 +339,7 @@ class _GpuRows:
 
     @classmethod
     def before(cls, timeline: Timeline, t: float) -> _GpuRows:
-        from diagnose.analysis.vectorized import floats, np
+        from diagnose.analysis.trace.vectorized import floats, np
         kernels = _fields_before(timeline.kernels, GpuKernel, ("start", "end", "stream", "correlation", "name"), t)
         copies = _fields_before(timeline.memcpys, GpuMemcpy, ("start", "end", "stream", "correlation", "kind", "nbytes"), t)
         memsets = _fields_before(timeline.memset_ops, GpuMemset, ("start", "end", "stream", "correlation"), t)
@@ -355,7 +361,7 @@ class _GpuRows:
 
     def stream_busy(self) -> np.ndarray:
         """For each row (sorted), the latest end of the rows before it on its stream (-inf: none)."""
-        from diagnose.analysis.vectorized import np
+        from diagnose.analysis.trace.vectorized import np
         code_of = {stream: code for code, stream in enumerate(dict.fromkeys(self.streams))}
         codes = np.fromiter(map(code_of.__getitem__, self.streams), dtype=np.int64, count=len(self.streams))[self.order]
         busy = np.full(len(codes), -np.inf)
@@ -388,7 +394,7 @@ def build_model(timeline: Timeline) -> StepModel | None:
     """The window's dependency model; None without steps or GPU work."""
     if not timeline.steps or not timeline.has_gpu:
         return None
-    from diagnose.analysis.vectorized import np
+    from diagnose.analysis.trace.vectorized import np
 
     steps = model_steps(timeline, MODEL_MAX_OPS)
     w0, w1 = steps[0].start, steps[-1].end
@@ -496,7 +502,7 @@ def _launch_times(launches: Mapping[Any, tuple[float, float]], corrs: Sequence[A
     """The start and end of the call that launched each of ``corrs``, NaN where none did."""
     if isinstance(launches, C.Launches):
         return launches.times_of(corrs)
-    from diagnose.analysis.vectorized import np
+    from diagnose.analysis.trace.vectorized import np
 
     found = [launches.get(corr) for corr in corrs]
     return (
@@ -548,7 +554,7 @@ def _host_items(
     changes; and the durations of the launches that did not block. The calls are walked in time
     order with a cursor (the host's time so far) computed for all of them at once: before each
     call it is the latest start or end of the calls before it, at least ``w0``."""
-    from diagnose.analysis.vectorized import np
+    from diagnose.analysis.trace.vectorized import np
 
     groups = list(map(tuple, ops_of_corr.values()))
     first = np.array([g[0] for g in groups], dtype=np.intp)

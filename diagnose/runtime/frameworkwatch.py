@@ -208,7 +208,7 @@ class FrameworkWatch:
     # --- records ------------------------------------------------------------------------------
 
     def _record(self, w: Watched, obj: Any, applied: dict[str, str]) -> None:
-        from diagnose.runtime.lines import source_line
+        from diagnose.runtime.usercode import source_line
 
         package = sys.modules.get(w.package)
         site = self.user_site()

@@ -8,6 +8,15 @@ read as lists of tuples and a dict, and hold a fifth of the memory. A large trac
 decoded and folded by worker processes (``reader_workers``).
 
 This module does not import torch: a trace can be analysed on a machine without it.
+
+Why one module (about 1,300 lines): the reader is one pass, and its parts share one private
+layout. The fold (``_Columns``: the loop over every event, by category), its hand-off to the
+worker processes (``_fold_piece``, ``_folded``), the merge and the finish (sorting,
+de-duplication, top-level operators) all read and write the same column lists, and the typed
+readers of a malformed field (``_key``, ``_num``, ``_malformed``) are the fold's error paths.
+Apart, each piece would import the others' private names; the byte-level reading that has a
+contract of its own is ``tracefile.py`` already, the columns ``columns.py``, the array work
+``vectorized.py``.
 """
 
 from __future__ import annotations
@@ -28,12 +37,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from diagnose.analysis import columns as C
-from diagnose.analysis import patterns as P
-from diagnose.analysis import tracefile as memory
-from diagnose.analysis import forking
-from diagnose.analysis.forking import can_fork, threads_in_process  # noqa: F401 - threads_in_process: part of this module's interface
-from diagnose.analysis.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
+from diagnose.analysis.trace import columns as C
+from diagnose.analysis.trace import patterns as P
+from diagnose.analysis.trace import tracefile as memory
+from diagnose.analysis.trace import forking
+from diagnose.analysis.trace.forking import can_fork, threads_in_process  # noqa: F401 - threads_in_process: part of this module's interface
+from diagnose.analysis.trace.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
 from diagnose.errors import TraceError
 
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -175,7 +184,7 @@ class Timeline:
     #: CPU-side collectives in flight (gloo/MPI all-reduce ... annotations, any thread)
     collectives: list[Interval] = field(default_factory=list)
     #: the same collectives with their names (``gloo:all_gather`` ...), for the per-kind split
-    #: of communication (``analysis.collectives``)
+    #: of communication (``analysis.measure.collectives``)
     collective_ops: list[HostOp] = field(default_factory=list)
     #: the training threads' ``c10d::`` calls that issue collectives (FSDP issues its
     #: reduce-scatters from the autograd thread): they name a gloo collective's kind
@@ -196,7 +205,7 @@ class Timeline:
     memset_ops: Sequence[GpuMemset] = field(default_factory=list)
     #: start times of every event the profiler recorded on the training threads (the main thread
     #: and the autograd engine's): operators and CUDA runtime calls. Each one cost the host the
-    #: profiler's own bookkeeping (see analysis/profcost.py).
+    #: profiler's own bookkeeping (see analysis/measure/profcost.py).
     host_event_starts: Sequence[float] = field(default_factory=list)
     #: recorded lengths of the training threads' no-work operators (``patterns.NO_WORK_OPS``)
     no_work_op_us: list[float] = field(default_factory=list)
@@ -366,7 +375,7 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
             # The workers get enough pieces meanwhile to stay busy
             results = stream.decoded(
                 decode, submit, in_flight=int(min(2 * len(pool), most)),
-                idle=partial(importlib.import_module, "diagnose.analysis.vectorized"), idle_in_flight=int(min(IDLE_PIECES_PER_WORKER * len(pool), most)),
+                idle=partial(importlib.import_module, "diagnose.analysis.trace.vectorized"), idle_in_flight=int(min(IDLE_PIECES_PER_WORKER * len(pool), most)),
                 slots=slots,
             )
         with closing(results):  # whatever ends the loop ends the read (a gzipped trace's thread with it)
@@ -565,7 +574,7 @@ class _Columns:
     """What one pass over the events keeps, in file order, before the main thread and the main
     device are known: per thread, the operators (only the main thread's are kept in the end);
     kernels and copies with their device. A piece's events are folded into Python lists (the
-    hot loop appends tuples), then moved into compact columns (``analysis/columns.py``) before
+    hot loop appends tuples), then moved into compact columns (``analysis/trace/columns.py``) before
     the next piece: what memory holds grows by about 40 bytes per kernel, launch or operator,
     not by the 150-200 of a tuple of Python numbers. Names are interned: a kernel name repeats
     thousands of times and is then held once."""
@@ -892,7 +901,7 @@ class _Columns:
         the spans of the AccumulateGrad nodes and the collective calls (both sorted, each once).
         One scan of each thread's names, in C (``compress``, ``map``: a few hundred thousand a
         thread), finds the three kinds; only their names are tested one by one."""
-        from diagnose.analysis.vectorized import floats, np
+        from diagnose.analysis.trace.vectorized import floats, np
 
         no_work_op_us: list[float] = []
         accumulate_grad: set[Interval] = set()
@@ -924,7 +933,7 @@ class _Columns:
         if ops is None:
             return C.Records(tuple, (C.float_column(), C.float_column(), [], []))
         flows = self.flow_starts.get(main_tid, _FlowStarts())
-        from diagnose.analysis import vectorized
+        from diagnose.analysis.trace import vectorized
 
         forward = vectorized.members(ops.starts, flows.numbers)
         for i, raw in ops.raw_ts.items():  # a ts written as something else matches a flow written the same
@@ -984,7 +993,7 @@ def _extend_columns(columns: list[C.Column], more: list[C.Column]) -> None:
 def _unique_events(starts: array[float], ends: array[float] | None = None) -> array[float]:
     """The starts of one thread's events, each (start, end) once: a duplicated event's copy
     left out."""
-    from diagnose.analysis import vectorized
+    from diagnose.analysis.trace import vectorized
 
     np = vectorized.np
     columns = [vectorized.floats(starts)] + ([vectorized.floats(ends)] if ends is not None else [])
@@ -997,7 +1006,7 @@ def _unique_events(starts: array[float], ends: array[float] | None = None) -> ar
 def _sorted_floats(values: array[float]) -> array[float]:
     """The float column sorted, ascending (numpy's stable sort: the order ``sorted`` gives, in a
     tenth of the time on the half million event starts of a large trace)."""
-    from diagnose.analysis import vectorized
+    from diagnose.analysis.trace import vectorized
 
     out = C.float_column()
     if len(values):
@@ -1009,7 +1018,7 @@ def _outermost(starts: C.Column, ends: C.Column) -> Sequence[int]:
     """The indices of the operators (sorted by start, outermost first) that no earlier operator
     holds: each that starts at or after the end of the last one kept (nested operators stay
     inside their top-level parent). Vectorised where that gives the same (``vectorized.outermost``)."""
-    from diagnose.analysis import vectorized
+    from diagnose.analysis.trace import vectorized
 
     kept = vectorized.outermost(starts, ends)
     if kept is not None:
@@ -1035,7 +1044,7 @@ def _sorted_unique(make: Any, columns: list[C.Column] | tuple[C.Column, ...], du
     """The rows as ``Records`` of ``make``, sorted (stably) by ``by`` (column k ascending for each k of ``by``, column -k descending), rows
     identical to an earlier one with the same start dropped and counted. Traces are mostly in
     order already: checking that is one pass in C, and the sort is skipped."""
-    from diagnose.analysis import vectorized
+    from diagnose.analysis.trace import vectorized
 
     columns = list(columns)
     order = vectorized.sort_order([columns[abs(k)] for k in by], [k < 0 for k in by])
@@ -1086,7 +1095,7 @@ class _Duplicates:
     def unique_rows(self, columns: list[C.Column]) -> list[int] | None:
         """``unique`` over rows held as columns (the first one the start): the indices of the rows
         kept, None when none is dropped. Only runs of equal starts are looked at row by row."""
-        from diagnose.analysis import vectorized
+        from diagnose.analysis.trace import vectorized
 
         equal = vectorized.repeats(columns[0])  # i: start i == start i-1
         if not equal:

@@ -24,9 +24,9 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from diagnose.analysis.breakdown import merge
-from diagnose.analysis.patterns import classify_kernel as classify
-from diagnose.analysis.timeline import Interval, Timeline
+from diagnose.analysis.measure.breakdown import merge
+from diagnose.analysis.trace.patterns import classify_kernel as classify
+from diagnose.analysis.trace.timeline import Interval, Timeline
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "send_recv", "other")
 

@@ -20,6 +20,13 @@ parse. A piece that fails is joined, with its exact separator, to the next and p
 a document that is not valid JSON keeps failing, and it is reported as such (with the byte offset).
 The top level around the array is checked the same way: the text before ``"traceEvents": [`` and
 after its ``]`` must parse as an object with an empty array in its place.
+
+Why one module (about 870 lines): reading a file in pieces has one contract and many cases
+(plain or gzipped, read here or by a worker, from the file or from shared memory, the last piece
+cut by the parent, a file too large for the memory), and each case is the same piece boundary
+seen from another side: ``Piece``/``FilePiece``/``SlotPiece``, the inflater, ``TraceStream``'s cuts
+and ``_settle`` must agree byte for byte. The memory guard at the end is small and is the
+stream's own check.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ import orjson
 from diagnose.errors import TraceError
 
 if TYPE_CHECKING:
-    from diagnose.analysis.forking import SharedSlots
+    from diagnose.analysis.trace.forking import SharedSlots
 
 #: bytes read from the file (or from the decompressor) at a time; a piece is about this long.
 #: Smaller pieces keep more workers busy sooner and the last ones finish together: the 0.2 GB

@@ -20,11 +20,11 @@ import statistics
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from diagnose.analysis.breakdown import Breakdown
+from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.record import RunRecord
 
 if TYPE_CHECKING:
-    from diagnose.analysis.collectives import CollectiveTime
+    from diagnose.analysis.measure.collectives import CollectiveTime
 
 
 @dataclass
@@ -53,7 +53,7 @@ class RankSummary:
     communication_exposed_ms: float | None = None
     communication_overlapped_ms: float | None = None
     #: per collective kind ("all_gather", "reduce_scatter", "all_reduce", ...): calls_per_step,
-    #: ms, exposed_ms, overlapped_ms (``analysis.collectives``)
+    #: ms, exposed_ms, overlapped_ms (``analysis.measure.collectives``)
     collectives: dict[str, dict[str, float]] = field(default_factory=dict)
     #: the rank's own files in the run directory: its trace (None once removed) and report
     trace: str | None = None

@@ -18,11 +18,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from diagnose.analysis.breakdown import Breakdown
-from diagnose.analysis.hardware import GpuSpec, Utilisation, find_gpu, split_by_dtype, utilisation
-from diagnose.analysis.kernels import KernelTable, batch_to_fill_matmuls, matmul_roof_share, misaligned_flop_share, table_from_totals
-from diagnose.analysis.memory import MemoryBreakdown, OomExplanation, explain_oom, largest_batch, memory_breakdown
-from diagnose.analysis.timeline import TraceMeta
+from diagnose.analysis.measure.breakdown import Breakdown
+from diagnose.analysis.measure.hardware import GpuSpec, Utilisation, find_gpu, split_by_dtype, utilisation
+from diagnose.analysis.measure.kernels import KernelTable, batch_to_fill_matmuls, matmul_roof_share, misaligned_flop_share, table_from_totals
+from diagnose.analysis.measure.memory_breakdown import MemoryBreakdown, OomExplanation, explain_oom, largest_batch, memory_breakdown
+from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import FlopCount, RunRecord
 
 #: the aten operators of attention written by hand (``softmax(q @ k.T) @ v``): batched matmuls

@@ -32,7 +32,7 @@ from types import FrameType
 from typing import Any
 
 from diagnose.atomic import write_atomically
-from diagnose.runtime.instrument import first_user_frame, is_generated
+from diagnose.runtime.usercode import first_user_frame, is_generated, source_line
 
 SYNC_WARNING = "synchronizing CUDA operation"
 MAIN_INTERVAL_S = 0.002
@@ -185,18 +185,6 @@ def classify_worker(frames: list[FrameType]) -> str:
     return "user code"
 
 
-def source_line(site: str) -> str:
-    path, _, line = site.rpartition(":")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for i, text in enumerate(fh, 1):
-                if i == int(line):
-                    return text.strip()
-    except (OSError, ValueError):
-        pass
-    return ""
-
-
 def sync_kind(code: str) -> str:
     """What kind of sync a line of source shows."""
     checks = (
@@ -314,7 +302,7 @@ class LineAttribution:
 
         from torch.utils.data import DataLoader
 
-        from diagnose.runtime.instrument import library_prefixes
+        from diagnose.runtime.usercode import library_prefixes
 
         self.library = library_prefixes()
         self.workers_dir.mkdir(exist_ok=True)

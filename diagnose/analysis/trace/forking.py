@@ -49,12 +49,12 @@ def threads_in_process() -> int:
 
 def can_fork() -> bool:
     """This process may fork: the platform forks, and no thread runs beside this one but the
-    BLAS threads numpy started when ``diagnose.analysis.vectorized`` imported it (they survive a
+    BLAS threads numpy started when ``diagnose.analysis.trace.vectorized`` imported it (they survive a
     fork: the BLAS pool is shut down and restarted around it, as every DataLoader worker forked
     after ``import numpy`` relies on)."""
     if "fork" not in multiprocessing.get_all_start_methods():
         return False
-    vectorized = sys.modules.get("diagnose.analysis.vectorized")
+    vectorized = sys.modules.get("diagnose.analysis.trace.vectorized")
     own_threads = 1 + (getattr(vectorized, "STARTED_THREADS", 0) if vectorized is not None else 0)
     return threads_in_process() <= own_threads
 

@@ -3,8 +3,8 @@ files (a test keeps docs/rules.md equal to this output)."""
 
 from __future__ import annotations
 
-from diagnose.analysis.predict import TRANSFORMATIONS
-from diagnose.analysis.rules import Rule
+from diagnose.analysis.prediction.predict import TRANSFORMATIONS
+from diagnose.analysis.verdict.rules import Rule
 from diagnose.analysis.symptoms import CATALOG
 
 
@@ -88,7 +88,7 @@ def rules_markdown(rules: list[Rule]) -> str:
         "than the run's step-to-step spread, the 4% a rerun moves the step, or 1.03x (whichever is",
         "largest) is left out with one line saying so; a prediction within a factor 2 of that floor is",
         "borderline (a finding kept says so; one left out is listed as a near miss).",
-        "Transformations: " + ", ".join(f"`{name}`" for name in sorted(TRANSFORMATIONS)) + " (diagnose/analysis/predict.py).",
+        "Transformations: " + ", ".join(f"`{name}`" for name in sorted(TRANSFORMATIONS)) + " (diagnose/analysis/prediction/predict.py).",
         "",
         "When two rules fire and one supersedes the other, only the superseding finding is shown (the",
         "report's diagnosis records which rule spoke instead): one cause, one finding.",

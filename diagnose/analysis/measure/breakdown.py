@@ -18,6 +18,14 @@ correlation id), not to the phase during which it happens to run.
 
 On a CPU-only trace there is no GPU activity, so every instant is "host in state S": the exposed
 view is then the phase view with synchronisations split out.
+
+Why one module (about 1,070 lines): every microsecond of a step is attributed once, by one
+sweep, and every part here feeds it or reads its result: the host intervals (merge, forward and
+backward spans, nesting) are the sweep's input, the per-step kernel, copy and sync counters
+share its step boundaries and labels, and ``calibrate_to_steady_state`` and ``per_step_stats``
+rescale the same ``Breakdown``. Each loop that has a numpy twin keeps it beside it
+(``_kernel_stats_loop``/``_kernel_stats_vectorized``), which is what makes the two comparable; the
+twins' array code itself is ``trace/vectorized.py``.
 """
 
 from __future__ import annotations
@@ -28,16 +36,16 @@ from dataclasses import dataclass, field, replace
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from diagnose.analysis import columns as C
-from diagnose.analysis import patterns as P
-from diagnose.analysis.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
-from diagnose.analysis.timeline import HostOp, Interval, Timeline
+from diagnose.analysis.trace import columns as C
+from diagnose.analysis.trace import patterns as P
+from diagnose.analysis.measure.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
+from diagnose.analysis.trace.timeline import HostOp, Interval, Timeline
 from diagnose.stats import quantile
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from diagnose.analysis import vectorized as V
+    from diagnose.analysis.trace import vectorized as V
 
 # numpy (through ``vectorized``) is imported by the functions that use it, not with this module:
 # its BLAS starts a thread at import, and the trace reader forks its workers only from a process
@@ -131,7 +139,7 @@ class Breakdown:
     #: the median step in time order, in ``STRIP_BINS`` equal slices (see ``_strip``)
     timeline_strip: dict | None = None
     #: kernel name -> (GPU time in us, calls) over the profiled steps: the kernel table and the
-    #: roofline (analysis/kernels.py) read it; kept out of report.json (the report keeps the top rows)
+    #: roofline (analysis/measure/kernels.py) read it; kept out of report.json (the report keeps the top rows)
     kernels_by_name: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property
@@ -186,7 +194,7 @@ def backward_spans(backward_ops: list[Interval], forward_starts: list[float]) ->
     Vectorised where that gives the same (``vectorized.backward_calls``).
     """
     if len(backward_ops) > 64:
-        from diagnose.analysis import vectorized as V
+        from diagnose.analysis.trace import vectorized as V
 
         starts, ends = (backward_ops.column(0), backward_ops.column(1)) if hasattr(backward_ops, "column") else zip(*backward_ops)
         found = V.backward_calls(starts, ends, forward_starts)
@@ -345,7 +353,7 @@ def _enclosing(host: list[HostOp], starts: list[float], t: float) -> HostOp | No
 
 
 def compute_breakdown(timeline: Timeline) -> Breakdown:
-    from diagnose.analysis import vectorized as V
+    from diagnose.analysis.trace import vectorized as V
 
     steps = timeline.steps
     step_bounds = [(s.start, s.end) for s in steps]
@@ -503,7 +511,7 @@ def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]
     ``timeline.kernels`` order): in arrays where the launches' ids are machine integers and the
     model phases are disjoint (the reader's usual output; the labels as indices into
     ``_GPU_LABELS``), else one kernel at a time (the labels as strings)."""
-    from diagnose.analysis.vectorized import np
+    from diagnose.analysis.trace.vectorized import np
 
     found = _kernel_labels_vectorized(timeline, host_intervals)
     if found is not None:
@@ -523,7 +531,7 @@ def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]
             copies["copy_other"].append((m.start, m.end))
     spans.update({label: _spans(intervals_of) for label, intervals_of in copies.items()})
     if len(timeline.memsets):  # the memsets' own columns, after the other copies
-        from diagnose.analysis.vectorized import floats
+        from diagnose.analysis.trace.vectorized import floats
 
         memset_starts, memset_ends = (floats(field_column(timeline.memsets, i)) for i in (0, 1))
         other_starts, other_ends = spans["copy_other"]
@@ -532,7 +540,7 @@ def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]
 
 
 def _spans(intervals: Any) -> V.Spans:
-    from diagnose.analysis.vectorized import np
+    from diagnose.analysis.trace.vectorized import np
 
     if not len(intervals):
         return np.empty(0), np.empty(0)
@@ -543,9 +551,9 @@ def _spans(intervals: Any) -> V.Spans:
 def _kernel_labels_vectorized(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Each kernel's label as an index into ``_GPU_LABELS``, with the kernels' starts and ends;
     None where the arrays cannot say it (ids that are not machine integers, phases that overlap)."""
-    from diagnose.analysis.vectorized import np
+    from diagnose.analysis.trace.vectorized import np
 
-    from diagnose.analysis import vectorized as V
+    from diagnose.analysis.trace import vectorized as V
 
     kernels, launches = timeline.kernels, timeline.launches
     if not isinstance(kernels, C.Records) or not isinstance(launches, C.Launches):
@@ -867,9 +875,9 @@ def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: 
 
 
 def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str]) -> dict[str, tuple[float, int]]:
-    from diagnose.analysis.vectorized import np
+    from diagnose.analysis.trace.vectorized import np
 
-    from diagnose.analysis import vectorized as V
+    from diagnose.analysis.trace import vectorized as V
 
     starts, ends, names = V.floats(kernels.column(0)), V.floats(kernels.column(1)), kernels.column(3)
     step_starts = np.array([s.start_us for s in steps])

@@ -1,7 +1,7 @@
 """GPU memory by owner, the headroom as a batch size, and why a script ran out of memory.
 
 Contract: ``memory_breakdown(split) -> MemoryBreakdown`` turns the runner's ``MemorySplit``
-(``runtime/memory.py``) into parameters, gradients, optimizer state, activations and the rest;
+(``runtime/memory_probe.py``) into parameters, gradients, optimizer state, activations and the rest;
 ``largest_batch(breakdown) -> int | None`` estimates the batch that fits; ``explain_oom(split)``
 says what filled the memory and what to change. Pure, no torch.
 
