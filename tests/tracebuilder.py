@@ -1,6 +1,6 @@
 """Write Kineto-shaped traces by hand, with exact microseconds, for the arithmetic tests.
 
-The event shapes copy what torch 2.11 writes on an H200 (see docs/architecture.md): host events
+The event shapes copy what torch 2.11 writes on an H200 (see docs/analysis.md): host events
 on pid 1/tid 1 (main) or tid 2 (autograd), GPU events on pid 0/tid 7 (stream 7), runtime calls
 linked to GPU work through ``args.correlation``.
 """
