@@ -116,6 +116,8 @@ class Piece:
     text: bytes
     separator: bytes
     offset: int  # of ``text`` in the (decompressed) document
+    #: bytes of ``text`` that were found not to parse (a piece joined from pieces that did not)
+    tried: int = 0
 
     @property
     def length(self) -> int:
@@ -449,11 +451,13 @@ class TraceStream:
     def _cut(self, blocks: Iterator[bytes], buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Iterator[Piece]:
         """The pieces of the events array read block by block (from ``offset``, ``buf`` read
         already), each cut at the last place two events meet; ``tail`` receives the rest."""
+        carry, clean = bytearray(buf), 0  # (``clean``: bytes of ``carry`` that hold no boundary)
         for block in blocks:
-            piece, buf, offset = _cut_last(buf + block, offset)
+            piece, offset = _cut_last(carry, block, offset, clean)
+            clean = len(carry)
             if piece is not None:
                 yield piece
-        tail.append((buf, offset))
+        tail.append((bytes(carry), offset))
 
     def _slotted(self, reader: BinaryIO | _Inflater, slots: SharedSlots, buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Iterator[Piece]:
         """``_cut``, each block inflated straight into a slot of shared memory, by a thread of its
@@ -494,12 +498,14 @@ class TraceStream:
         """The pieces, each inflated into a slot after the end of an event the piece before cut
         off (waiting for a free slot); a piece is bytes where that end leaves no room for a
         block (an event of megabytes). Stops early, with no tail, once ``stop`` is set."""
+        carry, clean = bytearray(carry), 0  # (``clean``: bytes of ``carry`` that hold no boundary)
         while not stop.is_set():
             if len(carry) + BLOCK_BYTES > slots.size:
                 block = self._read(reader.read, BLOCK_BYTES)
                 if not block:
                     break
-                piece, carry, offset = _cut_last(carry + block, offset)
+                piece, offset = _cut_last(carry, block, offset, clean)
+                clean = len(carry)
                 if piece is not None:
                     yield piece
                 continue
@@ -512,18 +518,20 @@ class TraceStream:
                 if filled == len(carry):
                     slots.release(slot)
                     break
-                cut = _last_boundary(view[:filled])
+                cut = _last_boundary(view[:filled], clean)
                 if cut is None:
-                    carry = bytes(view[:filled])
+                    carry = bytearray(view[:filled])
+                    clean = len(carry)
                     slots.release(slot)
                     continue
                 piece = SlotPiece(slots, slot, cut[0], bytes(view[cut[0] : cut[1]]), offset)
                 offset += cut[1]
-                carry = bytes(view[cut[1] : filled])
+                carry = bytearray(view[cut[1] : filled])
+                clean = len(carry)
             yield piece
         else:
             return
-        tail.append((carry, offset))
+        tail.append((bytes(carry), offset))
 
     def _read(self, read: Callable[[Any], Any], into: Any) -> Any:
         """``read(into)`` (a size or a buffer), counted in ``bytes_read``, read errors as ``TraceError``."""
@@ -688,26 +696,43 @@ def _find_marks(buf: bytes | bytearray | mmap.mmap, marks: set[tuple[float, floa
         at = buf.find(_STEP_MARK, at + 1, size)
 
 
-def _cut_last(buf: bytes, offset: int) -> tuple[Piece | None, bytes, int]:
-    """``buf`` (at ``offset``) cut at its last candidate boundary: (the piece before it, or None
-    where there is none, the text after it, and that text's offset)."""
-    cut = _last_boundary(buf)
+def _cut_last(carry: bytearray, block: bytes, offset: int, clean: int) -> tuple[Piece | None, int]:
+    """``block`` appended to ``carry`` (the text after the last cut, at ``offset``, whose first
+    ``clean`` bytes hold no boundary), which is then cut at its last candidate boundary: (the
+    piece before it, taken off ``carry``, or None where there is none; the offset of what
+    ``carry`` holds then). Linear in the text, however long an event: ``carry`` grows in place,
+    and the search starts ``_BOUNDARY_REACH`` before the text not yet searched. Joining the carry
+    to each block as new bytes, and searching all of it, took time quadratic in an event's
+    length: a trace with an event of 128 MB was analysed in 8.9 s gzipped, 1.5 s plain."""
+    carry += block
+    cut = _last_boundary(carry, clean)
     if cut is None:
-        return None, buf, offset
-    return Piece(buf[: cut[0]], buf[cut[0] : cut[1]], offset), buf[cut[1] :], offset + cut[1]
+        return None, offset
+    with memoryview(carry) as view:
+        piece = Piece(bytes(view[: cut[0]]), bytes(view[cut[0] : cut[1]]), offset)
+    del carry[: cut[1]]  # (a bytearray drops its head without moving the rest)
+    return piece, offset + cut[1]
 
 
-def _last_boundary(buf: bytes) -> tuple[int, int] | None:
-    """(end of the piece, start of the next) at the last candidate cut in ``buf``."""
+#: how far before the new text a boundary's search starts: a boundary is found across the end of
+#: the text before only where the white space inside it is shorter than this (Kineto writes none
+#: or a newline); a longer one is not cut, and the piece holds more events (a cut is never needed)
+_BOUNDARY_REACH = 4096
+
+
+def _last_boundary(buf: bytes | bytearray | memoryview, clean: int = 0) -> tuple[int, int] | None:
+    """(end of the piece, start of the next) at the last candidate cut in ``buf``, whose first
+    ``clean`` bytes hold none (the text after a cut, searched already: only what follows is)."""
+    floor = max(0, clean - _BOUNDARY_REACH)
     window = 1 << 16
     while True:
-        start = max(0, len(buf) - window)
+        start = max(floor, len(buf) - window)
         last = None
         for last in _BOUNDARY.finditer(buf, start):
             pass
         if last is not None:
             return last.start() + 1, last.end() - 1
-        if start == 0:
+        if start == floor:
             return None
         window *= 8
 
@@ -717,15 +742,24 @@ def _settle(
 ) -> tuple[Piece | None, Any]:
     """Decode ``piece`` (``started``: its decoding under way elsewhere), joined to a piece that
     did not parse; (still pending, decoded). A joined piece is decoded here: what was started
-    for the piece alone began inside an event and is dropped."""
+    for the piece alone began inside an event and is dropped. A joined piece grows in place and
+    is parsed again only once it has doubled since it last failed (or passed
+    ``MAX_JOINED_PIECE_BYTES``): an event of many blocks whose text holds candidate cuts (``}, {``
+    in a string) is parsed a bounded number of times per byte, where parsing it again after every
+    block took time quadratic in its length (11 s for one event of 64 MB, 0.35 s for 16 MB)."""
     if pending is not None:
-        piece = Piece(pending.text + pending.separator + piece.text, piece.separator, pending.offset)
         if started is not None:  # collected, so that the worker is free for its next piece
             try:
                 started()
             except Exception:  # noqa: BLE001 - the piece alone began inside an event: it does not parse
                 pass
         started = None
+        text = pending.text if type(pending.text) is bytearray else bytearray(pending.text)
+        text += pending.separator
+        text += piece.text
+        piece = Piece(text, piece.separator, pending.offset, pending.tried)  # type: ignore[arg-type] - bytes-like
+        if len(text) < 2 * piece.tried and len(text) <= MAX_JOINED_PIECE_BYTES:
+            return piece, None
     if not isinstance(piece, (FilePiece, SlotPiece)) and not piece.text.strip():  # an empty array (a piece cut between events holds one)
         if started is not None:  # collected all the same: what it holds is freed with the answer
             started()
@@ -735,6 +769,7 @@ def _settle(
     except _SYNTAX_ERRORS:
         if len(piece.text) > MAX_JOINED_PIECE_BYTES:
             raise _invalid(path, piece) from None
+        piece.tried = len(piece.text)
         return piece, None
     except UnicodeDecodeError:
         # a name cut inside a character (or bytes of another encoding): the piece is read with
