@@ -10,6 +10,9 @@ several pieces are decoded at once elsewhere (worker processes), the results sti
 typed ``Event``s holding only the fields the analysis reads; ``decode_objects`` into plain dicts.
 Memory is the current block and piece, whatever the file's size; ``.gz`` is decompressed as read.
 ``check_fits`` and ``MemoryGuard`` compare what a trace needs with the memory the machine has.
+``check_size`` refuses, before reading, JSON over a limit given or a gzip that would inflate over
+``MAX_INFLATION_RATIO`` times its size (a gzip bomb); the inflater holds both while it inflates,
+since a gzip trailer can be wrong. The time is linear in the text, however long an event.
 
 How the array is cut without tracking JSON's grammar byte by byte in Python: a piece ends at a
 candidate boundary between two events (``}`` , ``{`` with whitespace between), and the candidate
@@ -63,6 +66,13 @@ TAIL_BYTES = 512 * 1024
 MAX_JOINED_PIECE_BYTES = 128 * 1024 * 1024
 #: the text before the events array (metadata) is looked for in this many bytes at most
 MAX_HEADER_BYTES = 64 * 1024 * 1024
+#: a torch.profiler trace gzips 15-17 times smaller (every trace of tests/data, and the 10 GB
+#: benchmark traces alike); a file that inflates over this many times its size is no trace (a
+#: gzip bomb: 4 MB of whitespace inflating to 4 GiB ran past 600 s): refused as soon as the
+#: inflating shows it, before the read where its gzip trailer (or its first MB) makes it a suspect
+MAX_INFLATION_RATIO = 100
+#: inflated bytes before the ratio is judged (a small file's gzip header and first block weigh more)
+RATIO_AFTER_BYTES = 16 << 20
 
 _TRUNCATED_HINT = "the trace may be truncated: was the profiled process killed while writing it?"
 #: the end of one event and the start of the next, as a candidate cut
@@ -186,16 +196,12 @@ class _Inflater:
 
     #: compressed bytes read at a time
     INPUT_BYTES = 256 * 1024
-    #: a torch.profiler trace gzips 15-20 times smaller (tests/data, and 10 GB traces alike); a
-    #: file that inflates over this many times its size is no trace (a gzip bomb: 4 MB of
-    #: whitespace inflating to 4 GiB ran for minutes): refused as soon as it shows
-    MAX_RATIO = 100
-    #: inflated bytes before the ratio is judged (the first block of a small file may run high)
-    RATIO_AFTER_BYTES = 64 << 20
 
-    def __init__(self, fh: BinaryIO, path: Path | None = None) -> None:
+    def __init__(self, fh: BinaryIO, path: Path | None = None, max_bytes: int | None = None) -> None:
         self._fh = fh
-        self._path = path
+        self._path = Path(path or "the trace")
+        #: inflated bytes past which the read stops (``--max-trace-gb``: a gzip trailer can lie)
+        self._max_bytes = max_bytes
         self._zlib = _inflating.decompressobj(31)
         self._input = b""
         self._read_in = 0
@@ -243,12 +249,10 @@ class _Inflater:
             self._input = self._zlib.unused_data if self._zlib.eof else self._zlib.unconsumed_tail
             if out:
                 self._given_out += len(out)
-                if self._given_out > self.RATIO_AFTER_BYTES and self._given_out > self.MAX_RATIO * self._read_in:
-                    raise TraceError(
-                        f"{self._path or 'the trace'} inflates over {self.MAX_RATIO} times its compressed size "
-                        f"({self._read_in / 1e6:.1f} MB to more than {self._given_out / 1e6:,.0f} MB so far): not a trace torch.profiler wrote",
-                        hint="a torch.profiler trace gzips 15-20 times smaller; was this file made some other way?",
-                    )
+                if self._given_out > RATIO_AFTER_BYTES and self._given_out > MAX_INFLATION_RATIO * self._read_in:
+                    raise _inflation_error(self._path, self._read_in, self._given_out)
+                if self._max_bytes is not None and self._given_out > self._max_bytes:
+                    raise _over_limit(self._path, self._given_out, self._max_bytes, " at least (inflated so far)")
                 return out
 
     def _next_member(self) -> bool:
@@ -310,11 +314,49 @@ def json_size_estimate(path: Path) -> int:
     return recorded + max(0, round((guess - recorded) / _ISIZE_MODULUS)) * _ISIZE_MODULUS
 
 
-class TraceStream:
-    """The events array of one trace file, read a block at a time."""
+def _inflation_error(path: Path, compressed: int, inflated: int) -> TraceError:
+    return TraceError(
+        f"{path} inflates over {MAX_INFLATION_RATIO} times its compressed size "
+        f"({compressed / 1e6:.1f} MB to {inflated / 1e6:,.0f} MB so far): not a trace torch.profiler wrote",
+        hint="a torch.profiler trace gzips 15-17 times smaller; was this file made some other way?",
+    )
 
-    def __init__(self, path: str | Path) -> None:
+
+def _over_limit(path: Path, json_bytes: int, max_bytes: int, how: str = "") -> TraceError:
+    return TraceError(
+        f"{path} holds {json_bytes / 1e9:.3g} GB of JSON{how}, over the {max_bytes / 1e9:.3g} GB limit given",
+        hint="profile fewer steps (diagnose run --steps 3) or raise the limit with --max-trace-gb",
+    )
+
+
+def check_size(path: Path, json_bytes: int, max_bytes: int | None = None) -> None:
+    """Refuse, before reading, a trace over ``max_bytes`` of JSON (None: no limit), or a gzip
+    that inflates over ``MAX_INFLATION_RATIO`` times its size. ``json_bytes`` (the estimate) only
+    raises the suspicion: a damaged trailer says anything, and a damaged file is reported as
+    such by the read. The suspect's head is inflated until the ratio shows (a gzip of
+    whitespace: its first 16 MB) or does not (as many bytes as the ratio allows)."""
+    if max_bytes is not None and json_bytes > max_bytes:
+        raise _over_limit(path, json_bytes, max_bytes)
+    size = path.stat().st_size
+    if json_bytes > RATIO_AFTER_BYTES and json_bytes > MAX_INFLATION_RATIO * size and is_gzip(path):
+        inflater = _Inflater(path.open("rb"), path)
+        try:
+            inflated, most = 0, MAX_INFLATION_RATIO * size + RATIO_AFTER_BYTES
+            while inflated <= most and (got := len(inflater.read(BLOCK_BYTES))):
+                inflated += got
+        except _READ_ERRORS:
+            pass
+        finally:
+            inflater.close()
+
+
+class TraceStream:
+    """The events array of one trace file, read a block at a time; a gzipped one is refused once
+    it inflates past ``max_bytes`` (None: no limit) or ``MAX_INFLATION_RATIO`` times its size."""
+
+    def __init__(self, path: str | Path, max_bytes: int | None = None) -> None:
         self.path = Path(path)
+        self.max_bytes = max_bytes
         p = self.path
         if not p.exists():
             raise TraceError(f"no such trace file: {p}", hint="give the path of a .pt.trace.json(.gz) or a run directory")
@@ -334,7 +376,7 @@ class TraceStream:
             fh = self.path.open("rb")
         except _READ_ERRORS as exc:
             raise self._unreadable(exc) from exc
-        return _Inflater(fh, self.path) if self.gzipped else fh
+        return _Inflater(fh, self.path, self.max_bytes) if self.gzipped else fh
 
     def _unreadable(self, exc: BaseException) -> TraceError:
         kind = "gzip " if self.gzipped else ""
