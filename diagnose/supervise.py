@@ -13,7 +13,7 @@ the whole process group, the child included, and are not sent twice. Where it is
 available, ``supervise()`` returns None without forking. No torch import: the parent stays small.
 
 ``note_step(...)``: the child tells the parent, at each step boundary, in memory they share (no
-file, no system call: whatever kills the child, the last step noted stays), the steps' times and
+file, about 1 µs: whatever kills the child, the last step noted stays), the steps' times and
 where the profiled window stands; ``Ending.steps`` is what the parent read there (``Steps``).
 A crash inside the window loses the window's trace, which torch.profiler holds in the child's
 memory until the window ends (docs/failures.md); the steps' times and the step it died in are kept.
