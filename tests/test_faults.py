@@ -795,4 +795,4 @@ def test_the_size_limit_given_holds_while_a_gzip_inflates(tmp_path: Path) -> Non
     _gzip_bomb(tmp_path / "bomb.json.gz", 12, trailer=1000)  # under the ratio's 16 MB: only the limit stops it
     proc = diagnose("analyze", "bomb.json.gz", "--max-trace-gb", "0.005", cwd=tmp_path, timeout=60)
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert "bomb.json.gz holds 0.00" in error_line(proc) and "GB of JSON at least (inflated so far), over the 0.005 GB limit given" in error_line(proc)
+    assert "bomb.json.gz inflates to more than 0.00" in error_line(proc) and " GB, over the 0.005 GB limit given" in error_line(proc)

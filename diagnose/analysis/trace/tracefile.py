@@ -43,6 +43,7 @@ import zlib
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, TypeVar, Union
 
@@ -252,7 +253,7 @@ class _Inflater:
                 if self._given_out > RATIO_AFTER_BYTES and self._given_out > MAX_INFLATION_RATIO * self._read_in:
                     raise _inflation_error(self._path, self._read_in, self._given_out)
                 if self._max_bytes is not None and self._given_out > self._max_bytes:
-                    raise _over_limit(self._path, self._given_out, self._max_bytes, " at least (inflated so far)")
+                    raise _over_limit(self._path, self._given_out, self._max_bytes, "inflates to more than")
                 return out
 
     def _next_member(self) -> bool:
@@ -322,9 +323,12 @@ def _inflation_error(path: Path, compressed: int, inflated: int) -> TraceError:
     )
 
 
-def _over_limit(path: Path, json_bytes: int, max_bytes: int, how: str = "") -> TraceError:
+def _over_limit(path: Path, json_bytes: int, max_bytes: int, how: str = "is") -> TraceError:
+    def gb(n: int) -> str:  # three digits, never an exponent (a limit of 0.00001 GB reads as given)
+        return format(Decimal(f"{n / 1e9:.3g}"), "f")
+
     return TraceError(
-        f"{path} holds {json_bytes / 1e9:.3g} GB of JSON{how}, over the {max_bytes / 1e9:.3g} GB limit given",
+        f"{path} {how} {gb(json_bytes)} GB, over the {gb(max_bytes)} GB limit given",
         hint="profile fewer steps (diagnose run --steps 3) or raise the limit with --max-trace-gb",
     )
 
