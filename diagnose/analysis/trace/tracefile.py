@@ -34,6 +34,7 @@ stream's own check.
 
 from __future__ import annotations
 
+import math
 import mmap
 import io
 import queue
@@ -43,7 +44,6 @@ import zlib
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, TypeVar, Union
 
@@ -325,7 +325,9 @@ def _inflation_error(path: Path, compressed: int, inflated: int) -> TraceError:
 
 def _over_limit(path: Path, json_bytes: int, max_bytes: int, how: str = "is") -> TraceError:
     def gb(n: int) -> str:  # three digits, never an exponent (a limit of 0.00001 GB reads as given)
-        return format(Decimal(f"{n / 1e9:.3g}"), "f")
+        x = n / 1e9
+        text = f"{x:.{max(0, 2 - math.floor(math.log10(x)))}f}" if x > 0 else "0"
+        return text.rstrip("0").rstrip(".") if "." in text else text
 
     return TraceError(
         f"{path} {how} {gb(json_bytes)} GB, over the {gb(max_bytes)} GB limit given",
