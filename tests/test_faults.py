@@ -743,8 +743,8 @@ def _gzip_bomb(path: Path, whitespace_mb: int, trailer: int | None = None) -> Pa
 def test_a_gzip_that_inflates_like_no_trace_is_refused_before_it_is_read(tmp_path: Path) -> None:
     import gzip
 
-    from diagnose.analysis import tracefile
-    from diagnose.analysis.timeline import load_timeline
+    from diagnose.analysis.trace import tracefile
+    from diagnose.analysis.trace.timeline import load_timeline
     from diagnose.errors import TraceError
     from tests.test_failures import diagnose, error_line
     from tests.tracebuilder import one_gpu_step
@@ -768,8 +768,8 @@ def test_a_gzip_that_inflates_like_no_trace_is_refused_before_it_is_read(tmp_pat
 
 
 def test_a_gzip_bomb_whose_trailer_lies_is_refused_once_16_MB_are_inflated(tmp_path: Path) -> None:
-    from diagnose.analysis import tracefile
-    from diagnose.analysis.timeline import load_timeline
+    from diagnose.analysis.trace import tracefile
+    from diagnose.analysis.trace.timeline import load_timeline
     from diagnose.errors import TraceError
     from tests.test_failures import diagnose, error_line
 
