@@ -2,18 +2,30 @@
 
     python benchmarks/analysis_speed.py                       # a 50 MB trace built from a fixture
     python benchmarks/analysis_speed.py --trace big.pt.trace.json --repeat 5
+    python benchmarks/analysis_speed.py --gzip --mb 64            # the same trace gzipped, beside it
+    python benchmarks/analysis_speed.py --gzip --mb 64 --blob-mb 48   # one event of 48 MB among them
 
 The target (issue 2): analysing a 50 MB trace takes at most 1.3x the time of ``json.load`` of
 that file on the same machine. "Analysing" is the whole path of ``diagnose analyze``: read and
 parse, timeline, breakdown, symptoms, rules, report (not the rendering). Without --trace, the
 recorded H200 fixture of the for-loop optimizer (one step, thousands of kernels) is repeated,
 shifted in time with its ids renumbered, until the JSON reaches --mb megabytes.
+
+``--gzip`` also analyses the trace gzipped (level 6, as diagnose writes its traces) and prints the
+time against the plain file's: reading a ``.gz`` should cost a constant factor of the plain read,
+whatever the trace's size or shape (issue 38: a 256 MB trace took 31 s gzipped against 2.6 s
+plain). ``--blob-mb N`` adds one event whose ``args`` hold N MB of text (incompressible: hex
+digits), the shape that made the gzipped read quadratic: an event longer than a block is carried
+from block to block (run it at two sizes to see how the time grows).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import gzip
+import random
+import shutil
 import json
 import statistics
 import sys
@@ -59,6 +71,28 @@ def build_trace(target_bytes: int, path: Path) -> Path:
     return path
 
 
+def add_blob(path: Path, blob_bytes: int) -> None:
+    """One event of ``blob_bytes`` of hex digits (in its args), placed in the trace's first step."""
+    data = json.loads(path.read_bytes())
+    start = min(e["ts"] for e in data["traceEvents"] if "ts" in e and e.get("ph") != "M")
+    marker = "@BLOB@"
+    data["traceEvents"].insert(1, {"ph": "X", "cat": "benchmark_blob", "name": "blob", "pid": 1, "tid": 1, "ts": start, "dur": 0, "args": {"blob": marker}})
+    head, tail = json.dumps(data).encode().split(marker.encode())
+    digits = random.Random(0).randbytes(1 << 20).hex().encode()[: 1 << 20]
+    with path.open("wb") as out:
+        out.write(head)
+        for _ in range(blob_bytes >> 20):
+            out.write(digits)
+        out.write(tail)
+
+
+def gzipped(path: Path) -> Path:
+    target = path.with_name(path.name + ".gz")
+    with path.open("rb") as src, gzip.open(target, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst, 16 << 20)
+    return target
+
+
 def best(fn, repeat: int) -> float:  # noqa: ANN001
     times = []
     for _ in range(repeat):
@@ -74,9 +108,13 @@ def main() -> None:
     p.add_argument("--trace", type=Path)
     p.add_argument("--mb", type=float, default=50.0)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--gzip", action="store_true", help="also analyse the trace gzipped, and compare")
+    p.add_argument("--blob-mb", type=int, default=0, help="add one event of this many MB (built trace only)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trace = args.trace or build_trace(int(args.mb * 1e6), Path(tmp) / "bench.pt.trace.json")
+        if args.blob_mb and not args.trace:
+            add_blob(trace, args.blob_mb << 20)
         size = trace.stat().st_size
         options = AnalysisOptions.load()
 
@@ -95,6 +133,11 @@ def main() -> None:
         print(f"json.load:          best {load_best:.3f} s, median {load_median:.3f} s")
         print(f"diagnose analysis:  best {analyse_best:.3f} s, median {analyse_median:.3f} s  (parser: {parser})")
         print(f"ratio (best/best):  {analyse_best / load_best:.2f}x   target <= 1.3x")
+        if args.gzip:
+            packed = gzipped(trace) if not trace.name.endswith(".gz") else trace
+            gz_best, gz_median = best(lambda: analyze_trace(packed, options), args.repeat)
+            print(f"gzipped:            {packed.stat().st_size / 1e6:.1f} MB, analysis best {gz_best:.3f} s, median {gz_median:.3f} s")
+            print(f"gzipped / plain:    {gz_best / analyse_best:.2f}x (best/best); {gz_best / size * 1e9:.2f} s a GB of JSON")
 
 
 if __name__ == "__main__":

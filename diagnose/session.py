@@ -468,6 +468,12 @@ def settle_supervised_run(run_dir: RunDir, request: RunRequest, ending: Ending) 
         record.error = {"type": "Crash", "message": ending.describe(), "traceback": ""}
     if not record.started_at:
         record.warnings.append("the run ended before the script started: nothing was measured")
+    steps = ending.steps  # what the child noted in memory shared with this process, to its last step
+    if steps is not None and len(steps.boundaries) > len(record.boundaries_s):
+        record.boundaries_s, record.step_mode = steps.boundaries, record.step_mode or steps.mode
+        record.plan = {**record.plan, "warmup": steps.warmup, "steps": steps.window_end - steps.warmup}
+        if steps.in_window and not record.trace_files:
+            record.warnings.append(steps.window_lost())
     run_dir.save_record(record)
     return record
 

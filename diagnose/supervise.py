@@ -12,6 +12,12 @@ its code or signal, and whether diagnose ended it), having forwarded to it the S
 the whole process group, the child included, and are not sent twice. Where it is not allowed or
 available, ``supervise()`` returns None without forking. No torch import: the parent stays small.
 
+``note_step(...)``: the child tells the parent, at each step boundary, in memory they share (no
+file, about 1 µs: whatever kills the child, the last step noted stays), the steps' times and
+where the profiled window stands; ``Ending.steps`` is what the parent read there (``Steps``).
+A crash inside the window loses the window's trace, which torch.profiler holds in the child's
+memory until the window ends (docs/failures.md); the steps' times and the step it died in are kept.
+
 ``run_bounded(cmd, timeout) -> Finished``: a child command (verify's and sweep's runs) in a
 process group of its own, stopped politely then killed, with everything it started, when it
 runs past its time.
@@ -22,8 +28,10 @@ from __future__ import annotations
 import atexit
 import ctypes
 import ctypes.util
+import mmap
 import os
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -40,6 +48,77 @@ _allowed = False
 #: ``end_process`` (diagnose's own exit, its code to be trusted), not by a signal, an exec or
 #: a C library's exit
 _told: int | None = None
+
+#: the steps the shared block holds (a --no-stop run's later steps are not noted: the window,
+#: where a crash loses the trace, comes within the first few dozen)
+NOTED_STEPS = 4096
+#: the block's head: boundaries noted, the window's first step and its end (the step that
+#: writes the trace), whether the profiler was on, how steps were counted (``instrument.MODES``)
+_HEAD = struct.Struct("<iiii16s")
+#: the block shared with the supervised child, and that child's pid (its own forks note nothing)
+_steps_block: mmap.mmap | None = None
+_child_pid = 0
+
+
+@dataclass
+class Steps:
+    """What the supervised child noted last: its step boundaries (``time.perf_counter``, which
+    both processes share), the profiled window's steps ``[warmup, window_end)`` and whether the
+    profiler was on (from its start until the trace is written)."""
+
+    boundaries: list[float]
+    warmup: int
+    window_end: int
+    profiling: bool
+    mode: str | None
+
+    @property
+    def step(self) -> int:
+        """The step the child was in (counted from 0, as the progress lines count)."""
+        return len(self.boundaries) - 1
+
+    @property
+    def in_window(self) -> bool:
+        """It died with the profiler recording: in the window or while its trace was written."""
+        return self.profiling and self.warmup <= self.step <= self.window_end
+
+    def window_lost(self) -> str:
+        """What a death inside the window lost, why, and how to get a report all the same: a
+        window that ends before the step it died in (a crash in the script comes again there).
+        The warm-up to suggest is the one that ran (a change of how steps are counted can
+        lengthen the one asked for)."""
+        k, first, last = self.step, self.warmup, self.window_end - 1
+        writing = k > last  # it died while the trace was written: a window as long would again
+        where = f"while the trace of the profiled window (steps {first}-{last}) was being written" if writing else f"inside the profiled window (steps {first}-{last})"
+        steps = k - first - writing
+        if steps >= 1:
+            how = f"For a report, profile a window that ends before step {k}: diagnose run --warmup {first} --steps {steps} --max-steps {steps} ..."
+        elif first > 1:
+            how = f"For a report, profile a window before step {k} with fewer warm-up steps, where the script allows it: diagnose run --warmup {first - 1} --steps 1 --max-steps 1 ..."
+        else:
+            how = f"Step {k} comes too soon for a window before it: run the script alone (python -X faulthandler) to see where it dies."
+        return (
+            f"the script's process died during step {k}, {where}: torch.profiler holds the window's events in the process's "
+            f"memory until the window ends, so they died with it and no trace was written; the times of the steps before are kept. {how}"
+        )
+
+
+def note_step(index: int, at: float, warmup: int, window_end: int, profiling: bool, mode: str | None) -> None:
+    """In the supervised child, at boundary ``index`` (``at``): the parent can read it however
+    the child ends. A no-op anywhere else (no supervision, a process the child forked)."""
+    block = _steps_block
+    if block is None or index >= NOTED_STEPS or os.getpid() != _child_pid:
+        return
+    struct.pack_into("<d", block, _HEAD.size + 8 * index, at)
+    _HEAD.pack_into(block, 0, index + 1, warmup, window_end, profiling, (mode or "").encode())
+
+
+def _read_steps(block: mmap.mmap) -> Steps | None:
+    count, warmup, window_end, profiling, mode = _HEAD.unpack_from(block, 0)
+    if count <= 0:
+        return None
+    boundaries = list(struct.unpack_from(f"<{count}d", block, _HEAD.size))
+    return Steps(boundaries, warmup, window_end, bool(profiling), mode.rstrip(b"\0").decode(errors="replace") or None)
 
 
 def supervised() -> bool:
@@ -67,6 +146,8 @@ class Ending:
     received: list[int] = field(default_factory=list)
     #: the child ended through ``end_process``: diagnose said what happened, with its exit code
     through_diagnose: bool = False
+    #: the steps the child noted (None before its first step)
+    steps: Steps | None = None
 
     @property
     def code(self) -> int:
@@ -82,9 +163,10 @@ class Ending:
 
 
 def supervise() -> Ending | None:
-    global _told
+    global _told, _steps_block, _child_pid
     if not available():
         return None
+    block = mmap.mmap(-1, _HEAD.size + 8 * NOTED_STEPS)  # anonymous, shared with the child
     told_read, told_write = os.pipe()  # not inherited across an exec: only diagnose's own exit writes
     watched = {getattr(signal, name) for name in FORWARDED} | {signal.SIGCHLD}
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
@@ -96,10 +178,12 @@ def supervise() -> Ending | None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         os.close(told_read)
         os.close(told_write)
+        block.close()
         return None
     if pid == 0:
         os.close(told_read)
         _told = told_write
+        _steps_block, _child_pid = block, os.getpid()
         _die_with_parent()
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         return None
@@ -111,8 +195,10 @@ def supervise() -> Ending | None:
             ending.through_diagnose = os.read(told_read, 1) == b"1"
         except BlockingIOError:
             pass
+        ending.steps = _read_steps(block)
         return ending
     finally:
+        block.close()
         os.close(told_read)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
 

@@ -321,6 +321,69 @@ def test_a_process_that_dies_without_a_word_still_leaves_what_was_measured(tmp_p
 
 
 @pytest.mark.slow
+def test_a_segfault_inside_the_profiled_window_keeps_the_steps_and_says_how_to_get_a_report(tmp_path: Path) -> None:
+    """The window's trace lives in the script's process until the window ends (torch.profiler
+    writes it then): a segfault inside the window loses it. What survives: the record, the
+    steps' times up to the crash (noted in memory shared with the supervising parent), the step
+    it died in, and a window that ends before it, which the report names and which then works."""
+    import re
+
+    code, run = diagnose_run(tmp_path, loop_with("import ctypes\nif n == 4:\n    ctypes.string_at(0)"))
+    assert code == 128 + signal.SIGSEGV, run.stderr[-3000:]
+    record = json.loads((tmp_path / "run/diagnose/run.json").read_text())
+    report = json.loads((tmp_path / "run/diagnose/report.json").read_text())
+    assert record["status"] == report["status"]["state"] == "crashed" and record["trace_files"] == []
+    assert len(record["boundaries_s"]) == 5 and record["step_mode"] == "optimizer"  # steps 0-3 ended, step 4 begun
+    assert report["status"]["message"].endswith("after 4 steps; 0 of the 3 planned steps were profiled")
+    (lost,) = [w for w in report["warnings"] if "died during step" in w]
+    assert lost.startswith("the script's process died during step 4, inside the profiled window (steps 2-4): torch.profiler holds")
+    assert "no trace was written: the script ended before the profiled window" not in report["warnings"]
+    assert not any(w.startswith("no trace was written") for w in report["warnings"])
+    suggested = re.search(r"diagnose run (--warmup \d+ --steps \d+ --max-steps \d+) \.\.\.", lost)
+    assert suggested is not None and suggested.group(1) == "--warmup 2 --steps 2 --max-steps 2", lost
+    again = Run(tmp_path, "run", *suggested.group(1).split(), "--timed-steps", "3", "--quiet", "--out", "run2", "train.py")
+    assert again.finish(120) == 128 + signal.SIGSEGV, again.stderr[-3000:]
+    record = json.loads((tmp_path / "run2/diagnose/run.json").read_text())
+    report = json.loads((tmp_path / "run2/diagnose/report.json").read_text())
+    assert record["trace_files"] and record["profiled_steps"] == 2 and len(report["breakdown"]["steps"]) == 2
+
+
+def test_what_a_crash_in_the_window_loses_is_said_with_a_window_before_it() -> None:
+    from diagnose.supervise import Steps
+
+    def words(step: int, warmup: int, window_end: int) -> str:
+        return Steps([0.0] * (step + 1), warmup, window_end, True, "optimizer").window_lost()
+
+    assert "during step 7, inside the profiled window (steps 5-9)" in words(7, 5, 10) and "--warmup 5 --steps 2 --max-steps 2" in words(7, 5, 10)
+    assert "during step 10, while the trace of the profiled window (steps 5-9) was being written" in words(10, 5, 10)
+    assert "--warmup 5 --steps 4 --max-steps 4" in words(10, 5, 10)  # a window as long would be written at step 10 again
+    assert "with fewer warm-up steps, where the script allows it: diagnose run --warmup 4 --steps 1 --max-steps 1" in words(5, 5, 10)
+    assert "Step 1 comes too soon for a window before it" in words(1, 1, 4)
+    assert not Steps([0.0] * 3, 5, 10, True, None).in_window and not Steps([0.0] * 7, 5, 10, False, None).in_window
+
+
+def test_the_steps_a_supervised_child_notes_are_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mmap
+
+    from diagnose import supervise
+
+    block = mmap.mmap(-1, supervise._HEAD.size + 8 * supervise.NOTED_STEPS)
+    assert supervise._read_steps(block) is None  # nothing noted: no step began
+    monkeypatch.setattr(supervise, "_steps_block", block)
+    monkeypatch.setattr(supervise, "_child_pid", os.getpid() + 1)  # a process the child forked notes nothing
+    supervise.note_step(0, 1.5, 2, 5, True, "forward")
+    assert supervise._read_steps(block) is None
+    monkeypatch.setattr(supervise, "_child_pid", os.getpid())
+    for k, at in enumerate([1.5, 2.5, 4.0]):
+        supervise.note_step(k, at, 2, 5, k > 0, "optimizer")
+    assert supervise._read_steps(block) == supervise.Steps([1.5, 2.5, 4.0], 2, 5, True, "optimizer")
+    supervise.note_step(0, 9.0, 3, 6, False, None)  # a new count (a stronger step signal) starts again
+    assert supervise._read_steps(block) == supervise.Steps([9.0], 3, 6, False, None)
+    supervise.note_step(supervise.NOTED_STEPS, 9.0, 3, 6, False, None)  # past the block: not noted
+    assert supervise._read_steps(block) == supervise.Steps([9.0], 3, 6, False, None)
+
+
+@pytest.mark.slow
 def test_an_exec_in_the_script_saves_the_report_first(tmp_path: Path) -> None:
     code, run = diagnose_run(tmp_path, loop_with("if n == 7:\n    os.execv('/bin/sh', ['sh', '-c', 'exit 3'])"))
     assert code == 3, run.stderr[-3000:]

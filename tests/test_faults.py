@@ -720,19 +720,79 @@ def test_a_negative_duration_is_a_malformed_trace(tmp_path: Path, index: int, wh
     assert f"event {index} ({what}) has dur -26, not a duration (0 or more)" in error_line(proc)
 
 
-# --- issue 38, 7. a gzip bomb is refused as soon as it shows ---------------------------------------------
+# --- issue 38, 7. a gzip bomb is refused before it is read, or as soon as it shows -----------------------
 
 
-def test_a_gzip_that_inflates_like_no_trace_is_refused_early(tmp_path: Path) -> None:
+def _gzip_bomb(path: Path, whitespace_mb: int, trailer: int | None = None) -> Path:
+    """A gzip of ``whitespace_mb`` MB of whitespace inside an events array (about 1,000 times
+    smaller); ``trailer``: the length its trailer records instead of the true one (a lie)."""
+    import gzip
+    import struct
+
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        out.write(b'{"traceEvents": [')
+        for _ in range(whitespace_mb):
+            out.write(b" " * (1 << 20))
+        out.write(b"]}")
+    if trailer is not None:
+        raw = path.read_bytes()
+        path.write_bytes(raw[:-4] + struct.pack("<I", trailer))
+    return path
+
+
+def test_a_gzip_that_inflates_like_no_trace_is_refused_before_it_is_read(tmp_path: Path) -> None:
     import gzip
 
+    from diagnose.analysis.trace import tracefile
+    from diagnose.analysis.trace.timeline import load_timeline
+    from diagnose.errors import TraceError
     from tests.test_failures import diagnose, error_line
+    from tests.tracebuilder import one_gpu_step
 
-    with gzip.open(tmp_path / "bomb.json.gz", "wb", compresslevel=1) as out:
-        out.write(b'{"traceEvents": [')
-        for _ in range(10):  # 160 MB of whitespace in about 0.7 MB
-            out.write(b" " * (16 << 20))
-        out.write(b"]}")
+    _gzip_bomb(tmp_path / "bomb.json.gz", 50)
     proc = diagnose("analyze", "bomb.json.gz", cwd=tmp_path, timeout=60)
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert "bomb.json.gz inflates over 100 times its compressed size" in error_line(proc)
+    assert "bomb.json.gz inflates over 100 times its compressed size (0." in error_line(proc)
+    # refused by the check before the read (which a damaged trailer alone does not fail: the
+    # read names the damage), after inflating 16 MB or so of its 50
+    bomb = tmp_path / "bomb.json.gz"
+    with pytest.raises(TraceError, match=r"inflates over 100 times its compressed size \(0\.\d MB to (1[6-9]|2\d) MB so far\)"):
+        tracefile.check_size(bomb, tracefile.json_size_estimate(bomb))
+    trace = gzip.compress(json.dumps(one_gpu_step().to_dict()).encode())
+    damaged = tmp_path / "damaged.json.gz"  # a trace whose trailer says 2 GB: damaged, no bomb
+    damaged.write_bytes(trace[:-4] + (2**31 - 1).to_bytes(4, "little"))
+    assert tracefile.json_size_estimate(damaged) > 100 * len(trace)
+    tracefile.check_size(damaged, tracefile.json_size_estimate(damaged))
+    with pytest.raises(TraceError, match="cannot read"):
+        load_timeline(damaged)
+
+
+def test_a_gzip_bomb_whose_trailer_lies_is_refused_once_16_MB_are_inflated(tmp_path: Path) -> None:
+    from diagnose.analysis.trace import tracefile
+    from diagnose.analysis.trace.timeline import load_timeline
+    from diagnose.errors import TraceError
+    from tests.test_failures import diagnose, error_line
+
+    bomb = _gzip_bomb(tmp_path / "bomb.json.gz", 50, trailer=1000)
+    proc = diagnose("analyze", "bomb.json.gz", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "bomb.json.gz inflates over 100 times its compressed size" in error_line(proc) and "so far" in error_line(proc)
+    stream = tracefile.TraceStream(bomb)
+    with pytest.raises(TraceError, match="inflates over 100 times"):
+        for _ in stream.decoded(tracefile.decode_objects):
+            pass
+    # stopped where the ratio showed, not at the end of the 50 MB (the input is read 256 KB at a time)
+    assert stream.bytes_read <= max(tracefile.RATIO_AFTER_BYTES, 100 * bomb.stat().st_size) + tracefile.BLOCK_BYTES < 50 << 20
+    with pytest.raises(TraceError, match="inflates over 100 times"):
+        load_timeline(bomb)
+
+
+def test_the_size_limit_given_holds_while_a_gzip_inflates(tmp_path: Path) -> None:
+    """A gzip trailer records the length modulo 4 GiB, or a lie: --max-trace-gb is kept while
+    the trace inflates, not only by what the trailer says."""
+    from tests.test_failures import diagnose, error_line
+
+    _gzip_bomb(tmp_path / "bomb.json.gz", 12, trailer=1000)  # under the ratio's 16 MB: only the limit stops it
+    proc = diagnose("analyze", "bomb.json.gz", "--max-trace-gb", "0.005", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "bomb.json.gz inflates to more than 0.00" in error_line(proc) and " GB, over the 0.005 GB limit given" in error_line(proc)

@@ -642,3 +642,82 @@ def test_a_file_without_a_cut_after_the_first_block_is_read_as_its_tail(tmp_path
     path.write_text(json.dumps(doc))
     events, metadata, pieces = _sought_events(path)
     assert events == doc["traceEvents"] and metadata == {} and pieces == []
+
+
+# --- issue 38, 7: time linear in the text, however long an event -------------------------------------
+
+
+class _CountedBoundary:
+    """``tracefile._BOUNDARY``, counting the bytes its searches for a cut look at."""
+
+    def __init__(self) -> None:
+        self.searched = 0
+        self.pattern = tracefile._BOUNDARY
+
+    def finditer(self, buf: Any, start: int = 0) -> Any:
+        self.searched += len(buf) - start
+        return self.pattern.finditer(buf, start)
+
+    def search(self, buf: Any, *args: Any) -> Any:
+        return self.pattern.search(buf, *args)
+
+
+def _long_event_trace(tmp_path: Path, gz: bool, text: str) -> tuple[Path, dict[str, Any]]:
+    doc = one_gpu_step().to_dict()
+    doc["traceEvents"].insert(3, {"ph": "X", "cat": "cpu_op", "name": "long", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0, "args": {"s": text}})
+    raw = json.dumps(doc).encode()
+    path = _write(tmp_path, "t.json.gz" if gz else "t.json", gzip.compress(raw) if gz else raw)
+    return path, doc
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_an_event_of_many_blocks_is_searched_for_cuts_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool) -> None:
+    """The text carried from block to block (an event longer than a block) is not searched again
+    with each block: a 256 MB trace read in 31 s gzipped against 2.6 s plain."""
+    monkeypatch.setattr(tracefile, "BLOCK_BYTES", 4096)
+    counted = _CountedBoundary()
+    monkeypatch.setattr(tracefile, "_BOUNDARY", counted)
+    path, doc = _long_event_trace(tmp_path, gz, "0123456789abcdef" * 65536)  # 1 MB: 256 blocks
+    events, _ = stream_events(path)
+    assert events == doc["traceEvents"]
+    json_bytes = len(json.dumps(doc))
+    assert 0 < counted.searched < 2 * json_bytes, (counted.searched, json_bytes)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_an_event_of_many_blocks_full_of_candidate_cuts_is_parsed_a_few_times(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool) -> None:
+    """Each block of the event ends at a '},{' inside its string, which does not parse: the piece
+    joined so far is parsed again only once it has doubled, not after each block."""
+    monkeypatch.setattr(tracefile, "BLOCK_BYTES", 4096)
+    path, doc = _long_event_trace(tmp_path, gz, 'abc"},{"' * 65536)  # 0.5 MB: a candidate cut every 8 bytes
+    parsed: list[int] = []
+
+    def decode(piece: tracefile.Piece) -> list[Any]:
+        parsed.append(len(piece.text))
+        return decode_objects(piece)
+
+    stream = TraceStream(path)
+    events = [e for objects in stream.decoded(decode) for e in objects]
+    assert events == doc["traceEvents"]
+    json_bytes = len(json.dumps(doc))
+    assert sum(parsed) < 5 * json_bytes, (sum(parsed), json_bytes, len(parsed))
+
+
+def test_an_event_of_many_blocks_in_a_trace_read_by_workers_is_searched_once(
+    tmp_path: Path, two_workers: list[int] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gzipped trace read by workers: the event does not fit a slot, its text is carried."""
+    if two_workers is None:
+        return  # it ran in a fresh process
+    monkeypatch.setattr(tracefile, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(timeline_module, "SLOT_BYTES", 8192)
+    counted = _CountedBoundary()
+    monkeypatch.setattr(tracefile, "_BOUNDARY", counted)
+    b = one_gpu_step()
+    b.events.append({"ph": "X", "cat": "cpu_op", "name": "long", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0, "args": {"s": "0123456789abcdef" * 65536}})
+    path = b.write(tmp_path / "t.json.gz", gz=True)
+    expected = reference_timeline.build_timeline(b.to_dict())
+    assert _timeline_fields(load_timeline(path)) == _timeline_fields(expected)
+    assert two_workers == [2]
+    json_bytes = len(json.dumps(b.to_dict()))
+    assert 0 < counted.searched < 2 * json_bytes, (counted.searched, json_bytes)

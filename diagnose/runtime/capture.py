@@ -53,6 +53,7 @@ from diagnose.record import RunLength, WindowPlan, window_unsettled
 from diagnose.record import mean_uncertainty_estimate
 from diagnose.signals import deferred
 from diagnose.rundir import RunDir
+from diagnose import supervise
 from diagnose.runtime.foreign import ForeignProfilers
 from diagnose.runtime.kinetolog import without_kineto_lines
 
@@ -206,6 +207,8 @@ class CaptureSession:
         if k == self.plan.window_end and self.may_grow and self._profiler is not None:
             self._grow_or_end(k, now)
         plan = self.plan
+        # for the supervising parent, in memory it shares: what a crash from here on leaves
+        supervise.note_step(k, now, plan.warmup, plan.window_end, (starts or self._profiler is not None) and not self.profiler_blocked, self.mode)
         if not plan.in_window(k):
             self._leave_window()  # before the export: samplers stop first
         if (starts or self._profiler is not None) and not self.profiler_blocked and k <= plan.window_end:

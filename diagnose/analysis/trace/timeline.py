@@ -346,6 +346,8 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     short. A large trace's pieces are decoded and folded into columns by worker processes
     (``reader_workers``); this process cuts the pieces and merges the columns, in file order."""
     json_bytes = json_size_estimate(Path(path)) if Path(path).is_file() else 0
+    if json_bytes:  # (before the scan for a detail window, which reads the whole file)
+        memory.check_size(Path(path), json_bytes, max_bytes)
     window = detail_window(path, json_bytes)
     stream = _open(path, max_bytes, DETAIL_MAX_JSON_BYTES if window else None, window.json_bytes if window else None)
     cut = window.cut_us if window else math.inf
@@ -474,14 +476,10 @@ def _open(path: str | os.PathLike[str], max_bytes: int | None, read_bytes: int |
     """The trace's stream, once its size (``json_bytes`` where known, else estimated) passed
     ``max_bytes`` and the memory check (on the JSON the analysis holds: ``read_bytes`` of it when
     a detail window cuts it short)."""
-    stream = TraceStream(path)
+    stream = TraceStream(path, max_bytes)
     if json_bytes is None:
         json_bytes = json_size_estimate(stream.path)
-    if max_bytes is not None and json_bytes > max_bytes:
-        raise TraceError(
-            f"trace is {json_bytes / 1e9:.1f} GB, over the {max_bytes / 1e9:.1f} GB limit given",
-            hint="profile fewer steps (diagnose run --steps 3) or raise the limit with --max-trace-gb",
-        )
+    memory.check_size(stream.path, json_bytes, max_bytes)
     memory.check_fits(stream.path, min(json_bytes, read_bytes) if read_bytes else json_bytes)
     return stream
 
