@@ -85,14 +85,28 @@ class Failure:
 
 def memory_ran_out(exc: BaseException) -> bool:
     """Whether ``exc`` says memory ran out: a ``MemoryError``, an ``OSError`` ENOMEM (a fork, a
-    mapping), or an import whose library the dynamic loader could not map (under an
-    address-space limit, ``ulimit -v``, a lazy import fails so, not with a MemoryError)."""
+    mapping), an import whose library the dynamic loader could not map (under an
+    address-space limit, ``ulimit -v``, a lazy import fails so, not with a MemoryError), or a
+    ``SystemError`` "error return without exception set" while 32 MB cannot be allocated."""
     if isinstance(exc, MemoryError):
         return True
     if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
         return True
     text = str(exc) if isinstance(exc, ImportError) else ""
-    return "failed to map segment" in text or "cannot allocate memory" in text.lower()
+    if "failed to map segment" in text or "cannot allocate memory" in text.lower():
+        return True
+    # A C function whose allocation failed and that set no exception (seen in an import under
+    # ``ulimit -v``): a bug in that code, unless memory is short right now, which a probe says.
+    return isinstance(exc, SystemError) and "without exception set" in str(exc) and _allocation_fails()
+
+
+def _allocation_fails(probe_bytes: int = 32 << 20) -> bool:
+    try:
+        probe = bytearray(probe_bytes)
+    except MemoryError:
+        return True
+    del probe
+    return False
 
 
 #: memory ran out anywhere a command did not say more (docs/failures.md: one line, exit 4)

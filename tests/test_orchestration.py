@@ -64,6 +64,7 @@ class Case:
         Case(KeyboardInterrupt(), ("diagnose: interrupted",), 130),
         Case(ImportError("No module named 'tensorboard'"), None, None),
         Case(ValueError("a bug"), None, None),
+        Case(SystemError("error return without exception set"), None, None),  # with memory to spare: a bug
     ],
     ids=lambda case: type(case.error).__name__ + (f"-{case.exit_code}" if case.exit_code else ""),
 )
@@ -73,6 +74,15 @@ def test_each_error_class_has_its_lines_and_exit_code(case: Case) -> None:
         assert failure is None  # a bug: its traceback is raised, not turned into a line
     else:
         assert failure == Failure(case.lines, case.exit_code)
+
+
+def test_a_system_error_while_memory_is_short_is_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``ulimit -v`` an import's C code can fail an allocation without setting MemoryError:
+    a SystemError "error return without exception set". It is memory when a probe allocation
+    fails then too (tests/test_fault_injection.py runs it for real under an address-space limit)."""
+    monkeypatch.setattr(errors, "_allocation_fails", lambda: True)
+    assert Failure.of(SystemError("error return without exception set")) == errors.OUT_OF_MEMORY
+    assert Failure.of(SystemError("some other internal error")) is None
 
 
 def test_the_analysis_changes_no_record_it_is_given() -> None:
