@@ -80,6 +80,8 @@ class Case:
 CASES: tuple[Case, ...] = (
     Case("ddp-one-bucket", "DIST008", "verify", "examples/ddp_buckets.py", ("--bucket-cap-mb", "10000"),
          note="one bucket holds every gradient: its all-reduce starts after backward"),
+    Case("ddp-one-bucket-compute", "DIST008", "verify", "examples/ddp_buckets.py", ("--bucket-cap-mb", "10000", "--batch", "1024"),
+         note="the same, with backward's kernels long against the all-reduce: where smaller buckets can help"),
     Case("fsdp2-all-gather", "DIST006", "verify", "examples/fsdp_exposed_comm.py", ("--plant", "all-gather"),
          note="fully_shard blocks resharded after forward, no prefetch"),
     Case("straggler", "DIST003", "sweep", "examples/ddp_straggler.py", (), sweep="arg.no-delay=none,flag",
