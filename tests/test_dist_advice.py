@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from diagnose.analysis.breakdown import compute_breakdown
-from diagnose.analysis.collectives import collective_times
-from diagnose.analysis.findings import diagnose_symptoms
-from diagnose.analysis.ranks import RankSet, summarize_rank
-from diagnose.analysis.rules import load_rules
+from diagnose.analysis.measure.breakdown import compute_breakdown
+from diagnose.analysis.measure.collectives import collective_times
+from diagnose.analysis.verdict.findings import diagnose_symptoms
+from diagnose.analysis.measure.ranks import RankSet, summarize_rank
+from diagnose.analysis.verdict.rules import load_rules
 from diagnose.analysis.symptoms import compute_symptoms
-from diagnose.analysis.timeline import build_timeline
+from diagnose.analysis.trace.timeline import build_timeline
 from diagnose.record import ModelInfo, RunRecord
 from tests.tracebuilder import AUTOGRAD, FP32_GEMM, NCCL_ALLREDUCE, TraceBuilder
 
