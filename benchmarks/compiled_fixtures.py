@@ -44,7 +44,8 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         run_dir = args.out / "runs" / name
-        cmd = [sys.executable, "-m", "diagnose", "run", "--warmup", "8", "--steps", "6", "--timed-steps", "20",
+        # --no-check: a fixture's report is the analysis of its own trace, not of A/B reruns
+        cmd = [sys.executable, "-m", "diagnose", "run", "--no-check", "--warmup", "8", "--steps", "6", "--timed-steps", "20",
                "--overwrite", "-o", str(run_dir), "--json", "-q", command[0], "--", *command[1:]]
         result = run_in_repo(cmd, timeout=900)
         if result.returncode != 0:

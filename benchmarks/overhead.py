@@ -66,7 +66,8 @@ def command(example: str, variant: str, run_dir: Path, small: bool) -> list[str]
     if variant == "plain":
         return [sys.executable, script, "--steps", "40", *extra]
     flags = ["--no-lines"] if variant == "no-lines" else []
-    return [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", *flags, "--out", str(run_dir), script,
+    # --no-check: the check's A/B reruns would add to the run's wall-clock what is not its overhead
+    return [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--no-check", *flags, "--out", str(run_dir), script,
             "--", *extra]
 
 
@@ -105,7 +106,7 @@ def in_process(example: str, variant: str, run_dir: Path, small: bool, timeout: 
     if variant == "plain":
         cmd = [sys.executable, script, *args]
     else:
-        cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--overwrite", "--warmup", str(warmup), "--steps", "10",
+        cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--overwrite", "--no-check", "--warmup", str(warmup), "--steps", "10",
                "--timed-steps", str(n + 3), "--out", str(run_dir), script, "--", *args]
     try:
         p = run_in_repo(cmd, timeout)

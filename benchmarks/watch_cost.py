@@ -11,8 +11,14 @@ plain, watch, ...: a drift of the machine hits both alike), ``--repeats`` times 
 per pair, then their median and range over the pairs:
 
 * the step timer's cost: the examples' own plain timer (steps/s over steps past diagnose's main
-  window, where only the per-step hook and the twice-a-second sampling run) under watch against
-  the plain run: what item 2 of issue 36 calls the cheap step timer;
+  window, where only the per-step hook runs; the sampling runs on a thread of its own) under
+  watch against the plain run: what item 2 of issue 36 calls the cheap step timer. Beside the
+  wall-clock rate, the main thread's CPU time per step over the same steps (``time.thread_time``:
+  on a shared machine it moves far less with the other processes than the wall-clock does);
+* for a load that can profile itself (``--profile-window``: examples/launch_bound.py), a third run
+  per repeat, plain but with a torch.profiler window over the steps diagnose's main window takes:
+  what the profiler itself leaves behind after its window (Kineto, CUPTI on a GPU), against what
+  watch adds beyond it;
 * the whole mode's cost: the script's wall-clock under watch (``report.whole.wall_s``: process
   start to script end, the main profiled window and its trace export included) against the
   plain process's wall-clock; it shrinks as the run grows (the window is a fixed cost).
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -46,12 +53,17 @@ class Load:
     script: str
     gpu_args: list[str]
     cpu_args: list[str]
+    #: the example's own torch.profiler window over diagnose's main window's steps (none: no third run)
+    window_args: tuple[str, ...] = ()
 
 
-#: the timed range starts past the main window (5 warm-up + up to 30 profiled + export + 20 timed)
+#: the timed range starts past the main window (5 warm-up + up to 30 profiled + export + 20 timed);
+#: on the CPU the host-bound load runs 1,500 steps too (a few ms each: the timed range must be
+#: long against the machine's noise)
 LOADS = (
     Load("gpu_bound", "examples/fp32_transformer.py", ["--steps", "200", "--time-steps", "100:199"], ["--small", "--steps", "200", "--time-steps", "100:199"]),
-    Load("host_bound", "examples/launch_bound.py", ["--steps", "1500", "--time-steps", "200:1499"], ["--small", "--steps", "400", "--time-steps", "150:399"]),
+    Load("host_bound", "examples/launch_bound.py", ["--steps", "1500", "--time-steps", "200:1499"], ["--small", "--steps", "1500", "--time-steps", "300:1499"],
+         ("--profile-window", "5:35")),
 )
 
 
@@ -78,18 +90,27 @@ def plain_rate(output: str) -> float | None:
     return float(match.group(3)) if match else None
 
 
+CPU_RE = re.compile(r"main thread cpu ([\d.]+) ms/step")
+
+
+def plain_cpu_ms(output: str) -> float | None:
+    """The main thread's CPU time per step over the plain timer's steps (examples/_common.py)."""
+    match = CPU_RE.search(output)
+    return float(match.group(1)) if match else None
+
+
 #: the child processes' environment: on the CPU, one intra-op thread (a small shared machine's
 #: cores are not fought over by the example's threads); on a GPU, as the user's
 ENV: dict[str, str] = {}
 
 
-def run_plain(load: Load, args: list[str], timeout: float) -> tuple[float | None, float]:
+def run_plain(load: Load, args: list[str], timeout: float) -> tuple[float | None, float | None, float]:
     start = time.perf_counter()
     done = run_in_repo([sys.executable, load.script, *args], timeout, env=ENV)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{load.script} failed plainly:\n{done.stderr[-2000:]}")
-    return plain_rate(done.stdout), wall
+    return plain_rate(done.stdout), plain_cpu_ms(done.stdout), wall
 
 
 def run_watch(script: str, args: list[str], out: Path, timeout: float) -> tuple[str, dict]:
@@ -103,33 +124,54 @@ def run_watch(script: str, args: list[str], out: Path, timeout: float) -> tuple[
 def spread(values: list[float]) -> str:
     if not values:
         return "n/a"
-    return f"{statistics.median(values):+.2%} (range {min(values):+.2%} .. {max(values):+.2%}, {len(values)} pairs)"
+    return f"{statistics.median(values):+.2%} (range {min(values):+.2%} .. {max(values):+.2%}, {len(values)} runs)"
+
+
+def _cost(base: float | None, other: float | None, rate: bool) -> float | None:
+    """What ``other`` costs against ``base``: for rates (steps/s) base/other - 1, for times other/base - 1."""
+    if not base or not other:
+        return None
+    return base / other - 1 if rate else other / base - 1
 
 
 def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: float) -> None:
     for load in loads:
         args = load.cpu_args if cpu else load.gpu_args
-        timer_costs, mode_costs = [], []
+        costs: dict[str, list[float]] = {k: [] for k in ("timer", "timer_cpu", "mode", "window", "window_cpu", "beyond", "beyond_cpu")}
+
+        def add(key: str, value: float | None) -> None:
+            if value is not None:
+                costs[key].append(value)
+
         print(f"\n== {load.name}: {load.script} {' '.join(args)}", flush=True)
         for i in range(repeats):
-            rate_plain, wall_plain = run_plain(load, args, timeout)
+            rate_plain, cpu_plain, wall_plain = run_plain(load, args, timeout)
+            windowed = run_plain(load, [*args, *load.window_args], timeout) if load.window_args else None
             stdout, report = run_watch(load.script, args, work / f"{load.name}-{i}", timeout)
-            rate_watch = plain_rate(stdout)
+            rate_watch, cpu_watch = plain_rate(stdout), plain_cpu_ms(stdout)
             whole = report.get("whole") or {}
             wall_watch = whole.get("wall_s")
-            timer = (rate_plain / rate_watch - 1) if rate_plain and rate_watch else None
-            mode = (wall_watch / wall_plain - 1) if wall_watch else None
-            if timer is not None:
-                timer_costs.append(timer)
-            if mode is not None:
-                mode_costs.append(mode)
+            add("timer", _cost(rate_plain, rate_watch, rate=True))
+            add("timer_cpu", _cost(cpu_plain, cpu_watch, rate=False))
+            add("mode", _cost(wall_plain, wall_watch, rate=False))
+            line = f"  run {i + 1}: plain {rate_plain or 0:.3f} steps/s ({cpu_plain or 0:.3f} ms cpu/step), {wall_plain:.1f} s"
+            if windowed is not None:
+                rate_window, cpu_window, _ = windowed
+                add("window", _cost(rate_plain, rate_window, rate=True))
+                add("window_cpu", _cost(cpu_plain, cpu_window, rate=False))
+                add("beyond", _cost(rate_window, rate_watch, rate=True))
+                add("beyond_cpu", _cost(cpu_window, cpu_watch, rate=False))
+                line += f" · plain + profiled window {rate_window or 0:.3f} steps/s ({cpu_window or 0:.3f} ms cpu/step)"
             print(
-                f"  pair {i + 1}: plain {rate_plain or 0:.3f} steps/s, {wall_plain:.1f} s · watch {rate_watch or 0:.3f} steps/s, "
+                f"{line} · watch {rate_watch or 0:.3f} steps/s ({cpu_watch or 0:.3f} ms cpu/step), "
                 f"{wall_watch or 0:.1f} s (goodput {whole.get('goodput', 0):.1%}, named {whole.get('named_share', 0):.2%})",
                 flush=True,
             )
-        print(f"  step timer's cost (per step, past the main window): {spread(timer_costs)}")
-        print(f"  whole mode's cost (script wall-clock, main window included): {spread(mode_costs)}", flush=True)
+        print(f"  step timer's cost (per step, past the main window): {spread(costs['timer'])}; main thread cpu: {spread(costs['timer_cpu'])}")
+        if load.window_args:
+            print(f"    of which the profiler's window leaves behind: {spread(costs['window'])}; cpu: {spread(costs['window_cpu'])}")
+            print(f"    watch beyond a plain run with that window: {spread(costs['beyond'])}; cpu: {spread(costs['beyond_cpu'])}")
+        print(f"  whole mode's cost (script wall-clock, main window included): {spread(costs['mode'])}", flush=True)
 
 
 def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None) -> int:

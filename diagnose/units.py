@@ -7,6 +7,7 @@ reads the same in the terminal, the HTML page and TensorBoard.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -45,6 +46,20 @@ def gain_words(predicted: float | None, bound: float | None) -> str:
     if bound and predicted > bound:
         return f"predicted {speedup(predicted)} (its share alone: {speedup(bound)})"
     return f"predicted {speedup(predicted)}, at most {speedup(bound)}" if bound else f"predicted {speedup(predicted)}"
+
+
+def unsure_words(reasons: Sequence[str], rule: str, knobs: Mapping[str, str], world_size: int | None = None) -> str:
+    """A finding's unsure line, one way everywhere, saying what would measure it: ``diagnose run``'s
+    check where one of its knobs applies the change in one process; ``diagnose verify`` under
+    torchrun for a distributed run (its check would be a whole job: it measures nothing in-run);
+    and where no knob applies the change (DATA007's loading code, a straggler's disk), that the
+    change is the user's to make before a second run can measure it."""
+    why = f"unsure ({'; '.join(reasons)})"
+    if not any(value not in ("", "n/a") for value in knobs.values()):  # as experiments.check_candidates
+        return f"{why}: no knob applies this change; make it and run diagnose again to measure it"
+    if world_size is not None and world_size > 1:
+        return f"{why}: diagnose verify --nproc-per-node N --rule {rule} measures it (a distributed run measures nothing in-run)"
+    return f"{why}: diagnose run measures it (--check N)"
 
 
 def ms(value: float) -> str:

@@ -51,6 +51,7 @@ class PlainTimer:
         self.windows = [tuple(int(x) for x in part.split(":")) for part in spec.split(",")]
         self.samples = samples_per_step
         self._t0: dict[int, float] = {}
+        self._cpu0: dict[int, float] = {}  # the main thread's CPU time: less moved by other processes
 
     def step(self, index: int) -> None:
         """Call at the top of every step with its index (0-based)."""
@@ -60,10 +61,12 @@ class PlainTimer:
             return
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         for start, end in ends:
             rate = (end - start) / (now - self._t0[start])
             extra = f" · {rate * self.samples:.1f} samples/s" if self.samples else ""
-            print(f"plain timer: steps {start}-{end - 1}: {rate:.3f} steps/s{extra}", flush=True)
+            cpu_ms = (cpu - self._cpu0[start]) / (end - start) * 1000
+            print(f"plain timer: steps {start}-{end - 1}: {rate:.3f} steps/s{extra} · main thread cpu {cpu_ms:.4f} ms/step", flush=True)
         for start, _ in starts:
             self._t0[start] = now
+            self._cpu0[start] = cpu

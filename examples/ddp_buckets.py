@@ -8,6 +8,9 @@ A deep MLP under DistributedDataParallel; only ``bucket_cap_mb`` changes:
                             (expected DIST009 where that latency is exposed)
     --bucket-cap-mb 25      DDP's default, for comparison
     --accumulate 4          DIST002's advice: all-reduce once per 4 micro-batches (model.no_sync())
+    --batch 1024            a per-rank batch that makes backward's kernels long against the one
+                            all-reduce on an H100 (the default 64 leaves the rank host-bound: there
+                            DIST008 stays silent, its fix measured 0.82x; docs/distributed.md)
 
     diagnose run --nproc-per-node 2 examples/ddp_buckets.py -- --bucket-cap-mb 10000
     diagnose run --nproc-per-node 2 examples/ddp_buckets.py -- --small --bucket-cap-mb 10000   # CPU, gloo
@@ -30,10 +33,12 @@ def main() -> None:
     p = parser(__doc__, steps=300)
     p.add_argument("--bucket-cap-mb", type=float, default=10000.0)
     p.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step, all-reduced once (no_sync)")
+    p.add_argument("--batch", type=int, default=None, help="per-rank batch (default 64, 32 with --small)")
     args = p.parse_args()
     dev = init_distributed()
     cuda = dev.type == "cuda"
     width, depth, batch = (256, 8, 32) if args.small else (2048, 24, 64)
+    batch = args.batch or batch
     layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
     model = nn.parallel.DistributedDataParallel(
         nn.Sequential(*layers, nn.Linear(width, 10)).to(dev), device_ids=[dev.index] if cuda else None,

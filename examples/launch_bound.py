@@ -18,7 +18,12 @@ def block(width: int) -> nn.Module:
 
 
 def main() -> None:
-    args = parser(__doc__).parse_args()
+    p = parser(__doc__)
+    p.add_argument("--profile-window", default=None, metavar="START:END",
+                   help="torch.profiler over these steps, as diagnose's main window (benchmarks/watch_cost.py: what it leaves behind)")
+    args = p.parse_args()
+    window = tuple(int(x) for x in args.profile_window.split(":")) if args.profile_window else None
+    prof = None
     dev = device()
     width, depth, batch = (32, 8, 4) if args.small else (256, 64, 32)
     model = nn.Sequential(*(block(width) for _ in range(depth)), nn.Linear(width, 10)).to(dev)
@@ -28,6 +33,13 @@ def main() -> None:
     timer = PlainTimer(args.time_steps, batch)
     for step in range(args.steps):
         timer.step(step)
+        if window and step == window[0]:
+            activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+            prof = torch.profiler.profile(activities=activities)
+            prof.start()
+        elif prof is not None and step == window[1]:
+            prof.stop()
+            prof = None
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -376,6 +376,19 @@ CASES = {
         Case("a bf16 model of 300 MiB of gradients", record=_record(
             models=[ModelInfo("DistributedDataParallel", 157_286_400, "torch.bfloat16", 0, False, False, False, True)],
         ), expected={"model.gradient_mib": 300.0, "dist.bucket_mb_to_overlap": 25.0, "dist.bucket_mb_to_batch": 38.0}),
+        # issue 34: what smaller buckets could hide (the exposed all-reduce, 0.2 of the 10 ms step,
+        # less the last of four 25 MiB buckets: 0.15, at most backward's compute), and whether the
+        # GPU waits for the host's code (launch 0.25 + other code 0.125 less the idle after syncs)
+        Case("100 MiB in one bucket on a GPU: at most the GPU's backward kernels (0.125) hide it", breakdown=_breakdown(), record=_record(
+            models=[ModelInfo("DistributedDataParallel", 26_214_400, "float32", 0, False, False, False, True)],
+        ), ranks=RankSet.of([_with_collectives(_summary(r, 1.0, 2.0, 16), all_reduce=(2.0, 0.0, 1)) for r in (0, 1)]), expected={
+            "dist.all_reduce_hideable": 0.125, "dist.gpu_idle_for_host": 0.25 + 0.125 - 0.03,
+        }, tolerance=1e-9),
+        Case("the same on a CPU run: the main thread's backward (0.25); no GPU to wait", breakdown=_breakdown(has_gpu=False), record=_record(
+            models=[ModelInfo("DistributedDataParallel", 26_214_400, "float32", 0, False, False, False, True)],
+        ), ranks=RankSet.of([_with_collectives(_summary(r, 1.0, 2.0, 16), all_reduce=(2.0, 0.0, 1)) for r in (0, 1)]), expected={
+            "dist.all_reduce_hideable": 0.15, "dist.gpu_idle_for_host": None,
+        }),
         Case("a rank without the kind: none (its share is unknown, not zero)", ranks=RankSet.of([
             _with_collectives(_summary(0, 1.0, 0.5, 16), all_gather=(3.0, 1.0)), _summary(1, 1.0, 0.5, 16),
         ]), expected={"dist.all_gather_exposed": None, "dist.reduce_scatter_exposed": None}),

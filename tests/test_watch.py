@@ -157,6 +157,44 @@ def test_an_optimizer_step_ends_an_evaluation_whose_mode_was_restored_without_tr
     assert span["kind"] == "eval_model" and span["end"] == pytest.approx(boundary, abs=1e-6)
 
 
+def test_the_training_thread_only_appends_sampling_runs_on_a_thread_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36: on an H100 the twice-a-second sampling (RSS, run-queue wait, NVML) ran at the
+    step boundaries and cost a host-bound loop 8.85% a step. Now the training thread samples at
+    its first boundary and at the end only; the sampler thread does the rest, and a periodic
+    window it finds due starts at the training thread's next boundary (a profiler starts there)."""
+    import threading
+
+    from diagnose.runtime import whole
+    from diagnose.runtime.whole import WatchBudget, WholeRun
+
+    monkeypatch.setattr(whole, "SAMPLE_EVERY_S", 0.01)
+    sampled_on: list[int] = []
+    real_rss = whole.host_rss_bytes
+    monkeypatch.setattr(whole, "host_rss_bytes", lambda: sampled_on.append(threading.get_ident()) or real_rss())
+    watch = WholeRun(RunDir(tmp_path), budget=WatchBudget(period_s=0.05))
+    windows: list[tuple[int, str]] = []
+    watch._start_window = lambda k, reason, now: windows.append((threading.get_ident(), reason))  # type: ignore[method-assign]
+    main = threading.get_ident()
+    watch.install()
+    try:
+        watch.on_step(time.perf_counter())
+        assert sampled_on == [main]  # the first boundary: memory where the steps start
+        deadline = time.perf_counter() + 0.5
+        while time.perf_counter() < deadline:
+            watch.on_step(time.perf_counter())
+            time.sleep(0.002)
+        record = RunRecord(script_start_s=0.0)
+        watch.finish(record)
+    finally:
+        watch.remove()
+    assert sampled_on[0] == main and sampled_on[-1] == main  # the first boundary and the end
+    between = sampled_on[1:-1]
+    assert len(between) >= 5 and main not in between
+    assert {thread for thread, _ in windows} == {main} and "periodic" in {reason for _, reason in windows}  # (a slow step too, maybe)
+    assert len(record.whole["samples"]) == len(sampled_on)
+    assert watch._sampler is None  # stopped, and joined
+
+
 # --- whole runs, end to end ------------------------------------------------------------------------
 
 LOOP = """

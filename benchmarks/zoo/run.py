@@ -237,6 +237,8 @@ def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log: 
     window = SMOKE_WINDOW if cpu else RUN_WINDOW
     for i in range(1 if cpu else 1 + args.reruns):
         run_dir = runs_dir / f"run{i}"
+        # with diagnose run's check (no --no-check): the corpus scores the ranking a user gets, the
+        # check's measurements included (``measured_speedup``); verify's runs take --no-check themselves
         cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), *window, *extra, target, "--", *script_args]
         result = diagnose_once(cmd, src, script, env, args.timeout_s)
         result["run_dir"] = str(run_dir)

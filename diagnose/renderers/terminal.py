@@ -20,7 +20,7 @@ from rich.text import Text
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.fit import Column, FittedTable, fit_table
 from diagnose.renderers.view import FindingRow, RankRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
-from diagnose.units import count, human_bytes, percent, spread_ms
+from diagnose.units import count, human_bytes, percent, spread_ms, unsure_words
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
 STYLES: dict[str, tuple[str, str]] = {
@@ -321,8 +321,9 @@ class TerminalRenderer(Renderer):
         c.print(Text(v.verdict, style="bold green" if v.healthy else "bold red"))
         if v.findings:
             c.print(Text("Findings, ranked: measured first, then by the predicted gain, then by the most each fix can gain:", style="bold"))
+        world_size = v.ranks.world_size if v.ranks else None
         for i, f in enumerate(v.findings, 1):
-            self._finding(c, i, f)
+            self._finding(c, i, f, world_size)
         if v.findings_not_shown:
             c.print(Text(f"... and {v.findings_not_shown} more (--all shows every finding)", style="dim"))
         for line in v.considered:
@@ -339,9 +340,9 @@ class TerminalRenderer(Renderer):
         if v.next_steps:
             c.print(Text("What would be next:", style="bold"))
             for i, f in enumerate(v.next_steps, 1):
-                self._finding(c, i, f)
+                self._finding(c, i, f, world_size)
 
-    def _finding(self, c: Console, i: int, f: FindingRow) -> None:
+    def _finding(self, c: Console, i: int, f: FindingRow, world_size: int | None = None) -> None:
         words = f.gain_text
         gain = f" — {words}" if words else ""
         heading = Table.grid()  # the title wraps beside its number, not under it
@@ -351,7 +352,7 @@ class TerminalRenderer(Renderer):
         c.print(heading)
         _indented(c, Text(f.says))
         if f.check:
-            _indented(c, Text(f"unsure ({'; '.join(f.check)}): diagnose run measures it (--check N)", style="yellow"))
+            _indented(c, Text(unsure_words(f.check, f.rule, f.knobs, world_size), style="yellow"))
         if f.evidence:
             _indented(c, Text("evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in f.evidence), style="dim"))
         if f.borderline:

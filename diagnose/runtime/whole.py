@@ -6,9 +6,10 @@ script runs to its end; ``finish(record)`` writes ``record.whole`` (the layout i
 docs/watch.md), which ``analysis/measure/wholerun.py`` turns into the run's accounting. Times are
 seconds from the script's start (``record.script_start_s``); the process's own start is negative.
 
-What it records, and what each costs the script:
+What it records, and what each costs the script's training thread:
 
-* every step boundary (``on_step``: one clock read, one list append, one comparison);
+* every step boundary (``on_step``: one list append and a few comparisons: the clock is read by
+  the runner's step clock, and nothing else runs there unless a window is open or due);
 * the end of each optimizer step (``StepClock.last_optimizer_step_at``: one clock read), so that
   the last step of an epoch ends where its optimizer step did, not at the next epoch's first
   batch, and so that an optimizer step ends a ``model.eval()`` span that ``train()`` never did;
@@ -19,9 +20,13 @@ What it records, and what each costs the script:
   ``Trainer._save_checkpoint``, ``Accelerator.save_state``/``save_model``) and diagnose's own
   profiled windows, and garbage collections of 5 ms or more (``gc.callbacks``); DataLoader start-ups (``iter(loader)`` to its first batch) come from the
   instrumentation's loader records, compilations from dynamo's own metrics, read at the end;
-* twice a second at most (checked at a boundary): host RSS (``/proc/self/statm``), GPU memory
-  allocated, the DataLoader wait so far, the main thread's wait for a CPU
-  (``/proc/thread-self/schedstat``), GPU utilisation where NVML answers, and the live line;
+* twice a second, on a thread of its own (``Sampler``; nothing of it on the training thread):
+  host RSS (``/proc/self/statm``), GPU memory allocated, the DataLoader wait so far, the training
+  thread's wait for a CPU (its ``/proc/self/task/<tid>/schedstat``), GPU utilisation where NVML
+  answers (its handle opened once), the recent steps' median (the slow-step limit), whether a
+  periodic window is due (a flag the next boundary reads: a profiler starts on the training
+  thread), and the live line. On an H100 the sampling ran at the boundaries, on the training
+  thread, and a host-bound loop paid 8.85% per step for it (docs/watch.md);
 * short profiled windows (``WatchBudget``): every ``period_s`` of wall-clock, and when a step
   takes over ``SLOW_FACTOR`` times the recent median (a step that recurs every N steps is
   profiled where it is due next); at most ``max_windows`` and ``max_trace_bytes`` of traces.
@@ -34,6 +39,7 @@ import os
 import shutil
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -189,14 +195,83 @@ def host_rss_bytes() -> int | None:
         return None
 
 
-def run_delay_s() -> float | None:
-    """Seconds this thread has waited on a run queue for a CPU (``/proc/thread-self/schedstat``):
-    the time other processes held the cores it could run on."""
+def run_delay_s(thread_id: int | None = None) -> float | None:
+    """Seconds a thread (this one, or the native id ``thread_id`` of this process) has waited on
+    a run queue for a CPU (``schedstat``): the time other processes held the cores it could run on."""
+    path = "/proc/thread-self/schedstat" if thread_id is None else f"/proc/self/task/{thread_id}/schedstat"
     try:
-        with open("/proc/thread-self/schedstat") as f:
+        with open(path) as f:
             return int(f.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
+
+
+class GpuProbe:
+    """GPU memory allocated and utilisation, read from any thread: the device is the training
+    thread's (``attach_device``, called there; another thread's current device is device 0), and
+    NVML's handle is opened once (``torch.cuda.utilization`` initialises NVML and parses
+    ``CUDA_VISIBLE_DEVICES`` on every call)."""
+
+    def __init__(self) -> None:
+        self.device: int | None = None
+        self.used = False  # CUDA was in use at a sample: the record gets the device's capacity
+        self._nvml: Any = None  # (pynvml, handle); False once NVML failed
+        self._nvml_failed = False
+
+    def attach_device(self) -> None:
+        """On the training thread: its CUDA device, if CUDA is in use."""
+        torch = sys.modules.get("torch")
+        if self.device is None and torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            self.device = torch.cuda.current_device()
+
+    def read(self) -> tuple[int | None, float | None]:
+        torch = sys.modules.get("torch")
+        if self.device is None or torch is None or not torch.cuda.is_initialized():
+            return None, None
+        self.used = True
+        allocated = int(torch.cuda.memory_allocated(self.device))
+        return allocated, self._utilization(torch)
+
+    def _utilization(self, torch: Any) -> float | None:
+        if self._nvml_failed:
+            return None
+        try:
+            if self._nvml is None:
+                import pynvml
+
+                pynvml.nvmlInit()
+                index = torch.cuda._get_nvml_device_index(self.device)
+                self._nvml = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(index))
+            pynvml, handle = self._nvml
+            return pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+        except Exception:  # noqa: BLE001 - no pynvml / NVML here: GPU busy is left out
+            self._nvml_failed = True
+            return None
+
+
+class Sampler:
+    """A daemon thread that calls ``sample()`` every ``every_s`` until ``stop()``."""
+
+    def __init__(self, sample: Callable[[], None], every_s: float) -> None:
+        self._sample = sample
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="diagnose-watch-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                self._sample()
+            except Exception:  # noqa: BLE001 - a sample lost is never an error in the script
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
 
 
 def host_capacity_bytes() -> int | None:
@@ -279,7 +354,6 @@ class WholeRun:
         self._finder: Any = None
         self._hooked: set[tuple[str, str | None, str]] = set()
         self._eval_model: Any = None
-        self._next_sample = 0.0
         self._slow_limit = float("inf")
         self._slow_steps: list[int] = []
         self._spans_seen = 0
@@ -290,8 +364,11 @@ class WholeRun:
         self._window_ends_at = -1
         self._window_due = -1
         self._trace_bytes = 0
-        self._cuda = False
-        self._nvml_ok = True
+        self.gpu = GpuProbe()
+        self._sampler: Sampler | None = None
+        self._training_thread: int | None = None
+        #: set by the sampler thread, read at the next boundary: a periodic window is due
+        self._periodic_due = False
         self._last_sample: tuple[float, int, float] | None = None  # (time, steps, data wait)
 
     # --- runner hook interface ------------------------------------------------------------------
@@ -307,7 +384,6 @@ class WholeRun:
         from diagnose.runtime.frameworkwatch import when_imported
 
         now = time.perf_counter()
-        self._next_sample = now + SAMPLE_EVERY_S
         self._next_periodic = now + self.budget.period_s if self.budget.period_s > 0 else float("inf")
         self._patch_attr(torch, "save", self._span_wrapper("checkpoint", "torch.save"))
         import gc
@@ -326,6 +402,7 @@ class WholeRun:
 
         stop_watching_imports(self._finder)
         self._finder = None
+        self._stop_sampler()
         self._stop_window(time.perf_counter(), keep=False)
         while self._undo:
             self._undo.pop()()
@@ -431,7 +508,7 @@ class WholeRun:
         b.append(now)
         k = len(b) - 1
         if k == 0:
-            self._sample(now)  # memory where the steps start: what creeps is measured from here
+            self._first_step(now)
         if self._eval_model is not None:
             self._training_again(b)
         if k >= 1 and now - b[-2] > self._slow_limit and len(self.spans.done) == self._spans_seen and not self.spans.any_open():
@@ -444,10 +521,26 @@ class WholeRun:
                 self._profiler.step()
         elif k == self._window_due:
             self._start_window(k, "slow step due", now)
-        if now >= self._next_sample:
-            self._sample(now)
+        elif self._periodic_due:  # the sampler found a periodic window due: it starts here
+            self._periodic_due = False
+            self._start_window(k, "periodic", now)
         if len(b) > MAX_BOUNDARIES:
             self._merge_pairs()
+
+    def _first_step(self, now: float) -> None:
+        """The first boundary, on the training thread: its id and CUDA device, memory where the
+        steps start (what creeps is measured from here), then the sampler thread."""
+        self._training_thread = threading.get_native_id()
+        self.gpu.attach_device()
+        self._sample(now)
+        if self._sampler is None:
+            self._sampler = Sampler(lambda: self._sample(time.perf_counter()), SAMPLE_EVERY_S)
+            self._sampler.start()
+
+    def _stop_sampler(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()
 
     def _merge_pairs(self) -> None:
         """Halve the boundaries (every other one kept): the sums stay exact, the resolution halves."""
@@ -473,19 +566,23 @@ class WholeRun:
         self._start_window(k, "slow step", now)
 
     def _sample(self, now: float) -> None:
-        self._next_sample = now + SAMPLE_EVERY_S
-        b = self.boundaries
-        recent = [b[i + 1] - b[i] for i in range(max(0, len(b) - 1 - RECENT_STEPS), len(b) - 1)]
+        """One sample: on the sampler thread twice a second, on the training thread at the
+        first boundary and at the end. It reads what the training thread writes (the boundaries,
+        the clock's data wait, the spans) without a lock: a list append and a float store are
+        atomic under the GIL, and a sample a step behind is still a sample."""
+        b = self.boundaries[-RECENT_STEPS - 1 :]  # one slice: the list may grow (or be halved) meanwhile
+        steps = len(self.boundaries) - 1
+        recent = [b[i + 1] - b[i] for i in range(len(b) - 1)]
         if len(recent) >= 8:
             self._slow_limit = SLOW_FACTOR * statistics.median(recent)
         if self._profiler is None and now >= self._next_periodic and self._main_window_done():
             self._next_periodic = now + self.budget.period_s
-            self._start_window(len(b) - 1, "periodic", now)
+            self._periodic_due = True  # started by the training thread at its next boundary
         clock = self.run.clock if self.run is not None else None
         data_wait = clock.data_wait_s if clock is not None else 0.0
         rss = host_rss_bytes()
-        gpu_bytes, gpu_busy = self._gpu_now()
-        sample = {"t": now, "steps": len(b) - 1, "data_wait_s": round(data_wait, 6), "rss_bytes": rss, "run_delay_s": run_delay_s()}
+        gpu_bytes, gpu_busy = self.gpu.read()
+        sample = {"t": now, "steps": steps, "data_wait_s": round(data_wait, 6), "rss_bytes": rss, "run_delay_s": run_delay_s(self._training_thread)}
         if gpu_bytes is not None:
             sample["gpu_allocated_bytes"] = gpu_bytes
         if gpu_busy is not None:
@@ -493,29 +590,16 @@ class WholeRun:
         self.samples.append(sample)
         if len(self.samples) > MAX_SAMPLES:
             self.samples = self.samples[::2]
-        last, self._last_sample = self._last_sample, (now, len(b) - 1, data_wait)
+        last, self._last_sample = self._last_sample, (now, steps, data_wait)
         if last is None or now <= last[0]:
             return
         elapsed = now - last[0]
-        steps_per_s = (len(b) - 1 - last[1]) / elapsed
+        steps_per_s = (steps - last[1]) / elapsed
         start = self.process_start if self.process_start is not None else (self.run.t0 if self.run is not None else now)
-        spans_s = sum(s["end"] - s["start"] for s in self.spans.done if s["start"] >= b[0]) if b else 0.0
-        goodput = max(0.0, (b[-1] - b[0]) - spans_s) / (now - start) if len(b) > 1 and now > start else None
+        first = self.boundaries[0] if self.boundaries else None
+        spans_s = sum(s["end"] - s["start"] for s in list(self.spans.done) if s["start"] >= first) if first is not None else 0.0
+        goodput = max(0.0, (b[-1] - first) - spans_s) / (now - start) if first is not None and steps > 0 and now > start else None
         self.live.show(now, live_fields(steps_per_s, (data_wait - last[2]) / elapsed, gpu_busy, rss, gpu_bytes, goodput))
-
-    def _gpu_now(self) -> tuple[int | None, float | None]:
-        torch = sys.modules.get("torch")
-        if torch is None or not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-            return None, None
-        self._cuda = True
-        allocated = int(torch.cuda.memory_allocated())
-        busy = None
-        if self._nvml_ok:
-            try:
-                busy = torch.cuda.utilization() / 100.0
-            except Exception:  # no pynvml / NVML here: GPU busy is left out
-                self._nvml_ok = False
-        return allocated, busy
 
     def _main_window_done(self) -> bool:
         session = self.run.session if self.run is not None else None
@@ -560,6 +644,7 @@ class WholeRun:
         self._profiler = prof
         self._window_ends_at = k + (1 if reason == "slow step due" else budget.window_steps)
         self._window_due = -1
+        self._periodic_due = False  # this window serves a periodic one due meanwhile
         self.spans.enter("profiling", f"diagnose window ({reason})")
         self.windows.append({"reason": reason, "first_step": k, "steps": self._window_ends_at - k, "started": now})
 
@@ -590,9 +675,10 @@ class WholeRun:
     def finish(self, record: Any) -> None:
         """``record.whole``: everything above, in seconds from the script's start."""
         end = getattr(record, "script_end_s", None) or time.perf_counter()
+        self._stop_sampler()
         self._stop_window(end, keep=True)
         if self.boundaries:
-            self._next_sample, self._next_periodic = 0.0, float("inf")  # no window after the end
+            self._next_periodic = float("inf")  # no window after the end
             self._sample(end)  # memory where the script ended
         self.live.done()
         self.spans.close_all(end)
@@ -614,7 +700,7 @@ class WholeRun:
             })
         capacity = {"host_bytes": host_capacity_bytes()}
         torch = sys.modules.get("torch")
-        if self._cuda and torch is not None:
+        if self.gpu.used and torch is not None:
             try:
                 capacity["gpu_bytes"] = int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
             except Exception:  # noqa: BLE001

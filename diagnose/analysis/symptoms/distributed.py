@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from diagnose.analysis.measure.kernels import ELEMENT_BYTES
 from diagnose.analysis.measure.ranks import RankSet
-from diagnose.analysis.symptoms.registry import symptom
+from diagnose.analysis.symptoms.registry import Known, symptom
 from diagnose.record import RunRecord
 
 
@@ -131,3 +131,41 @@ def bucket_mb_to_overlap(record: RunRecord) -> float | None:
 def bucket_mb_to_batch(record: RunRecord) -> float | None:
     mib = _gradient_mib(record)
     return None if mib is None else float(max(DEFAULT_BUCKET_MIB, min(MAX_BUCKET_MIB, round(mib / BATCH_BUCKETS))))
+
+
+# --- whether hiding a collective can shorten the step (issue 34) ---------------------------------
+# "Exposed" communication is collective time with no compute kernel beside it. On a rank whose GPU
+# waits for its host's code most of the step, the collectives run in the gaps the host leaves:
+# hiding them moves the GPU's idle time, not the step's end, and the changes that hide them add
+# host work (more buckets to launch, prefetches issued from hooks). On 2 H100s (docs/distributed.md)
+# DIST008's smaller buckets measured 0.82x and DIST006's FSDP1 prefetch 0.82x, on lead ranks whose
+# GPUs were 32% and 21% busy.
+
+
+@symptom(
+    "dist.gpu_idle_for_host", "share",
+    "on a GPU run, the share of the step the GPU idles while the host runs its code (exposed.host_code): the host, not the "
+    "collectives, bounds the step where this is large; absent on a CPU run and on one process",
+    uses=("exposed.host_code", "gpu.present", "dist.world_size"),
+)
+def gpu_idle_for_host(known: Known) -> float | None:
+    distributed_gpu_run = known.get("gpu.present") == 1 and known.get("dist.world_size") is not None
+    return known.get("exposed.host_code") if distributed_gpu_run else None
+
+
+@symptom(
+    "dist.all_reduce_hideable", "share",
+    "the most of the step that smaller DDP buckets could hide: the exposed all-reduce less its last bucket's share (that one "
+    "starts when backward ends, whatever the size), at most the backward compute beside which the others could run (the "
+    "GPU's backward kernels; on a CPU run, the main thread's backward)",
+    uses=("dist.all_reduce_exposed", "model.gradient_mib", "dist.bucket_mb_to_overlap", "exposed.gpu_backward", "phase.backward", "gpu.present"),
+)
+def all_reduce_hideable(known: Known) -> float | None:
+    exposed, gradient, bucket = known.get("dist.all_reduce_exposed"), known.get("model.gradient_mib"), known.get("dist.bucket_mb_to_overlap")
+    backward = known.get("exposed.gpu_backward") if known.get("gpu.present") == 1 else known.get("phase.backward")
+    if exposed is None or not gradient or bucket is None or backward is None:
+        return None
+    # the last bucket holds the model's first gradients, ready only when backward ends: its share
+    # of the bytes stays exposed (an optimistic share: a smaller all-reduce is no faster per byte)
+    last = min(1.0, bucket / gradient)
+    return round(min(exposed * (1 - last), backward), 4)

@@ -8,7 +8,7 @@ from typing import Any
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
 from diagnose.renderers.view import ExperimentRow, ExperimentsView, FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
-from diagnose.units import count, human_bytes, ms, percent, plain, rate, spread_ms
+from diagnose.units import count, human_bytes, ms, percent, plain, rate, spread_ms, unsure_words
 
 
 def header(view: ReportView) -> Markup:
@@ -368,11 +368,12 @@ def findings(view: ReportView) -> Markup:
     if not view.breakdown and not view.findings:
         return section("Findings", el("p", "None: nothing was profiled.", class_="muted"), anchor="findings")
     body: list[Any] = []
+    world_size = view.ranks.world_size if view.ranks else None
     if view.findings:
         body.append(
             el("p", "Ranked by the most each fix can gain (an upper bound; diagnose verify measures the real one).", class_="muted")
         )
-        body += [_finding(i, f) for i, f in enumerate(view.findings, 1)]
+        body += [_finding(i, f, world_size) for i, f in enumerate(view.findings, 1)]
     else:
         body.append(el("p", "No problem found.", class_="muted"))
     if view.findings_not_shown:
@@ -380,11 +381,11 @@ def findings(view: ReportView) -> Markup:
     body += [el("p", line, class_="borderline") for line in view.borderline]
     if view.next_steps:
         body.append(el("h3", "What would be next"))
-        body += [_finding(i, f) for i, f in enumerate(view.next_steps, 1)]
+        body += [_finding(i, f, world_size) for i, f in enumerate(view.next_steps, 1)]
     return section("Findings", body, anchor="findings")
 
 
-def _finding(rank: int, finding: FindingRow) -> Markup:
+def _finding(rank: int, finding: FindingRow, world_size: int | None = None) -> Markup:
     gain = finding.gain_text
     heading = el(
         "div",
@@ -396,7 +397,7 @@ def _finding(rank: int, finding: FindingRow) -> Markup:
     )
     parts = [heading, el("p", finding.says)]
     if finding.check:
-        parts.append(el("p", f"unsure ({'; '.join(finding.check)}): diagnose run measures it (--check N)", class_="borderline"))
+        parts.append(el("p", unsure_words(finding.check, finding.rule, finding.knobs, world_size), class_="borderline"))
     if finding.borderline:
         parts.append(el(
             "p",
