@@ -412,7 +412,7 @@ def compile_model(
     keep = [True] * len(ops)
     runs: dict[tuple[int, str], list[int]] = {}
 
-    def fuse(run: list[int]) -> None:
+    def fuse_run(run: list[int]) -> None:
         # a chain of pointwise kernels becomes one that reads the chain's inputs and writes its
         # outputs: about what its largest kernel moves
         if len(run) >= 2 and fuse:
@@ -424,9 +424,9 @@ def compile_model(
         if op.phase in phases and fusible(op):
             runs.setdefault((op.stream, op.phase), []).append(i)
         else:
-            fuse(runs.pop((op.stream, op.phase), []))
+            fuse_run(runs.pop((op.stream, op.phase), []))
     for run in runs.values():
-        fuse(run)
+        fuse_run(run)
     fused = _drop_ops(_rebuild(model, list(model.items), ops), keep)
     # a recurrent layer's call runs eagerly between two graphs, its host code as it was
     breaks = set(graph_breaks(fused)) | library_layers(fused)
