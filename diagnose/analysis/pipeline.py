@@ -369,7 +369,7 @@ def _steady_step_us(record: RunRecord | None) -> float | None:
     return record.timed_seconds / record.timed_steps * 1e6
 
 
-def attribute_sync_time(record: RunRecord, timeline: Timeline) -> list[dict]:
+def attribute_sync_time(record: RunRecord, timeline: Timeline) -> list[dict[str, Any]]:
     """Blocked time per sync site, per profiled step. The sync debug warnings came in the same
     order as the trace's synchronising calls on the main thread: when their counts agree, each
     call's duration goes to its site; otherwise (a trimmed trace) the total is shared by count."""

@@ -319,7 +319,7 @@ def _shifts(
         recompiles = [c for c in compiles if c.get("reason")]
         # reasons that differ only in numbers (sizes) are one kind: the first one's words stand for it
         kinds = Counter(re.sub(r"\d+", "N", c["reason"]) for c in recompiles)
-        example = {}
+        example: dict[str, str] = {}
         for c in recompiles:
             example.setdefault(re.sub(r"\d+", "N", c["reason"]), c["reason"])
         out["compile"] = {

@@ -259,7 +259,7 @@ def fused_optimizer(model: StepModel, facts: Mapping[str, float], param_tensors:
             continue
         if not in_optimizer:  # the first item of this step's optimizer: the fused launches
             in_optimizer = True
-            for _ in range(fused_launches):
+            for _launch in range(fused_launches):
                 ops.append(GpuOp(stream, fused_us / fused_launches, "kernel", "multi_tensor_apply_kernel (fused)", "optimizer", model.launch_latency_us, STREAM_GAP_US))
                 items.append(HostItem("launch", host_per_launch, "optimizer", (len(ops) - 1,)))
         if it.kind == "work":

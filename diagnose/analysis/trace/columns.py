@@ -51,7 +51,7 @@ def extend_ints(column: IntColumn, values: Iterable[Any]) -> IntColumn:
     """``column`` extended by ``values``; a list from the first value that is not an int of 64 bits
     (an id written as a string, say): equal values, just not compact. (A bool is stored as 0 or 1,
     which compare and hash as the bool did.)"""
-    if type(column) is list:
+    if isinstance(column, list):
         column.extend(values)
         return column
     values = values if isinstance(values, (list, tuple, array)) else list(values)
@@ -66,14 +66,14 @@ def extend_ints(column: IntColumn, values: Iterable[Any]) -> IntColumn:
 
 def take(column: Column, order: Iterable[int]) -> Column:
     """``column`` reordered (``order`` lists indices: a list, or an integer numpy array)."""
-    if type(column) is list:
+    if isinstance(column, list):
         return list(map(column.__getitem__, order.tolist() if hasattr(order, "tolist") else order))
     from diagnose.analysis.trace.vectorized import np  # counts the threads numpy starts (see vectorized)
 
-    out = array(column.typecode)  # type: ignore[union-attr]
+    out = array(column.typecode)
     index = order if isinstance(order, np.ndarray) else np.fromiter(order, dtype=np.intp)
     if len(column) and len(index):
-        out.frombytes(np.frombuffer(column, dtype=column.typecode)[index].tobytes())  # type: ignore[union-attr]
+        out.frombytes(np.frombuffer(column, dtype=column.typecode)[index].tobytes())
     return out
 
 
@@ -88,7 +88,9 @@ class Records(Sequence[Item], Generic[Item]):
         lengths = {len(c) for c in self.columns}
         if len(lengths) > 1:
             raise ValueError(f"columns of different lengths: {sorted(lengths)}")
-        self._new = None if make is None else partial(tuple.__new__, make)
+        # make, where given, is a tuple class (a NamedTuple): Item is not bound to tuple, as a bare
+        # column's items are its values
+        self._new = None if make is None else partial(tuple.__new__, make)  # type: ignore[type-var]
 
     def __len__(self) -> int:
         return len(self.columns[0]) if self.columns else 0
@@ -140,7 +142,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
 
     __slots__ = ("correlations", "starts", "ends")
 
-    def __init__(self, correlations: IntColumn, starts: array[float], ends: array[float]) -> None:
+    def __init__(self, correlations: array[int], starts: array[float], ends: array[float]) -> None:
         self.correlations = correlations
         self.starts = starts
         self.ends = ends
@@ -149,7 +151,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
     def from_calls(cls, correlations: IntColumn, starts: array[float], ends: array[float]) -> Launches | dict[Any, tuple[float, float]]:
         """The launches of calls in file order: a later call with the same id replaces an earlier
         one (as assigning into a dict did). A plain dict when the ids are not all integers."""
-        if type(correlations) is list:
+        if isinstance(correlations, list):
             return {c: (s, e) for c, s, e in zip(correlations, starts, ends)}
         from diagnose.analysis.trace import vectorized as V  # imports numpy, counting the threads it starts
 
@@ -161,7 +163,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
         last = V.np.append(in_order[1:] != in_order[:-1], True)
         if not last.all():
             order = order[last]
-        return cls(take(correlations, order), take(starts, order), take(ends, order))  # type: ignore[arg-type]
+        return cls(take(correlations, order), take(starts, order), take(ends, order))  # type: ignore[arg-type]  # take keeps an array an array
 
     def _index(self, corr: Any) -> int:
         if type(corr) is not int:

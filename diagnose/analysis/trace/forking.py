@@ -111,7 +111,8 @@ class Beside(Generic[T]):
             status = self._reap(kill=False)
         if status == 0 and chunks:
             try:
-                return pickle.loads(b"".join(chunks))
+                value: T = pickle.loads(b"".join(chunks))
+                return value
             except Exception:  # noqa: BLE001 - a payload cut short: compute it here
                 pass
         return self.call()

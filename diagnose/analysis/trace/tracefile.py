@@ -37,15 +37,16 @@ from __future__ import annotations
 import math
 import mmap
 import io
+import os
 import queue
 import re
 import threading
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, TypeVar, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, NoReturn, TypeVar, Union
 
 import msgspec
 import orjson
@@ -79,11 +80,14 @@ _TRUNCATED_HINT = "the trace may be truncated: was the profiled process killed w
 #: the end of one event and the start of the next, as a candidate cut
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
-try:  # ISA-L inflates a trace 3x faster than zlib (the 0.2 GB trace: 0.08 s against 0.25 s)
-    from isal import isal_zlib as _inflating
-except ImportError:  # a platform without its wheel: zlib, the same interface
-    _inflating = zlib  # type: ignore[no-redef]
-_READ_ERRORS = (OSError, EOFError, zlib.error, _inflating.error)
+if TYPE_CHECKING:  # isal_zlib has zlib's interface: checked as zlib
+    _inflating = zlib
+else:
+    try:  # ISA-L inflates a trace 3x faster than zlib (the 0.2 GB trace: 0.08 s against 0.25 s)
+        from isal import isal_zlib as _inflating
+    except ImportError:  # a platform without its wheel: zlib, the same interface
+        _inflating = zlib
+_READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, _inflating.error)
 
 UNSET = msgspec.UNSET
 Decoded = TypeVar("Decoded")
@@ -147,8 +151,8 @@ class FilePiece(Piece):
         self.path, self.offset, self._length, self.separator = path, offset, length, separator
         self._text: bytes | None = None
 
-    @property  # type: ignore[override]
-    def text(self) -> bytes:
+    @property
+    def text(self) -> bytes:  # type: ignore[override]  # read lazily; nothing assigns a piece's text once made
         if self._text is None:
             self._text = read_span(self.path, self.offset, self._length)
         return self._text
@@ -165,11 +169,12 @@ class SlotPiece(Piece):
     fold here)."""
 
     def __init__(self, slots: SharedSlots, slot: int, length: int, separator: bytes, offset: int) -> None:  # noqa: D107
-        self.slots, self.slot, self._length, self.separator, self.offset = slots, slot, length, separator, offset
+        self.slots, self._length, self.separator, self.offset = slots, length, separator, offset
+        self.slot: int | None = slot  # None once freed
         self._text: bytes | None = None
 
-    @property  # type: ignore[override]
-    def text(self) -> bytes:
+    @property
+    def text(self) -> bytes:  # type: ignore[override]  # read lazily; nothing assigns a piece's text once made
         if self._text is None:
             if self.slot is None:
                 raise RuntimeError("the text of a piece whose slot was freed")
@@ -360,7 +365,7 @@ class TraceStream:
     """The events array of one trace file, read a block at a time; a gzipped one is refused once
     it inflates past ``max_bytes`` (None: no limit) or ``MAX_INFLATION_RATIO`` times its size."""
 
-    def __init__(self, path: str | Path, max_bytes: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         p = self.path
@@ -377,7 +382,7 @@ class TraceStream:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def _open(self) -> BinaryIO | _Inflater:
+    def _open(self) -> io.BufferedReader | _Inflater:
         try:
             fh = self.path.open("rb")
         except _READ_ERRORS as exc:
@@ -388,7 +393,7 @@ class TraceStream:
         kind = "gzip " if self.gzipped else ""
         return TraceError(f"cannot read {self.path}: {exc}", hint=f"the file may be truncated or not valid {kind}data")
 
-    def _blocks(self, reader: BinaryIO | _Inflater) -> Iterator[bytes]:
+    def _blocks(self, reader: io.BufferedReader | _Inflater) -> Generator[bytes, None, None]:
         """The JSON, a block at a time, from ``reader`` (which the caller closes)."""
         while block := self._read(reader.read, BLOCK_BYTES):
             yield block
@@ -401,7 +406,7 @@ class TraceStream:
         idle: Callable[[], object] | None = None,
         idle_in_flight: int = 0,
         slots: SharedSlots | None = None,
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         """``decode`` of each piece of the events array, in order; sets ``metadata`` at the end.
         ``decode`` raises msgspec's or orjson's decode error on text that does not parse.
 
@@ -422,7 +427,7 @@ class TraceStream:
 
     def _decoded(
         self,
-        reader: BinaryIO | _Inflater,
+        reader: io.BufferedReader | _Inflater,
         decode: Callable[[Piece], Decoded],
         submit: Callable[[Piece], Callable[[], Any]] | None,
         in_flight: int,
@@ -449,7 +454,7 @@ class TraceStream:
         tail: list[tuple[bytes, int]] = []  # what follows the last piece, and its offset
         if submit is not None and not self.gzipped:  # the workers read the pieces: find their ends only
             blocks.close()
-            pieces: Iterator[Piece] = self._sought(offset, tail)
+            pieces: Generator[Piece, None, None] = self._sought(offset, tail)
         elif submit is not None and slots is not None:
             pieces = self._slotted(reader, slots, buf, offset, tail)
         else:
@@ -466,7 +471,7 @@ class TraceStream:
                     if pending is None and result is not None:
                         yield result
         finally:
-            pieces.close()  # type: ignore[attr-defined] - a generator: its thread (``_slotted``) ends here
+            pieces.close()  # its thread (``_slotted``'s) ends here
         if idle is not None and under_way:  # fewer pieces than the window: all of them under way
             idle()
         while under_way:
@@ -496,7 +501,7 @@ class TraceStream:
             hint=_TRUNCATED_HINT,
         )
 
-    def _cut(self, blocks: Iterator[bytes], buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Iterator[Piece]:
+    def _cut(self, blocks: Iterator[bytes], buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Generator[Piece, None, None]:
         """The pieces of the events array read block by block (from ``offset``, ``buf`` read
         already), each cut at the last place two events meet; ``tail`` receives the rest."""
         carry, clean = bytearray(buf), 0  # (``clean``: bytes of ``carry`` that hold no boundary)
@@ -507,7 +512,7 @@ class TraceStream:
                 yield piece
         tail.append((bytes(carry), offset))
 
-    def _slotted(self, reader: BinaryIO | _Inflater, slots: SharedSlots, buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Iterator[Piece]:
+    def _slotted(self, reader: io.BufferedReader | _Inflater, slots: SharedSlots, buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Generator[Piece, None, None]:
         """``_cut``, each block inflated straight into a slot of shared memory, by a thread of its
         own: the inflater lets go of the GIL while it inflates, so that this thread merges the workers'
         columns meanwhile (with the inflating done here, the 1 GB trace's read waited on it:
@@ -541,8 +546,8 @@ class TraceStream:
             thread.join()
 
     def _inflated(
-        self, reader: BinaryIO | _Inflater, slots: SharedSlots, carry: bytes, offset: int, tail: list[tuple[bytes, int]], stop: threading.Event
-    ) -> Iterator[Piece]:
+        self, reader: io.BufferedReader | _Inflater, slots: SharedSlots, carry: bytes, offset: int, tail: list[tuple[bytes, int]], stop: threading.Event
+    ) -> Generator[Piece, None, None]:
         """The pieces, each inflated into a slot after the end of an event the piece before cut
         off (waiting for a free slot); a piece is bytes where that end leaves no room for a
         block (an event of megabytes). Stops early, with no tail, once ``stop`` is set."""
@@ -590,7 +595,7 @@ class TraceStream:
         self.bytes_read += got if type(got) is int else len(got)
         return got
 
-    def _sought(self, offset: int, tail: list[tuple[bytes, int]]) -> Iterator[FilePiece]:
+    def _sought(self, offset: int, tail: list[tuple[bytes, int]]) -> Generator[FilePiece, None, None]:
         """The pieces of a plain file's events array from ``offset``, each cut at the first place
         two events meet after ``BLOCK_BYTES``, found by seeking there and reading a little: this
         process never reads the pieces (their readers do; on a 0.2 GB trace reading and cutting
@@ -643,7 +648,7 @@ class TraceStream:
             return prefix, match.end()
         return None, 0
 
-    def _not_a_trace(self, buf: bytes) -> None:
+    def _not_a_trace(self, buf: bytes) -> NoReturn:
         try:
             data = orjson.loads(buf)
         except orjson.JSONDecodeError as exc:
@@ -682,7 +687,7 @@ _TS = re.compile(rb'"ts"\s*:\s*"?(-?[0-9][0-9.eE+-]*)')
 _DUR = re.compile(rb'"dur"\s*:\s*"?(-?[0-9][0-9.eE+-]*)')
 
 
-def step_marks(path: str | Path) -> tuple[list[tuple[float, float]], int]:
+def step_marks(path: str | os.PathLike[str]) -> tuple[list[tuple[float, float]], int]:
     """The host's ``ProfilerStep#N`` spans (start, end) of a trace, sorted, found by a scan of
     its text (no parse): the object around each mark, its ``ts`` and ``dur``. The GPU's copies
     of the marks (``gpu_user_annotation``) are left out. A plain file is searched where it lies
@@ -884,7 +889,8 @@ def count_if_all_after(piece: Piece, cut: float) -> int | None:
 
 
 def decode_objects(piece: Piece) -> list[Any]:
-    return orjson.loads(piece.as_array())
+    objects: list[Any] = orjson.loads(piece.as_array())
+    return objects
 
 
 def event_from_object(obj: Any) -> Event | None:

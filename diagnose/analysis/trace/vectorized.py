@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import sys
+from array import array
 from collections.abc import Callable, Sequence
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, overload
 
 from diagnose.analysis.trace.forking import threads_in_process
 
@@ -34,7 +36,7 @@ from diagnose.analysis.trace.forking import threads_in_process
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _import_numpy() -> Any:
+def _import_numpy() -> ModuleType:
     unset = [name for name in BLAS_THREAD_VARIABLES if name not in os.environ]
     os.environ.update(dict.fromkeys(unset, "1"))
     try:
@@ -46,7 +48,12 @@ def _import_numpy() -> Any:
 
 
 _before = threads_in_process() if "numpy" not in sys.modules else None
-np = _import_numpy()
+if TYPE_CHECKING:  # the same module, as the checker sees it (and as ``V.np`` where imported lazily)
+    import numpy
+
+    np = numpy
+else:
+    np = _import_numpy()
 
 #: threads numpy's BLAS started when this module imported it (0 if numpy was loaded before):
 #: they survive a fork (the BLAS pool is shut down and restarted around it, as every DataLoader
@@ -69,6 +76,10 @@ def floats(values: Any) -> np.ndarray:
     return np.fromiter(values, dtype=np.float64)
 
 
+@overload
+def ints(values: array[int]) -> np.ndarray: ...
+@overload
+def ints(values: Any) -> np.ndarray | None: ...
 def ints(values: Any) -> np.ndarray | None:
     """An int64 array of ``values``, or None where one is not a machine integer (a string id)."""
     if getattr(values, "typecode", None) == "q":
@@ -210,9 +221,9 @@ def sweep(
         inside = (at >= 0) & (instants < seg_end[at_clipped])
         hits = at_clipped[inside]
         per = np.bincount(step_of[hits] * n_phases + seg_phase[hits], minlength=n_steps * n_phases).reshape(n_steps, n_phases)
-        for step, row in zip(counted, per.tolist()):
+        for counts, row in zip(counted, per.tolist()):
             for p, count in zip(phases, row):
-                step[p] = count
+                counts[p] = count
 
     segments: list[tuple[float, float, str, str]] = []
     if traced_step is not None and 0 <= traced_step < n_steps:
@@ -247,13 +258,15 @@ def members(values: Any, pool: Any) -> list[bool]:
         return [False] * len(a)
     # each value against the candidate it would sit before, in the sorted pool (3x np.isin's speed)
     at = np.minimum(np.searchsorted(candidates, a), len(candidates) - 1)
-    return (candidates[at] == a).tolist()
+    found: list[bool] = (candidates[at] == a).tolist()
+    return found
 
 
 def repeats(values: Any) -> list[int]:
     """The indices i where ``values[i] == values[i - 1]``."""
     a = floats(values)
-    return (np.flatnonzero(a[1:] == a[:-1]) + 1).tolist()
+    at: list[int] = (np.flatnonzero(a[1:] == a[:-1]) + 1).tolist()
+    return at
 
 
 def outermost(starts: Any, ends: Any) -> np.ndarray | None:
