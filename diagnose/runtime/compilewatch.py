@@ -109,7 +109,7 @@ class CompileWatch:
             watch._record("torch.compile", model, kwargs)
             return original_compile(model, *args, **kwargs)
 
-        torch.compile = compile  # type: ignore[assignment]
+        torch.compile = compile
         self._compile_wrapper = compile
         self._undo.append(lambda: setattr(torch, "compile", original_compile))
 
@@ -131,7 +131,7 @@ class CompileWatch:
                 finally:
                     watch._inside_module_compile = False
 
-            module_cls.compile = module_compile  # type: ignore[method-assign]
+            module_cls.compile = module_compile  # type: ignore[method-assign, assignment]
             self._undo.append(lambda: setattr(module_cls, "compile", original_method))
 
     def _from_script(self, caller: Any) -> bool:

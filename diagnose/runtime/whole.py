@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, TextIO
 
 from diagnose.rundir import RunDir
@@ -395,7 +396,7 @@ class WholeRun:
         by_module: dict[str, list[Hooked]] = {}
         for h in HOOKED:
             by_module.setdefault(h.module, []).append(h)
-        self._finder = when_imported({n: (lambda m, hs=hs: self._hook_module(m, hs)) for n, hs in by_module.items()})
+        self._finder = when_imported({n: partial(self._hook_module, hooked=hs) for n, hs in by_module.items()})
 
     def remove(self) -> None:
         from diagnose.runtime.frameworkwatch import stop_watching_imports
