@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import PLAIN_RE, run_in_repo  # noqa: E402
+from _bench import PLAIN_RE, run_in_repo
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def main() -> None:
     misses = 0
     try:
         if args.part in ("overhead", "both"):
-            overhead([l for l in LOADS if not args.only or l.name in args.only], args.cpu, args.repeats, work, args.timeout)
+            overhead([load for load in LOADS if not args.only or load.name in args.only], args.cpu, args.repeats, work, args.timeout)
         if args.part in ("planted", "both"):
             misses = planted(args.cpu, work, args.timeout, args.planted)
     finally:

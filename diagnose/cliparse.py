@@ -97,7 +97,7 @@ def split_command_line(args: Sequence[str], options: OptionTable) -> ScriptComma
     return line
 
 
-def _no_type(ctx: Any) -> None:  # noqa: ARG001 - the signature typer calls
+def _no_type(ctx: Any) -> None:  # the signature typer calls
     return None
 
 

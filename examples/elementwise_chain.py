@@ -15,7 +15,6 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from _common import PlainTimer, device, parser
 

@@ -744,7 +744,7 @@ def _fixture(name: str) -> tuple[StepModel, Predictor, dict[str, float]]:
 
 @pytest.mark.parametrize("name", sorted(PLANTED), ids=str)
 def test_the_planted_fix_is_predicted_to_help_and_unrelated_changes_are_not(name: str) -> None:
-    model, predictor, facts = _fixture(name)
+    _model, predictor, facts = _fixture(name)
     planted = PLANTED[name]
     if planted is not None:
         p = predictor.predict(planted, facts)

@@ -379,7 +379,7 @@ def attribute_sync_time(record: RunRecord, timeline: Timeline) -> list[dict[str,
     by_index = {s.get("index"): s for s in sites}
     if record.sync_sequence and len(record.sync_sequence) == len(in_steps):
         totals: dict[int, float] = {}
-        for index, call in zip(record.sync_sequence, in_steps):
+        for index, call in zip(record.sync_sequence, in_steps, strict=True):
             totals[index] = totals.get(index, 0.0) + (call.end - call.start)
         for index, us in totals.items():
             if index in by_index:

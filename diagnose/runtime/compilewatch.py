@@ -258,5 +258,5 @@ def _compilation_metrics() -> list[Any]:
     get = getattr(utils, "get_compilation_metrics", None) if utils is not None else None
     try:
         return list(get()) if get is not None else []
-    except Exception:  # a private API: if torch changes it, report what the counters say
+    except Exception:  # noqa: BLE001 - a private API: if torch changes it, report what the counters say
         return []

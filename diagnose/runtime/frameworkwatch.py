@@ -101,7 +101,7 @@ def read_settings(framework: str, role: str, obj: Any) -> dict[str, Any]:
             for part in (path or name).split("."):
                 value = getattr(value, part)
             out[name] = _plain(value)
-        except Exception:  # a property that needs a later stage of set-up
+        except Exception:  # noqa: BLE001 - a property that needs a later stage of set-up
             continue
     return out
 

@@ -844,7 +844,7 @@ def framework_switch(knob: str, value: Any, framework: str, role: str, cuda: boo
             if value == "off":
                 return {"torch_compile": False, "torch_compile_mode": None}
             return {"torch_compile": True, "torch_compile_mode": None if value == "default" else value}
-    elif (framework, role) == ("accelerate", "accelerator"):
+    elif (framework, role) == ("accelerate", "accelerator"):  # noqa: SIM102 - a branch per framework, an if per knob
         if knob == "autocast":
             return {"mixed_precision": "no" if value == "off" else value}
     return None

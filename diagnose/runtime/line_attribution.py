@@ -177,7 +177,7 @@ def worker_frames(frame: FrameType | None) -> list[FrameType]:
 def classify_worker(frames: list[FrameType]) -> str:
     """collate / decode / resize / user code, or idle (waiting for work), from a worker's frames."""
     names = [f.f_code.co_name.lower() for f in frames]
-    if not names or any(n in ("get", "poll", "wait", "_poll", "recv") for n in names[:3]) and not any("fetch" in n for n in names):
+    if not names or (any(n in ("get", "poll", "wait", "_poll", "recv") for n in names[:3]) and not any("fetch" in n for n in names)):
         return "idle"
     for activity, words in _WORKER_ACTIVITIES:
         if any(word == name or (len(word) > 4 and word in name) for name in names for word in words):

@@ -746,7 +746,7 @@ class _ChildSignals:
             return
         guard = self
 
-        def _set_SIGCHLD_handler() -> None:  # noqa: N802 - torch's name
+        def _set_SIGCHLD_handler() -> None:  # torch's name
             original()
             guard.wrap_current()
 
@@ -788,7 +788,7 @@ def _open_again(stream: Any, fd: int) -> Any:
     if stream is None or not getattr(stream, "closed", False):
         return stream
     try:
-        return open(fd, "w", encoding=getattr(stream, "encoding", None), errors=getattr(stream, "errors", None), closefd=False, buffering=1)  # noqa: SIM115
+        return open(fd, "w", encoding=getattr(stream, "encoding", None), errors=getattr(stream, "errors", None), closefd=False, buffering=1)
     except (OSError, ValueError):  # the descriptor itself was closed: writes go nowhere, and say so
         return stream
 
@@ -841,7 +841,7 @@ class _SysState:
         """Put back what the run changed; with ``keep_held``, SIGTERM and SIGHUP stay held
         (``SignalHold`` puts back the handlers saved here when it releases)."""
         sys.argv = self.argv
-        sys.stdout, sys.stderr = (_open_again(saved, fd) for saved, fd in zip(self.streams, (1, 2)))
+        sys.stdout, sys.stderr = (_open_again(saved, fd) for saved, fd in zip(self.streams, (1, 2), strict=True))
         if sys.path:
             sys.path[0] = self.path0
         if self.main_module is not None:

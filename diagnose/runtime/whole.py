@@ -464,7 +464,7 @@ class WholeRun:
     def _wrap_eval(self, original: Callable[..., Any]) -> Callable[..., Any]:
         watch = self
 
-        def eval(module: Any) -> Any:  # noqa: A001 - nn.Module's name
+        def eval(module: Any) -> Any:  # nn.Module's name
             if watch._eval_model is None and module.training and watch.boundaries:
                 watch._eval_model = module
                 watch.spans.enter("eval_model", f"{type(module).__name__}.eval() ... .train()")
@@ -697,7 +697,7 @@ class WholeRun:
             waits = info.workers_ready_s if len(info.workers_ready_s) == len(starts) else info.first_batch_wait_s
             loaders.append({
                 "created_at": info.created_at, "num_workers": info.num_workers, "persistent_workers": info.persistent_workers,
-                "starts": [[rel(s), round(w, 6)] for s, w in zip(starts, waits)],
+                "starts": [[rel(s), round(w, 6)] for s, w in zip(starts, waits, strict=True)],
             })
         capacity = {"host_bytes": host_capacity_bytes()}
         torch = sys.modules.get("torch")

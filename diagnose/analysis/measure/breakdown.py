@@ -33,6 +33,7 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -196,7 +197,7 @@ def backward_spans(backward_ops: Sequence[Interval], forward_starts: Sequence[fl
     if len(backward_ops) > 64:
         from diagnose.analysis.trace import vectorized as V
 
-        starts, ends = (backward_ops.column(0), backward_ops.column(1)) if hasattr(backward_ops, "column") else zip(*backward_ops)
+        starts, ends = (backward_ops.column(0), backward_ops.column(1)) if hasattr(backward_ops, "column") else zip(*backward_ops, strict=True)
         found = V.backward_calls(starts, ends, forward_starts)
         if found is not None:
             return found
@@ -271,7 +272,7 @@ def resolve_nesting(spans: dict[str, list[Interval]]) -> dict[str, list[Interval
     out: dict[str, list[Interval]] = {label: [] for label in spans}
     heap: list[tuple[float, float, int]] = []  # (-start, end, rank): the innermost on top
     i = 0
-    for t, t_next in zip(bounds, bounds[1:]):
+    for t, t_next in pairwise(bounds):
         while i < len(items) and items[i][0] <= t:
             start, end, r = items[i]
             heapq.heappush(heap, (-start, end, r))
@@ -486,7 +487,7 @@ def _model_phase_spans(host_intervals: dict[str, list[Interval]]) -> list[tuple[
         for label, gpu_label in (("optimizer", "gpu_optimizer"), ("backward", "gpu_backward"), ("forward", "gpu_forward"))
         for start, end in host_intervals[label]
     )
-    return None if any(a[1] > b[0] for a, b in zip(spans, spans[1:])) else spans
+    return None if any(a[1] > b[0] for a, b in pairwise(spans)) else spans
 
 
 def _phase_lookup(host_intervals: dict[str, list[Interval]]) -> Any:
@@ -624,7 +625,7 @@ def _sweep(
             events.append((end, 0, i, -1))
     for label, (gpu_starts, gpu_ends) in gpu_intervals.items():
         i = gpu_index[label]
-        for start, end in zip(gpu_starts.tolist(), gpu_ends.tolist()):
+        for start, end in zip(gpu_starts.tolist(), gpu_ends.tolist(), strict=True):
             if end > start:
                 events.append((start, 1, i, 1))
                 events.append((end, 1, i, -1))
@@ -846,7 +847,7 @@ def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: 
     durations: list[list[float]] = [[] for _ in steps]
     by_name: dict[str, tuple[float, int]] = {}
     classify = P.classify_kernel
-    for k, label in zip(kernels, kernel_labels):
+    for k, label in zip(kernels, kernel_labels, strict=True):
         i = _step_of(starts, steps, k.start)
         if i is None:
             continue
@@ -872,7 +873,7 @@ def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: 
             step.optimizer_kernels += 1
             if cls.multi_tensor:
                 step.multi_tensor_kernels += 1
-    for step, durs in zip(steps, durations):
+    for step, durs in zip(steps, durations, strict=True):
         step.median_kernel_us = statistics.median(durs) if durs else None
     return by_name
 
@@ -1002,7 +1003,7 @@ def _sync_stats(
         next_busy = busy_starts[k] if k < len(busy_starts) else step_end
         if min(next_busy, step_end) > sync.end:
             idle_after[i].append((sync.end, min(next_busy, step_end)))
-    for step, spans in zip(steps, idle_after):
+    for step, spans in zip(steps, idle_after, strict=True):
         step.sync_idle_after_us += sum(end - start for start, end in merge(spans))
     for t in timeline.graph_launches:
         i = _step_of(starts, steps, t)

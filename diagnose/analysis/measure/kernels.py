@@ -324,7 +324,7 @@ ROWS_RATIO = 8
 
 def rows_dimension(shape: MatmulShape) -> int | None:
     """The dimension of a linear matmul that a larger batch would widen, when one stands out."""
-    small, b, c = sorted((shape.m, shape.n, shape.k))
+    small, b, _ = sorted((shape.m, shape.n, shape.k))
     return small if small * ROWS_RATIO <= b else None
 
 

@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
-from itertools import compress
+from itertools import compress, pairwise
 from typing import Any
 
 from diagnose.analysis.trace import forking
@@ -205,9 +205,14 @@ def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> Ste
     if not casts:
         return model.with_ops(ops)
     for i, op in enumerate(ops):  # memory-bound kernels of forward and backward move bf16
-        if i not in scaled and _is_elementwise(op) and op.phase in ("forward", "backward", "unknown"):
-            if not AUTOCAST_FP32_KERNEL.search(op.name) and not HALF_KERNEL.search(op.name):
-                ops[i] = _with_duration(op, op.duration_us / AUTOCAST_BYTE_RATIO)
+        if (
+            i not in scaled
+            and _is_elementwise(op)
+            and op.phase in ("forward", "backward", "unknown")
+            and not AUTOCAST_FP32_KERNEL.search(op.name)
+            and not HALF_KERNEL.search(op.name)
+        ):
+            ops[i] = _with_duration(op, op.duration_us / AUTOCAST_BYTE_RATIO)
     cast_us = _median_duration(model.ops, _is_elementwise) or 0.0
     items: list[HostItem] = []
     for it in model.items:
@@ -349,7 +354,7 @@ def library_layers(model: StepModel) -> set[int]:
 
     marks = [i for i, it in enumerate(items) if it.kind == "launch" and any(RNN_KERNEL.search(model.ops[j].name) for j in it.ops)]
     out = set(marks)
-    for a, b in zip(marks, marks[1:]):
+    for a, b in pairwise(marks):
         if items[a].phase == items[b].phase and all(items[i].kind != "launch" or library_only(items[i]) for i in range(a + 1, b)):
             out.update(range(a + 1, b))
     return out

@@ -98,7 +98,7 @@ class Records(Sequence[Item], Generic[Item]):
     def __iter__(self) -> Iterator[Item]:
         if self._new is None:
             return iter(self.columns[0])
-        return map(self._new, zip(*self.columns))
+        return map(self._new, zip(*self.columns, strict=True))
 
     @overload
     def __getitem__(self, index: int) -> Item: ...
@@ -118,7 +118,7 @@ class Records(Sequence[Item], Generic[Item]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Records, list, tuple)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -190,7 +190,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
         rows = V.rows_of(V.np.array(wanted, dtype=V.np.int64), V.ints(self.correlations))
         found = rows >= 0
         starts, ends = V.floats(self.starts)[rows[found]].tolist(), V.floats(self.ends)[rows[found]].tolist()
-        for j, start, end in zip(V.np.flatnonzero(found).tolist(), starts, ends):
+        for j, start, end in zip(V.np.flatnonzero(found).tolist(), starts, ends, strict=True):
             out[wanted[j]] = (start, end)
         return out
 
@@ -203,7 +203,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
         keys = V.ints(corrs)
         if keys is None:
             plain = [type(c) is int and -(2**63) <= c < 2**63 for c in corrs]
-            keys = np.array([c if ok else 0 for c, ok in zip(corrs, plain)], dtype=np.int64)
+            keys = np.array([c if ok else 0 for c, ok in zip(corrs, plain, strict=True)], dtype=np.int64)
             rows = np.where(np.array(plain, dtype=bool), V.rows_of(keys, V.ints(self.correlations)), -1)
         else:
             rows = V.rows_of(keys, V.ints(self.correlations))

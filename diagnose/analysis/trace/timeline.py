@@ -46,13 +46,13 @@ from diagnose.analysis.trace.forking import can_fork, threads_in_process  # noqa
 from diagnose.analysis.trace.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
 from diagnose.errors import TraceError
 
+import json as _json
+
 _orjson: ModuleType | None
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised only where orjson is missing
     _orjson = None
-
-import json as _json
 
 Interval = tuple[float, float]
 
@@ -540,7 +540,7 @@ class _ThreadOps:
 
     def extend(self, ops: list[tuple[float, float, str]], raw_ts: list[tuple[int, Any]], incomplete: list[int]) -> None:
         base = len(self.names)
-        starts, ends, names = zip(*ops)
+        starts, ends, names = zip(*ops, strict=True)
         self.starts.extend(starts)
         self.ends.extend(ends)
         self.names.extend(names)
@@ -853,7 +853,7 @@ class _Columns:
             device_counts[None if d is UNSET else d] += n
         device = device_counts.most_common(1)[0][0] if device_counts else None
         kernels = _sorted_unique(GpuKernel, _on_device(self.kernels, self.kernel_devices, device), duplicates)
-        memcpys = [m for m, d in zip(self.memcpys, self.memcpy_devices) if d is UNSET or d == device]
+        memcpys = [m for m, d in zip(self.memcpys, self.memcpy_devices, strict=True) if d is UNSET or d == device]
         memcpys.sort(key=lambda m: m.start)
         memcpys = duplicates.unique(memcpys)
         # each memset is in memset_ops too: its duplicates are counted there
@@ -921,7 +921,7 @@ class _Columns:
                 if kind == _NO_WORK:
                     no_work_op_us.extend((ends[at] - starts[at]).tolist())
                 elif kind == _ACCUMULATE_GRAD:
-                    accumulate_grad.update(zip(starts[at].tolist(), ends[at].tolist()))
+                    accumulate_grad.update(zip(starts[at].tolist(), ends[at].tolist(), strict=True))
                 else:
                     collectives.update(map(HostOp, starts[at].tolist(), ends[at].tolist(), map(names.__getitem__, at.tolist())))
         return no_work_op_us, sorted(accumulate_grad), sorted(collectives)
@@ -972,7 +972,7 @@ def _extend(columns: list[C.Column], rows: list[tuple[Any, ...]]) -> None:
     int column that meets a value other than a machine integer is replaced by a list."""
     if not rows:
         return
-    for k, values in enumerate(zip(*rows)):
+    for k, values in enumerate(zip(*rows, strict=True)):
         column = columns[k]
         if isinstance(column, array) and column.typecode == "q":
             columns[k] = C.extend_ints(cast("array[int]", column), values)
@@ -1025,7 +1025,7 @@ def _outermost(starts: C.Column, ends: C.Column) -> Iterable[int]:
         return kept  # indices as an array, which C.take reorders by directly
     out: list[int] = []
     top_end = float("-inf")
-    for i, (start, end) in enumerate(zip(starts, ends)):
+    for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
         if start >= top_end:
             out.append(i)
             top_end = end

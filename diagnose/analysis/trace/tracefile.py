@@ -46,7 +46,8 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, NoReturn, TypeVar, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
+from collections.abc import Callable
 
 import msgspec
 import orjson
@@ -115,7 +116,7 @@ class Event(msgspec.Struct, gc=False):
     tid: Any = UNSET
     ts: Any = UNSET
     dur: Any = UNSET
-    args: Union[EventArgs, None, msgspec.UnsetType] = UNSET
+    args: EventArgs | msgspec.UnsetType | None = UNSET
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
@@ -147,7 +148,7 @@ class FilePiece(Piece):
     found its ends by seeking and reads its text only if it needs it (a piece to join to the
     next, or to decode here)."""
 
-    def __init__(self, path: Path, offset: int, length: int, separator: bytes) -> None:  # noqa: D107
+    def __init__(self, path: Path, offset: int, length: int, separator: bytes) -> None:
         self.path, self.offset, self._length, self.separator = path, offset, length, separator
         self._text: bytes | None = None
 
@@ -168,7 +169,7 @@ class SlotPiece(Piece):
     copies the text out first, where this process needs it (a piece to join to the next, or to
     fold here)."""
 
-    def __init__(self, slots: SharedSlots, slot: int, length: int, separator: bytes, offset: int) -> None:  # noqa: D107
+    def __init__(self, slots: SharedSlots, slot: int, length: int, separator: bytes, offset: int) -> None:
         self.slots, self._length, self.separator, self.offset = slots, length, separator, offset
         self.slot: int | None = slot  # None once freed
         self._text: bytes | None = None
@@ -781,7 +782,7 @@ def _last_boundary(buf: bytes | bytearray | memoryview, clean: int = 0) -> tuple
     while True:
         start = max(floor, len(buf) - window)
         last = None
-        for last in _BOUNDARY.finditer(buf, start):
+        for last in _BOUNDARY.finditer(buf, start):  # noqa: B007 - runs to the last match
             pass
         if last is not None:
             return last.start() + 1, last.end() - 1

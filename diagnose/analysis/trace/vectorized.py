@@ -22,6 +22,7 @@ import os
 import sys
 from array import array
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, overload
 
@@ -126,7 +127,7 @@ def labels_at(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, codes: np
 
 def steps_disjoint(step_bounds: Sequence[tuple[float, float]]) -> bool:
     """The steps are in order and none starts before the previous one ended."""
-    return all(a[1] <= b[0] for a, b in zip(step_bounds, step_bounds[1:])) and all(s <= e for s, e in step_bounds)
+    return all(a[1] <= b[0] for a, b in pairwise(step_bounds)) and all(s <= e for s, e in step_bounds)
 
 
 def sweep(
@@ -207,11 +208,11 @@ def sweep(
         has = seg_divisor > 0
         weights[has] = width[has] / seg_divisor[has]
         totals = np.bincount(step_of, weights=weights, minlength=n_steps).tolist()
-        for step, total in zip(exposed_dicts, totals):
+        for step, total in zip(exposed_dicts, totals, strict=True):
             step[label] = total
     busy = np.bincount(step_of, weights=np.where(gpu_mask != 0, width, 0.0), minlength=n_steps).tolist()
-    for step, row in zip(phase_dicts, by_phase.tolist()):
-        for p, total in zip(phases, row):
+    for step, row in zip(phase_dicts, by_phase.tolist(), strict=True):
+        for p, total in zip(phases, row, strict=True):
             step[p] = total
 
     if marks is not None and len(marks) and len(seg_start):
@@ -221,8 +222,8 @@ def sweep(
         inside = (at >= 0) & (instants < seg_end[at_clipped])
         hits = at_clipped[inside]
         per = np.bincount(step_of[hits] * n_phases + seg_phase[hits], minlength=n_steps * n_phases).reshape(n_steps, n_phases)
-        for counts, row in zip(counted, per.tolist()):
-            for p, count in zip(phases, row):
+        for counts, row in zip(counted, per.tolist(), strict=True):
+            for p, count in zip(phases, row, strict=True):
                 counts[p] = count
 
     segments: list[tuple[float, float, str, str]] = []
@@ -230,7 +231,7 @@ def sweep(
         mine = np.flatnonzero(step_of == traced_step)
         segments = [
             (start, end, states[s][0], states[s][2])
-            for start, end, s in zip(seg_start[mine].tolist(), seg_end[mine].tolist(), state_index[mine].tolist())
+            for start, end, s in zip(seg_start[mine].tolist(), seg_end[mine].tolist(), state_index[mine].tolist(), strict=True)
         ]
     return phase_dicts, exposed_dicts, busy, segments, counted
 
@@ -239,7 +240,7 @@ def sort_order(keys: Sequence[Any], descending: Sequence[bool]) -> np.ndarray | 
     """The stable order of rows sorted by ``keys`` (float columns, the first the primary key;
     ``descending[k]``: key k from largest to smallest), or None where the rows are in that order
     already (a trace mostly is)."""
-    arrays = [-floats(k) if down else floats(k) for k, down in zip(keys, descending)]
+    arrays = [-floats(k) if down else floats(k) for k, down in zip(keys, descending, strict=True)]
     if len(arrays[0]) < 2:
         return None
     in_order = np.ones(len(arrays[0]) - 1, dtype=bool)  # row i+1 not before row i by the later keys
@@ -309,7 +310,7 @@ def backward_calls(starts: Any, ends: Any, forward_starts: Any) -> list[tuple[fl
         new[1:] = (k < len(f)) & (f[np.minimum(k, len(f) - 1)] < s[1:])
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
-    return list(zip(s[first].tolist(), reach[last].tolist()))
+    return list(zip(s[first].tolist(), reach[last].tolist(), strict=True))
 
 
 def merged(spans: Sequence[Spans]) -> list[tuple[float, float]]:
@@ -327,4 +328,4 @@ def merged(spans: Sequence[Spans]) -> list[tuple[float, float]]:
     first = np.concatenate([[True], starts[1:] > reach[:-1]])
     group_starts = starts[first]
     last = np.concatenate([np.flatnonzero(first)[1:] - 1, [len(starts) - 1]])
-    return list(zip(group_starts.tolist(), reach[last].tolist()))
+    return list(zip(group_starts.tolist(), reach[last].tolist(), strict=True))

@@ -356,7 +356,7 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
             draws.append(np.full(sample.resamples, f.gain or 1.0))
     if all(f.tier == 2 for f in findings):  # bounds alone: nothing was resampled
         return
-    for f, share in zip(findings, U.ranking_shares(draws, [f.tier for f in findings])):
+    for f, share in zip(findings, U.ranking_shares(draws, [f.tier for f in findings]), strict=True):
         f.first_share = share
 
 
