@@ -111,7 +111,7 @@ class Command(typer.core.TyperCommand):
             if getattr(param, "param_type_name", None) == "argument":
                 param.display_type_rich = _no_type  # type: ignore[attr-defined]  # typer's arguments have it, click's Parameter does not
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]  # typer makes every context a typer.Context
         """The command; a ``DiagnoseError`` or memory running out ends it as ``errors.Failure``
         says (the one place errors become exit codes). Any other exception is a bug: raised."""
         try:

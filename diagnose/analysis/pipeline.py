@@ -109,10 +109,12 @@ class RankAnalysis:
 def analyse_rank(rank: int, record: RunRecord, trace: Path | None, options: AnalysisOptions, warnings: Sequence[str] = ()) -> RankAnalysis:
     """One rank's trace, analysed on its own: its breakdown and its summary."""
     window = _window(record, trace, options, collectives=True)
-    summary = summarize_rank(rank, window.record, window.breakdown, dict(window.collectives))
+    rank_record = window.record
+    assert rank_record is not None  # the record given (its sync time attributed): a window keeps it
+    summary = summarize_rank(rank, rank_record, window.breakdown, dict(window.collectives))
     summary.trace = trace.name if trace is not None else None
     predictors = [window.predictor] if window.predictor is not None else []
-    return RankAnalysis(rank, window.record, trace, window.breakdown, window.meta, [*warnings, *window.warnings], predictors, summary)
+    return RankAnalysis(rank, rank_record, trace, window.breakdown, window.meta, [*warnings, *window.warnings], predictors, summary)
 
 
 def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[str, Any], rank_set: RankSet | None = None) -> Report:
