@@ -33,8 +33,8 @@ from _bench import PLAIN_RE, REPO, run_in_repo
 
 sys.path.insert(0, str(REPO))
 
-from diagnose.analysis.measure import hardware, kernels, memory_breakdown  # noqa: E402
-from diagnose.analysis.trace.timeline import load_timeline  # noqa: E402
+from diagnose.analysis.measure import hardware, kernels, memory_breakdown
+from diagnose.analysis.trace.timeline import load_timeline
 from diagnose.record import RunRecord
 from diagnose.rundir import RunDir
 

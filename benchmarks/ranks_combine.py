@@ -33,9 +33,9 @@ from pathlib import Path
 from _bench import REPO, run_in_repo
 
 sys.path.insert(0, str(REPO))
-from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank, combine_ranks  # noqa: E402
-from diagnose.analysis.measure.ranks import RankSummary, notable_ranks  # noqa: E402
-from diagnose.rundir import RunDir  # noqa: E402
+from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank, combine_ranks
+from diagnose.analysis.measure.ranks import RankSummary, notable_ranks
+from diagnose.rundir import RunDir
 
 FIXTURE = REPO / "tests" / "data" / "ddp_straggler_cpu"
 

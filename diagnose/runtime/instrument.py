@@ -23,7 +23,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from types import FrameType
 from typing import Any
 
 from diagnose.record import DataLoaderInfo, ModelInfo, OptimizerInfo

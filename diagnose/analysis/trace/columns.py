@@ -152,7 +152,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
         """The launches of calls in file order: a later call with the same id replaces an earlier
         one (as assigning into a dict did). A plain dict when the ids are not all integers."""
         if isinstance(correlations, list):
-            return {c: (s, e) for c, s, e in zip(correlations, starts, ends)}
+            return {c: (s, e) for c, s, e in zip(correlations, starts, ends, strict=True)}
         from diagnose.analysis.trace import vectorized as V  # imports numpy, counting the threads it starts
 
         ids = V.ints(correlations)

@@ -48,7 +48,7 @@ from diagnose.analysis.prediction.predict import Prediction, PredictionRequest, 
 from diagnose.analysis.verdict.rules import Rule, cpu_only_run, render_template, template_names
 from diagnose.analysis.symptoms import CATALOG
 from diagnose.analysis.symptoms import Symptoms
-from diagnose.analysis.prediction.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD  # noqa: F401 - MIN_GAIN: read from here too
+from diagnose.analysis.prediction.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD  # MIN_GAIN: read from here too
 from diagnose.units import format_value
 from diagnose.record import FRAMEWORKS
 
