@@ -141,7 +141,7 @@ def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: fl
 
         def add(key: str, value: float | None) -> None:
             if value is not None:
-                costs[key].append(value)
+                costs[key].append(value)  # noqa: B023 - called within this load's iteration only
 
         print(f"\n== {load.name}: {load.script} {' '.join(args)}", flush=True)
         for i in range(repeats):

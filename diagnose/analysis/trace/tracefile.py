@@ -129,7 +129,7 @@ class Piece:
     """Whole events of the array, as JSON text without the brackets; ``separator`` is the exact
     text between this piece and the next (kept so that a wrong cut can be undone byte for byte)."""
 
-    text: bytes
+    text: bytes | bytearray  # a bytearray where pieces were joined (``_settle``)
     separator: bytes
     offset: int  # of ``text`` in the (decompressed) document
     #: bytes of ``text`` that were found not to parse (a piece joined from pieces that did not)
@@ -481,7 +481,7 @@ class TraceStream:
                 yield result
         ((buf, offset),) = tail
         if pending is not None:  # a cut inside the metadata after the array
-            buf, offset, pending = pending.text + pending.separator + buf, pending.offset, None
+            buf, offset, pending = b"".join((pending.text, pending.separator, buf)), pending.offset, None
         # The array's "]" is the last one after which the rest of the document parses and before
         # which the events do: the metadata after the array may hold "]" too.
         for text, metadata in self._array_ends(prefix, buf):
@@ -547,12 +547,12 @@ class TraceStream:
             thread.join()
 
     def _inflated(
-        self, reader: io.BufferedReader | _Inflater, slots: SharedSlots, carry: bytes, offset: int, tail: list[tuple[bytes, int]], stop: threading.Event
+        self, reader: io.BufferedReader | _Inflater, slots: SharedSlots, carried: bytes, offset: int, tail: list[tuple[bytes, int]], stop: threading.Event
     ) -> Generator[Piece, None, None]:
         """The pieces, each inflated into a slot after the end of an event the piece before cut
         off (waiting for a free slot); a piece is bytes where that end leaves no room for a
         block (an event of megabytes). Stops early, with no tail, once ``stop`` is set."""
-        carry, clean = bytearray(carry), 0  # (``clean``: bytes of ``carry`` that hold no boundary)
+        carry, clean = bytearray(carried), 0  # (``clean``: bytes of ``carry`` that hold no boundary)
         while not stop.is_set():
             if len(carry) + BLOCK_BYTES > slots.size:
                 block = self._read(reader.read, BLOCK_BYTES)
@@ -811,7 +811,7 @@ def _settle(
         text = pending.text if type(pending.text) is bytearray else bytearray(pending.text)
         text += pending.separator
         text += piece.text
-        piece = Piece(text, piece.separator, pending.offset, pending.tried)  # type: ignore[arg-type] - bytes-like
+        piece = Piece(text, piece.separator, pending.offset, pending.tried)
         if len(text) < 2 * piece.tried and len(text) <= MAX_JOINED_PIECE_BYTES:
             return piece, None
     if not isinstance(piece, (FilePiece, SlotPiece)) and not piece.text.strip():  # an empty array (a piece cut between events holds one)
