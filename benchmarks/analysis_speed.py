@@ -93,7 +93,7 @@ def gzipped(path: Path) -> Path:
     return target
 
 
-def best(fn, repeat: int) -> float:  # noqa: ANN001
+def best(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
         gc.collect()

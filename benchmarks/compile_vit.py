@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workloads.models import ViTClassifier, vit_config  # noqa: E402
+from workloads.models import ViTClassifier, vit_config
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._bench import run_in_repo  # noqa: E402
-from diagnose.rundir import RunDir  # noqa: E402
+from benchmarks._bench import run_in_repo
+from diagnose.rundir import RunDir
 
 #: name -> the script and its arguments, relative to the repository
 CASES: dict[str, list[str]] = {

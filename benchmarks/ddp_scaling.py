@@ -25,7 +25,7 @@ from pathlib import Path
 from _bench import REPO, run_in_repo
 
 sys.path.insert(0, str(REPO))  # the repository's diagnose, as the commands it runs use
-from diagnose.analysis.report import Report  # noqa: E402
+from diagnose.analysis.report import Report
 
 
 #: model -> train.py arguments besides the dataset (per-GPU batch; the same on 1 and N GPUs)
@@ -43,7 +43,7 @@ SMALL = ["--batch_size", "8", "--num_workers", "1", "--resolution", "32", "--dat
 
 def run(model: str, gpus: int, data: str, out: Path, timeout: int, small: bool) -> dict:
     run_dir = out / f"{model}-{gpus}gpu"
-    config = SMALL + ["--model_name", model] if small else [*CONFIGS[model], "--dataset", data]
+    config = [*SMALL, "--model_name", model] if small else [*CONFIGS[model], "--dataset", data]
     if data == "synthetic" and not small:
         # the default 1,024 images are 8 steps of 128: the run ended before diagnose's window
         # (H200, 2 GPUs: no throughput). Enough for SYNTHETIC_STEPS steps on every rank.

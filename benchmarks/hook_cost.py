@@ -28,11 +28,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from diagnose.runtime.capture import CaptureSession  # noqa: E402
-from diagnose.runtime.instrument import Instrumentation, StepClock  # noqa: E402
-from diagnose.progress import Progress  # noqa: E402
-from diagnose.record import WindowPlan  # noqa: E402
-from diagnose.rundir import RunDir  # noqa: E402
+from diagnose.runtime.capture import CaptureSession
+from diagnose.runtime.instrument import Instrumentation, StepClock
+from diagnose.progress import Progress
+from diagnose.record import WindowPlan
+from diagnose.rundir import RunDir
 
 #: median step of each planted example on an H200 (docs/truth.md, steady state), in ms
 EXAMPLE_STEP_MS = {"item_syncs": 4.0, "launch_bound": 17.0, "well_tuned": 20.1, "pageable_copies": 28.0,
@@ -91,7 +91,7 @@ def main() -> None:
             instrumentation.remove()
             without_us.append(block())
         session.finish()
-    added = [w - o for w, o in zip(with_us, without_us)]
+    added = [w - o for w, o in zip(with_us, without_us, strict=True)]
     cost = statistics.median(added)
     print(f"step without diagnose: {statistics.median(without_us):.1f} us (median of {args.rounds} blocks of {args.block})")
     print(f"step with diagnose's hooks, past the window: {statistics.median(with_us):.1f} us")

@@ -33,10 +33,10 @@ from _bench import PLAIN_RE, REPO, run_in_repo
 
 sys.path.insert(0, str(REPO))
 
-from diagnose.analysis.measure import hardware, kernels, memory_breakdown  # noqa: E402
-from diagnose.analysis.trace.timeline import load_timeline  # noqa: E402
+from diagnose.analysis.measure import hardware, kernels, memory_breakdown
+from diagnose.analysis.trace.timeline import load_timeline
 from diagnose.record import RunRecord
-from diagnose.rundir import RunDir  # noqa: E402
+from diagnose.rundir import RunDir
 
 
 def diagnose_run(script: str, out: Path, name: str, args: list[str]) -> tuple[RunRecord, Path, str]:
@@ -181,7 +181,7 @@ def check_planted(out: Path, result: dict) -> None:
     for name, (rule, _) in PLANTED.items():
         try:
             row = truth.one(name, out / "planted", [], timeout=540, top=1)
-        except Exception as exc:  # one example's failure must not hide the others
+        except Exception as exc:  # noqa: BLE001 - one example's failure must not hide the others
             row = {"example": name, "error": f"{type(exc).__name__}: {exc}"}
         rows[name] = row
         speedup = row.get("fix_speedup")
@@ -207,7 +207,7 @@ def main() -> None:
     for check in (parts[name] for name in wanted):
         try:
             check(args.out, result)
-        except Exception as exc:  # one failed part must not hide the others' figures
+        except Exception as exc:  # noqa: BLE001 - one failed part must not hide the others' figures
             result["checks"][check.__name__] = f"error: {type(exc).__name__}: {exc}"
             print(f"{check.__name__}: {type(exc).__name__}: {exc}", flush=True)
     (args.out / "mfu_gpu.json").write_text(json.dumps(result, indent=1, default=str))

@@ -33,14 +33,14 @@ from pathlib import Path
 from _bench import REPO, run_in_repo
 
 sys.path.insert(0, str(REPO))
-from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank, combine_ranks  # noqa: E402
-from diagnose.analysis.measure.ranks import RankSummary, notable_ranks  # noqa: E402
-from diagnose.rundir import RunDir  # noqa: E402
+from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank, combine_ranks
+from diagnose.analysis.measure.ranks import RankSummary, notable_ranks
+from diagnose.rundir import RunDir
 
 FIXTURE = REPO / "tests" / "data" / "ddp_straggler_cpu"
 
 
-def _first_rank_analysis(options: AnalysisOptions):  # noqa: ANN202 - RankAnalysis
+def _first_rank_analysis(options: AnalysisOptions):  # RankAnalysis
     run_dir = RunDir(FIXTURE)
     record = run_dir.load_record(0)
     assert record is not None
@@ -76,7 +76,7 @@ def measure_combine(n: int, options: AnalysisOptions, repeats: int = 5) -> dict:
         for s in summaries:
             run_dir.save_rank_summary(s["rank"], s)
         summary_bytes = sum(run_dir.rank_summary_path(r).stat().st_size for r in range(n))
-        def combine():  # noqa: ANN202
+        def combine():
             gathered = [RankSummary.from_dict(d) for d in run_dir.load_rank_summaries().values()]
             return combine_ranks(first, gathered, options, {"kind": "run"}), notable_ranks(gathered)
 

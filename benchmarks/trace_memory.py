@@ -90,7 +90,7 @@ def build_trace(target_bytes: int, path: Path, compress: bool = False) -> int:
     header, metadata, timed = _fixture_events()
     start = min(e["ts"] for e in timed)
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - start + 1000.0
-    opener = (lambda p: gzip.open(p, "wb", compresslevel=1)) if compress else (lambda p: open(p, "wb"))
+    opener = (lambda p: gzip.open(p, "wb", compresslevel=1)) if compress else (lambda p: open(p, "wb"))  # noqa: SIM115 - the caller's with closes it
     written = 0
     events = 0
     with opener(path) as out:
@@ -288,7 +288,7 @@ def _median(runs: list[Measured]) -> Measured:
 def _ratio(ours: Measured, theirs: Measured, our_runs: list[Measured], their_runs: list[Measured]) -> str:
     text = f"{ours.seconds / theirs.seconds:.2f}x ({ours.cpu_seconds / theirs.cpu_seconds:.2f}x)"
     if len(our_runs) > 1 and len(our_runs) == len(their_runs):  # each repeat's ratio: json.load ran just before
-        each = [a.seconds / b.seconds for a, b in zip(our_runs, their_runs)]
+        each = [a.seconds / b.seconds for a, b in zip(our_runs, their_runs, strict=True)]
         text += f" [{min(each):.2f}-{max(each):.2f}]"
     return text
 

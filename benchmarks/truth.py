@@ -23,7 +23,7 @@ from pathlib import Path
 from _bench import PLAIN_RE, REPO, run_in_repo
 
 sys.path.insert(0, str(REPO))  # the repository's diagnose, as the commands it runs use
-from diagnose.analysis.report import Report  # noqa: E402
+from diagnose.analysis.report import Report
 
 
 #: example -> the rule that names its planted cause (None: the control, where no rule may fire)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import PLAIN_RE, run_in_repo  # noqa: E402
+from _bench import PLAIN_RE, run_in_repo
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: fl
 
         def add(key: str, value: float | None) -> None:
             if value is not None:
-                costs[key].append(value)
+                costs[key].append(value)  # noqa: B023 - called within this load's iteration only
 
         print(f"\n== {load.name}: {load.script} {' '.join(args)}", flush=True)
         for i in range(repeats):
@@ -223,7 +223,7 @@ def main() -> None:
     misses = 0
     try:
         if args.part in ("overhead", "both"):
-            overhead([l for l in LOADS if not args.only or l.name in args.only], args.cpu, args.repeats, work, args.timeout)
+            overhead([load for load in LOADS if not args.only or load.name in args.only], args.cpu, args.repeats, work, args.timeout)
         if args.part in ("planted", "both"):
             misses = planted(args.cpu, work, args.timeout, args.planted)
     finally:

@@ -97,7 +97,7 @@ def split_command_line(args: Sequence[str], options: OptionTable) -> ScriptComma
     return line
 
 
-def _no_type(ctx: Any) -> None:  # noqa: ARG001 - the signature typer calls
+def _no_type(ctx: Any) -> None:  # the signature typer calls
     return None
 
 
@@ -109,9 +109,9 @@ class Command(typer.core.TyperCommand):
         super().__init__(*args, **kwargs)
         for param in self.params:
             if getattr(param, "param_type_name", None) == "argument":
-                param.display_type_rich = _no_type  # type: ignore[method-assign]
+                param.display_type_rich = _no_type  # type: ignore[attr-defined]  # typer's arguments have it, click's Parameter does not
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]  # typer makes every context a typer.Context
         """The command; a ``DiagnoseError`` or memory running out ends it as ``errors.Failure``
         says (the one place errors become exit codes). Any other exception is a bug: raised."""
         try:
@@ -135,10 +135,11 @@ def leave(failure: Failure) -> NoReturn:
 class ScriptCommand(Command):
     """A command that runs a script: diagnose's options may stand before or after the script."""
 
-    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+    # typer makes every context a typer.Context (its context_class), narrower than click's
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
         return ["[OPTIONS]", "SCRIPT", "[OPTIONS]", "[-- SCRIPT_ARGS...]"]
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
         line = split_command_line(args, OptionTable.of(self.get_params(ctx)))
         if line.unknown_before_script is not None and not ctx.resilient_parsing:
             # one line, as every error of diagnose (errors.py), not click's usage block

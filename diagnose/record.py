@@ -571,5 +571,5 @@ def check_field_kinds(cls: type, data: Any) -> None:
         if not isinstance(value, kinds) or (isinstance(value, bool) and outer.strip() in ("int", "float")):
             raise ValueError(f"its field {f.name} is {json.dumps(value)[:40]}, not {outer}")
         element = _KINDS.get(inner.rstrip("]").strip()) if outer.strip() == "list" else None
-        if element is not None and not all(isinstance(v, element) and not isinstance(v, bool) for v in value):
+        if element is not None and isinstance(value, list) and not all(isinstance(v, element) and not isinstance(v, bool) for v in value):
             raise ValueError(f"its field {f.name} holds {json.dumps(value)[:40]}, not a {annotation}")

@@ -66,7 +66,7 @@ class SignalHold:
         self.received.append(signum)
 
 
-class deferred:  # noqa: N801 - used as a function: ``with deferred():``
+class deferred:  # used as a function: ``with deferred():``
     """SIGINT and SIGTERM wait until the block ends, then are delivered, in the order they came
     (each once; an exception the first one's handler raises ends the delivery): a quiet
     ``SignalHold`` for one call.

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 #: the signals the parent passes on to the child
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")

@@ -66,7 +66,7 @@ def main() -> None:
     timer = PlainTimer(args.time_steps, batch)
     for step, (images, y) in enumerate(data):
         timer.step(step)
-        if args.fixed:
+        if args.fixed:  # noqa: SIM108 - the planted line stands alone, for the line attribution
             x = images
         else:
             x = torch.stack([augment(img, step * batch + k) for k, img in enumerate(images)])  # planted

@@ -31,7 +31,7 @@ class SlowTokenizedText(Dataset):
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         ids = [(i * 7919 + t * 104729) % self.vocab for t in range(self.seq)]
         for r in range(self.rounds):  # the planted cost: merges done one token at a time
-            ids = [(a * 31 + b + r) % self.vocab for a, b in zip(ids, ids[1:] + ids[:1])]
+            ids = [(a * 31 + b + r) % self.vocab for a, b in zip(ids, ids[1:] + ids[:1], strict=True)]
         tokens = torch.tensor(ids)
         return {"input_ids": tokens, "labels": tokens}
 

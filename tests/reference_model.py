@@ -8,6 +8,7 @@ import statistics
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any
 
 from diagnose.analysis.trace import columns as C
@@ -153,7 +154,7 @@ def _host_items(
                 items.append(HostItem("work", b - a, phase, fetch=fetch_at(a) if phase == "data_wait" else None))
             return
         cuts = labeller.cuts(a, b)
-        for lo, hi in zip(cuts, cuts[1:]):
+        for lo, hi in pairwise(cuts):
             if hi > lo:
                 phase = labeller.at(lo)
                 items.append(HostItem("work", hi - lo, phase, fetch=fetch_at(lo) if phase == "data_wait" else None))

@@ -97,11 +97,10 @@ def test_a_block_that_raises_is_recorded_and_the_error_reaches_the_caller(tmp_pa
 
     exec(compile(TRAIN, "train", "exec"), scope := {})
     holder = {}
-    with pytest.raises(RuntimeError, match="boom"):
-        with diagnose.profile(warmup=1, steps=2, timed_steps=2, stop=False, out=tmp_path / "failed") as run:
-            holder["run"] = run
-            scope["train"](epochs=1)  # 16 steps: the window closes, then the block fails
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), diagnose.profile(warmup=1, steps=2, timed_steps=2, stop=False, out=tmp_path / "failed") as run:
+        holder["run"] = run
+        scope["train"](epochs=1)  # 16 steps: the window closes, then the block fails
+        raise RuntimeError("boom")
     report = holder["run"].report
     assert report.status["state"] == "failed" and report.status["error"]["message"] == "boom"
     assert report.breakdown is not None  # what was measured before the failure is analysed

@@ -360,7 +360,7 @@ def test_the_vectorized_breakdown_equals_the_loops_on_every_recorded_trace(trace
     assert [list(s.matmul_us) for s in fast.steps] == [list(s.matmul_us) for s in slow.steps]
 
 
-def _host_intervals_of(timeline) -> dict:  # noqa: ANN001
+def _host_intervals_of(timeline) -> dict:
     from diagnose.analysis.measure import breakdown as B
 
     forward_ops = B.compiled_forward_ops(timeline)

@@ -19,11 +19,11 @@ def _kernel_records(kernels: list[GpuKernel]) -> Records[GpuKernel]:
 
 def test_records_read_as_the_list_of_tuples() -> None:
     records = _kernel_records(KERNELS)
-    assert records == KERNELS and KERNELS == records and list(records) == KERNELS
+    assert records == KERNELS and records == KERNELS and list(records) == KERNELS
     assert len(records) == 3 and bool(records) and not Records(tuple, [float_column(), float_column()])
     assert records[1] == KERNELS[1] and type(records[1]) is GpuKernel and records[-1].name == "gemm"
     assert records[:1] == KERNELS[:1] and records[::2] == KERNELS[::2]
-    assert records + [KERNELS[0]] == KERNELS + [KERNELS[0]] and [KERNELS[0]] + records == [KERNELS[0]] + KERNELS
+    assert records + [KERNELS[0]] == KERNELS + [KERNELS[0]] and [KERNELS[0]] + records == [KERNELS[0]] + KERNELS  # noqa: RUF005 - Records' + itself
     assert sorted(records, key=lambda k: -k.start) == sorted(KERNELS, key=lambda k: -k.start)
     assert records != KERNELS[:2] and records != [*KERNELS[:2], KERNELS[2]._replace(stream=3)]
     with pytest.raises(IndexError):
@@ -84,7 +84,7 @@ def test_launches_of_many_calls_out_of_order_read_as_the_dict() -> None:
     rng = random.Random(3)
     ids = [rng.randrange(500) for _ in range(2000)]
     starts = [float(i) for i in range(len(ids))]
-    expected = {corr: (start, start + 0.5) for corr, start in zip(ids, starts)}
+    expected = {corr: (start, start + 0.5) for corr, start in zip(ids, starts, strict=True)}
     launches = Launches.from_calls(int_column(ids), float_column(starts), float_column(s + 0.5 for s in starts))
     assert type(launches) is Launches and dict(launches.items()) == expected and list(launches) == sorted(expected)
     assert Launches.from_calls(int_column(), float_column(), float_column()) == {}

@@ -229,7 +229,7 @@ def test_compile_off_leaves_the_scripts_model_eager(compile_calls) -> None:
 
 
 def test_the_knob_reaches_a_decorator_and_module_compile_but_not_library_calls(compile_calls) -> None:
-    knobs, watch = _watched(["compile=default"], library=(os.path.dirname(torch.__file__),))
+    _knobs, watch = _watched(["compile=default"], library=(os.path.dirname(torch.__file__),))
     try:
         @torch.compile(mode="reduce-overhead", fullgraph=True)
         def step(x):

@@ -39,7 +39,7 @@ class FakeTerminal(io.StringIO):
         (None, False, {}, False),
     ],
 )
-def test_colour_follows_the_flag_then_no_color_then_force_color_then_the_terminal(flag, tty, environ, expected) -> None:  # noqa: ANN001
+def test_colour_follows_the_flag_then_no_color_then_force_color_then_the_terminal(flag, tty, environ, expected) -> None:
     stream = FakeTerminal() if tty else io.StringIO()
     assert ConsoleSettings.detect(flag, stream, environ).color is expected
 

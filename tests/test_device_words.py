@@ -68,7 +68,7 @@ def cpu_values(values: dict[str, float]) -> dict[str, float]:
 
 
 def needs_a_gpu(condition: Condition) -> bool:
-    op, left, right = condition.tree
+    _op, left, right = condition.tree
     names = names_in(left) | names_in(right)
     if names & CPU_ABSENT:
         return True

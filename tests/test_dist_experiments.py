@@ -64,7 +64,7 @@ def test_sweep_under_torchrun_applies_the_ddp_knob_on_every_rank_and_compares_th
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout)["experiments"]["rows"]
     assert [r["status"] for r in rows] == ["ok", "ok"]
-    for row, cap in zip(rows, ("1", "10000")):
+    for row, cap in zip(rows, ("1", "10000"), strict=True):
         assert row["via"] == {"bucket_cap_mb": f"DistributedDataParallel(bucket_cap_mb={cap})"}
         report = RunDir(Path(row["run_dir"])).load_report().to_dict()
         assert report["distributed"]["world_size"] == 2
@@ -86,7 +86,7 @@ def _both(nodes: list[subprocess.Popen[str]], timeout: float) -> list[tuple[str,
         for proc in nodes:
             if proc.poll() is None:
                 proc.kill()
-    for proc, (_, err) in zip(nodes, outputs):
+    for proc, (_, err) in zip(nodes, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]
     return outputs
 

@@ -359,7 +359,7 @@ def test_analyze_bad_traces(tmp_path: Path, name: str, content: bytes | None, co
 
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 def test_analyze_cpu_trace_from_a_future_torch(tmp_path: Path, suffix: str) -> None:
-    events = STEP + [{"ph": "X", "cat": "quantum_op", "name": "entangle", "pid": 1, "tid": 1, "ts": 70, "dur": 5}]
+    events = [*STEP, {"ph": "X", "cat": "quantum_op", "name": "entangle", "pid": 1, "tid": 1, "ts": 70, "dur": 5}]
     raw = _trace(events)
     (tmp_path / f"t{suffix}").write_bytes(gzip.compress(raw) if suffix.endswith(".gz") else raw)
     proc = diagnose("analyze", "--json", f"t{suffix}", cwd=tmp_path)

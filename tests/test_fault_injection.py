@@ -187,7 +187,7 @@ if n == 3 and os.fork() == 0:  # the child waits until the parent's report is wr
 
 
 @pytest.fixture
-def mounted(tmp_path: Path):  # noqa: ANN201 - a factory
+def mounted(tmp_path: Path):  # a factory
     """``mounted(kind, size_kb)``: a folder under tmp_path that is a small tmpfs ("tmpfs"), or a
     read-only view of a folder ("ro", with ``source``). Skips where mounting is refused (not root)."""
     mounts: list[Path] = []
@@ -224,7 +224,7 @@ def fill(folder: Path, leave_kb: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("free_kb", [60, 4])
-def test_a_full_disk_leaves_one_line_what_fits_and_no_temporary_file(tmp_path: Path, mounted, free_kb: int) -> None:  # noqa: ANN001
+def test_a_full_disk_leaves_one_line_what_fits_and_no_temporary_file(tmp_path: Path, mounted, free_kb: int) -> None:
     disk = mounted("tmpfs", 256)
     fill(disk, free_kb)
     (tmp_path / "train.py").write_text(LOOP)
@@ -278,7 +278,7 @@ def _trace(folder: Path) -> Path:
     return path
 
 
-def test_analyze_of_a_read_only_run_directory_shows_the_report_and_says_it_was_not_saved(tmp_path: Path, mounted) -> None:  # noqa: ANN001
+def test_analyze_of_a_read_only_run_directory_shows_the_report_and_says_it_was_not_saved(tmp_path: Path, mounted) -> None:
     source = tmp_path / "run"
     source.mkdir()
     (source / "run.json").write_text('{"trace_files": ["h_1.1.pt.trace.json"], "status": "stopped"}')
@@ -291,7 +291,7 @@ def test_analyze_of_a_read_only_run_directory_shows_the_report_and_says_it_was_n
     assert line.startswith("diagnose: error: the report above could not be saved: cannot write") and "Read-only file system" in line
 
 
-def test_analyze_html_onto_a_full_disk_leaves_no_temporary_file(tmp_path: Path, mounted) -> None:  # noqa: ANN001
+def test_analyze_html_onto_a_full_disk_leaves_no_temporary_file(tmp_path: Path, mounted) -> None:
     disk = mounted("tmpfs", 64)
     fill(disk, 4)
     _trace(tmp_path)
@@ -583,9 +583,8 @@ def test_a_nested_profile_block_runs_unprofiled_and_the_outer_one_measures(tmp_p
 
     with diagnose.profile(out=tmp_path / "outer", warmup=1, steps=3, timed_steps=3, stop=stop) as outer:
         train(1)
-        with pytest.warns(RuntimeWarning, match="diagnose.profile inside a run diagnose is already profiling"):
-            with diagnose.profile(out=tmp_path / "inner", warmup=1, steps=2, stop=stop) as inner:
-                train(20)
+        with pytest.warns(RuntimeWarning, match="diagnose.profile inside a run diagnose is already profiling"), diagnose.profile(out=tmp_path / "inner", warmup=1, steps=2, stop=stop) as inner:
+            train(20)
         train(20)
     assert outer.record is not None and outer.record.status == ("stopped" if stop else "completed")
     assert outer.report is not None and outer.report.breakdown["steps"]

@@ -123,7 +123,7 @@ STEPS = [
 ]
 
 
-def _analyse(tmp_path: Path, events: list[dict], name: str = "t.json"):  # noqa: ANN202 - Report
+def _analyse(tmp_path: Path, events: list[dict], name: str = "t.json"):  # Report
     from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
 
     path = tmp_path / name
@@ -167,7 +167,7 @@ def test_duplicated_events_are_counted_once_and_said(tmp_path: Path) -> None:
 def test_escape_sequences_in_trace_strings_never_reach_the_terminal(tmp_path: Path, color: bool) -> None:
     from diagnose.renderers import TerminalRenderer
 
-    hostile = STEPS + [{"ph": "X", "cat": "\x1b[2Jquantum\x1b]0;pwned\x07", "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
+    hostile = [*STEPS, {"ph": "X", "cat": "\x1b[2Jquantum\x1b]0;pwned\x07", "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
     text = TerminalRenderer(color=color).render(_analyse(tmp_path, hostile))
     assert "\\x1b[2Jquantum\\x1b]0;pwned\\x07" in text  # shown, written out
     assert "\x1b[2J" not in text and "\x1b]0" not in text and "\x07" not in text
@@ -418,10 +418,9 @@ def test_a_signal_inside_a_deferred_call_is_delivered_when_it_returns() -> None:
 
     before = signal.getsignal(signal.SIGINT)
     done = []
-    with pytest.raises(KeyboardInterrupt):
-        with deferred():
-            signal.raise_signal(signal.SIGINT)
-            done.append("the call ran to its end")
+    with pytest.raises(KeyboardInterrupt), deferred():
+        signal.raise_signal(signal.SIGINT)
+        done.append("the call ran to its end")
     assert done == ["the call ran to its end"]
     assert signal.getsignal(signal.SIGINT) is before
 
@@ -672,7 +671,7 @@ def test_every_event_duplicated_gives_the_same_corrected_shares_and_findings(tmp
 def test_bidi_overrides_and_line_separators_never_reach_the_terminal(tmp_path: Path, hostile: str) -> None:
     from diagnose.renderers import TerminalRenderer
 
-    events = STEPS + [{"ph": "X", "cat": hostile, "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
+    events = [*STEPS, {"ph": "X", "cat": hostile, "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
     text = TerminalRenderer(color=False).render(_analyse(tmp_path, events))
     shown = "".join(f"\\u{ord(c):04x}" if ord(c) > 0x2000 or ord(c) == 0x200F else c for c in hostile)
     assert shown in text, text

@@ -34,7 +34,7 @@ def fixture(request) -> tuple[Path, dict, object]:
 
 
 def test_breakdown_matches_the_untrimmed_trace(fixture) -> None:
-    folder, expected, report = fixture
+    _folder, expected, report = fixture
     steps = {str(s["number"]): s for s in report.breakdown["steps"]}
     assert set(steps) == set(expected["steps"])
     for number, want in expected["steps"].items():
@@ -51,7 +51,7 @@ def test_breakdown_matches_the_untrimmed_trace(fixture) -> None:
 
 
 def test_the_planted_cause_is_the_only_finding(fixture) -> None:
-    folder, expected, report = fixture
+    _folder, expected, report = fixture
     rules = [f["rule"] for f in report.findings]
     if expected["planted_rule"] is None:
         assert rules == [] and report.healthy  # no false alarm on the well-tuned loop
@@ -63,7 +63,7 @@ def test_the_planted_cause_is_the_only_finding(fixture) -> None:
 
 
 def test_the_report_quotes_the_planted_line(fixture) -> None:
-    folder, expected, report = fixture
+    _folder, expected, report = fixture
     if expected["line"] is None:
         pytest.skip("nothing to quote for this example")
     top = report.findings[0]

@@ -169,8 +169,8 @@ def test_a_compiled_model_stays_compiled_after_the_counted_step() -> None:
     step after the window (the timed ones) ran eagerly."""
     calls = {"compiled": 0}
 
-    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):  # noqa: ANN202
-        def run(*args: torch.Tensor):  # noqa: ANN202
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
+        def run(*args: torch.Tensor):
             calls["compiled"] += 1
             return gm(*args)
 

@@ -370,7 +370,7 @@ def test_diagnose_run_under_the_framework(tmp_path: Path, script: str, framework
         assert f"{script}:" in finding["lines"].split(";")[1] and "(fabric.setup(Sequential))" in finding["lines"]
         # fabric.backward was annotated as the backward pass, and the annotation is in the trace
         (trace,) = out.glob("*.pt.trace.json*")
-        opened = gzip.open(trace, "rt") if trace.suffix == ".gz" else trace.open()
+        opened = gzip.open(trace, "rt") if trace.suffix == ".gz" else trace.open()  # noqa: SIM115 - the with below closes it
         with opened as f:
             assert '"diagnose#backward"' in f.read()
 

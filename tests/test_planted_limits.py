@@ -11,12 +11,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from diagnose.analysis.measure.kernels import misaligned_flop_share  # noqa: E402
-from diagnose.analysis.measure.hardware_limits import unfused_attention_share  # noqa: E402
-from diagnose.progress import Progress  # noqa: E402
-from diagnose.record import RunRecord, WindowPlan  # noqa: E402
-from diagnose.rundir import RunDir  # noqa: E402
-from diagnose.runtime.runner import resolve_target, run_target  # noqa: E402
+from diagnose.analysis.measure.kernels import misaligned_flop_share
+from diagnose.analysis.measure.hardware_limits import unfused_attention_share
+from diagnose.progress import Progress
+from diagnose.record import RunRecord, WindowPlan
+from diagnose.rundir import RunDir
+from diagnose.runtime.runner import resolve_target, run_target
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 SMALL = WindowPlan(warmup=2, steps=3, timed=4)

@@ -200,7 +200,7 @@ def test_each_rank_writes_its_report_and_summary_and_rank_0_merges_from_summarie
     assert [r["trace"] is None for r in d["ranks"]] == [False, False, True, True]
     # DIST003 first; rank 1's own loader rules (DATA001, DATA007) say nothing more (DATA005, its
     # workers starting again every epoch, is a cause of its own)
-    assert [f["rule"] for f in report.findings][0] == "DIST003"
+    assert next(f["rule"] for f in report.findings) == "DIST003"
     assert not {"DATA001", "DATA007", "DIST002"} & {f["rule"] for f in report.findings}
     # rank 1's own report is its own diagnosis: no other rank is in it
     own_report = json.loads(run_dir.rank_report_path(1).read_text())

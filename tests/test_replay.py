@@ -195,6 +195,22 @@ def test_compile_shrinks_the_forward_host_code_to_its_launches_and_one_call() ->
     assert p.speedup == pytest.approx(600.0 / 277.0)
 
 
+def test_fuse_false_leaves_a_run_of_pointwise_kernels_unfused() -> None:
+    """compile_model's ``fuse``: a run of pointwise kernels of the forward becomes one (as long
+    as the longest) only where it is set; graphs_of_compiled (a model compiled already) sets it
+    off. (An inner function named ``fuse`` once hid the flag, and every run was fused.)"""
+    b = TraceBuilder()
+    b.step(1, 0, 1200)
+    b.op("aten::linear", 0, 1000, forward=True)
+    b.kernel(ELEMENTWISE, 110, 30, launch_ts=100)
+    b.kernel(ELEMENTWISE, 910, 10, launch_ts=900)
+    model = model_of(b)
+    assert [op.duration_us for op in model.ops] == [30.0, 10.0]
+    assert [op.duration_us for op in compile_model(model, {}).ops] == [30.0]
+    assert [op.duration_us for op in compile_model(model, {}, fuse=False).ops] == [30.0, 10.0]
+    assert [op.duration_us for op in graphs_of_compiled(model, {}).ops] == [30.0, 10.0]
+
+
 def test_compile_leaves_a_small_piece_its_eager_cost() -> None:
     model = model_of(synced_step())
     # 60 µs of forward host code with two launches: one compiled call (176 µs) would cost more
@@ -728,7 +744,7 @@ def _fixture(name: str) -> tuple[StepModel, Predictor, dict[str, float]]:
 
 @pytest.mark.parametrize("name", sorted(PLANTED), ids=str)
 def test_the_planted_fix_is_predicted_to_help_and_unrelated_changes_are_not(name: str) -> None:
-    model, predictor, facts = _fixture(name)
+    _model, predictor, facts = _fixture(name)
     planted = PLANTED[name]
     if planted is not None:
         p = predictor.predict(planted, facts)

@@ -201,7 +201,7 @@ def test_supersedes_names_loaded_rules_and_never_both_ways(tmp_path: Path) -> No
 
 
 def test_every_catalog_symptom_has_unit_and_description() -> None:
-    for name, (unit, description) in CATALOG.items():
+    for name, (_unit, description) in CATALOG.items():
         assert description, name
         assert "." in name
 
@@ -274,7 +274,7 @@ _SETTING = __import__("re").compile(r"\b([a-z_]+)\s*=\s*([^,\s)]+)")
 _BOUND = __import__("re").compile(r"^([\w.]+)\s*(<=|>=|<|>|==)\s*(-?[\d.]+)$")
 
 
-def _settings(rule) -> dict[str, set[str]]:  # noqa: ANN001 - Rule
+def _settings(rule) -> dict[str, set[str]]:  # Rule
     """The distributed settings (DDP's, FSDP's, the backend) a rule gives a value, in its code
     (every device's and framework's words) and its knob table."""
     from diagnose.runtime.knobs import DDP_KNOBS, FSDP_KNOBS
@@ -291,17 +291,17 @@ def _settings(rule) -> dict[str, set[str]]:  # noqa: ANN001 - Rule
     return found
 
 
-def _exclusive(a, b) -> bool:  # noqa: ANN001 - Rules
+def _exclusive(a, b) -> bool:  # Rules
     """Whether two rules can never fire together: one bounds a symptom above where the other
     bounds it below (DIST008's ``calls <= 2``, DIST009's ``calls >= 40``)."""
-    def bounds(rule) -> list[tuple[str, str, float]]:  # noqa: ANN001
+    def bounds(rule) -> list[tuple[str, str, float]]:
         return [(m[1], m[2], float(m[3])) for c in rule.all_of if (m := _BOUND.match(c.text.strip()))]
 
     for name, op_a, x in bounds(a):
         for other, op_b, y in bounds(b):
             if name != other:
                 continue
-            if op_a in ("<", "<=") and op_b in (">", ">=") and x < y or op_b in ("<", "<=") and op_a in (">", ">=") and y < x:
+            if (op_a in ("<", "<=") and op_b in (">", ">=") and x < y) or (op_b in ("<", "<=") and op_a in (">", ">=") and y < x):
                 return True
             if op_a == op_b == "==" and x != y:
                 return True

@@ -153,7 +153,7 @@ def test_record_round_trip_per_rank(tmp_path: Path) -> None:
 
 def test_report_round_trip_and_clear_errors(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
-    with pytest.raises(UsageError, match="no report.json in"):
+    with pytest.raises(UsageError, match=r"no report\.json in"):
         run.load_report()
     report = Report(verdict="fine", warnings=["w"])
     assert run.save_report(report) == tmp_path / "diagnose" / "report.json"
@@ -222,7 +222,7 @@ def test_a_rank_gets_its_own_trace(tmp_path: Path) -> None:
 
 
 def test_a_folder_with_neither_record_nor_trace_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="neither run.json nor a trace"):
+    with pytest.raises(UsageError, match=r"neither run\.json nor a trace"):
         analyze_run(RunDir(tmp_path), AnalysisOptions.load())
 
 

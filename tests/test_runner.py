@@ -313,7 +313,7 @@ def test_bad_targets_are_clear_errors(script, module, message, tmp_path: Path) -
 def test_not_python_is_a_clear_error(tmp_path: Path) -> None:
     binary = tmp_path / "model.pt"
     binary.write_bytes(b"\x80\x02\x00\x00garbage")
-    with pytest.raises(UsageError, match="not (valid Python|a Python source)"):
+    with pytest.raises(UsageError, match=r"not (valid Python|a Python source)"):
         resolve_target(str(binary), None, [])
 
 

@@ -16,8 +16,8 @@ from tests.wholebuilder import whole_record
 from diagnose.record import DataLoaderInfo, FlopCount, FrameworkInfo, MatmulShape, MemorySplit, ModelInfo, OpCount, OptimizerInfo, RunRecord
 
 # dyadic shares, so that sums are exact
-EXPOSED_SHARE = dict(zip(EXPOSED, (0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.125, 0.125, 0.0625, 0.0)))
-PHASE_SHARE = dict(zip(PHASES, (0.25, 0.0, 0.25, 0.25, 0.125, 0.125)))
+EXPOSED_SHARE = dict(zip(EXPOSED, (0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.0625, 0.125, 0.0625, 0.125, 0.125, 0.0625, 0.0), strict=True))
+PHASE_SHARE = dict(zip(PHASES, (0.25, 0.0, 0.25, 0.25, 0.125, 0.125), strict=True))
 HIDDEN_SHARE = {p: (0.125 if p == "data_wait" else 0.0) for p in PHASES}
 
 

@@ -13,8 +13,10 @@ import threading
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -165,7 +167,7 @@ def test_a_corrupt_gzip_body_is_a_trace_error(tmp_path: Path) -> None:
     raw = bytearray(gzip.compress(GOOD * 20))
     raw[len(raw) // 2 : len(raw) // 2 + 16] = b"\xff" * 16
     path = _write(tmp_path, "t.json.gz", bytes(raw))
-    with pytest.raises(TraceError, match="cannot read|not valid JSON"):
+    with pytest.raises(TraceError, match=r"cannot read|not valid JSON"):
         load_timeline(path)
     with pytest.raises(zlib.error):  # what leaked as a traceback before
         zlib.decompress(bytes(raw), 31)
@@ -202,7 +204,7 @@ def test_malformed_fields_are_named_in_a_trace_error(
 def test_malformed_device_memory_is_a_trace_error(tmp_path: Path, value: Any) -> None:
     doc = one_gpu_step().to_dict()
     doc["deviceProperties"][0]["totalGlobalMem"] = value
-    with pytest.raises(TraceError, match="deviceProperties.totalGlobalMem .* not a number"):
+    with pytest.raises(TraceError, match=r"deviceProperties\.totalGlobalMem .* not a number"):
         build_timeline(doc)
 
 
@@ -215,14 +217,14 @@ def test_events_that_are_not_objects_are_skipped_as_before(tmp_path: Path, tiny_
 
 def test_a_size_limit_given_still_refuses_before_reading(tmp_path: Path) -> None:
     path = one_gpu_step().write(tmp_path / "t.json")
-    with pytest.raises(TraceError, match="over the .* limit given"):
+    with pytest.raises(TraceError, match=r"over the .* limit given"):
         load_timeline(path, max_bytes=100)
 
 
 def test_a_trace_larger_than_the_memory_available_is_refused_before_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = one_gpu_step().write(tmp_path / "t.json")
     monkeypatch.setattr(tracefile, "available_memory", lambda: tracefile.MEMORY_RESERVE_BYTES + 10)
-    with pytest.raises(TraceError, match="needs about .* GiB of memory, and .* GiB is available"):
+    with pytest.raises(TraceError, match=r"needs about .* GiB of memory, and .* GiB is available"):
         load_timeline(path)
 
 
@@ -230,7 +232,7 @@ def test_the_read_stops_when_memory_runs_short(tmp_path: Path, tiny_blocks: None
     path = one_gpu_step().write(tmp_path / "t.json")
     left = iter([2**40] + [2**20] * 1000)  # plenty before reading, then 1 MiB
     monkeypatch.setattr(tracefile, "available_memory", lambda: next(left))
-    with pytest.raises(TraceError, match="out of memory reading .* MiB left after"):
+    with pytest.raises(TraceError, match=r"out of memory reading .* MiB left after"):
         load_timeline(path)
 
 
@@ -630,7 +632,7 @@ def test_seeking_cuts_give_the_events_and_metadata_of_one_parse(tmp_path: Path, 
         assert len(joined) <= 3  # at most the pieces around the '},{' inside the name
         # the pieces and the text between them are the file's bytes, in order
         raw = path.read_bytes()
-        for piece, following in zip(pieces, pieces[1:]):
+        for piece, following in pairwise(pieces):
             assert raw[piece.offset : piece.offset + piece.length] == piece.text
             assert raw[piece.offset + piece.length : following.offset] == piece.separator
 

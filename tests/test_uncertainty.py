@@ -281,7 +281,7 @@ def test_the_check_runs_within_its_budget_and_judges_against_the_run(monkeypatch
     clock = [0.0]
     started: list[tuple[str, float | None, list[str]]] = []
 
-    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):  # noqa: ANN001, ANN202
+    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):
         started.append((spec.rule, timeout, list(options or [])))
         assert plan.steps == E.CHECK_PROFILED_STEPS and plan.timed == 20
         clock[0] += 90.0  # each experiment takes 90 s
@@ -312,7 +312,7 @@ def test_the_check_of_a_short_script_compares_by_the_profiled_window_like_verify
 
     plans: list[WindowPlan] = []
 
-    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):  # noqa: ANN001, ANN202
+    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):
         plans.append(plan)
         figures = {"steady": {"steps_per_s": 40.0, "samples_per_s": 1280.0, "mean_step_ms": 25.0},
                    "profiled": {"steps_per_s": 15.0, "samples_per_s": 480.0, "mean_step_ms": 66.7}}
@@ -448,7 +448,7 @@ def test_a_dominant_categorys_fix_predicted_slower_is_still_left_out() -> None:
     assert isinstance(kept.findings[0], Finding)
 
     class Predicts(Predictor):
-        def predict_all(self, requests):  # noqa: ANN001, ANN201
+        def predict_all(self, requests):
             return [Prediction(name, self.spread, None, "stated") for name, _, _ in requests]
 
     # the speedup each prediction states is the predictor's ``spread`` here: 1.02x (inside the

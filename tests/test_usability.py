@@ -122,7 +122,7 @@ def uncut(narrow: str, wide: str, width: int) -> None:
     assert words(narrow) - words(notes) <= words(wide), sorted(words(narrow) - words(notes) - words(wide))
 
 
-def _long_sweep():  # noqa: ANN202 - a Report
+def _long_sweep():  # a Report
     from diagnose.experiments import Outcome
     from tests.test_experiment_display import sweep_report
 
@@ -144,7 +144,7 @@ def test_sweep_and_verify_tables_cut_no_label_or_number(width: int, tmp_path: Pa
         narrow = TerminalRenderer(color=False, width=width).render(report)
         wide = TerminalRenderer(color=False, width=None).render(report)
         uncut(narrow, wide, width)
-        for row in report.experiments["rows"] if "rows" in report.experiments else []:
+        for row in report.experiments.get("rows", []):
             assert row["label"] in narrow
 
 
@@ -223,7 +223,7 @@ def test_a_full_file_system_leaves_the_old_file_and_no_piece(tmp_path: Path, mon
 
     class FullDisk:  # a part lands, then the disk is full
         def __init__(self, path: Path) -> None:
-            self.stream = builtins.open(path, "wb")
+            self.stream = builtins.open(path, "wb")  # noqa: SIM115 - the object's stream, closed by its close()
 
         def __enter__(self) -> FullDisk:
             return self
@@ -401,13 +401,13 @@ def test_a_child_runs_progress_reaches_the_parent_and_no_kineto_line_shows(tmp_p
 # --- 9: compare knows each run's spread and notes, one window for all, and warns of unlike runs ---
 
 
-def _saved(name: str = "data_bound"):  # noqa: ANN202 - a Report
+def _saved(name: str = "data_bound"):  # a Report
     from diagnose.api import analyze
 
     return analyze(DATA / name, reanalyze=True)
 
 
-def _scaled(report, factor: float):  # noqa: ANN001, ANN202 - Report in and out
+def _scaled(report, factor: float):  # Report in and out
     """The report with its steady throughput ``factor`` times higher (and its step shorter)."""
     import copy
 

@@ -17,7 +17,7 @@ from diagnose.analysis.trace.timeline import _outermost
 
 def _loop_outermost(starts: list[float], ends: list[float]) -> list[int]:
     out, top_end = [], float("-inf")
-    for i, (start, end) in enumerate(zip(starts, ends)):
+    for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
         if start >= top_end:
             out.append(i)
             top_end = end
@@ -36,7 +36,7 @@ def test_sort_order_is_pythons_stable_sort(seed: int) -> None:
     starts, ends = _random_rows(rng, rng.randrange(0, 60))
     for descending in ([False], [False, False], [False, True]):
         keys = [starts, ends][: len(descending)]
-        rows = list(zip(*[[-v for v in k] if down else k for k, down in zip(keys, descending)]))
+        rows = list(zip(*[[-v for v in k] if down else k for k, down in zip(keys, descending, strict=True)], strict=True))
         expected = sorted(range(len(starts)), key=rows.__getitem__)
         order = V.sort_order(keys, descending)
         assert (list(range(len(starts))) if order is None else order.tolist()) == expected
@@ -94,7 +94,7 @@ def test_backward_calls_are_the_loops_groups(seed: int) -> None:
     from diagnose.analysis.measure.breakdown import backward_spans
 
     rng = random.Random(seed)
-    ops = sorted(zip(*_random_rows(rng, rng.randrange(0, 200))))
+    ops = sorted(zip(*_random_rows(rng, rng.randrange(0, 200)), strict=True))
     forward_starts = sorted(float(rng.randrange(20)) + 0.25 * rng.randrange(4) for _ in range(rng.randrange(0, 12)))
     expected = _loop_backward_spans(ops, forward_starts)
     assert V.backward_calls([a for a, _ in ops], [b for _, b in ops], forward_starts) == expected

@@ -96,19 +96,19 @@ from diagnose.runtime.runner import resolve_target, run_target  # noqa: E402
 
 #: step 0 runs from iteration 0's model call to its optimizer step, step k from the optimizer
 #: step of iteration k-1 to that of k: step k sleeps in iteration k
-SLEEPY = """
+SLEEPY = f"""
 import sys, time, torch
 slow = {{int(k) for k in sys.argv[1].split(",") if k}}
 iterations = int(sys.argv[2])
 model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for i in range(iterations):
-    time.sleep({slow} if i in slow else {fast})
+    time.sleep({SLOW} if i in slow else {FAST})
     model(torch.randn(2, 4)).sum().backward()
     opt.step()
     opt.zero_grad()
 print("script finished", file=sys.stderr)
-""".format(slow=SLOW, fast=FAST)
+"""
 
 PLAN = WindowPlan(warmup=2, steps=4, timed=2, max_steps=12)
 
@@ -194,12 +194,12 @@ def test_a_script_that_ends_while_the_window_grows_keeps_what_was_profiled(write
 
 def test_a_rank_of_a_distributed_run_never_grows_its_window(write_script) -> None:
     # the ranks must stop at the same step; a fixed plan (no max_steps) is the plans' test above
-    record, run_dir = run(write_script, slow=[3], rank=0)
+    record, _run_dir = run(write_script, slow=[3], rank=0)
     assert record.profiled_steps == 4 and record.window_growth == {}
 
 
 #: SLEEPY with its length as an option diagnose reads (``--max_iters``): the plan is cut to it
-SLEEPY_ITERS = """
+SLEEPY_ITERS = f"""
 import argparse, time, torch
 p = argparse.ArgumentParser()
 p.add_argument("--slow", default="")
@@ -209,11 +209,11 @@ slow = {{int(k) for k in a.slow.split(",") if k}}
 model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for i in range(a.max_iters):
-    time.sleep({slow} if i in slow else {fast})
+    time.sleep({SLOW} if i in slow else {FAST})
     model(torch.randn(2, 4)).sum().backward()
     opt.step()
     opt.zero_grad()
-""".format(slow=SLOW, fast=FAST)
+"""
 
 
 def test_the_window_grows_while_its_mean_is_uncertain_only_as_far_as_the_script_has_steps(write_script) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import types
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ TINY_MLP = ["--model_name", "custom", "--resolution", "16", "--intermidiate_dime
 
 def linear_layers(widths: list[int]) -> int:
     """Weights + biases of a chain of nn.Linear layers through ``widths``."""
-    return sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+    return sum(a * b + b for a, b in pairwise(widths))
 
 
 def run_train(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

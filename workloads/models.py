@@ -13,6 +13,7 @@ full-size numbers can be checked without allocating 2.5 GB of weights.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,7 +37,7 @@ def build_custom_mlp(resolution: int, n_classes: int, hidden_dims: Sequence[int]
     """Flatten, then Linear+ReLU per hidden size, then a Linear to ``n_classes`` logits."""
     widths = [resolution * resolution, *hidden_dims]
     layers: list[nn.Module] = [nn.Flatten()]
-    for width_in, width_out in zip(widths[:-1], widths[1:]):
+    for width_in, width_out in pairwise(widths):
         layers += [nn.Linear(width_in, width_out), nn.ReLU()]
     layers.append(nn.Linear(widths[-1], n_classes))
     return nn.Sequential(*layers)
@@ -45,7 +46,7 @@ def build_custom_mlp(resolution: int, n_classes: int, hidden_dims: Sequence[int]
 def mlp_parameter_count(resolution: int, n_classes: int, hidden_dims: Sequence[int] = DEFAULT_MLP_DIMS) -> int:
     """Weights plus biases of ``build_custom_mlp(resolution, n_classes, hidden_dims)``."""
     widths = [resolution * resolution, *hidden_dims, n_classes]
-    return sum(width_in * width_out + width_out for width_in, width_out in zip(widths[:-1], widths[1:]))
+    return sum(width_in * width_out + width_out for width_in, width_out in pairwise(widths))
 
 
 def vit_config(resolution: int, n_classes: int, **overrides: Any) -> ViTConfig:

@@ -28,8 +28,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import corpus  # noqa: E402
-import prepare  # noqa: E402
+import corpus
+import prepare
 
 ARCHIVE_URL = "https://codeload.github.com/{repo}/tar.gz/{commit}"
 RECORD = ".zoo-commit"
@@ -90,7 +90,7 @@ def from_mirror(git_dir: Path, repo: corpus.Repo, into: Path) -> int:
 def from_url(repo: corpus.Repo, into: Path, timeout: float = 120) -> int:
     url = ARCHIVE_URL.format(repo=repo.name, commit=repo.commit)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (a fixed https URL)
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # a fixed https URL
             data = response.read()
     except OSError as e:
         raise FetchError(f"{repo.name}: {url}: {e}") from None
@@ -135,7 +135,7 @@ def prepare_scripts(scripts: list[corpus.Script], dest: Path) -> list[str]:
         for step in script.prepare:
             try:
                 print(f"  {script.name}: {prepare.prepare(step, src)}", flush=True)
-            except Exception as e:  # one script's data never stops the others'
+            except Exception as e:  # noqa: BLE001 - one script's data never stops the others'
                 errors.append(f"{script.name}: prepare {step.get('kind')}: {type(e).__name__}: {e}")
     return errors
 

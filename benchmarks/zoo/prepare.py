@@ -87,7 +87,7 @@ def text(dest: Path, step: dict) -> str:
             words = [vocab[j] for j in ids[at:at + n]]
             words[0] = words[0].capitalize()
             commas = rng.random(len(words)) < 0.08
-            body = " ".join(w + (" ," if comma and k < len(words) - 1 else "") for k, (w, comma) in enumerate(zip(words, commas)))
+            body = " ".join(w + (" ," if comma and k < len(words) - 1 else "") for k, (w, comma) in enumerate(zip(words, commas, strict=True)))
             lines.append(f" {body} {'.!?'[int(rng.integers(0, 3))]}")
             at += n
         (dest / name).write_text("\n".join(lines) + "\n")

@@ -36,9 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import corpus  # noqa: E402
-import fetch  # noqa: E402
-import prepare  # noqa: E402
+import corpus
+import fetch
+import prepare
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,7 +222,7 @@ def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log: 
         try:
             for step in script.prepare:
                 prepare.prepare(step, src)
-        except Exception as e:  # the script cannot run without its data: say so, go on
+        except Exception as e:  # noqa: BLE001 - the script cannot run without its data: say so, go on
             record.update(status="failed", error=f"prepare {step.get('kind')}: {type(e).__name__}: {e}")
             return record
     cpu = args.cpu_smoke
@@ -340,7 +340,7 @@ def main() -> int:
         print(f"[{n}/{len(scripts)}] {script.name} ({script.repo.name}, {script.kind}, {script.half}) at {elapsed:.0f} s", flush=True)
         try:
             record = run_script(script, args, out, lambda line: print(line, flush=True), append)
-        except Exception as e:  # a bug of ours on one script never stops the others
+        except Exception as e:  # noqa: BLE001 - a bug of ours on one script never stops the others
             record = {"name": script.name, "repo": script.repo.name, "half": script.half, "status": "failed", "error": f"{type(e).__name__}: {e}", "runs": [], "verify": None}
         record["wall_s"] = round(time.perf_counter() - t0 - elapsed, 1)
         append(record)

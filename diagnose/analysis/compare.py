@@ -69,8 +69,8 @@ TIMING_NOTE_STARTS = ("noisy ", "bursty ", "profiling made", "the profiler-off w
 def throughput_of(report: Report, rate_key: str, window: str | None = None) -> float | None:
     """The run's ``rate_key`` figure (``samples_per_s`` or ``steps_per_s``) in ``window``; with
     none given, steady when measured, else profiled; None when the run measured neither."""
-    for window in (window,) if window else WINDOWS:
-        timing = (report.throughput or {}).get(window) or {}
+    for name in (window,) if window else WINDOWS:
+        timing = (report.throughput or {}).get(name) or {}
         value = timing.get(rate_key)
         if isinstance(value, (int, float)) and value > 0:
             return float(value)
@@ -101,8 +101,8 @@ def spread_of(mean: float | None, low: float | None, high: float | None) -> floa
 def step_ms(report: Report, window: str | None = None) -> tuple[float | None, float | None, float | None]:
     """The mean step with its p10 and p90 (the report's statistic, as verify and sweep show it),
     from ``window``, or with none given the steady window where it was timed, else the profiled one."""
-    for window in (window,) if window else WINDOWS:
-        timing = (report.throughput or {}).get(window) or {}
+    for name in (window,) if window else WINDOWS:
+        timing = (report.throughput or {}).get(name) or {}
         mean = timing.get("mean_step_ms")
         if isinstance(mean, (int, float)):
             low, high = timing.get("p10_step_ms"), timing.get("p90_step_ms")

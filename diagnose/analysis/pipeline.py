@@ -109,10 +109,12 @@ class RankAnalysis:
 def analyse_rank(rank: int, record: RunRecord, trace: Path | None, options: AnalysisOptions, warnings: Sequence[str] = ()) -> RankAnalysis:
     """One rank's trace, analysed on its own: its breakdown and its summary."""
     window = _window(record, trace, options, collectives=True)
-    summary = summarize_rank(rank, window.record, window.breakdown, dict(window.collectives))
+    rank_record = window.record
+    assert rank_record is not None  # the record given (its sync time attributed): a window keeps it
+    summary = summarize_rank(rank, rank_record, window.breakdown, dict(window.collectives))
     summary.trace = trace.name if trace is not None else None
     predictors = [window.predictor] if window.predictor is not None else []
-    return RankAnalysis(rank, window.record, trace, window.breakdown, window.meta, [*warnings, *window.warnings], predictors, summary)
+    return RankAnalysis(rank, rank_record, trace, window.breakdown, window.meta, [*warnings, *window.warnings], predictors, summary)
 
 
 def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[str, Any], rank_set: RankSet | None = None) -> Report:
@@ -369,7 +371,7 @@ def _steady_step_us(record: RunRecord | None) -> float | None:
     return record.timed_seconds / record.timed_steps * 1e6
 
 
-def attribute_sync_time(record: RunRecord, timeline: Timeline) -> list[dict]:
+def attribute_sync_time(record: RunRecord, timeline: Timeline) -> list[dict[str, Any]]:
     """Blocked time per sync site, per profiled step. The sync debug warnings came in the same
     order as the trace's synchronising calls on the main thread: when their counts agree, each
     call's duration goes to its site; otherwise (a trimmed trace) the total is shared by count."""
@@ -379,7 +381,7 @@ def attribute_sync_time(record: RunRecord, timeline: Timeline) -> list[dict]:
     by_index = {s.get("index"): s for s in sites}
     if record.sync_sequence and len(record.sync_sequence) == len(in_steps):
         totals: dict[int, float] = {}
-        for index, call in zip(record.sync_sequence, in_steps):
+        for index, call in zip(record.sync_sequence, in_steps, strict=True):
             totals[index] = totals.get(index, 0.0) + (call.end - call.start)
         for index, us in totals.items():
             if index in by_index:

@@ -88,7 +88,7 @@ class ComparisonTerminalRenderer:
         lines = []
         for row in rows:
             cells = []
-            for i, (share, delta) in enumerate(zip(row.shares, row.deltas)):
+            for i, (share, delta) in enumerate(zip(row.shares, row.deltas, strict=True)):
                 if share is None:
                     cells.append("—")
                 else:

@@ -50,7 +50,7 @@ def comparison_markdown(comparison: Comparison) -> str:
     lines += ["", *[f"- **{run.label}**: {run.shift}" for run in c.runs[1:]], ""]
     lines += ["| what limits the step | " + " | ".join(c.labels) + " |", "|---" * (len(c.runs) + 1) + "|"]
     for row in c.exposed:
-        cells = [("—" if s is None else percent(s) + (f" ({signed_points(d)})" if i else "")) for i, (s, d) in enumerate(zip(row.shares, row.deltas))]
+        cells = [("—" if s is None else percent(s) + (f" ({signed_points(d)})" if i else "")) for i, (s, d) in enumerate(zip(row.shares, row.deltas, strict=True))]
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

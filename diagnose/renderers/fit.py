@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-Cell = Union[str, Text]
+Cell = str | Text
 
 #: the spaces between two columns (rich's default padding of one each side, no outer edge)
 GAP = 2
@@ -99,7 +99,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
     naturals = natural_widths(columns, rows)
     widths = _widths([columns[i] for i in shown], [needs[i] for i in shown], [naturals[i] for i in shown], width)
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, **table_options)
-    for i, column_width in zip(shown, widths):
+    for i, column_width in zip(shown, widths, strict=True):
         column = columns[i]
         table.add_column(column.header, justify=column.justify, width=column_width, style=column.style)  # type: ignore[arg-type]
     for row in rows:
@@ -136,7 +136,7 @@ def _stacked(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], title: s
     for row in rows:
         first = row[0]
         lines.append(first if isinstance(first, Text) else Text(first, style="bold"))
-        for column, cell in zip(columns[1:], row[1:]):
+        for column, cell in zip(columns[1:], row[1:], strict=True):
             if not _plain(cell):
                 continue
             lines.append(Text.assemble("  ", (f"{column.header}: ", header_style or "dim"), cell))

@@ -200,7 +200,7 @@ class TerminalRenderer(Renderer):
         bd = v.breakdown
         assert bd is not None
         c.print(Text(exposed_caption(bd.exposed_basis, bd.exposed_step_ms), style="dim"))
-        rows = []
+        rows: list[list[str | Text]] = []
         for row in bd.listed:
             style, glyph = STYLES[row.category]
             rows.append([

@@ -109,7 +109,7 @@ class CompileWatch:
             watch._record("torch.compile", model, kwargs)
             return original_compile(model, *args, **kwargs)
 
-        torch.compile = compile  # type: ignore[assignment]
+        torch.compile = compile
         self._compile_wrapper = compile
         self._undo.append(lambda: setattr(torch, "compile", original_compile))
 
@@ -131,7 +131,7 @@ class CompileWatch:
                 finally:
                     watch._inside_module_compile = False
 
-            module_cls.compile = module_compile  # type: ignore[method-assign]
+            module_cls.compile = module_compile  # type: ignore[method-assign, assignment]
             self._undo.append(lambda: setattr(module_cls, "compile", original_method))
 
     def _from_script(self, caller: Any) -> bool:
@@ -258,5 +258,5 @@ def _compilation_metrics() -> list[Any]:
     get = getattr(utils, "get_compilation_metrics", None) if utils is not None else None
     try:
         return list(get()) if get is not None else []
-    except Exception:  # a private API: if torch changes it, report what the counters say
+    except Exception:  # noqa: BLE001 - a private API: if torch changes it, report what the counters say
         return []

@@ -51,7 +51,7 @@ def tensor_bytes(t: Any) -> int:
     nbytes = t.numel() * t.element_size()
     try:
         storage = t.untyped_storage().nbytes()
-    except Exception:  # sparse, nested or storage-less tensors
+    except Exception:  # noqa: BLE001 - sparse, nested or storage-less tensors
         return nbytes
     return min(nbytes, storage)
 
@@ -222,13 +222,13 @@ def _force_eager() -> Callable[[], None] | None:
 
         before = eval_frame._stance
         torch.compiler.set_stance("force_eager")
-    except Exception:  # an older torch: no stances
+    except Exception:  # noqa: BLE001 - an older torch: no stances
         return None
 
     def restore() -> None:
         try:
             eval_frame._stance = before
-        except Exception:
+        except Exception:  # noqa: BLE001 - restoring a private attribute must never break the script
             pass
 
     return restore
@@ -255,7 +255,7 @@ def _make_mode(counter: StepCounter) -> Any:
             try:
                 flops = int(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0
                 counter.count(str(packet), flops, args, kwargs, out, _is_view(func))
-            except Exception:  # counting must never break the script's step
+            except Exception:  # noqa: BLE001 - counting must never break the script's step
                 pass
             return out
 

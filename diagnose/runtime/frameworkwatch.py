@@ -28,6 +28,7 @@ import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -80,7 +81,8 @@ SETTINGS: dict[tuple[str, str], tuple[str, ...]] = {
     ("accelerate", "accelerator"): ("mixed_precision", "gradient_accumulation_steps", "device_placement"),
 }
 
-KnobHook = Callable[[str, str, dict[str, Any]], dict[str, str]]
+#: ``(framework, role, settings) -> the changes applied, by name``
+KnobHook = Callable[[str, str, "_Settings"], dict[str, str]]
 
 
 def _plain(value: Any) -> Any:
@@ -99,7 +101,7 @@ def read_settings(framework: str, role: str, obj: Any) -> dict[str, Any]:
             for part in (path or name).split("."):
                 value = getattr(value, part)
             out[name] = _plain(value)
-        except Exception:  # a property that needs a later stage of set-up
+        except Exception:  # noqa: BLE001 - a property that needs a later stage of set-up
             continue
     return out
 
@@ -134,7 +136,7 @@ class FrameworkWatch:
         by_module: dict[str, list[Watched]] = {}
         for w in WATCHED:
             by_module.setdefault(w.module, []).append(w)
-        self._finder = when_imported({n: (lambda m, ws=ws: self._patch_module(m, ws)) for n, ws in by_module.items()})
+        self._finder = when_imported({n: partial(self._patch_module, watched=ws) for n, ws in by_module.items()})
 
     def remove(self) -> None:
         stop_watching_imports(self._finder)
@@ -154,7 +156,7 @@ class FrameworkWatch:
             original = cls.__dict__[w.method]
             setattr(cls, w.method, backward_mark(original) if w.role == "backward" else self._wrap(w, original))
             self._patched.add(key)
-            self._undo.append(lambda cls=cls, w=w, original=original: setattr(cls, w.method, original))
+            self._undo.append(partial(setattr, cls, w.method, original))
 
     def _wrap(self, w: Watched, original: Callable[..., Any]) -> Callable[..., Any]:
         watch = self

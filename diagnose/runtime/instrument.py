@@ -23,7 +23,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from types import FrameType
 from typing import Any
 
 from diagnose.record import DataLoaderInfo, ModelInfo, OptimizerInfo
@@ -343,7 +342,7 @@ class Instrumentation:
                 if instrumentation.on_oom is not None:
                     try:
                         instrumentation.on_oom(message)
-                    except Exception:  # measuring must never replace the script's own error
+                    except Exception:  # noqa: BLE001 - measuring must never replace the script's own error
                         pass
 
         return __init__
@@ -365,7 +364,7 @@ class Instrumentation:
         dataset = getattr(loader, "dataset", None)
         try:
             length = len(dataset)  # type: ignore[arg-type]
-        except Exception:
+        except Exception:  # noqa: BLE001 - a dataset's own __len__ may raise anything: no length then
             length = None
         created_at = user_frame(self._prefixes)
         earlier = self.dataloaders.get(id(loader))
@@ -453,7 +452,7 @@ class Instrumentation:
 def _length(loader: Any) -> int | None:
     """``len(loader)``, None where it has none (an iterable dataset) or it fails."""
     try:
-        return int(len(loader))
+        return len(loader)
     except Exception:  # noqa: BLE001 - a sampler without a length, an IterableDataset
         return None
 
@@ -500,7 +499,7 @@ def _default_implementation(params: list[Any], defaults: dict[str, Any]) -> str:
         from torch.optim.optimizer import _default_to_fused_or_foreach
 
         fused, foreach = _default_to_fused_or_foreach(params, bool(defaults.get("differentiable")), use_fused=False)
-    except Exception:  # a private helper: if torch changes it, fall back to torch's documented rule
+    except Exception:  # noqa: BLE001 - a private helper: if torch changes it, fall back to torch's documented rule
         foreach = bool(params) and all(getattr(p, "is_cuda", False) for p in params)
         fused = False
     return "fused" if fused else "foreach" if foreach else "for-loop"

@@ -36,7 +36,7 @@ def without_kineto_lines() -> Iterator[None]:
     except (OSError, ValueError, AttributeError):
         yield
         return
-    scratch = tempfile.TemporaryFile()
+    scratch = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below, once stderr is back
     try:
         os.dup2(scratch.fileno(), 2)
         try:

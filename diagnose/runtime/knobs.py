@@ -72,9 +72,12 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnose.errors import UsageError
+
+if TYPE_CHECKING:  # torch is imported where a knob is applied, not with this module
+    import torch
 
 DATALOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size")
 #: host tensors smaller than this are not worth a pinned copy (the pinned copy costs a host memcpy)
@@ -187,7 +190,7 @@ class Knobs:
     script_args: dict[str, str] = field(default_factory=dict)
     #: ``env.NAME=value``: environment variables set before the script starts
     env: dict[str, str] = field(default_factory=dict)
-    _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _undo: list[Callable[[], object]] = field(default_factory=list, repr=False)
     _compiled: bool = field(default=False, repr=False)
     #: the module whose ``forward`` the compile knob replaced (``maybe_compile``), if any
     _own_compiled: Any = field(default=None, repr=False)
@@ -841,7 +844,7 @@ def framework_switch(knob: str, value: Any, framework: str, role: str, cuda: boo
             if value == "off":
                 return {"torch_compile": False, "torch_compile_mode": None}
             return {"torch_compile": True, "torch_compile_mode": None if value == "default" else value}
-    elif (framework, role) == ("accelerate", "accelerator"):
+    elif (framework, role) == ("accelerate", "accelerator"):  # noqa: SIM102 - a branch per framework, an if per knob
         if knob == "autocast":
             return {"mixed_precision": "no" if value == "off" else value}
     return None
@@ -910,16 +913,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _module_type() -> type:
+def _module_type() -> type[torch.nn.Module]:
     from torch import nn
 
     return nn.Module
 
 
-def _optimizer_classes(optim_module: Any) -> list[type]:
+def _optimizer_classes(optim_module: Any) -> list[type[torch.optim.Optimizer]]:
     import torch
 
-    out = []
+    out: list[type[torch.optim.Optimizer]] = []
     for name in dir(optim_module):
         obj = getattr(optim_module, name)
         if isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer) and obj is not torch.optim.Optimizer:

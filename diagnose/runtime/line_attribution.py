@@ -165,7 +165,7 @@ def classify_main(frame: FrameType | None, library: tuple[str, ...] = ()) -> str
 def worker_frames(frame: FrameType | None) -> list[FrameType]:
     """A worker's frames inside its batch loop (innermost first). With fork, the stack below
     ``_worker_loop`` is the parent's, copied at the fork: it says nothing about the worker."""
-    frames = []
+    frames: list[FrameType] = []
     while frame is not None:
         if frame.f_code.co_name == "_worker_loop":
             return frames
@@ -177,7 +177,7 @@ def worker_frames(frame: FrameType | None) -> list[FrameType]:
 def classify_worker(frames: list[FrameType]) -> str:
     """collate / decode / resize / user code, or idle (waiting for work), from a worker's frames."""
     names = [f.f_code.co_name.lower() for f in frames]
-    if not names or any(n in ("get", "poll", "wait", "_poll", "recv") for n in names[:3]) and not any("fetch" in n for n in names):
+    if not names or (any(n in ("get", "poll", "wait", "_poll", "recv") for n in names[:3]) and not any("fetch" in n for n in names)):
         return "idle"
     for activity, words in _WORKER_ACTIVITIES:
         if any(word == name or (len(word) > 4 and word in name) for name in names for word in words):
@@ -261,7 +261,7 @@ def _start_worker_probe(out_dir: str, library: tuple[str, ...], user_init: Calla
         info = _utils.worker.get_worker_info()
         fetcher_module = _utils.fetch
         for cls in (fetcher_module._MapDatasetFetcher, fetcher_module._IterableDatasetFetcher):
-            cls.fetch = probe.timed_fetch(cls.fetch)
+            cls.fetch = probe.timed_fetch(cls.fetch)  # type: ignore[method-assign]  # the worker's fetch, timed
         sys.setswitchinterval(SAMPLING_SWITCH_INTERVAL_S)  # this worker process only
         probe.sampler.start()
         atexit.register(probe.flush)
@@ -319,7 +319,7 @@ class LineAttribution:
                     _start_worker_probe, str(hook.workers_dir), hook.library, loader.worker_init_fn
                 )
 
-        DataLoader.__init__ = __init__  # type: ignore[method-assign]
+        DataLoader.__init__ = __init__  # type: ignore[method-assign, assignment]
         self._undo.append(lambda: setattr(DataLoader, "__init__", original_init))
 
     def model_in_cuda_graphs(self) -> None:
@@ -352,7 +352,7 @@ class LineAttribution:
             self._filters = warnings.filters[:]
             warnings.filterwarnings("always", message=f".*{SYNC_WARNING}.*")
             self._showwarning = warnings.showwarning
-            warnings.showwarning = self._on_warning  # type: ignore[assignment]
+            warnings.showwarning = self._on_warning
 
     def window_closed(self, record: Any) -> None:
         self._stop_window()
@@ -390,7 +390,7 @@ class LineAttribution:
 
             torch.cuda.set_sync_debug_mode(self._sync_mode_before or 0)
             warnings.showwarning = self._showwarning
-            warnings.filters[:] = self._filters
+            warnings.filters[:] = self._filters  # type: ignore[index]  # a list, which typeshed calls a Sequence
             self._showwarning = None
 
     def _on_warning(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:

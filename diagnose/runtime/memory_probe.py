@@ -66,14 +66,14 @@ def find_owners() -> tuple[list[Any], list[Any]]:
 def _storage_key(t: Any) -> int:
     try:
         return int(t.untyped_storage().data_ptr())
-    except Exception:
+    except Exception:  # noqa: BLE001 - a tensor without a storage (sparse, nested, a tensor subclass): its own identity
         return id(t)
 
 
 def _storage_bytes(t: Any) -> int:
     try:
         return int(t.untyped_storage().nbytes())
-    except Exception:
+    except Exception:  # noqa: BLE001 - a tensor without a storage: its elements' bytes
         return int(t.numel() * t.element_size())
 
 

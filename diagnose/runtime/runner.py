@@ -26,6 +26,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -439,7 +440,7 @@ class _ScriptRun:
             record.memory = _safely(describe_memory, {})
         record.boundaries_s = list(session.boundaries)  # the hooks cut what came after the last step
         for hook in self.hooks:
-            _safely(lambda h=hook: h.finish(record))
+            _safely(partial(hook.finish, record))
         record.environment = _safely(describe_environment, {})
         # what more workers would cost the main process: measured where a DataLoader ran and the
         # run ended as planned (a run that failed or ran out of memory keeps what it has for saving)
@@ -745,7 +746,7 @@ class _ChildSignals:
             return
         guard = self
 
-        def _set_SIGCHLD_handler() -> None:  # noqa: N802 - torch's name
+        def _set_SIGCHLD_handler() -> None:  # torch's name
             original()
             guard.wrap_current()
 
@@ -787,7 +788,7 @@ def _open_again(stream: Any, fd: int) -> Any:
     if stream is None or not getattr(stream, "closed", False):
         return stream
     try:
-        return open(fd, "w", encoding=getattr(stream, "encoding", None), errors=getattr(stream, "errors", None), closefd=False, buffering=1)  # noqa: SIM115
+        return open(fd, "w", encoding=getattr(stream, "encoding", None), errors=getattr(stream, "errors", None), closefd=False, buffering=1)
     except (OSError, ValueError):  # the descriptor itself was closed: writes go nowhere, and say so
         return stream
 
@@ -823,13 +824,14 @@ class _SysState:
 
     @classmethod
     def save(cls) -> _SysState:
-        handlers = []
+        handlers: list[Any] = []
         for name in ("SIGTERM", "SIGCHLD", "SIGHUP"):
             try:
                 handlers.append(signal.getsignal(getattr(signal, name)))
             except (AttributeError, ValueError, OSError):  # no SIGCHLD on Windows; not the main thread
                 handlers.append(None)
-        return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), *handlers, streams=(sys.stdout, sys.stderr))
+        sigterm, sigchld, sighup = handlers
+        return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), sigterm, sigchld, sighup, streams=(sys.stdout, sys.stderr))
 
     def underneath(self) -> dict[str, Any]:
         """The handlers a ``SignalHold`` puts back for the ones the run installed."""
@@ -839,7 +841,7 @@ class _SysState:
         """Put back what the run changed; with ``keep_held``, SIGTERM and SIGHUP stay held
         (``SignalHold`` puts back the handlers saved here when it releases)."""
         sys.argv = self.argv
-        sys.stdout, sys.stderr = (_open_again(saved, fd) for saved, fd in zip(self.streams, (1, 2)))
+        sys.stdout, sys.stderr = (_open_again(saved, fd) for saved, fd in zip(self.streams, (1, 2), strict=True))
         if sys.path:
             sys.path[0] = self.path0
         if self.main_module is not None:

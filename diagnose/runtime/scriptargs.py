@@ -36,7 +36,7 @@ class ScriptArgs:
                     pass
             return result
 
-        argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+        argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign, assignment]
 
     def remove(self) -> None:
         if self._original is not None:

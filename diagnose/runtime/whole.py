@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, TextIO
 
 from diagnose.rundir import RunDir
@@ -395,7 +396,7 @@ class WholeRun:
         by_module: dict[str, list[Hooked]] = {}
         for h in HOOKED:
             by_module.setdefault(h.module, []).append(h)
-        self._finder = when_imported({n: (lambda m, hs=hs: self._hook_module(m, hs)) for n, hs in by_module.items()})
+        self._finder = when_imported({n: partial(self._hook_module, hooked=hs) for n, hs in by_module.items()})
 
     def remove(self) -> None:
         from diagnose.runtime.frameworkwatch import stop_watching_imports
@@ -463,7 +464,7 @@ class WholeRun:
     def _wrap_eval(self, original: Callable[..., Any]) -> Callable[..., Any]:
         watch = self
 
-        def eval(module: Any) -> Any:  # noqa: A001 - nn.Module's name
+        def eval(module: Any) -> Any:  # nn.Module's name
             if watch._eval_model is None and module.training and watch.boundaries:
                 watch._eval_model = module
                 watch.spans.enter("eval_model", f"{type(module).__name__}.eval() ... .train()")
@@ -696,7 +697,7 @@ class WholeRun:
             waits = info.workers_ready_s if len(info.workers_ready_s) == len(starts) else info.first_batch_wait_s
             loaders.append({
                 "created_at": info.created_at, "num_workers": info.num_workers, "persistent_workers": info.persistent_workers,
-                "starts": [[rel(s), round(w, 6)] for s, w in zip(starts, waits)],
+                "starts": [[rel(s), round(w, 6)] for s, w in zip(starts, waits, strict=True)],
             })
         capacity = {"host_bytes": host_capacity_bytes()}
         torch = sys.modules.get("torch")

@@ -28,9 +28,9 @@ for epoch in range(a.epochs):
     for x, y in dl:
         x, y = x.to(a.device), y.to(a.device)
 
-        def closure() -> torch.Tensor:
+        def closure() -> torch.Tensor:  # opt.step calls it at once, on this batch
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
+            loss = nn.functional.cross_entropy(model(x), y)  # noqa: B023
             loss.backward()
             return loss
 

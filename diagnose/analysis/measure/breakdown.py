@@ -33,13 +33,14 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from diagnose.analysis.trace import columns as C
 from diagnose.analysis.trace import patterns as P
 from diagnose.analysis.measure.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
-from diagnose.analysis.trace.timeline import HostOp, Interval, Timeline
+from diagnose.analysis.trace.timeline import HostOp, Interval, SyncCall, Timeline
 from diagnose.stats import quantile
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class Breakdown:
     #: profiled step time over the steady-state step time (profiler off), when known
     profiler_inflation: float | None = None
     #: the median step in time order, in ``STRIP_BINS`` equal slices (see ``_strip``)
-    timeline_strip: dict | None = None
+    timeline_strip: dict[str, Any] | None = None
     #: kernel name -> (GPU time in us, calls) over the profiled steps: the kernel table and the
     #: roofline (analysis/measure/kernels.py) read it; kept out of report.json (the report keeps the top rows)
     kernels_by_name: dict[str, tuple[float, int]] = field(default_factory=dict)
@@ -185,7 +186,7 @@ def _contains(merged: list[Interval], t: float) -> bool:
     return i >= 0 and merged[i][0] <= t < merged[i][1]
 
 
-def backward_spans(backward_ops: list[Interval], forward_starts: list[float]) -> list[Interval]:
+def backward_spans(backward_ops: Sequence[Interval], forward_starts: Sequence[float]) -> list[Interval]:
     """Group autograd-engine events into one span per ``backward()`` call.
 
     Consecutive backward events belong to one call unless a forward operator starts between
@@ -196,7 +197,7 @@ def backward_spans(backward_ops: list[Interval], forward_starts: list[float]) ->
     if len(backward_ops) > 64:
         from diagnose.analysis.trace import vectorized as V
 
-        starts, ends = (backward_ops.column(0), backward_ops.column(1)) if hasattr(backward_ops, "column") else zip(*backward_ops)
+        starts, ends = (backward_ops.column(0), backward_ops.column(1)) if hasattr(backward_ops, "column") else zip(*backward_ops, strict=True)
         found = V.backward_calls(starts, ends, forward_starts)
         if found is not None:
             return found
@@ -213,7 +214,7 @@ def backward_spans(backward_ops: list[Interval], forward_starts: list[float]) ->
     return spans
 
 
-def forward_spans(forward_ops: list[Interval], backward: list[Interval], steps: list[Interval]) -> list[Interval]:
+def forward_spans(forward_ops: Sequence[Interval], backward: list[Interval], steps: list[Interval]) -> list[Interval]:
     """Forward passes: from the first forward operator (one that recorded autograd history)
     after the previous backward to the start of the next backward. Forward operators with no
     backward after them (inference with grad enabled) form one span per step."""
@@ -271,7 +272,7 @@ def resolve_nesting(spans: dict[str, list[Interval]]) -> dict[str, list[Interval
     out: dict[str, list[Interval]] = {label: [] for label in spans}
     heap: list[tuple[float, float, int]] = []  # (-start, end, rank): the innermost on top
     i = 0
-    for t, t_next in zip(bounds, bounds[1:]):
+    for t, t_next in pairwise(bounds):
         while i < len(items) and items[i][0] <= t:
             start, end, r = items[i]
             heapq.heappush(heap, (-start, end, r))
@@ -288,7 +289,7 @@ def resolve_nesting(spans: dict[str, list[Interval]]) -> dict[str, list[Interval
     return out
 
 
-def compiled_forward_ops(timeline: Timeline) -> list[Interval]:
+def compiled_forward_ops(timeline: Timeline) -> Sequence[Interval]:
     """The forward operators, with torch.compile's regions around a compiled forward counted as
     forward from their start: the guard check (``TorchDynamo Cache Lookup``) and the
     ``Torch-Compiled Region`` that holds the ``CompiledFunction`` recording autograd history."""
@@ -309,7 +310,7 @@ def compiled_forward_ops(timeline: Timeline) -> list[Interval]:
         if k < len(starts) and starts[k] < op.end:  # a forward op inside: a compiled forward
             extra.append((pending_lookup.start if pending_lookup is not None else op.start, op.end))
         pending_lookup = None
-    return sorted(ops + extra) if extra else ops
+    return sorted([*ops, *extra]) if extra else ops
 
 
 def field_column(records: Any, index: int) -> Any:
@@ -342,7 +343,7 @@ def h2d_host_ops(timeline: Timeline) -> list[Interval]:
     return out
 
 
-def _enclosing(host: list[HostOp], starts: list[float], t: float) -> HostOp | None:
+def _enclosing(host: Sequence[HostOp], starts: Sequence[float], t: float) -> HostOp | None:
     i = bisect_right(starts, t) - 1
     if i >= 0 and host[i].start <= t < host[i].end:
         return host[i]
@@ -378,7 +379,8 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     # Syncs inside an H2D copy are the copy's own staging, not a user read-back; syncs inside
     # DDP's own code wait for its all-reduce (on a rank that waits for a straggler, most of it).
     data_parallel = merge(timeline.data_parallel_spans)
-    comm_waits, user_syncs = [], []
+    comm_waits: list[SyncCall] = []
+    user_syncs: list[SyncCall] = []
     for s in timeline.syncs:
         if not _contains(h2d_merged, s.start):
             (comm_waits if _contains(data_parallel, s.start) else user_syncs).append(s)
@@ -485,7 +487,7 @@ def _model_phase_spans(host_intervals: dict[str, list[Interval]]) -> list[tuple[
         for label, gpu_label in (("optimizer", "gpu_optimizer"), ("backward", "gpu_backward"), ("forward", "gpu_forward"))
         for start, end in host_intervals[label]
     )
-    return None if any(a[1] > b[0] for a, b in zip(spans, spans[1:])) else spans
+    return None if any(a[1] > b[0] for a, b in pairwise(spans)) else spans
 
 
 def _phase_lookup(host_intervals: dict[str, list[Interval]]) -> Any:
@@ -514,6 +516,7 @@ def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]
     from diagnose.analysis.trace.vectorized import np
 
     found = _kernel_labels_vectorized(timeline, host_intervals)
+    labels: np.ndarray | list[str]
     if found is not None:
         codes, starts, ends = found
         spans = {label: (starts[codes == i], ends[codes == i]) for i, label in enumerate(_GPU_LABELS[: len(_GPU_COMPUTE) + 1])}
@@ -585,6 +588,7 @@ def _kernel_intervals_loop(timeline: Timeline, host_intervals: dict[str, list[In
     classify = P.classify_kernel
     phase_of_correlation: dict[int, str] = {}
     launch_phase = _phase_lookup(host_intervals)
+    label: str | None
     for k in timeline.kernels:
         if classify(k.name).communication:
             label = "communication"
@@ -604,7 +608,7 @@ def _sweep(
     host_intervals: dict[str, list[Interval]],
     gpu_intervals: dict[str, V.Spans],
     traced_step: int | None = None,
-    event_starts: list[float] | None = None,
+    event_starts: Sequence[float] | None = None,
 ) -> tuple[
     list[dict[str, float]], list[dict[str, float]], list[float], list[tuple[float, float, str, str]], list[dict[str, int]]
 ]:
@@ -621,7 +625,7 @@ def _sweep(
             events.append((end, 0, i, -1))
     for label, (gpu_starts, gpu_ends) in gpu_intervals.items():
         i = gpu_index[label]
-        for start, end in zip(gpu_starts.tolist(), gpu_ends.tolist()):
+        for start, end in zip(gpu_starts.tolist(), gpu_ends.tolist(), strict=True):
             if end > start:
                 events.append((start, 1, i, 1))
                 events.append((end, 1, i, -1))
@@ -734,7 +738,7 @@ def _median_index(durations: list[float]) -> int | None:
     return order[(len(order) - 1) // 2]
 
 
-def _strip(segments: list[tuple[float, float, str, str]], step: Any, bins: int) -> dict:
+def _strip(segments: list[tuple[float, float, str, str]], step: Any, bins: int) -> dict[str, Any]:
     """The step's segments cut into ``bins`` equal slices; each slice shows the phase and the
     cause that filled most of it. Run-length encoded: ``[[label, slices], ...]``."""
     start, width = step.start, (step.end - step.start) / bins
@@ -752,7 +756,7 @@ def _strip(segments: list[tuple[float, float, str, str]], step: Any, bins: int) 
     def encode(slices: list[dict[str, float]]) -> list[list[Any]]:
         runs: list[list[Any]] = []
         for times in slices:
-            label = max(times, key=times.get) if times else "other"
+            label = max(times, key=times.__getitem__) if times else "other"
             if runs and runs[-1][0] == label:
                 runs[-1][1] += 1
             else:
@@ -827,14 +831,14 @@ def _step_of(step_starts: list[float], steps: list[StepBreakdown], t: float) -> 
     return None
 
 
-def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels: Sequence[str]) -> dict[str, tuple[float, int]]:
+def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels: Sequence[str] | np.ndarray) -> dict[str, tuple[float, int]]:
     """Fill the steps' kernel figures; return each kernel name's time and calls over the steps.
     In arrays for the reader's kernels (the loop below gives the same, to the last bit: each sum
     is taken in kernel order), one kernel at a time otherwise."""
     if isinstance(timeline.kernels, C.Records) and len(timeline.kernels) and steps:
         return _kernel_stats_vectorized(timeline.kernels, steps, kernel_labels)
     if not isinstance(kernel_labels, list):  # indices into _GPU_LABELS
-        kernel_labels = [_GPU_LABELS[code] for code in kernel_labels.tolist()]
+        kernel_labels = [_GPU_LABELS[code] for code in cast("np.ndarray", kernel_labels).tolist()]
     return _kernel_stats_loop(timeline.kernels, steps, kernel_labels)
 
 
@@ -843,7 +847,7 @@ def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: 
     durations: list[list[float]] = [[] for _ in steps]
     by_name: dict[str, tuple[float, int]] = {}
     classify = P.classify_kernel
-    for k, label in zip(kernels, kernel_labels):
+    for k, label in zip(kernels, kernel_labels, strict=True):
         i = _step_of(starts, steps, k.start)
         if i is None:
             continue
@@ -869,12 +873,12 @@ def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: 
             step.optimizer_kernels += 1
             if cls.multi_tensor:
                 step.multi_tensor_kernels += 1
-    for step, durs in zip(steps, durations):
+    for step, durs in zip(steps, durations, strict=True):
         step.median_kernel_us = statistics.median(durs) if durs else None
     return by_name
 
 
-def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str]) -> dict[str, tuple[float, int]]:
+def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str] | np.ndarray) -> dict[str, tuple[float, int]]:
     from diagnose.analysis.trace.vectorized import np
 
     from diagnose.analysis.trace import vectorized as V
@@ -904,7 +908,8 @@ def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_la
     def time_per_step(flags: list[bool]) -> list[float]:
         """The time of the kernels whose name's flag is set, per step."""
         mask = np.array(flags, dtype=bool)[codes]
-        return np.bincount(step[mask], weights=durations[mask], minlength=n).tolist()
+        times: list[float] = np.bincount(step[mask], weights=durations[mask], minlength=n).tolist()
+        return times
 
     time_of = np.bincount(step, weights=durations, minlength=n).tolist()
     count_of = np.bincount(step, minlength=n).tolist()
@@ -970,7 +975,7 @@ def _copy_stats(timeline: Timeline, steps: list[StepBreakdown]) -> None:
 
 
 def _sync_stats(
-    timeline: Timeline, steps: list[StepBreakdown], user_syncs: list, host_starts: list[float], gpu_busy: list[Interval]
+    timeline: Timeline, steps: list[StepBreakdown], user_syncs: list[SyncCall], host_starts: Sequence[float], gpu_busy: list[Interval]
 ) -> None:
     """Count the syncs per step and kind; add the GPU's idle time after each one (``gpu_busy``:
     merged GPU activity, every stream). A sync that returns while the GPU still works (another
@@ -998,7 +1003,7 @@ def _sync_stats(
         next_busy = busy_starts[k] if k < len(busy_starts) else step_end
         if min(next_busy, step_end) > sync.end:
             idle_after[i].append((sync.end, min(next_busy, step_end)))
-    for step, spans in zip(steps, idle_after):
+    for step, spans in zip(steps, idle_after, strict=True):
         step.sync_idle_after_us += sum(end - start for start, end in merge(spans))
     for t in timeline.graph_launches:
         i = _step_of(starts, steps, t)

@@ -324,7 +324,7 @@ ROWS_RATIO = 8
 
 def rows_dimension(shape: MatmulShape) -> int | None:
     """The dimension of a linear matmul that a larger batch would widen, when one stands out."""
-    small, b, c = sorted((shape.m, shape.n, shape.k))
+    small, b, _ = sorted((shape.m, shape.n, shape.k))
     return small if small * ROWS_RATIO <= b else None
 
 
@@ -336,6 +336,7 @@ def _roof(shape: MatmulShape, gpu: GpuSpec, tf32_allowed: bool, batch_factor: fl
     size = ELEMENT_BYTES.get(shape.dtype)
     if not peak or not size or not gpu.memory_gbs or shape.calls <= 0:
         return None
+    small: float  # scaled by the batch below
     small, b, c = sorted((shape.m, shape.n, shape.k))
     if rows_dimension(shape) is not None:
         small = small * batch_factor

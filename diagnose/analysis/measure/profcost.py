@@ -27,7 +27,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from diagnose.analysis.measure.breakdown import EXPOSED, Breakdown
+from diagnose.analysis.measure.breakdown import Breakdown
+from diagnose.analysis.measure.categories import EXPOSED
 from diagnose.analysis.trace.timeline import Timeline
 
 #: profiler cost per recorded event over the median recorded length of a no-work operator

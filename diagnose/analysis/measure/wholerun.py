@@ -38,6 +38,7 @@ import re
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from diagnose.record import RunRecord
@@ -210,7 +211,7 @@ def _cover(spans: list[tuple[float, float, str, dict[str, Any]]]) -> list[tuple[
     active: list[tuple[float, int, str]] = []
     out: list[tuple[float, float, str]] = []
     i = 0
-    for left, right in zip(edges, edges[1:]):
+    for left, right in pairwise(edges):
         while i < len(starts) and starts[i][0] <= left:
             active.append((starts[i][1], starts[i][2], starts[i][3]))
             i += 1
@@ -230,7 +231,7 @@ def _uncovered(edges: list[float], segments: list[tuple[float, float, str]]) -> 
     """For each interval ``edges[k]..edges[k+1]``, the time no segment covers (one pass)."""
     out = []
     j = 0
-    for left, right in zip(edges, edges[1:]):
+    for left, right in pairwise(edges):
         while j < len(segments) and segments[j][1] <= left:
             j += 1
         covered = 0.0
@@ -248,7 +249,7 @@ class _CpuWaits:
 
     def __init__(self, samples: list[dict[str, Any]]) -> None:
         marked = [(float(s["t"]), float(s["run_delay_s"])) for s in samples if s.get("run_delay_s") is not None]
-        self.intervals = [[t0, t1, max(0.0, d1 - d0)] for (t0, d0), (t1, d1) in zip(marked, marked[1:]) if t1 > t0]
+        self.intervals = [[t0, t1, max(0.0, d1 - d0)] for (t0, d0), (t1, d1) in pairwise(marked) if t1 > t0]
 
     def take(self, start: float, end: float, most: float) -> float:
         taken = 0.0
@@ -299,7 +300,7 @@ def _shifts(
     saves = _outermost(events.get("checkpoint", []))
     if saves:
         at_steps = [_step_at(edges, e["start"]) for e in saves]
-        gaps = [b - a for a, b in zip(at_steps, at_steps[1:]) if b > a]
+        gaps = [b - a for a, b in pairwise(at_steps) if b > a]
         out["checkpoint"] = {"count": len(saves), "mean_s": statistics.fmean(e["seconds"] for e in saves),
                              "every_steps": statistics.median(gaps) if gaps else None, "names": _names(saves)}
     evals = _outermost(events.get("eval", []))
@@ -319,7 +320,7 @@ def _shifts(
         recompiles = [c for c in compiles if c.get("reason")]
         # reasons that differ only in numbers (sizes) are one kind: the first one's words stand for it
         kinds = Counter(re.sub(r"\d+", "N", c["reason"]) for c in recompiles)
-        example = {}
+        example: dict[str, str] = {}
         for c in recompiles:
             example.setdefault(re.sub(r"\d+", "N", c["reason"]), c["reason"])
         out["compile"] = {
@@ -384,7 +385,7 @@ def _memory_growth(whole: dict[str, Any]) -> dict[str, Any] | None:
         if len(values) < 4:
             continue
         (t0, v0), (t1, v1) = values[0], values[-1]
-        rises = sum(1 for (_, a), (_, b) in zip(values, values[1:]) if b > a)
+        rises = sum(1 for (_, a), (_, b) in pairwise(values) if b > a)
         cap = capacity.get(cap_key)
         slope = (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
         entry = {"start_bytes": v0, "end_bytes": v1, "growth": (v1 - v0) / v0 if v0 else None, "rising_share": rises / (len(values) - 1),

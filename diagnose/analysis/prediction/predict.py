@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
-from itertools import compress
+from itertools import compress, pairwise
 from typing import Any
 
 from diagnose.analysis.trace import forking
@@ -205,9 +205,14 @@ def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> Ste
     if not casts:
         return model.with_ops(ops)
     for i, op in enumerate(ops):  # memory-bound kernels of forward and backward move bf16
-        if i not in scaled and _is_elementwise(op) and op.phase in ("forward", "backward", "unknown"):
-            if not AUTOCAST_FP32_KERNEL.search(op.name) and not HALF_KERNEL.search(op.name):
-                ops[i] = _with_duration(op, op.duration_us / AUTOCAST_BYTE_RATIO)
+        if (
+            i not in scaled
+            and _is_elementwise(op)
+            and op.phase in ("forward", "backward", "unknown")
+            and not AUTOCAST_FP32_KERNEL.search(op.name)
+            and not HALF_KERNEL.search(op.name)
+        ):
+            ops[i] = _with_duration(op, op.duration_us / AUTOCAST_BYTE_RATIO)
     cast_us = _median_duration(model.ops, _is_elementwise) or 0.0
     items: list[HostItem] = []
     for it in model.items:
@@ -259,7 +264,7 @@ def fused_optimizer(model: StepModel, facts: Mapping[str, float], param_tensors:
             continue
         if not in_optimizer:  # the first item of this step's optimizer: the fused launches
             in_optimizer = True
-            for _ in range(fused_launches):
+            for _launch in range(fused_launches):
                 ops.append(GpuOp(stream, fused_us / fused_launches, "kernel", "multi_tensor_apply_kernel (fused)", "optimizer", model.launch_latency_us, STREAM_GAP_US))
                 items.append(HostItem("launch", host_per_launch, "optimizer", (len(ops) - 1,)))
         if it.kind == "work":
@@ -349,7 +354,7 @@ def library_layers(model: StepModel) -> set[int]:
 
     marks = [i for i, it in enumerate(items) if it.kind == "launch" and any(RNN_KERNEL.search(model.ops[j].name) for j in it.ops)]
     out = set(marks)
-    for a, b in zip(marks, marks[1:]):
+    for a, b in pairwise(marks):
         if items[a].phase == items[b].phase and all(items[i].kind != "launch" or library_only(items[i]) for i in range(a + 1, b)):
             out.update(range(a + 1, b))
     return out
@@ -412,7 +417,7 @@ def compile_model(
     keep = [True] * len(ops)
     runs: dict[tuple[int, str], list[int]] = {}
 
-    def fuse(run: list[int]) -> None:
+    def fuse_run(run: list[int]) -> None:
         # a chain of pointwise kernels becomes one that reads the chain's inputs and writes its
         # outputs: about what its largest kernel moves
         if len(run) >= 2 and fuse:
@@ -424,9 +429,9 @@ def compile_model(
         if op.phase in phases and fusible(op):
             runs.setdefault((op.stream, op.phase), []).append(i)
         else:
-            fuse(runs.pop((op.stream, op.phase), []))
+            fuse_run(runs.pop((op.stream, op.phase), []))
     for run in runs.values():
-        fuse(run)
+        fuse_run(run)
     fused = _drop_ops(_rebuild(model, list(model.items), ops), keep)
     # a recurrent layer's call runs eagerly between two graphs, its host code as it was
     breaks = set(graph_breaks(fused)) | library_layers(fused)

@@ -44,7 +44,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from itertools import compress, islice, repeat
+from itertools import compress, islice, pairwise, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -154,7 +154,7 @@ def changer(cls: type[_Value], *names: str) -> Callable[..., _Value]:
     args = ", ".join(f"new_{names.index(name)}" if name in names else f"value.{name}" for name in own)
     params = "".join(f", new_{i}" for i in range(len(names)))
     namespace: dict[str, Any] = {"cls": cls}
-    exec(f"def change(value{params}):\n    return cls({args})\n", namespace)  # noqa: S102 - the class's own field names only
+    exec(f"def change(value{params}):\n    return cls({args})\n", namespace)  # the class's own field names only
     return namespace["change"]  # type: ignore[no-any-return]
 
 
@@ -430,7 +430,7 @@ def build_model(timeline: Timeline) -> StepModel | None:
     ready = np.where(in_window, launched, carried)
     labelled = in_window | before
     phases = labeller.at_many(np.where(labelled, launched, w0))
-    phase = [p if known else "unknown" for p, known in zip(phases, labelled.tolist())]
+    phase = [p if known else "unknown" for p, known in zip(phases, labelled.tolist(), strict=True)]
     phase = ["other" if p in ("data_wait", "h2d_copy") else p for p in phase]
     latency, gap = starts - ready, starts - prev_end
     delays = latency.tolist()
@@ -440,7 +440,7 @@ def build_model(timeline: Timeline) -> StepModel | None:
     on_stream = (gap <= STREAM_GAP_US) | (prev_end > ready)
     latency = np.where(on_stream, np.minimum(latency, latency_cap), latency)
     gap = np.where(on_stream, gap, gap_floor)
-    carried_at = [None if own else at for own, at in zip(in_window.tolist(), carried.tolist())]
+    carried_at = [None if own else at for own, at in zip(in_window.tolist(), carried.tolist(), strict=True)]
     ops = list(
         map(
             GpuOp,
@@ -562,7 +562,7 @@ def _host_items(
     payloads: list[Any] = list(groups)
     syncs = [s for s in timeline.syncs if w0 <= s.start < w1]
     if syncs:
-        launch_spans = set(zip(starts.tolist(), ends.tolist()))
+        launch_spans = set(zip(starts.tolist(), ends.tolist(), strict=True))
         h2d = labeller.labels["h2d_copy"]
         data_parallel = merge(timeline.data_parallel_spans)
         kept = [s for s in syncs if (s.start, s.end) not in launch_spans]
@@ -593,12 +593,12 @@ def _host_items(
     # 2k: the work before call k (several items where it spans phases, in order)
     work_keys = (2 * before[one_phase]).tolist()
     work_items = list(map(HostItem, repeat("work"), (b - a)[one_phase].tolist(), labeller.at_many(a[one_phase])))
-    for item, t in zip(work_items, a[one_phase].tolist()):
+    for item, t in zip(work_items, a[one_phase].tolist(), strict=True):
         if item.phase == "data_wait":
             item.fetch = fetch_at(t)
-    for k, lo, hi in zip(before[~one_phase].tolist(), a[~one_phase].tolist(), b[~one_phase].tolist()):
+    for k, lo, hi in zip(before[~one_phase].tolist(), a[~one_phase].tolist(), b[~one_phase].tolist(), strict=True):
         cuts = labeller.cuts(lo, hi)
-        for x, y in zip(cuts, cuts[1:]):
+        for x, y in pairwise(cuts):
             if y > x:
                 phase = labeller.at(x)
                 work_items.append(HostItem("work", y - x, phase, fetch=fetch_at(x) if phase == "data_wait" else None))
@@ -646,7 +646,7 @@ def stream_ends(
     of the last op launched on ``stream`` before ``t`` (``launched_at``: each op's launch, -inf
     for one launched before the window or by an unseen call), or of the work before the window."""
     per_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for op, t, end in zip(ops, launched_at, op_ends):
+    for op, t, end in zip(ops, launched_at, op_ends, strict=True):
         per_stream[op.stream].append((t, end))
     for v in per_stream.values():
         v.sort()
@@ -701,7 +701,7 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
         stream = op.stream
         prev = stream_end.get(stream, neg_inf)
         latency = op.latency_us - shrink
-        start, after_prev = ready + (0.0 if 0.0 > latency else latency), prev + op.gap_us
+        start, after_prev = ready + (0.0 if latency < 0.0 else latency), prev + op.gap_us
         start = after_prev if after_prev > start else start
         end = start + op.duration_us
         ends[index] = end
@@ -740,7 +740,7 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
         else:
             done = max((last_end.get(s, neg_inf) for s in item.streams), default=neg_inf)
             h = max(h, max(h - lead, done) + item.after_us * host_code_scale)
-    gpu_end = max((end for end, op in zip(ends, model.ops) if not op.spills), default=w0)
+    gpu_end = max((end for end, op in zip(ends, model.ops, strict=True) if not op.spills), default=w0)
     return Replay(window_us=max(h, gpu_end) - w0, host_end_us=h - w0, gpu_end_us=gpu_end - w0, gpu_busy_us=busy)
 
 
@@ -817,7 +817,7 @@ def host_ahead_scale(model: StepModel) -> float:
             other += it.duration_us
     if code <= 0:
         return 0.0
-    own = min(d - b for d, b in zip(model.step_durations_us, model.blocked_us))
+    own = min(d - b for d, b in zip(model.step_durations_us, model.blocked_us, strict=True))
     own -= other / steps + model.host_events / steps * model.profiler_cost_us
     scale = min(1.0, max(0.0, own / (code / steps)))
     if scale <= 0 or abs(replay(model, scale).window_us - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from diagnose.record import Z_INTERVAL
 
 if TYPE_CHECKING:
+    import numpy  # for the annotations inside functions, where np is numpy imported there
     import numpy as np
 
 #: A fix that cannot make the step at least this much faster is not worth a user's time.
@@ -148,7 +149,8 @@ def resample_indices(n: int, resamples: int = RESAMPLES, block: int = 1, seed: i
     blocks = -(-n // block)
     starts = rng.integers(0, n, size=(resamples, blocks))
     rows = (starts[:, :, None] + np.arange(block)[None, None, :]) % n
-    return rows.reshape(resamples, blocks * block)[:, :n]
+    indices: numpy.ndarray = rows.reshape(resamples, blocks * block)[:, :n]
+    return indices
 
 
 def _quantiles(values: np.ndarray, axis: int = -1) -> tuple[Any, Any]:
@@ -241,7 +243,8 @@ def resampled_speedups(
         kept *= (total - saved) / float(kept.sum())
         values = d[idx].sum(axis=1) / kept[idx].sum(axis=1) * batch_factor
     sigma = math.hypot(math.log1p(error) / Z_INTERVAL, math.sqrt(2) * RUN_TO_RUN_SPREAD)
-    return values * np.exp(np.random.default_rng([sample.seed, stream]).normal(0.0, sigma, len(values)))
+    draws: numpy.ndarray = values * np.exp(np.random.default_rng([sample.seed, stream]).normal(0.0, sigma, len(values)))
+    return draws
 
 
 def measured_draws(speedup: float, spread: float, resamples: int = RESAMPLES, stream: int = 0, seed: int = SEED) -> np.ndarray:
@@ -249,7 +252,8 @@ def measured_draws(speedup: float, spread: float, resamples: int = RESAMPLES, st
     baseline spread, half a range) taken as the interval's edge."""
     np = _np()
     sigma = math.log1p(max(spread, 0.0)) / Z_INTERVAL
-    return speedup * np.exp(np.random.default_rng([seed, stream]).normal(0.0, sigma, resamples))
+    draws: numpy.ndarray = speedup * np.exp(np.random.default_rng([seed, stream]).normal(0.0, sigma, resamples))
+    return draws
 
 
 def interval(values: np.ndarray) -> tuple[float, float]:

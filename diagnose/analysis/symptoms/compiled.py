@@ -7,6 +7,8 @@ A bare trace has no record: rules read the trace's side (``gpu.triton_share``,
 
 from __future__ import annotations
 
+from typing import Any
+
 from diagnose.analysis.symptoms.registry import symptom
 from diagnose.record import RunRecord
 
@@ -16,7 +18,7 @@ def _short(site: str) -> str:
     return f"{path.rsplit('/', 1)[-1]}:{line}"
 
 
-def _recompiles(seen: dict) -> list[dict]:
+def _recompiles(seen: dict[str, Any]) -> list[dict[str, Any]]:
     return [x for x in seen.get("recompile_reasons") or [] if x.get("reason") != "first compilation of this frame"]
 
 

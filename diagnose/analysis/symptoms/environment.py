@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from diagnose.analysis.symptoms.registry import symptom
 from diagnose.record import RunRecord
 
@@ -63,7 +65,7 @@ def ddp(record: RunRecord) -> bool | None:
     return any(m.distributed_data_parallel for m in record.models) if record.models else None
 
 
-def _parallel(record: RunRecord, kind: str) -> dict | None:
+def _parallel(record: RunRecord, kind: str) -> dict[str, Any] | None:
     """The first model's settings of that parallel ``kind`` (``ModelInfo.parallel``), if any."""
     return next((m.parallel for m in record.models if m.parallel.get("kind") == kind), None)
 

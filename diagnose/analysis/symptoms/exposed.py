@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from diagnose.analysis.measure.breakdown import EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES, Breakdown
+from diagnose.analysis.measure.breakdown import Breakdown
+from diagnose.analysis.measure.categories import EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES
 from diagnose.analysis.measure.ranks import RankSet
 from diagnose.analysis.symptoms.registry import Known, declare, symptom
 from diagnose.record import RunRecord
@@ -19,7 +20,8 @@ def _share(view: str, key: str) -> Callable[[Breakdown], float]:
     """The breakdown's share of one category of one view (exposed, phase or hidden)."""
 
     def share(steps: Breakdown) -> float:
-        return getattr(steps, view)[key]
+        value: float = getattr(steps, view)[key]
+        return value
 
     return share
 

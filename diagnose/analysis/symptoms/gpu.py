@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.analysis.measure.breakdown import GPU_EXPOSED, Breakdown
+from diagnose.analysis.measure.breakdown import Breakdown
+from diagnose.analysis.measure.categories import GPU_EXPOSED
 from diagnose.analysis.symptoms.registry import symptom
 from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import RunRecord

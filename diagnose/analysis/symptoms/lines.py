@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.analysis.symptoms.registry import symptom
 from diagnose.record import RunRecord
@@ -13,7 +15,7 @@ def _short(site: str) -> str:
     return f"{path.rsplit('/', 1)[-1]}:{line}"
 
 
-def _quote(lines: list[dict], n: int = 2, where: bool = False) -> str:
+def _quote(lines: list[dict[str, Any]], n: int = 2, where: bool = False) -> str:
     return "; ".join(
         f"{_short(x['site'])} `{x['code']}`" + (f" ({x['where']}, {x['share'] * 100:.0f}% of the step)" if where else f" ({x['share'] * 100:.0f}% of the step)")
         for x in lines[:n]
@@ -25,7 +27,7 @@ def _profiled_steps(record: RunRecord, steps: Breakdown | None) -> int:
     return record.profiled_steps or (len(steps.steps) if steps is not None else 1)
 
 
-def _sampled(record: RunRecord, where: str | None = None) -> list[dict]:
+def _sampled(record: RunRecord, where: str | None = None) -> list[dict[str, Any]]:
     lines = (record.host_samples or {}).get("lines", [])
     return lines if where is None else [x for x in lines if x["where"] == where]
 
@@ -34,7 +36,7 @@ def _sampled(record: RunRecord, where: str | None = None) -> list[dict]:
 def sync_lines(record: RunRecord, steps: Breakdown | None = None) -> str:
     n = _profiled_steps(record, steps)
 
-    def site_text(site: dict) -> str:
+    def site_text(site: dict[str, Any]) -> str:
         blocked = site.get("blocked_ms_per_step")
         time = f", {blocked:.3g} ms/step blocked" if blocked is not None else ""
         return f"{_short(site['site'])} `{site['code']}` ({site['kind']}, {site['count'] / n:.3g}/step{time})"

@@ -40,7 +40,7 @@ def present(record: RunRecord | None = None, meta: TraceMeta | None = None) -> b
 def param_tensors(record: RunRecord | None = None, meta: TraceMeta | None = None) -> int | None:
     if record is not None:
         return sum(o.param_tensors for o in record.optimizers) if record.optimizers else None
-    if not _trace_forloop(meta):
+    if meta is None or not _trace_forloop(meta):
         return None  # a foreach or fused step takes all tensors in one call: the trace does not count them
     # The for-loop runs each update operator once per tensor (some twice): per step call, the
     # median count over the operator names is the tensor count.

@@ -51,7 +51,7 @@ def extend_ints(column: IntColumn, values: Iterable[Any]) -> IntColumn:
     """``column`` extended by ``values``; a list from the first value that is not an int of 64 bits
     (an id written as a string, say): equal values, just not compact. (A bool is stored as 0 or 1,
     which compare and hash as the bool did.)"""
-    if type(column) is list:
+    if isinstance(column, list):
         column.extend(values)
         return column
     values = values if isinstance(values, (list, tuple, array)) else list(values)
@@ -66,14 +66,14 @@ def extend_ints(column: IntColumn, values: Iterable[Any]) -> IntColumn:
 
 def take(column: Column, order: Iterable[int]) -> Column:
     """``column`` reordered (``order`` lists indices: a list, or an integer numpy array)."""
-    if type(column) is list:
+    if isinstance(column, list):
         return list(map(column.__getitem__, order.tolist() if hasattr(order, "tolist") else order))
     from diagnose.analysis.trace.vectorized import np  # counts the threads numpy starts (see vectorized)
 
-    out = array(column.typecode)  # type: ignore[union-attr]
+    out = array(column.typecode)
     index = order if isinstance(order, np.ndarray) else np.fromiter(order, dtype=np.intp)
     if len(column) and len(index):
-        out.frombytes(np.frombuffer(column, dtype=column.typecode)[index].tobytes())  # type: ignore[union-attr]
+        out.frombytes(np.frombuffer(column, dtype=column.typecode)[index].tobytes())
     return out
 
 
@@ -88,7 +88,9 @@ class Records(Sequence[Item], Generic[Item]):
         lengths = {len(c) for c in self.columns}
         if len(lengths) > 1:
             raise ValueError(f"columns of different lengths: {sorted(lengths)}")
-        self._new = None if make is None else partial(tuple.__new__, make)
+        # make, where given, is a tuple class (a NamedTuple): Item is not bound to tuple, as a bare
+        # column's items are its values
+        self._new = None if make is None else partial(tuple.__new__, make)  # type: ignore[type-var]
 
     def __len__(self) -> int:
         return len(self.columns[0]) if self.columns else 0
@@ -96,7 +98,7 @@ class Records(Sequence[Item], Generic[Item]):
     def __iter__(self) -> Iterator[Item]:
         if self._new is None:
             return iter(self.columns[0])
-        return map(self._new, zip(*self.columns))
+        return map(self._new, zip(*self.columns, strict=True))
 
     @overload
     def __getitem__(self, index: int) -> Item: ...
@@ -116,7 +118,7 @@ class Records(Sequence[Item], Generic[Item]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (Records, list, tuple)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -140,7 +142,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
 
     __slots__ = ("correlations", "starts", "ends")
 
-    def __init__(self, correlations: IntColumn, starts: array[float], ends: array[float]) -> None:
+    def __init__(self, correlations: array[int], starts: array[float], ends: array[float]) -> None:
         self.correlations = correlations
         self.starts = starts
         self.ends = ends
@@ -149,8 +151,8 @@ class Launches(Mapping[Any, tuple[float, float]]):
     def from_calls(cls, correlations: IntColumn, starts: array[float], ends: array[float]) -> Launches | dict[Any, tuple[float, float]]:
         """The launches of calls in file order: a later call with the same id replaces an earlier
         one (as assigning into a dict did). A plain dict when the ids are not all integers."""
-        if type(correlations) is list:
-            return {c: (s, e) for c, s, e in zip(correlations, starts, ends)}
+        if isinstance(correlations, list):
+            return {c: (s, e) for c, s, e in zip(correlations, starts, ends, strict=True)}
         from diagnose.analysis.trace import vectorized as V  # imports numpy, counting the threads it starts
 
         ids = V.ints(correlations)
@@ -161,7 +163,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
         last = V.np.append(in_order[1:] != in_order[:-1], True)
         if not last.all():
             order = order[last]
-        return cls(take(correlations, order), take(starts, order), take(ends, order))  # type: ignore[arg-type]
+        return cls(take(correlations, order), take(starts, order), take(ends, order))  # type: ignore[arg-type]  # take keeps an array an array
 
     def _index(self, corr: Any) -> int:
         if type(corr) is not int:
@@ -188,7 +190,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
         rows = V.rows_of(V.np.array(wanted, dtype=V.np.int64), V.ints(self.correlations))
         found = rows >= 0
         starts, ends = V.floats(self.starts)[rows[found]].tolist(), V.floats(self.ends)[rows[found]].tolist()
-        for j, start, end in zip(V.np.flatnonzero(found).tolist(), starts, ends):
+        for j, start, end in zip(V.np.flatnonzero(found).tolist(), starts, ends, strict=True):
             out[wanted[j]] = (start, end)
         return out
 
@@ -201,7 +203,7 @@ class Launches(Mapping[Any, tuple[float, float]]):
         keys = V.ints(corrs)
         if keys is None:
             plain = [type(c) is int and -(2**63) <= c < 2**63 for c in corrs]
-            keys = np.array([c if ok else 0 for c, ok in zip(corrs, plain)], dtype=np.int64)
+            keys = np.array([c if ok else 0 for c, ok in zip(corrs, plain, strict=True)], dtype=np.int64)
             rows = np.where(np.array(plain, dtype=bool), V.rows_of(keys, V.ints(self.correlations)), -1)
         else:
             rows = V.rows_of(keys, V.ints(self.correlations))

@@ -27,7 +27,7 @@ import math
 import os
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import compress, islice
 from operator import itemgetter
 from contextlib import closing, contextmanager, nullcontext
@@ -35,7 +35,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from types import ModuleType
+from typing import Any, NamedTuple, cast
 
 from diagnose.analysis.trace import columns as C
 from diagnose.analysis.trace import patterns as P
@@ -45,12 +46,13 @@ from diagnose.analysis.trace.forking import can_fork, threads_in_process  # noqa
 from diagnose.analysis.trace.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
 from diagnose.errors import TraceError
 
+import json as _json
+
+_orjson: ModuleType | None
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised only where orjson is missing
     _orjson = None
-
-import json as _json
 
 Interval = tuple[float, float]
 
@@ -441,10 +443,10 @@ def _fold_piece(text: bytes | tuple[str, int, int] | tuple[int, int], cut: float
     third of the parent's time). None when an event's
     field is malformed: the parent then folds the piece itself, to name the event by its index in
     the whole trace. Text that does not parse raises the decoder's error, as ``decode_events`` does."""
-    if type(text) is tuple and len(text) == 2:
+    if isinstance(text, tuple) and len(text) == 2:
         assert slots is not None
         text = slots.read_once(*text)
-    elif type(text) is tuple:
+    elif isinstance(text, tuple):
         path, offset, length = text
         text = read_span(path, offset, length)
         if len(text) != length:  # the file changed under the reader: the parent reads what it holds
@@ -538,7 +540,7 @@ class _ThreadOps:
 
     def extend(self, ops: list[tuple[float, float, str]], raw_ts: list[tuple[int, Any]], incomplete: list[int]) -> None:
         base = len(self.names)
-        starts, ends, names = zip(*ops)
+        starts, ends, names = zip(*ops, strict=True)
         self.starts.extend(starts)
         self.ends.extend(ends)
         self.names.extend(names)
@@ -825,7 +827,7 @@ class _Columns:
                 event_starts.extend(once(self.thread_ops[tid].starts, self.thread_ops[tid].ends))
             if tid in self.runtime_starts:
                 event_starts.extend(once(self.runtime_starts[tid]))
-        host_event_starts = C.Records(None, [_sorted_floats(event_starts)])
+        host_event_starts: C.Records[float] = C.Records(None, [_sorted_floats(event_starts)])
         del event_starts
         # a duplicated event would count its wait twice: each (start, end) once
         long_runtime_calls = sorted({(ts, end) for tid, ts, end in self.long_calls if tid in training})
@@ -851,14 +853,14 @@ class _Columns:
             device_counts[None if d is UNSET else d] += n
         device = device_counts.most_common(1)[0][0] if device_counts else None
         kernels = _sorted_unique(GpuKernel, _on_device(self.kernels, self.kernel_devices, device), duplicates)
-        memcpys = [m for m, d in zip(self.memcpys, self.memcpy_devices) if d is UNSET or d == device]
+        memcpys = [m for m, d in zip(self.memcpys, self.memcpy_devices, strict=True) if d is UNSET or d == device]
         memcpys.sort(key=lambda m: m.start)
         memcpys = duplicates.unique(memcpys)
         # each memset is in memset_ops too: its duplicates are counted there
         memsets = _sorted_unique(tuple, self.memsets[:2], _Duplicates(), by=(0, 1))
         memset_ops = _sorted_unique(GpuMemset, _on_device(self.memsets, self.memset_devices, device), duplicates)
         meta.duplicate_events = duplicates.dropped
-        launches = C.Launches.from_calls(*self.launch_columns)
+        launches = C.Launches.from_calls(*self.launch_columns)  # type: ignore[arg-type]  # (ids, starts, ends): an int column, two float ones
 
         has_marks = bool(steps)
         if not steps:
@@ -919,7 +921,7 @@ class _Columns:
                 if kind == _NO_WORK:
                     no_work_op_us.extend((ends[at] - starts[at]).tolist())
                 elif kind == _ACCUMULATE_GRAD:
-                    accumulate_grad.update(zip(starts[at].tolist(), ends[at].tolist()))
+                    accumulate_grad.update(zip(starts[at].tolist(), ends[at].tolist(), strict=True))
                 else:
                     collectives.update(map(HostOp, starts[at].tolist(), ends[at].tolist(), map(names.__getitem__, at.tolist())))
         return no_work_op_us, sorted(accumulate_grad), sorted(collectives)
@@ -970,22 +972,22 @@ def _extend(columns: list[C.Column], rows: list[tuple[Any, ...]]) -> None:
     int column that meets a value other than a machine integer is replaced by a list."""
     if not rows:
         return
-    for k, values in enumerate(zip(*rows)):
+    for k, values in enumerate(zip(*rows, strict=True)):
         column = columns[k]
-        if type(column) is not list and column.typecode == "q":  # type: ignore[union-attr]
-            columns[k] = C.extend_ints(column, values)
+        if isinstance(column, array) and column.typecode == "q":
+            columns[k] = C.extend_ints(cast("array[int]", column), values)
         else:
-            column.extend(values)  # type: ignore[union-attr]
+            column.extend(values)
 
 
 def _extend_columns(columns: list[C.Column], more: list[C.Column]) -> None:
     """Append ``more`` (columns of the same fields) to ``columns``, in place."""
     for k, values in enumerate(more):
         column = columns[k]
-        if type(column) is not list and column.typecode == "q":  # type: ignore[union-attr]
-            columns[k] = C.extend_ints(column, values)
+        if isinstance(column, array) and column.typecode == "q":
+            columns[k] = C.extend_ints(cast("array[int]", column), values)
         else:
-            column.extend(values)  # type: ignore[union-attr]
+            column.extend(values)  # type: ignore[arg-type]  # more[k] holds columns[k]'s field: the same type
 
 
 def _unique_events(starts: array[float], ends: array[float] | None = None) -> array[float]:
@@ -1012,7 +1014,7 @@ def _sorted_floats(values: array[float]) -> array[float]:
     return out
 
 
-def _outermost(starts: C.Column, ends: C.Column) -> Sequence[int]:
+def _outermost(starts: C.Column, ends: C.Column) -> Iterable[int]:
     """The indices of the operators (sorted by start, outermost first) that no earlier operator
     holds: each that starts at or after the end of the last one kept (nested operators stay
     inside their top-level parent). Vectorised where that gives the same (``vectorized.outermost``)."""
@@ -1023,7 +1025,7 @@ def _outermost(starts: C.Column, ends: C.Column) -> Sequence[int]:
         return kept  # indices as an array, which C.take reorders by directly
     out: list[int] = []
     top_end = float("-inf")
-    for i, (start, end) in enumerate(zip(starts, ends)):
+    for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
         if start >= top_end:
             out.append(i)
             top_end = end
@@ -1058,7 +1060,7 @@ def _ops_inside(main_ops: C.Records[tuple[float, float, str, bool]], spans: list
     """Per span (sorted), the names of the operators (sorted by start) that start inside it;
     spans with none (cut off by the profiled window) are left out."""
     out: list[Counter[str]] = []
-    starts, names_of = main_ops.column(0), main_ops.column(2)
+    starts, names_of = main_ops.column(0), cast("list[str]", main_ops.column(2))  # names: an object column
     for start, end in spans:
         first, last = bisect_left(starts, start), bisect_left(starts, end)
         if last > first:

@@ -37,15 +37,17 @@ from __future__ import annotations
 import math
 import mmap
 import io
+import os
 import queue
 import re
 import threading
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, TypeVar, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
+from collections.abc import Callable
 
 import msgspec
 import orjson
@@ -79,11 +81,14 @@ _TRUNCATED_HINT = "the trace may be truncated: was the profiled process killed w
 #: the end of one event and the start of the next, as a candidate cut
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
-try:  # ISA-L inflates a trace 3x faster than zlib (the 0.2 GB trace: 0.08 s against 0.25 s)
-    from isal import isal_zlib as _inflating
-except ImportError:  # a platform without its wheel: zlib, the same interface
-    _inflating = zlib  # type: ignore[no-redef]
-_READ_ERRORS = (OSError, EOFError, zlib.error, _inflating.error)
+if TYPE_CHECKING:  # isal_zlib has zlib's interface: checked as zlib
+    _inflating = zlib
+else:
+    try:  # ISA-L inflates a trace 3x faster than zlib (the 0.2 GB trace: 0.08 s against 0.25 s)
+        from isal import isal_zlib as _inflating
+    except ImportError:  # a platform without its wheel: zlib, the same interface
+        _inflating = zlib
+_READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, _inflating.error)
 
 UNSET = msgspec.UNSET
 Decoded = TypeVar("Decoded")
@@ -111,7 +116,7 @@ class Event(msgspec.Struct, gc=False):
     tid: Any = UNSET
     ts: Any = UNSET
     dur: Any = UNSET
-    args: Union[EventArgs, None, msgspec.UnsetType] = UNSET
+    args: EventArgs | msgspec.UnsetType | None = UNSET
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
@@ -124,7 +129,7 @@ class Piece:
     """Whole events of the array, as JSON text without the brackets; ``separator`` is the exact
     text between this piece and the next (kept so that a wrong cut can be undone byte for byte)."""
 
-    text: bytes
+    text: bytes | bytearray  # a bytearray where pieces were joined (``_settle``)
     separator: bytes
     offset: int  # of ``text`` in the (decompressed) document
     #: bytes of ``text`` that were found not to parse (a piece joined from pieces that did not)
@@ -143,12 +148,12 @@ class FilePiece(Piece):
     found its ends by seeking and reads its text only if it needs it (a piece to join to the
     next, or to decode here)."""
 
-    def __init__(self, path: Path, offset: int, length: int, separator: bytes) -> None:  # noqa: D107
+    def __init__(self, path: Path, offset: int, length: int, separator: bytes) -> None:
         self.path, self.offset, self._length, self.separator = path, offset, length, separator
         self._text: bytes | None = None
 
-    @property  # type: ignore[override]
-    def text(self) -> bytes:
+    @property
+    def text(self) -> bytes:  # type: ignore[override]  # read lazily; nothing assigns a piece's text once made
         if self._text is None:
             self._text = read_span(self.path, self.offset, self._length)
         return self._text
@@ -164,12 +169,13 @@ class SlotPiece(Piece):
     copies the text out first, where this process needs it (a piece to join to the next, or to
     fold here)."""
 
-    def __init__(self, slots: SharedSlots, slot: int, length: int, separator: bytes, offset: int) -> None:  # noqa: D107
-        self.slots, self.slot, self._length, self.separator, self.offset = slots, slot, length, separator, offset
+    def __init__(self, slots: SharedSlots, slot: int, length: int, separator: bytes, offset: int) -> None:
+        self.slots, self._length, self.separator, self.offset = slots, length, separator, offset
+        self.slot: int | None = slot  # None once freed
         self._text: bytes | None = None
 
-    @property  # type: ignore[override]
-    def text(self) -> bytes:
+    @property
+    def text(self) -> bytes:  # type: ignore[override]  # read lazily; nothing assigns a piece's text once made
         if self._text is None:
             if self.slot is None:
                 raise RuntimeError("the text of a piece whose slot was freed")
@@ -360,7 +366,7 @@ class TraceStream:
     """The events array of one trace file, read a block at a time; a gzipped one is refused once
     it inflates past ``max_bytes`` (None: no limit) or ``MAX_INFLATION_RATIO`` times its size."""
 
-    def __init__(self, path: str | Path, max_bytes: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         p = self.path
@@ -377,7 +383,7 @@ class TraceStream:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def _open(self) -> BinaryIO | _Inflater:
+    def _open(self) -> io.BufferedReader | _Inflater:
         try:
             fh = self.path.open("rb")
         except _READ_ERRORS as exc:
@@ -388,7 +394,7 @@ class TraceStream:
         kind = "gzip " if self.gzipped else ""
         return TraceError(f"cannot read {self.path}: {exc}", hint=f"the file may be truncated or not valid {kind}data")
 
-    def _blocks(self, reader: BinaryIO | _Inflater) -> Iterator[bytes]:
+    def _blocks(self, reader: io.BufferedReader | _Inflater) -> Generator[bytes, None, None]:
         """The JSON, a block at a time, from ``reader`` (which the caller closes)."""
         while block := self._read(reader.read, BLOCK_BYTES):
             yield block
@@ -401,7 +407,7 @@ class TraceStream:
         idle: Callable[[], object] | None = None,
         idle_in_flight: int = 0,
         slots: SharedSlots | None = None,
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         """``decode`` of each piece of the events array, in order; sets ``metadata`` at the end.
         ``decode`` raises msgspec's or orjson's decode error on text that does not parse.
 
@@ -422,7 +428,7 @@ class TraceStream:
 
     def _decoded(
         self,
-        reader: BinaryIO | _Inflater,
+        reader: io.BufferedReader | _Inflater,
         decode: Callable[[Piece], Decoded],
         submit: Callable[[Piece], Callable[[], Any]] | None,
         in_flight: int,
@@ -449,7 +455,7 @@ class TraceStream:
         tail: list[tuple[bytes, int]] = []  # what follows the last piece, and its offset
         if submit is not None and not self.gzipped:  # the workers read the pieces: find their ends only
             blocks.close()
-            pieces: Iterator[Piece] = self._sought(offset, tail)
+            pieces: Generator[Piece, None, None] = self._sought(offset, tail)
         elif submit is not None and slots is not None:
             pieces = self._slotted(reader, slots, buf, offset, tail)
         else:
@@ -466,7 +472,7 @@ class TraceStream:
                     if pending is None and result is not None:
                         yield result
         finally:
-            pieces.close()  # type: ignore[attr-defined] - a generator: its thread (``_slotted``) ends here
+            pieces.close()  # its thread (``_slotted``'s) ends here
         if idle is not None and under_way:  # fewer pieces than the window: all of them under way
             idle()
         while under_way:
@@ -475,7 +481,7 @@ class TraceStream:
                 yield result
         ((buf, offset),) = tail
         if pending is not None:  # a cut inside the metadata after the array
-            buf, offset, pending = pending.text + pending.separator + buf, pending.offset, None
+            buf, offset, pending = b"".join((pending.text, pending.separator, buf)), pending.offset, None
         # The array's "]" is the last one after which the rest of the document parses and before
         # which the events do: the metadata after the array may hold "]" too.
         for text, metadata in self._array_ends(prefix, buf):
@@ -496,7 +502,7 @@ class TraceStream:
             hint=_TRUNCATED_HINT,
         )
 
-    def _cut(self, blocks: Iterator[bytes], buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Iterator[Piece]:
+    def _cut(self, blocks: Iterator[bytes], buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Generator[Piece, None, None]:
         """The pieces of the events array read block by block (from ``offset``, ``buf`` read
         already), each cut at the last place two events meet; ``tail`` receives the rest."""
         carry, clean = bytearray(buf), 0  # (``clean``: bytes of ``carry`` that hold no boundary)
@@ -507,7 +513,7 @@ class TraceStream:
                 yield piece
         tail.append((bytes(carry), offset))
 
-    def _slotted(self, reader: BinaryIO | _Inflater, slots: SharedSlots, buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Iterator[Piece]:
+    def _slotted(self, reader: io.BufferedReader | _Inflater, slots: SharedSlots, buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Generator[Piece, None, None]:
         """``_cut``, each block inflated straight into a slot of shared memory, by a thread of its
         own: the inflater lets go of the GIL while it inflates, so that this thread merges the workers'
         columns meanwhile (with the inflating done here, the 1 GB trace's read waited on it:
@@ -541,12 +547,12 @@ class TraceStream:
             thread.join()
 
     def _inflated(
-        self, reader: BinaryIO | _Inflater, slots: SharedSlots, carry: bytes, offset: int, tail: list[tuple[bytes, int]], stop: threading.Event
-    ) -> Iterator[Piece]:
+        self, reader: io.BufferedReader | _Inflater, slots: SharedSlots, carried: bytes, offset: int, tail: list[tuple[bytes, int]], stop: threading.Event
+    ) -> Generator[Piece, None, None]:
         """The pieces, each inflated into a slot after the end of an event the piece before cut
         off (waiting for a free slot); a piece is bytes where that end leaves no room for a
         block (an event of megabytes). Stops early, with no tail, once ``stop`` is set."""
-        carry, clean = bytearray(carry), 0  # (``clean``: bytes of ``carry`` that hold no boundary)
+        carry, clean = bytearray(carried), 0  # (``clean``: bytes of ``carry`` that hold no boundary)
         while not stop.is_set():
             if len(carry) + BLOCK_BYTES > slots.size:
                 block = self._read(reader.read, BLOCK_BYTES)
@@ -590,7 +596,7 @@ class TraceStream:
         self.bytes_read += got if type(got) is int else len(got)
         return got
 
-    def _sought(self, offset: int, tail: list[tuple[bytes, int]]) -> Iterator[FilePiece]:
+    def _sought(self, offset: int, tail: list[tuple[bytes, int]]) -> Generator[FilePiece, None, None]:
         """The pieces of a plain file's events array from ``offset``, each cut at the first place
         two events meet after ``BLOCK_BYTES``, found by seeking there and reading a little: this
         process never reads the pieces (their readers do; on a 0.2 GB trace reading and cutting
@@ -643,7 +649,7 @@ class TraceStream:
             return prefix, match.end()
         return None, 0
 
-    def _not_a_trace(self, buf: bytes) -> None:
+    def _not_a_trace(self, buf: bytes) -> NoReturn:
         try:
             data = orjson.loads(buf)
         except orjson.JSONDecodeError as exc:
@@ -682,7 +688,7 @@ _TS = re.compile(rb'"ts"\s*:\s*"?(-?[0-9][0-9.eE+-]*)')
 _DUR = re.compile(rb'"dur"\s*:\s*"?(-?[0-9][0-9.eE+-]*)')
 
 
-def step_marks(path: str | Path) -> tuple[list[tuple[float, float]], int]:
+def step_marks(path: str | os.PathLike[str]) -> tuple[list[tuple[float, float]], int]:
     """The host's ``ProfilerStep#N`` spans (start, end) of a trace, sorted, found by a scan of
     its text (no parse): the object around each mark, its ``ts`` and ``dur``. The GPU's copies
     of the marks (``gpu_user_annotation``) are left out. A plain file is searched where it lies
@@ -776,7 +782,7 @@ def _last_boundary(buf: bytes | bytearray | memoryview, clean: int = 0) -> tuple
     while True:
         start = max(floor, len(buf) - window)
         last = None
-        for last in _BOUNDARY.finditer(buf, start):
+        for last in _BOUNDARY.finditer(buf, start):  # noqa: B007 - runs to the last match
             pass
         if last is not None:
             return last.start() + 1, last.end() - 1
@@ -805,7 +811,7 @@ def _settle(
         text = pending.text if type(pending.text) is bytearray else bytearray(pending.text)
         text += pending.separator
         text += piece.text
-        piece = Piece(text, piece.separator, pending.offset, pending.tried)  # type: ignore[arg-type] - bytes-like
+        piece = Piece(text, piece.separator, pending.offset, pending.tried)
         if len(text) < 2 * piece.tried and len(text) <= MAX_JOINED_PIECE_BYTES:
             return piece, None
     if not isinstance(piece, (FilePiece, SlotPiece)) and not piece.text.strip():  # an empty array (a piece cut between events holds one)
@@ -884,7 +890,8 @@ def count_if_all_after(piece: Piece, cut: float) -> int | None:
 
 
 def decode_objects(piece: Piece) -> list[Any]:
-    return orjson.loads(piece.as_array())
+    objects: list[Any] = orjson.loads(piece.as_array())
+    return objects
 
 
 def event_from_object(obj: Any) -> Event | None:

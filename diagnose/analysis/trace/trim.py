@@ -43,7 +43,7 @@ def trim_trace(data: dict[str, Any], steps: int, skip: int = 1) -> dict[str, Any
         raise TraceError(f"the trace has {len(marks)} steps; cannot skip {skip}")
     main_tid = chosen[0]["tid"]
     start = marks[skip - 1]["ts"] if skip > 0 else chosen[0]["ts"]
-    end = max(m["ts"] + m.get("dur", 0) for m in chosen)
+    end: float = max(m["ts"] + m.get("dur", 0) for m in chosen)
     chosen_ids = {id(m) for m in chosen}
 
     def inside(e: dict[str, Any]) -> bool:
@@ -51,7 +51,8 @@ def trim_trace(data: dict[str, Any], steps: int, skip: int = 1) -> dict[str, Any
         return start <= ts < end or (e.get("cat") in _GPU and ts < end and ts + e.get("dur", 0) > start)
 
     def before_end(e: dict[str, Any]) -> bool:
-        return e.get("ts", end) < end
+        ts: float = e.get("ts", end)
+        return ts < end
 
     flows = {(e.get("tid"), e.get("ts")) for e in events if e.get("cat") == "fwdbwd" and e.get("ph") == "s" and before_end(e)}
     gpu_correlations = {(e.get("args") or {}).get("correlation") for e in events if e.get("cat") in _GPU and inside(e)}

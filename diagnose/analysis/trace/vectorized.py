@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import os
 import sys
+from array import array
 from collections.abc import Callable, Sequence
-from typing import Any
+from itertools import pairwise
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, overload
 
 from diagnose.analysis.trace.forking import threads_in_process
 
@@ -34,7 +37,7 @@ from diagnose.analysis.trace.forking import threads_in_process
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _import_numpy() -> Any:
+def _import_numpy() -> ModuleType:
     unset = [name for name in BLAS_THREAD_VARIABLES if name not in os.environ]
     os.environ.update(dict.fromkeys(unset, "1"))
     try:
@@ -46,7 +49,12 @@ def _import_numpy() -> Any:
 
 
 _before = threads_in_process() if "numpy" not in sys.modules else None
-np = _import_numpy()
+if TYPE_CHECKING:  # the same module, as the checker sees it (and as ``V.np`` where imported lazily)
+    import numpy
+
+    np = numpy
+else:
+    np = _import_numpy()
 
 #: threads numpy's BLAS started when this module imported it (0 if numpy was loaded before):
 #: they survive a fork (the BLAS pool is shut down and restarted around it, as every DataLoader
@@ -69,6 +77,10 @@ def floats(values: Any) -> np.ndarray:
     return np.fromiter(values, dtype=np.float64)
 
 
+@overload
+def ints(values: array[int]) -> np.ndarray: ...
+@overload
+def ints(values: Any) -> np.ndarray | None: ...
 def ints(values: Any) -> np.ndarray | None:
     """An int64 array of ``values``, or None where one is not a machine integer (a string id)."""
     if getattr(values, "typecode", None) == "q":
@@ -115,7 +127,7 @@ def labels_at(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, codes: np
 
 def steps_disjoint(step_bounds: Sequence[tuple[float, float]]) -> bool:
     """The steps are in order and none starts before the previous one ended."""
-    return all(a[1] <= b[0] for a, b in zip(step_bounds, step_bounds[1:])) and all(s <= e for s, e in step_bounds)
+    return all(a[1] <= b[0] for a, b in pairwise(step_bounds)) and all(s <= e for s, e in step_bounds)
 
 
 def sweep(
@@ -196,11 +208,11 @@ def sweep(
         has = seg_divisor > 0
         weights[has] = width[has] / seg_divisor[has]
         totals = np.bincount(step_of, weights=weights, minlength=n_steps).tolist()
-        for step, total in zip(exposed_dicts, totals):
+        for step, total in zip(exposed_dicts, totals, strict=True):
             step[label] = total
     busy = np.bincount(step_of, weights=np.where(gpu_mask != 0, width, 0.0), minlength=n_steps).tolist()
-    for step, row in zip(phase_dicts, by_phase.tolist()):
-        for p, total in zip(phases, row):
+    for step, row in zip(phase_dicts, by_phase.tolist(), strict=True):
+        for p, total in zip(phases, row, strict=True):
             step[p] = total
 
     if marks is not None and len(marks) and len(seg_start):
@@ -210,16 +222,16 @@ def sweep(
         inside = (at >= 0) & (instants < seg_end[at_clipped])
         hits = at_clipped[inside]
         per = np.bincount(step_of[hits] * n_phases + seg_phase[hits], minlength=n_steps * n_phases).reshape(n_steps, n_phases)
-        for step, row in zip(counted, per.tolist()):
-            for p, count in zip(phases, row):
-                step[p] = count
+        for counts, row in zip(counted, per.tolist(), strict=True):
+            for p, count in zip(phases, row, strict=True):
+                counts[p] = count
 
     segments: list[tuple[float, float, str, str]] = []
     if traced_step is not None and 0 <= traced_step < n_steps:
         mine = np.flatnonzero(step_of == traced_step)
         segments = [
             (start, end, states[s][0], states[s][2])
-            for start, end, s in zip(seg_start[mine].tolist(), seg_end[mine].tolist(), state_index[mine].tolist())
+            for start, end, s in zip(seg_start[mine].tolist(), seg_end[mine].tolist(), state_index[mine].tolist(), strict=True)
         ]
     return phase_dicts, exposed_dicts, busy, segments, counted
 
@@ -228,7 +240,7 @@ def sort_order(keys: Sequence[Any], descending: Sequence[bool]) -> np.ndarray | 
     """The stable order of rows sorted by ``keys`` (float columns, the first the primary key;
     ``descending[k]``: key k from largest to smallest), or None where the rows are in that order
     already (a trace mostly is)."""
-    arrays = [-floats(k) if down else floats(k) for k, down in zip(keys, descending)]
+    arrays = [-floats(k) if down else floats(k) for k, down in zip(keys, descending, strict=True)]
     if len(arrays[0]) < 2:
         return None
     in_order = np.ones(len(arrays[0]) - 1, dtype=bool)  # row i+1 not before row i by the later keys
@@ -247,13 +259,15 @@ def members(values: Any, pool: Any) -> list[bool]:
         return [False] * len(a)
     # each value against the candidate it would sit before, in the sorted pool (3x np.isin's speed)
     at = np.minimum(np.searchsorted(candidates, a), len(candidates) - 1)
-    return (candidates[at] == a).tolist()
+    found: list[bool] = (candidates[at] == a).tolist()
+    return found
 
 
 def repeats(values: Any) -> list[int]:
     """The indices i where ``values[i] == values[i - 1]``."""
     a = floats(values)
-    return (np.flatnonzero(a[1:] == a[:-1]) + 1).tolist()
+    at: list[int] = (np.flatnonzero(a[1:] == a[:-1]) + 1).tolist()
+    return at
 
 
 def outermost(starts: Any, ends: Any) -> np.ndarray | None:
@@ -296,7 +310,7 @@ def backward_calls(starts: Any, ends: Any, forward_starts: Any) -> list[tuple[fl
         new[1:] = (k < len(f)) & (f[np.minimum(k, len(f) - 1)] < s[1:])
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
-    return list(zip(s[first].tolist(), reach[last].tolist()))
+    return list(zip(s[first].tolist(), reach[last].tolist(), strict=True))
 
 
 def merged(spans: Sequence[Spans]) -> list[tuple[float, float]]:
@@ -314,4 +328,4 @@ def merged(spans: Sequence[Spans]) -> list[tuple[float, float]]:
     first = np.concatenate([[True], starts[1:] > reach[:-1]])
     group_starts = starts[first]
     last = np.concatenate([np.flatnonzero(first)[1:] - 1, [len(starts) - 1]])
-    return list(zip(group_starts.tolist(), reach[last].tolist()))
+    return list(zip(group_starts.tolist(), reach[last].tolist(), strict=True))

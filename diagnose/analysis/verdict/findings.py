@@ -48,7 +48,7 @@ from diagnose.analysis.prediction.predict import Prediction, PredictionRequest, 
 from diagnose.analysis.verdict.rules import Rule, cpu_only_run, render_template, template_names
 from diagnose.analysis.symptoms import CATALOG
 from diagnose.analysis.symptoms import Symptoms
-from diagnose.analysis.prediction.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD  # noqa: F401 - MIN_GAIN: read from here too
+from diagnose.analysis.prediction.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD  # MIN_GAIN: read from here too
 from diagnose.units import format_value
 from diagnose.record import FRAMEWORKS
 
@@ -356,7 +356,7 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
             draws.append(np.full(sample.resamples, f.gain or 1.0))
     if all(f.tier == 2 for f in findings):  # bounds alone: nothing was resampled
         return
-    for f, share in zip(findings, U.ranking_shares(draws, [f.tier for f in findings])):
+    for f, share in zip(findings, U.ranking_shares(draws, [f.tier for f in findings]), strict=True):
         f.first_share = share
 
 

@@ -44,7 +44,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from diagnose.errors import RuleError
 from diagnose.units import format_value
@@ -71,7 +71,7 @@ class MissingSymptom(Exception):
         self.name = name
 
 
-Node = Union[float, str, tuple[Any, ...]]  # number, symptom name, or (op, *children)
+Node = float | str | tuple[Any, ...]  # number, symptom name, or (op, *children)
 
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"

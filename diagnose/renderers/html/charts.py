@@ -31,7 +31,7 @@ def steps_chart(steps: tuple[StepRow, ...], categories: list[str], labels: dict[
     parts: list[Markup] = [y_axis(ticks, scale, left, top, plot_w, plot_h, "ms")]
     for i, step in enumerate(steps):
         x = left + slot * i + (slot - bar_w) / 2
-        y = top + plot_h
+        y: float = top + plot_h
         for cat in categories:
             step_ms = step.exposed_ms[cat]
             if step_ms <= 0:

@@ -70,7 +70,7 @@ def _shares(c: Comparison, rows: tuple[ShareRow, ...], colour_prefix: str) -> Ma
     body = []
     for row in rows:
         cells = [el("td", swatch(f"{colour_prefix}-{row.name}"), " ", row.label)]
-        for i, (share, delta) in enumerate(zip(row.shares, row.deltas)):
+        for i, (share, delta) in enumerate(zip(row.shares, row.deltas, strict=True)):
             text = "—" if share is None else percent(share) + (f" ({signed_points(delta)})" if i else "")
             cells.append(el("td", text, class_="num"))
         body.append(el("tr", cells, data_category=row.name))
@@ -78,7 +78,7 @@ def _shares(c: Comparison, rows: tuple[ShareRow, ...], colour_prefix: str) -> Ma
 
 
 def _steps(c: Comparison, views: Sequence[ReportView]) -> Markup | None:
-    with_steps = [(run, view) for run, view in zip(c.runs, views) if view.breakdown and view.breakdown.steps]
+    with_steps = [(run, view) for run, view in zip(c.runs, views, strict=True) if view.breakdown and view.breakdown.steps]
     if not with_steps:
         return None
     categories = [row.name for row in c.exposed]

@@ -35,7 +35,7 @@ def _attribute(name: str, value: Any) -> str:
 
 
 def _content(children: Iterable[Any]) -> str:
-    parts = []
+    parts: list[str] = []
     for child in children:
         if child is None:
             continue

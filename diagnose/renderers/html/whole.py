@@ -44,7 +44,7 @@ def timeline_chart(w: WholeView) -> Markup:
 
     parts: list[Markup] = [y_axis([0.0, 0.25, 0.5, 0.75, 1.0], plot_h, left, top, plot_w, plot_h, "share", lambda v: f"{v:.0%}")]
     for t0, t1, shares in w.timeline:
-        y = top + plot_h
+        y: float = top + plot_h
         for bucket, share in sorted(shares.items(), key=lambda kv: -kv[1]):
             if share <= 0:
                 continue
