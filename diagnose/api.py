@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Union
 if TYPE_CHECKING:
     from diagnose.analysis.compare import Comparison
     from diagnose.analysis.pipeline import AnalysisOptions
-    from diagnose.analysis.report import Report
+    from diagnose.report import Report
     from diagnose.record import RunRecord
 
 PathLike = Union[str, Path]
@@ -63,7 +63,7 @@ def analyze(path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = 
     if not path.is_file():
         raise UsageError(f"no such run directory or trace: {path}")
     if path.name.endswith(".json") and not path.name.endswith(".trace.json") and _is_report_file(path):
-        from diagnose.analysis.report import Report
+        from diagnose.report import Report
 
         return Report.load(path)
     from diagnose.analysis.pipeline import analyze_trace
@@ -107,7 +107,7 @@ def compare(*runs: RunLike, labels: Sequence[str] | None = None, rules: Sequence
     """Compare runs, the first being the baseline. Each run is a path (a verify or sweep
     directory gives all its runs), a ``Report``, or a ``(label, Report)`` pair."""
     from diagnose.analysis.compare import compare_reports
-    from diagnose.analysis.report import Report
+    from diagnose.report import Report
 
     labelled: list[tuple[str, Report]] = []
     for i, run in enumerate(runs):

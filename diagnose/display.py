@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from diagnose import errors
 
 if TYPE_CHECKING:
-    from diagnose.analysis.report import Report
+    from diagnose.report import Report
     from diagnose.rundir import RunDir
 
 
@@ -37,7 +37,7 @@ class Display:
         from diagnose.renderers import JSONRenderer, TerminalRenderer
         from diagnose.renderers.terminal import ConsoleSettings
 
-        saved = (report.source or {}).get("run_dir") if report.source.get("kind") == "run" else None
+        saved = report.source.run_dir if report.source.kind == "run" else None
         try:
             text = JSONRenderer().render(report) + "\n" if self.json_out else None
             if text is None:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.analysis.verdict.findings import Measurement
-from diagnose.analysis.report import Report
+from diagnose.report import Report
 from diagnose.errors import UsageError
 from diagnose.progress import PREFIX as PROGRESS_PREFIX
 from diagnose.record import WindowPlan

@@ -53,7 +53,7 @@ from diagnose.errors import OutputError, UsageError
 from diagnose.record import RunRecord
 
 if TYPE_CHECKING:
-    from diagnose.analysis.report import Report
+    from diagnose.report import Report
 
 #: the subfolder of diagnose's own files (kept away from the traces that other tools read)
 OWN_FILES = "diagnose"
@@ -328,7 +328,7 @@ class RunDir:
         return self._write(self.record_path(rank), record.save)
 
     def load_report(self) -> Report:
-        from diagnose.analysis.report import Report
+        from diagnose.report import Report
 
         path = self.report_path
         if self.path.is_file():  # not a run directory, nor a run's own report.json (RunDir.containing)

@@ -52,8 +52,8 @@ from diagnose.analysis.pipeline import (
     AnalysisOptions, RankAnalysis, analyse_rank, analyze, analyze_trace, combine_from_traces, combine_ranks, lead_of, rank_report, traced,
 )
 from diagnose.analysis.measure.ranks import RankSummary
-from diagnose.analysis.report import Report
 from diagnose.display import Display
+from diagnose.report import Experiments, Ranking, Report, Whole, convert
 from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
 from diagnose.errors import DiagnoseError, OutputError, TraceError, UsageError
 from diagnose.record import RunRecord, WindowPlan
@@ -88,8 +88,14 @@ def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
     from diagnose.experiments import measurements  # the runtime's knobs: imported only here
 
     report = analyze(record, trace, replace(options, measured=measurements(checked)), source, warnings)
-    report.ranking = {**(report.ranking or {}), "check": checked}
+    _record_check(report, checked)
     return report
+
+
+def _record_check(report: Report, check: dict[str, Any]) -> None:
+    """``ranking.check``: what the short A/B did (or why it could not run)."""
+    report.ranking = report.ranking or Ranking()
+    report.ranking.check = check
 
 
 def _kept_check(run_dir: RunDir) -> dict[str, Any] | None:
@@ -132,10 +138,11 @@ def save_outputs(run_dir: RunDir, report: Report, html: bool = False, events: bo
     if report.distributed is not None:  # a watched job: each rank's accounting, the job's goodput
         from diagnose.analysis.measure.wholerun import job_section
 
-        report.whole = job_section(report.whole, run_dir.load_ranks()) or report.whole
+        job = job_section(report.whole.to_dict() if report.whole else None, run_dir.load_ranks())
+        report.whole = convert(job, Whole) if job else report.whole
     run_dir.save_report(report)
     # a run that failed or measured no step writes no events: TensorBoard would list it as a run
-    if events and report.breakdown and report.status.get("state") in ("completed", "stopped", "trace"):
+    if events and report.breakdown and report.status.state in ("completed", "stopped", "trace"):
         write_events(run_dir, report)
     if html:
         write_html(run_dir, report)
@@ -213,7 +220,7 @@ def check_and_save(run_dir: RunDir, request: RunRequest, report: Report, budget_
     if not summary["experiments"]:  # nothing it could measure (no knob) or time for
         return report
     checked = analyze_run(run_dir, replace(request.options, measured=measured))
-    checked.ranking = {**(checked.ranking or {}), "check": summary}
+    _record_check(checked, summary)
     return save_outputs(run_dir, checked, html=request.html)
 
 
@@ -229,10 +236,10 @@ def check_skipped(run_dir: RunDir, report: Report, reason: str, html: bool = Fal
     """The report of a run whose check could not run (``reason``): ``ranking.check`` and a
     warning say so, each finding it would have measured named, so that an unsure ranking is
     never taken for a checked one."""
-    to_check = [item["rule"] for item in (report.ranking or {}).get("to_check") or [] if item.get("knobs")]
+    to_check = [item.rule for item in (report.ranking.to_check if report.ranking else []) if item.knobs]
     if not to_check:
         return report
-    report.ranking = {**(report.ranking or {}), "check": {"skipped": reason, "experiments": [], "not_measured": [f"{rule}: {reason}" for rule in to_check]}}
+    _record_check(report, {"skipped": reason, "experiments": [], "not_measured": [f"{rule}: {reason}" for rule in to_check]})
     report.warnings = [*report.warnings, f"not measured ({', '.join(to_check)}): {reason}"]
     return save_outputs(run_dir, report, html=html)
 
@@ -372,8 +379,8 @@ def _analyse_and_show(run_dir: RunDir, request: RunRequest, display: Display, me
                 report = check_skipped(run_dir, report, DISTRIBUTED_CHECK_SKIPPED, html=request.html)
         else:
             report = analyze_and_save(run_dir, request.options, html=request.html)
-            to_check = [item for item in (report.ranking or {}).get("to_check") or [] if item.get("knobs")]
-            if request.check and started is not None and to_check and report.status.get("state") in ("stopped", "completed"):
+            to_check = [item for item in (report.ranking.to_check if report.ranking else []) if item.knobs]
+            if request.check and started is not None and to_check and report.status.state in ("stopped", "completed"):
                 from diagnose.experiments import CHECK_BUDGET_FACTOR
 
                 budget = request.check_budget_s if request.check_budget_s is not None else CHECK_BUDGET_FACTOR * (time.monotonic() - started)
@@ -656,7 +663,7 @@ def finish_rank(
     # the lead rank's own trace, still in the run directory
     load = traced(lambda other: _analyse_from_dir(run_dir, other, options))
     report = combine_ranks(lead_of(analysis, summaries, load), summaries, options, source)
-    report.distributed["gathered"] = "process group store" if exchange is not None and exchange.store is not None and len(gathered) == rank.world_size else "run directory"
+    report.distributed.gathered = "process group store" if exchange is not None and exchange.store is not None and len(gathered) == rank.world_size else "run directory"
     keep_notable_traces(run_dir, report, keep_traces)
     return save_outputs(run_dir, report, html=html)
 
@@ -666,7 +673,7 @@ def merge_ranks(run_dir: RunDir, options: AnalysisOptions, html: bool = False, k
     the launching process, once torchrun returned); then the traces not worth keeping go."""
     report = analyze_run(run_dir, options)
     if report.distributed is not None:
-        report.distributed["gathered"] = "run directory"
+        report.distributed.gathered = "run directory"
         keep_notable_traces(run_dir, report, keep_traces)
     return save_outputs(run_dir, report, html=html)
 
@@ -677,15 +684,16 @@ KEEP_TRACES = ("notable", "all")
 def keep_notable_traces(run_dir: RunDir, report: Report, keep: str) -> list[int]:
     """Remove the traces of the ranks not worth opening (``keep`` "notable"); the ranks whose
     traces went, also written into the report. Their summaries and own reports stay."""
-    distributed = report.distributed or {}
-    notable = {int(r) for r in distributed.get("notable_ranks", {})}
-    rows = distributed.get("ranks", [])
-    dropped = [] if keep == "all" else sorted(row["rank"] for row in rows if row["rank"] not in notable)
+    distributed = report.distributed
+    notable = {int(r) for r in distributed.notable_ranks} if distributed else set()
+    rows = distributed.ranks if distributed else []
+    dropped = [] if keep == "all" else sorted(row.rank for row in rows if row.rank not in notable)
     removed = {int(p.name[4:].split("_", 1)[0]) for p in run_dir.remove_traces(dropped)}
     for row in rows:
-        if row["rank"] in removed:
-            row["trace"] = None
-    distributed["traces_removed"] = sorted(removed)
+        if row.rank in removed:
+            row.trace = None
+    if distributed is not None:
+        distributed.traces_removed = sorted(removed)
     return sorted(removed)
 
 
@@ -764,7 +772,7 @@ def verify_report(result: VerifyResult, base_report: dict[str, Any]) -> Report:
             exit_code=errors.EXIT_SCRIPT_FAILED,
         )
     report = Report.from_dict(base_report)
-    report.experiments = summarize_verify(result, base_report)
+    report.experiments = convert(summarize_verify(result, base_report), Experiments)
     return report
 
 

@@ -72,7 +72,8 @@ def _kernel(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 def test_importing_diagnose_loads_neither_torch_nor_the_analysis(tmp_path: Path) -> None:
     proc = _kernel("import sys, diagnose\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'rich', 'typer', 'diagnose')))", tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "['diagnose', 'diagnose.api', 'diagnose.version']"  # version.py: __version__, nothing else
+    # version.py: __version__, nothing else; jupyter.py: the notebook display registry, which imports nothing
+    assert proc.stdout.strip() == "['diagnose', 'diagnose.api', 'diagnose.jupyter', 'diagnose.version']"
 
 
 @pytest.mark.slow

@@ -139,9 +139,12 @@ def _strict_json(text: str) -> object:
 
 
 def test_json_output_never_holds_nan_or_infinity(tmp_path: Path) -> None:
+    from diagnose.report import Symptom
+
     report = _analyse(tmp_path, STEPS)
-    report.throughput["profiled"]["steps_per_s"] = math.inf
-    report.symptoms["gpu.busy"] = {"value": math.nan, "unit": "share", "description": "d"}
+    assert report.throughput.profiled is not None
+    report.throughput.profiled.steps_per_s = math.inf
+    report.symptoms["gpu.busy"] = Symptom(value=math.nan, unit="share", description="d")
     data = _strict_json(report.to_json())
     assert data["throughput"]["profiled"]["steps_per_s"] is None and data["symptoms"]["gpu.busy"]["value"] is None
 

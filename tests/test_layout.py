@@ -70,8 +70,10 @@ def test_runtime_side_is_the_only_torch_importer() -> None:
 #: name ending in ``.*`` is a package and everything in it; any other is one module.
 LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
     {"ground": ("diagnose.version", "diagnose.units", "diagnose.errors", "diagnose.atomic", "diagnose.signals",
-                "diagnose.progress", "diagnose.supervise", "diagnose.distributed", "diagnose.cliparse", "diagnose.stats")},
-    {"run record": ("diagnose.record",)},
+                "diagnose.progress", "diagnose.supervise", "diagnose.distributed", "diagnose.cliparse", "diagnose.stats",
+                "diagnose.jupyter")},
+    # the two contracts: runtime -> analysis (the record), analysis -> renderers (the report's types)
+    {"run record": ("diagnose.record",), "report types": ("diagnose.report",)},
     {"run directory": ("diagnose.rundir",)},
     {"runtime": ("diagnose.runtime.*",)},
     {"trace": ("diagnose.analysis.trace.*",)},
@@ -89,13 +91,7 @@ SIDES = ("diagnose.runtime", "diagnose.analysis")
 #: Imports that break the layers today, each owned by an issue-35 branch that removes it: this
 #: test fails on any other, and on one of these once it is gone (delete its line then; the list
 #: is meant to end empty).
-KNOWN_WRONG_IMPORTS: dict[tuple[str, str], str] = {
-    # Report._repr_html_ renders HTML from inside the report (a circle through 10 renderer
-    # modules): helper i35-report, item 1 (the report as a typed value on the ground floor)
-    ("diagnose.analysis.report", "diagnose.renderers.html"): "i35-report",
-    # the run directory loads and saves the report's value: the typed report (item 1) moves below it
-    ("diagnose.rundir", "diagnose.analysis.report"): "i35-report",
-}
+KNOWN_WRONG_IMPORTS: dict[tuple[str, str], str] = {}
 
 
 def _module_files() -> dict[str, pathlib.Path]:
@@ -270,9 +266,7 @@ def test_every_module_has_a_layer() -> None:
 LONG_MODULE_LINES = 800
 #: Long modules that do not say why yet, each owned by an issue-35 branch that shortens it or
 #: writes the reason; delete the line then (the test fails on a line that is no longer needed).
-KNOWN_LONG_MODULES: dict[str, str] = {
-    "diagnose.renderers.view": "i35-report",  # item 1: the renderers read typed values, no parsers
-}
+KNOWN_LONG_MODULES: dict[str, str] = {}
 
 
 def _long_without_reason() -> set[str]:

@@ -1,7 +1,8 @@
 """report.json against the JSON Schema CI users validate with (diagnose/schema/report.schema.json):
-every fixture (schema 1 files as read, upgraded) and every fresh analysis of one validates, and
-the schema is strict enough to refuse a broken report. The conftest also validates every
-report.json a test leaves in its temp folder."""
+the schema is the one generated from the report's types (diagnose/report.py), every fixture
+(schema 1 files as read, upgraded) and every fresh analysis of one validates, and the schema is
+strict enough to refuse a broken report. The conftest also validates every report.json a test
+leaves in its temp folder."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
-from diagnose.analysis.report import Report
+from diagnose.report import Report, schema_text
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
 from tests.conftest import DATA, report_errors
@@ -27,6 +28,26 @@ def test_the_schema_is_a_valid_draft_2020_12_schema_and_ships_in_the_package() -
     schema = json.loads((files("diagnose") / "schema" / "report.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["properties"]["schema"]["const"] == "diagnose.report/2"
+
+
+def test_the_committed_schema_is_the_one_generated_from_the_types() -> None:
+    """A change to a report type shows in the schema file; regenerate it with
+    ``python -m diagnose.report > diagnose/schema/report.schema.json``."""
+    from importlib.resources import files
+
+    from diagnose.report import schema_text
+
+    committed = (files("diagnose") / "schema" / "report.schema.json").read_text()
+    assert committed == schema_text(), "stale: python -m diagnose.report > diagnose/schema/report.schema.json"
+
+
+def test_the_schema_keeps_the_descriptions_users_read() -> None:
+    schema = json.loads(schema_text())
+    finding = schema["$defs"]["Finding"]["properties"]
+    assert "90% interval" in finding["predicted_interval"]["description"]
+    assert schema["properties"]["whole"]["description"].startswith("diagnose watch")
+    assert schema["required"][:3] == ["schema", "diagnose_version", "source"]
+    assert schema["$defs"]["Finding"]["required"] == ["rule", "title", "category", "kind", "says", "do", "evidence"]
 
 
 @pytest.mark.parametrize("path", sorted(DATA.glob("*/report.json")), ids=lambda p: p.parent.name)

@@ -26,9 +26,8 @@ from diagnose.renderers.view import (
     PhaseRow,
     ReportView,
     Segment,
-    Straggler,
-    Timing,
 )
+from diagnose.report import Straggler, Timing
 from tests.conftest import DATA
 
 #: Two GPU steps of 10 and 12 ms; the window's shares are the symptoms' (as schema 2 keeps them).
@@ -143,7 +142,7 @@ def test_rows_of_a_hand_made_report() -> None:
     assert (view.name, view.device, view.versions) == ("train.py", "NVIDIA H200", ("torch 2.13.0", "Python 3.11.7"))
     assert view.status.ok and view.status.step_mode == "optimizer step"
     assert view.throughput.steady is None  # no timed step: no steady figures
-    assert view.throughput.profiled == Timing(2, 11.0, 12.0, 11.0, 90.9, 5818.2)
+    assert view.throughput.profiled == Timing(steps=2, median_step_ms=11.0, p90_step_ms=12.0, mean_step_ms=11.0, steps_per_s=90.9, samples_per_s=5818.2)
     breakdown = view.breakdown
     assert breakdown is not None and breakdown.on_gpu
     assert [row.number for row in breakdown.steps] == [5, 6]
@@ -169,7 +168,7 @@ def test_rows_of_a_hand_made_report() -> None:
         Segment("exposed", "gpu_backward", "GPU: backward kernels", 3.0),
     )
     (finding,) = view.findings
-    assert finding.evidence == (
+    assert view.evidence(finding) == (
         EvidenceRow("exposed.data_wait", 0.45, "share", "45%", ""),
         EvidenceRow("dataloader.num_workers", 0, "count", "0", "DataLoader worker processes"),
     )
@@ -200,8 +199,8 @@ def test_the_straggler_is_flagged_only_when_its_rule_fired() -> None:
         {"rule": "DIST003", "title": "A straggling rank", "says": "...", "do": "", "evidence": ["dist.straggler_data_ms"]}
     )
     view = ReportView.from_report(Report.from_dict(data))
-    assert view.ranks is not None and view.ranks.straggler == Straggler(1, 6.24, 1.75)
-    assert view.findings[-1].evidence[0].text == "6.2 ms"
+    assert view.ranks is not None and view.ranks.straggler == Straggler(rank=1, data_wait_ms=6.24, others_data_wait_ms=1.75, excess_share=0.48)
+    assert view.evidence(view.findings[-1])[0].text == "6.2 ms"
     assert "straggler: rank 1 waits 6.24 ms/step for data, the others 1.75" in TerminalRenderer(color=False).render_view(view)
 
 

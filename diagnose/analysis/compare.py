@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from diagnose.analysis.measure.categories import EXPOSED, PHASE_LABELS, PHASES, exposed_categories
-from diagnose.analysis.report import Report
+from diagnose.report import Report
 from diagnose.units import percent
 
 COMPARISON_SCHEMA = "diagnose.comparison/1"
@@ -69,9 +69,9 @@ TIMING_NOTE_STARTS = ("noisy ", "bursty ", "profiling made", "the profiler-off w
 def throughput_of(report: Report, rate_key: str, window: str | None = None) -> float | None:
     """The run's ``rate_key`` figure (``samples_per_s`` or ``steps_per_s``) in ``window``; with
     none given, steady when measured, else profiled; None when the run measured neither."""
-    for name in (window,) if window else WINDOWS:
-        timing = (report.throughput or {}).get(name) or {}
-        value = timing.get(rate_key)
+    for window in (window,) if window else WINDOWS:
+        timing = getattr(report.throughput, window)
+        value = getattr(timing, rate_key) if timing is not None else None
         if isinstance(value, (int, float)) and value > 0:
             return float(value)
     return None
@@ -101,11 +101,11 @@ def spread_of(mean: float | None, low: float | None, high: float | None) -> floa
 def step_ms(report: Report, window: str | None = None) -> tuple[float | None, float | None, float | None]:
     """The mean step with its p10 and p90 (the report's statistic, as verify and sweep show it),
     from ``window``, or with none given the steady window where it was timed, else the profiled one."""
-    for name in (window,) if window else WINDOWS:
-        timing = (report.throughput or {}).get(name) or {}
-        mean = timing.get("mean_step_ms")
-        if isinstance(mean, (int, float)):
-            low, high = timing.get("p10_step_ms"), timing.get("p90_step_ms")
+    for window in (window,) if window else WINDOWS:
+        timing = getattr(report.throughput, window)
+        mean = timing.mean_step_ms if timing is not None else None
+        if timing is not None and isinstance(mean, (int, float)):
+            low, high = timing.p10_step_ms, timing.p90_step_ms
             return (
                 float(mean),
                 float(low) if isinstance(low, (int, float)) else None,
@@ -224,8 +224,8 @@ def compare_reports(runs: Sequence[tuple[str, Report]]) -> Comparison:
         columns.append(
             RunColumn(
                 label=label,
-                source=str(report.source.get("run_dir") or report.source.get("trace") or ""),
-                state=str((report.status or {}).get("state", "unknown")),
+                source=str(report.source.run_dir or report.source.trace or ""),
+                state=str(report.status.state),
                 verdict=report.verdict,
                 throughput=rates[i],
                 speedup=speedup,
@@ -244,7 +244,7 @@ def compare_reports(runs: Sequence[tuple[str, Report]]) -> Comparison:
                 notes=timing_notes(report),
             )
         )
-    titles = {f["rule"]: f.get("title", "") for r in reports for f in r.findings}
+    titles = {f.rule: f.title for r in reports for f in r.findings}
     return Comparison(tuple(columns), rate_key, on_gpu, exposed_rows, phase_rows, titles, window, tuple(run_differences(runs)), tuple(reports))
 
 
@@ -261,7 +261,7 @@ def _larger(a: float | None, b: float | None) -> float | None:
 
 def timing_notes(report: Report) -> tuple[str, ...]:
     """The report's notes that bear on how far its timing can be trusted."""
-    notes = [str(report.throughput.get("note"))] if (report.throughput or {}).get("note") else []
+    notes = [report.throughput.note] if report.throughput.note else []
     return tuple(notes + [w for w in report.warnings if w.startswith(TIMING_NOTE_STARTS)])
 
 
@@ -270,8 +270,8 @@ def run_differences(runs: Sequence[tuple[str, Report]]) -> list[str]:
     window plan, another device (a comparison of those says little about a change)."""
     warnings = []
     for what, value_of in (
-        ("scripts", lambda r: ((r.run or {}).get("target") or {}).get("value")),
-        ("window plans (--warmup/--steps/--timed-steps)", lambda r: _plan_text((r.run or {}).get("plan"))),
+        ("scripts", lambda r: r.run.target.value if r.run is not None and r.run.target is not None else None),
+        ("window plans (--warmup/--steps/--timed-steps)", lambda r: _plan_text(r.run.plan if r.run is not None else None)),
         ("devices", lambda r: (r.environment or {}).get("device_name") or (r.environment or {}).get("device")),
     ):
         values = [(label, value_of(report)) for label, report in runs]
@@ -338,7 +338,7 @@ def _top(shares: dict[str, float] | None) -> tuple[str, float] | None:
 
 
 def _fired(report: Report) -> tuple[str, ...]:
-    return tuple(f["rule"] for f in report.findings)
+    return tuple(f.rule for f in report.findings)
 
 
 def _speedup(base: float | None, rate: float | None) -> float | None:

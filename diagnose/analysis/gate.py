@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from diagnose.analysis.compare import rate_key_for, throughput_of, window_for
-from diagnose.analysis.report import Report
+from diagnose.report import Report
 from diagnose.errors import UsageError
 
 _RULE_ID = re.compile(r"^[A-Z][A-Z0-9]*\d{3}$", re.IGNORECASE)
@@ -115,11 +115,11 @@ def check(report: Report, conditions: list[Condition], baseline: Report | None =
     fired = report.findings
     for condition in conditions:
         if condition.kind == "any" and fired:
-            failures.append(f"{condition.text}: {', '.join(f['rule'] for f in fired)} fired")
-        elif condition.kind == "rule" and any(f["rule"] == condition.value for f in fired):
+            failures.append(f"{condition.text}: {', '.join(f.rule for f in fired)} fired")
+        elif condition.kind == "rule" and any(f.rule == condition.value for f in fired):
             failures.append(f"{condition.text}: {condition.value} fired")
         elif condition.kind == "category":
-            rules = [f["rule"] for f in fired if f.get("category") == condition.value]
+            rules = [f.rule for f in fired if f.category == condition.value]
             if rules:
                 failures.append(f"{condition.text}: {', '.join(rules)} fired")
         elif condition.kind == "throughput":

@@ -28,7 +28,8 @@ from diagnose.analysis.verdict.findings import DEFAULT_LIMIT, Measurement, diagn
 from diagnose.analysis.prediction.predict import Predictor, step_spread
 from diagnose.analysis.prediction.replay import ReplayCheck, StepModel, build_model, host_code_scale, replay_check
 from diagnose.record import RunRecord
-from diagnose.analysis.report import Report, build_report
+from diagnose.analysis.report import build_report
+from diagnose.report import Distributed, Report, convert
 from diagnose.analysis.measure.profcost import correct_profiler_cost, estimate_cost_per_event
 from diagnose.analysis.verdict.rules import Rule, load_rules
 from diagnose.analysis.measure.collectives import CollectiveTime, collective_times
@@ -138,13 +139,13 @@ def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[s
         source=source, limit=options.limit, warnings=warnings,
     )
     if rank_set is not None:
-        report.distributed = {
+        report.distributed = convert({
             "world_size": len(rank_set.summaries),
             **job_view(rank_set.summaries),
             "ranks": [s.to_dict() for s in rank_set.summaries],
             "straggler": rank_set.straggler,
             "notable_ranks": {str(rank): why for rank, why in notable_ranks(rank_set.summaries, a.rank).items()},
-        }
+        }, Distributed)
     return report
 
 

@@ -1,9 +1,10 @@
-"""Stage 8's input: the report, a versioned JSON-ready value that every renderer reads.
+"""Stage 8: the report built from the analysis, the typed value every renderer reads.
 
-Contract: ``build_report(...) -> Report``; ``Report.to_dict()`` is what ``report.json`` holds
-(schema ``diagnose.report/2``, documented field by field in docs/report-schema.md;
-``Report.load`` also reads schema 1 files, upgrading them). A report
-can be re-rendered from ``report.json`` alone (``diagnose report RUN_DIR``).
+Contract: ``build_report(...) -> Report``. The types are ``diagnose/report.py``'s (the ground
+floor: the contract between the analysis and the renderers); this module fills them.
+``Report.to_dict()`` is what ``report.json`` holds (schema ``diagnose.report/2``, documented
+field by field in docs/report-schema.md; ``Report.load`` also reads schema 1 files, upgrading
+them). A report can be re-rendered from ``report.json`` alone (``diagnose report RUN_DIR``).
 
 ``experiments`` is filled by ``diagnose verify`` and ``diagnose sweep``::
 
@@ -21,209 +22,59 @@ can be re-rendered from ``report.json`` alone (``diagnose report RUN_DIR``).
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
-import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from diagnose.version import __version__
 from diagnose.analysis.bare import not_seen_line, trace_only
 from diagnose.analysis.measure.breakdown import Breakdown, per_step_stats, reference_step_us
 from diagnose.analysis.measure.categories import EXPOSED, HOST_EXPOSED, exposed_labels
 from diagnose.analysis.verdict.findings import Diagnosis
 from diagnose.analysis.measure.hardware_limits import distance_to_limits, limits_to_dict
-from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan, check_field_kinds
+from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan
+from diagnose.report import (
+    REPORT_SCHEMA,
+    WINDOW_FIGURES_AS_SYMPTOMS,
+    Breakdown as BreakdownSection,
+    Distributed,
+    ErrorInfo,
+    Finding,
+    Limits,
+    PerStep,
+    Ranking,
+    Replay,
+    Report,
+    RunInfo,
+    ShortRun,
+    Source,
+    Status,
+    Step,
+    StepStat,
+    StepTimeline,
+    Symptom,
+    Target,
+    Throughput,
+    Timing,
+    TraceOnly,
+    Whole,
+    Window,
+    WindowGrowth,
+    convert,
+    html_frame,
+    sanitized,
+    upgrade_from_v1,
+)
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.stats import quantile
 from diagnose.units import gain_words, percent
 
-REPORT_SCHEMA = "diagnose.report/2"
-
-#: Window figures of schema 1 that schema 2 keeps once, as the symptom named here.
-#: (``exposed_share``, ``phase_share`` and ``hidden_share`` became ``exposed.<category>``,
-#: ``phase.<phase>`` and ``hidden.<phase>``.)
-WINDOW_FIGURES_AS_SYMPTOMS = {
-    "gpu_busy_share": "gpu.busy",
-    "kernels_per_step": "gpu.kernels_per_step",
-    "median_kernel_us": "gpu.median_kernel_us",
-    "syncs_per_step": "sync.per_step",
-}
-
-
-@dataclass
-class Report:
-    schema: str = REPORT_SCHEMA
-    diagnose_version: str = __version__
-    created_at: str = ""
-    source: dict[str, Any] = field(default_factory=dict)
-    status: dict[str, Any] = field(default_factory=dict)
-    run: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
-    dataloader: dict[str, Any] | None = None
-    dataloaders: list[dict[str, Any]] = field(default_factory=list)
-    optimizers: list[dict[str, Any]] = field(default_factory=list)
-    models: list[dict[str, Any]] = field(default_factory=list)
-    flags: dict[str, Any] = field(default_factory=dict)
-    throughput: dict[str, Any] = field(default_factory=dict)
-    memory: dict[str, Any] = field(default_factory=dict)
-    breakdown: dict[str, Any] | None = None
-    symptoms: dict[str, dict[str, Any]] = field(default_factory=dict)
-    verdict: str = ""
-    healthy: bool = False
-    findings: list[dict[str, Any]] = field(default_factory=list)
-    next_steps: list[dict[str, Any]] = field(default_factory=list)
-    findings_not_shown: int = 0
-    #: fixes that fired but were predicted to gain less than the spread, one line each
-    considered: list[str] = field(default_factory=list)
-    #: rules that did not fire but would within their symptoms' step-to-step spread, one line each
-    borderline: list[str] = field(default_factory=list)
-    #: the replay of the unchanged step against the measured one, and the prediction settings
-    replay: dict[str, Any] | None = None
-    #: how sure the ranking is: the resampling, the floor, the top finding's share of first
-    #: places, the findings to measure (``findings.ranking_summary``)
-    ranking: dict[str, Any] | None = None
-    sync_sites: list[dict[str, Any]] = field(default_factory=list)
-    host_hotspots: dict[str, Any] = field(default_factory=dict)
-    worker_hotspots: dict[str, Any] = field(default_factory=dict)
-    experiments: dict[str, Any] | None = None
-    #: a distributed run: ``world_size``, ``ranks`` (one summary each), ``straggler``
-    distributed: dict[str, Any] | None = None
-    #: a trace analysed without its run record: what was read off it, what it could not show
-    #: (``diagnose.analysis.bare``)
-    trace_only: dict[str, Any] | None = None
-    #: the distance to the hardware limit: GPU peaks, FLOPs by phase, top kernels, roofline,
-    #: memory by owner, the OOM explanation (analysis/measure/hardware_limits.py); MFU itself is a symptom
-    limits: dict[str, Any] | None = None
-    #: ``diagnose watch``: the whole run's wall-clock by bucket, its shifts and series
-    #: (``analysis/measure/wholerun.py``); None for a run that was not watched
-    whole: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-    def to_json(self) -> str:
-        # allow_nan=False: NaN and Infinity are not JSON; sanitized() made them null
-        return json.dumps(sanitized(self.to_dict()), indent=1, default=_json_default, allow_nan=False)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Report:
-        """A report from its JSON form; a schema 1 report is upgraded to schema 2. ``ValueError``
-        (saying which field) for a value of the wrong kind (``[]``, an edited file)."""
-        check_field_kinds(cls, data)
-        if data.get("schema") == "diagnose.report/1":
-            data = upgrade_from_v1(data)
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def save(self, path: Path) -> None:
-        from diagnose.atomic import write_atomically
-
-        write_atomically(path, self.to_json())
-
-    @classmethod
-    def load(cls, path: Path) -> Report:
-        return cls.from_dict(json.loads(path.read_text()))
-
-    def _repr_html_(self) -> str:
-        """Jupyter shows a report as its HTML page, in a frame of its own (its stylesheet and
-        Content-Security-Policy stay inside). The renderer is imported only when asked."""
-        from diagnose.renderers.html import HTMLRenderer
-
-        return html_frame(HTMLRenderer().render(self))
-
-    # --- the figures kept once, read back ----------------------------------------------------
-
-    @property
-    def on_gpu(self) -> bool:
-        return bool(self.breakdown and self.breakdown.get("device") == "cuda")
-
-    def symptom_value(self, name: str) -> float | None:
-        """A symptom's value, None when the run could not measure it."""
-        entry = self.symptoms.get(name)
-        return None if entry is None else entry.get("value")
-
-    def exposed_shares(self) -> dict[str, float]:
-        """Share of the window per exposed category (empty when nothing was profiled)."""
-        if not self.breakdown:
-            return {}
-        return {cat: self.symptom_value(f"exposed.{cat}") or 0.0 for cat in EXPOSED}
-
-    def gpu_busy_share(self) -> float | None:
-        """Share of the window the GPU ran anything: 0 on a CPU-only run, None with no breakdown."""
-        if not self.breakdown:
-            return None
-        return self.symptom_value("gpu.busy") or 0.0
-
-
-def html_frame(page: str, height_px: int = 900) -> str:
-    """A whole HTML page inside an ``iframe`` (``srcdoc``), for a notebook's output cell."""
-    import html
-
-    return f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:{height_px}px;border:0" sandbox=""></iframe>'
-
-
-def upgrade_from_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """A schema 1 report in schema 2's form: evidence names its symptoms, and the window keeps
-    no figure that the symptoms already hold (the numbers are the same, rounded differently)."""
-    out = dict(data, schema=REPORT_SCHEMA)
-    out["findings"] = [_evidence_as_names(f) for f in data.get("findings") or []]
-    out["next_steps"] = [_evidence_as_names(f) for f in data.get("next_steps") or []]
-    breakdown = data.get("breakdown")
-    if breakdown and breakdown.get("window"):
-        window = dict(breakdown["window"])
-        for key in ("steps", "exposed_share", "phase_share", "hidden_share", *WINDOW_FIGURES_AS_SYMPTOMS):
-            window.pop(key, None)
-        h2d = window.pop("h2d_bytes_per_step", None) or {}
-        window["h2d_pinned_bytes_per_step"] = h2d.get("pinned")
-        out["breakdown"] = dict(breakdown, window=window)
-    return out
-
-
-def _evidence_as_names(finding: dict[str, Any]) -> dict[str, Any]:
-    evidence = [e["symptom"] if isinstance(e, dict) else e for e in finding.get("evidence") or []]
-    return dict(finding, evidence=evidence)
-
-
-#: control characters (C0 but newline and tab, DEL, C1): in a kernel or file name from a trace
-#: they would reach the terminal as escape sequences; and the characters that reorder or break
-#: the lines around them (bidirectional overrides and isolates, U+2028/U+2029): a name could
-#: show text other than what it holds
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-
-
-def _written_out(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def sanitized(value: Any, text: bool = False) -> Any:
-    """A copy of a report's data fit for output: infinite and NaN numbers become None (JSON has
-    neither, and "inf ms/step" says nothing); with ``text``, control characters in strings are
-    written out as ``\\xNN`` (escape sequences from a trace never reach a terminal raw)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        return _CONTROL.sub(_written_out, value) if text else value
-    if isinstance(value, dict):
-        return {sanitized(k, text) if isinstance(k, str) else k: sanitized(v, text) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [sanitized(v, text) for v in value]
-    return value
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, set):
-        return sorted(value)
-    raise TypeError(f"cannot serialise {type(value).__name__}")
-
+#: the report's types moved to the ground floor (diagnose/report.py); these names stay
+#: importable from here for code written against earlier versions
+__all__ = [
+    "REPORT_SCHEMA", "WINDOW_FIGURES_AS_SYMPTOMS", "Distributed", "Report", "build_report", "html_frame", "sanitized", "upgrade_from_v1",
+]
 
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
@@ -252,28 +103,27 @@ def mean_spread(durations_s: list[float], blocks: int = MEAN_BLOCKS) -> float | 
     return (max(means) - min(means)) / 2 / total if total > 0 else None
 
 
-def _timing(durations_s: list[float], samples: list[int] | None, total_s: float | None = None) -> dict[str, Any]:
+def _timing(durations_s: list[float], samples: list[int] | None, total_s: float | None = None) -> Timing:
     """Mean with its p10-p90 spread, median, steps/s and samples/s of a run of steps; ``noisy``
     when the p90 step is over ``NOISY_P90_OVER_MEDIAN`` times the median; ``mean_spread``: how
     far the mean moves (``mean_spread``)."""
     if not durations_s:
-        return {"steps": 0}
+        return Timing(steps=0)
     total = total_s if total_s is not None else sum(durations_s)
     median = statistics.median(durations_s)
     p90 = quantile(durations_s, 0.9)
-    out: dict[str, Any] = {
-        "steps": len(durations_s),
-        "median_step_ms": _round(median * 1000, 3),
-        "p10_step_ms": _round(quantile(durations_s, 0.1) * 1000, 3),
-        "p90_step_ms": _round(p90 * 1000, 3),
-        "mean_step_ms": _round(total / len(durations_s) * 1000, 3),
-        "noisy": bool(median > 0 and p90 > NOISY_P90_OVER_MEDIAN * median),
-        "mean_spread": _round(mean_spread(durations_s)),
-        "steps_per_s": _round(len(durations_s) / total if total > 0 else None, 3),
-        "samples_per_s": None,
-    }
+    out = Timing(
+        steps=len(durations_s),
+        median_step_ms=_round(median * 1000, 3),
+        p10_step_ms=_round(quantile(durations_s, 0.1) * 1000, 3),
+        p90_step_ms=_round(p90 * 1000, 3),
+        mean_step_ms=_round(total / len(durations_s) * 1000, 3),
+        noisy=bool(median > 0 and p90 > NOISY_P90_OVER_MEDIAN * median),
+        mean_spread=_round(mean_spread(durations_s)),
+        steps_per_s=_round(len(durations_s) / total if total > 0 else None, 3),
+    )
     if samples and len(samples) >= len(durations_s) and all(samples[: len(durations_s)]) and total > 0:
-        out["samples_per_s"] = _round(sum(samples[: len(durations_s)]) / total, 2)
+        out.samples_per_s = _round(sum(samples[: len(durations_s)]) / total, 2)
     return out
 
 
@@ -303,7 +153,7 @@ def build_report(
     limit: int | None,
     warnings: list[str] | None = None,
 ) -> Report:
-    report = Report(created_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), source=source)
+    report = Report(created_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), source=convert(source, Source))
     report.warnings = list(warnings or [])
     _status(report, record)
     if record is not None:
@@ -311,27 +161,29 @@ def build_report(
     if meta is not None:
         _from_meta(report, meta)
         if record is None and breakdown is not None and breakdown.steps:
-            report.trace_only = trace_only(meta, symptoms)
-            report.warnings.append(not_seen_line(report.trace_only))
+            bare = trace_only(meta, symptoms)
+            report.trace_only = convert(bare, TraceOnly)
+            report.warnings.append(not_seen_line(bare))
     _throughput(report, record, breakdown)
     if breakdown is not None and breakdown.steps:
-        report.breakdown = breakdown_to_dict(breakdown)
+        report.breakdown = breakdown_section(breakdown)
         report.warnings.extend(breakdown.notes)
-    report.symptoms = {name: _symptom_dict(s) for name, s in symptoms.items()}
-    report.limits = limits_to_dict(distance_to_limits(breakdown, record, meta), record)
+    report.symptoms = {name: _symptom(s) for name, s in symptoms.items()}
+    limits = limits_to_dict(distance_to_limits(breakdown, record, meta), record)
+    report.limits = None if limits is None else convert(limits, Limits)
     report.whole = whole_run_section(record)
     report.warnings.extend(_steadiness_notes(report))
     if diagnosis is not None:
-        findings = [f.to_dict() for f in diagnosis.findings]
+        findings = [convert(f.to_dict(), Finding) for f in diagnosis.findings]
         shown = findings if limit is None else findings[:limit]
         report.findings = shown
         report.findings_not_shown = len(findings) - len(shown)
-        report.next_steps = [f.to_dict() for f in diagnosis.next_steps]
+        report.next_steps = [convert(f.to_dict(), Finding) for f in diagnosis.next_steps]
         report.considered = list(diagnosis.considered)
         report.warnings.extend(diagnosis.skipped)
         report.borderline = list(diagnosis.borderline)
-        report.replay = diagnosis.replay
-        report.ranking = diagnosis.ranking
+        report.replay = None if diagnosis.replay is None else convert(diagnosis.replay, Replay)
+        report.ranking = None if diagnosis.ranking is None else convert(diagnosis.ranking, Ranking)
         # not healthy while the GPU idles a large share of the step, whatever could be predicted
         report.healthy = diagnosis.healthy and report.breakdown is not None and dominant_idle(breakdown) is None
         report.verdict = _verdict(report, diagnosis, breakdown)
@@ -347,11 +199,11 @@ BURSTY_WAITING_STEPS = 0.5
 def _steadiness_notes(report: Report) -> list[str]:
     """Say when the numbers vary too much from step to step to be read as one figure."""
     notes = []
-    for window, timing in (("steady state", report.throughput.get("steady")), ("profiled window", report.throughput.get("profiled"))):
-        if timing and timing.get("noisy"):
+    for window, timing in (("steady state", report.throughput.steady), ("profiled window", report.throughput.profiled)):
+        if timing and timing.noisy:
             notes.append(
-                f"noisy {window}: the p90 step ({timing['p90_step_ms']:.1f} ms) is over {NOISY_P90_OVER_MEDIAN}x the median "
-                f"({timing['median_step_ms']:.1f} ms); the mean, its spread and the verdict may differ on a rerun"
+                f"noisy {window}: the p90 step ({timing.p90_step_ms:.1f} ms) is over {NOISY_P90_OVER_MEDIAN}x the median "
+                f"({timing.median_step_ms:.1f} ms); the mean, its spread and the verdict may differ on a rerun"
             )
     waiting, wait = report.symptom_value("data.waiting_steps"), report.symptom_value("exposed.data_wait")
     if waiting is not None and wait is not None and wait >= BURSTY_DATA_WAIT and waiting <= BURSTY_WAITING_STEPS:
@@ -363,10 +215,10 @@ def _steadiness_notes(report: Report) -> list[str]:
     return notes
 
 
-def _symptom_dict(symptom: Any) -> dict[str, Any]:
-    out = {"value": _round(symptom.value, 6), "unit": symptom.unit, "description": symptom.description}
+def _symptom(symptom: Any) -> Symptom:
+    out = Symptom(value=_round(symptom.value, 6), unit=symptom.unit, description=symptom.description)
     if symptom.spread is not None:  # the p10-p90 of the steps, centred on the value
-        out["low"], out["high"] = _round(symptom.low, 6), _round(symptom.high, 6)
+        out.low, out.high = _round(symptom.low, 6), _round(symptom.high, 6)
     return out
 
 
@@ -386,40 +238,36 @@ def _status(report: Report, record: RunRecord | None) -> None:
             message += f" after {steps} steps"
             if record.profiled_steps < plan.get("steps", 0):
                 message += f"; {record.profiled_steps} of the {plan.get('steps')} planned steps were profiled"
-    report.status = {
-        "state": state,
-        "exit_code": code,
-        "message": message,
-        "error": err or None,
-    }
+    report.status = Status(state=state, exit_code=code, message=message, error=convert(err, ErrorInfo) if err else None)
 
 
-def whole_run_section(record: RunRecord | None) -> dict[str, Any] | None:
+def whole_run_section(record: RunRecord | None) -> Whole | None:
     """The whole run's accounting (``diagnose watch``), or None for a run not watched."""
     from diagnose.analysis.symptoms.wholerun import accounting_of
 
     accounting = accounting_of(record) if record is not None else None
-    return accounting.to_dict() if accounting is not None else None
+    return convert(accounting.to_dict(), Whole) if accounting is not None else None
 
 
 def _from_record(report: Report, record: RunRecord) -> None:
-    report.run = {
-        "target": record.target,
-        "command": record.command,
-        "started_at": record.started_at,
-        "ended_at": record.ended_at,
-        "wall_s": _round(record.wall_s, 3),
-        "plan": record.plan,
-        "step_mode": record.step_mode,
-        "steps_seen": record.completed_steps(),
-        "startup_s": _round(record.startup_seconds(record.plan.get("warmup", 0)), 3),
-        "profiled_steps": record.profiled_steps,
-        "window_growth": record.window_growth or None,
-        "short_run": short_run(record),
-        "after_last_step_s": _round(record.after_last_step_seconds(), 3),
-        "knobs": record.knobs,
-        "trace_files": record.trace_files,
-    }
+    short = short_run(record)
+    report.run = RunInfo(
+        target=convert(record.target, Target) if record.target else None,
+        command=record.command,
+        started_at=record.started_at,
+        ended_at=record.ended_at,
+        wall_s=_round(record.wall_s, 3),
+        plan=record.plan,
+        step_mode=record.step_mode,
+        steps_seen=record.completed_steps(),
+        startup_s=_round(record.startup_seconds(record.plan.get("warmup", 0)), 3),
+        profiled_steps=record.profiled_steps,
+        window_growth=convert(record.window_growth, WindowGrowth) if record.window_growth else None,
+        short_run=convert(short, ShortRun) if short else None,
+        after_last_step_s=_round(record.after_last_step_seconds(), 3),
+        knobs=record.knobs,
+        trace_files=record.trace_files,
+    )
     report.environment = dict(record.environment)
     loader = record.train_loader()
     report.dataloader = _loader_dict(loader) if loader is not None else None
@@ -440,7 +288,7 @@ def _from_record(report: Report, record: RunRecord) -> None:
     grown = growth_note(record.window_growth)
     if grown:
         report.warnings.append(grown)
-    report.warnings.extend(short_run_notes(report.run["short_run"]))
+    report.warnings.extend(short_run_notes(short))
     tail = after_last_step_note(record)
     if tail:
         report.warnings.append(tail)
@@ -577,88 +425,88 @@ def _from_meta(report: Report, meta: TraceMeta) -> None:
         env["compute_capability"] = "{}.{}".format(*meta.compute_capability)
     if meta.cuda_driver_version and not env.get("cuda_driver_api"):
         env["cuda_driver_api"] = meta.cuda_driver_version
-    report.source.setdefault("trace_events", meta.event_count)
+    if report.source.trace_events is None:
+        report.source.trace_events = meta.event_count
 
 
 def _throughput(report: Report, record: RunRecord | None, breakdown: Breakdown | None) -> None:
-    out: dict[str, Any] = {"batch_size": record.batch_size() if record else None}
+    out = Throughput(batch_size=record.batch_size() if record else None)
     plan_warmup = record.plan.get("warmup", 0) if record else 0
     if breakdown is not None and breakdown.steps and breakdown.has_step_marks:
         durations = [s.duration_us / 1e6 for s in breakdown.steps]
         samples = None
         if record is not None:
             samples = record.samples_per_step[plan_warmup : plan_warmup + len(durations)]
-        out["profiled"] = _timing(durations, samples)
+        out.profiled = _timing(durations, samples)
     elif record is not None and record.profiled_steps:
         durations = record.durations_between(plan_warmup, record.profiled_steps)
-        out["profiled"] = _timing(durations, record.samples_per_step[plan_warmup:])
+        out.profiled = _timing(durations, record.samples_per_step[plan_warmup:])
     if record is not None and record.timed_seconds:
         first = record.first_timed_step()
         durations = record.steady_durations()
         samples = record.samples_per_step[first : first + record.timed_steps]
-        out["steady"] = _timing(durations, samples, total_s=record.timed_seconds)
+        out.steady = _timing(durations, samples, total_s=record.timed_seconds)
     elif record is not None and record.completed_steps():
-        out["steady"] = None
-        out["note"] = "too few steps for the steady-state timing (profiler off); figures are from the profiled window"
+        out.steady = None
+        out.note = "too few steps for the steady-state timing (profiler off); figures are from the profiled window"
     report.throughput = out
 
 
-def breakdown_to_dict(bd: Breakdown) -> dict[str, Any]:
-    steps = []
-    for s in bd.steps:
-        steps.append(
-            {
-                "number": s.number,
-                "start_us": s.start_us,
-                "duration_ms": _round(s.duration_us / 1000, 4),
-                "phases_ms": {k: _round(v / 1000, 4) for k, v in s.phases.items()},
-                "exposed_ms": {k: _round(v / 1000, 4) for k, v in s.exposed.items()},
-                "gpu_busy_ms": _round(s.gpu_busy_us / 1000, 4),
-                "kernels": s.kernel_count,
-                "median_kernel_us": _round(s.median_kernel_us, 3),
-                "h2d_pageable_bytes": s.h2d_pageable_bytes,
-                "h2d_pinned_bytes": s.h2d_pinned_bytes,
-                "h2d_copies": s.h2d_copies,
-                "d2h_bytes": s.d2h_bytes,
-                "syncs": s.sync_count,
-                "sync_blocked_ms": _round(s.sync_blocked_us / 1000, 4),
-                "syncs_by_kind": s.syncs_by_kind,
-                "matmul_ms": {k: _round(v / 1000, 4) for k, v in s.matmul_us.items()},
-            }
+def breakdown_section(bd: Breakdown) -> BreakdownSection:
+    steps = [
+        Step(
+            number=s.number,
+            start_us=s.start_us,
+            duration_ms=round(s.duration_us / 1000, 4),
+            phases_ms={k: round(v / 1000, 4) for k, v in s.phases.items()},
+            exposed_ms={k: round(v / 1000, 4) for k, v in s.exposed.items()},
+            gpu_busy_ms=_round(s.gpu_busy_us / 1000, 4),
+            kernels=s.kernel_count,
+            median_kernel_us=_round(s.median_kernel_us, 3),
+            h2d_pageable_bytes=s.h2d_pageable_bytes,
+            h2d_pinned_bytes=s.h2d_pinned_bytes,
+            h2d_copies=s.h2d_copies,
+            d2h_bytes=s.d2h_bytes,
+            syncs=s.sync_count,
+            sync_blocked_ms=_round(s.sync_blocked_us / 1000, 4),
+            syncs_by_kind=s.syncs_by_kind,
+            matmul_ms={k: round(v / 1000, 4) for k, v in s.matmul_us.items()},
         )
+        for s in bd.steps
+    ]
     median_step = statistics.median([s.duration_us for s in bd.steps]) / 1000
     # The window's shares, GPU busy, kernels and syncs per step are symptoms (``exposed.<category>``,
     # ``phase.<phase>``, ``hidden.<phase>``, ``gpu.busy`` ...): the report keeps them there, once.
-    return {
-        "device": "cuda" if bd.has_gpu else "cpu",
-        "median_step_timeline": bd.timeline_strip,
-        "steps": steps,
-        "window": {
-            "total_ms": _round(bd.total_us / 1000, 3),
-            "median_step_ms": _round(median_step, 3),
-            "trace_exposed_share": (
-                {k: _round(bd.trace_exposed_share[k], 5) for k in EXPOSED} if bd.trace_exposed_share else None
+    return BreakdownSection(
+        device="cuda" if bd.has_gpu else "cpu",
+        median_step_timeline=convert(bd.timeline_strip, StepTimeline) if bd.timeline_strip else None,
+        steps=steps,
+        window=Window(
+            total_ms=_round(bd.total_us / 1000, 3),
+            median_step_ms=_round(median_step, 3),
+            trace_exposed_share=(
+                {k: round(bd.trace_exposed_share[k], 5) for k in EXPOSED} if bd.trace_exposed_share else None
             ),
-            "profiler_inflation": _round(bd.profiler_inflation, 4),
+            profiler_inflation=_round(bd.profiler_inflation, 4),
             # one statistic per table: the mean per step (= share x the step below) and the
             # p10-p90 range of the steps
-            "per_step": {
-                "statistic": "mean",
-                "spread": "p10-p90",
-                "exposed_step_ms": _round(reference_step_us(bd, "exposed") / 1000, 4),
-                "exposed_basis": "steady" if bd.trace_exposed_share is not None else "profiled",
-                "phase_step_ms": _round(reference_step_us(bd, "phases") / 1000, 4),
-                "exposed": _per_step_dict(bd, "exposed"),
-                "phases": _per_step_dict(bd, "phases"),
-            },
-            "h2d_pinned_bytes_per_step": bd.median("h2d_pinned_bytes"),
-        },
-    }
+            per_step=PerStep(
+                statistic="mean",
+                spread="p10-p90",
+                exposed_step_ms=round(reference_step_us(bd, "exposed") / 1000, 4),
+                exposed_basis="steady" if bd.trace_exposed_share is not None else "profiled",
+                phase_step_ms=round(reference_step_us(bd, "phases") / 1000, 4),
+                exposed=_per_step_stats(bd, "exposed"),
+                phases=_per_step_stats(bd, "phases"),
+            ),
+            h2d_pinned_bytes_per_step=bd.median("h2d_pinned_bytes"),
+        ),
+    )
 
 
-def _per_step_dict(bd: Breakdown, view: str) -> dict[str, dict[str, float | None]]:
+def _per_step_stats(bd: Breakdown, view: str) -> dict[str, StepStat]:
     return {
-        key: {"mean_ms": _round(stat.mean_us / 1000, 4), "p10_ms": _round(stat.low_us / 1000, 4), "p90_ms": _round(stat.high_us / 1000, 4)}
+        key: StepStat(mean_ms=_round(stat.mean_us / 1000, 4), p10_ms=_round(stat.low_us / 1000, 4), p90_ms=_round(stat.high_us / 1000, 4))
         for key, stat in per_step_stats(bd, view).items()
     }
 

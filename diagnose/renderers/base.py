@@ -7,7 +7,7 @@ report itself (JSON) overrides ``render``.
 
 from __future__ import annotations
 
-from diagnose.analysis.report import Report
+from diagnose.report import Report
 from diagnose.renderers.view import ReportView
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from diagnose.renderers.base import Renderer
-from diagnose.analysis.report import Report
+from diagnose.report import Report
 
 
 class JSONRenderer(Renderer):

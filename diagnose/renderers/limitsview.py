@@ -1,9 +1,10 @@
-"""The distance to the hardware limit as renderers read it: MFU, the top kernels, the roofline,
+"""The distance to the hardware limit as renderers show it: MFU, the top kernels, the roofline,
 memory by owner, and the out-of-memory explanation.
 
-Contract: ``limits_view(report) -> LimitsView | None``; pure. Built from the report's ``limits``
-section (the structured parts) and its ``flops.*`` / ``memory.*`` symptoms (the scalars, kept
-once there); None when the run counted nothing and the trace named no known GPU.
+Contract: ``limits_view(report) -> LimitsView | None``; pure. Joins the report's ``limits``
+section (the typed structure: ``diagnose.report.Limits``) with its ``flops.*`` / ``memory.*``
+symptoms (the scalars, kept once there), and words the memory owners; None when the run
+counted nothing and the trace named no known GPU.
 """
 
 from __future__ import annotations
@@ -12,43 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from diagnose.analysis.report import Report
+from diagnose.report import KernelLine, Report, Roofline
 
 #: memory owners in the order they are drawn and listed
 MEMORY_OWNERS = ("parameters", "gradients", "optimizer_state", "activations", "other_tensors", "allocator_cache")
-
-
-@dataclass(frozen=True)
-class KernelLine:
-    name: str
-    kind: str
-    ms_per_step: float
-    share: float
-    tflops: float | None
-    gbs: float | None
-
-
-@dataclass(frozen=True)
-class RooflineDot:
-    kind: str
-    intensity: float  # FLOPs per byte
-    tflops: float
-    roof_tflops: float
-    bound: str  # "memory" or "compute"
-    time_share: float
-
-
-@dataclass(frozen=True)
-class Roofline:
-    peak_tflops: float
-    memory_gbs: float
-    dtype: str | None
-    dots: tuple[RooflineDot, ...]
-
-    @property
-    def ridge(self) -> float:
-        """FLOPs per byte where the memory roof meets the compute roof."""
-        return self.peak_tflops * 1e12 / (self.memory_gbs * 1e9)
 
 
 @dataclass(frozen=True)
@@ -95,35 +63,28 @@ def _owners(parts: Mapping[str, Any], suffix: str) -> tuple[MemoryOwner, ...]:
 
 
 def limits_view(report: Report) -> LimitsView | None:
-    limits = report.limits or {}
+    limits = report.limits
     value = report.symptom_value
-    if not limits and value("flops.mfu") is None and value("flops.achieved_tflops") is None:
+    if limits is None and value("flops.mfu") is None and value("flops.achieved_tflops") is None:
         return None
-    flops = limits.get("flops") or {}
-    roof = limits.get("roofline")
-    roofline = None
-    if roof and roof.get("peak_tflops") and roof.get("memory_gbs"):
-        roofline = Roofline(
-            roof["peak_tflops"], roof["memory_gbs"], roof.get("dtype"),
-            tuple(RooflineDot(p["class"], p["intensity"], p["tflops"], p["roof_tflops"], p["bound"], p["time_share"]) for p in roof.get("points", [])),
-        )
-    split = limits.get("memory_split") or {}
-    oom = limits.get("oom")
+    flops = limits.flops if limits is not None else None
+    roof = limits.roofline if limits is not None else None
+    split = (limits.memory_split if limits is not None else None) or {}
+    oom = limits.oom if limits is not None else None
     return LimitsView(
-        gpu=(limits.get("gpu") or {}).get("name"),
-        dtype=flops.get("dtype"),
+        gpu=limits.gpu.name if limits is not None and limits.gpu is not None else None,
+        dtype=flops.dtype if flops is not None else None,
         mfu=value("flops.mfu"),
         achieved_tflops=value("flops.achieved_tflops"),
         peak_tflops=value("flops.peak_tflops"),
         tflop_per_step=value("flops.tflop_per_step"),
-        flops_by_phase=tuple((phase, float(v)) for phase, v in (flops.get("by_phase") or {}).items()),
-        kernels=tuple(KernelLine(k["name"], k["class"], k["ms_per_step"], k["share"], k.get("tflops"), k.get("gbs")) for k in limits.get("kernels") or []),
-        roofline=roofline,
-        estimated=tuple(limits.get("estimated") or ()),
+        flops_by_phase=tuple((phase, float(v)) for phase, v in flops.by_phase.items()) if flops is not None else (),
+        kernels=tuple(limits.kernels or ()) if limits is not None else (),
+        roofline=roof if roof is not None and roof.peak_tflops and roof.memory_gbs else None,
+        estimated=tuple(limits.estimated or ()) if limits is not None else (),
         memory=_owners(split, "_bytes"),
         capacity_bytes=split.get("capacity_bytes"),
         headroom_gb=value("memory.headroom_gb"),
         largest_batch=value("memory.largest_batch"),
-        oom=OomView(oom["largest"], _owners(oom.get("parts_bytes") or {}, ""), oom.get("requested_bytes"), oom.get("capacity_bytes"),
-                    tuple(oom.get("changes") or ())) if oom else None,
+        oom=OomView(oom.largest, _owners(oom.parts_bytes, ""), oom.requested_bytes, oom.capacity_bytes, tuple(oom.changes)) if oom else None,
     )

@@ -79,7 +79,7 @@ def _findings(view: ReportView) -> str:
             f"{i}",
             f"`{f.rule}`",
             f"**{f.title}**: {f.says}",
-            " · ".join(f"{e.symptom} {e.text}" for e in f.evidence),
+            " · ".join(f"{e.symptom} {e.text}" for e in view.evidence(f)),
             f"up to {f.gain_bound:.2f}x" if f.gain_bound else "-",
         ]
         for i, f in enumerate(view.findings, 1)
@@ -132,7 +132,7 @@ def _experiments(view: ReportView) -> str:
     if e is None:
         return ""
     key = e.compared_by
-    with_via = any(row.via for row in e.rows)
+    with_via = any(row.via_text for row in e.rows)
     header = ["run", *(["via"] if with_via else []), "result", key.replace("_per_s", "/s"), "speedup", "GPU busy", "top exposed after"]
     rows = []
     for row in e.rows:
@@ -140,12 +140,12 @@ def _experiments(view: ReportView) -> str:
         rows.append(
             [
                 row.label,
-                *([row.via or "-"] if with_via else []),
+                *([row.via_text or "-"] if with_via else []),
                 row.verdict or row.status,
                 f"{compared:.2f}" if compared else "-",
                 f"{row.speedup:.2f}x" if row.speedup else "-",
                 percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-",
-                f"{row.top_label} {percent(row.top_share or 0, 0)}" if row.top_category else "-",
+                f"{view.top_label(row)} {percent(row.top_exposed.share or 0, 0)}" if row.top_exposed and row.top_exposed.category else "-",
             ]
         )
     title = "What each recommendation really buys" if e.kind == "verify" else "Sweep"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from diagnose.analysis.compare import Comparison
-from diagnose.analysis.report import html_frame
+from diagnose.jupyter import html_frame
 from diagnose.renderers.comparison import render_comparison
 
 

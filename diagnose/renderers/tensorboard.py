@@ -29,9 +29,10 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from diagnose.analysis.report import Report
+from diagnose.report import Report
 from diagnose.renderers.markdown import TRUST_NOTE, MarkdownRenderer  # noqa: F401 - TRUST_NOTE is the text's last part
-from diagnose.renderers.view import ReportView, StepRow, Timing
+from diagnose.report import Step, Timing
+from diagnose.renderers.view import ReportView
 
 #: Our event files end with this, so that we replace ours and leave anyone else's alone.
 EVENT_FILE_SUFFIX = ".diagnose"
@@ -147,7 +148,7 @@ def _whole_scalars(view: ReportView) -> Iterator[tuple[int, str, Any]]:
         yield 0, f"whole/share_{row.bucket}", row.share
 
 
-def _busy_share(step: StepRow) -> float | None:
+def _busy_share(step: Step) -> float | None:
     return step.gpu_busy_ms / step.duration_ms if step.duration_ms and step.gpu_busy_ms is not None else None
 
 

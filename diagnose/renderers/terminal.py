@@ -19,7 +19,8 @@ from rich.text import Text
 
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.fit import Column, FittedTable, fit_table
-from diagnose.renderers.view import FindingRow, RankRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
+from diagnose.report import Finding, RankSummary, Timing
+from diagnose.renderers.view import ReportView, exposed_caption, phase_caption, spread_words
 from diagnose.units import count, human_bytes, percent, spread_ms, unsure_words
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
@@ -316,14 +317,14 @@ class TerminalRenderer(Renderer):
         if not v.breakdown:
             c.print(Text(v.verdict or "No profiled step to diagnose.", style="bold yellow"))
             for i, f in enumerate(v.findings, 1):
-                self._finding(c, i, f)
+                self._finding(c, i, f, v)
             return
         c.print(Text(v.verdict, style="bold green" if v.healthy else "bold red"))
         if v.findings:
             c.print(Text("Findings, ranked: measured first, then by the predicted gain, then by the most each fix can gain:", style="bold"))
         world_size = v.ranks.world_size if v.ranks else None
         for i, f in enumerate(v.findings, 1):
-            self._finding(c, i, f, world_size)
+            self._finding(c, i, f, v, world_size)
         if v.findings_not_shown:
             c.print(Text(f"... and {v.findings_not_shown} more (--all shows every finding)", style="dim"))
         for line in v.considered:
@@ -340,9 +341,9 @@ class TerminalRenderer(Renderer):
         if v.next_steps:
             c.print(Text("What would be next:", style="bold"))
             for i, f in enumerate(v.next_steps, 1):
-                self._finding(c, i, f, world_size)
+                self._finding(c, i, f, v, world_size)
 
-    def _finding(self, c: Console, i: int, f: FindingRow, world_size: int | None = None) -> None:
+    def _finding(self, c: Console, i: int, f: Finding, v: ReportView, world_size: int | None = None) -> None:
         words = f.gain_text
         gain = f" — {words}" if words else ""
         heading = Table.grid()  # the title wraps beside its number, not under it
@@ -353,8 +354,9 @@ class TerminalRenderer(Renderer):
         _indented(c, Text(f.says))
         if f.check:
             _indented(c, Text(unsure_words(f.check, f.rule, f.knobs, world_size), style="yellow"))
-        if f.evidence:
-            _indented(c, Text("evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in f.evidence), style="dim"))
+        evidence = v.evidence(f)
+        if evidence:
+            _indented(c, Text("evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in evidence), style="dim"))
         if f.borderline:
             _indented(c, Text(
                 f"borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not show it",
@@ -418,7 +420,7 @@ class TerminalRenderer(Renderer):
         key = e.compared_by
         title = "What each recommendation really buys" if e.kind == "verify" else "Sweep"
         title += f": {e.statistic}" if e.statistic else ""
-        with_via = any(row.via for row in e.rows)  # how each knob reached the loop
+        with_via = any(row.via_text for row in e.rows)  # how each knob reached the loop
         # a CPU-only run has no GPU busy figure and no device memory: no columns of dashes for them;
         # too narrow a terminal loses the columns with a drop order first (lowest first)
         columns = [
@@ -437,13 +439,13 @@ class TerminalRenderer(Renderer):
         rows = []
         for row in e.rows:
             verdict = row.verdict or row.status
-            if row.compiled:
-                verdict += f" (compile {row.compile_s} s"
-                verdict += f", pays off after {row.break_even_steps} steps)" if row.break_even_steps is not None else ")"
+            if row.compile is not None:
+                verdict += f" (compile {row.compile.compile_s} s"
+                verdict += f", pays off after {row.compile.break_even_steps} steps)" if row.compile.break_even_steps is not None else ")"
             compared = row.figure(key)
             rows.append([
                 Text(row.label),
-                *((Text(row.via),) if with_via else ()),
+                *((Text(row.via_text),) if with_via else ()),
                 verdict,
                 f"{compared:.2f}" if compared else "-",
                 row.step_text() or "-",
@@ -452,13 +454,13 @@ class TerminalRenderer(Renderer):
                 f"{row.gain_bound:.2f}x" if row.gain_bound else "",
                 *([percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-"] if e.shows_gpu_busy else []),
                 *([human_bytes(row.peak_reserved_bytes) if row.peak_reserved_bytes else "-"] if e.shows_memory else []),
-                f"{row.top_category} {percent(row.top_share or 0, 0)}" if row.top_category else "-",
+                f"{row.top_exposed.category} {percent(row.top_exposed.share or 0, 0)}" if row.top_exposed and row.top_exposed.category else "-",
             ])
         self._fitted(c, fit_table(columns, rows, self.width, title=title, header_style="bold"))
         if e.kind == "verify":
             source = spread_words(e.baseline_spread_from)
             c.print(Text(
-                f"speedups are against the baselines' mean; baseline spread: ±{percent(e.baseline_spread)} "
+                f"speedups are against the baselines' mean; baseline spread: ±{percent(e.baseline_spread or 0)} "
                 f"({source + '; ' if source else ''}changes inside it count as no effect)", style="dim",
             ))
         for line in e.conclusions:
@@ -515,7 +517,7 @@ def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
-def _exposed_comm(row: RankRow) -> str:
+def _exposed_comm(row: RankSummary) -> str:
     """Exposed communication per step, the figure the breakdown writes for it (ms, not a share:
     the lead rank's row and the breakdown read alike)."""
     exposed = row.exposed_communication_ms

@@ -1,10 +1,11 @@
-"""The report as renderers read it: typed rows, built once from a ``Report``.
+"""What renderers show of a report, decided once: the presentation built on the typed report.
 
-Contract: ``ReportView.from_report(report) -> ReportView``; pure. Every renderer (terminal, HTML,
-TensorBoard scalars and text) reads this view and never the report's dictionaries: the exposed
-and phase tables, the labels (GPU or CPU wording), the straggler flag and the evidence values are
-decided here, once. Numbers stay numbers; how to print them is the renderer's choice, through
-``diagnose.units``.
+Contract: ``ReportView.from_report(report) -> ReportView``; pure. The report's own types
+(``diagnose/report.py``: ``Finding``, ``Timing``, ``Step``, ``RankSummary``, ``ExperimentRow``
+...) reach the renderers as they are; this module adds only what is presentation: the exposed
+and phase tables, the labels (GPU or CPU wording), the median step's strips, which ranks a
+large job's table lists, the straggler flag and the evidence rows' text. Numbers stay numbers;
+how to print them is the renderer's choice, through ``diagnose.units``.
 
 What the view decides for every renderer:
 
@@ -22,7 +23,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.analysis.measure.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS, exposed_categories, exposed_labels
-from diagnose.analysis.report import Report, sanitized
+from diagnose.report import (
+    Experiments,
+    ExperimentRow,
+    Finding,
+    PerStep,
+    RankSummary,
+    Replay,
+    Report,
+    RunInfo,
+    Step,
+    StepStat,
+    StepTimeline,
+    Straggler,
+    Throughput,
+    Timing,
+)
 from diagnose.renderers.wholeview import WholeView, whole_view
 from diagnose.renderers.limitsview import LimitsView, limits_view
 from diagnose.stats import quantile
@@ -34,8 +50,6 @@ MIN_SHARE_LISTED = 0.0005
 STRAGGLER_RULE = "DIST003"
 #: Run states in which the script did what it should (the others failed, or were cut short).
 OK_STATES = ("completed", "stopped", "trace")
-#: Experiment rows with no measurement to draw.
-FAILED_STATES = ("oom", "failed")
 DATALOADER_SETTINGS = ("num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers", "drop_last")
 
 Record = tuple[tuple[str, Any], ...]
@@ -60,29 +74,6 @@ class StatusView:
 
 
 @dataclass(frozen=True)
-class Timing:
-    """Step timing of one window (profiled, or steady with the profiler off)."""
-
-    steps: int
-    median_step_ms: float
-    p90_step_ms: float
-    mean_step_ms: float | None
-    steps_per_s: float
-    samples_per_s: float | None
-    p10_step_ms: float | None = None
-    #: the p90 step is over 1.5x the median (report.NOISY_P90_OVER_MEDIAN)
-    noisy: bool = False
-
-
-@dataclass(frozen=True)
-class ThroughputView:
-    steady: Timing | None
-    profiled: Timing | None
-    batch_size: float | None
-    note: str | None
-
-
-@dataclass(frozen=True)
 class MemoryView:
     peak_allocated_bytes: float | None
     peak_reserved_bytes: float | None
@@ -92,25 +83,6 @@ class MemoryView:
 
 
 # --- the breakdown --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StepRow:
-    """One profiled step: its time per exposed category and per phase, and its GPU counters."""
-
-    number: int
-    duration_ms: float
-    exposed_ms: Mapping[str, float]
-    phases_ms: Mapping[str, float]
-    gpu_busy_ms: float | None
-    kernels: int | None
-    median_kernel_us: float | None
-    h2d_pageable_bytes: float | None
-    h2d_pinned_bytes: float | None
-    h2d_copies: int | None
-    d2h_bytes: float | None
-    syncs: int | None
-    sync_blocked_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -173,7 +145,7 @@ class MedianStep:
 @dataclass(frozen=True)
 class BreakdownView:
     on_gpu: bool
-    steps: tuple[StepRow, ...]
+    steps: tuple[Step, ...]
     median_step_ms: float
     #: the step the exposed shares are shares of: "steady" (profiler off, calibrated) or "profiled"
     exposed_basis: str
@@ -198,41 +170,6 @@ class BreakdownView:
 
 
 # --- ranks, findings, experiments, configuration ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RankRow:
-    rank: int
-    status: str
-    median_step_ms: float | None
-    data_wait_ms: float | None
-    data_wait_share: float | None
-    communication_ms: float | None
-    exposed_communication_share: float | None
-    gpu_busy: float | None
-    samples_per_step: float | None
-    top_exposed: str | None
-    backend: str | None
-    steady_samples_per_s: float | None
-    steady_step_ms: float | None = None
-    step_ms: tuple[float, ...] | list[float] | None = None
-
-    @property
-    def exposed_communication_ms(self) -> float | None:
-        """Exposed communication per step as the breakdown writes it: the exposed share of the
-        steady step (of the profiled mean step where the rank timed none), so that the lead
-        rank's row and the report's breakdown give one figure."""
-        step = self.steady_step_ms
-        if step is None:
-            step = sum(self.step_ms) / len(self.step_ms) if self.step_ms else self.median_step_ms
-        return None if self.exposed_communication_share is None or step is None else self.exposed_communication_share * step
-
-
-@dataclass(frozen=True)
-class Straggler:
-    rank: int
-    data_wait_ms: float
-    others_data_wait_ms: float
 
 
 #: More ranks than this are not listed one by one: the table shows the first rank and the
@@ -262,115 +199,17 @@ class OtherRanks:
 class RanksView:
     world_size: int
     first_rank: int
-    rows: tuple[RankRow, ...]
+    rows: tuple[RankSummary, ...]
     job_samples_per_s: float | None
     straggler: Straggler | None  # only when the straggler rule fired
     #: the rows the table lists: all of them up to MAX_RANK_ROWS, else the first and notable ranks
-    shown: tuple[RankRow, ...] = ()
+    shown: tuple[RankSummary, ...] = ()
     #: rank -> why it is listed (report.json distributed.notable_ranks)
     why: Mapping[int, str] = field(default_factory=dict)
     others: OtherRanks | None = None
     #: the rank whose breakdown and findings the report shows (the lead: the one the others wait
     #: for, else the first; report.json source.rank)
     lead_rank: int = 0
-
-
-@dataclass(frozen=True)
-class EvidenceRow:
-    symptom: str
-    value: float | None
-    unit: str
-    text: str  # the value in its unit
-    description: str
-
-
-@dataclass(frozen=True)
-class FindingRow:
-    rule: str
-    title: str
-    says: str
-    do: str
-    why: str
-    gain_bound: float | None
-    predicted_speedup: float | None  # the fix replayed on the step's model (analysis/prediction/predict.py)
-    prediction_note: str | None
-    gain_formula: str | None
-    evidence: tuple[EvidenceRow, ...]
-    lines: str | None
-    references: tuple[str, ...]
-    knobs: Mapping[str, str]
-    #: symptoms whose step-to-step spread reaches the rule's threshold (a rerun may not fire it)
-    borderline: tuple[str, ...] = ()
-    #: what the rank stands on: "measured", "predicted" or "bound"
-    basis: str = "bound"
-    #: the prediction's 90% interval
-    predicted_interval: tuple[float, float] | None = None
-    #: what diagnose run's short A/B measured: speedup, spread, verdict, change
-    measured: Mapping[str, Any] | None = None
-    #: why the gain is unsure enough to measure
-    check: tuple[str, ...] = ()
-
-    @property
-    def gain_text(self) -> str:
-        """The gain as every renderer words it: measured (with its spread), else predicted with
-        its interval, else the bound."""
-        if self.measured:
-            m = self.measured
-            return f"measured {m['speedup']:.2f}x by a short A/B (±{m['spread']:.1%}; {m.get('change') or 'its knobs'})"
-        words = gain_words(self.predicted_speedup, self.gain_bound)
-        if self.predicted_interval is not None:
-            low, high = self.predicted_interval
-            words += f" (90% interval {low:.2f}x–{high:.2f}x)"
-        return words
-
-
-@dataclass(frozen=True)
-class ExperimentRow:
-    label: str
-    status: str
-    verdict: str | None
-    failed: bool  # out of memory or failed: nothing measured
-    steps_per_s: float | None
-    samples_per_s: float | None
-    #: the timed steps' mean step and its p10-p90 (what the rates are means of)
-    mean_step_ms: float | None
-    p10_step_ms: float | None
-    p90_step_ms: float | None
-    gpu_busy: float | None
-    peak_reserved_bytes: float | None
-    speedup: float | None
-    predicted_speedup: float | None
-    gain_bound: float | None
-    top_category: str | None
-    top_label: str | None
-    top_share: float | None
-    compiled: bool
-    compile_s: float | None
-    break_even_steps: int | None
-    #: how the row's knobs reached the script's loop (``via_text``); "" for a baseline
-    via: str = ""
-    #: "baseline" (the reference the speedups are measured against), "recommendation", "combined", "point"
-    role: str | None = None
-    #: why a failed run measured nothing
-    error: str | None = None
-
-    def step_text(self, dash: str = "-") -> str | None:
-        """The mean step with its p10-p90, ``"101.2 (95.0-110.3)"`` in ms; None when not measured."""
-        if self.mean_step_ms is None:
-            return None
-        if self.p10_step_ms is None or self.p90_step_ms is None:
-            return f"{self.mean_step_ms:.1f}"
-        return f"{self.mean_step_ms:.1f} ({self.p10_step_ms:.1f}{dash}{self.p90_step_ms:.1f})"
-
-    @property
-    def reference(self) -> bool:
-        """A verify baseline: the reference itself, shown as such rather than as a speedup."""
-        return self.role == "baseline"
-
-    def figure(self, name: str) -> float | None:
-        """A measured figure by its report name (``samples_per_s`` ...), for charts that pick one."""
-        value = getattr(self, name)
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def spread_words(source: str | None) -> str:
@@ -380,35 +219,6 @@ def spread_words(source: str | None) -> str:
         "blocks": "one baseline run: half the range of the means of 3 blocks of its timed steps",
         "steps": "one baseline run: half the p10-p90 range of its timed steps",
     }.get(source or "", "")
-
-
-@dataclass(frozen=True)
-class ExperimentsView:
-    kind: str  # "sweep" or "verify"
-    parameters: tuple[str, ...]
-    compared_by: str  # the figure speedups are computed on
-    rate_key: str  # samples_per_s when any row has it, else steps_per_s
-    baseline_spread: float
-    #: "repeats" (half the range of the baseline runs' means), "blocks" (one run: half the range
-    #: of its timed steps' means over 3 blocks), "steps" (one run: half its timed steps'
-    #: p10-p90), None (not known; also a report written before this was recorded)
-    baseline_spread_from: str | None
-    #: what the rates, speedups and spreads are computed on (experiments.STATISTIC; None in a
-    #: report written before it was recorded)
-    statistic: str | None
-    rows: tuple[ExperimentRow, ...]
-    conclusions: tuple[str, ...]
-    plot: str | None
-
-    @property
-    def shows_gpu_busy(self) -> bool:
-        """Some run used a GPU (a CPU-only sweep has no GPU busy figure worth a column)."""
-        return any(row.gpu_busy for row in self.rows)
-
-    @property
-    def shows_memory(self) -> bool:
-        """Some run measured its device memory (none does on a CPU)."""
-        return any(row.peak_reserved_bytes for row in self.rows)
 
 
 @dataclass(frozen=True)
@@ -449,14 +259,14 @@ class ConfigView:
 
 
 @dataclass(frozen=True)
-class ReplayView:
-    """The check that the step's replay reproduces the measured window (predictions need it)."""
+class EvidenceRow:
+    """A finding's evidence as shown: its symptom's value in its unit, with the steps' spread."""
 
-    replayed_ms: float
-    measured_ms: float
-    steps: int
-    error: float
-    within_tolerance: bool
+    symptom: str
+    value: float | None
+    unit: str
+    text: str  # the value in its unit
+    description: str
 
 
 # --- the whole -------------------------------------------------------------------------------------
@@ -470,24 +280,28 @@ class ReportView:
     status: StatusView
     verdict: str
     healthy: bool
-    throughput: ThroughputView
+    #: a window of no step is None here
+    throughput: Throughput
     memory: MemoryView
     breakdown: BreakdownView | None
     ranks: RanksView | None
-    findings: tuple[FindingRow, ...]
-    next_steps: tuple[FindingRow, ...]
+    findings: tuple[Finding, ...]
+    next_steps: tuple[Finding, ...]
     findings_not_shown: int
     #: fixes that fired but were left out, predicted under the step-to-step spread: one line each
     considered: tuple[str, ...]
     #: rules that did not fire but would within the steps' spread: one line each
     borderline: tuple[str, ...]
-    replay: ReplayView | None
-    experiments: ExperimentsView | None
+    #: None unless the replay ran and measured a window
+    replay: Replay | None
+    experiments: Experiments | None
     config: ConfigView
     warnings: tuple[str, ...]
     diagnose_version: str
     schema: str
     created_at: str
+    #: finding -> its evidence rows (``evidence(finding)``)
+    evidence_rows: Mapping[int, tuple[EvidenceRow, ...]] = field(default_factory=dict)
     #: MFU, top kernels, roofline, memory by owner, OOM explanation (renderers/limitsview.py)
     limits: LimitsView | None = None
     #: the whole run's accounting (``diagnose watch``; renderers/wholeview.py)
@@ -508,12 +322,22 @@ class ReportView:
         """The exposed categories' words for this run (GPU or CPU wording)."""
         return exposed_labels(self.on_gpu)
 
+    def evidence(self, finding: Finding) -> tuple[EvidenceRow, ...]:
+        """A finding's evidence as shown: each symptom's value formatted by its unit."""
+        return self.evidence_rows.get(id(finding), ())
+
+    def top_label(self, row: ExperimentRow) -> str | None:
+        """The words of an experiment's largest exposed category (None: not measured)."""
+        category = row.top_exposed.category if row.top_exposed else None
+        return self.labels.get(category, category) if category else None
+
     @classmethod
     def from_report(cls, report: Report) -> ReportView:
         # every renderer reads this view: no infinite number and no control character past here
-        report = Report.from_dict(sanitized(report.to_dict(), text=True))
+        report = report.sanitized()
         labels = exposed_labels(report.on_gpu)
-        findings = tuple(_finding(f, report) for f in report.findings)
+        findings = tuple(report.findings)
+        next_steps = tuple(report.next_steps)
         return cls(
             name=_run_name(report),
             device=_device(report),
@@ -521,22 +345,23 @@ class ReportView:
             status=_status(report),
             verdict=report.verdict,
             healthy=report.healthy,
-            throughput=_throughput(report.throughput or {}),
+            throughput=_throughput(report.throughput),
             memory=_memory(report.memory or {}),
             breakdown=_breakdown(report, labels) if report.breakdown else None,
-            ranks=_ranks(report.distributed, findings, (report.source or {}).get("rank")),
+            ranks=_ranks(report, findings),
             findings=findings,
-            next_steps=tuple(_finding(f, report) for f in report.next_steps),
+            next_steps=next_steps,
             findings_not_shown=report.findings_not_shown,
             considered=tuple(report.considered),
             borderline=tuple(report.borderline),
-            replay=_replay(report.replay),
-            experiments=_experiments(report.experiments, labels),
+            replay=report.replay if report.replay is not None and report.replay.checked else None,
+            experiments=report.experiments if report.experiments is not None and report.experiments.rows else None,
             config=_config(report),
             warnings=tuple(report.warnings),
             diagnose_version=report.diagnose_version,
             schema=report.schema,
             created_at=report.created_at,
+            evidence_rows={id(f): _evidence(f, report) for f in (*findings, *next_steps)},
             limits=limits_view(report),
             whole=whole_view(report),
         )
@@ -544,9 +369,9 @@ class ReportView:
 
 def _run_name(report: Report) -> str:
     """The script's file name, the module's name, or the trace's or run directory's name."""
-    target = (report.run or {}).get("target") or {}
-    name = target.get("value") or report.source.get("trace") or report.source.get("run_dir") or "report"
-    return str(name) if target.get("kind") == "module" else str(name).rstrip("/").rsplit("/", 1)[-1]
+    target = report.run.target if report.run is not None else None
+    name = (target.value if target else None) or report.source.trace or report.source.run_dir or "report"
+    return str(name) if target is not None and target.kind == "module" else str(name).rstrip("/").rsplit("/", 1)[-1]
 
 
 def _device(report: Report) -> str | None:
@@ -562,43 +387,32 @@ def _versions(env: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _status(report: Report) -> StatusView:
-    status = report.status or {}
-    state = str(status.get("state", "unknown"))
-    mode = (report.run or {}).get("step_mode")
-    error = status.get("error") or {}
+    status = report.status
+    mode = report.run.step_mode if report.run is not None else None
+    error = status.error
     return StatusView(
-        state=state,
-        message=str(status.get("message", "")),
+        state=status.state,
+        message=status.message,
         # a sweep is fine when at least one of its points ran (its exit code says so)
-        ok=state in OK_STATES or (state == "sweep" and status.get("exit_code") == 0),
+        ok=status.state in OK_STATES or (status.state == "sweep" and status.exit_code == 0),
         step_mode=STEP_MODE_LABELS.get(mode, mode) if mode else None,
-        error_type=error.get("type") if error else None,
-        error_message=str(error.get("message", "")) if error else None,
-        traceback=error.get("traceback") or None if error else None,
+        error_type=error.type if error else None,
+        error_message=error.message if error else None,
+        traceback=(error.traceback or None) if error else None,
     )
 
 
-def _timing(timing: Mapping[str, Any] | None) -> Timing | None:
-    if not timing or not timing.get("steps"):
-        return None
-    return Timing(
-        steps=timing["steps"],
-        median_step_ms=timing["median_step_ms"],
-        p90_step_ms=timing["p90_step_ms"],
-        mean_step_ms=timing.get("mean_step_ms"),
-        steps_per_s=timing["steps_per_s"],
-        samples_per_s=timing.get("samples_per_s"),
-        p10_step_ms=timing.get("p10_step_ms"),
-        noisy=bool(timing.get("noisy")),
-    )
+def _throughput(throughput: Throughput) -> Throughput:
+    """The report's throughput, a window of no step as None."""
 
+    def measured(timing: Timing | None) -> Timing | None:
+        return timing if timing is not None and timing.steps else None
 
-def _throughput(throughput: Mapping[str, Any]) -> ThroughputView:
-    return ThroughputView(
-        steady=_timing(throughput.get("steady")),
-        profiled=_timing(throughput.get("profiled")),
-        batch_size=throughput.get("batch_size"),
-        note=throughput.get("note"),
+    return Throughput(
+        batch_size=throughput.batch_size,
+        profiled=measured(throughput.profiled),
+        steady=measured(throughput.steady),
+        note=throughput.note,
     )
 
 
@@ -612,40 +426,21 @@ def _memory(memory: Mapping[str, Any]) -> MemoryView:
     )
 
 
-def _step(step: Mapping[str, Any]) -> StepRow:
-    return StepRow(
-        number=step["number"],
-        duration_ms=step["duration_ms"],
-        exposed_ms=dict(step["exposed_ms"]),
-        phases_ms=dict(step["phases_ms"]),
-        gpu_busy_ms=step.get("gpu_busy_ms"),
-        kernels=step.get("kernels"),
-        median_kernel_us=step.get("median_kernel_us"),
-        h2d_pageable_bytes=step.get("h2d_pageable_bytes"),
-        h2d_pinned_bytes=step.get("h2d_pinned_bytes"),
-        h2d_copies=step.get("h2d_copies"),
-        d2h_bytes=step.get("d2h_bytes"),
-        syncs=step.get("syncs"),
-        sync_blocked_ms=step.get("sync_blocked_ms"),
-    )
-
-
 def _breakdown(report: Report, labels: Mapping[str, str]) -> BreakdownView:
-    data = report.breakdown or {}
-    window = data["window"]
+    assert report.breakdown is not None
+    data = report.breakdown
+    window = data.window
     on_gpu = report.on_gpu
-    steps = tuple(_step(s) for s in data["steps"])
+    steps = tuple(data.steps)
     shares = report.exposed_shares()
-    per_step = _per_step(window, steps, (report.throughput or {}).get("steady") or {})
-    exposed_stats = per_step["exposed"]
-    phase_stats = per_step["phases"]
+    per_step = _per_step(report)
     exposed = tuple(
         ExposedRow(
             category=cat,
             label=labels[cat],
-            mean_ms=exposed_stats[cat]["mean_ms"] if cat in exposed_stats else shares[cat] * per_step["exposed_step_ms"],
-            p10_ms=exposed_stats.get(cat, {}).get("p10_ms"),
-            p90_ms=exposed_stats.get(cat, {}).get("p90_ms"),
+            mean_ms=_mean(per_step.exposed.get(cat), shares[cat] * per_step.exposed_step_ms),
+            p10_ms=per_step.exposed[cat].p10_ms if cat in per_step.exposed else None,
+            p90_ms=per_step.exposed[cat].p90_ms if cat in per_step.exposed else None,
             share=shares[cat],
             listed=shares[cat] >= MIN_SHARE_LISTED,
             present=any(step.exposed_ms[cat] > 0 for step in steps),
@@ -656,13 +451,9 @@ def _breakdown(report: Report, labels: Mapping[str, str]) -> BreakdownView:
         PhaseRow(
             phase=phase,
             label=PHASE_LABELS[phase],
-            mean_ms=(
-                phase_stats[phase]["mean_ms"]
-                if phase in phase_stats
-                else (report.symptom_value(f"phase.{phase}") or 0.0) * per_step["phase_step_ms"]
-            ),
-            p10_ms=phase_stats.get(phase, {}).get("p10_ms"),
-            p90_ms=phase_stats.get(phase, {}).get("p90_ms"),
+            mean_ms=_mean(per_step.phases.get(phase), (report.symptom_value(f"phase.{phase}") or 0.0) * per_step.phase_step_ms),
+            p10_ms=per_step.phases[phase].p10_ms if phase in per_step.phases else None,
+            p90_ms=per_step.phases[phase].p90_ms if phase in per_step.phases else None,
             share=report.symptom_value(f"phase.{phase}") or 0.0,
             hidden_share=(report.symptom_value(f"hidden.{phase}") or 0.0) if on_gpu else None,
         )
@@ -675,39 +466,45 @@ def _breakdown(report: Report, labels: Mapping[str, str]) -> BreakdownView:
             kernels_per_step=report.symptom_value("gpu.kernels_per_step"),
             median_kernel_us=report.symptom_value("gpu.median_kernel_us"),
             h2d_pageable_bytes=report.symptom_value("h2d.pageable_bytes_per_step"),
-            h2d_pinned_bytes=window.get("h2d_pinned_bytes_per_step"),
+            h2d_pinned_bytes=window.h2d_pinned_bytes_per_step,
             syncs_per_step=report.symptom_value("sync.per_step"),
         )
     return BreakdownView(
         on_gpu=on_gpu,
         steps=steps,
-        median_step_ms=window["median_step_ms"],
-        exposed_basis=per_step["exposed_basis"],
-        exposed_step_ms=per_step["exposed_step_ms"],
-        phase_step_ms=per_step["phase_step_ms"],
+        median_step_ms=window.median_step_ms or 0.0,
+        exposed_basis=per_step.exposed_basis,
+        exposed_step_ms=per_step.exposed_step_ms,
+        phase_step_ms=per_step.phase_step_ms,
         exposed=exposed,
         phases=phases,
         categories=exposed_categories(on_gpu),
         gpu=gpu,
-        median_step=_median_step(steps, exposed, data.get("median_step_timeline"), labels),
+        median_step=_median_step(steps, exposed, data.median_step_timeline, labels),
     )
 
 
-def _per_step(window: Mapping[str, Any], steps: tuple[StepRow, ...], steady: Mapping[str, Any]) -> Mapping[str, Any]:
+def _mean(stat: StepStat | None, otherwise: float) -> float:
+    return stat.mean_ms if stat is not None and stat.mean_ms is not None else otherwise
+
+
+def _per_step(report: Report) -> PerStep:
     """The window's per-step statistics; a report written before they were kept (its tables
     held medians) gets means from its shares, with no spread: over the steady step where its
     exposed shares were calibrated to it, else over the profiled mean step."""
-    if window.get("per_step"):
-        return window["per_step"]
+    assert report.breakdown is not None
+    window = report.breakdown.window
+    if window.per_step is not None:
+        return window.per_step
+    steps = report.breakdown.steps
     mean_step = sum(step.duration_ms for step in steps) / len(steps) if steps else 0.0
-    calibrated = bool(window.get("trace_exposed_share")) and bool(steady.get("mean_step_ms"))
-    return {
-        "exposed_basis": "steady" if calibrated else "profiled",
-        "exposed_step_ms": steady["mean_step_ms"] if calibrated else mean_step,
-        "phase_step_ms": mean_step,
-        "exposed": {},
-        "phases": {},
-    }
+    steady = report.throughput.steady
+    calibrated = bool(window.trace_exposed_share) and steady is not None and bool(steady.mean_step_ms)
+    return PerStep(
+        exposed_basis="steady" if calibrated else "profiled",
+        exposed_step_ms=steady.mean_step_ms if calibrated and steady is not None and steady.mean_step_ms else mean_step,
+        phase_step_ms=mean_step,
+    )
 
 
 def exposed_caption(basis: str, step_ms: float) -> str:
@@ -721,25 +518,25 @@ def phase_caption(step_ms: float) -> str:
     return f"mean per step = share x the {step_ms:.2f} ms profiled step; p10–p90 over the profiled steps"
 
 
-def median_of(steps: tuple[StepRow, ...]) -> StepRow:
+def median_of(steps: tuple[Step, ...]) -> Step:
     """The step whose duration is the median (the lower one of two for an even count)."""
     ordered = sorted(steps, key=lambda step: step.duration_ms)
     return ordered[(len(ordered) - 1) // 2]
 
 
 def _median_step(
-    steps: tuple[StepRow, ...], exposed: tuple[ExposedRow, ...], timeline: Mapping[str, Any] | None, labels: Mapping[str, str]
+    steps: tuple[Step, ...], exposed: tuple[ExposedRow, ...], timeline: StepTimeline | None, labels: Mapping[str, str]
 ) -> MedianStep:
     if timeline:
-        duration_ms = timeline["duration_us"] / 1000
-        slice_ms = duration_ms / timeline["bins"]
+        duration_ms = timeline.duration_us / 1000
+        slice_ms = duration_ms / timeline.bins
         return MedianStep(
-            number=timeline["step"],
+            number=timeline.step,
             duration_ms=duration_ms,
             in_time_order=True,
-            exposed=tuple(Segment("exposed", cat, labels.get(cat, cat), n * slice_ms) for cat, n in timeline["exposed"]),
-            phases=tuple(Segment("phase", p, PHASE_LABELS.get(p, p), n * slice_ms) for p, n in timeline["phases"]),
-            bins=timeline["bins"],
+            exposed=tuple(Segment("exposed", cat, labels.get(cat, cat), n * slice_ms) for cat, n in timeline.exposed),
+            phases=tuple(Segment("phase", p, PHASE_LABELS.get(p, p), n * slice_ms) for p, n in timeline.phases),
+            bins=timeline.bins,
             slice_ms=slice_ms,
         )
     step = median_of(steps)
@@ -752,18 +549,15 @@ def _median_step(
     )
 
 
-def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ...], lead: int | None = None) -> RanksView | None:
+def _ranks(report: Report, findings: tuple[Finding, ...]) -> RanksView | None:
+    distributed = report.distributed
     if not distributed:
         return None
-    rows = tuple(
-        RankRow(**{name: row.get(name) for name in RankRow.__dataclass_fields__}) for row in distributed.get("ranks") or []
-    )
-    lagging = distributed.get("straggler")
-    straggler = None
-    if lagging and any(f.rule == STRAGGLER_RULE for f in findings):
-        straggler = Straggler(lagging["rank"], lagging["data_wait_ms"], lagging["others_data_wait_ms"])
+    lead = report.source.rank
+    rows = tuple(distributed.ranks)
+    straggler = distributed.straggler if any(f.rule == STRAGGLER_RULE for f in findings) else None
     first_rank = min((row.rank for row in rows), default=0)
-    why = {int(rank): str(reason) for rank, reason in (distributed.get("notable_ranks") or {}).items()}
+    why = {int(rank): str(reason) for rank, reason in distributed.notable_ranks.items()}
     shown, others = rows, None
     if len(rows) > MAX_RANK_ROWS:
         keep = {first_rank, *why, *([straggler.rank] if straggler else []), *([] if lead is None else [int(lead)])}
@@ -776,10 +570,10 @@ def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ..
             step_ms_p90=quantile(rest, 0.9) if rest else None,
         )
     return RanksView(
-        world_size=distributed.get("world_size") or len(rows),
+        world_size=distributed.world_size or len(rows),
         first_rank=first_rank,
         rows=rows,
-        job_samples_per_s=distributed.get("job_samples_per_s"),
+        job_samples_per_s=distributed.job_samples_per_s,
         straggler=straggler,
         shown=shown,
         why=why,
@@ -788,112 +582,28 @@ def _ranks(distributed: Mapping[str, Any] | None, findings: tuple[FindingRow, ..
     )
 
 
-def _finding(finding: Mapping[str, Any], report: Report) -> FindingRow:
-    evidence = []
-    for name in finding.get("evidence") or []:
-        symptom = report.symptoms.get(name) or {}
-        value, unit = symptom.get("value"), symptom.get("unit", "")
+def _evidence(finding: Finding, report: Report) -> tuple[EvidenceRow, ...]:
+    rows = []
+    for name in finding.evidence:
+        symptom = report.symptoms.get(name)
+        value, unit = (symptom.value, symptom.unit) if symptom else (None, "")
         text = format_value(value, None, unit)
-        if symptom.get("low") is not None and symptom.get("high") is not None:
-            text += f" (p10–p90 {format_value(symptom['low'], None, unit)}–{format_value(symptom['high'], None, unit)})"
-        evidence.append(EvidenceRow(name, value, unit, text, symptom.get("description", "")))
-    return FindingRow(
-        rule=finding["rule"],
-        title=finding["title"],
-        says=finding["says"],
-        do=finding.get("do") or "",
-        why=finding.get("why") or "",
-        gain_bound=finding.get("gain_bound"),
-        predicted_speedup=finding.get("predicted_speedup"),
-        prediction_note=finding.get("prediction_note"),
-        gain_formula=finding.get("gain_formula"),
-        evidence=tuple(evidence),
-        lines=finding.get("lines"),
-        references=tuple(finding.get("references") or ()),
-        knobs=dict(finding.get("knobs") or {}),
-        borderline=tuple(finding.get("borderline") or ()),
-        basis=finding.get("basis") or ("predicted" if finding.get("predicted_speedup") is not None else "bound"),
-        predicted_interval=tuple(finding["predicted_interval"]) if finding.get("predicted_interval") else None,  # type: ignore[arg-type]
-        measured=finding.get("measured"),
-        check=tuple(finding.get("check") or ()),
-    )
-
-
-def _replay(replay: Mapping[str, Any] | None) -> ReplayView | None:
-    if not replay or replay.get("replayed_ms") is None or replay.get("measured_ms") is None:
-        return None
-    return ReplayView(
-        replayed_ms=replay["replayed_ms"],
-        measured_ms=replay["measured_ms"],
-        steps=int(replay.get("steps") or 0),
-        error=float(replay.get("error") or 0.0),
-        within_tolerance=bool(replay.get("within_tolerance")),
-    )
+        if symptom is not None and symptom.low is not None and symptom.high is not None:
+            text += f" (p10–p90 {format_value(symptom.low, None, unit)}–{format_value(symptom.high, None, unit)})"
+        rows.append(EvidenceRow(name, value, unit, text, symptom.description if symptom else ""))
+    return tuple(rows)
 
 
 def via_text(knobs: Mapping[str, Any], via: Mapping[str, Any]) -> str:
-    """How an experiment's knobs reached the loop, for a table cell: the way alone for one knob
-    (``Trainer(precision="bf16-mixed")``), ``knob: way`` joined by ``; `` for several."""
-    ways = [(str(k), str(via[k])) for k in knobs if via.get(k)]
-    if len(ways) == 1 and len(knobs) == 1:
-        return ways[0][1]
-    return "; ".join(f"{k}: {way}" for k, way in ways)
-
-
-def _experiments(experiments: Mapping[str, Any] | None, labels: Mapping[str, str]) -> ExperimentsView | None:
-    if not experiments or not experiments.get("rows"):
-        return None
-    rows = []
-    for row in experiments["rows"]:
-        top = row.get("top_exposed") or {}
-        category = top.get("category")
-        compile_info = row.get("compile") or {}
-        rows.append(
-            ExperimentRow(
-                label=str(row.get("label", "")),
-                status=str(row.get("status", "ok")),
-                verdict=row.get("verdict"),
-                failed=row.get("status") in FAILED_STATES,
-                steps_per_s=row.get("steps_per_s"),
-                samples_per_s=row.get("samples_per_s"),
-                mean_step_ms=row.get("mean_step_ms"),
-                p10_step_ms=row.get("p10_step_ms"),
-                p90_step_ms=row.get("p90_step_ms"),
-                gpu_busy=row.get("gpu_busy"),
-                peak_reserved_bytes=row.get("peak_reserved_bytes"),
-                speedup=row.get("speedup"),
-                predicted_speedup=row.get("predicted_speedup"),
-                gain_bound=row.get("gain_bound"),
-                top_category=category,
-                top_label=labels.get(category, category) if category else None,
-                top_share=top.get("share", 0) if top else None,
-                compiled=bool(compile_info),
-                compile_s=compile_info.get("compile_s"),
-                break_even_steps=compile_info.get("break_even_steps"),
-                via=via_text(row.get("knobs") or {}, row.get("via") or {}),
-                role=row.get("role"),
-                error=row.get("error"),
-            )
-        )
-    return ExperimentsView(
-        kind=str(experiments.get("kind", "sweep")),
-        parameters=tuple(experiments.get("parameters") or ()),
-        compared_by=str(experiments.get("compared_by", "steps_per_s")),
-        rate_key="samples_per_s" if any(r.samples_per_s for r in rows) else "steps_per_s",
-        baseline_spread=experiments.get("baseline_spread", 0),
-        baseline_spread_from=experiments.get("baseline_spread_from"),
-        statistic=experiments.get("statistic"),
-        rows=tuple(rows),
-        conclusions=tuple(experiments.get("conclusions") or ()),
-        plot=experiments.get("plot"),
-    )
+    """How an experiment's knobs reached the loop (``ExperimentRow.via_text``), for rows not in a report."""
+    return ExperimentRow(knobs=dict(knobs), via={str(k): str(v) for k, v in via.items()}).via_text
 
 
 def _config(report: Report) -> ConfigView:
     loader = report.dataloader
     return ConfigView(
         run=_run(report),
-        source=_record(report.source),
+        source=_record(report.source.to_dict()),
         environment=_record(report.environment),
         cpu_count=report.environment.get("cpu_count"),
         dataloader=(
@@ -914,25 +624,25 @@ def _config(report: Report) -> ConfigView:
 
 
 def _run(report: Report) -> RunView:
-    run = report.run or {}
-    target = run.get("target") or {}
-    settings = () if not run else (
-        ("target", f"{target.get('kind', '')} {target.get('value', '')}".strip()),
-        ("script arguments", shlex.join(target["args"]) if target.get("args") else None),
-        ("working directory", target.get("cwd")),
-        ("command", shlex.join(run["command"]) if run.get("command") else None),
-        ("started", run.get("started_at")),
-        ("ended", run.get("ended_at")),
-        ("wall time", f"{run['wall_s']:.1f} s" if run.get("wall_s") is not None else None),
-        ("plan", run.get("plan")),
-        ("steps seen", run.get("steps_seen")),
-        ("knobs", run.get("knobs")),
-        ("trace files", run.get("trace_files")),
+    run: RunInfo | None = report.run
+    target = run.target if run is not None else None
+    settings: Record = () if run is None else (
+        ("target", f"{target.kind} {target.value}".strip() if target else ""),
+        ("script arguments", shlex.join(target.args) if target and target.args else None),
+        ("working directory", target.cwd if target else None),
+        ("command", shlex.join(run.command) if run.command else None),
+        ("started", run.started_at),
+        ("ended", run.ended_at),
+        ("wall time", f"{run.wall_s:.1f} s" if run.wall_s is not None else None),
+        ("plan", run.plan),
+        ("steps seen", run.steps_seen),
+        ("knobs", run.knobs),
+        ("trace files", run.trace_files),
     )
     return RunView(
-        steps_seen=run.get("steps_seen"),
-        profiled_steps=run.get("profiled_steps"),
-        trace_files=run.get("trace_files"),
-        analysed_trace=report.source.get("trace"),
+        steps_seen=run.steps_seen if run else None,
+        profiled_steps=run.profiled_steps if run else None,
+        trace_files=run.trace_files if run else None,
+        analysed_trace=report.source.trace,
         settings=settings,
     )

@@ -2,16 +2,15 @@
 later windows, and the series of the timeline.
 
 Contract: ``whole_view(report) -> WholeView | None``; pure. Built from the report's ``whole``
-section (``analysis/measure/wholerun.py``); None for a run that was not watched.
+section (``diagnose.report.Whole``, filled by ``analysis/measure/wholerun.py``): the buckets in words,
+largest first, and the series as tuples to draw; None for a run that was not watched.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from diagnose.analysis.report import Report
 from diagnose.analysis.measure.wholerun import BUCKETS, LABELS
+from diagnose.report import RankGoodput, Report
 
 
 @dataclass(frozen=True)
@@ -20,13 +19,6 @@ class BucketRow:
     label: str
     seconds: float
     share: float
-
-
-@dataclass(frozen=True)
-class RankGoodput:
-    rank: int
-    goodput: float
-    wall_s: float
 
 
 @dataclass(frozen=True)
@@ -50,25 +42,24 @@ class WholeView:
 
 
 def whole_view(report: Report) -> WholeView | None:
-    whole: dict[str, Any] | None = report.whole
+    whole = report.whole
     if not whole:
         return None
-    seconds = whole.get("seconds", {})
-    shares = whole.get("shares", {})
+    seconds, shares = whole.seconds, whole.shares
     rows = sorted(
         (BucketRow(b, LABELS.get(b, b), float(seconds.get(b, 0.0)), float(shares.get(b, 0.0))) for b in BUCKETS if seconds.get(b, 0.0) > 0),
         key=lambda r: -r.seconds,
     )
     return WholeView(
-        wall_s=float(whole.get("wall_s", 0.0)),
-        goodput=float(whole.get("goodput", 0.0)),
-        named_share=float(whole.get("named_share", 0.0)),
-        steps=int(whole.get("steps", 0)),
+        wall_s=float(whole.wall_s),
+        goodput=float(whole.goodput),
+        named_share=float(whole.named_share),
+        steps=whole.steps,
         rows=tuple(rows),
-        timeline=tuple((float(p["t0"]), float(p["t1"]), dict(p["shares"])) for p in whole.get("timeline", [])),
-        step_series=tuple((float(a), float(b), float(c), int(k)) for a, b, c, k in whole.get("step_series", [])),
-        memory_series=tuple((float(t), int(k), h, g, w) for t, k, h, g, w in whole.get("memory_series", [])),
-        windows=tuple((w.get("reason", ""), int(w.get("first_step", 0)), int(w.get("steps", 0)), w.get("trace")) for w in whole.get("windows", [])),
-        ranks=tuple(RankGoodput(int(r["rank"]), float(r["goodput"]), float(r["wall_s"])) for r in whole.get("ranks", [])),
-        job_goodput=whole.get("job_goodput"),
+        timeline=tuple((float(p.t0), float(p.t1), dict(p.shares)) for p in whole.timeline),
+        step_series=tuple((float(a), float(b), float(c), int(k)) for a, b, c, k in whole.step_series),
+        memory_series=tuple((float(t or 0.0), int(k or 0), h, g, w) for t, k, h, g, w in whole.memory_series),
+        windows=tuple((w.reason, w.first_step, w.steps, w.trace) for w in whole.windows),
+        ranks=tuple(whole.ranks or ()),
+        job_goodput=whole.job_goodput,
     )

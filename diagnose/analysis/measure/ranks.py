@@ -22,52 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.record import RunRecord
+from diagnose.report import RankSummary  # the report's own row type: one declaration of a rank's summary
 
 if TYPE_CHECKING:
     from diagnose.analysis.measure.collectives import CollectiveTime
-
-
-@dataclass
-class RankSummary:
-    rank: int
-    status: str
-    median_step_ms: float | None
-    data_wait_ms: float | None  # exposed, per step (median)
-    data_wait_share: float | None
-    communication_ms: float | None  # in flight per step: the collectives' (every kind's), else the kernels' (median)
-    exposed_communication_share: float | None
-    gpu_busy: float | None
-    samples_per_step: float | None
-    top_exposed: str | None
-    backend: str | None
-    #: measured with the profiler off, after the window (None when too few steps ran)
-    steady_samples_per_s: float | None = None
-    #: mean step with the profiler off (the timed steps)
-    steady_step_ms: float | None = None
-    #: every profiled step's time, in order
-    step_ms: list[float] = field(default_factory=list)
-    #: shares of the window's time per host phase and per exposed category
-    phase_share: dict[str, float] = field(default_factory=dict)
-    exposed_share: dict[str, float] = field(default_factory=dict)
-    #: communication per step: exposed (nothing else beside it) and overlapped with compute
-    communication_exposed_ms: float | None = None
-    communication_overlapped_ms: float | None = None
-    #: per collective kind ("all_gather", "reduce_scatter", "all_reduce", ...): calls_per_step,
-    #: ms, exposed_ms, overlapped_ms (``analysis.measure.collectives``)
-    collectives: dict[str, dict[str, float]] = field(default_factory=dict)
-    #: the rank's own files in the run directory: its trace (None once removed) and report
-    trace: str | None = None
-    report: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RankSummary:
-        """A summary read back (a file, another rank's ``all_gather_object``); unknown keys (a
-        newer diagnose's) are left out, missing ones take their defaults."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def _median(values: list[float]) -> float | None:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from diagnose.renderers.html.markup import Markup, el
-from diagnose.renderers.limitsview import Roofline
-from diagnose.renderers.view import ExperimentRow, Segment, StepRow
+from diagnose.report import ExperimentRow, Roofline, Step
+from diagnose.renderers.view import Segment
 from diagnose.units import count, ms, percent
 
 CHART_WIDTH = 960
@@ -18,7 +18,7 @@ LABEL_CHAR_PX = 6.6
 Formatter = Callable[[float], str]
 
 
-def steps_chart(steps: tuple[StepRow, ...], categories: list[str], labels: dict[str, str], max_ms: float | None = None) -> Markup:
+def steps_chart(steps: tuple[Step, ...], categories: list[str], labels: dict[str, str], max_ms: float | None = None) -> Markup:
     """Stacked columns, one per step, one segment per exposed category with time in that step.
     ``max_ms`` sets the axis (charts side by side share one scale), else the longest step."""
     height, left, right, top, bottom = 310, 64, 16, 26, 40
@@ -201,8 +201,8 @@ def roofline_chart(roofline: Roofline) -> Markup:
     height, left, right, top, bottom = 360, 72, 24, 28, 44
     plot_w, plot_h = CHART_WIDTH - left - right, height - top - bottom
     peak, ridge = roofline.peak_tflops, roofline.ridge
-    intensities = [d.intensity for d in roofline.dots] + [ridge]
-    rates = [d.tflops for d in roofline.dots if d.tflops > 0] + [peak]
+    intensities = [d.intensity for d in roofline.points] + [ridge]
+    rates = [d.tflops for d in roofline.points if d.tflops > 0] + [peak]
     xs = _decades(min(intensities) / 3, max(intensities) * 3)
     ys = _decades(min(rates) / 3, peak * 1.5)
 
@@ -233,7 +233,7 @@ def roofline_chart(roofline: Roofline) -> Markup:
     parts.append(el("text", f"{peak:g} TFLOP/s {roofline.dtype or ''} peak", x=n(x_of(xs[-1]) - 4), y=n(y_of(peak) - 6),
                     class_="limit-label", text_anchor="end"))
     parts.append(el("text", f"{roofline.memory_gbs:g} GB/s", x=n(x_of(start) + 6), y=n(y_of(roof[0][1]) - 6), class_="limit-label"))
-    for dot in roofline.dots:
+    for dot in roofline.points:
         x, y = x_of(dot.intensity), y_of(max(dot.tflops, ys[0]))
         radius = 4 + 14 * math.sqrt(max(dot.time_share, 0.0))
         tip = (f"{dot.kind}: {count(dot.tflops)} TFLOP/s at {count(dot.intensity)} FLOP/byte, {dot.bound}-bound, "

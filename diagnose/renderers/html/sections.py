@@ -7,7 +7,8 @@ from typing import Any
 
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
-from diagnose.renderers.view import ExperimentRow, ExperimentsView, FindingRow, ReportView, Timing, exposed_caption, phase_caption, spread_words
+from diagnose.report import ExperimentRow, Experiments, Finding, Timing
+from diagnose.renderers.view import EvidenceRow, ReportView, exposed_caption, phase_caption, spread_words
 from diagnose.units import count, human_bytes, ms, percent, plain, rate, spread_ms, unsure_words
 
 
@@ -270,7 +271,7 @@ def hardware_limit(view: ReportView) -> Markup | None:
     parts: list[Any] = [el("p", [el("span", chip, class_="chip") for chip in chips], class_="chips") if chips else None]
     if lim.flops_by_phase:
         parts.append(kv_table((phase, f"{flops / 1e12:.4g} TFLOP") for phase, flops in lim.flops_by_phase))
-    if lim.roofline is not None and lim.roofline.dots:
+    if lim.roofline is not None and lim.roofline.points:
         parts.append(el("figure", roofline_chart(lim.roofline), el("figcaption", "Each dot is a class of kernels: its counted FLOPs and bytes "
                         "per step over its measured kernel time, against this GPU's roofs. " + " ".join(lim.estimated))))
     if lim.kernels:
@@ -373,7 +374,7 @@ def findings(view: ReportView) -> Markup:
         body.append(
             el("p", "Ranked by the most each fix can gain (an upper bound; diagnose verify measures the real one).", class_="muted")
         )
-        body += [_finding(i, f, world_size) for i, f in enumerate(view.findings, 1)]
+        body += [_finding(i, f, view.evidence(f), world_size) for i, f in enumerate(view.findings, 1)]
     else:
         body.append(el("p", "No problem found.", class_="muted"))
     if view.findings_not_shown:
@@ -381,11 +382,11 @@ def findings(view: ReportView) -> Markup:
     body += [el("p", line, class_="borderline") for line in view.borderline]
     if view.next_steps:
         body.append(el("h3", "What would be next"))
-        body += [_finding(i, f, world_size) for i, f in enumerate(view.next_steps, 1)]
+        body += [_finding(i, f, view.evidence(f), world_size) for i, f in enumerate(view.next_steps, 1)]
     return section("Findings", body, anchor="findings")
 
 
-def _finding(rank: int, finding: FindingRow, world_size: int | None = None) -> Markup:
+def _finding(rank: int, finding: Finding, evidence: tuple[EvidenceRow, ...], world_size: int | None = None) -> Markup:
     gain = finding.gain_text
     heading = el(
         "div",
@@ -406,8 +407,8 @@ def _finding(rank: int, finding: FindingRow, world_size: int | None = None) -> M
         ))
     if finding.lines:
         parts.append(el("p", el("strong", "where: "), el("code", finding.lines), class_="where"))
-    if finding.evidence:
-        parts.append(_evidence_table(finding))
+    if evidence:
+        parts.append(_evidence_table(evidence))
     if finding.do:
         parts.append(el("pre", el("code", finding.do), class_="do"))
     if finding.knobs:
@@ -420,10 +421,10 @@ def _finding(rank: int, finding: FindingRow, world_size: int | None = None) -> M
     return el("article", parts, class_="finding", id=f"finding-{rank}-{finding.rule}")
 
 
-def _evidence_table(finding: FindingRow) -> Markup:
+def _evidence_table(evidence: tuple[EvidenceRow, ...]) -> Markup:
     rows = [
         el("tr", el("td", el("code", e.symptom)), el("td", e.text, class_="num"), el("td", e.description, class_="muted"))
-        for e in finding.evidence
+        for e in evidence
     ]
     return el(
         "table",
@@ -448,18 +449,18 @@ def experiments(view: ReportView) -> Markup | None:
     measured = f" Rates and steps: {e.statistic}." if e.statistic else ""
     if e.kind == "verify":
         source = spread_words(e.baseline_spread_from)
-        measured += f" Baseline spread ±{percent(e.baseline_spread)}{f' ({source})' if source else ''}: changes inside it count as no effect."
+        measured += f" Baseline spread ±{percent(e.baseline_spread or 0)}{f' ({source})' if source else ''}: changes inside it count as no effect."
     parts = [
         el("p", f"{e.kind} over {varied}: one short run per row; failed and out-of-memory rows are marked in red.{measured}", class_="muted"),
         *(bar_chart(e.rows, metric) for metric in metrics if any(row.figure(metric.key) is not None for row in e.rows)),
-        _experiment_table(e),
+        _experiment_table(e, view),
     ]
     if e.plot:
         parts.append(el("p", f"matplotlib plot: {e.plot} in the run directory.", class_="muted"))
     return section(e.kind.capitalize(), parts, anchor="experiments")
 
 
-def _experiment_table(e: ExperimentsView) -> Markup:
+def _experiment_table(e: Experiments, view: ReportView) -> Markup:
     rows = e.rows
 
     def figure(name: str, fmt: Callable[[Any], str]) -> Callable[[ExperimentRow], str | None]:
@@ -476,13 +477,14 @@ def _experiment_table(e: ExperimentsView) -> Markup:
         *([("peak reserved", figure("peak_reserved_bytes", human_bytes))] if e.shows_memory else []),
         ("speedup", lambda row: "reference" if row.reference else None if row.speedup is None else f"{row.speedup:.2f}x"),
     ]
-    if any(row.via for row in rows):  # how each knob reached the loop: the framework's switch, the script's call
-        columns.insert(1, ("via", lambda row: row.via or None))
+    if any(row.via_text for row in rows):  # how each knob reached the loop: the framework's switch, the script's call
+        columns.insert(1, ("via", lambda row: row.via_text or None))
     header_row = el("tr", [el("th", title) for title, _ in columns], el("th", "what limits the step most"))
     body = []
     for row in rows:
         cells = [el("td", cell(row) or "—") for _, cell in columns]
-        cells.append(el("td", f"{row.top_label} ({percent(row.top_share or 0)})" if row.top_category else row.error or "—"))
+        top = view.top_label(row)
+        cells.append(el("td", f"{top} ({percent(row.top_exposed.share or 0)})" if top and row.top_exposed else row.error or "—"))
         body.append(el("tr", cells, class_="failed" if row.failed else None))
     return el("table", el("thead", header_row), el("tbody", body), class_="grid")
 
