@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 import gc
 import gzip
+import json
 import random
 import shutil
-import json
 import statistics
 import sys
 import tempfile
@@ -76,7 +76,19 @@ def add_blob(path: Path, blob_bytes: int) -> None:
     data = json.loads(path.read_bytes())
     start = min(e["ts"] for e in data["traceEvents"] if "ts" in e and e.get("ph") != "M")
     marker = "@BLOB@"
-    data["traceEvents"].insert(1, {"ph": "X", "cat": "benchmark_blob", "name": "blob", "pid": 1, "tid": 1, "ts": start, "dur": 0, "args": {"blob": marker}})
+    data["traceEvents"].insert(
+        1,
+        {
+            "ph": "X",
+            "cat": "benchmark_blob",
+            "name": "blob",
+            "pid": 1,
+            "tid": 1,
+            "ts": start,
+            "dur": 0,
+            "args": {"blob": marker},
+        },
+    )
     head, tail = json.dumps(data).encode().split(marker.encode())
     digits = random.Random(0).randbytes(1 << 20).hex().encode()[: 1 << 20]
     with path.open("wb") as out:
@@ -129,15 +141,21 @@ def main() -> None:
         analyse_best, analyse_median = best(analyse, args.repeat)
         report = analyze_trace(trace, options)
         parser = "streamed pieces, msgspec"
-        print(f"trace: {size / 1e6:.1f} MB, {report.source.get('trace_events', 0):,} events, {len(report.breakdown['steps'])} steps")
+        print(
+            f"trace: {size / 1e6:.1f} MB, {report.source.get('trace_events', 0):,} events, {len(report.breakdown['steps'])} steps"
+        )
         print(f"json.load:          best {load_best:.3f} s, median {load_median:.3f} s")
         print(f"diagnose analysis:  best {analyse_best:.3f} s, median {analyse_median:.3f} s  (parser: {parser})")
         print(f"ratio (best/best):  {analyse_best / load_best:.2f}x   target <= 1.3x")
         if args.gzip:
             packed = gzipped(trace) if not trace.name.endswith(".gz") else trace
             gz_best, gz_median = best(lambda: analyze_trace(packed, options), args.repeat)
-            print(f"gzipped:            {packed.stat().st_size / 1e6:.1f} MB, analysis best {gz_best:.3f} s, median {gz_median:.3f} s")
-            print(f"gzipped / plain:    {gz_best / analyse_best:.2f}x (best/best); {gz_best / size * 1e9:.2f} s a GB of JSON")
+            print(
+                f"gzipped:            {packed.stat().st_size / 1e6:.1f} MB, analysis best {gz_best:.3f} s, median {gz_median:.3f} s"
+            )
+            print(
+                f"gzipped / plain:    {gz_best / analyse_best:.2f}x (best/best); {gz_best / size * 1e9:.2f} s a GB of JSON"
+            )
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
     if args.mode == "compile-hook":
+
         def pre_hook(module: torch.nn.Module, inputs: object) -> None:
             if torch.compiler.is_compiling():
                 return
@@ -64,8 +65,11 @@ def main() -> None:
         step()
     torch.cuda.synchronize()
     dt = (time.perf_counter() - t0) / 10
-    print(f"{args.mode}: first step {first:.1f} s, {dt * 1000:.1f} ms/step, {args.batch / dt:.1f} images/s, "
-          f"peak {torch.cuda.max_memory_allocated() / 1e9:.1f} GB", flush=True)
+    print(
+        f"{args.mode}: first step {first:.1f} s, {dt * 1000:.1f} ms/step, {args.batch / dt:.1f} images/s, "
+        f"peak {torch.cuda.max_memory_allocated() / 1e9:.1f} GB",
+        flush=True,
+    )
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -37,7 +37,6 @@ def main() -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--only", nargs="*", default=None)
     args = p.parse_args()
-    from diagnose.analysis.pipeline import find_traces
     from diagnose.analysis.trace.trim import trim_file
 
     for name, command in CASES.items():
@@ -45,8 +44,27 @@ def main() -> None:
             continue
         run_dir = args.out / "runs" / name
         # --no-check: a fixture's report is the analysis of its own trace, not of A/B reruns
-        cmd = [sys.executable, "-m", "diagnose", "run", "--no-check", "--warmup", "8", "--steps", "6", "--timed-steps", "20",
-               "--overwrite", "-o", str(run_dir), "--json", "-q", command[0], "--", *command[1:]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--no-check",
+            "--warmup",
+            "8",
+            "--steps",
+            "6",
+            "--timed-steps",
+            "20",
+            "--overwrite",
+            "-o",
+            str(run_dir),
+            "--json",
+            "-q",
+            command[0],
+            "--",
+            *command[1:],
+        ]
         result = run_in_repo(cmd, timeout=900)
         if result.returncode != 0:
             print(f"{name}: exit {result.returncode}\n{result.stderr[-2000:]}")
@@ -56,14 +74,19 @@ def main() -> None:
         fixture = args.out / "fixtures" / name
         shutil.rmtree(fixture, ignore_errors=True)
         fixture.mkdir(parents=True)
-        (trace,) = find_traces(run_dir)
+        (trace,) = RunDir(run_dir).traces()
         trimmed = trim_file(trace, fixture / trace.name, steps=3, skip=2)
         record["trace_files"] = [trimmed.name]
         (fixture / "run.json").write_text(json.dumps(record, indent=1))
         phases = report["breakdown"]["window"]["phase_share"]
-        compiled = {k: record.get("compile", {}).get(k) for k in ("modes", "cudagraphs", "graph_break_count", "compiles_after_warmup")}
+        compiled = {
+            k: record.get("compile", {}).get(k)
+            for k in ("modes", "cudagraphs", "graph_break_count", "compiles_after_warmup")
+        }
         print(f"{name}: phases {json.dumps({k: round(v, 3) for k, v in phases.items()})}")
-        print(f"  compile {compiled}  findings {[f['rule'] for f in report['findings']]}  next {[f['rule'] for f in report['next_steps']]}")
+        print(
+            f"  compile {compiled}  findings {[f['rule'] for f in report['findings']]}  next {[f['rule'] for f in report['next_steps']]}"
+        )
 
 
 if __name__ == "__main__":

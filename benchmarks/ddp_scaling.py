@@ -27,7 +27,6 @@ from _bench import REPO, run_in_repo
 sys.path.insert(0, str(REPO))  # the repository's diagnose, as the commands it runs use
 from diagnose.analysis.report import Report
 
-
 #: model -> train.py arguments besides the dataset (per-GPU batch; the same on 1 and N GPUs)
 CONFIGS: dict[str, list[str]] = {
     "custom": ["--model_name", "custom", "--batch_size", "128", "--num_workers", "8"],
@@ -38,7 +37,18 @@ CONFIGS: dict[str, list[str]] = {
 SYNTHETIC_STEPS = 48
 
 #: --small: a CPU smoke test of the whole path on tiny synthetic images
-SMALL = ["--batch_size", "8", "--num_workers", "1", "--resolution", "32", "--dataset", "synthetic", "--synthetic_samples", "1024"]
+SMALL = [
+    "--batch_size",
+    "8",
+    "--num_workers",
+    "1",
+    "--resolution",
+    "32",
+    "--dataset",
+    "synthetic",
+    "--synthetic_samples",
+    "1024",
+]
 
 
 def run(model: str, gpus: int, data: str, out: Path, timeout: int, small: bool) -> dict:
@@ -52,16 +62,34 @@ def run(model: str, gpus: int, data: str, out: Path, timeout: int, small: bool) 
     args = [*config, "--num_epochs", "1", "--epochs_eval", "0"]
     launch = ["--nproc-per-node", str(gpus)] if gpus > 1 else []
     # --no-check: the one-GPU run's A/B reruns would time more than the scaling's two runs
-    cmd = [sys.executable, "-m", "diagnose", "run", "--json", "--overwrite", "--no-check", "--out", str(run_dir), *launch,
-           str(REPO / "workloads" / "train.py"), "--", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "run",
+        "--json",
+        "--overwrite",
+        "--no-check",
+        "--out",
+        str(run_dir),
+        *launch,
+        str(REPO / "workloads" / "train.py"),
+        "--",
+        *args,
+    ]
     one_gpu = {"CUDA_VISIBLE_DEVICES": "0"} if gpus == 1 and "CUDA_VISIBLE_DEVICES" not in os.environ else None
     t0 = time.perf_counter()
     try:
         p = run_in_repo(cmd, timeout, env=one_gpu)
     except subprocess.TimeoutExpired:
         return {"model": model, "gpus": gpus, "error": f"timed out after {timeout} s"}
-    row: dict = {"model": model, "gpus": gpus, "exit_code": p.returncode, "wall_s": round(time.perf_counter() - t0, 1),
-                 "run_dir": str(run_dir)}
+    row: dict = {
+        "model": model,
+        "gpus": gpus,
+        "exit_code": p.returncode,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "run_dir": str(run_dir),
+    }
     if p.returncode != 0 or not p.stdout.strip():
         row["error"] = p.stderr[-3000:]
         return row
@@ -79,7 +107,10 @@ def run(model: str, gpus: int, data: str, out: Path, timeout: int, small: bool) 
         top_exposed=top[0],
         top_exposed_share=top[1],
         exposed_communication=shares.get("communication"),
-        findings=[{"rule": f["rule"], "says": f["says"], "gain_bound": f.get("gain_bound")} for f in report.get("findings", [])],
+        findings=[
+            {"rule": f["rule"], "says": f["says"], "gain_bound": f.get("gain_bound")}
+            for f in report.get("findings", [])
+        ],
         ranks=dist.get("ranks"),
         straggler=dist.get("straggler"),
         peak_reserved_bytes=(report.get("memory") or {}).get("peak_reserved_bytes"),
@@ -88,8 +119,10 @@ def run(model: str, gpus: int, data: str, out: Path, timeout: int, small: bool) 
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | GPUs | images/s (job) | scaling | step ms (rank 0) | GPU busy | exposed comm | comm ms/step | largest exposed | findings |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | GPUs | images/s (job) | scaling | step ms (rank 0) | GPU busy | exposed comm | comm ms/step | largest exposed | findings |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     one = {r["model"]: r.get("samples_per_s") for r in rows if r["gpus"] == 1}
     for r in rows:
         if "error" in r:
@@ -97,7 +130,9 @@ def markdown(rows: list[dict]) -> str:
             continue
         base = one.get(r["model"])
         scaling = f"{r['samples_per_s'] / base:.2f}x" if base and r.get("samples_per_s") else ""
-        comm = ", ".join(f"{x['communication_ms']:.1f}" for x in r.get("ranks") or [] if x.get("communication_ms") is not None)
+        comm = ", ".join(
+            f"{x['communication_ms']:.1f}" for x in r.get("ranks") or [] if x.get("communication_ms") is not None
+        )
         top = f"{r['top_exposed']} {r['top_exposed_share'] * 100:.0f}%" if r.get("top_exposed") else ""
         lines.append(
             f"| {r['model']} | {r['gpus']} | {r.get('samples_per_s') or 0:,.1f} | {scaling} | {r.get('median_step_ms') or 0:.1f} "

@@ -78,32 +78,119 @@ class Case:
 
 
 CASES: tuple[Case, ...] = (
-    Case("ddp-one-bucket", "DIST008", "verify", "examples/ddp_buckets.py", ("--bucket-cap-mb", "10000"),
-         note="one bucket holds every gradient: its all-reduce starts after backward"),
-    Case("ddp-one-bucket-compute", "DIST008", "verify", "examples/ddp_buckets.py", ("--bucket-cap-mb", "10000", "--batch", "1024"),
-         note="the same, with backward's kernels long against the all-reduce: where smaller buckets can help"),
-    Case("fsdp2-all-gather", "DIST006", "verify", "examples/fsdp_exposed_comm.py", ("--plant", "all-gather"),
-         note="fully_shard blocks resharded after forward, no prefetch"),
-    Case("straggler", "DIST003", "sweep", "examples/ddp_straggler.py", (), sweep="arg.no-delay=none,flag",
-         note="the last rank prepares each sample longer; the fix: --no-delay"),
-    Case("scaling", "", "scaling", "examples/ddp_straggler.py", ("--no-delay",), sweep="nproc_per_node=1,{n}",
-         note="the same per-rank batch on 1 and N ranks"),
-    Case("scaling-mlp", "", "scaling", "examples/ddp_buckets.py", ("--bucket-cap-mb", "25"), sweep="nproc_per_node=1,{n}",
-         note="a deep MLP under DDP, default buckets; no samples: steps/s times the ranks"),
-    Case("fsdp2-reduce-scatter", "DIST007", "verify", "examples/fsdp_exposed_comm.py", ("--plant", "reduce-scatter"),
-         note="parameters kept gathered, fp32 gradients reduced every step"),
-    Case("ddp-small-buckets", "DIST009", "verify", "examples/ddp_buckets.py", ("--bucket-cap-mb", "0.25"),
-         note="dozens of 0.25 MiB buckets a step"),
-    Case("fsdp1", "DIST006", "verify", "examples/fsdp_exposed_comm.py", ("--fsdp1",),
-         note="FullyShardedDataParallel (FSDP1) blocks, no prefetch"),
-    Case("ddp-comm-bound", "DIST002", "sweep", "examples/ddp_buckets.py", ("--bucket-cap-mb", "25"), sweep="arg.accumulate=1,4",
-         work_knob="arg.accumulate", note="DDP's default buckets; the fix: all-reduce once per 4 micro-batches (no_sync)"),
-    Case("uneven-data", "DIST005", "sweep", "examples/ddp_straggler.py", (), sweep="arg.split=uneven,even",
-         note="the last rank's batches twice as large; the fix: the same samples per step, split equally"),
-    Case("gloo-on-gpus", "DIST004", "verify", "examples/ddp_buckets.py", ("--bucket-cap-mb", "25"), base_knobs=("backend=gloo",),
-         gpu_only=True, note="the script's process group forced to gloo (--set backend=gloo); verify tries backend=nccl"),
-    Case("fsdp2-fixed", "", "run", "examples/fsdp_exposed_comm.py", ("--fixed",), quiet=("DIST006", "DIST007"),
-         note="the rules' advice applied: prefetch, last block kept gathered, bf16 reduction, accumulation"),
+    Case(
+        "ddp-one-bucket",
+        "DIST008",
+        "verify",
+        "examples/ddp_buckets.py",
+        ("--bucket-cap-mb", "10000"),
+        note="one bucket holds every gradient: its all-reduce starts after backward",
+    ),
+    Case(
+        "ddp-one-bucket-compute",
+        "DIST008",
+        "verify",
+        "examples/ddp_buckets.py",
+        ("--bucket-cap-mb", "10000", "--batch", "1024"),
+        note="the same, with backward's kernels long against the all-reduce: where smaller buckets can help",
+    ),
+    Case(
+        "fsdp2-all-gather",
+        "DIST006",
+        "verify",
+        "examples/fsdp_exposed_comm.py",
+        ("--plant", "all-gather"),
+        note="fully_shard blocks resharded after forward, no prefetch",
+    ),
+    Case(
+        "straggler",
+        "DIST003",
+        "sweep",
+        "examples/ddp_straggler.py",
+        (),
+        sweep="arg.no-delay=none,flag",
+        note="the last rank prepares each sample longer; the fix: --no-delay",
+    ),
+    Case(
+        "scaling",
+        "",
+        "scaling",
+        "examples/ddp_straggler.py",
+        ("--no-delay",),
+        sweep="nproc_per_node=1,{n}",
+        note="the same per-rank batch on 1 and N ranks",
+    ),
+    Case(
+        "scaling-mlp",
+        "",
+        "scaling",
+        "examples/ddp_buckets.py",
+        ("--bucket-cap-mb", "25"),
+        sweep="nproc_per_node=1,{n}",
+        note="a deep MLP under DDP, default buckets; no samples: steps/s times the ranks",
+    ),
+    Case(
+        "fsdp2-reduce-scatter",
+        "DIST007",
+        "verify",
+        "examples/fsdp_exposed_comm.py",
+        ("--plant", "reduce-scatter"),
+        note="parameters kept gathered, fp32 gradients reduced every step",
+    ),
+    Case(
+        "ddp-small-buckets",
+        "DIST009",
+        "verify",
+        "examples/ddp_buckets.py",
+        ("--bucket-cap-mb", "0.25"),
+        note="dozens of 0.25 MiB buckets a step",
+    ),
+    Case(
+        "fsdp1",
+        "DIST006",
+        "verify",
+        "examples/fsdp_exposed_comm.py",
+        ("--fsdp1",),
+        note="FullyShardedDataParallel (FSDP1) blocks, no prefetch",
+    ),
+    Case(
+        "ddp-comm-bound",
+        "DIST002",
+        "sweep",
+        "examples/ddp_buckets.py",
+        ("--bucket-cap-mb", "25"),
+        sweep="arg.accumulate=1,4",
+        work_knob="arg.accumulate",
+        note="DDP's default buckets; the fix: all-reduce once per 4 micro-batches (no_sync)",
+    ),
+    Case(
+        "uneven-data",
+        "DIST005",
+        "sweep",
+        "examples/ddp_straggler.py",
+        (),
+        sweep="arg.split=uneven,even",
+        note="the last rank's batches twice as large; the fix: the same samples per step, split equally",
+    ),
+    Case(
+        "gloo-on-gpus",
+        "DIST004",
+        "verify",
+        "examples/ddp_buckets.py",
+        ("--bucket-cap-mb", "25"),
+        base_knobs=("backend=gloo",),
+        gpu_only=True,
+        note="the script's process group forced to gloo (--set backend=gloo); verify tries backend=nccl",
+    ),
+    Case(
+        "fsdp2-fixed",
+        "",
+        "run",
+        "examples/fsdp_exposed_comm.py",
+        ("--fixed",),
+        quiet=("DIST006", "DIST007"),
+        note="the rules' advice applied: prefetch, last block kept gathered, bf16 reduction, accumulation",
+    ),
 )
 
 
@@ -176,16 +263,37 @@ def describe(report: dict[str, Any]) -> dict[str, Any]:
     dist = report.get("distributed") or {}
     steady = (report.get("throughput") or {}).get("steady") or {}
     return {
-        "findings": [{"rule": f["rule"], "predicted": f.get("predicted_speedup"), "bound": f.get("gain_bound"), "knobs": f.get("knobs")}
-                     for f in report.get("findings") or []],
+        "findings": [
+            {
+                "rule": f["rule"],
+                "predicted": f.get("predicted_speedup"),
+                "bound": f.get("gain_bound"),
+                "knobs": f.get("knobs"),
+            }
+            for f in report.get("findings") or []
+        ],
         "world_size": dist.get("world_size"),
         "job_samples_per_s": dist.get("job_samples_per_s"),
         "steps_per_s": steady.get("steps_per_s"),
         "step_ms": dist.get("step_ms"),
         "straggler": dist.get("straggler"),
         "collectives_worst_rank": dist.get("collectives_worst_rank"),
-        "ranks": [{k: r.get(k) for k in ("rank", "steady_step_ms", "data_wait_ms", "communication_ms", "communication_exposed_ms", "gpu_busy",
-                                          "collectives", "top_exposed")} for r in dist.get("ranks") or []],
+        "ranks": [
+            {
+                k: r.get(k)
+                for k in (
+                    "rank",
+                    "steady_step_ms",
+                    "data_wait_ms",
+                    "communication_ms",
+                    "communication_exposed_ms",
+                    "gpu_busy",
+                    "collectives",
+                    "top_exposed",
+                )
+            }
+            for r in dist.get("ranks") or []
+        ],
         "lead_rank": (report.get("source") or {}).get("rank"),
         "warnings": [w for w in report.get("warnings") or [] if "rank" in w],
         "device": _device(report.get("environment") or {}),
@@ -209,19 +317,72 @@ def run_case(case: Case, s: Settings) -> dict[str, Any]:
     budget = min(s.timeout_s, s.left())
     per_run = max(60.0, min(s.timeout_s / 2, budget))
     common = ["--json", "--out", str(out_dir), "--timeout", str(int(per_run))]
-    row: dict[str, Any] = {"case": case.name, "rule": case.rule, "kind": case.kind, "script": case.script, "args": s.script_args(case),
-                           "note": case.note, "nproc": s.nproc}
+    row: dict[str, Any] = {
+        "case": case.name,
+        "rule": case.rule,
+        "kind": case.kind,
+        "script": case.script,
+        "args": s.script_args(case),
+        "note": case.note,
+        "nproc": s.nproc,
+    }
     if case.kind == "verify":
-        cmd = [sys.executable, "-m", "diagnose", "verify", "--nproc-per-node", str(s.nproc), *s.window(), "--rule", case.rule, "--top", str(s.top),
-               "--repeats", str(s.repeats), *common, *[x for k in case.base_knobs for x in ("--set", k)], script, "--", *s.script_args(case)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "verify",
+            "--nproc-per-node",
+            str(s.nproc),
+            *s.window(),
+            "--rule",
+            case.rule,
+            "--top",
+            str(s.top),
+            "--repeats",
+            str(s.repeats),
+            *common,
+            *[x for k in case.base_knobs for x in ("--set", k)],
+            script,
+            "--",
+            *s.script_args(case),
+        ]
     elif case.kind in ("sweep", "scaling"):
         sweep = case.sweep.format(n=s.nproc)
         launch = [] if case.kind == "scaling" else ["--nproc-per-node", str(s.nproc)]
-        cmd = [sys.executable, "-m", "diagnose", "sweep", *launch, *s.window(), "--set", sweep, *common, script, "--", *s.script_args(case)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "sweep",
+            *launch,
+            *s.window(),
+            "--set",
+            sweep,
+            *common,
+            script,
+            "--",
+            *s.script_args(case),
+        ]
     else:
         # --no-check: a distributed run measures nothing in-run anyway; without it the report warns so
-        cmd = [sys.executable, "-m", "diagnose", "run", "--no-check", "--nproc-per-node", str(s.nproc), *s.window(), "--json", "--overwrite", "--out",
-               str(out_dir), script, "--", *s.script_args(case)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--no-check",
+            "--nproc-per-node",
+            str(s.nproc),
+            *s.window(),
+            "--json",
+            "--overwrite",
+            "--out",
+            str(out_dir),
+            script,
+            "--",
+            *s.script_args(case),
+        ]
     row["command"] = " ".join(cmd)
     t0 = time.monotonic()
     code, stdout = run_command(cmd, budget, log_path)
@@ -259,15 +420,33 @@ def summarize(case: Case, report: dict[str, Any], row: dict[str, Any]) -> None:
     row["planted"] = describe(planted) if planted else None
     fired = [f["rule"] for f in (planted.get("findings") or [])] if planted else []
     row["fired"] = fired
-    row["expected_fired"] = (case.rule in fired) if case.rule else (not (set(case.quiet) & set(fired)) if case.quiet else None)
+    row["expected_fired"] = (
+        (case.rule in fired) if case.rule else (not (set(case.quiet) & set(fired)) if case.quiet else None)
+    )
     finding = next((f for f in (planted.get("findings") or []) if f["rule"] == case.rule), None) if planted else None
     row["predicted"] = finding.get("predicted_speedup") if finding else None
     row["bound"] = finding.get("gain_bound") if finding else None
     if case.kind == "verify":
         tried = next((r for r in rows if r.get("rule") == case.rule), None)
         row["baseline_spread"] = experiments.get("baseline_spread")
-        row["tried"] = [{k: r.get(k) for k in ("label", "rule", "knobs", "via", "speedup", "verdict", "predicted_speedup", "gain_bound", "error")}
-                        for r in rows if r.get("role") != "baseline"]
+        row["tried"] = [
+            {
+                k: r.get(k)
+                for k in (
+                    "label",
+                    "rule",
+                    "knobs",
+                    "via",
+                    "speedup",
+                    "verdict",
+                    "predicted_speedup",
+                    "gain_bound",
+                    "error",
+                )
+            }
+            for r in rows
+            if r.get("role") != "baseline"
+        ]
         if tried is not None:
             row["fix"] = " ".join(f"{k}={v}" for k, v in (tried.get("knobs") or {}).items())
             row["via"] = tried.get("via")
@@ -289,7 +468,9 @@ def summarize(case: Case, report: dict[str, Any], row: dict[str, Any]) -> None:
             return value * work
 
         rates = [rate(r) for r in rows]
-        row["points"] = [{"label": r.get("label"), key: r.get(key), "status": r.get("status"), "error": r.get("error")} for r in rows]
+        row["points"] = [
+            {"label": r.get("label"), key: r.get(key), "status": r.get("status"), "error": r.get("error")} for r in rows
+        ]
         if len(rates) >= 2 and rates[0] and rates[-1]:
             row["measured"] = round(rates[-1] / rates[0], 4)
         row["fix"] = rows[-1].get("label")
@@ -303,10 +484,14 @@ def summarize(case: Case, report: dict[str, Any], row: dict[str, Any]) -> None:
 
 def markdown(rows: list[dict[str, Any]], s: Settings) -> str:
     device = next((r["planted"]["device"] for r in rows if r.get("planted") and r["planted"].get("device")), None)
-    lines = [f"# Distributed rules against the truth: {s.nproc} {'gloo ranks (CPU smoke)' if s.smoke else 'GPUs'}", "",
-             f"device: {device or 'unknown'} · {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             "| case | planted | fired | expected? | fix | predicted | bound | measured | verdict | job rate | wall s | status |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Distributed rules against the truth: {s.nproc} {'gloo ranks (CPU smoke)' if s.smoke else 'GPUs'}",
+        "",
+        f"device: {device or 'unknown'} · {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        "",
+        "| case | planted | fired | expected? | fix | predicted | bound | measured | verdict | job rate | wall s | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         p = r.get("planted") or {}
         rate = p.get("job_samples_per_s") or p.get("steps_per_s")
@@ -323,19 +508,30 @@ def markdown(rows: list[dict[str, Any]], s: Settings) -> str:
             pts = r.get("points") or []
             key = r.get("by") or "samples_per_s"
             unit = "samples/s (job)" if key == "samples_per_s" else "steps/s per rank"
-            lines.append(f"| {r['case']} | {_num(pts[0].get(key))} | {_num(pts[-1].get(key))} {unit} | {_x(r.get('measured'))} | {r['scaling_efficiency']:.0%} |")
-    lines += ["", "## Communication per collective kind (the planted run; each kind at its worst rank, per step)", "",
-              "| case | kind | rank | calls | ms | exposed ms | overlapped ms |", "|---|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {r['case']} | {_num(pts[0].get(key))} | {_num(pts[-1].get(key))} {unit} | {_x(r.get('measured'))} | {r['scaling_efficiency']:.0%} |"
+            )
+    lines += [
+        "",
+        "## Communication per collective kind (the planted run; each kind at its worst rank, per step)",
+        "",
+        "| case | kind | rank | calls | ms | exposed ms | overlapped ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         for kind, c in ((r.get("planted") or {}).get("collectives_worst_rank") or {}).items():
-            lines.append(f"| {r['case']} | {kind} | {c.get('rank')} | {c.get('calls_per_step')} | {_num(c.get('ms'), 2)} | {_num(c.get('exposed_ms'), 2)} "
-                         f"| {_num(c.get('overlapped_ms'), 2)} |")
+            lines.append(
+                f"| {r['case']} | {kind} | {c.get('rank')} | {c.get('calls_per_step')} | {_num(c.get('ms'), 2)} | {_num(c.get('exposed_ms'), 2)} "
+                f"| {_num(c.get('overlapped_ms'), 2)} |"
+            )
     lines += ["", "## Stragglers found (DIST003 fired, or the straggler case)", ""]
     for r in rows:
         st = (r.get("planted") or {}).get("straggler")
         if st and ("DIST003" in (r.get("fired") or []) or r["case"] == "straggler"):
-            lines.append(f"* {r['case']}: rank {st['rank']} waits {st['data_wait_ms']:.2f} ms/step for data, the others {st['others_data_wait_ms']:.2f} "
-                         f"(excess {(st.get('excess_share') or 0):.0%} of its step); planted: rank {s.nproc - 1 if r['case'] == 'straggler' else '-'}")
+            lines.append(
+                f"* {r['case']}: rank {st['rank']} waits {st['data_wait_ms']:.2f} ms/step for data, the others {st['others_data_wait_ms']:.2f} "
+                f"(excess {(st.get('excess_share') or 0):.0%} of its step); planted: rank {s.nproc - 1 if r['case'] == 'straggler' else '-'}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -359,9 +555,16 @@ def save(rows: list[dict[str, Any]], s: Settings) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="folder for results.json, results.md, the logs and runs/")
-    p.add_argument("--gpus", type=int, default=None, help="ranks per job (default: the GPUs torch sees; 2 with --cpu-smoke)")
+    p.add_argument(
+        "--gpus", type=int, default=None, help="ranks per job (default: the GPUs torch sees; 2 with --cpu-smoke)"
+    )
     p.add_argument("--cpu-smoke", action="store_true", help="gloo ranks on the CPU, tiny models and windows")
-    p.add_argument("--budget-s", type=float, default=540.0, help="seconds for this whole call (a case starts only with MIN_CASE_S left)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=540.0,
+        help="seconds for this whole call (a case starts only with MIN_CASE_S left)",
+    )
     p.add_argument("--timeout", type=float, default=420.0, help="seconds one case's command may take at most")
     p.add_argument("--only", nargs="*", default=None, help="run these cases (names), in this order")
     p.add_argument("--rerun", action="store_true", help="run cases again that results.json already holds")
@@ -380,8 +583,15 @@ def main() -> None:
     if nproc < 2:
         raise SystemExit("dist_truth: needs 2 ranks or more (--gpus N, or --cpu-smoke)")
     args.out.mkdir(parents=True, exist_ok=True)
-    s = Settings(args.out.resolve(), nproc, args.cpu_smoke, args.budget_s, args.timeout, args.top,
-                 args.repeats if args.repeats is not None else (1 if args.cpu_smoke else 2))
+    s = Settings(
+        args.out.resolve(),
+        nproc,
+        args.cpu_smoke,
+        args.budget_s,
+        args.timeout,
+        args.top,
+        args.repeats if args.repeats is not None else (1 if args.cpu_smoke else 2),
+    )
     previous = s.out / "results.json"
     rows: list[dict[str, Any]] = []
     if previous.is_file():
@@ -394,7 +604,9 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"dist_truth: unknown case(s) {unknown}; cases: {', '.join(by_name)}")
     cases = [by_name[n] for n in args.only] if args.only else list(CASES)
-    log(f"{len(cases)} case(s) on {nproc} {'gloo ranks' if s.smoke else 'GPUs'}, budget {s.budget_s:.0f} s, into {s.out}")
+    log(
+        f"{len(cases)} case(s) on {nproc} {'gloo ranks' if s.smoke else 'GPUs'}, budget {s.budget_s:.0f} s, into {s.out}"
+    )
     for case in cases:
         done = next((r for r in rows if r["case"] == case.name and r.get("status") == "done"), None)
         if done is not None and not args.rerun:
@@ -411,11 +623,18 @@ def main() -> None:
         try:
             row = run_case(case, s)
         except Exception as exc:  # noqa: BLE001 - one broken case must not stop the others
-            row = {"case": case.name, "rule": case.rule, "kind": case.kind, "status": f"error: {type(exc).__name__}: {exc}"}
+            row = {
+                "case": case.name,
+                "rule": case.rule,
+                "kind": case.kind,
+                "status": f"error: {type(exc).__name__}: {exc}",
+            }
         rows = [r for r in rows if r["case"] != case.name] + [row]
         save(rows, s)
-        log(f"{case.name}: {row.get('status')}; fired {row.get('fired')}, predicted {_x(row.get('predicted'))}, "
-            f"measured {_x(row.get('measured'))} ({row.get('verdict') or '-'}), {row.get('wall_s', '-')} s")
+        log(
+            f"{case.name}: {row.get('status')}; fired {row.get('fired')}, predicted {_x(row.get('predicted'))}, "
+            f"measured {_x(row.get('measured'))} ({row.get('verdict') or '-'}), {row.get('wall_s', '-')} s"
+        )
     save(rows, s)
     sys.stdout.write(markdown(rows, s))
 

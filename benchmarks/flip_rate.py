@@ -29,11 +29,20 @@ from collections import Counter
 from pathlib import Path
 
 from _bench import REPO, run_in_repo
+
 from overhead import EXAMPLES as OVERHEAD_EXAMPLES
 
 #: every single-GPU planted and framework example (examples/README.md): the distributed ones need
 #: several ranks, oom.py is meant to fail, matmul_only.py and roofline.py are MFU probes
-EXAMPLES = [*OVERHEAD_EXAMPLES, "attention_by_hand", "misaligned_matmuls", "elementwise_chain", "tiny_batch", "small_model", "fabric_fp32"]
+EXAMPLES = [
+    *OVERHEAD_EXAMPLES,
+    "attention_by_hand",
+    "misaligned_matmuls",
+    "elementwise_chain",
+    "tiny_batch",
+    "small_model",
+    "fabric_fp32",
+]
 #: the distributed examples whose planted cause a rule names, on 2 GPUs (``--distributed``):
 #: name -> (script, its arguments); each runs under ``diagnose run --nproc-per-node 2``
 DISTRIBUTED = {
@@ -80,8 +89,24 @@ def _run_once(example: str, run_dir: Path, small: bool, timeout: int, run_args: 
     # findings first and take each run's time again (benchmarks/zoo/run.py keeps it: it scores the
     # ranking a user gets)
     check = [] if any(a.startswith("--check") for a in run_args or []) else ["--no-check"]
-    cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", *check, "--out", str(run_dir), *ranks, *(run_args or []),
-           script, "--", *script_args, *(["--small"] if small else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "run",
+        "--quiet",
+        "--json",
+        "--overwrite",
+        *check,
+        "--out",
+        str(run_dir),
+        *ranks,
+        *(run_args or []),
+        script,
+        "--",
+        *script_args,
+        *(["--small"] if small else []),
+    ]
     try:
         p = run_in_repo(cmd, timeout)
     except subprocess.TimeoutExpired:
@@ -111,27 +136,33 @@ def summarize(rows: list[dict]) -> list[dict]:
         mode_borderline = any(r["top_borderline"] for r in runs if r["top"] == mode)
         flips = [r for r in runs if r["top"] != mode]
         excused = [r for r in flips if r["top_borderline"] or r["near_misses"] or mode_borderline]
-        out.append({
-            "example": example,
-            "runs": len(runs),
-            "top": mode,
-            "tops": dict(Counter(r["top"] for r in runs)),
-            "flip_rate": round(len(flips) / len(runs), 4),
-            "unexcused_flips": len(flips) - len(excused),
-            "borderline_runs": sum(1 for r in runs if r["top_borderline"] or r["near_misses"]),
-            "noisy_runs": sum(1 for r in runs if r["noisy"]),
-            "grown_runs": sum(1 for r in runs if r.get("window_grew")),
-        })
+        out.append(
+            {
+                "example": example,
+                "runs": len(runs),
+                "top": mode,
+                "tops": dict(Counter(r["top"] for r in runs)),
+                "flip_rate": round(len(flips) / len(runs), 4),
+                "unexcused_flips": len(flips) - len(excused),
+                "borderline_runs": sum(1 for r in runs if r["top_borderline"] or r["near_misses"]),
+                "noisy_runs": sum(1 for r in runs if r["noisy"]),
+                "grown_runs": sum(1 for r in runs if r.get("window_grew")),
+            }
+        )
     return out
 
 
 def markdown(summary: list[dict]) -> str:
-    lines = ["| example | runs | top finding | tops seen | flip rate | unexcused flips | borderline runs | noisy runs | window grew |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| example | runs | top finding | tops seen | flip rate | unexcused flips | borderline runs | noisy runs | window grew |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in summary:
         tops = ", ".join(f"{k} x{v}" for k, v in e["tops"].items())
-        lines.append(f"| {e['example']} | {e['runs']} | {e['top']} | {tops} | {e['flip_rate']:.0%} | {e['unexcused_flips']} "
-                     f"| {e['borderline_runs']} | {e['noisy_runs']} | {e.get('grown_runs', 0)} |")
+        lines.append(
+            f"| {e['example']} | {e['runs']} | {e['top']} | {tops} | {e['flip_rate']:.0%} | {e['unexcused_flips']} "
+            f"| {e['borderline_runs']} | {e['noisy_runs']} | {e.get('grown_runs', 0)} |"
+        )
     total = sum(e["unexcused_flips"] for e in summary)
     return "\n".join(lines) + f"\n\nunexcused flips over all examples: {total} (target 0)\n"
 
@@ -142,11 +173,13 @@ def main() -> None:
     p.add_argument("--only", nargs="*", default=None, choices=[*EXAMPLES, *DISTRIBUTED])
     p.add_argument("--distributed", action="store_true", help="the distributed examples on 2 GPUs (DISTRIBUTED)")
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--reports", nargs="*", type=Path, default=None, help="report.json files or run directories to read instead")
+    p.add_argument(
+        "--reports", nargs="*", type=Path, default=None, help="report.json files or run directories to read instead"
+    )
     p.add_argument("--small", action="store_true")
     p.add_argument("--timeout", type=int, default=240)
     p.add_argument("--deadline", type=float, default=None, help="epoch seconds after which no run starts")
-    p.add_argument("--run-args", default="", help="more `diagnose run` options, e.g. --run-args=\"--max-steps 10\"")
+    p.add_argument("--run-args", default="", help='more `diagnose run` options, e.g. --run-args="--max-steps 10"')
     args = p.parse_args()
     if args.only is None:
         args.only = list(DISTRIBUTED) if args.distributed else EXAMPLES
@@ -160,7 +193,13 @@ def main() -> None:
                 for example in args.only:
                     if args.deadline is not None and time.time() >= args.deadline:
                         break
-                    row = run_once(example, args.out / "runs" / f"{example}-{i + 1}", args.small, args.timeout, args.run_args.split())
+                    row = run_once(
+                        example,
+                        args.out / "runs" / f"{example}-{i + 1}",
+                        args.small,
+                        args.timeout,
+                        args.run_args.split(),
+                    )
                     row["run"] = i + 1
                     rows.append(row)
                     log.write(json.dumps(row) + "\n")

@@ -28,15 +28,23 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from diagnose.runtime.capture import CaptureSession
-from diagnose.runtime.instrument import Instrumentation, StepClock
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
 from diagnose.rundir import RunDir
+from diagnose.runtime.capture import CaptureSession
+from diagnose.runtime.instrument import Instrumentation, StepClock
 
 #: median step of each planted example on an H200 (docs/truth.md, steady state), in ms
-EXAMPLE_STEP_MS = {"item_syncs": 4.0, "launch_bound": 17.0, "well_tuned": 20.1, "pageable_copies": 28.0,
-                   "cpu_preprocessing": 156.0, "fp32_transformer": 124.6, "forloop_optimizer": 118.0, "data_bound": 190.0}
+EXAMPLE_STEP_MS = {
+    "item_syncs": 4.0,
+    "launch_bound": 17.0,
+    "well_tuned": 20.1,
+    "pageable_copies": 28.0,
+    "cpu_preprocessing": 156.0,
+    "fp32_transformer": 124.6,
+    "forloop_optimizer": 118.0,
+    "data_bound": 190.0,
+}
 
 
 class _NoWindow:
@@ -93,7 +101,9 @@ def main() -> None:
         session.finish()
     added = [w - o for w, o in zip(with_us, without_us, strict=True)]
     cost = statistics.median(added)
-    print(f"step without diagnose: {statistics.median(without_us):.1f} us (median of {args.rounds} blocks of {args.block})")
+    print(
+        f"step without diagnose: {statistics.median(without_us):.1f} us (median of {args.rounds} blocks of {args.block})"
+    )
     print(f"step with diagnose's hooks, past the window: {statistics.median(with_us):.1f} us")
     print(f"added per step: {cost:.2f} us (median of paired blocks; range {min(added):.2f} to {max(added):.2f})")
     print("as a share of each planted example's step on an H200:")

@@ -36,8 +36,13 @@ def cpu_s(pid: int) -> float:
 
 
 def measure(data: JpegImages, batch: int, workers: int, pin: bool, batches: int, by_hand: bool) -> dict:
-    loader = DataLoader(data, batch_size=batch, num_workers=workers, pin_memory=pin and torch.cuda.is_available(),
-                        persistent_workers=workers > 0)
+    loader = DataLoader(
+        data,
+        batch_size=batch,
+        num_workers=workers,
+        pin_memory=pin and torch.cuda.is_available(),
+        persistent_workers=workers > 0,
+    )
     it = iter(loader)
     drain = 2 * 2 * workers + 2  # twice the prefetch queue (prefetch_factor 2 per worker)
     for _ in range(drain):
@@ -57,7 +62,10 @@ def measure(data: JpegImages, batch: int, workers: int, pin: bool, batches: int,
             pin_s += time.perf_counter() - b
     wall = time.perf_counter() - t0
     row = {
-        "workers": workers, "pin_memory": pin, "by_hand": by_hand, "batches": batches,
+        "workers": workers,
+        "pin_memory": pin,
+        "by_hand": by_hand,
+        "batches": batches,
         "batch_ms": 1e3 * wall / batches,
         "main_cpu_ms_per_batch": 1e3 * (time.process_time() - main0) / batches,
         "workers_cpu_ms_per_batch": 1e3 * (sum(cpu_s(p) for p in pids) - workers0) / batches if pids else None,

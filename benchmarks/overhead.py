@@ -47,17 +47,48 @@ from pathlib import Path
 
 from _bench import PLAIN_RE, REPO, run_in_repo
 
-EXAMPLES = ["data_bound", "pageable_copies", "fp32_transformer", "launch_bound", "item_syncs", "forloop_optimizer",
-            "cpu_preprocessing", "well_tuned", "prefetch_loader", "implicit_syncs", "pageable_prebuilt"]
+EXAMPLES = [
+    "data_bound",
+    "pageable_copies",
+    "fp32_transformer",
+    "launch_bound",
+    "item_syncs",
+    "forloop_optimizer",
+    "cpu_preprocessing",
+    "well_tuned",
+    "prefetch_loader",
+    "implicit_syncs",
+    "pageable_prebuilt",
+]
 #: the framework loops (issue 15): the overhead is published over these too
-FRAMEWORK_EXAMPLES = ["lightning_fp32", "hf_trainer_workers", "accelerate_fp32", "closure_optimizer", "compiled_launch_bound"]
+FRAMEWORK_EXAMPLES = [
+    "lightning_fp32",
+    "hf_trainer_workers",
+    "accelerate_fp32",
+    "closure_optimizer",
+    "compiled_launch_bound",
+]
 EXAMPLES += FRAMEWORK_EXAMPLES
 VARIANTS = ["plain", "diagnose", "no-lines"]
 #: --in-process: steps per timed window, about 3 s of each example on an H200
-WINDOW_STEPS = {"data_bound": 12, "pageable_copies": 100, "fp32_transformer": 25, "launch_bound": 200, "item_syncs": 600,
-                "forloop_optimizer": 25, "cpu_preprocessing": 15, "well_tuned": 150, "prefetch_loader": 60,
-                "implicit_syncs": 100, "pageable_prebuilt": 60, "lightning_fp32": 25, "hf_trainer_workers": 25,
-                "accelerate_fp32": 25, "closure_optimizer": 25, "compiled_launch_bound": 200}
+WINDOW_STEPS = {
+    "data_bound": 12,
+    "pageable_copies": 100,
+    "fp32_transformer": 25,
+    "launch_bound": 200,
+    "item_syncs": 600,
+    "forloop_optimizer": 25,
+    "cpu_preprocessing": 15,
+    "well_tuned": 150,
+    "prefetch_loader": 60,
+    "implicit_syncs": 100,
+    "pageable_prebuilt": 60,
+    "lightning_fp32": 25,
+    "hf_trainer_workers": 25,
+    "accelerate_fp32": 25,
+    "closure_optimizer": 25,
+    "compiled_launch_bound": 200,
+}
 
 
 def command(example: str, variant: str, run_dir: Path, small: bool) -> list[str]:
@@ -67,8 +98,22 @@ def command(example: str, variant: str, run_dir: Path, small: bool) -> list[str]
         return [sys.executable, script, "--steps", "40", *extra]
     flags = ["--no-lines"] if variant == "no-lines" else []
     # --no-check: the check's A/B reruns would add to the run's wall-clock what is not its overhead
-    return [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--no-check", *flags, "--out", str(run_dir), script,
-            "--", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "run",
+        "--quiet",
+        "--json",
+        "--overwrite",
+        "--no-check",
+        *flags,
+        "--out",
+        str(run_dir),
+        script,
+        "--",
+        *extra,
+    ]
 
 
 def measure(example: str, variant: str, run_dir: Path, small: bool, timeout: int) -> dict:
@@ -77,7 +122,12 @@ def measure(example: str, variant: str, run_dir: Path, small: bool, timeout: int
         p = run_in_repo(command(example, variant, run_dir, small), timeout)
     except subprocess.TimeoutExpired:
         return {"example": example, "variant": variant, "error": f"timed out after {timeout} s"}
-    row: dict = {"example": example, "variant": variant, "exit_code": p.returncode, "wall_s": round(time.perf_counter() - t0, 1)}
+    row: dict = {
+        "example": example,
+        "variant": variant,
+        "exit_code": p.returncode,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
     if variant == "plain":
         m = PLAIN_RE.search(p.stdout)
         row["steps_per_s"] = float(m.group(3)) if m else None
@@ -106,15 +156,39 @@ def in_process(example: str, variant: str, run_dir: Path, small: bool, timeout: 
     if variant == "plain":
         cmd = [sys.executable, script, *args]
     else:
-        cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--overwrite", "--no-check", "--warmup", str(warmup), "--steps", "10",
-               "--timed-steps", str(n + 3), "--out", str(run_dir), script, "--", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--quiet",
+            "--overwrite",
+            "--no-check",
+            "--warmup",
+            str(warmup),
+            "--steps",
+            "10",
+            "--timed-steps",
+            str(n + 3),
+            "--out",
+            str(run_dir),
+            script,
+            "--",
+            *args,
+        ]
     try:
         p = run_in_repo(cmd, timeout)
     except subprocess.TimeoutExpired:
         return {"example": example, "variant": variant, "error": f"timed out after {timeout} s"}
     rates = {int(m.group(1)): float(m.group(3)) for m in PLAIN_RE.finditer(p.stdout + p.stderr)}
-    row: dict = {"example": example, "variant": variant, "exit_code": p.returncode, "windows": spec,
-                 "before": rates.get(before[0]), "after": rates.get(after[0])}
+    row: dict = {
+        "example": example,
+        "variant": variant,
+        "exit_code": p.returncode,
+        "windows": spec,
+        "before": rates.get(before[0]),
+        "after": rates.get(after[0]),
+    }
     if row["before"] and row["after"]:
         row["after_over_before"] = round(row["after"] / row["before"], 4)
     else:
@@ -125,21 +199,38 @@ def in_process(example: str, variant: str, run_dir: Path, small: bool, timeout: 
 def summarize_in_process(rows: list[dict]) -> list[dict]:
     out = []
     for example in dict.fromkeys(r["example"] for r in rows):
-        ratios = {v: [r["after_over_before"] for r in rows if r["example"] == example and r["variant"] == v and r.get("after_over_before")]
-                  for v in ("plain", "diagnose")}
+        ratios = {
+            v: [
+                r["after_over_before"]
+                for r in rows
+                if r["example"] == example and r["variant"] == v and r.get("after_over_before")
+            ]
+            for v in ("plain", "diagnose")
+        }
         plain = statistics.median(ratios["plain"]) if ratios["plain"] else None
         diag = statistics.median(ratios["diagnose"]) if ratios["diagnose"] else None
-        out.append({"example": example, "plain_after_over_before": ratios["plain"], "diagnose_after_over_before": ratios["diagnose"],
-                    "overhead_ratio": round(diag / plain, 4) if plain and diag else None})
+        out.append(
+            {
+                "example": example,
+                "plain_after_over_before": ratios["plain"],
+                "diagnose_after_over_before": ratios["diagnose"],
+                "overhead_ratio": round(diag / plain, 4) if plain and diag else None,
+            }
+        )
     return out
 
 
 def markdown_in_process(summary: list[dict]) -> str:
-    lines = ["| example | plain: after / before | under diagnose: after / before | diagnose's steady steps vs plain |", "|---|---|---|---|"]
+    lines = [
+        "| example | plain: after / before | under diagnose: after / before | diagnose's steady steps vs plain |",
+        "|---|---|---|---|",
+    ]
     for e in summary:
         fmt = lambda xs: ", ".join(f"{x:.3f}" for x in xs) or "-"  # noqa: E731
-        lines.append(f"| {e['example']} | {fmt(e['plain_after_over_before'])} | {fmt(e['diagnose_after_over_before'])} "
-                     f"| {e['overhead_ratio'] if e['overhead_ratio'] else '-'} |")
+        lines.append(
+            f"| {e['example']} | {fmt(e['plain_after_over_before'])} | {fmt(e['diagnose_after_over_before'])} "
+            f"| {e['overhead_ratio'] if e['overhead_ratio'] else '-'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -157,7 +248,11 @@ def summarize(rows: list[dict]) -> list[dict]:
         by = {v: [r["steps_per_s"] for r in mine if r["variant"] == v] for v in VARIANTS}
         entry: dict = {"example": example}
         for v, values in by.items():
-            entry[v] = {"runs": values, "median": statistics.median(values) if values else None, "spread": spread(values)}
+            entry[v] = {
+                "runs": values,
+                "median": statistics.median(values) if values else None,
+                "spread": spread(values),
+            }
         plain = entry["plain"]["median"]
         for v in ("diagnose", "no-lines"):
             entry[f"{v}_vs_plain"] = round(entry[v]["median"] / plain, 4) if plain and entry[v]["median"] else None
@@ -169,7 +264,11 @@ def pooled_ratio(summary: list[dict], variant: str = "diagnose", draws: int = 20
     """Geometric mean over the examples of median(variant) / median(plain), and its 95% bootstrap
     interval: each draw resamples the examples, then each drawn example's runs of both variants,
     with replacement."""
-    pairs = [(e["plain"]["runs"], e[variant]["runs"]) for e in summary if e["plain"]["runs"] and e.get(variant, {}).get("runs")]
+    pairs = [
+        (e["plain"]["runs"], e[variant]["runs"])
+        for e in summary
+        if e["plain"]["runs"] and e.get(variant, {}).get("runs")
+    ]
     if not pairs:
         return None
 
@@ -182,7 +281,9 @@ def pooled_ratio(summary: list[dict], variant: str = "diagnose", draws: int = 20
     # sample of its run-to-run noise; resampling both keeps the interval honest when an example
     # has one run per variant (its noise then shows only through the spread between examples)
     boot = sorted(
-        pooled([([rng.choice(p) for _ in p], [rng.choice(d) for _ in d]) for p, d in (rng.choice(pairs) for _ in pairs)])
+        pooled(
+            [([rng.choice(p) for _ in p], [rng.choice(d) for _ in d]) for p, d in (rng.choice(pairs) for _ in pairs)]
+        )
         for _ in range(draws)
     )
     return {
@@ -201,12 +302,17 @@ def markdown(summary: list[dict]) -> str:
             return "-"
         return f"{m:.2f}" + (f" ±{s * 100:.1f}%" if s is not None else "") + f" ({len(e[v]['runs'])})"
 
-    lines = ["| example | plain steps/s | diagnose steps/s | ratio | --no-lines steps/s | ratio |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| example | plain steps/s | diagnose steps/s | ratio | --no-lines steps/s | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
     for e in summary:
         ratio = e["diagnose_vs_plain"]
         nl = e["no-lines_vs_plain"]
-        lines.append(f"| {e['example']} | {cell(e, 'plain')} | {cell(e, 'diagnose')} | {ratio if ratio else '-'} "
-                     f"| {cell(e, 'no-lines')} | {nl if nl else '-'} |")
+        lines.append(
+            f"| {e['example']} | {cell(e, 'plain')} | {cell(e, 'diagnose')} | {ratio if ratio else '-'} "
+            f"| {cell(e, 'no-lines')} | {nl if nl else '-'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -220,8 +326,13 @@ def main() -> None:
     p.add_argument("--timeout", type=int, default=240, help="seconds one run may take")
     p.add_argument("--deadline", type=float, default=None, help="epoch seconds after which no run starts")
     p.add_argument("--in-process", action="store_true", help="time before and after diagnose's window in one process")
-    p.add_argument("--summarize", type=Path, default=None, metavar="RUNS_JSONL",
-                   help="run nothing: summarize the rows of an earlier runs.jsonl (several may be concatenated)")
+    p.add_argument(
+        "--summarize",
+        type=Path,
+        default=None,
+        metavar="RUNS_JSONL",
+        help="run nothing: summarize the rows of an earlier runs.jsonl (several may be concatenated)",
+    )
     args = p.parse_args()
     if args.summarize:
         rows = [json.loads(line) for line in args.summarize.read_text().splitlines() if line.strip()]
@@ -257,8 +368,10 @@ def write_summary(rows: list[dict], out: Path, in_process: bool) -> None:
     if not in_process:
         output["pooled"] = [x for x in (pooled_ratio(summary, v) for v in ("diagnose", "no-lines")) if x]
         for x in output["pooled"]:
-            table += (f"\npooled {x['variant']} / plain over {x['examples']} examples: {x['ratio']:.3f} "
-                      f"(95% interval {x['low']:.3f}-{x['high']:.3f})\n")
+            table += (
+                f"\npooled {x['variant']} / plain over {x['examples']} examples: {x['ratio']:.3f} "
+                f"(95% interval {x['low']:.3f}-{x['high']:.3f})\n"
+            )
     (out / "overhead.json").write_text(json.dumps(output, indent=1))
     (out / "overhead.md").write_text(table)
     print(table)

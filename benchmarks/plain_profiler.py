@@ -40,7 +40,11 @@ def main() -> None:
         prof.export_chrome_trace(str(path))
         written.append(str(path))
 
-    prof = profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1), on_trace_ready=on_ready)
+    prof = profile(
+        activities=activities,
+        schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+        on_trace_ready=on_ready,
+    )
     steps = {"n": 0}
 
     def after_step(optimizer: torch.optim.Optimizer, *_: object) -> None:

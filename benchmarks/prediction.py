@@ -34,12 +34,27 @@ NOT_HERE = {"ddp_straggler"}
 
 
 def examples(only: list[str] | None) -> list[str]:
-    names = sorted(p.stem for p in (REPO / "examples").glob("*.py") if not p.stem.startswith("_") and p.stem not in NOT_HERE)
+    names = sorted(
+        p.stem for p in (REPO / "examples").glob("*.py") if not p.stem.startswith("_") and p.stem not in NOT_HERE
+    )
     return [n for n in names if not only or n in only]
 
 
 def verify(name: str, out: Path, top: int, repeats: int, timeout: int, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "diagnose", "verify", "--json", "--top", str(top), "--repeats", str(repeats), "--out", str(out / name), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "verify",
+        "--json",
+        "--top",
+        str(top),
+        "--repeats",
+        str(repeats),
+        "--out",
+        str(out / name),
+        *extra,
+    ]
     p = run_in_repo([*cmd, f"examples/{name}.py"], timeout)
     if p.returncode != 0 or not p.stdout.strip():
         return {"example": name, "error": p.stderr[-2000:], "rows": []}
@@ -47,7 +62,10 @@ def verify(name: str, out: Path, top: int, repeats: int, timeout: int, extra: li
     experiments = report.get("experiments") or {}
     spread = experiments.get("baseline_spread") or 0.0
     # the baseline run's own findings: each prediction's interval (issue 32)
-    intervals = {f["rule"]: f.get("predicted_interval") for f in (report.get("findings") or []) + (report.get("next_steps") or [])}
+    intervals = {
+        f["rule"]: f.get("predicted_interval")
+        for f in (report.get("findings") or []) + (report.get("next_steps") or [])
+    }
     rows = []
     for row in experiments.get("rows", []):
         if row.get("role") != "recommendation":
@@ -104,7 +122,9 @@ def markdown(results: list[dict], summary: dict) -> str:
                 return f"{v:.2f}x" if v else "-"
 
             err = f"{r['error'] * 100:.0f}%" if r["error"] is not None else "-"
-            lines.append(f"| {res['example']} | {r['rule']} | {knobs} | {x(r['predicted'])} | {x(r['measured'])} | {x(r['bound'])} | {err} |")
+            lines.append(
+                f"| {res['example']} | {r['rule']} | {knobs} | {x(r['predicted'])} | {x(r['measured'])} | {x(r['bound'])} | {err} |"
+            )
     lines.append("")
     lines.append(
         f"{summary['predicted']} of {summary['experiments']} experiments predicted; |predicted - measured| / measured: "
@@ -125,18 +145,36 @@ def fixture_predictions() -> list[dict]:
     options = AnalysisOptions.load(show_all=True)
     groups = ("*", "frameworks_gpu/*", "batch_gpu/*", "hostahead_gpu/*")
     runs = [r.parent for group in groups for r in sorted(data.glob(f"{group}/run.json"))]
-    reports = [(str(run.relative_to(data)), analyze_run(RunDir(run), options).to_dict()) for run in runs if not run.name.endswith("_cpu")]
-    reports += [(f"bare/{t.name.split('.')[0]}", analyze_trace(t, options).to_dict()) for t in sorted((data / "bare").glob("*.pt.trace.json.gz"))]
+    reports = [
+        (str(run.relative_to(data)), analyze_run(RunDir(run), options).to_dict())
+        for run in runs
+        if not run.name.endswith("_cpu")
+    ]
+    reports += [
+        (f"bare/{t.name.split('.')[0]}", analyze_trace(t, options).to_dict())
+        for t in sorted((data / "bare").glob("*.pt.trace.json.gz"))
+    ]
     out = []
     for name, report in reports:
         if not (report.get("replay") or {}).get("steps"):
             continue  # a CPU run: nothing replayed
         for f in report["findings"]:
-            out.append({
-                "fixture": name, "rule": f["rule"], "predicted": f["predicted_speedup"], "interval": f.get("predicted_interval"),
-                "first_share": f.get("first_share"), "check": f.get("check"), "bound": f["gain_bound"], "note": f["prediction_note"],
-            })
-        out += [{"fixture": name, "rule": None, "predicted": None, "bound": None, "note": line} for line in report.get("considered", [])]
+            out.append(
+                {
+                    "fixture": name,
+                    "rule": f["rule"],
+                    "predicted": f["predicted_speedup"],
+                    "interval": f.get("predicted_interval"),
+                    "first_share": f.get("first_share"),
+                    "check": f.get("check"),
+                    "bound": f["gain_bound"],
+                    "note": f["prediction_note"],
+                }
+            )
+        out += [
+            {"fixture": name, "rule": None, "predicted": None, "bound": None, "note": line}
+            for line in report.get("considered", [])
+        ]
     return out
 
 
@@ -147,9 +185,13 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=3, help="recommendations verify tries per example")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=1800)
-    parser.add_argument("--verify-args", default="", help="more options for diagnose verify, e.g. '--warmup 3 --steps 5'")
+    parser.add_argument(
+        "--verify-args", default="", help="more options for diagnose verify, e.g. '--warmup 3 --steps 5'"
+    )
     parser.add_argument("--deadline-s", type=float, default=None, help="start no example after this many seconds")
-    parser.add_argument("--fixtures", action="store_true", help="print the predictions on the recorded fixtures (no GPU) and stop")
+    parser.add_argument(
+        "--fixtures", action="store_true", help="print the predictions on the recorded fixtures (no GPU) and stop"
+    )
     args = parser.parse_args()
     if args.fixtures:
         for row in fixture_predictions():
@@ -160,7 +202,9 @@ def main() -> None:
             interval = f"{row['interval'][0]:.2f}-{row['interval'][1]:.2f}x" if row.get("interval") else "-"
             first = f"{row['first_share']:.0%}" if row.get("first_share") is not None else "-"
             bound = f"{row['bound']:.2f}x" if row["bound"] else "-"
-            print(f"{row['fixture']:32} {row['rule']:9} predicted {predicted:>7} ({interval:>11}, first {first:>4})  bound {bound:>7}  {row['note'] or ''}")
+            print(
+                f"{row['fixture']:32} {row['rule']:9} predicted {predicted:>7} ({interval:>11}, first {first:>4})  bound {bound:>7}  {row['note'] or ''}"
+            )
         return
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)

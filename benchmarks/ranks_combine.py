@@ -33,8 +33,8 @@ from pathlib import Path
 from _bench import REPO, run_in_repo
 
 sys.path.insert(0, str(REPO))
-from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank, combine_ranks
 from diagnose.analysis.measure.ranks import RankSummary, notable_ranks
+from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank, combine_ranks
 from diagnose.rundir import RunDir
 
 FIXTURE = REPO / "tests" / "data" / "ddp_straggler_cpu"
@@ -76,6 +76,7 @@ def measure_combine(n: int, options: AnalysisOptions, repeats: int = 5) -> dict:
         for s in summaries:
             run_dir.save_rank_summary(s["rank"], s)
         summary_bytes = sum(run_dir.rank_summary_path(r).stat().st_size for r in range(n))
+
         def combine():
             gathered = [RankSummary.from_dict(d) for d in run_dir.load_rank_summaries().values()]
             return combine_ranks(first, gathered, options, {"kind": "run"}), notable_ranks(gathered)
@@ -103,8 +104,28 @@ def measure_combine(n: int, options: AnalysisOptions, repeats: int = 5) -> dict:
 def measure_real(n: int, options: AnalysisOptions) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "diagnose", "run", "--no-check", "--nproc-per-node", str(n), "--warmup", "2", "--steps", "4", "--timed-steps", "4",
-               "--quiet", "--json", "--out", str(out), "examples/ddp_straggler.py", "--", "--small"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--no-check",
+            "--nproc-per-node",
+            str(n),
+            "--warmup",
+            "2",
+            "--steps",
+            "4",
+            "--timed-steps",
+            "4",
+            "--quiet",
+            "--json",
+            "--out",
+            str(out),
+            "examples/ddp_straggler.py",
+            "--",
+            "--small",
+        ]
         start = time.perf_counter()
         proc = run_in_repo(cmd, timeout=600)
         wall = time.perf_counter() - start
@@ -123,7 +144,10 @@ def measure_real(n: int, options: AnalysisOptions) -> dict:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         return {
-            "ranks": n, "wall_s": round(wall, 1), "merge_ms": round(merge_s * 1000, 1), "merge_peak_mib": round(peak / 2**20, 2),
+            "ranks": n,
+            "wall_s": round(wall, 1),
+            "merge_ms": round(merge_s * 1000, 1),
+            "merge_peak_mib": round(peak / 2**20, 2),
             "straggler": (report["distributed"]["straggler"] or {}).get("rank"),
             "traces_kept": sorted(int(p.name[4:].split("_")[0]) for p in run_dir.traces()),
             "traces_removed": report["distributed"]["traces_removed"],
@@ -145,7 +169,9 @@ def main() -> None:
     for n in args.ranks:
         row = measure_combine(n, options)
         results["synthetic"].append(row)
-        print(f"{n:>6} {row['combine_ms']:>11.2f} {row['peak_mib']:>9.2f} {row['summary_kib_per_rank']:>9.2f} {per_trace_s * 1000 * n:>22.0f} {row['straggler']}")
+        print(
+            f"{n:>6} {row['combine_ms']:>11.2f} {row['peak_mib']:>9.2f} {row['summary_kib_per_rank']:>9.2f} {per_trace_s * 1000 * n:>22.0f} {row['straggler']}"
+        )
     for n in args.real:
         row = measure_real(n, options)
         results["real"].append(row)

@@ -155,7 +155,12 @@ def measure(code: str, trace: Path, address_limit_bytes: int | None = None, work
     program = f"from pathlib import Path\nTRACE = Path({str(trace)!r})\n{code}"
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-c", program], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=limit
+        [sys.executable, "-c", program],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=limit,
     )
     peak = 0
     done = threading.Event()
@@ -174,7 +179,9 @@ def measure(code: str, trace: Path, address_limit_bytes: int | None = None, work
     done.set()
     sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Measured(seconds, usage.ru_utime + usage.ru_stime, max(peak, usage.ru_maxrss * 1024), proc.returncode, output)
+    return Measured(
+        seconds, usage.ru_utime + usage.ru_stime, max(peak, usage.ru_maxrss * 1024), proc.returncode, output
+    )
 
 
 JSON_LOAD = """
@@ -209,11 +216,18 @@ def main() -> None:
     p.add_argument("--json-load-up-to", type=float, default=2.0, help="measure json.load only up to this size (GB)")
     p.add_argument("--json-load-limit-gb", type=float, default=16.0, help="address space json.load's child may take")
     p.add_argument("--dir", type=Path, default=None, help="where to write the traces (default: a temporary folder)")
-    p.add_argument("--read-only", action="store_true", help="measure the reader (and json.load), not the whole analysis")
+    p.add_argument(
+        "--read-only", action="store_true", help="measure the reader (and json.load), not the whole analysis"
+    )
     p.add_argument("--workers", type=int, default=None, help="reader worker processes (default: the reader's choice)")
     p.add_argument("--build-only", type=Path, default=None, help="write one trace of the first --gb size here and stop")
-    p.add_argument("--repeats", type=int, default=1, help="measure each N times, interleaved (json.load, read, diagnose, ...): medians, "
-                   "the largest peak, and the range of the per-repeat ratios in brackets")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="measure each N times, interleaved (json.load, read, diagnose, ...): medians, "
+        "the largest peak, and the range of the per-repeat ratios in brackets",
+    )
     args = p.parse_args()
     if args.build_only is not None:
         events = build_trace(int(args.gb[0] * 1e9), args.build_only, args.gzip)
@@ -221,8 +235,10 @@ def main() -> None:
         return
     _bytecode()
     print(f"{os.cpu_count()} cores; reader workers: {args.workers or 'automatic'}", flush=True)
-    print("| JSON | file | events | json.load time (CPU) | json.load peak | read time (CPU) | read peak "
-          "| diagnose time (CPU) | diagnose peak | read / json.load (CPU) | diagnose / json.load (CPU) |")
+    print(
+        "| JSON | file | events | json.load time (CPU) | json.load peak | read time (CPU) | read peak "
+        "| diagnose time (CPU) | diagnose peak | read / json.load (CPU) | diagnose / json.load (CPU) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for gb in args.gb:
@@ -270,7 +286,10 @@ def _bytecode() -> None:
     spec = importlib.util.find_spec("numpy")
     if spec is not None and spec.origin and not (Path(spec.origin).parent / "__pycache__").is_dir():
         folder = Path(spec.origin).parent
-        print(f"numpy at {folder} has no bytecode: each child compiles it (0.1-0.3 s); run python -m compileall -q {folder}", file=sys.stderr)
+        print(
+            f"numpy at {folder} has no bytecode: each child compiles it (0.1-0.3 s); run python -m compileall -q {folder}",
+            file=sys.stderr,
+        )
 
 
 def _time(m: Measured) -> str:
@@ -280,8 +299,11 @@ def _time(m: Measured) -> str:
 def _median(runs: list[Measured]) -> Measured:
     """The median time and CPU time of ``runs`` (each on its own), the largest peak."""
     return Measured(
-        statistics.median(m.seconds for m in runs), statistics.median(m.cpu_seconds for m in runs), max(m.peak_rss_bytes for m in runs),
-        max(m.returncode for m in runs), runs[-1].output,
+        statistics.median(m.seconds for m in runs),
+        statistics.median(m.cpu_seconds for m in runs),
+        max(m.peak_rss_bytes for m in runs),
+        max(m.returncode for m in runs),
+        runs[-1].output,
     )
 
 

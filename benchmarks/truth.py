@@ -25,7 +25,6 @@ from _bench import PLAIN_RE, REPO, run_in_repo
 sys.path.insert(0, str(REPO))  # the repository's diagnose, as the commands it runs use
 from diagnose.analysis.report import Report
 
-
 #: example -> the rule that names its planted cause (None: the control, where no rule may fire)
 PLANTED: dict[str, str | None] = {
     "data_bound": "DATA001",
@@ -45,6 +44,7 @@ BY_HAND: dict[str, list[str]] = {"cpu_preprocessing": ["--fixed"]}
 #: examples whose fix is measured with a what-if knob the rule cannot name (a sync site's line)
 WHAT_IF: dict[str, list[str]] = {"implicit_syncs": ["unsync=implicit_syncs.py:29"]}
 
+
 def run(cmd: list[str], timeout: int) -> tuple[int, str, str, float]:
     t0 = time.perf_counter()
     p = run_in_repo(cmd, timeout)
@@ -54,7 +54,19 @@ def run(cmd: list[str], timeout: int) -> tuple[int, str, str, float]:
 def one(name: str, out: Path, extra: list[str], timeout: int, top: int) -> dict:
     script = f"examples/{name}.py"
     run_dir = out / name
-    cmd = [sys.executable, "-m", "diagnose", "verify", "--json", "--top", str(top), "--repeats", "2", "--out", str(run_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "verify",
+        "--json",
+        "--top",
+        str(top),
+        "--repeats",
+        "2",
+        "--out",
+        str(run_dir),
+    ]
     code, stdout, stderr, wall = run([*cmd, script, "--", *extra], timeout)
     row: dict = {"example": name, "planted": PLANTED[name], "exit_code": code, "verify_wall_s": round(wall, 1)}
     if code != 0 or not stdout.strip():
@@ -87,12 +99,32 @@ def one(name: str, out: Path, extra: list[str], timeout: int, top: int) -> dict:
         conclusions=experiments.get("conclusions"),
     )
     if tried:
-        row.update(fix=tried[0]["label"], fix_knobs=tried[0]["knobs"], fix_speedup=tried[0].get("speedup"), fix_verdict=tried[0].get("verdict"),
-                   fix_top_exposed=tried[0].get("top_exposed"))
+        row.update(
+            fix=tried[0]["label"],
+            fix_knobs=tried[0]["knobs"],
+            fix_speedup=tried[0].get("speedup"),
+            fix_verdict=tried[0].get("verdict"),
+            fix_top_exposed=tried[0].get("top_exposed"),
+        )
     if name in BY_HAND or name in WHAT_IF:
         fixed_dir = out / f"{name}-fixed"
         # --no-check: the fixed variant's diagnosis is compared as predicted, as verify's runs are
-        cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--no-check", "--warmup", "5", "--steps", "5", "--out", str(fixed_dir)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--quiet",
+            "--json",
+            "--overwrite",
+            "--no-check",
+            "--warmup",
+            "5",
+            "--steps",
+            "5",
+            "--out",
+            str(fixed_dir),
+        ]
         cmd += [x for k in WHAT_IF.get(name, []) for x in ("--set", k)]
         c2, out2, err2, _ = run([*cmd, script, "--", *extra, *BY_HAND.get(name, [])], timeout)
         if c2 == 0 and out2.strip():
@@ -103,12 +135,26 @@ def one(name: str, out: Path, extra: list[str], timeout: int, top: int) -> dict:
             ftop = max(fshares.items(), key=lambda kv: kv[1]) if fshares else (None, 0)
             speedup = rate / base if rate and base else None
             noise = max(row.get("baseline_spread") or 0, 0.02)
-            verdict = "failed" if speedup is None else "helped" if speedup > 1 + noise else "slower" if speedup < 1 - noise else "no effect"
+            verdict = (
+                "failed"
+                if speedup is None
+                else "helped"
+                if speedup > 1 + noise
+                else "slower"
+                if speedup < 1 - noise
+                else "no effect"
+            )
             how = f"by hand: {' '.join(BY_HAND[name])}" if name in BY_HAND else f"what-if: {' '.join(WHAT_IF[name])}"
             # verify's own fix (the rule's knob) keeps the fix_* columns; this one goes beside it
             prefix = "what_if" if tried else "fix"
-            row.update({prefix: how, f"{prefix}_speedup": round(speedup, 4) if speedup else None,
-                        f"{prefix}_verdict": verdict, f"{prefix}_top_exposed": {"category": ftop[0], "share": ftop[1]}})
+            row.update(
+                {
+                    prefix: how,
+                    f"{prefix}_speedup": round(speedup, 4) if speedup else None,
+                    f"{prefix}_verdict": verdict,
+                    f"{prefix}_top_exposed": {"category": ftop[0], "share": ftop[1]},
+                }
+            )
         else:
             row["fix_error"] = err2[-800:]
     row["right"] = (row["top_rule"] == PLANTED[name]) if PLANTED[name] else (not findings)
@@ -134,9 +180,15 @@ def markdown(rows: list[dict]) -> str:
             continue
         share = f"{r['top_exposed']} {r['top_exposed_share'] * 100:.0f}%" if r.get("top_exposed") else ""
         busy = f"{r['gpu_busy'] * 100:.0f}%" if r.get("gpu_busy") is not None else ""
-        top = f"{r['top_rule']} (up to {r['top_gain']:.2f}x)" if r.get("top_rule") and r.get("top_gain") else (r.get("top_rule") or "none")
+        top = (
+            f"{r['top_rule']} (up to {r['top_gain']:.2f}x)"
+            if r.get("top_rule") and r.get("top_gain")
+            else (r.get("top_rule") or "none")
+        )
         knobs = " ".join(f"{k}={v}" for k, v in (r.get("fix_knobs") or {}).items()) or r.get("fix", "")
-        measured = f"{r['fix_speedup']:.2f}x ({r.get('fix_verdict')})" if r.get("fix_speedup") else r.get("fix_verdict", "")
+        measured = (
+            f"{r['fix_speedup']:.2f}x ({r.get('fix_verdict')})" if r.get("fix_speedup") else r.get("fix_verdict", "")
+        )
         after = r.get("fix_top_exposed") or {}
         after_text = f"{after.get('category')} {after.get('share', 0) * 100:.0f}%" if after.get("category") else ""
         lines.append(

@@ -61,9 +61,19 @@ class Load:
 #: on the CPU the host-bound load runs 1,500 steps too (a few ms each: the timed range must be
 #: long against the machine's noise)
 LOADS = (
-    Load("gpu_bound", "examples/fp32_transformer.py", ["--steps", "200", "--time-steps", "100:199"], ["--small", "--steps", "200", "--time-steps", "100:199"]),
-    Load("host_bound", "examples/launch_bound.py", ["--steps", "1500", "--time-steps", "200:1499"], ["--small", "--steps", "1500", "--time-steps", "300:1499"],
-         ("--profile-window", "5:35")),
+    Load(
+        "gpu_bound",
+        "examples/fp32_transformer.py",
+        ["--steps", "200", "--time-steps", "100:199"],
+        ["--small", "--steps", "200", "--time-steps", "100:199"],
+    ),
+    Load(
+        "host_bound",
+        "examples/launch_bound.py",
+        ["--steps", "1500", "--time-steps", "200:1499"],
+        ["--small", "--steps", "1500", "--time-steps", "300:1499"],
+        ("--profile-window", "5:35"),
+    ),
 )
 
 
@@ -114,7 +124,11 @@ def run_plain(load: Load, args: list[str], timeout: float) -> tuple[float | None
 
 
 def run_watch(script: str, args: list[str], out: Path, timeout: float) -> tuple[str, dict]:
-    done = run_in_repo([sys.executable, "-m", "diagnose", "watch", script, "-q", "--out", str(out), "--overwrite", "--", *args], timeout, env=ENV)
+    done = run_in_repo(
+        [sys.executable, "-m", "diagnose", "watch", script, "-q", "--out", str(out), "--overwrite", "--", *args],
+        timeout,
+        env=ENV,
+    )
     if done.returncode != 0:
         raise SystemExit(f"diagnose watch {script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     report = json.loads((out / "diagnose" / "report.json").read_text())
@@ -137,7 +151,9 @@ def _cost(base: float | None, other: float | None, rate: bool) -> float | None:
 def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: float) -> None:
     for load in loads:
         args = load.cpu_args if cpu else load.gpu_args
-        costs: dict[str, list[float]] = {k: [] for k in ("timer", "timer_cpu", "mode", "window", "window_cpu", "beyond", "beyond_cpu")}
+        costs: dict[str, list[float]] = {
+            k: [] for k in ("timer", "timer_cpu", "mode", "window", "window_cpu", "beyond", "beyond_cpu")
+        }
 
         def add(key: str, value: float | None) -> None:
             if value is not None:
@@ -167,10 +183,16 @@ def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: fl
                 f"{wall_watch or 0:.1f} s (goodput {whole.get('goodput', 0):.1%}, named {whole.get('named_share', 0):.2%})",
                 flush=True,
             )
-        print(f"  step timer's cost (per step, past the main window): {spread(costs['timer'])}; main thread cpu: {spread(costs['timer_cpu'])}")
+        print(
+            f"  step timer's cost (per step, past the main window): {spread(costs['timer'])}; main thread cpu: {spread(costs['timer_cpu'])}"
+        )
         if load.window_args:
-            print(f"    of which the profiler's window leaves behind: {spread(costs['window'])}; cpu: {spread(costs['window_cpu'])}")
-            print(f"    watch beyond a plain run with that window: {spread(costs['beyond'])}; cpu: {spread(costs['beyond_cpu'])}")
+            print(
+                f"    of which the profiler's window leaves behind: {spread(costs['window'])}; cpu: {spread(costs['window_cpu'])}"
+            )
+            print(
+                f"    watch beyond a plain run with that window: {spread(costs['beyond'])}; cpu: {spread(costs['beyond_cpu'])}"
+            )
         print(f"  whole mode's cost (script wall-clock, main window included): {spread(costs['mode'])}", flush=True)
 
 
@@ -202,7 +224,10 @@ def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None
         )
         if top is not None:
             bound = top.get("gain_bound")
-            print(f"      {top['says']}" + (f" (fixing it: up to {bound:.2f}x on the whole run)" if bound else ""), flush=True)
+            print(
+                f"      {top['says']}" + (f" (fixing it: up to {bound:.2f}x on the whole run)" if bound else ""),
+                flush=True,
+            )
     return misses
 
 
@@ -210,8 +235,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="tiny sizes on the CPU (a smoke run of this script)")
     parser.add_argument("--part", choices=("overhead", "planted", "both"), default="both")
-    parser.add_argument("--only", choices=[load.name for load in LOADS], action="append", help="overhead: only this load (repeatable)")
-    parser.add_argument("--planted", action="append", metavar="NAME", help="planted: only this example (e.g. watch_eval_third; repeatable)")
+    parser.add_argument(
+        "--only", choices=[load.name for load in LOADS], action="append", help="overhead: only this load (repeatable)"
+    )
+    parser.add_argument(
+        "--planted",
+        action="append",
+        metavar="NAME",
+        help="planted: only this example (e.g. watch_eval_third; repeatable)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="pairs of runs (plain, watch) per load")
     parser.add_argument("--timeout", type=float, default=500.0, help="seconds per run at most")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
@@ -223,7 +255,13 @@ def main() -> None:
     misses = 0
     try:
         if args.part in ("overhead", "both"):
-            overhead([load for load in LOADS if not args.only or load.name in args.only], args.cpu, args.repeats, work, args.timeout)
+            overhead(
+                [load for load in LOADS if not args.only or load.name in args.only],
+                args.cpu,
+                args.repeats,
+                work,
+                args.timeout,
+            )
         if args.part in ("planted", "both"):
             misses = planted(args.cpu, work, args.timeout, args.planted)
     finally:

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, Union
 if TYPE_CHECKING:
     from diagnose.analysis.compare import Comparison
     from diagnose.analysis.pipeline import AnalysisOptions
-    from diagnose.report import Report
     from diagnose.record import RunRecord
+    from diagnose.report import Report
 
-PathLike = Union[str, Path]
+PathLike = str | Path
 RunLike = Union[PathLike, "Report", "tuple[str, Report]"]
 
 
@@ -46,7 +46,9 @@ def _options(rules: Sequence[PathLike] = (), show_all: bool = False) -> Analysis
     return AnalysisOptions.load([Path(r) for r in rules], show_all=show_all)
 
 
-def analyze(path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = False, reanalyze: bool = False) -> Report:
+def analyze(
+    path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = False, reanalyze: bool = False
+) -> Report:
     """The report of a run directory or a trace. A run directory's saved report.json is read
     as is, unless ``reanalyze`` (or extra ``rules``, or ``show_all``) asks for a fresh analysis."""
     from diagnose.errors import UsageError
@@ -89,8 +91,6 @@ def load_runs(path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool 
     return [(_label(path), analyze(path, rules=rules, show_all=show_all))]
 
 
-
-
 def _label(path: Path) -> str:
     from diagnose.rundir import RunDir
 
@@ -120,13 +120,11 @@ def compare(*runs: RunLike, labels: Sequence[str] | None = None, rules: Sequence
     if labels is not None:
         if len(labels) != len(labelled):
             raise ValueError(f"{len(labels)} labels for {len(labelled)} runs")
-        labelled = [(label, report) for label, (_, report) in zip(labels, labelled)]
+        labelled = [(label, report) for label, (_, report) in zip(labels, labelled, strict=True)]
     from diagnose.renderers.notebook import for_notebook
     from diagnose.session import unique_labels
 
     return for_notebook(compare_reports(unique_labels(labelled)))  # shown as HTML in Jupyter
-
-
 
 
 # --- profiling in-process -----------------------------------------------------------------------
@@ -173,8 +171,20 @@ def profile(
     ranks' is their own)."""
     context = _profiling(
         name or (getattr(fn, "__name__", None) if fn is not None else None) or "block",
-        warmup=warmup, steps=steps, timed_steps=timed_steps, stop=stop, out=out, overwrite=overwrite,
-        knobs=knobs, lines=lines, rules=rules, show_all=show_all, html=html, quiet=quiet, rank_aware=rank_aware, keep_traces=keep_traces,
+        warmup=warmup,
+        steps=steps,
+        timed_steps=timed_steps,
+        stop=stop,
+        out=out,
+        overwrite=overwrite,
+        knobs=knobs,
+        lines=lines,
+        rules=rules,
+        show_all=show_all,
+        html=html,
+        quiet=quiet,
+        rank_aware=rank_aware,
+        keep_traces=keep_traces,
     )
     if fn is None:
         return context
@@ -185,9 +195,22 @@ def profile(
 
 @contextlib.contextmanager
 def _profiling(
-    name: str, *, warmup: int, steps: int, timed_steps: int, stop: bool, out: PathLike | None, overwrite: bool,
-    knobs: Sequence[str], lines: bool, rules: Sequence[PathLike], show_all: bool, html: bool, quiet: bool,
-    rank_aware: bool = False, keep_traces: str = "notable",
+    name: str,
+    *,
+    warmup: int,
+    steps: int,
+    timed_steps: int,
+    stop: bool,
+    out: PathLike | None,
+    overwrite: bool,
+    knobs: Sequence[str],
+    lines: bool,
+    rules: Sequence[PathLike],
+    show_all: bool,
+    html: bool,
+    quiet: bool,
+    rank_aware: bool = False,
+    keep_traces: str = "notable",
 ) -> Iterator[ProfiledRun]:
     """The block's run, orchestrated by ``session.profiled_block`` as a script's run is; here
     only what a notebook needs: a block inside a run diagnose already profiles runs unprofiled."""
@@ -205,7 +228,9 @@ def _profiling(
 
         warnings.warn(
             f"diagnose.profile inside a run diagnose is already profiling (into {outer}): this block runs unprofiled "
-            "and is measured as part of the outer run", RuntimeWarning, stacklevel=3,
+            "and is measured as part of the outer run",
+            RuntimeWarning,
+            stacklevel=3,
         )
         yield ProfiledRun(outer, options={"plan": plan, "knobs": list(knobs), "nested_in": str(outer)})
         return
@@ -215,8 +240,17 @@ def _profiling(
     rank = rank if rank is not None and rank.world_size > 1 else None
     run: ProfiledRun | None = None
     block = session.profiled_block(
-        name, plan, options, knobs=knobs, lines=lines, html=html, quiet=quiet, out=Path(out) if out is not None else None,
-        overwrite=overwrite, rank=rank, keep_traces=keep_traces,
+        name,
+        plan,
+        options,
+        knobs=knobs,
+        lines=lines,
+        html=html,
+        quiet=quiet,
+        out=Path(out) if out is not None else None,
+        overwrite=overwrite,
+        rank=rank,
+        keep_traces=keep_traces,
     )
     try:
         with block as outcome:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
 from typing import Any, NoReturn
 
 import typer
@@ -116,7 +115,9 @@ class Command(typer.core.TyperCommand):
         says (the one place errors become exit codes). Any other exception is a bug: raised."""
         try:
             return super().invoke(ctx)
-        except Exception as exc:  # only those Failure knows (a MemoryError's lines made beforehand); any other is raised again
+        except (
+            Exception
+        ) as exc:  # only those Failure knows (a MemoryError's lines made beforehand); any other is raised again
             failure = Failure.of(exc)
             if failure is None:
                 raise

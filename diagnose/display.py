@@ -48,7 +48,9 @@ class Display:
         if text is None:
             raise errors.TraceError(
                 "memory ran out while showing the report",
-                hint=f"it is saved: diagnose report {saved} shows it again" if saved else "free some memory and run it again",
+                hint=f"it is saved: diagnose report {saved} shows it again"
+                if saved
+                else "free some memory and run it again",
             )
         try:
             sys.stdout.write(text)
@@ -57,7 +59,8 @@ class Display:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more is written there, at exit neither
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise errors.OutputError(
-                f"cannot write the report to stdout ({why})", hint=f"it is saved: diagnose report {saved} shows it again" if saved else None
+                f"cannot write the report to stdout ({why})",
+                hint=f"it is saved: diagnose report {saved} shows it again" if saved else None,
             ) from None
 
     def say(self, text: str) -> None:

@@ -61,7 +61,17 @@ def rank_info(environ: Mapping[str, str] = os.environ) -> RankInfo | None:
 
 
 #: torchrun options passed through for a multi-node launch (``--rdzv-backend=c10d`` ...)
-PASSED_THROUGH = ("--nnodes", "--node-rank", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--max-restarts", "--master-addr", "--master-port")
+PASSED_THROUGH = (
+    "--nnodes",
+    "--node-rank",
+    "--rdzv-backend",
+    "--rdzv-endpoint",
+    "--rdzv-id",
+    "--rdzv-conf",
+    "--max-restarts",
+    "--master-addr",
+    "--master-port",
+)
 
 
 def launch_options(options: Sequence[str]) -> list[str]:
@@ -71,12 +81,17 @@ def launch_options(options: Sequence[str]) -> list[str]:
     for option in options:
         name = option.split("=", 1)[0].replace("_", "-")
         if name not in PASSED_THROUGH or "=" not in option:
-            raise UsageError(f"not a torchrun option diagnose passes on: {option}", hint="give --torchrun " + " ".join(f"{n}=..." for n in PASSED_THROUGH[:4]))
+            raise UsageError(
+                f"not a torchrun option diagnose passes on: {option}",
+                hint="give --torchrun " + " ".join(f"{n}=..." for n in PASSED_THROUGH[:4]),
+            )
         out.append(f"{name}={option.split('=', 1)[1]}")
     return out
 
 
-def torchrun_command(nproc: int, run_dir: Path, rank_args: list[str], target: list[str], torchrun_options: Sequence[str] = ()) -> list[str]:
+def torchrun_command(
+    nproc: int, run_dir: Path, rank_args: list[str], target: list[str], torchrun_options: Sequence[str] = ()
+) -> list[str]:
     """The torchrun command that starts ``nproc`` rank-aware ``diagnose run`` processes: on this
     node alone (``--standalone``), or with ``torchrun_options`` as one node of several."""
     if nproc < 1:
@@ -84,13 +99,29 @@ def torchrun_command(nproc: int, run_dir: Path, rank_args: list[str], target: li
     passed = launch_options(torchrun_options)
     where = passed if passed else ["--standalone"]
     return [
-        sys.executable, "-m", "torch.distributed.run", *where, f"--nproc-per-node={nproc}",
-        "-m", "diagnose", "run", "--rank-aware", "--out", str(run_dir), *rank_args, *target,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *where,
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "diagnose",
+        "run",
+        "--rank-aware",
+        "--out",
+        str(run_dir),
+        *rank_args,
+        *target,
     ]
 
 
 def launch(
-    nproc: int, run_dir: Path, rank_args: list[str], target: list[str], quiet_stdout: bool = False, torchrun_options: Sequence[str] = ()
+    nproc: int,
+    run_dir: Path,
+    rank_args: list[str],
+    target: list[str],
+    quiet_stdout: bool = False,
+    torchrun_options: Sequence[str] = (),
 ) -> int:
     """Run torchrun; with ``quiet_stdout`` (``--json``) the ranks' output goes to stderr, so that
     stdout carries the merged report alone. On one node this process merges once torchrun

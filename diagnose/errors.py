@@ -111,6 +111,10 @@ def _allocation_fails(probe_bytes: int = 32 << 20) -> bool:
 
 #: memory ran out anywhere a command did not say more (docs/failures.md: one line, exit 4)
 OUT_OF_MEMORY = Failure(
-    ("diagnose: error: memory ran out", "hint: free some memory, or give less to read (diagnose trim TRACE keeps fewer steps)"), EXIT_TRACE
+    (
+        "diagnose: error: memory ran out",
+        "hint: free some memory, or give less to read (diagnose trim TRACE keeps fewer steps)",
+    ),
+    EXIT_TRACE,
 )
 INTERRUPTED = Failure(("diagnose: interrupted",), EXIT_INTERRUPTED)

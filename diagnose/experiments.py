@@ -47,10 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.analysis.verdict.findings import Measurement
-from diagnose.report import Report
 from diagnose.errors import UsageError
 from diagnose.progress import PREFIX as PROGRESS_PREFIX
 from diagnose.record import WindowPlan
+from diagnose.report import Report
 from diagnose.rundir import RunDir
 from diagnose.runtime.knobs import Knobs, split_assignment
 from diagnose.supervise import Finished, run_bounded
@@ -162,11 +162,29 @@ def _slug(label: str) -> str:
 
 
 def _command(
-    script: list[str], spec: Spec, run_dir: RunDir, plan: WindowPlan, base_knobs: list[str], options: RunOptions, launch: Launch | None = None,
+    script: list[str],
+    spec: Spec,
+    run_dir: RunDir,
+    plan: WindowPlan,
+    base_knobs: list[str],
+    options: RunOptions,
+    launch: Launch | None = None,
     quiet: bool = True,
 ) -> list[str]:
     # --no-check: an experiment is one measurement; it measures nothing of its own
-    cmd = [sys.executable, "-m", "diagnose", "run", *(["--quiet"] if quiet else []), "--json", "--overwrite", "--no-check", "--out", str(run_dir.path), *options]
+    cmd = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "run",
+        *(["--quiet"] if quiet else []),
+        "--json",
+        "--overwrite",
+        "--no-check",
+        "--out",
+        str(run_dir.path),
+        *options,
+    ]
     cmd += (launch or Launch()).argv(run_dir.path.name)  # the experiment's folder: unique in its verify or sweep
     cmd += plan.to_argv()
     for assignment in [*base_knobs, *(f"{k}={v}" for k, v in spec.knobs.items())]:
@@ -205,11 +223,16 @@ def run_experiment(
         report = wait_for_report(run_dir, started, REPORT_WAIT_S)  # another node's rank 0 merges
     outcome = outcome_from_report(spec, report, run_dir.path, returncode, stderr)
     if finished.timed_out:
-        outcome.status, outcome.error = "failed", f"timed out after {timeout:.0f} s" + (" (what it measured is in its report)" if report else "")
+        outcome.status, outcome.error = (
+            "failed",
+            f"timed out after {timeout:.0f} s" + (" (what it measured is in its report)" if report else ""),
+        )
     return outcome
 
 
-def _run_in_session(cmd: list[str], env: dict[str, str], timeout: float | None, on_line: Callable[[str], None] | None = None) -> Finished:
+def _run_in_session(
+    cmd: list[str], env: dict[str, str], timeout: float | None, on_line: Callable[[str], None] | None = None
+) -> Finished:
     """``run_bounded``: ``cmd`` in its own session, its whole process group (a torchrun job's
     ranks with it, and whatever its script started) stopped politely past ``timeout``, on a
     Ctrl-C (which no longer reaches it) or a SIGTERM to verify or sweep, then killed. With
@@ -217,9 +240,10 @@ def _run_in_session(cmd: list[str], env: dict[str, str], timeout: float | None, 
 
     def keep(line: str) -> bool:
         if on_line is not None and line.startswith(PROGRESS_PREFIX):
-            on_line(line[len(PROGRESS_PREFIX):].strip())
+            on_line(line[len(PROGRESS_PREFIX) :].strip())
             return False
         return True
+
     main = threading.current_thread() is threading.main_thread()
     # SIGTERM to verify or sweep would otherwise end it alone, its job running on in its session
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main else None
@@ -253,7 +277,9 @@ def wait_for_report(run_dir: RunDir, since: float, timeout_s: float, poll_s: flo
 def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_code: int, stderr: str = "") -> Outcome:
     state = (report.get("status") or {}).get("state")
     throughput = report.get("throughput") or {}
-    figures = {basis: throughput.get(basis) if (throughput.get(basis) or {}).get("steps_per_s") else None for basis in BASES}
+    figures = {
+        basis: throughput.get(basis) if (throughput.get(basis) or {}).get("steps_per_s") else None for basis in BASES
+    }
     job = (report.get("distributed") or {}).get("job_samples_per_s")
     if job and figures["steady"]:
         # a torchrun job: the job's samples/s (every rank's added up), not the lead rank's own
@@ -321,7 +347,7 @@ STATISTIC = "mean of the timed steps with the profiler off, and their p10-p90"
 STATISTICS = {
     "steady": STATISTIC,
     "profiled": "mean of the profiled steps (profiler on: host-heavy steps read slower), and their p10-p90: "
-                "a run too short for the timed steps has only these, so every run is compared by them",
+    "a run too short for the timed steps has only these, so every run is compared by them",
 }
 
 
@@ -347,8 +373,8 @@ class Baseline:
 
     @property
     def rate(self) -> float | None:
-        rates = [r.rate(self.by_samples) for r in self.ok]
-        return statistics.mean(rates) if rates else None  # type: ignore[arg-type]
+        rates = [rate for r in self.ok if (rate := r.rate(self.by_samples)) is not None]
+        return statistics.mean(rates) if rates else None
 
     @property
     def spread_from(self) -> str | None:
@@ -432,11 +458,11 @@ def compile_cost(outcome: Outcome, baseline: Baseline) -> dict[str, float] | Non
     base_startup = [b.startup_s for b in baseline.ok if b.startup_s is not None]
     if outcome.startup_s is None or not base_startup or not outcome.mean_step_ms:
         return None
-    extra = outcome.startup_s - statistics.mean(base_startup)  # type: ignore[arg-type]
+    extra = outcome.startup_s - statistics.mean(base_startup)
     base_steps = [b.mean_step_ms for b in baseline.ok if b.mean_step_ms]
     if not base_steps:
         return None
-    saved_ms = statistics.mean(base_steps) - outcome.mean_step_ms  # type: ignore[arg-type]
+    saved_ms = statistics.mean(base_steps) - outcome.mean_step_ms
     result = {"compile_s": round(max(extra, 0.0), 2)}
     if saved_ms > 0:
         result["break_even_steps"] = round(max(extra, 0.0) * 1000 / saved_ms)
@@ -498,7 +524,9 @@ def verify(
 
     def experiment(spec: Spec, name: str) -> Outcome:
         on_progress(name)
-        return run_experiment(script, spec, out_dir.child(name), plan, base_knobs, timeout, options, launch, on_child_line)
+        return run_experiment(
+            script, spec, out_dir.child(name), plan, base_knobs, timeout, options, launch, on_child_line
+        )
 
     baselines = [experiment(Spec("baseline"), f"baseline-{i}") for i in range(1, repeats + 1)]
     first = out_dir.child("baseline-1")
@@ -524,7 +552,9 @@ def verify(
 
 def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, Any]:
     gains = {f["rule"]: f.get("gain_bound") for f in (report.get("findings") or []) + (report.get("next_steps") or [])}
-    predicted = {f["rule"]: f.get("predicted_speedup") for f in (report.get("findings") or []) + (report.get("next_steps") or [])}
+    predicted = {
+        f["rule"]: f.get("predicted_speedup") for f in (report.get("findings") or []) + (report.get("next_steps") or [])
+    }
     ranked = sorted(result.tried, key=lambda o: -(o.speedup or 0))
     rows = [_row(b, role="baseline") for b in result.baseline.runs]
     lines = []
@@ -569,20 +599,30 @@ def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: 
         lines = [f"{change} helped: {o.speedup:.2f}x faster" + (f" (its bound: {bound:.2f}x)" if bound else "")]
     elif o.verdict == "no effect":
         noise = max(baseline.spread, MIN_EFFECT) * 100
-        within = f"the baseline's ±{noise:.1f}% spread ({baseline.spread_words()})" if baseline.spread >= MIN_EFFECT else f"±{noise:.1f}% (the smallest change counted)"
+        within = (
+            f"the baseline's ±{noise:.1f}% spread ({baseline.spread_words()})"
+            if baseline.spread >= MIN_EFFECT
+            else f"±{noise:.1f}% (the smallest change counted)"
+        )
         lines = [f"{change} had no effect: {o.speedup:.3f}x is inside {within}"]
     elif o.verdict == "slower":
         lines = [f"{change} made it slower: {o.speedup:.2f}x; do not apply it"]
     elif o.verdict == "not compared":
-        lines = [f"{change} was measured, but not as the others were (no {'timed' if o.figures.get('profiled') else 'profiled'} steps): not compared"]
+        lines = [
+            f"{change} was measured, but not as the others were (no {'timed' if o.figures.get('profiled') else 'profiled'} steps): not compared"
+        ]
     else:
         lines = [f"{change} could not be measured: {o.error or o.verdict}"]
     if o.status == "ok" and o.error:
         lines.append(f"  note: {o.error}")
     if predicted is not None and o.speedup is not None:
-        lines.append(f"  predicted {predicted:.2f}x, measured {o.speedup:.2f}x ({(predicted - o.speedup) / o.speedup:+.0%})")
+        lines.append(
+            f"  predicted {predicted:.2f}x, measured {o.speedup:.2f}x ({(predicted - o.speedup) / o.speedup:+.0%})"
+        )
     if o.top_exposed:
-        lines.append(f"  after it, the top exposed share is {o.top_exposed['category']} ({o.top_exposed['share'] * 100:.0f}%)")
+        lines.append(
+            f"  after it, the top exposed share is {o.top_exposed['category']} ({o.top_exposed['share'] * 100:.0f}%)"
+        )
     return lines
 
 
@@ -683,7 +723,11 @@ def check(
             continue
         on_progress(f"checking {spec.rule} ({describe_change(spec.knobs, {})}) by a short A/B")
         started = clock()
-        outcomes.append(run_experiment(script, spec, run_dir.check_run(spec.rule), short, base_knobs, timeout, options))
+        outcomes.append(
+            run_experiment(
+                script, spec, run_dir.check_run(spec.rule or spec.label), short, base_knobs, timeout, options
+            )
+        )
         budget.spend(clock() - started)
     basis = align_basis([*baseline.runs, *outcomes])
     baseline.by_samples = compare_by_samples([*baseline.runs, *outcomes])
@@ -711,8 +755,14 @@ def measurements(summary: dict[str, Any]) -> dict[str, Measurement]:
     spread = max(float(summary.get("baseline_spread") or 0.0), MIN_EFFECT)
     out = {}
     for row in summary.get("experiments") or []:
-        if row.get("verdict") in ("helped", "no effect", "slower") and row.get("speedup") is not None and row.get("rule"):
-            out[row["rule"]] = Measurement(row["speedup"], spread, row["verdict"], describe_change(row.get("knobs") or {}, row.get("via") or {}))
+        if (
+            row.get("verdict") in ("helped", "no effect", "slower")
+            and row.get("speedup") is not None
+            and row.get("rule")
+        ):
+            out[row["rule"]] = Measurement(
+                row["speedup"], spread, row["verdict"], describe_change(row.get("knobs") or {}, row.get("via") or {})
+            )
     return out
 
 
@@ -741,7 +791,8 @@ def parse_sweep(assignments: list[str]) -> tuple[list[str], list[Spec]]:
             key = (type(parsed).__name__, parsed)
             if key in seen:
                 raise UsageError(
-                    f"--set {name}={raw} lists {seen[key]!r} twice" + (f" (as {value!r})" if value != seen[key] else ""),
+                    f"--set {name}={raw} lists {seen[key]!r} twice"
+                    + (f" (as {value!r})" if value != seen[key] else ""),
                     hint="list each value once (diagnose verify --repeats N measures the run-to-run spread)",
                 )
             seen[key] = value
@@ -749,7 +800,7 @@ def parse_sweep(assignments: list[str]) -> tuple[list[str], list[Spec]]:
         value_lists.append(values)
     specs = []
     for combo in itertools.product(*value_lists):
-        knobs = dict(zip(names, combo))
+        knobs = dict(zip(names, combo, strict=True))
         specs.append(Spec(" ".join(f"{k}={v}" for k, v in knobs.items()), knobs))
     return names, specs
 
@@ -771,10 +822,17 @@ def sweep(
     outcomes: list[Outcome] = []
     oom_at: dict[str, float] = {}
     folders = child_folders(out_dir, [spec.label for spec in specs])
-    for spec, folder in zip(specs, folders):
+    for spec, folder in zip(specs, folders, strict=True):
         size_knob = next((k for k in spec.knobs if _is_size_knob(k)), None)
-        if stop_after_oom and size_knob and size_knob in oom_at and _as_float(spec.knobs[size_knob]) > oom_at[size_knob]:
-            outcomes.append(Outcome(spec.label, spec.knobs, "oom", "", error="skipped: a smaller value already ran out of memory"))
+        if (
+            stop_after_oom
+            and size_knob
+            and size_knob in oom_at
+            and _as_float(spec.knobs[size_knob]) > oom_at[size_knob]
+        ):
+            outcomes.append(
+                Outcome(spec.label, spec.knobs, "oom", "", error="skipped: a smaller value already ran out of memory")
+            )
             continue
         on_progress(spec.label)
         o = run_experiment(script, spec, folder, plan, base_knobs, timeout, options, launch, on_child_line)
@@ -816,14 +874,25 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
         if eager is not None and o in ok and _compiles(o):
             row["compile"] = cost = compile_cost(o, Baseline([eager], by_samples))
             if cost is not None:
-                pays = f"pays for itself after {cost['break_even_steps']:,} steps" if "break_even_steps" in cost else "never pays for itself"
-                conclusions.append(f"{o.label}: compiling took {cost['compile_s']:.1f} s more than {eager.label} and {pays}")
+                pays = (
+                    f"pays for itself after {cost['break_even_steps']:,} steps"
+                    if "break_even_steps" in cost
+                    else "never pays for itself"
+                )
+                conclusions.append(
+                    f"{o.label}: compiling took {cost['compile_s']:.1f} s more than {eager.label} and {pays}"
+                )
         rows.append(row)
     if best is not None:
         how = " (profiled window)" if basis == "profiled" else ""
-        conclusions.insert(0, f"best: {best.label} at {best.rate(by_samples):.1f} {'samples' if by_samples else 'steps'}/s{how}")
+        conclusions.insert(
+            0, f"best: {best.label} at {best.rate(by_samples):.1f} {'samples' if by_samples else 'steps'}/s{how}"
+        )
     if basis == "profiled":
-        conclusions.insert(1 if best is not None else 0, "compared by the profiled windows: a run was too short for the timed steps (profiler off)")
+        conclusions.insert(
+            1 if best is not None else 0,
+            "compared by the profiled windows: a run was too short for the timed steps (profiler off)",
+        )
     for o in outcomes:
         if o.status == "ok" and not o.rate(by_samples):
             o.verdict = "not compared"

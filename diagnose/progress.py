@@ -20,7 +20,9 @@ class Progress:
         self.stream = stream or sys.stderr
         self.enabled = enabled
         # TERM=dumb takes no escape codes: the line cannot be rewritten in place there
-        self.interactive = enabled and hasattr(self.stream, "isatty") and self.stream.isatty() and os.environ.get("TERM", "") != "dumb"
+        self.interactive = (
+            enabled and hasattr(self.stream, "isatty") and self.stream.isatty() and os.environ.get("TERM", "") != "dumb"
+        )
         self._phase: str | None = None
         self._last_draw = 0.0
         self._line_open = False

@@ -25,7 +25,18 @@ FRAMEWORKS = ("lightning", "hf_trainer", "fabric", "accelerate")
 #: "not_run" that the script could not be started (missing, not Python, module not found);
 #: "crashed" that its process ended without diagnose seeing how (a segfault, SIGKILL, an exec, a
 #: C library's exit): the supervising ``diagnose run`` wrote what was saved until then.
-STATUSES = ("completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps", "not_run", "crashed")
+STATUSES = (
+    "completed",
+    "stopped",
+    "exited",
+    "failed",
+    "interrupted",
+    "terminated",
+    "oom",
+    "no_steps",
+    "not_run",
+    "crashed",
+)
 
 
 #: steps vary widely when the p90 step is over this many times the median step: the profiled
@@ -47,10 +58,31 @@ GROWTH_FACTOR = 3
 #: script options (their ``dest``, lower case) that set how long a script trains: in optimizer
 #: steps, or in epochs (passes over its DataLoader)
 LENGTH_OPTIONS: dict[str, str] = {
-    **dict.fromkeys(("max_iters", "max_iter", "max_iterations", "max_steps", "iters", "iterations", "num_iters", "num_iterations",
-                     "steps", "num_steps", "n_steps", "train_steps", "total_steps", "training_steps", "max_train_steps",
-                     "num_train_steps", "train_iters"), "steps"),
-    **dict.fromkeys(("epochs", "num_epochs", "n_epochs", "max_epochs", "num_train_epochs", "train_epochs", "nepochs"), "epochs"),
+    **dict.fromkeys(
+        (
+            "max_iters",
+            "max_iter",
+            "max_iterations",
+            "max_steps",
+            "iters",
+            "iterations",
+            "num_iters",
+            "num_iterations",
+            "steps",
+            "num_steps",
+            "n_steps",
+            "train_steps",
+            "total_steps",
+            "training_steps",
+            "max_train_steps",
+            "num_train_steps",
+            "train_iters",
+        ),
+        "steps",
+    ),
+    **dict.fromkeys(
+        ("epochs", "num_epochs", "n_epochs", "max_epochs", "num_train_epochs", "train_epochs", "nepochs"), "epochs"
+    ),
 }
 
 
@@ -63,7 +95,9 @@ class RunLength:
     source: str
 
 
-def run_length(options: list[dict[str, Any]], loader_batches: int | None, frameworks: list[FrameworkInfo]) -> RunLength | None:
+def run_length(
+    options: list[dict[str, Any]], loader_batches: int | None, frameworks: list[FrameworkInfo]
+) -> RunLength | None:
     """The steps the script's own settings promise. A framework that runs the loop (the HF
     Trainer, Lightning) is asked first: its ``max_steps``, else its epochs times the DataLoader's
     batches (a script's ``--steps`` it never passed on says nothing). Else a step-count option
@@ -77,7 +111,9 @@ def run_length(options: list[dict[str, Any]], loader_batches: int | None, framew
         epochs = f.settings.get("num_train_epochs", f.settings.get("max_epochs"))
         if loader_batches and isinstance(epochs, (int, float)) and not isinstance(epochs, bool) and epochs > 0:
             name = "num_train_epochs" if "num_train_epochs" in f.settings else "max_epochs"
-            return RunLength(max(1, round(epochs * loader_batches)), f"{f.cls}({name}={epochs:g}) x {loader_batches} batches")
+            return RunLength(
+                max(1, round(epochs * loader_batches)), f"{f.cls}({name}={epochs:g}) x {loader_batches} batches"
+            )
     for option in options:
         if option.get("kind") == "steps" and isinstance(option.get("value"), int) and option["value"] > 0:
             return RunLength(option["value"], f"{option['flag']} {option['value']}")
@@ -85,7 +121,9 @@ def run_length(options: list[dict[str, Any]], loader_batches: int | None, framew
         for option in options:
             epochs = option.get("value")
             if option.get("kind") == "epochs" and isinstance(epochs, (int, float)) and epochs > 0:
-                return RunLength(max(1, round(epochs * loader_batches)), f"{option['flag']} {epochs:g} x {loader_batches} batches")
+                return RunLength(
+                    max(1, round(epochs * loader_batches)), f"{option['flag']} {epochs:g} x {loader_batches} batches"
+                )
     return None
 
 
@@ -219,7 +257,16 @@ class WindowPlan:
 
     def to_argv(self) -> list[str]:
         """The plan as ``diagnose run`` options: what a rank or an experiment is started with."""
-        argv = ["--warmup", str(self.warmup), "--steps", str(self.steps), "--max-steps", str(self.step_bound), "--timed-steps", str(self.timed)]
+        argv = [
+            "--warmup",
+            str(self.warmup),
+            "--steps",
+            str(self.steps),
+            "--max-steps",
+            str(self.step_bound),
+            "--timed-steps",
+            str(self.timed),
+        ]
         return argv if self.stop else [*argv, "--no-stop"]
 
 
@@ -551,7 +598,12 @@ class RunRecord:
 
 #: the JSON kinds a field's annotation allows (``None`` also where the annotation says so)
 _KINDS: dict[str, tuple[type, ...]] = {
-    "str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "list": (list,), "dict": (dict,),
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
 }
 
 
@@ -571,5 +623,9 @@ def check_field_kinds(cls: type, data: Any) -> None:
         if not isinstance(value, kinds) or (isinstance(value, bool) and outer.strip() in ("int", "float")):
             raise ValueError(f"its field {f.name} is {json.dumps(value)[:40]}, not {outer}")
         element = _KINDS.get(inner.rstrip("]").strip()) if outer.strip() == "list" else None
-        if element is not None and isinstance(value, list) and not all(isinstance(v, element) and not isinstance(v, bool) for v in value):
+        if (
+            element is not None
+            and isinstance(value, list)
+            and not all(isinstance(v, element) and not isinstance(v, bool) for v in value)
+        ):
             raise ValueError(f"its field {f.name} holds {json.dumps(value)[:40]}, not a {annotation}")

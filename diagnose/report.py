@@ -34,16 +34,16 @@ import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 import msgspec
 from msgspec import Meta
 
-from diagnose.version import __version__
-from diagnose.jupyter import html_frame, notebook_frame
+from diagnose.jupyter import notebook_frame
 from diagnose.units import gain_words
+from diagnose.version import __version__
 
-REPORT_SCHEMA = "diagnose.report/2"
+REPORT_SCHEMA: Final = "diagnose.report/2"
 
 #: a measured number: an integer where the analysis counted one, else a float
 Number = int | float
@@ -113,7 +113,7 @@ def to_builtins(value: Any) -> Any:
     numbers None (JSON has neither, and "inf ms/step" says nothing)."""
     if isinstance(value, Section):
         out = {}
-        for name, key in zip(value.__struct_fields__, value.__struct_encode_fields__):
+        for name, key in zip(value.__struct_fields__, value.__struct_encode_fields__, strict=True):
             if value._absent(name):
                 continue
             field_value = getattr(value, name)
@@ -165,7 +165,18 @@ class ErrorInfo(Section):
 
 
 RunState = Literal[
-    "completed", "stopped", "exited", "failed", "interrupted", "terminated", "oom", "no_steps", "not_run", "crashed", "trace", "sweep"
+    "completed",
+    "stopped",
+    "exited",
+    "failed",
+    "interrupted",
+    "terminated",
+    "oom",
+    "no_steps",
+    "not_run",
+    "crashed",
+    "trace",
+    "sweep",
 ]
 
 
@@ -392,15 +403,27 @@ class Finding(Section):
     predicted_speedup: Number | None = None
     predicted_interval: Annotated[
         list[Number] | None,
-        Meta(description="the prediction's 90% interval (low, high): block bootstrap over the profiled steps times the transformation's model error and the run-to-run term"),
+        Meta(
+            description="the prediction's 90% interval (low, high): block bootstrap over the profiled steps times the transformation's model error and the run-to-run term"
+        ),
     ] = None
     prediction_note: str | None = None
-    model_weakness: Annotated[str | None, Meta(description="why the model is known to predict this change badly on this run")] = None
+    model_weakness: Annotated[
+        str | None, Meta(description="why the model is known to predict this change badly on this run")
+    ] = None
     basis: Annotated[Basis | None, Meta(description="what the finding's rank stands on")] = None
-    measured: Annotated[Measured | None, Meta(description="what diagnose run's short A/B measured for this finding's knobs")] = None
-    first_share: Annotated[Number | None, Meta(description="share of the resamples in which this finding ranks first")] = None
-    check: Annotated[list[str], Meta(description="why the finding's gain is unsure enough to measure")] = msgspec.field(default_factory=list)
-    dominant: Annotated[str | None, Meta(description="the exposed category over half the step that this fix relieves")] = None
+    measured: Annotated[
+        Measured | None, Meta(description="what diagnose run's short A/B measured for this finding's knobs")
+    ] = None
+    first_share: Annotated[
+        Number | None, Meta(description="share of the resamples in which this finding ranks first")
+    ] = None
+    check: Annotated[list[str], Meta(description="why the finding's gain is unsure enough to measure")] = msgspec.field(
+        default_factory=list
+    )
+    dominant: Annotated[
+        str | None, Meta(description="the exposed category over half the step that this fix relieves")
+    ] = None
     gain_formula: str | None = None
     #: names of symptoms: their values, units and descriptions are the report's ``symptoms``
     evidence: list[str] = msgspec.field(default_factory=list)
@@ -456,13 +479,25 @@ class Ranking(Section):
     first_share: Number | None = None
     settled: bool | None = None
     to_check: list[ToCheck] = msgspec.field(default_factory=list)
-    check: Annotated[dict[str, Any] | None, Meta(description="what diagnose run's short A/B did: budget, time spent, each experiment")] = None
+    check: Annotated[
+        dict[str, Any] | None,
+        Meta(description="what diagnose run's short A/B did: budget, time spent, each experiment"),
+    ] = None
 
 
 class Replay(Section):
     """The replay of the unchanged step against the measured one, and the prediction settings."""
 
-    _optional = frozenset({"host_code_scale", "gpu_stretch", "mean_uncertainty", "profiler_event_source", "profiler_event_us", "step_spread"})
+    _optional = frozenset(
+        {
+            "host_code_scale",
+            "gpu_stretch",
+            "mean_uncertainty",
+            "profiler_event_source",
+            "profiler_event_us",
+            "step_spread",
+        }
+    )
 
     steps: int | None = None
     measured_ms: Number | None = None
@@ -541,7 +576,11 @@ class RankSummary(Section, kw_only=False):
         step = self.steady_step_ms
         if step is None:
             step = sum(self.step_ms) / len(self.step_ms) if self.step_ms else self.median_step_ms
-        return None if self.exposed_communication_share is None or step is None else self.exposed_communication_share * step
+        return (
+            None
+            if self.exposed_communication_share is None or step is None
+            else self.exposed_communication_share * step
+        )
 
 
 class Straggler(Section):
@@ -812,7 +851,9 @@ class Whole(Section):
     #: ``[t, median_ms, max_ms, first_step]`` of the steps
     step_series: list[Annotated[list[Number], Meta(min_length=4, max_length=4)]] = msgspec.field(default_factory=list)
     #: ``[t, steps, host_gb, gpu_gb, data_wait_share]`` twice a second at most
-    memory_series: list[Annotated[list[Number | None], Meta(min_length=5, max_length=5)]] = msgspec.field(default_factory=list)
+    memory_series: list[Annotated[list[Number | None], Meta(min_length=5, max_length=5)]] = msgspec.field(
+        default_factory=list
+    )
     windows: list[WholeWindow] = msgspec.field(default_factory=list)
     notes: list[str] = msgspec.field(default_factory=list)
     shares: dict[str, Number] = msgspec.field(default_factory=dict)
@@ -839,7 +880,19 @@ class Report(Section):
     properties not listed here."""
 
     _empty_when_none = frozenset({"run"})
-    _required = ("schema", "diagnose_version", "source", "status", "throughput", "breakdown", "symptoms", "verdict", "healthy", "findings", "warnings")
+    _required = (
+        "schema",
+        "diagnose_version",
+        "source",
+        "status",
+        "throughput",
+        "breakdown",
+        "symptoms",
+        "verdict",
+        "healthy",
+        "findings",
+        "warnings",
+    )
 
     schema: Literal["diagnose.report/2"] = REPORT_SCHEMA
     diagnose_version: str = __version__
@@ -879,14 +932,16 @@ class Report(Section):
     limits: Limits | None = None
     whole: Annotated[
         Whole | None,
-        Meta(description="diagnose watch: the whole run's wall-clock by bucket (seconds and shares summing to wall_s), goodput, the shifts found, and the series the HTML timeline draws"),
+        Meta(
+            description="diagnose watch: the whole run's wall-clock by bucket (seconds and shares summing to wall_s), goodput, the shifts found, and the series the HTML timeline draws"
+        ),
     ] = None
     warnings: list[str] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         # Report(findings=[{...}], status={...}): sections given as the JSON's dictionaries (code
         # written against earlier versions, hand-made reports) become their types
-        if self.run == {}:
+        if self.run == {}:  # type: ignore[comparison-overlap]  # a dict before conversion
             self.run = None
         for name, kind in _SECTION_FIELDS.items():
             value = getattr(self, name)
@@ -961,8 +1016,24 @@ class Report(Section):
 _SECTION_FIELDS: dict[str, Any] = {
     f.name: f.type
     for f in msgspec.structs.fields(Report)
-    if f.name in ("source", "status", "run", "throughput", "breakdown", "symptoms", "findings", "next_steps", "replay", "ranking",
-                  "experiments", "distributed", "trace_only", "limits", "whole")
+    if f.name
+    in (
+        "source",
+        "status",
+        "run",
+        "throughput",
+        "breakdown",
+        "symptoms",
+        "findings",
+        "next_steps",
+        "replay",
+        "ranking",
+        "experiments",
+        "distributed",
+        "trace_only",
+        "limits",
+        "whole",
+    )
 }
 
 
@@ -1056,7 +1127,7 @@ def json_schema() -> dict[str, Any]:
     for name, definition in components.items():
         definition.pop("title", None)
         cls = sections[name]
-        names = dict(zip(cls.__struct_fields__, cls.__struct_encode_fields__))
+        names = dict(zip(cls.__struct_fields__, cls.__struct_encode_fields__, strict=True))
         definition.pop("required", None)
         if cls._required:
             definition["required"] = [names[field] for field in cls._required]

@@ -118,7 +118,9 @@ class RunDir:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OutputError(f"cannot create the run directory {path}: {exc.strerror}", hint="choose a writable --out") from exc
+            raise OutputError(
+                f"cannot create the run directory {path}: {exc.strerror}", hint="choose a writable --out"
+            ) from exc
         if not os.access(path, os.W_OK):
             raise OutputError(f"the run directory {path} is not writable", hint="choose a writable --out")
         probe = path / f".diagnose-write-test-{os.getpid()}"  # per process: ranks share the folder
@@ -230,7 +232,9 @@ class RunDir:
         (diagnose removes the raw trace only once the ``.gz`` is complete)."""
         prefix = "" if rank is None else f"{_rank_prefix(rank)}_"
         found = [
-            p for p in self.path.iterdir() if p.is_file() and p.name.startswith(prefix) and p.name.endswith(TRACE_SUFFIXES) and p.stat().st_size > 0
+            p
+            for p in self.path.iterdir()
+            if p.is_file() and p.name.startswith(prefix) and p.name.endswith(TRACE_SUFFIXES) and p.stat().st_size > 0
         ]
         names = {p.name for p in found}
         found = [p for p in found if not (p.name.endswith(".gz") and p.name[: -len(".gz")] in names)]
@@ -247,12 +251,20 @@ class RunDir:
         if named:
             chosen = named[-1]
             others = [p for p in present if p != chosen]
-            warnings = [f"{len(others)} other trace(s) in the run directory; analysed {chosen.name}, the one its record names"] if others else []
+            warnings = (
+                [f"{len(others)} other trace(s) in the run directory; analysed {chosen.name}, the one its record names"]
+                if others
+                else []
+            )
             return chosen, warnings
         if record is not None and not record.trace_files:
             # a diagnose run that saved no trace: any trace here is the script's own (its
             # torch.profiler writing into the run directory) or an earlier run's, not this window
-            ignored = [f"{len(present)} trace(s) in the run directory that its record does not name were not analysed"] if present else []
+            ignored = (
+                [f"{len(present)} trace(s) in the run directory that its record does not name were not analysed"]
+                if present
+                else []
+            )
             return None, ignored
         if not present:
             return None, []
@@ -282,7 +294,9 @@ class RunDir:
         """The ranks that saved a summary here."""
         if not self.own_path.is_dir():
             return []
-        return sorted({int(m.group(1)) for m in map(_RANK_SUMMARY.match, (p.name for p in self.own_path.iterdir())) if m})
+        return sorted(
+            {int(m.group(1)) for m in map(_RANK_SUMMARY.match, (p.name for p in self.own_path.iterdir())) if m}
+        )
 
     def save_rank_summary(self, rank: int, summary: dict) -> Path:
         """Written whole under a temporary name, then renamed: a rank that waits for it never
@@ -296,7 +310,9 @@ class RunDir:
             try:
                 found[rank] = json.loads(self.rank_summary_path(rank).read_text())
             except (OSError, ValueError) as exc:
-                raise UsageError(f"cannot read {self.rank_summary_path(rank)}: {exc}", hint="re-run the job to write it again") from None
+                raise UsageError(
+                    f"cannot read {self.rank_summary_path(rank)}: {exc}", hint="re-run the job to write it again"
+                ) from None
         return found
 
     def save_rank_report(self, rank: int, report: Report) -> Path:
@@ -332,7 +348,10 @@ class RunDir:
 
         path = self.report_path
         if self.path.is_file():  # not a run directory, nor a run's own report.json (RunDir.containing)
-            raise UsageError(f"{self.path} is a file, not a run directory", hint=f"give the run directory that holds {OWN_FILES}/{REPORT_JSON}")
+            raise UsageError(
+                f"{self.path} is a file, not a run directory",
+                hint=f"give the run directory that holds {OWN_FILES}/{REPORT_JSON}",
+            )
         if not path.is_file():
             raise UsageError(f"no {REPORT_JSON} in {self.path}", hint=f"diagnose analyze {self.path} makes one")
         try:
@@ -394,7 +413,9 @@ def claim(path: Path) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise OutputError(f"another diagnose run is writing into {path}", hint="choose another --out, or wait for it to end") from None
+        raise OutputError(
+            f"another diagnose run is writing into {path}", hint="choose another --out, or wait for it to end"
+        ) from None
     except OSError:
         os.close(fd)
         return
@@ -416,4 +437,7 @@ def _load_record(path: Path) -> RunRecord:
     try:
         return RunRecord.load(path)
     except (OSError, ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
-        raise UsageError(f"cannot read {path}: {exc}", hint="a run.json is written by diagnose run; re-run the script to get a new one") from None
+        raise UsageError(
+            f"cannot read {path}: {exc}",
+            hint="a run.json is written by diagnose run; re-run the script to get a new one",
+        ) from None

@@ -49,14 +49,22 @@ from typing import TYPE_CHECKING, Any
 
 from diagnose import errors
 from diagnose.analysis.pipeline import (
-    AnalysisOptions, RankAnalysis, analyse_rank, analyze, analyze_trace, combine_from_traces, combine_ranks, lead_of, rank_report, traced,
+    AnalysisOptions,
+    RankAnalysis,
+    analyse_rank,
+    analyze,
+    analyze_trace,
+    combine_from_traces,
+    combine_ranks,
+    lead_of,
+    rank_report,
+    traced,
 )
-from diagnose.analysis.measure.ranks import RankSummary
 from diagnose.display import Display
-from diagnose.report import Experiments, Ranking, Report, Whole, convert
 from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
 from diagnose.errors import DiagnoseError, OutputError, TraceError, UsageError
 from diagnose.record import RunRecord, WindowPlan
+from diagnose.report import Experiments, Ranking, RankSummary, Report, RunInfo, Source, Status, Whole, convert
 from diagnose.rundir import RunDir, shared_location
 from diagnose.signals import SignalHold
 
@@ -77,7 +85,10 @@ def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
     if ranks:
         return _combine_from_dir(run_dir, ranks, options, source)
     if not run_dir.path.is_dir():
-        raise UsageError(f"no such run directory or trace: {run_dir.path}", hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file")
+        raise UsageError(
+            f"no such run directory or trace: {run_dir.path}",
+            hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file",
+        )
     record = run_dir.load_record()
     trace, warnings = run_dir.trace_for(record)
     if record is None and trace is None:
@@ -104,21 +115,30 @@ def _kept_check(run_dir: RunDir) -> dict[str, Any] | None:
     if not run_dir.report_path.is_file():
         return None
     try:
-        checked = (run_dir.load_report().ranking or {}).get("check")
+        ranking = run_dir.load_report().ranking
+        checked = ranking.check if ranking is not None else None
     except (OSError, ValueError, TypeError, UsageError):
         return None
     return checked if isinstance(checked, dict) and checked.get("experiments") else None
 
 
-def _combine_from_dir(run_dir: RunDir, ranks: dict[int, RunRecord], options: AnalysisOptions, source: dict[str, Any]) -> Report:
+def _combine_from_dir(
+    run_dir: RunDir, ranks: dict[int, RunRecord], options: AnalysisOptions, source: dict[str, Any]
+) -> Report:
     """The job's report from the run directory: the first rank's trace, every other rank's
     summary. A rank that left no summary (an older diagnose, or one killed before its own
     analysis) is summarised from its trace, one at a time."""
-    saved = {rank: RankSummary.from_dict(summary) for rank, summary in run_dir.load_rank_summaries().items() if rank in ranks}
-    return combine_from_traces(sorted(ranks), lambda rank: _analyse_from_dir(run_dir, rank, options, ranks.get(rank)), saved, options, source)
+    saved = {
+        rank: RankSummary.from_dict(summary) for rank, summary in run_dir.load_rank_summaries().items() if rank in ranks
+    }
+    return combine_from_traces(
+        sorted(ranks), lambda rank: _analyse_from_dir(run_dir, rank, options, ranks.get(rank)), saved, options, source
+    )
 
 
-def _analyse_from_dir(run_dir: RunDir, rank: int, options: AnalysisOptions, record: RunRecord | None = None) -> RankAnalysis | None:
+def _analyse_from_dir(
+    run_dir: RunDir, rank: int, options: AnalysisOptions, record: RunRecord | None = None
+) -> RankAnalysis | None:
     """One rank's analysis from the run directory (its record loaded where not given; None
     where it left none), its own report's name in its summary."""
     record = record if record is not None else run_dir.load_record(rank)
@@ -206,7 +226,9 @@ def analyze_and_save(run_dir: RunDir, options: AnalysisOptions, html: bool = Fal
     raise error
 
 
-def check_and_save(run_dir: RunDir, request: RunRequest, report: Report, budget_s: float, on_progress: Callable[[str], None]) -> Report:
+def check_and_save(
+    run_dir: RunDir, request: RunRequest, report: Report, budget_s: float, on_progress: Callable[[str], None]
+) -> Report:
     """``diagnose run``'s check (``experiments.check``: a short A/B of the findings the report
     says to measure, in fresh runs, within ``budget_s``), then the report again with what it
     measured ranked above what is predicted, and the check's own section (``ranking.check``).
@@ -215,7 +237,15 @@ def check_and_save(run_dir: RunDir, request: RunRequest, report: Report, budget_
 
     options = [*rules_argv(request.rules_dirs), *([] if request.lines else ["--no-lines"])]
     measured, summary = experiments.check(
-        request.target_argv(), run_dir, request.plan, report.to_dict(), request.check, budget_s, request.knob_assignments, options, on_progress
+        request.target_argv(),
+        run_dir,
+        request.plan,
+        report.to_dict(),
+        request.check,
+        budget_s,
+        request.knob_assignments,
+        options,
+        on_progress,
     )
     if not summary["experiments"]:  # nothing it could measure (no knob) or time for
         return report
@@ -239,7 +269,9 @@ def check_skipped(run_dir: RunDir, report: Report, reason: str, html: bool = Fal
     to_check = [item.rule for item in (report.ranking.to_check if report.ranking else []) if item.knobs]
     if not to_check:
         return report
-    _record_check(report, {"skipped": reason, "experiments": [], "not_measured": [f"{rule}: {reason}" for rule in to_check]})
+    _record_check(
+        report, {"skipped": reason, "experiments": [], "not_measured": [f"{rule}: {reason}" for rule in to_check]}
+    )
     report.warnings = [*report.warnings, f"not measured ({', '.join(to_check)}): {reason}"]
     return save_outputs(run_dir, report, html=html)
 
@@ -280,7 +312,13 @@ class RunEnd:
     closing: tuple[str, ...] = ()
 
 
-def run(request: RunRequest, display: Display, nproc_per_node: int | None = None, rank: RankInfo | None = None, started: float | None = None) -> RunEnd:
+def run(
+    request: RunRequest,
+    display: Display,
+    nproc_per_node: int | None = None,
+    rank: RankInfo | None = None,
+    started: float | None = None,
+) -> RunEnd:
     """``diagnose run``: the run directory, then the script run through torchrun's ranks
     (``nproc_per_node``), as one rank of a job (``rank``), or in a supervised child; its
     analysis, its outputs saved and its report shown. ``started``: when this process began
@@ -312,19 +350,25 @@ def _launched(request: RunRequest, nproc: int, run_dir: RunDir, display: Display
     return RunEnd(code, gated=report if code == errors.EXIT_OK else None)
 
 
-def _run_here(request: RunRequest, run_dir: RunDir, rank: RankInfo | None, display: Display, started: float | None) -> RunEnd:
+def _run_here(
+    request: RunRequest, run_dir: RunDir, rank: RankInfo | None, display: Display, started: float | None
+) -> RunEnd:
     """The script in this process (the supervised child, or a rank), then its report; SIGINT and
     SIGTERM held from the script's end until report.json is saved."""
     hold = SignalHold()
     try:
         exchange = SummaryExchange(rank) if rank is not None else None
         try:
-            record = run_script(request, run_dir, rank, quiet_stdout=display.json_out, signal_hold=hold, exchange=exchange)
+            record = run_script(
+                request, run_dir, rank, quiet_stdout=display.json_out, signal_hold=hold, exchange=exchange
+            )
         except DiagnoseError:
             display.note(f"run directory: {run_dir.path}")
             raise
         if rank is not None:  # every rank analyses its own trace; the merging one combines
-            report = finish_rank(run_dir, rank, request.options, exchange, keep_traces=request.keep_traces, html=request.html)
+            report = finish_rank(
+                run_dir, rank, request.options, exchange, keep_traces=request.keep_traces, html=request.html
+            )
             if report is not None and request.check:  # the merging rank: the job's report
                 report = check_skipped(run_dir, report, DISTRIBUTED_CHECK_SKIPPED, html=request.html)
             if report is not None:
@@ -334,7 +378,9 @@ def _run_here(request: RunRequest, run_dir: RunDir, rank: RankInfo | None, displ
     finally:
         hold.release()
     if hold.received and record.status not in ("interrupted", "terminated"):  # held while the report was saved
-        return RunEnd(128 + hold.received[0], closing=(f"diagnose: {signal_words(hold.received[0])}: the report was saved first",))
+        return RunEnd(
+            128 + hold.received[0], closing=(f"diagnose: {signal_words(hold.received[0])}: the report was saved first",)
+        )
     return _run_end(record, request.plan, report)
 
 
@@ -347,26 +393,39 @@ def _after_supervised(ending: Ending, run_dir: RunDir, request: RunRequest, disp
     if ending.through_diagnose and ending.signal is None:  # the child said what happened itself
         late = ending.received[0] if ending.received and ending.code < 128 else None
         if late is not None:  # passed on too late for the child to hear it
-            return RunEnd(128 + late, closing=(f"diagnose: {signal_words(late)} as diagnose was exiting: its work was done",))
+            return RunEnd(
+                128 + late, closing=(f"diagnose: {signal_words(late)} as diagnose was exiting: its work was done",)
+            )
         return RunEnd(ending.code)
     record = settle_supervised_run(run_dir, request, ending)
     if record is None:  # the child wrote its report: its exit code, or the signal that came after it
-        late = ending.signal if ending.signal is not None else (ending.received[0] if ending.received and ending.code < 128 else None)
+        late = (
+            ending.signal
+            if ending.signal is not None
+            else (ending.received[0] if ending.received and ending.code < 128 else None)
+        )
         if late is not None and late in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
             return RunEnd(128 + late, closing=(f"diagnose: {signal_words(late)}: the report was saved first",))
         return RunEnd(ending.code)
     unreported = record.status not in ("crashed", "interrupted", "terminated")
     if unreported:
-        display.note(f"diagnose: {ending.describe().replace('script', 'run')} before its report was written; it is written now")
+        display.note(
+            f"diagnose: {ending.describe().replace('script', 'run')} before its report was written; it is written now"
+        )
     report = _analyse_and_show(run_dir, request, display)
     if unreported and ending.code:  # diagnose's own process failed: the exit says so
         return RunEnd(ending.code)
     if record.status == "crashed":
-        return RunEnd(ending.code, closing=(f"diagnose: error: {ending.describe()}: what was measured until then is in the report",))
+        return RunEnd(
+            ending.code,
+            closing=(f"diagnose: error: {ending.describe()}: what was measured until then is in the report",),
+        )
     return _run_end(record, request.plan, report)
 
 
-def _analyse_and_show(run_dir: RunDir, request: RunRequest, display: Display, merge: bool = False, started: float | None = None) -> Report:
+def _analyse_and_show(
+    run_dir: RunDir, request: RunRequest, display: Display, merge: bool = False, started: float | None = None
+) -> Report:
     """Analyse, save and show; with ``merge`` (the ranks of --nproc-per-node have ended), the
     job's report from their summaries, the traces not worth keeping removed. A single run whose
     ranking names findings to measure measures them first (``--check``, ``check_and_save``),
@@ -383,9 +442,17 @@ def _analyse_and_show(run_dir: RunDir, request: RunRequest, display: Display, me
             if request.check and started is not None and to_check and report.status.state in ("stopped", "completed"):
                 from diagnose.experiments import CHECK_BUDGET_FACTOR
 
-                budget = request.check_budget_s if request.check_budget_s is not None else CHECK_BUDGET_FACTOR * (time.monotonic() - started)
-                say: Callable[[str], None] = (lambda _: None) if request.quiet else (lambda text: display.note(f"diagnose ▸ {text}"))
-                say(f"{len(to_check)} finding(s) too unsure to rank on a prediction: measuring up to {request.check} (budget {budget:.0f} s; --no-check skips this)")
+                budget = (
+                    request.check_budget_s
+                    if request.check_budget_s is not None
+                    else CHECK_BUDGET_FACTOR * (time.monotonic() - started)
+                )
+                say: Callable[[str], None] = (
+                    (lambda _: None) if request.quiet else (lambda text: display.note(f"diagnose ▸ {text}"))
+                )
+                say(
+                    f"{len(to_check)} finding(s) too unsure to rank on a prediction: measuring up to {request.check} (budget {budget:.0f} s; --no-check skips this)"
+                )
                 report = check_and_save(run_dir, request, report, budget, say)
     _show(run_dir, report, request.html, display)
     return report
@@ -405,7 +472,7 @@ def shown_if_unsaved(display: Display) -> Iterator[None]:
         yield
     except OutputError as exc:
         if exc.report is not None:
-            display.report(exc.report)  # type: ignore[arg-type] - a Report, kept by analyze_and_save
+            display.report(exc.report)  # type: ignore[arg-type]  # a Report, kept by analyze_and_save
             exc.message = f"the report above could not be saved: {exc.message}"
         raise
 
@@ -414,12 +481,17 @@ def _run_end(record: RunRecord, plan: WindowPlan, report: Report | None) -> RunE
     """The exit code a run's record says, with its last lines; the report is held against
     ``--fail-on`` only where the run ended well (the script's own failure keeps its own code)."""
     if record.status == "no_steps":
-        return RunEnd(errors.EXIT_NO_STEPS, closing=(
-            "diagnose: error: no training step was found: the script made no optimizer step, fetched no DataLoader batch and called no module",
-        ))
+        return RunEnd(
+            errors.EXIT_NO_STEPS,
+            closing=(
+                "diagnose: error: no training step was found: the script made no optimizer step, fetched no DataLoader batch and called no module",
+            ),
+        )
     if record.status in ("completed", "stopped"):
         closing: tuple[str, ...] = ()
-        if not record.profiled_steps and record.completed_steps() <= plan.warmup:  # a plan cut to the script profiles a step
+        if (
+            not record.profiled_steps and record.completed_steps() <= plan.warmup
+        ):  # a plan cut to the script profiles a step
             closing = (
                 f"diagnose: warning: the script ran only {record.completed_steps()} steps, "
                 f"not more than --warmup {plan.warmup}: nothing was profiled (try --warmup 1 --steps 2)",
@@ -433,7 +505,7 @@ def _run_end(record: RunRecord, plan: WindowPlan, report: Report | None) -> RunE
 
 
 def signal_words(signum: int) -> str:
-    """"interrupted (Ctrl-C)", "terminated (SIGTERM)", "terminated (SIGHUP)"."""
+    """ "interrupted (Ctrl-C)", "terminated (SIGTERM)", "terminated (SIGHUP)"."""
     import signal
 
     return "interrupted (Ctrl-C)" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
@@ -461,9 +533,14 @@ def settle_supervised_run(run_dir: RunDir, request: RunRequest, ending: Ending) 
         return None if done else record
     if record is None:
         kind, value = ("module", request.module) if request.module else ("script", request.script)
-        record = RunRecord(target={"kind": kind, "value": value, "args": request.script_args, "cwd": os.getcwd()}, command=list(sys.argv))
+        record = RunRecord(
+            target={"kind": kind, "value": value, "args": request.script_args, "cwd": os.getcwd()},
+            command=list(sys.argv),
+        )
         record.plan = dataclasses.asdict(request.plan)
-    sig = ending.signal if ending.signal is not None else (ending.code - 128 if ending.code in (130, 143, 129) else None)
+    sig = (
+        ending.signal if ending.signal is not None else (ending.code - 128 if ending.code in (130, 143, 129) else None)
+    )
     if sig is not None and sig in ending.received and sig == signal.SIGINT:
         record.status, record.exit_code = "interrupted", 130
         record.error = {"type": "KeyboardInterrupt", "message": "", "traceback": ""}
@@ -533,7 +610,13 @@ class RunRequest:
 
     def rank_argv(self) -> list[str]:
         """The options every rank's ``diagnose run --rank-aware`` is started with."""
-        argv = [*self.plan.to_argv(), "--quiet", *([] if self.lines else ["--no-lines"]), "--keep-traces", self.keep_traces]
+        argv = [
+            *self.plan.to_argv(),
+            "--quiet",
+            *([] if self.lines else ["--no-lines"]),
+            "--keep-traces",
+            self.keep_traces,
+        ]
         if self.watch is not None:
             from diagnose.runtime.whole import budget_argv
 
@@ -580,7 +663,11 @@ def merges_here(rank: RankInfo | None) -> bool:
 
 
 def run_script(
-    request: RunRequest, run_dir: RunDir, rank: RankInfo | None = None, quiet_stdout: bool = False, signal_hold: SignalHold | None = None,
+    request: RunRequest,
+    run_dir: RunDir,
+    rank: RankInfo | None = None,
+    quiet_stdout: bool = False,
+    signal_hold: SignalHold | None = None,
     exchange: SummaryExchange | None = None,
 ) -> RunRecord:
     """Run the script into ``run_dir``. A script that cannot start leaves a run directory that
@@ -594,7 +681,12 @@ def run_script(
         target = resolve_target(request.script, request.module, request.script_args)
     except DiagnoseError as exc:
         kind = "module" if request.module else "script"
-        save_not_run(run_dir, {"kind": kind, "value": request.module or request.script, "args": request.script_args}, exc.message, request.options)
+        save_not_run(
+            run_dir,
+            {"kind": kind, "value": request.module or request.script, "args": request.script_args},
+            exc.message,
+            request.options,
+        )
         raise
     target.args = request.knobs.apply_to_args(target.args)
     rank_number = None if rank is None else rank.rank
@@ -612,8 +704,14 @@ def run_script(
         hooks.append(WholeRun(run_dir, rank_number, request.watch, LiveLine(enabled=not request.quiet)))
     with _stdout_to_stderr(quiet_stdout):
         return run_target(
-            target, request.plan, run_dir, rank=rank_number, knobs=request.knobs if request.knobs else None,
-            progress=Progress(enabled=not request.quiet), extra_hooks=hooks, on_hard_exit=before_hard_exit,
+            target,
+            request.plan,
+            run_dir,
+            rank=rank_number,
+            knobs=request.knobs if request.knobs else None,
+            progress=Progress(enabled=not request.quiet),
+            extra_hooks=hooks,
+            on_hard_exit=before_hard_exit,
             signal_hold=signal_hold,
         )
 
@@ -623,7 +721,14 @@ def launch_ranks(request: RunRequest, nproc: int, run_dir: RunDir, quiet_stdout:
     ``run_dir``; the caller then analyses them together. Returns torchrun's exit code."""
     from diagnose.distributed import launch
 
-    return launch(nproc, run_dir.path, request.rank_argv(), request.target_argv(), quiet_stdout=quiet_stdout, torchrun_options=request.torchrun_options)
+    return launch(
+        nproc,
+        run_dir.path,
+        request.rank_argv(),
+        request.target_argv(),
+        quiet_stdout=quiet_stdout,
+        torchrun_options=request.torchrun_options,
+    )
 
 
 # --- each rank's own analysis, and the job's view -------------------------------------------------
@@ -633,8 +738,13 @@ SUMMARY_TIMEOUT_S = 120.0
 
 
 def finish_rank(
-    run_dir: RunDir, rank: RankInfo, options: AnalysisOptions, exchange: SummaryExchange | None = None, keep_traces: str = "notable",
-    html: bool = False, timeout_s: float = SUMMARY_TIMEOUT_S,
+    run_dir: RunDir,
+    rank: RankInfo,
+    options: AnalysisOptions,
+    exchange: SummaryExchange | None = None,
+    keep_traces: str = "notable",
+    html: bool = False,
+    timeout_s: float = SUMMARY_TIMEOUT_S,
 ) -> Report | None:
     """Right after a rank's run, in its own process: analyse its own trace, write its report
     (``rank<R>.report.json``) and its summary (``rank<R>.summary.json``, and over the job's
@@ -663,7 +773,12 @@ def finish_rank(
     # the lead rank's own trace, still in the run directory
     load = traced(lambda other: _analyse_from_dir(run_dir, other, options))
     report = combine_ranks(lead_of(analysis, summaries, load), summaries, options, source)
-    report.distributed.gathered = "process group store" if exchange is not None and exchange.store is not None and len(gathered) == rank.world_size else "run directory"
+    assert report.distributed is not None  # a job's report always has its distributed section
+    report.distributed.gathered = (
+        "process group store"
+        if exchange is not None and exchange.store is not None and len(gathered) == rank.world_size
+        else "run directory"
+    )
     keep_notable_traces(run_dir, report, keep_traces)
     return save_outputs(run_dir, report, html=html)
 
@@ -717,7 +832,9 @@ def _stdout_to_stderr(active: bool) -> Iterator[None]:
 # --- diagnose analyze ---------------------------------------------------------------------------
 
 
-def analyze_path(path: Path, options: AnalysisOptions, display: Display, html: bool = False, out: Path | None = None) -> Report:
+def analyze_path(
+    path: Path, options: AnalysisOptions, display: Display, html: bool = False, out: Path | None = None
+) -> Report:
     """``diagnose analyze``: a run directory re-analysed and its outputs saved into it; a folder
     of the user's own traces, or a bare trace, analysed and saved only into a new run directory
     (``out``, or one made with ``html``), never beside the user's files. Then shown."""
@@ -745,7 +862,15 @@ def analyze_path(path: Path, options: AnalysisOptions, display: Display, html: b
 # --- verify and sweep: their own report, over their runs -----------------------------------------
 
 
-def experiment_dir(kind: str, script: str | None, module: str | None, out: Path | None, shared: bool, knobs: Sequence[str], rules_dirs: Sequence[Path]) -> tuple[Any, RunDir]:
+def experiment_dir(
+    kind: str,
+    script: str | None,
+    module: str | None,
+    out: Path | None,
+    shared: bool,
+    knobs: Sequence[str],
+    rules_dirs: Sequence[Path],
+) -> tuple[Any, RunDir]:
     """The checked target and verify's or sweep's folder (``shared``: a multi-node one, whose
     nodes all write into it), created only once the target, the knobs and the rule files are
     found good (a usage error leaves no folder behind)."""
@@ -776,7 +901,9 @@ def verify_report(result: VerifyResult, base_report: dict[str, Any]) -> Report:
     return report
 
 
-def sweep_report(names: list[str], outcomes: list[Outcome], out_dir: RunDir, target: Any, target_args: list[str]) -> Report:
+def sweep_report(
+    names: list[str], outcomes: list[Outcome], out_dir: RunDir, target: Any, target_args: list[str]
+) -> Report:
     """sweep's report: its points side by side, their chart (``sweep.png``), the machine they
     ran on as their own reports recorded it."""
     from diagnose.experiments import plot_sweep, summarize_sweep
@@ -786,16 +913,21 @@ def sweep_report(names: list[str], outcomes: list[Outcome], out_dir: RunDir, tar
     if plot is not None:
         summary["plot"] = plot.name
     return Report(
-        source={"kind": "sweep", "run_dir": str(out_dir.path)},
-        status={
-            "state": "sweep", "exit_code": errors.EXIT_OK if any(o.status == "ok" for o in outcomes) else errors.EXIT_SCRIPT_FAILED,
-            "message": f"{len(outcomes)} runs of {target.value}", "error": None,
-        },
-        run={"target": {"kind": target.kind, "value": target.value, "args": target_args}},
+        source=convert({"kind": "sweep", "run_dir": str(out_dir.path)}, Source),
+        status=convert(
+            {
+                "state": "sweep",
+                "exit_code": errors.EXIT_OK if any(o.status == "ok" for o in outcomes) else errors.EXIT_SCRIPT_FAILED,
+                "message": f"{len(outcomes)} runs of {target.value}",
+                "error": None,
+            },
+            Status,
+        ),
+        run=convert({"target": {"kind": target.kind, "value": target.value, "args": target_args}}, RunInfo),
         # the machine the points ran on, as their own reports recorded it: the header names the device
         environment=_environment_of(outcomes),
         verdict=summary["conclusions"][0] if summary["conclusions"] else "no run of the sweep succeeded",
-        experiments=summary,
+        experiments=convert(summary, Experiments),
     )
 
 
@@ -833,7 +965,9 @@ def _experiment_events(out_dir: RunDir, display: Display) -> None:
     try:
         from diagnose.renderers.comparison_events import write_comparison_events
 
-        runs = unique_labels([(label, RunDir(child).load_report()) for label, child in experiment_children(out_dir.path)])
+        runs = unique_labels(
+            [(label, RunDir(child).load_report()) for label, child in experiment_children(out_dir.path)]
+        )
         write_comparison_events(compare_reports(runs), out_dir.events_folder)
     except ImportError:
         return
@@ -855,8 +989,18 @@ class BlockOutcome:
 
 @contextlib.contextmanager
 def profiled_block(
-    name: str, plan: WindowPlan, options: AnalysisOptions, *, knobs: Sequence[str] = (), lines: bool = False, html: bool = False,
-    quiet: bool = True, out: Path | None = None, overwrite: bool = False, rank: RankInfo | None = None, keep_traces: str = "notable",
+    name: str,
+    plan: WindowPlan,
+    options: AnalysisOptions,
+    *,
+    knobs: Sequence[str] = (),
+    lines: bool = False,
+    html: bool = False,
+    quiet: bool = True,
+    out: Path | None = None,
+    overwrite: bool = False,
+    rank: RankInfo | None = None,
+    keep_traces: str = "notable",
 ) -> Iterator[BlockOutcome]:
     """``diagnose.profile``'s run: the block profiled in this process into its run directory (a
     rank's: the job's shared one), then analysed and saved as a script's run is (``rank``: its
@@ -870,8 +1014,13 @@ def profiled_block(
     rank_number = rank.rank if rank is not None else None
     exchange = SummaryExchange(rank) if rank is not None else None
     block = BlockRun(
-        name, plan, run_dir, knobs=parsed if parsed else None, progress=Progress(enabled=not quiet),
-        extra_hooks=run_hooks(run_dir, rank_number, lines, exchange), rank=rank_number,
+        name,
+        plan,
+        run_dir,
+        knobs=parsed if parsed else None,
+        progress=Progress(enabled=not quiet),
+        extra_hooks=run_hooks(run_dir, rank_number, lines, exchange),
+        rank=rank_number,
     )
     outcome = BlockOutcome(run_dir)
     try:
@@ -913,7 +1062,11 @@ def experiment_children(path: Path) -> list[tuple[str, Path]]:
             return found
     if parent.record_path().is_file() or parent.ranks():
         return []
-    return [(child.name, child) for child in sorted(path.iterdir()) if child.is_dir() and RunDir(child).report_path.is_file()]
+    return [
+        (child.name, child)
+        for child in sorted(path.iterdir())
+        if child.is_dir() and RunDir(child).report_path.is_file()
+    ]
 
 
 def unique_labels(runs: list[tuple[str, Report]]) -> list[tuple[str, Report]]:

@@ -62,7 +62,9 @@ class SignalHold:
 
     def _held(self, signum: int, frame: Any) -> None:
         if not self.received and not self.quiet:
-            print("diagnose: saving what was measured first; the report will be written before exiting", file=sys.stderr)
+            print(
+                "diagnose: saving what was measured first; the report will be written before exiting", file=sys.stderr
+            )
         self.received.append(signum)
 
 

@@ -35,8 +35,8 @@ import struct
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 #: the signals the parent passes on to the child
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
@@ -89,7 +89,11 @@ class Steps:
         lengthen the one asked for)."""
         k, first, last = self.step, self.warmup, self.window_end - 1
         writing = k > last  # it died while the trace was written: a window as long would again
-        where = f"while the trace of the profiled window (steps {first}-{last}) was being written" if writing else f"inside the profiled window (steps {first}-{last})"
+        where = (
+            f"while the trace of the profiled window (steps {first}-{last}) was being written"
+            if writing
+            else f"inside the profiled window (steps {first}-{last})"
+        )
         steps = k - first - writing
         if steps >= 1:
             how = f"For a report, profile a window that ends before step {k}: diagnose run --warmup {first} --steps {steps} --max-steps {steps} ..."
@@ -256,7 +260,10 @@ def end_process(code: object) -> None:
     left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if left:
         names = ", ".join(sorted({t.name for t in left}))
-        print(f"diagnose: note: the script left {len(left)} thread(s) running ({names}); diagnose exits without waiting for them", file=sys.stderr)
+        print(
+            f"diagnose: note: the script left {len(left)} thread(s) running ({names}); diagnose exits without waiting for them",
+            file=sys.stderr,
+        )
     try:
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001 - an atexit function that fails must not keep the process
@@ -296,8 +303,12 @@ class Finished:
 
 
 def run_bounded(
-    cmd: list[str], timeout: float | None, env: dict[str, str] | None = None, grace_s: float = GRACE_S,
-    on_stderr_line: Callable[[str], bool] | None = None, cwd: str | os.PathLike[str] | None = None,
+    cmd: list[str],
+    timeout: float | None,
+    env: dict[str, str] | None = None,
+    grace_s: float = GRACE_S,
+    on_stderr_line: Callable[[str], bool] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> Finished:
     """Run ``cmd`` in a process group of its own, its output captured. Past ``timeout``, the
     whole group is stopped politely (SIGTERM: a ``diagnose run`` saves what it measured), then
@@ -307,7 +318,9 @@ def run_bounded(
     (a SIGTERM its handler raises as ``SystemExit``), then raised. With ``on_stderr_line``, each
     line of the child's stderr is given to it as it comes (a progress line to draw), and kept in
     ``Finished.stderr`` only where it returns True."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True
+    )
     output = _Output(proc, on_stderr_line) if on_stderr_line is not None else None
     timed_out = False
     try:

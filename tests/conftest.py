@@ -47,6 +47,7 @@ def _torch_state() -> tuple | None:
 def _without_lightning(fn: object) -> object:
     """Lightning wraps torch.compile when it is first imported (lightning/fabric/wrappers.py);
     a test that imports it for the first time has not left a patch of ours behind."""
+
     def from_lightning(f: object) -> bool:  # functools.wraps copies __module__: ask the code object
         return "lightning" in getattr(getattr(f, "__code__", None), "co_filename", "")
 
@@ -67,7 +68,9 @@ def no_global_state_left_behind() -> Iterator[None]:
         assert not after[3] and not after[4] and after[5] is None and not after[7]
     assert sys.argv == argv and sys.path[0] == path0
     # the framework watch's import hook (a framework's own import may add finders of its own)
-    assert not [f for f in sys.meta_path if type(f).__name__ == "_ImportHook"], "a test left diagnose's import hook installed"
+    assert not [f for f in sys.meta_path if type(f).__name__ == "_ImportHook"], (
+        "a test left diagnose's import hook installed"
+    )
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 
-from diagnose.analysis.trace import columns as C
 from diagnose.analysis.measure.breakdown import merge
 from diagnose.analysis.prediction.replay import (
     MODEL_MAX_OPS,
@@ -28,6 +27,7 @@ from diagnose.analysis.prediction.replay import (
     step_model,
     stream_ends,
 )
+from diagnose.analysis.trace import columns as C
 from diagnose.analysis.trace.timeline import Timeline
 
 
@@ -105,7 +105,9 @@ def build_model(timeline: Timeline) -> StepModel | None:
         if carried is None:
             ops_of_corr[corr].append(len(ops) - 1)
 
-    items = _host_items(timeline, w0, w1, labeller, launches, ops_of_corr, ops, [r[0] for r in in_model], [r[1] for r in in_model])
+    items = _host_items(
+        timeline, w0, w1, labeller, launches, ops_of_corr, ops, [r[0] for r in in_model], [r[1] for r in in_model]
+    )
     nonblocking = [it.duration_us for it in items if it.kind == "launch" and not it.blocking]
     return step_model(timeline, steps, items, ops, busy_before, latency_cap, nonblocking, delays)
 
@@ -122,7 +124,9 @@ def _host_items(
     op_ends: list[float],
 ) -> list[HostItem]:
     # (start, end, "launch"|"sync", payload)
-    calls: list[tuple[float, float, str, Any]] = [(*launches[corr], "launch", tuple(indices)) for corr, indices in ops_of_corr.items()]  # type: ignore[misc]
+    calls: list[tuple[float, float, str, Any]] = [
+        (*launches[corr], "launch", tuple(indices)) for corr, indices in ops_of_corr.items()
+    ]  # type: ignore[misc]
     syncs = [s for s in timeline.syncs if w0 <= s.start < w1]
     if syncs:
         launch_spans = {(c[0], c[1]) for c in calls}
@@ -148,7 +152,9 @@ def _host_items(
     bounds = labeller.bounds
 
     def work(a: float, b: float) -> None:
-        if bisect_right(bounds, a) == bisect_left(bounds, b):  # one phase from a to b (the usual gap between two launches)
+        if bisect_right(bounds, a) == bisect_left(
+            bounds, b
+        ):  # one phase from a to b (the usual gap between two launches)
             if b > a:
                 phase = labeller.at(a)
                 items.append(HostItem("work", b - a, phase, fetch=fetch_at(a) if phase == "data_wait" else None))
@@ -175,13 +181,25 @@ def _host_items(
                 blocking = all(ops[i].kind == "memcpy" for i in indices) and end >= max(op_ends[i] for i in indices)
             if blocking:
                 done = max(op_ends[i] for i in indices)
-                items.append(HostItem("launch", 0.0, phase, indices, lead, after_us=end - max(start, done), blocking=True))
+                items.append(
+                    HostItem("launch", 0.0, phase, indices, lead, after_us=end - max(start, done), blocking=True)
+                )
             else:
                 items.append(HostItem("launch", max(0.0, end - cursor), phase, indices, lead))
         else:
             awaited = tuple(s for s in streams if last_end_launched_before(s, start) <= end + 1.0)
             done = max((last_end_launched_before(s, start) for s in awaited), default=float("-inf"))
-            items.append(HostItem("wait", 0.0, phase, lead_us=lead, streams=awaited, after_us=end - max(start, done), sync_kind=payload))
+            items.append(
+                HostItem(
+                    "wait",
+                    0.0,
+                    phase,
+                    lead_us=lead,
+                    streams=awaited,
+                    after_us=end - max(start, done),
+                    sync_kind=payload,
+                )
+            )
         cursor = max(cursor, end)
     if cursor < w1:
         work(cursor, w1)

@@ -63,7 +63,9 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
             continue
         bucket.append(e)
     thread_names = {
-        e.get("tid"): (e.get("args") or {}).get("name") for e in ignored if e.get("ph") == "M" and e.get("name") == "thread_name"
+        e.get("tid"): (e.get("args") or {}).get("name")
+        for e in ignored
+        if e.get("ph") == "M" and e.get("name") == "thread_name"
     }
     thread_names = {tid: name for tid, name in thread_names.items() if isinstance(name, str)}
     ignored.clear()
@@ -92,13 +94,23 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
     backward_ops.sort()
     training = {main_tid} | {e.get("tid") for e in cpu_ops if e.get("name", "").startswith(bw_prefix)}
     on_training = [e for e in cpu_ops if e.get("tid") in training]
-    host_event_starts = sorted(_num(e.get("ts")) for e in on_training + [r for r in runtime if r.get("tid") in training])
-    collective_calls = sorted({
-        HostOp(_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur")), e["name"]) for e in on_training if e.get("name", "").startswith(P.COLLECTIVE_CALL_PREFIX)
-    })
-    accumulate_grad_ops = sorted({
-        (_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur"))) for e in on_training if e.get("name") == P.ACCUMULATE_GRAD_OP
-    })
+    host_event_starts = sorted(
+        _num(e.get("ts")) for e in on_training + [r for r in runtime if r.get("tid") in training]
+    )
+    collective_calls = sorted(
+        {
+            HostOp(_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur")), e["name"])
+            for e in on_training
+            if e.get("name", "").startswith(P.COLLECTIVE_CALL_PREFIX)
+        }
+    )
+    accumulate_grad_ops = sorted(
+        {
+            (_num(e.get("ts")), _num(e.get("ts")) + _num(e.get("dur")))
+            for e in on_training
+            if e.get("name") == P.ACCUMULATE_GRAD_OP
+        }
+    )
     no_work_op_us = []
     for e in on_training:
         if e.get("name") in P.NO_WORK_OPS:
@@ -149,7 +161,9 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
             continue
         ts = _num(e.get("ts"))
         kernels.append(
-            GpuKernel(ts, ts + _num(e.get("dur")), args.get("correlation", -1), e.get("name", ""), args.get("stream", 0))
+            GpuKernel(
+                ts, ts + _num(e.get("dur")), args.get("correlation", -1), e.get("name", ""), args.get("stream", 0)
+            )
         )
     kernels.sort(key=lambda k: k.start)
     memcpys: list[GpuMemcpy] = []
@@ -323,8 +337,17 @@ def _read_annotations(annotations: list[dict[str, Any]], main_tid: Any) -> _Anno
             steps[i] = StepMark(steps[i].number, steps[i].start, steps[i + 1].start)
     steps = [s for s in steps if s.end > s.start]
     return _Annotations(
-        steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(optimizer_steps), optimizer_classes,
-        sorted(collectives), sorted(data_parallel), sorted(closure_spans), sorted(collective_ops),
+        steps,
+        other,
+        sorted(data_waits),
+        sorted(optimizer_spans),
+        loader_kinds,
+        sorted(optimizer_steps),
+        optimizer_classes,
+        sorted(collectives),
+        sorted(data_parallel),
+        sorted(closure_spans),
+        sorted(collective_ops),
     )
 
 

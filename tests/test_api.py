@@ -30,7 +30,9 @@ def train(epochs=50):
             opt.zero_grad(); loss.backward(); opt.step()
 """
 
-NOTEBOOK = TRAIN + """
+NOTEBOOK = (
+    TRAIN
+    + """
 import sys, json
 import diagnose
 after_block = []
@@ -62,15 +64,27 @@ print(json.dumps({
     "argv": sys.argv,
 }))
 """
+)
 
 
 def _kernel(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-c", f"OUT = {str(tmp_path)!r}\n" + code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", f"OUT = {str(tmp_path)!r}\n" + code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_importing_diagnose_loads_neither_torch_nor_the_analysis(tmp_path: Path) -> None:
-    proc = _kernel("import sys, diagnose\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'rich', 'typer', 'diagnose')))", tmp_path)
+    proc = _kernel(
+        "import sys, diagnose\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'rich', 'typer', 'diagnose')))",
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     # version.py: __version__, nothing else; jupyter.py: the notebook display registry, which imports nothing
     assert proc.stdout.strip() == "['diagnose', 'diagnose.api', 'diagnose.jupyter', 'diagnose.version']"
@@ -98,7 +112,10 @@ def test_a_block_that_raises_is_recorded_and_the_error_reaches_the_caller(tmp_pa
 
     exec(compile(TRAIN, "train", "exec"), scope := {})
     holder = {}
-    with pytest.raises(RuntimeError, match="boom"), diagnose.profile(warmup=1, steps=2, timed_steps=2, stop=False, out=tmp_path / "failed") as run:
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        diagnose.profile(warmup=1, steps=2, timed_steps=2, stop=False, out=tmp_path / "failed") as run,
+    ):
         holder["run"] = run
         scope["train"](epochs=1)  # 16 steps: the window closes, then the block fails
         raise RuntimeError("boom")

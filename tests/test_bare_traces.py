@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from diagnose.analysis.measure.breakdown import compute_breakdown
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
 from diagnose.analysis.measure.profcost import DEFAULT_COST_US, correct_profiler_cost, estimate_cost_per_event
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
 from diagnose.analysis.trace.timeline import build_timeline
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
@@ -107,7 +107,9 @@ def test_the_trace_says_which_optimizer_and_how_it_steps() -> None:
     for i in range(3):
         b.op("aten::add_", 51 + 10 * i, 2)
         b.op("aten::addcdiv_", 54 + 10 * i, 2)
-    b.events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": AUTOGRAD, "args": {"name": "thread 2 (pt_autograd_0)"}})
+    b.events.append(
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": AUTOGRAD, "args": {"name": "thread 2 (pt_autograd_0)"}}
+    )
     meta = build_timeline(b.to_dict()).meta
     assert meta.optimizer_classes == {"Adam": 1}
     assert meta.optimizer_step_ops == [{"aten::add_": 3, "aten::addcdiv_": 3}]

@@ -108,7 +108,14 @@ CPU_CASES = [
         ops=[("aten::linear", 100, 10, True), ("aten::relu", 200, 10, True), ("aten::linear", 450, 10, True)],
         backward=[(300, 350), (350, 400), (500, 600)],
         optimizer=[(650, 800)],
-        expected_phases={"data_wait": 100, "h2d_copy": 0, "forward": 250, "backward": 200, "optimizer": 150, "other": 300},
+        expected_phases={
+            "data_wait": 100,
+            "h2d_copy": 0,
+            "forward": 250,
+            "backward": 200,
+            "optimizer": 150,
+            "other": 300,
+        },
     ),
     CpuCase(
         name="preprocessing between the batch and the model is other host work, not forward",
@@ -116,7 +123,14 @@ CPU_CASES = [
         ops=[("aten::mul", 100, 300, False), ("aten::linear", 400, 10, True)],
         backward=[(600, 700)],
         optimizer=[(700, 900)],
-        expected_phases={"data_wait": 100, "h2d_copy": 0, "forward": 200, "backward": 100, "optimizer": 200, "other": 400},
+        expected_phases={
+            "data_wait": 100,
+            "h2d_copy": 0,
+            "forward": 200,
+            "backward": 100,
+            "optimizer": 200,
+            "other": 400,
+        },
     ),
     CpuCase(
         name="inference: forward operators and no backward",
@@ -289,9 +303,21 @@ def test_median_step_timeline_in_time_order(monkeypatch) -> None:
     assert strip["step"] == 7 and strip["bins"] == 10 and strip["duration_us"] == 1000
     # each slice shows what filled most of it; [900,1000) is mostly the .item() sync (51 us)
     assert strip["exposed"] == [
-        ["data_wait", 3], ["h2d_copy", 1], ["gpu_forward", 2], ["gpu_backward", 2], ["gpu_optimizer", 1], ["sync", 1],
+        ["data_wait", 3],
+        ["h2d_copy", 1],
+        ["gpu_forward", 2],
+        ["gpu_backward", 2],
+        ["gpu_optimizer", 1],
+        ["sync", 1],
     ]
-    assert strip["phases"] == [["data_wait", 3], ["h2d_copy", 1], ["forward", 2], ["backward", 1], ["optimizer", 2], ["other", 1]]
+    assert strip["phases"] == [
+        ["data_wait", 3],
+        ["h2d_copy", 1],
+        ["forward", 2],
+        ["backward", 1],
+        ["optimizer", 2],
+        ["other", 1],
+    ]
 
 
 def _waiting_steps(waits: list[float], step_us: float = 100) -> TraceBuilder:
@@ -340,7 +366,9 @@ RECORDED_TRACES = sorted(Path(__file__).parent.joinpath("data").rglob("*.pt.trac
 
 
 @pytest.mark.parametrize("trace", RECORDED_TRACES, ids=lambda p: f"{p.parent.name}/{p.name[:12]}")
-def test_the_vectorized_breakdown_equals_the_loops_on_every_recorded_trace(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_vectorized_breakdown_equals_the_loops_on_every_recorded_trace(
+    trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from diagnose.analysis.measure import breakdown as B
     from diagnose.analysis.trace import vectorized as V
     from diagnose.analysis.trace.timeline import load_timeline
@@ -366,8 +394,12 @@ def _host_intervals_of(timeline) -> dict:
     forward_ops = B.compiled_forward_ops(timeline)
     backward = B.backward_spans(timeline.backward_ops, [op[0] for op in forward_ops])
     model = B.resolve_nesting(
-        {"optimizer": timeline.optimizer_spans, "closure": timeline.closure_spans, "backward": backward,
-         "forward": B.forward_spans(forward_ops, backward, [(s.start, s.end) for s in timeline.steps])}
+        {
+            "optimizer": timeline.optimizer_spans,
+            "closure": timeline.closure_spans,
+            "backward": backward,
+            "forward": B.forward_spans(forward_ops, backward, [(s.start, s.end) for s in timeline.steps]),
+        }
     )
     return {label: B.merge(model.get(label, [])) for label in ("optimizer", "backward", "forward")}
 
@@ -390,7 +422,15 @@ def test_the_vectorized_sweep_equals_the_loop_on_hand_made_intervals() -> None:
     marks = sorted(float(rng.randrange(-5, 135)) + rng.choice([0.0, 0.5]) for _ in range(200))
     spans = {label: B._spans(ivs) for label, ivs in gpu.items()}
     loop = B._sweep(steps, host, spans, 1, B.C.Records(None, [B.C.float_column(marks)]))
-    arrays = V.sweep(steps, [B._spans(host[label]) for label in B._HOST_LABELS], [spans[label] for label in B._GPU_LABELS],
-                     B._state, B.PHASES, B.EXPOSED, 1, marks)
+    arrays = V.sweep(
+        steps,
+        [B._spans(host[label]) for label in B._HOST_LABELS],
+        [spans[label] for label in B._GPU_LABELS],
+        B._state,
+        B.PHASES,
+        B.EXPOSED,
+        1,
+        marks,
+    )
     assert arrays == loop
     assert V.merged(list(spans.values())) == B.merge([iv for ivs in gpu.values() for iv in ivs])

@@ -22,7 +22,15 @@ FAST = ["--warmup", "2", "--steps", "4", "--max-steps", "4", "--timed-steps", "5
 
 def diagnose(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +39,9 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subpro
     folder = tmp_path_factory.mktemp("cli")
     (folder / "train.py").write_text(MLP_TRAIN.lstrip())
     # diagnose's options on both sides of the script (issue 18: --html after it went to the script)
-    proc = diagnose("run", *FAST, "train.py", "--no-color", "--html", "--out", "runs/first", "--", "--batch-size", "32", cwd=folder)
+    proc = diagnose(
+        "run", *FAST, "train.py", "--no-color", "--html", "--out", "runs/first", "--", "--batch-size", "32", cwd=folder
+    )
     return folder, proc
 
 
@@ -48,7 +58,12 @@ def test_run_writes_the_run_directory_and_prints_the_report(finished_run) -> Non
     assert any(n.startswith("events.out.tfevents.") for n in names)
     assert "report.html" in names
     out = proc.stdout
-    for text in ("Where a step goes", "Steady state (profiler off, 5 steps)", "host thread phases", "CPU only, no GPU used"):
+    for text in (
+        "Where a step goes",
+        "Steady state (profiler off, 5 steps)",
+        "host thread phases",
+        "CPU only, no GPU used",
+    ):
         assert text in out, text
     assert "samples/s" in out and "batch: 32 samples per step" in out
     report = json.loads((run_dir / "diagnose" / "report.json").read_text())
@@ -100,8 +115,14 @@ def test_analyze_a_bare_trace_written_by_the_users_own_profiler(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_json_keeps_stdout_for_the_report(write_script, tmp_path: Path) -> None:
-    write_script(MLP_TRAIN.replace("for epoch in range(a.epochs):", "print('the script talks on stdout')\nfor epoch in range(a.epochs):"))
-    proc = diagnose("run", "--warmup", "2", "--steps", "4", "--timed-steps", "5", "--json", "--quiet", "train.py", cwd=tmp_path)
+    write_script(
+        MLP_TRAIN.replace(
+            "for epoch in range(a.epochs):", "print('the script talks on stdout')\nfor epoch in range(a.epochs):"
+        )
+    )
+    proc = diagnose(
+        "run", "--warmup", "2", "--steps", "4", "--timed-steps", "5", "--json", "--quiet", "train.py", cwd=tmp_path
+    )
     assert proc.returncode == 0
     report = json.loads(proc.stdout)  # nothing but the report
     assert report["status"]["state"] == "stopped"
@@ -116,7 +137,12 @@ def test_run_a_module_with_dash_m(write_script, tmp_path: Path) -> None:
     proc = diagnose("run", *FAST, "--json", "--quiet", "-m", "pkg.train", "--", "--batch-size", "8", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert report["run"]["target"] == {"kind": "module", "value": "pkg.train", "args": ["--batch-size", "8"], "cwd": str(tmp_path)}
+    assert report["run"]["target"] == {
+        "kind": "module",
+        "value": "pkg.train",
+        "args": ["--batch-size", "8"],
+        "cwd": str(tmp_path),
+    }
     assert report["throughput"]["batch_size"] == 8
 
 
@@ -166,7 +192,9 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_both_in_fresh_venvs() -
     ci = (REPO / ".ci" / "run").read_text()
     # .ci/run takes both lines from the README itself and runs each in a fresh venv
     assert "awk '/^```bash$/" in ci and "python3 -m venv" in ci
-    assert 'run_in_fresh_venv first "${README_COMMANDS[0]' in ci and 'run_in_fresh_venv test "${README_COMMANDS[1]}"' in ci
+    assert (
+        'run_in_fresh_venv first "${README_COMMANDS[0]' in ci and 'run_in_fresh_venv test "${README_COMMANDS[1]}"' in ci
+    )
 
 
 def test_the_readmes_first_install_brings_what_the_workload_imports() -> None:
@@ -189,7 +217,13 @@ def test_the_readmes_first_install_brings_what_the_workload_imports() -> None:
     distribution = {"PIL": "pillow", "numpy": "numpy", "torch": "torch"}
     for path in (REPO / "workloads").glob("*.py"):
         for node in ast.parse(path.read_text()).body:  # top-level imports only (transformers is lazy)
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             for name in names:
                 top = name.split(".")[0]
                 if top in distribution:

@@ -30,7 +30,9 @@ CASES = [
     Case(["--html", "t.py", "--", "--lr", "1"], ["--html"], ["t.py", "--lr", "1"]),
     Case(["t.py", "--html", "--", "--lr", "1"], ["--html"], ["t.py", "--lr", "1"]),  # the form
     Case(["t.py", "--set", "num_workers=0,2", "--", "--bs", "4"], ["--set", "num_workers=0,2"], ["t.py", "--bs", "4"]),
-    Case(["t.py", "--bs", "4", "--out=r"], ["--out=r"], ["t.py", "--bs", "4"]),  # unknown after the script: the script's
+    Case(
+        ["t.py", "--bs", "4", "--out=r"], ["--out=r"], ["t.py", "--bs", "4"]
+    ),  # unknown after the script: the script's
     Case(["t.py", "-ox"], ["-ox"], ["t.py"]),
     Case(["t.py", "--", "--html"], [], ["t.py", "--html"]),  # after --: the script's, even a name we know
     Case(["-m", "pkg.train", "--", "-h"], ["-m", "pkg.train"], ["-h"]),
@@ -71,7 +73,9 @@ def test_run_with_a_module_keeps_the_modules_words() -> None:
     assert params["module"] == "pkg.train" and [params["script"], *params["args"]] == ["--lr", "1"]
 
 
-def test_an_unknown_option_before_the_script_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unknown_option_before_the_script_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["run", "--htm", "train.py"])
     assert result.exit_code == 2
@@ -80,7 +84,9 @@ def test_an_unknown_option_before_the_script_is_a_one_line_error(tmp_path: Path,
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("words", [["-h"], ["run", "-h"], ["run", "train.py", "-h"], ["sweep", "-h"], ["analyze", "-h"]])
+@pytest.mark.parametrize(
+    "words", [["-h"], ["run", "-h"], ["run", "train.py", "-h"], ["sweep", "-h"], ["analyze", "-h"]]
+)
 def test_dash_h_is_help_and_creates_nothing(words: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, words)
@@ -111,7 +117,9 @@ def test_rules_and_knobs_print_json() -> None:
     assert {"name": "num_workers", "kind": "int", "help": "DataLoader num_workers"} in knobs
 
 
-def test_the_tensorboard_hint_only_where_tensorboard_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tensorboard_hint_only_where_tensorboard_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import importlib.util
 
     from diagnose.display import tensorboard_hint

@@ -13,8 +13,16 @@ KERNELS = [GpuKernel(1.0, 2.5, 7, "gemm", 0), GpuKernel(2.0, 3.0, 8, "relu", 1),
 
 
 def _kernel_records(kernels: list[GpuKernel]) -> Records[GpuKernel]:
-    return Records(GpuKernel, [float_column(k.start for k in kernels), float_column(k.end for k in kernels),
-                               int_column(k.correlation for k in kernels), [k.name for k in kernels], int_column(k.stream for k in kernels)])
+    return Records(
+        GpuKernel,
+        [
+            float_column(k.start for k in kernels),
+            float_column(k.end for k in kernels),
+            int_column(k.correlation for k in kernels),
+            [k.name for k in kernels],
+            int_column(k.stream for k in kernels),
+        ],
+    )
 
 
 def test_records_read_as_the_list_of_tuples() -> None:
@@ -67,13 +75,22 @@ def test_take_reorders_every_kind_of_column_by_a_list_or_an_array() -> None:
         ([2, 2, 2], {2: (2.0, 3.0)}),
     ],
 )
-def test_launches_map_correlations_like_the_dict_they_replace(correlations: list[int], expected: dict[int, tuple[float, float]]) -> None:
-    launches = Launches.from_calls(int_column(correlations), float_column([0.0, 1.0, 2.0]), float_column([1.0, 2.0, 3.0]))
+def test_launches_map_correlations_like_the_dict_they_replace(
+    correlations: list[int], expected: dict[int, tuple[float, float]]
+) -> None:
+    launches = Launches.from_calls(
+        int_column(correlations), float_column([0.0, 1.0, 2.0]), float_column([1.0, 2.0, 3.0])
+    )
     assert type(launches) is Launches
     assert launches == expected and dict(launches.items()) == expected and len(launches) == len(expected)
     for corr, span in expected.items():
         assert launches[corr] == span and launches.get(corr) == span and corr in launches
-    assert launches.get(4) is None and 4 not in launches and launches.get("1") is None and launches.get(None, "none") == "none"
+    assert (
+        launches.get(4) is None
+        and 4 not in launches
+        and launches.get("1") is None
+        and launches.get(None, "none") == "none"
+    )
     with pytest.raises(KeyError):
         launches[4]
 
@@ -91,7 +108,9 @@ def test_launches_of_many_calls_out_of_order_read_as_the_dict() -> None:
 
 
 def test_many_launches_looked_up_at_once_are_each_get() -> None:
-    launches = Launches.from_calls(int_column([9, 3, 5, 3]), float_column([0.0, 1.0, 2.0, 3.0]), float_column([0.5, 1.5, 2.5, 3.5]))
+    launches = Launches.from_calls(
+        int_column([9, 3, 5, 3]), float_column([0.0, 1.0, 2.0, 3.0]), float_column([0.5, 1.5, 2.5, 3.5])
+    )
     keys = [3, 5, 9, 4, 10, -1, 2**70, "3", None, True]
     assert launches.many(keys) == {k: launches.get(k) for k in keys}
     assert launches.many(keys)[3] == (3.0, 3.5) and launches.many([]) == {}

@@ -16,8 +16,8 @@ from torch import nn
 
 from diagnose.runtime import compilewatch
 from diagnose.runtime.compilewatch import CompileWatch, first_line, reason_kind
-from diagnose.runtime.usercode import first_user_frame, is_generated
 from diagnose.runtime.marks import PhaseMarks
+from diagnose.runtime.usercode import first_user_frame, is_generated
 from tests.conftest import REPO
 
 
@@ -81,26 +81,38 @@ def test_compile_summary_reads_breaks_and_recompiles_after_the_warmup(monkeypatc
         return SimpleNamespace(co_name=name, co_filename="/w/model.py", co_firstlineno=10, recompile_reason=reason)
 
     warm = [metric("forward"), metric("torch_dynamo_resume_in_forward_at_24")]
-    later = [metric("forward", "0/1: tensor 'x' size mismatch at index 0. expected 16, actual 24"),
-             metric("forward", "0/2: tensor 'x' size mismatch at index 0. expected 24, actual 25")]
+    later = [
+        metric("forward", "0/1: tensor 'x' size mismatch at index 0. expected 16, actual 24"),
+        metric("forward", "0/2: tensor 'x' size mismatch at index 0. expected 24, actual 25"),
+    ]
     metrics = list(warm)
     monkeypatch.setattr(compilewatch, "_compilation_metrics", lambda: list(metrics))
-    monkeypatch.setattr(compilewatch, "_counters", lambda: {
-        "stats": {"unique_graphs": 4},
-        "graph_break": {"Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: ...": 3},
-    })
+    monkeypatch.setattr(
+        compilewatch,
+        "_counters",
+        lambda: {
+            "stats": {"unique_graphs": 4},
+            "graph_break": {"Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: ...": 3},
+        },
+    )
     watch = CompileWatch()
     watch.calls.append({"api": "torch.compile", "target": "GPT", "mode": "default", "cudagraphs": False})
     watch.window_opened()
     metrics.extend(later)
     summary = watch.summary()
-    assert summary["graph_breaks"] == [{"reason": "Unsupported Tensor.item() call with capture_scalar_outputs=False", "count": 3}]
+    assert summary["graph_breaks"] == [
+        {"reason": "Unsupported Tensor.item() call with capture_scalar_outputs=False", "count": 3}
+    ]
     assert summary["graph_break_sites"] == [{"site": "/w/model.py:24", "count": 1, "code": ""}]
     assert summary["compiles_after_warmup"] == 2
-    assert summary["recompile_reasons"] == [{
-        "reason": "tensor 'x' size mismatch at index 0. expected 16, actual 24",
-        "site": "/w/model.py:10", "function": "forward", "count": 2,
-    }]
+    assert summary["recompile_reasons"] == [
+        {
+            "reason": "tensor 'x' size mismatch at index 0. expected 16, actual 24",
+            "site": "/w/model.py:10",
+            "function": "forward",
+            "count": 2,
+        }
+    ]
     assert summary["modes"] == ["default"] and summary["graphs"] == 4
 
 
@@ -130,7 +142,9 @@ def test_generated_cache_dir_from_the_environment(monkeypatch) -> None:
 def test_first_user_frame_skips_inductor_output() -> None:
     """A frame of Inductor's output code (its file under /tmp/torchinductor_*) is skipped: the
     user's caller is named instead."""
-    code = compile("def call(look):\n    return look(sys._getframe())\n", "/tmp/torchinductor_me/cb/cbvy3rog.py", "exec")
+    code = compile(
+        "def call(look):\n    return look(sys._getframe())\n", "/tmp/torchinductor_me/cb/cbvy3rog.py", "exec"
+    )
     namespace: dict = {"sys": sys}
     exec(code, namespace)
     library = (os.path.dirname(torch.__file__),)
@@ -150,8 +164,28 @@ def test_compiled_run_on_the_cpu_names_the_graph_break(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     script = REPO / "tests" / "frameworks" / "compiled_break.py"
     result = subprocess.run(
-        [sys.executable, "-m", "diagnose", "run", "--warmup", "2", "--steps", "2", "--timed-steps", "2", "-o", str(out), "--json", "-q", str(script)],
-        env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--warmup",
+            "2",
+            "--steps",
+            "2",
+            "--timed-steps",
+            "2",
+            "-o",
+            str(out),
+            "--json",
+            "-q",
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((out / "diagnose" / "run.json").read_text())
@@ -188,8 +222,11 @@ def _watched(knobs, library=()):
     from diagnose.runtime.knobs import Knobs
 
     knobs = Knobs.parse(knobs)
-    watch = CompileWatch(user_frame=lambda: "train.py:3", knob_hook=knobs.script_compile,
-                         is_library=lambda filename: filename.startswith(library) if library else False)
+    watch = CompileWatch(
+        user_frame=lambda: "train.py:3",
+        knob_hook=knobs.script_compile,
+        is_library=lambda filename: filename.startswith(library) if library else False,
+    )
     watch.install()
     return knobs, watch
 
@@ -202,7 +239,9 @@ def test_the_compile_knob_sets_the_mode_of_the_scripts_own_call(compile_calls) -
     finally:
         watch.remove()
     assert compiled is net
-    assert compile_calls == [{"model": net, "mode": "reduce-overhead", "dynamic": False}], "options give way to the mode"
+    assert compile_calls == [{"model": net, "mode": "reduce-overhead", "dynamic": False}], (
+        "options give way to the mode"
+    )
     assert [(c["api"], c["mode"], c["cudagraphs"]) for c in watch.calls] == [("torch.compile", "reduce-overhead", True)]
     assert knobs.via() == {"compile": "the script's torch.compile(...) call"}
     assert knobs.maybe_compile(net) is False, "the knob's own wrapping is skipped: no second compile"
@@ -231,18 +270,25 @@ def test_compile_off_leaves_the_scripts_model_eager(compile_calls) -> None:
 def test_the_knob_reaches_a_decorator_and_module_compile_but_not_library_calls(compile_calls) -> None:
     _knobs, watch = _watched(["compile=default"], library=(os.path.dirname(torch.__file__),))
     try:
+
         @torch.compile(mode="reduce-overhead", fullgraph=True)
         def step(x):
             return x * 2
 
         lib_net = nn.Linear(2, 2)
         # a call whose direct caller is library code (here torch's own file) is not the script's
-        lib_call = compile("result = torch.compile(net, mode='max-autotune')", os.path.join(os.path.dirname(torch.__file__), "fake_lib.py"), "exec")
+        lib_call = compile(
+            "result = torch.compile(net, mode='max-autotune')",
+            os.path.join(os.path.dirname(torch.__file__), "fake_lib.py"),
+            "exec",
+        )
         namespace = {"torch": torch, "net": lib_net}
         exec(lib_call, namespace)
     finally:
         watch.remove()
-    assert compile_calls[0] == {"model": step, "fullgraph": True}, "the decorator's own mode is replaced by the knob's (default)"
+    assert compile_calls[0] == {"model": step, "fullgraph": True}, (
+        "the decorator's own mode is replaced by the knob's (default)"
+    )
     assert compile_calls[1] == {"model": lib_net, "mode": "max-autotune"}, "a library's call is left alone"
     assert [c["mode"] for c in watch.calls] == ["default", "max-autotune"]
 
@@ -254,8 +300,12 @@ def test_module_compile_gets_the_knobs_mode(compile_calls) -> None:
         net.compile(mode="default", backend="eager")  # Module.compile calls torch.compile inside
     finally:
         watch.remove()
-    assert [{k: v for k, v in c.items() if k != "model"} for c in compile_calls] == [{"backend": "eager", "mode": "reduce-overhead"}]
-    assert [(c["api"], c["mode"], c["backend"]) for c in watch.calls] == [("Module.compile", "reduce-overhead", "eager")]
+    assert [{k: v for k, v in c.items() if k != "model"} for c in compile_calls] == [
+        {"backend": "eager", "mode": "reduce-overhead"}
+    ]
+    assert [(c["api"], c["mode"], c["backend"]) for c in watch.calls] == [
+        ("Module.compile", "reduce-overhead", "eager")
+    ]
     assert knobs.via() == {"compile": "the script's Module.compile(...) call"}
 
 
@@ -270,7 +320,10 @@ def test_a_script_compiling_after_the_knobs_own_wrap_undoes_it(compile_calls) ->
     finally:
         watch.remove()
     assert "forward" not in vars(net), "the knob's own compiled forward is gone"
-    assert [c.get("mode") for c in compile_calls] == ["reduce-overhead", "reduce-overhead"]  # its wrap, then the script's
+    assert [c.get("mode") for c in compile_calls] == [
+        "reduce-overhead",
+        "reduce-overhead",
+    ]  # its wrap, then the script's
     assert knobs.via()["compile"] == "the script's torch.compile(...) call"
 
 
@@ -288,9 +341,33 @@ def test_the_compile_knob_takes_the_scripts_own_call_end_to_end(tmp_path: Path, 
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     script = REPO / "tests" / "frameworks" / "compiled_break.py"
     result = subprocess.run(
-        [sys.executable, "-m", "diagnose", "run", "--warmup", "2", "--steps", "2", "--timed-steps", "2", "-o", str(out), "--json",
-         "-q", "--set", knob, str(script), "--", "--backend", "eager"],
-        env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--warmup",
+            "2",
+            "--steps",
+            "2",
+            "--timed-steps",
+            "2",
+            "-o",
+            str(out),
+            "--json",
+            "-q",
+            "--set",
+            knob,
+            str(script),
+            "--",
+            "--backend",
+            "eager",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((out / "diagnose" / "run.json").read_text())
@@ -302,12 +379,19 @@ def test_the_compile_knob_takes_the_scripts_own_call_end_to_end(tmp_path: Path, 
 def test_launch002_names_its_verify_knob() -> None:
     """``diagnose verify`` tries a finding's knobs: LAUNCH002 (compiled, still launch-bound) is
     measured with the script's own compile call in mode reduce-overhead."""
+    from diagnose.analysis.symptoms import symptoms_from_values
     from diagnose.analysis.verdict.findings import diagnose_symptoms
     from diagnose.analysis.verdict.rules import load_rules
-    from diagnose.analysis.symptoms import symptoms_from_values
 
-    values = {"compile.enabled": 1, "compile.mode_reduce_overhead": 0, "exposed.launch_model": 0.45, "gpu.busy": 0.4,
-              "exposed.data_wait": 0.0, "gpu.kernels_per_step": 120, "gpu.median_kernel_us": 4.0}
+    values = {
+        "compile.enabled": 1,
+        "compile.mode_reduce_overhead": 0,
+        "exposed.launch_model": 0.45,
+        "gpu.busy": 0.4,
+        "exposed.data_wait": 0.0,
+        "gpu.kernels_per_step": 120,
+        "gpu.median_kernel_us": 4.0,
+    }
     findings = diagnose_symptoms(load_rules(), symptoms_from_values(values)).findings
     launch = next(f for f in findings if f.rule_id == "LAUNCH002")
     assert launch.knobs == {"compile": "reduce-overhead"}

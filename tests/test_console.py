@@ -73,7 +73,13 @@ def test_the_command_honours_no_color_and_columns_through_a_pipe() -> None:
     def report(**environ: str) -> str:
         env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS")}
         env.update(PYTHONPATH=str(REPO), **environ)
-        proc = subprocess.run([sys.executable, "-m", "diagnose", "report", str(DATA / "data_bound")], env=env, capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "diagnose", "report", str(DATA / "data_bound")],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return proc.stdout
 
     assert "\x1b[" in report(FORCE_COLOR="1") and "\x1b[" not in report(FORCE_COLOR="1", NO_COLOR="1")
@@ -84,7 +90,10 @@ def test_the_command_honours_no_color_and_columns_through_a_pipe() -> None:
 def test_kernel_names_are_cut_to_fit_a_terminal() -> None:
     from diagnose.renderers.terminal import KERNEL_NAME_CHARS, short_kernel_name
 
-    assert short_kernel_name("void cudnn::engines::nchwToNhwcKernel<__nv_bfloat16, float>(params)") == "cudnn::engines::nchwToNhwcKernel<…>"
+    assert (
+        short_kernel_name("void cudnn::engines::nchwToNhwcKernel<__nv_bfloat16, float>(params)")
+        == "cudnn::engines::nchwToNhwcKernel<…>"
+    )
     assert short_kernel_name("ampere_sgemm_128x64_tn") == "ampere_sgemm_128x64_tn"
     mangled = "_ZN17cutlass" + "x" * 500
     assert len(short_kernel_name(mangled)) == KERNEL_NAME_CHARS and short_kernel_name(mangled).endswith("…")

@@ -39,10 +39,19 @@ def workers_basis(values: dict[str, float]) -> object:
 
 
 def test_workers_are_sized_by_physical_cores() -> None:
-    known = {"dataloader.num_workers": 0, "exposed.data_wait": 0.95, "phase.data_wait": 0.95, "gpu.present": 1, "cpu.count": 16}
+    known = {
+        "dataloader.num_workers": 0,
+        "exposed.data_wait": 0.95,
+        "phase.data_wait": 0.95,
+        "gpu.present": 1,
+        "cpu.count": 16,
+    }
     assert suggested_workers(known) == 15
     assert suggested_workers({**known, "cpu.cores": 8}) == 7
-    assert workers_basis({**known, "cpu.cores": 8}) == "16 CPUs on 8 physical cores: at most 7 workers beside the main process"
+    assert (
+        workers_basis({**known, "cpu.cores": 8})
+        == "16 CPUs on 8 physical cores: at most 7 workers beside the main process"
+    )
     assert workers_basis({**known, "cpu.cores": 16}) == "16 CPUs: at most 15 workers beside the main process"
 
 
@@ -52,4 +61,6 @@ def test_more_workers_counts_a_core_once() -> None:
     model = model_of(loader_steps())
     facts = {"dataloader.num_workers": 0, "cpu.count": 8}
     assert replay(more_workers(model, facts, num_workers=4)).window_us == 100.0
-    assert replay(more_workers(model, {**facts, "cpu.cores": 2}, num_workers=4)).window_us == 200.0  # two steps at the one worker's pace
+    assert (
+        replay(more_workers(model, {**facts, "cpu.cores": 2}, num_workers=4)).window_us == 200.0
+    )  # two steps at the one worker's pace

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from diagnose.analysis.verdict.findings import Finding, diagnose_symptoms, make_finding
-from diagnose.analysis.verdict.rules import Condition, Rule, load_rules, names_in
 from diagnose.analysis.symptoms import DEFINITIONS, symptoms_from_values
 from diagnose.analysis.symptoms.registry import Known
+from diagnose.analysis.verdict.findings import Finding, diagnose_symptoms, make_finding
+from diagnose.analysis.verdict.rules import Condition, Rule, load_rules, names_in
 from diagnose.errors import RuleError
 
 RULES = load_rules()
@@ -25,12 +25,26 @@ GPU_WORD = re.compile(r"\bGPU")
 
 #: symptoms a CPU-only run lacks although their functions do not take the ``gpu`` input: they
 #: read the CUDA caching allocator, the GPU peak table or torch's CUDA out-of-memory error
-CUDA_RECORD_SYMPTOMS = frozenset({
-    "memory.peak_reserved_share", "memory.peak_allocated_share", "memory.capacity_gb", "memory.largest_batch",
-    "flops.mfu", "flops.peak_tflops", "gpu.compute_capability", "memory.oom",
-    "oom.allocated_gb", "oom.requested_gb", "oom.activations_gb", "oom.parameters_gb", "oom.gradients_gb",
-    "oom.optimizer_gb", "oom.largest", "oom.changes",
-})
+CUDA_RECORD_SYMPTOMS = frozenset(
+    {
+        "memory.peak_reserved_share",
+        "memory.peak_allocated_share",
+        "memory.capacity_gb",
+        "memory.largest_batch",
+        "flops.mfu",
+        "flops.peak_tflops",
+        "gpu.compute_capability",
+        "memory.oom",
+        "oom.allocated_gb",
+        "oom.requested_gb",
+        "oom.activations_gb",
+        "oom.parameters_gb",
+        "oom.gradients_gb",
+        "oom.optimizer_gb",
+        "oom.largest",
+        "oom.changes",
+    }
+)
 #: computed from the GPU's kernels and activity only
 GPU_INPUT_SYMPTOMS = frozenset(d.name for d in DEFINITIONS if "gpu" in d.required)
 
@@ -77,7 +91,11 @@ def needs_a_gpu(condition: Condition) -> bool:
 
 def cannot_fire_on_a_cpu(rule: Rule) -> bool:
     blocked = any(c.text.replace(" ", "") == "gpu.present==0" for c in rule.none_of)
-    return blocked or any(needs_a_gpu(c) for c in rule.all_of) or (bool(rule.any_of) and all(needs_a_gpu(c) for c in rule.any_of))
+    return (
+        blocked
+        or any(needs_a_gpu(c) for c in rule.all_of)
+        or (bool(rule.any_of) and all(needs_a_gpu(c) for c in rule.any_of))
+    )
 
 
 def gpu_words(rule: Rule, values: dict[str, float]) -> list[str]:
@@ -131,7 +149,14 @@ def test_a_gpu_run_keeps_the_gpu_words() -> None:
 
 def test_the_verdict_of_a_cpu_run_names_no_gpu() -> None:
     rule = next(r for r in RULES if r.id == "DATA001")
-    values = {"gpu.present": 0, "exposed.data_wait": 0.5, "phase.data_wait": 0.5, "dataloader.num_workers": 0, "cpu.count": 16, "suggest.num_workers": 4}
+    values = {
+        "gpu.present": 0,
+        "exposed.data_wait": 0.5,
+        "phase.data_wait": 0.5,
+        "dataloader.num_workers": 0,
+        "cpu.count": 16,
+        "suggest.num_workers": 4,
+    }
     diagnosis = diagnose_symptoms([rule], symptoms_from_values(values))
     assert diagnosis.findings and not GPU_WORD.search(diagnosis.findings[0].title)
 
@@ -142,12 +167,16 @@ class BadCpuWords:
     message: str
 
 
-@pytest.mark.parametrize("case", [
-    BadCpuWords('[on_cpu]\nheadline = "x"', "unknown key 'headline'"),
-    BadCpuWords('[on_cpu]\nsays = ""', "on_cpu.says must be a non-empty string"),
-    BadCpuWords('[on_cpu]\nsays = "{exposed.dat_wait:%}"', "unknown symptom 'exposed.dat_wait'"),
-    BadCpuWords('on_cpu = "CPU words"', "on_cpu must be a table"),
-], ids=lambda c: c.message)
+@pytest.mark.parametrize(
+    "case",
+    [
+        BadCpuWords('[on_cpu]\nheadline = "x"', "unknown key 'headline'"),
+        BadCpuWords('[on_cpu]\nsays = ""', "on_cpu.says must be a non-empty string"),
+        BadCpuWords('[on_cpu]\nsays = "{exposed.dat_wait:%}"', "unknown symptom 'exposed.dat_wait'"),
+        BadCpuWords('on_cpu = "CPU words"', "on_cpu must be a table"),
+    ],
+    ids=lambda c: c.message,
+)
 def test_on_cpu_texts_are_checked_at_load(tmp_path, case: BadCpuWords) -> None:
     path = tmp_path / "X001.toml"
     path.write_text(
@@ -179,8 +208,14 @@ def preprocess_finding(values: dict[str, float]) -> tuple[Finding, dict[str, flo
     return make_finding(rule, symptoms), known
 
 
-SLOW_MAIN_THREAD = {"exposed.other_not_sync": 0.6, "exposed.host_other": 0.6, "phase.other": 0.6, "phase.data_wait": 0.05,
-                    "exposed.data_wait": 0.05, "dataloader.num_workers": 0}
+SLOW_MAIN_THREAD = {
+    "exposed.other_not_sync": 0.6,
+    "exposed.host_other": 0.6,
+    "phase.other": 0.6,
+    "phase.data_wait": 0.05,
+    "exposed.data_wait": 0.05,
+    "dataloader.num_workers": 0,
+}
 
 
 @pytest.mark.parametrize("gpu_present", [0, 1])
@@ -192,13 +227,23 @@ def test_data004_suggests_no_more_workers_than_a_2_cpu_machine_has(gpu_present: 
 
 
 def test_data004_suggestion_grows_with_the_cpus_and_the_work_to_move() -> None:
-    _, light = preprocess_finding({**SLOW_MAIN_THREAD, "phase.other": 0.25, "exposed.other_not_sync": 0.25, "cpu.count": 64, "gpu.present": 1})
+    _, light = preprocess_finding(
+        {**SLOW_MAIN_THREAD, "phase.other": 0.25, "exposed.other_not_sync": 0.25, "cpu.count": 64, "gpu.present": 1}
+    )
     _, heavy = preprocess_finding({**SLOW_MAIN_THREAD, "cpu.count": 64, "gpu.present": 1})
     # (0.05 + 0.25) / 0.7 -> 1, +1 spare; (0.05 + 0.6) / 0.35 -> 2, +1 spare
     assert (light["suggest.preprocess_workers"], heavy["suggest.preprocess_workers"]) == (2, 3)
     # the workers' measured cost per batch replaces the estimate: 30 ms a batch against a 10 ms step
-    _, measured = preprocess_finding({**SLOW_MAIN_THREAD, "dataloader.num_workers": 2, "workers.cpu_per_batch_ms": 30.0,
-                                      "step.time_ms": 10.0, "cpu.count": 64, "gpu.present": 1})
+    _, measured = preprocess_finding(
+        {
+            **SLOW_MAIN_THREAD,
+            "dataloader.num_workers": 2,
+            "workers.cpu_per_batch_ms": 30.0,
+            "step.time_ms": 10.0,
+            "cpu.count": 64,
+            "gpu.present": 1,
+        }
+    )
     assert measured["suggest.preprocess_workers"] == math.ceil((3.0 + 0.6) / 0.35) + 1
 
 

@@ -16,11 +16,11 @@ import pytest
 
 from diagnose.analysis.measure.breakdown import compute_breakdown
 from diagnose.analysis.measure.collectives import collective_times
-from diagnose.analysis.verdict.findings import diagnose_symptoms
 from diagnose.analysis.measure.ranks import RankSet, summarize_rank
-from diagnose.analysis.verdict.rules import load_rules
 from diagnose.analysis.symptoms import compute_symptoms
 from diagnose.analysis.trace.timeline import build_timeline
+from diagnose.analysis.verdict.findings import diagnose_symptoms
+from diagnose.analysis.verdict.rules import load_rules
 from diagnose.record import ModelInfo, RunRecord
 from tests.tracebuilder import AUTOGRAD, FP32_GEMM, NCCL_ALLREDUCE, TraceBuilder
 
@@ -28,7 +28,19 @@ RULES = load_rules()
 #: 100 MiB of fp32 gradients in one DDP bucket (bucket_cap_mb=10000): DIST008 would advise 25 MiB
 #: buckets, four of them, the last (a quarter of the bytes) exposed whatever its size
 RECORD = RunRecord(
-    models=[ModelInfo("DistributedDataParallel", 26_214_400, "float32", 0, False, False, False, True, {"kind": "DDP", "bucket_cap_mb": 10000.0})],
+    models=[
+        ModelInfo(
+            "DistributedDataParallel",
+            26_214_400,
+            "float32",
+            0,
+            False,
+            False,
+            False,
+            True,
+            {"kind": "DDP", "bucket_cap_mb": 10000.0},
+        )
+    ],
     distributed={"backend": "nccl", "cuda_available": True},
 )
 
@@ -95,19 +107,42 @@ class Case:
 CASES = [
     # hideable: min(0.15 exposed x (1 - 25/100 MiB in the last bucket), 0.4 backward compute) = 0.1125;
     # the GPU idles for the host's code 0-50 and 350-400 (the 45 us after the sync are the sync's)
-    Case("GPU-bound: the all-reduce alone after 400 us of backward kernels", _gpu_bound(), {
-        "dist.all_reduce_exposed": 0.15, "exposed.gpu_backward": 0.4, "dist.all_reduce_hideable": 0.1125,
-        "dist.gpu_idle_for_host": 0.1, "dist.bucket_mb_to_overlap": 25.0, "model.gradient_mib": 100.0,
-    }, 1 / (1 - 0.1125)),
+    Case(
+        "GPU-bound: the all-reduce alone after 400 us of backward kernels",
+        _gpu_bound(),
+        {
+            "dist.all_reduce_exposed": 0.15,
+            "exposed.gpu_backward": 0.4,
+            "dist.all_reduce_hideable": 0.1125,
+            "dist.gpu_idle_for_host": 0.1,
+            "dist.bucket_mb_to_overlap": 25.0,
+            "model.gradient_mib": 100.0,
+        },
+        1 / (1 - 0.1125),
+    ),
     # the old bound, min(0.17, the host's backward phase 0.38), said 1.20x
-    Case("host-bound (2 H100s: 0.82x measured): 50 us of backward kernels", _host_bound(), {
-        "dist.all_reduce_exposed": 0.17, "exposed.gpu_backward": 0.05, "dist.all_reduce_hideable": 0.05,
-        "dist.gpu_idle_for_host": 0.74,
-    }, None),
-    Case("host-bound with a long backward: silent on the host's 55.5% alone", _host_bound_long_backward(), {
-        "dist.all_reduce_exposed": 0.2, "exposed.gpu_backward": 0.22, "dist.all_reduce_hideable": 0.15,
-        "dist.gpu_idle_for_host": 0.555,
-    }, None),
+    Case(
+        "host-bound (2 H100s: 0.82x measured): 50 us of backward kernels",
+        _host_bound(),
+        {
+            "dist.all_reduce_exposed": 0.17,
+            "exposed.gpu_backward": 0.05,
+            "dist.all_reduce_hideable": 0.05,
+            "dist.gpu_idle_for_host": 0.74,
+        },
+        None,
+    ),
+    Case(
+        "host-bound with a long backward: silent on the host's 55.5% alone",
+        _host_bound_long_backward(),
+        {
+            "dist.all_reduce_exposed": 0.2,
+            "exposed.gpu_backward": 0.22,
+            "dist.all_reduce_hideable": 0.15,
+            "dist.gpu_idle_for_host": 0.555,
+        },
+        None,
+    ),
 ]
 
 
@@ -134,7 +169,13 @@ def test_a_host_bound_rank_gets_no_fsdp_prefetch_or_reduce_scatter_advice() -> N
     rules = [r for r in RULES if r.id in ("DIST006", "DIST007")]
     from diagnose.analysis.symptoms import symptoms_from_values
 
-    base = {"dist.world_size": 2, "dist.all_gather_exposed": 0.14, "dist.reduce_scatter_exposed": 0.12, "exposed.communication_own": 0.26, "fsdp.prefetch_set": 0}
+    base = {
+        "dist.world_size": 2,
+        "dist.all_gather_exposed": 0.14,
+        "dist.reduce_scatter_exposed": 0.12,
+        "exposed.communication_own": 0.26,
+        "fsdp.prefetch_set": 0,
+    }
     host_bound = diagnose_symptoms(rules, symptoms_from_values({**base, "dist.gpu_idle_for_host": 0.7}))
     gpu_bound = diagnose_symptoms(rules, symptoms_from_values({**base, "dist.gpu_idle_for_host": 0.1}))
     cpu_run = diagnose_symptoms(rules, symptoms_from_values(base))  # gloo: the guard is a GPU's

@@ -35,8 +35,11 @@ def test_each_experiment_meets_in_its_own_rendezvous() -> None:
 
 
 def test_a_job_is_compared_by_its_samples_per_s_not_its_lead_ranks() -> None:
-    report = {"status": {"state": "stopped"}, "throughput": {"steady": {"steps_per_s": 10.0, "samples_per_s": 160.0}},
-              "distributed": {"job_samples_per_s": 330.0}}
+    report = {
+        "status": {"state": "stopped"},
+        "throughput": {"steady": {"steps_per_s": 10.0, "samples_per_s": 160.0}},
+        "distributed": {"job_samples_per_s": 330.0},
+    }
     outcome = outcome_from_report(Spec("baseline"), report, Path("/nowhere"), 0)
     assert outcome.status == "ok" and outcome.samples_per_s == 330.0 and outcome.steps_per_s == 10.0
 
@@ -58,8 +61,25 @@ def _env() -> dict[str, str]:
 
 @pytest.mark.slow
 def test_sweep_under_torchrun_applies_the_ddp_knob_on_every_rank_and_compares_the_jobs(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "diagnose", "sweep", "--nproc-per-node", "2", *WINDOW, "--set", "bucket_cap_mb=1,10000", "--json",
-           "--out", "sw", BUCKETS, "--", "--small", "--steps", "40"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "sweep",
+        "--nproc-per-node",
+        "2",
+        *WINDOW,
+        "--set",
+        "bucket_cap_mb=1,10000",
+        "--json",
+        "--out",
+        "sw",
+        BUCKETS,
+        "--",
+        "--small",
+        "--steps",
+        "40",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=500, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout)["experiments"]["rows"]
@@ -106,10 +126,36 @@ def test_two_torchrun_nodes_with_a_c10d_rendezvous_are_diagnosed_as_one_job(tmp_
     shared = tmp_path / "shared"
 
     def node(rank: int) -> subprocess.Popen[str]:
-        cmd = [sys.executable, "-m", "diagnose", "run", "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(rank),
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes", *WINDOW, "--json",
-               "--out", str(shared), STRAGGLER, "--", "--small", "--steps", "60"]
-        return subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--nproc-per-node",
+            "1",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "two-nodes",
+            *WINDOW,
+            "--json",
+            "--out",
+            str(shared),
+            STRAGGLER,
+            "--",
+            "--small",
+            "--steps",
+            "60",
+        ]
+        return subprocess.Popen(
+            cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     outputs = _both([node(0), node(1)], timeout=400)
     report = RunDir(shared).load_report().to_dict()
@@ -125,12 +171,21 @@ def test_two_torchrun_nodes_with_a_c10d_rendezvous_are_diagnosed_as_one_job(tmp_
 def test_verify_tries_the_named_rules_finding_wherever_it_ranks() -> None:
     from diagnose.experiments import Baseline, VerifyResult, candidates_from_report, summarize_verify
 
-    report = {"findings": [{"rule": "LAUNCH001", "knobs": {"compile": "default"}}, {"rule": "DIST002", "knobs": {}},
-                           {"rule": "DIST008", "knobs": {"bucket_cap_mb": "4"}}]}
+    report = {
+        "findings": [
+            {"rule": "LAUNCH001", "knobs": {"compile": "default"}},
+            {"rule": "DIST002", "knobs": {}},
+            {"rule": "DIST008", "knobs": {"bucket_cap_mb": "4"}},
+        ]
+    }
     assert [s.rule for s in candidates_from_report(report, top=1)] == ["LAUNCH001"]
-    assert [(s.rule, s.knobs) for s in candidates_from_report(report, top=1, rules=["DIST008"])] == [("DIST008", {"bucket_cap_mb": "4"})]
+    assert [(s.rule, s.knobs) for s in candidates_from_report(report, top=1, rules=["DIST008"])] == [
+        ("DIST008", {"bucket_cap_mb": "4"})
+    ]
     result = VerifyResult(Baseline([], True), [], None, [], not_fired=["DIST009"])
-    assert summarize_verify(result, report)["conclusions"] == ["DIST009 did not fire on the baseline: nothing of it to try"]
+    assert summarize_verify(result, report)["conclusions"] == [
+        "DIST009 did not fire on the baseline: nothing of it to try"
+    ]
 
 
 @pytest.mark.slow
@@ -142,15 +197,43 @@ def test_a_sweep_on_two_simulated_nodes_measures_each_point_as_one_job(tmp_path:
     shared = tmp_path / "shared"
 
     def node() -> subprocess.Popen[str]:
-        cmd = [sys.executable, "-m", "diagnose", "sweep", "--nproc-per-node", "1", "--nnodes", "2", "--rdzv-backend", "c10d",
-               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "sweep", *WINDOW, "--set", "bucket_cap_mb=1,10000", "--json",
-               "--out", str(shared), BUCKETS, "--", "--small", "--steps", "40"]
-        return subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "sweep",
+            "--nproc-per-node",
+            "1",
+            "--nnodes",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "sweep",
+            *WINDOW,
+            "--set",
+            "bucket_cap_mb=1,10000",
+            "--json",
+            "--out",
+            str(shared),
+            BUCKETS,
+            "--",
+            "--small",
+            "--steps",
+            "40",
+        ]
+        return subprocess.Popen(
+            cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     tables = [json.loads(out)["experiments"]["rows"] for out, _ in _both([node(), node()], timeout=600)]
     for rows in tables:
         assert [r["status"] for r in rows] == ["ok", "ok"]
-    assert [r["steps_per_s"] for r in tables[0]] == [r["steps_per_s"] for r in tables[1]]  # one job per point, read alike
+    assert [r["steps_per_s"] for r in tables[0]] == [
+        r["steps_per_s"] for r in tables[1]
+    ]  # one job per point, read alike
     for row in tables[0]:
         report = RunDir(Path(row["run_dir"])).load_report().to_dict()
         assert report["distributed"]["world_size"] == 2

@@ -75,7 +75,9 @@ def test_fully_shard_takes_reshard_mixed_precision_and_a_prefetch_chain(group: N
     policy = states[0]._mp_policy
     assert policy.reduce_dtype == torch.bfloat16 and policy.param_dtype == torch.float32  # the script's own field kept
     assert states[0]._fsdp_param_group.post_forward_mesh_info is None  # not resharded after forward
-    assert knobs.via()["reduce_dtype"].startswith("fully_shard(reshard_after_forward=False, mp_policy=MixedPrecisionPolicy(reduce_dtype=bf16)")
+    assert knobs.via()["reduce_dtype"].startswith(
+        "fully_shard(reshard_after_forward=False, mp_policy=MixedPrecisionPolicy(reduce_dtype=bf16)"
+    )
     assert fsdp.fully_shard is original  # removed
 
 
@@ -127,8 +129,26 @@ def test_diagnose_knobs_lists_every_distributed_knob() -> None:
     from tests.conftest import REPO
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "diagnose", "knobs", "--json"], env=env, capture_output=True, text=True, timeout=60, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnose", "knobs", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     names = {k["name"] for k in json.loads(proc.stdout)}
-    wanted = {"bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "reshard_after_forward", "forward_prefetch", "backward_prefetch",
-              "param_dtype", "reduce_dtype", "backend", "nproc_per_node", "env.<NAME>"}
+    wanted = {
+        "bucket_cap_mb",
+        "gradient_as_bucket_view",
+        "static_graph",
+        "reshard_after_forward",
+        "forward_prefetch",
+        "backward_prefetch",
+        "param_dtype",
+        "reduce_dtype",
+        "backend",
+        "nproc_per_node",
+        "env.<NAME>",
+    }
     assert wanted <= names

@@ -18,8 +18,14 @@ SCRIPT = str(REPO / "benchmarks" / "dist_truth.py")
 
 def _truth(out: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, SCRIPT, "--out", str(out), "--cpu-smoke", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, SCRIPT, "--out", str(out), "--cpu-smoke", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_no_case_starts_without_the_time_it_needs(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.measure.ranks import RankSummary, straggler
+from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.distributed import RankInfo, rank_info, torchrun_command
 from diagnose.rundir import RunDir, shared_location
 from diagnose.session import analyze_run
@@ -37,7 +37,19 @@ def test_every_rank_agrees_on_the_run_directory() -> None:
 def test_torchrun_command() -> None:
     cmd = torchrun_command(2, Path("runs/x"), ["--quiet"], ["train.py", "--", "--lr", "1"])
     assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    assert cmd[5:] == ["-m", "diagnose", "run", "--rank-aware", "--out", "runs/x", "--quiet", "train.py", "--", "--lr", "1"]
+    assert cmd[5:] == [
+        "-m",
+        "diagnose",
+        "run",
+        "--rank-aware",
+        "--out",
+        "runs/x",
+        "--quiet",
+        "train.py",
+        "--",
+        "--lr",
+        "1",
+    ]
 
 
 def _summary(rank: int, wait: float, step: float = 10.0) -> RankSummary:
@@ -47,7 +59,12 @@ def _summary(rank: int, wait: float, step: float = 10.0) -> RankSummary:
 def test_straggler_is_the_rank_whose_data_wait_stands_out() -> None:
     result = straggler([_summary(0, 1.0), _summary(1, 6.0), _summary(2, 1.5), _summary(3, 1.0)])
     assert result == {
-        "rank": 1, "data_wait_ms": 6.0, "others_data_wait_ms": 1.0, "excess_ms": 5.0, "excess_share": 0.5, "median_step_ms": 10.0,
+        "rank": 1,
+        "data_wait_ms": 6.0,
+        "others_data_wait_ms": 1.0,
+        "excess_ms": 5.0,
+        "excess_share": 0.5,
+        "median_step_ms": 10.0,
     }
     assert straggler([_summary(0, 1.0)]) is None
 
@@ -138,7 +155,24 @@ EXAMPLE = str(REPO / "examples" / "ddp_straggler.py")
 
 @pytest.mark.slow
 def test_nproc_per_node_launches_through_torchrun_and_merges(tmp_path: Path) -> None:
-    proc = _run([sys.executable, "-m", "diagnose", "run", "--nproc-per-node", "2", *WINDOW, "--json", "--out", "run", EXAMPLE, "--", "--small"], tmp_path)
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--nproc-per-node",
+            "2",
+            *WINDOW,
+            "--json",
+            "--out",
+            "run",
+            EXAMPLE,
+            "--",
+            "--small",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["distributed"]["world_size"] == 2
@@ -158,7 +192,17 @@ def test_nproc_per_node_launches_through_torchrun_and_merges(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_torchrun_dash_m_diagnose_rank_aware(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "diagnose", "run", "--rank-aware"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "diagnose",
+        "run",
+        "--rank-aware",
+    ]
     proc = _run([*cmd, *WINDOW, "--json", "--out", "shared", EXAMPLE, "--", "--small"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     reports = [json.loads(line) for line in _json_objects(proc.stdout)]
@@ -179,7 +223,14 @@ def test_rank_aware_without_a_launcher_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "t.py").write_text("pass\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "SLURM_PROCID")}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run([sys.executable, "-m", "diagnose", "run", "--rank-aware", "t.py"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnose", "run", "--rank-aware", "t.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2 and "--rank-aware needs" in proc.stderr
 
 
@@ -190,7 +241,26 @@ def test_fsdp2_over_gloo_splits_all_gathers_from_reduce_scatters(tmp_path: Path)
     forward; the root's parameters stay gathered); 7 reduce-scatters, issued from the autograd
     thread, run as gloo all-reduces."""
     example = str(REPO / "examples" / "fsdp_exposed_comm.py")
-    proc = _run([sys.executable, "-m", "diagnose", "run", "--nproc-per-node", "2", *WINDOW, "--json", "--out", "run", example, "--", "--small", "--steps", "30"], tmp_path)
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--nproc-per-node",
+            "2",
+            *WINDOW,
+            "--json",
+            "--out",
+            "run",
+            example,
+            "--",
+            "--small",
+            "--steps",
+            "30",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     for row in report["distributed"]["ranks"]:

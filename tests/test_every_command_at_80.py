@@ -27,7 +27,15 @@ COMMANDS = ("run", "analyze", "report", "compare", "verify", "sweep", "trim", "k
 def diagnose(*args: str, cwd: Path, columns: int, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     env.update(PYTHONPATH=str(REPO), COLUMNS=str(columns))
-    return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def words(text: str) -> set[str]:
@@ -63,7 +71,10 @@ def test_help_at_80(command: str, folder: Path) -> None:
 def test_every_command_at_80(folder: Path) -> None:
     outputs: dict[str, tuple[subprocess.CompletedProcess[str], list[str]]] = {}
     # the commands that run the script: their full-width rendering is `report` of what they saved
-    outputs["run"] = (diagnose("run", *FAST, "--out", "r1", "train.py", "--", "--batch-size", "8", cwd=folder, columns=80), ["report", "r1", "--no-color"])
+    outputs["run"] = (
+        diagnose("run", *FAST, "--out", "r1", "train.py", "--", "--batch-size", "8", cwd=folder, columns=80),
+        ["report", "r1", "--no-color"],
+    )
     diagnose("run", *FAST, "--out", "r2", "train.py", "--", "--batch-size", "16", cwd=folder, columns=80)
     outputs["verify"] = (
         diagnose("verify", *FAST, "--top", "1", "--repeats", "1", "--out", "v", "train.py", cwd=folder, columns=80),

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import asdict
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from diagnose.errors import UsageError
 from diagnose.analysis.report import Report
+from diagnose.errors import UsageError
 from diagnose.experiments import (
     STATISTIC,
     Baseline,
@@ -27,11 +27,11 @@ from diagnose.experiments import (
     summarize_sweep,
     summarize_verify,
 )
-from diagnose.renderers import TerminalRenderer
-from diagnose.runtime.knobs import Knobs
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
+from diagnose.renderers import TerminalRenderer
 from diagnose.rundir import RunDir
+from diagnose.runtime.knobs import Knobs
 from diagnose.runtime.runner import resolve_target, run_target
 from tests.conftest import REPO
 
@@ -78,7 +78,9 @@ def test_one_baseline_run_spreads_by_its_steps_p10_p90() -> None:
 
 def test_repeats_spread_by_their_means_not_their_steps() -> None:
     # two runs whose means agree within ±1% however widely their own steps vary
-    baseline = Baseline([ok("b", 10.0, **steady(100.0, 50.0, 150.0)), ok("b", 10.2, **steady(98.0, 49.0, 147.0))], by_samples=False)
+    baseline = Baseline(
+        [ok("b", 10.0, **steady(100.0, 50.0, 150.0)), ok("b", 10.2, **steady(98.0, 49.0, 147.0))], by_samples=False
+    )
     assert (baseline.spread_from, baseline.spread) == ("repeats", pytest.approx(0.1 / 10.1))
     assert judge(ok("x", 10.1 * 1.05), baseline).verdict == "helped"
     # a failed repeat does not count: one run left, its steps' spread
@@ -89,7 +91,15 @@ def test_repeats_spread_by_their_means_not_their_steps() -> None:
 def test_outcomes_carry_the_reports_steady_mean_and_its_p10_p90(tmp_path: Path) -> None:
     report = {
         "status": {"state": "stopped"},
-        "throughput": {"steady": {"steps": 20, "steps_per_s": 10.0, "samples_per_s": 640.0, "median_step_ms": 95.0, **steady(100.0, 90.0, 130.0)}},
+        "throughput": {
+            "steady": {
+                "steps": 20,
+                "steps_per_s": 10.0,
+                "samples_per_s": 640.0,
+                "median_step_ms": 95.0,
+                **steady(100.0, 90.0, 130.0),
+            }
+        },
     }
     o = outcome_from_report(Spec("baseline"), report, tmp_path, 0)
     assert (o.status, o.steps_per_s, o.samples_per_s) == ("ok", 10.0, 640.0)
@@ -99,10 +109,14 @@ def test_outcomes_carry_the_reports_steady_mean_and_its_p10_p90(tmp_path: Path) 
 
 def test_verify_summary_names_its_statistic_and_its_spread() -> None:
     base = ok("baseline-1", 10.0, **steady(100.0, 90.0, 130.0))
-    tried = Outcome("DATA001", {"num_workers": "4"}, "ok", "", rule="DATA001", steps_per_s=11.0, **steady(91.0, 85.0, 97.0))
+    tried = Outcome(
+        "DATA001", {"num_workers": "4"}, "ok", "", rule="DATA001", steps_per_s=11.0, **steady(91.0, 85.0, 97.0)
+    )
     baseline = Baseline([base], by_samples=False)
     judge(tried, baseline)
-    summary = summarize_verify(VerifyResult(baseline, [tried], None, []), {"findings": [{"rule": "DATA001", "gain_bound": 1.5}]})
+    summary = summarize_verify(
+        VerifyResult(baseline, [tried], None, []), {"findings": [{"rule": "DATA001", "gain_bound": 1.5}]}
+    )
     assert summary["statistic"] == STATISTIC == "mean of the timed steps with the profiler off, and their p10-p90"
     assert (summary["baseline_spread"], summary["baseline_spread_from"]) == (0.2, "steps")
     assert summary["conclusions"][0] == (
@@ -115,7 +129,10 @@ def test_verify_summary_names_its_statistic_and_its_spread() -> None:
     text = " ".join(TerminalRenderer(color=False, width=200).render(Report.from_dict({"experiments": summary})).split())
     assert f"What each recommendation really buys: {STATISTIC}" in text
     assert "mean steps/s" in text and "mean step ms (p10-p90)" in text and "91.0 (85.0-97.0)" in text
-    assert "baseline spread: ±20.0% (one baseline run: half the p10-p90 range of its timed steps; changes inside it count as no effect)" in text
+    assert (
+        "baseline spread: ±20.0% (one baseline run: half the p10-p90 range of its timed steps; changes inside it count as no effect)"
+        in text
+    )
 
 
 def test_samples_per_second_is_compared_when_every_run_has_it() -> None:
@@ -174,7 +191,9 @@ def test_sweep_over_compile_reports_compile_time_and_break_even() -> None:
     outcomes = [
         Outcome("compile=none", {"arg.compile": "none"}, "ok", "", steps_per_s=2.0, mean_step_ms=500.0, startup_s=20.0),
         Outcome("compile=flag", {"arg.compile": "flag"}, "ok", "", steps_per_s=2.5, mean_step_ms=400.0, startup_s=95.0),
-        Outcome("compile=slow", {"compile": "max-autotune"}, "ok", "", steps_per_s=1.9, mean_step_ms=520.0, startup_s=30.0),
+        Outcome(
+            "compile=slow", {"compile": "max-autotune"}, "ok", "", steps_per_s=1.9, mean_step_ms=520.0, startup_s=30.0
+        ),
     ]
     summary = summarize_sweep(["arg.compile"], outcomes)
     rows = summary["rows"]
@@ -182,8 +201,13 @@ def test_sweep_over_compile_reports_compile_time_and_break_even() -> None:
     # 75 s more to start, 100 ms saved per step: paid back after 750 steps
     assert rows[1]["compile"] == {"compile_s": 75.0, "break_even_steps": 750}
     assert rows[2]["compile"] == {"compile_s": 10.0}  # slower steps never pay it back
-    assert "compile=flag: compiling took 75.0 s more than compile=none and pays for itself after 750 steps" in summary["conclusions"]
-    assert "compile=slow: compiling took 10.0 s more than compile=none and never pays for itself" in summary["conclusions"]
+    assert (
+        "compile=flag: compiling took 75.0 s more than compile=none and pays for itself after 750 steps"
+        in summary["conclusions"]
+    )
+    assert (
+        "compile=slow: compiling took 10.0 s more than compile=none and never pays for itself" in summary["conclusions"]
+    )
     assert summary["conclusions"][0].startswith("best: compile=flag")
 
 
@@ -194,7 +218,13 @@ def _run(write_script, body: str, knobs: list[str], tmp_path: Path):
     script = write_script(body)
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)
-    return run_target(resolve_target(str(script), None, []), SMALL, RunDir(run_dir), knobs=Knobs.parse(knobs), progress=Progress(enabled=False))
+    return run_target(
+        resolve_target(str(script), None, []),
+        SMALL,
+        RunDir(run_dir),
+        knobs=Knobs.parse(knobs),
+        progress=Progress(enabled=False),
+    )
 
 
 PROBE = """
@@ -371,7 +401,10 @@ def test_verify_cli_measures_the_top_recommendation(write_script, tmp_path: Path
     assert tried["rule"] == "TEST001" and tried["knobs"] == {"num_workers": "1"}
     assert tried["status"] == "ok" and tried["verdict"] in ("helped", "no effect", "slower")
     assert tried["speedup"] > 0 and tried["top_exposed"]["category"]
-    assert any(line.startswith("TEST001 (num_workers=1 via DataLoader(num_workers=...))") for line in experiments["conclusions"])
+    assert any(
+        line.startswith("TEST001 (num_workers=1 via DataLoader(num_workers=...))")
+        for line in experiments["conclusions"]
+    )
     assert (out / "diagnose" / "report.json").is_file() and (out / "baseline-1" / "diagnose" / "run.json").is_file()
     assert f"run directory: {out}" in proc.stderr
 
@@ -387,7 +420,9 @@ def test_one_baseline_run_uses_how_far_its_mean_moves_not_how_its_steps_differ()
     # blocks of 2, 2 and 2 steps: means 10, 20 and 30 ms around a mean of 20 ms
     assert mean_spread([0.010, 0.010, 0.020, 0.020, 0.030, 0.030]) == pytest.approx(0.5)
     assert mean_spread([0.01] * 5) is None  # under two steps a block
-    one = Baseline([ok("b", 18.5, mean_step_ms=54.0, p10_step_ms=6.0, p90_step_ms=102.0, mean_spread=0.03)], by_samples=False)
+    one = Baseline(
+        [ok("b", 18.5, mean_step_ms=54.0, p10_step_ms=6.0, p90_step_ms=102.0, mean_spread=0.03)], by_samples=False
+    )
     assert (one.spread_from, one.spread) == ("blocks", 0.03)
     assert one.spread_words() == "half the range of the means of 3 blocks of the baseline's timed steps"
     assert judge(ok("x", 18.5 * 1.2), one).verdict == "helped"  # the p10-p90 (±89%) would say no effect
@@ -401,7 +436,10 @@ def test_verify_of_a_short_script_judges_every_run_by_its_profiled_window() -> N
     from diagnose.experiments import align_basis
 
     def point(label: str, steady: float | None, profiled: float) -> Outcome:
-        figures = {"steady": {"steps": 20, "steps_per_s": steady} if steady else None, "profiled": {"steps": 10, "steps_per_s": profiled}}
+        figures = {
+            "steady": {"steps": 20, "steps_per_s": steady} if steady else None,
+            "profiled": {"steps": 10, "steps_per_s": profiled},
+        }
         return Outcome(label, {}, "ok", "", figures=figures)
 
     base, change = point("baseline", None, 10.0), point("DATA001", 30.0, 20.0)

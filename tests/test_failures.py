@@ -23,7 +23,15 @@ FAST = ["--warmup", "2", "--steps", "3", "--max-steps", "3", "--timed-steps", "3
 
 def diagnose(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def run_dir_of(tmp_path: Path) -> Path:
@@ -67,7 +75,9 @@ def test_bad_targets(tmp_path: Path, args: list[str], message: str) -> None:
 
 @pytest.mark.slow
 def test_exception_traceback_like_python_and_captured_steps_analysed(write_script, tmp_path: Path) -> None:
-    write_script(MLP_TRAIN.replace("opt.step()", "opt.step()\n        if epoch == 1: raise ValueError('boom at epoch 1')"))
+    write_script(
+        MLP_TRAIN.replace("opt.step()", "opt.step()\n        if epoch == 1: raise ValueError('boom at epoch 1')")
+    )
     proc = diagnose("run", *FAST, "train.py", "--", "--batch-size", "64", cwd=tmp_path)
     assert proc.returncode == 1
     tb = proc.stderr[proc.stderr.index("Traceback (most recent call last):") :]
@@ -82,7 +92,9 @@ def test_exception_traceback_like_python_and_captured_steps_analysed(write_scrip
 @pytest.mark.slow
 @pytest.mark.parametrize(("code", "exit_code", "state"), [("sys.exit(4)", 4, "exited"), ("os._exit(5)", 5, "exited")])
 def test_exit_and_hard_exit_mid_window(write_script, tmp_path: Path, code: str, exit_code: int, state: str) -> None:
-    body = MLP_TRAIN.replace("opt.step()", f"opt.step()\n        n = globals().setdefault('n', [0]); n[0] += 1\n        if n[0] == 5: {code}")
+    body = MLP_TRAIN.replace(
+        "opt.step()", f"opt.step()\n        n = globals().setdefault('n', [0]); n[0] += 1\n        if n[0] == 5: {code}"
+    )
     write_script("import os\n" + body)
     proc = diagnose("run", *FAST, "train.py", cwd=tmp_path)
     assert proc.returncode == exit_code
@@ -94,8 +106,12 @@ def test_exit_and_hard_exit_mid_window(write_script, tmp_path: Path, code: str, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "exit_code", "state"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
-def test_signals_mid_window_save_the_capture(write_script, tmp_path: Path, sig: int, exit_code: int, state: str) -> None:
+@pytest.mark.parametrize(
+    ("sig", "exit_code", "state"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_signals_mid_window_save_the_capture(
+    write_script, tmp_path: Path, sig: int, exit_code: int, state: str
+) -> None:
     # the script tells us (via a file) when it is inside the profiled window, then waits
     write_script(
         MLP_TRAIN.replace(
@@ -108,7 +124,11 @@ def test_signals_mid_window_save_the_capture(write_script, tmp_path: Path, sig: 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
         [sys.executable, "-m", "diagnose", "run", "--warmup", "2", "--steps", "50", "--quiet", "train.py"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 120
     while not (tmp_path / "in_window").exists() and time.time() < deadline:
@@ -176,8 +196,8 @@ def test_zero_steps_is_a_message_not_a_traceback(write_script, tmp_path: Path) -
 def test_eval_loop_between_train_steps(write_script, tmp_path: Path) -> None:
     write_script(
         MLP_TRAIN.replace(
-            "    print(\"script finished\"",
-            "    print(\"script finished\"",
+            '    print("script finished"',
+            '    print("script finished"',
         ).replace(
             "        opt.step()\n",
             "        opt.step()\n    with torch.no_grad():\n        for x, y in DataLoader(ds, batch_size=64):\n            model(x)\n",
@@ -276,11 +296,21 @@ def test_the_profiler_guard_is_removed_after_the_run(tmp_path: Path) -> None:
     from diagnose.rundir import RunDir
     from diagnose.runtime.runner import Target, run_target
 
-    watched = [(profile, "start"), (profile, "stop"), (autograd_profiler.profile, "_prepare_trace"), (autograd_profiler.profile, "__exit__")]
+    watched = [
+        (profile, "start"),
+        (profile, "stop"),
+        (autograd_profiler.profile, "_prepare_trace"),
+        (autograd_profiler.profile, "__exit__"),
+    ]
     before = [owner.__dict__[name] for owner, name in watched]
     script = tmp_path / "train.py"
     script.write_text(OWN_PROFILER_TRAIN + OWN_PROFILERS["mid-run"][0])
-    record = run_target(Target("script", str(script)), WindowPlan(warmup=2, steps=3, timed=3), RunDir.create(tmp_path / "run"), progress=Progress(enabled=False))
+    record = run_target(
+        Target("script", str(script)),
+        WindowPlan(warmup=2, steps=3, timed=3),
+        RunDir.create(tmp_path / "run"),
+        progress=Progress(enabled=False),
+    )
     assert record.status == "stopped" and record.profiled_steps == 1
     assert [owner.__dict__[name] for owner, name in watched] == before
 
@@ -385,7 +415,9 @@ def test_malformed_rule_file_names_file_and_line(write_script, tmp_path: Path) -
     write_script(MLP_TRAIN)
     rules = tmp_path / "rules"
     rules.mkdir()
-    (rules / "BAD001.toml").write_text('id = "BAD001"\ntitle = "t"\nsays = "s"\ndo = "d"\nwhy = "w"\n[when]\nall = ["gpu.bussy < 1"]\n')
+    (rules / "BAD001.toml").write_text(
+        'id = "BAD001"\ntitle = "t"\nsays = "s"\ndo = "d"\nwhy = "w"\n[when]\nall = ["gpu.bussy < 1"]\n'
+    )
     proc = diagnose("run", "--rules", str(rules), "train.py", cwd=tmp_path)
     assert proc.returncode == 2
     assert f"{rules / 'BAD001.toml'}:7: unknown symptom 'gpu.bussy'" in error_line(proc)

@@ -27,6 +27,7 @@ def test_an_in_process_run_puts_back_sig_dfl_for_sigterm(tmp_path: Path) -> None
 
     before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
+
         def ours(signum: int, frame: object) -> None:
             raise AssertionError("diagnose's handler")
 
@@ -108,18 +109,27 @@ class Run:
     """``python -m diagnose ARGS`` in ``cwd``, in a session of its own (its processes are found
     by session id afterwards); stdout and stderr go to files, so a signal test can watch them."""
 
-    def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None, preexec: object = None, stdout: str = ".stdout") -> None:
+    def __init__(
+        self, cwd: Path, *args: str, env: dict[str, str] | None = None, preexec: object = None, stdout: str = ".stdout"
+    ) -> None:
         self.cwd = cwd
         self.out, self.err = open(cwd / stdout, "w+"), open(cwd / ".stderr", "w+")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "diagnose", *args], cwd=cwd, stdout=self.out, stderr=self.err, start_new_session=True,
-            env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **(env or {})), preexec_fn=preexec,  # type: ignore[arg-type]
+            [sys.executable, "-m", "diagnose", *args],
+            cwd=cwd,
+            stdout=self.out,
+            stderr=self.err,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **(env or {})),
+            preexec_fn=preexec,  # type: ignore[arg-type]
         )
 
     def wait_for(self, path: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while not (self.cwd / path).exists():
-            assert self.proc.poll() is None, f"diagnose ended ({self.proc.returncode}) before {path}: {self.stderr[-2000:]}"
+            assert self.proc.poll() is None, (
+                f"diagnose ended ({self.proc.returncode}) before {path}: {self.stderr[-2000:]}"
+            )
             assert time.monotonic() < deadline, f"no {path} after {timeout} s"
             time.sleep(0.02)
 
@@ -146,7 +156,9 @@ class Run:
         return (self.cwd / ".stdout").read_text(errors="replace")
 
 
-def diagnose_run(cwd: Path, script: str, *options: str, timeout: float = 120, env: dict[str, str] | None = None) -> tuple[int, Run]:
+def diagnose_run(
+    cwd: Path, script: str, *options: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> tuple[int, Run]:
     """``diagnose run`` of ``script`` (written as train.py) into ``cwd/run``; its exit code."""
     (cwd / "train.py").write_text(script)
     run = Run(cwd, "run", *FAST, *options, "--out", "run", "train.py", env=env)
@@ -157,7 +169,9 @@ def saved_states(run_dir: Path) -> tuple[str | None, str | None]:
     """The status in run.json and report.json (None where the file is missing)."""
     own = run_dir / "diagnose"
     record = json.loads((own / "run.json").read_text())["status"] if (own / "run.json").is_file() else None
-    report = json.loads((own / "report.json").read_text())["status"]["state"] if (own / "report.json").is_file() else None
+    report = (
+        json.loads((own / "report.json").read_text())["status"]["state"] if (own / "report.json").is_file() else None
+    )
     return record, report
 
 
@@ -237,7 +251,9 @@ def test_a_full_disk_leaves_one_line_what_fits_and_no_temporary_file(tmp_path: P
         assert code == 0, run.stderr[-3000:]
         assert saved_states(disk / "run") == ("stopped", "stopped")
         warnings = json.loads((disk / "run/diagnose/report.json").read_text())["warnings"]
-        assert any("the trace could not be written (torch.profiler wrote no trace: is the disk full" in w for w in warnings), warnings
+        assert any(
+            "the trace could not be written (torch.profiler wrote no trace: is the disk full" in w for w in warnings
+        ), warnings
     else:  # nothing fits: one line that says so, exit 5
         assert code == 5, run.stderr[-3000:]
         (line,) = [x for x in run.stderr.splitlines() if x.startswith("diagnose: error:")]
@@ -255,7 +271,9 @@ def test_a_file_size_limit_keeps_the_record_and_blames_the_limit(tmp_path: Path)
     run = Run(tmp_path, "run", *FAST, "--out", "run", "train.py", preexec=limit)
     assert run.finish() == 0, run.stderr[-3000:]
     warnings = json.loads((tmp_path / "run/diagnose/report.json").read_text())["warnings"]
-    assert not any("FileNotFoundError" in w for w in warnings) and any("file-size limit" in w for w in warnings), warnings
+    assert not any("FileNotFoundError" in w for w in warnings) and any("file-size limit" in w for w in warnings), (
+        warnings
+    )
     assert saved_states(tmp_path / "run") == ("stopped", "stopped")
 
 
@@ -278,7 +296,9 @@ def _trace(folder: Path) -> Path:
     return path
 
 
-def test_analyze_of_a_read_only_run_directory_shows_the_report_and_says_it_was_not_saved(tmp_path: Path, mounted) -> None:
+def test_analyze_of_a_read_only_run_directory_shows_the_report_and_says_it_was_not_saved(
+    tmp_path: Path, mounted
+) -> None:
     source = tmp_path / "run"
     source.mkdir()
     (source / "run.json").write_text('{"trace_files": ["h_1.1.pt.trace.json"], "status": "stopped"}')
@@ -288,7 +308,10 @@ def test_analyze_of_a_read_only_run_directory_shows_the_report_and_says_it_was_n
     assert run.finish(60) == 5, run.stderr
     assert json.loads(run.stdout)["breakdown"]["steps"]  # shown all the same
     (line,) = [x for x in run.stderr.splitlines() if x.startswith("diagnose: error:")]
-    assert line.startswith("diagnose: error: the report above could not be saved: cannot write") and "Read-only file system" in line
+    assert (
+        line.startswith("diagnose: error: the report above could not be saved: cannot write")
+        and "Read-only file system" in line
+    )
 
 
 def test_analyze_html_onto_a_full_disk_leaves_no_temporary_file(tmp_path: Path, mounted) -> None:
@@ -305,15 +328,22 @@ def test_analyze_html_onto_a_full_disk_leaves_no_temporary_file(tmp_path: Path, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("fault", "code", "died_of"), [
-    ("import ctypes; ctypes.string_at(0)", 128 + signal.SIGSEGV, "died of SIGSEGV (segmentation fault)"),
-    ("import ctypes; ctypes.CDLL(None).exit(7)", 7, "ended with code 7 without returning to diagnose"),
-])
-def test_a_process_that_dies_without_a_word_still_leaves_what_was_measured(tmp_path: Path, fault: str, code: int, died_of: str) -> None:
+@pytest.mark.parametrize(
+    ("fault", "code", "died_of"),
+    [
+        ("import ctypes; ctypes.string_at(0)", 128 + signal.SIGSEGV, "died of SIGSEGV (segmentation fault)"),
+        ("import ctypes; ctypes.CDLL(None).exit(7)", 7, "ended with code 7 without returning to diagnose"),
+    ],
+)
+def test_a_process_that_dies_without_a_word_still_leaves_what_was_measured(
+    tmp_path: Path, fault: str, code: int, died_of: str
+) -> None:
     code_seen, run = diagnose_run(tmp_path, loop_with(f"import signal\nif n == 7:\n    {fault}"))
     assert code_seen == code, run.stderr[-3000:]
     (line,) = [x for x in run.stderr.splitlines() if x.startswith("diagnose: error:")]
-    assert line.startswith(f"diagnose: error: the script's process {died_of}") and line.endswith("what was measured until then is in the report")
+    assert line.startswith(f"diagnose: error: the script's process {died_of}") and line.endswith(
+        "what was measured until then is in the report"
+    )
     record = json.loads((tmp_path / "run/diagnose/run.json").read_text())
     report = json.loads((tmp_path / "run/diagnose/report.json").read_text())
     assert record["status"] == report["status"]["state"] == "crashed" and died_of in report["status"]["message"]
@@ -336,12 +366,16 @@ def test_a_segfault_inside_the_profiled_window_keeps_the_steps_and_says_how_to_g
     assert len(record["boundaries_s"]) == 5 and record["step_mode"] == "optimizer"  # steps 0-3 ended, step 4 begun
     assert report["status"]["message"].endswith("after 4 steps; 0 of the 3 planned steps were profiled")
     (lost,) = [w for w in report["warnings"] if "died during step" in w]
-    assert lost.startswith("the script's process died during step 4, inside the profiled window (steps 2-4): torch.profiler holds")
+    assert lost.startswith(
+        "the script's process died during step 4, inside the profiled window (steps 2-4): torch.profiler holds"
+    )
     assert "no trace was written: the script ended before the profiled window" not in report["warnings"]
     assert not any(w.startswith("no trace was written") for w in report["warnings"])
     suggested = re.search(r"diagnose run (--warmup \d+ --steps \d+ --max-steps \d+) \.\.\.", lost)
     assert suggested is not None and suggested.group(1) == "--warmup 2 --steps 2 --max-steps 2", lost
-    again = Run(tmp_path, "run", *suggested.group(1).split(), "--timed-steps", "3", "--quiet", "--out", "run2", "train.py")
+    again = Run(
+        tmp_path, "run", *suggested.group(1).split(), "--timed-steps", "3", "--quiet", "--out", "run2", "train.py"
+    )
     assert again.finish(120) == 128 + signal.SIGSEGV, again.stderr[-3000:]
     record = json.loads((tmp_path / "run2/diagnose/run.json").read_text())
     report = json.loads((tmp_path / "run2/diagnose/report.json").read_text())
@@ -354,10 +388,17 @@ def test_what_a_crash_in_the_window_loses_is_said_with_a_window_before_it() -> N
     def words(step: int, warmup: int, window_end: int) -> str:
         return Steps([0.0] * (step + 1), warmup, window_end, True, "optimizer").window_lost()
 
-    assert "during step 7, inside the profiled window (steps 5-9)" in words(7, 5, 10) and "--warmup 5 --steps 2 --max-steps 2" in words(7, 5, 10)
+    assert "during step 7, inside the profiled window (steps 5-9)" in words(
+        7, 5, 10
+    ) and "--warmup 5 --steps 2 --max-steps 2" in words(7, 5, 10)
     assert "during step 10, while the trace of the profiled window (steps 5-9) was being written" in words(10, 5, 10)
-    assert "--warmup 5 --steps 4 --max-steps 4" in words(10, 5, 10)  # a window as long would be written at step 10 again
-    assert "with fewer warm-up steps, where the script allows it: diagnose run --warmup 4 --steps 1 --max-steps 1" in words(5, 5, 10)
+    assert "--warmup 5 --steps 4 --max-steps 4" in words(
+        10, 5, 10
+    )  # a window as long would be written at step 10 again
+    assert (
+        "with fewer warm-up steps, where the script allows it: diagnose run --warmup 4 --steps 1 --max-steps 1"
+        in words(5, 5, 10)
+    )
     assert "Step 1 comes too soon for a window before it" in words(1, 1, 4)
     assert not Steps([0.0] * 3, 5, 10, True, None).in_window and not Steps([0.0] * 7, 5, 10, False, None).in_window
 
@@ -394,7 +435,10 @@ def test_an_exec_in_the_script_saves_the_report_first(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_thread_the_script_leaves_running_does_not_keep_diagnose(tmp_path: Path) -> None:
-    code, run = diagnose_run(tmp_path, "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), name='forever').start()\n" + LOOP)
+    code, run = diagnose_run(
+        tmp_path,
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), name='forever').start()\n" + LOOP,
+    )
     assert code == 0, run.stderr[-3000:]
     assert "the script left 1 thread(s) running (forever)" in run.stderr
     assert saved_states(tmp_path / "run") == ("stopped", "stopped")
@@ -428,7 +472,9 @@ if n == 3:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code", "words"), [(signal.SIGHUP, 129, "terminated (SIGHUP)")])  # SIGINT, SIGTERM: test_failures
+@pytest.mark.parametrize(
+    ("sig", "code", "words"), [(signal.SIGHUP, 129, "terminated (SIGHUP)")]
+)  # SIGINT, SIGTERM: test_failures
 def test_a_signal_in_the_window_keeps_the_report(tmp_path: Path, sig: int, code: int, words: str) -> None:
     (tmp_path / "train.py").write_text(loop_with("if n == 4:\n    open('in_window', 'w').close()\n    time.sleep(30)"))
     run = Run(tmp_path, "run", *FAST, "--out", "run", "train.py")
@@ -467,7 +513,9 @@ def diagnose_pid():
 
 #: the script's last act: a thread that signals diagnose once the run's record is final (the
 #: script has ended; the analysis and the report follow), as a user's Ctrl-C would then
-SIGNAL_WHILE_SAVING = DIAGNOSE_PID + """
+SIGNAL_WHILE_SAVING = (
+    DIAGNOSE_PID
+    + """
 import json, threading
 def signal_when_recorded(sig=SIG):
     deadline = time.time() + 60
@@ -481,22 +529,33 @@ def signal_when_recorded(sig=SIG):
     os.kill(diagnose_pid(), sig)  # the supervising diagnose passes it on
 threading.Thread(target=signal_when_recorded, daemon=True).start()
 """
+)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143)])  # SIGINT: test_a_ctrl_c_after_the_report_is_written_exits_130
-def test_a_signal_while_the_report_is_saved_keeps_it_and_says_so_in_the_exit_code(tmp_path: Path, sig: int, code: int) -> None:
-    script = LOOP.replace("for n in range(1, 400):", "for n in range(1, 16):") + SIGNAL_WHILE_SAVING.replace("SIG", str(int(sig)))
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGTERM, 143)]
+)  # SIGINT: test_a_ctrl_c_after_the_report_is_written_exits_130
+def test_a_signal_while_the_report_is_saved_keeps_it_and_says_so_in_the_exit_code(
+    tmp_path: Path, sig: int, code: int
+) -> None:
+    script = LOOP.replace("for n in range(1, 400):", "for n in range(1, 16):") + SIGNAL_WHILE_SAVING.replace(
+        "SIG", str(int(sig))
+    )
     code_seen, run = diagnose_run(tmp_path, script, "--no-stop")
     assert code_seen == code, run.stderr[-3000:]
     assert saved_states(tmp_path / "run") == ("completed", "completed")
-    assert "the report was saved first" in run.stderr or "as diagnose was exiting: its work was done" in run.stderr, run.stderr[-2000:]
+    assert "the report was saved first" in run.stderr or "as diagnose was exiting: its work was done" in run.stderr, (
+        run.stderr[-2000:]
+    )
 
 
 # --- 14. a binary file as the script ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content", [b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4, b"\x89PNG\r\n\x1a\n\xff\xfe\xfa" * 50])
+@pytest.mark.parametrize(
+    "content", [b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4, b"\x89PNG\r\n\x1a\n\xff\xfe\xfa" * 50]
+)
 def test_a_binary_file_as_the_script_is_said_to_be_binary(tmp_path: Path, content: bytes) -> None:
     from diagnose.errors import UsageError
     from diagnose.runtime.runner import resolve_target
@@ -532,7 +591,14 @@ def test_a_run_directory_another_process_holds_is_refused(tmp_path: Path) -> Non
         "except OutputError as exc:\n"
         "    print(exc.exit_code, exc.message)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.stdout.strip() == f"5 another diagnose run is writing into {tmp_path / 'out'}", done.stderr
 
 
@@ -541,7 +607,10 @@ def test_two_runs_into_one_new_out_at_once_never_both_succeed(tmp_path: Path) ->
     (tmp_path / "train.py").write_text(LOOP)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    runs = [Run(tmp_path / name, "run", *FAST, "--out", str(tmp_path / "shared"), str(tmp_path / "train.py")) for name in ("a", "b")]
+    runs = [
+        Run(tmp_path / name, "run", *FAST, "--out", str(tmp_path / "shared"), str(tmp_path / "train.py"))
+        for name in ("a", "b")
+    ]
     codes = sorted(run.finish() for run in runs)
     assert codes == [0, 5], [run.stderr[-1500:] for run in runs]
     loser = next(run for run in runs if run.proc.returncode == 5)
@@ -556,7 +625,25 @@ def test_two_runs_into_one_new_out_at_once_never_both_succeed(tmp_path: Path) ->
 def test_verify_timeout_stops_the_run_politely_and_everything_it_started(tmp_path: Path) -> None:
     script = "import subprocess\nsubprocess.Popen(['sleep', '600'])\n" + loop_with("if n == 4:\n    time.sleep(600)")
     (tmp_path / "train.py").write_text(script)
-    run = Run(tmp_path, "verify", "--repeats", "1", "--top", "1", "--warmup", "2", "--steps", "3", "--timed-steps", "3", "--timeout", "12", "--out", "v", "train.py")
+    run = Run(
+        tmp_path,
+        "verify",
+        "--repeats",
+        "1",
+        "--top",
+        "1",
+        "--warmup",
+        "2",
+        "--steps",
+        "3",
+        "--timed-steps",
+        "3",
+        "--timeout",
+        "12",
+        "--out",
+        "v",
+        "train.py",
+    )
     assert run.finish(150) == 1, run.stderr[-3000:]  # finish(): no sleep 600 left, in any session
     assert "timed out after 12 s" in run.stderr, run.stderr[-3000:]
     (baseline,) = [p for p in (tmp_path / "v").iterdir() if p.is_dir()]
@@ -583,7 +670,10 @@ def test_a_nested_profile_block_runs_unprofiled_and_the_outer_one_measures(tmp_p
 
     with diagnose.profile(out=tmp_path / "outer", warmup=1, steps=3, timed_steps=3, stop=stop) as outer:
         train(1)
-        with pytest.warns(RuntimeWarning, match="diagnose.profile inside a run diagnose is already profiling"), diagnose.profile(out=tmp_path / "inner", warmup=1, steps=2, stop=stop) as inner:
+        with (
+            pytest.warns(RuntimeWarning, match="diagnose.profile inside a run diagnose is already profiling"),
+            diagnose.profile(out=tmp_path / "inner", warmup=1, steps=2, stop=stop) as inner,
+        ):
             train(20)
         train(20)
     assert outer.record is not None and outer.record.status == ("stopped" if stop else "completed")
@@ -594,14 +684,20 @@ def test_a_nested_profile_block_runs_unprofiled_and_the_outer_one_measures(tmp_p
 # --- 20. values no run could use are refused before anything runs ----------------------------------
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["run", "--set", "batch_size=99999999999999999999", "train.py"], "knob batch_size takes at most 2,147,483,647, not 99999999999999999999"),
-    (["analyze", "--max-trace-gb", "nan", "t.json"], "--max-trace-gb takes a size in GB above 0, not nan"),
-    (["analyze", "--max-trace-gb", "inf", "t.json"], "--max-trace-gb takes a size in GB above 0, not inf"),
-    (["analyze", "--max-trace-gb", "-1", "t.json"], "--max-trace-gb takes a size in GB above 0, not -1.0"),
-    (["verify", "--set", "nosuch=1", "train.py"], "unknown knob 'nosuch'"),
-    (["sweep", "--set", "num_workers=0,1", "--with", "nosuch=1", "train.py"], "unknown knob 'nosuch'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["run", "--set", "batch_size=99999999999999999999", "train.py"],
+            "knob batch_size takes at most 2,147,483,647, not 99999999999999999999",
+        ),
+        (["analyze", "--max-trace-gb", "nan", "t.json"], "--max-trace-gb takes a size in GB above 0, not nan"),
+        (["analyze", "--max-trace-gb", "inf", "t.json"], "--max-trace-gb takes a size in GB above 0, not inf"),
+        (["analyze", "--max-trace-gb", "-1", "t.json"], "--max-trace-gb takes a size in GB above 0, not -1.0"),
+        (["verify", "--set", "nosuch=1", "train.py"], "unknown knob 'nosuch'"),
+        (["sweep", "--set", "num_workers=0,1", "--with", "nosuch=1", "train.py"], "unknown knob 'nosuch'"),
+    ],
+)
 def test_values_no_run_could_use_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "train.py").write_text(LOOP)
     _trace(tmp_path)
@@ -629,7 +725,10 @@ def test_a_report_to_a_full_device_is_one_line_and_kept(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(LOOP)
     run = Run(tmp_path, "run", *FAST, "--out", "run", "train.py", stdout="/dev/full")
     assert run.finish() == 5, run.stderr[-3000:]
-    assert "Traceback" not in run.stderr and "diagnose: error: cannot write the report to stdout (No space left on device)" in run.stderr
+    assert (
+        "Traceback" not in run.stderr
+        and "diagnose: error: cannot write the report to stdout (No space left on device)" in run.stderr
+    )
     assert saved_states(tmp_path / "run") == ("stopped", "stopped")
 
 
@@ -665,7 +764,15 @@ def test_memory_running_out_while_showing_a_saved_report_is_one_line(tmp_path: P
     (tmp_path / "train.py").write_text(LOOP)
     args = ["run", *FAST, "--out", "run", "train.py"]
     (tmp_path / "driver.py").write_text(OUT_OF_MEMORY.replace("WHERE", "'render'").replace("ARGS", repr(args)[1:-1]))
-    done = subprocess.run([sys.executable, "driver.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "driver.py"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "diagnose: error: memory ran out while showing the report" in done.stderr
     assert f"hint: it is saved: diagnose report {tmp_path / 'run'} shows it again" in done.stderr
@@ -675,7 +782,15 @@ def test_memory_running_out_while_showing_a_saved_report_is_one_line(tmp_path: P
 def test_memory_running_out_in_analyze_is_one_line_exit_4(tmp_path: Path) -> None:
     _trace(tmp_path)
     (tmp_path / "driver.py").write_text(OUT_OF_MEMORY.replace("WHERE", "'read'").replace("ARGS", "'analyze', 't.json'"))
-    done = subprocess.run([sys.executable, "driver.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "driver.py"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.splitlines()[0] == "diagnose: error: memory ran out"
 
@@ -696,7 +811,9 @@ def _recorded_run(folder: Path) -> Path:
 def _driver(folder: Path, template: str, where: str, *args: str) -> subprocess.CompletedProcess[str]:
     (folder / "driver.py").write_text(template.replace("WHERE", repr(where)).replace("ARGS", repr(list(args))[1:-1]))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "driver.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "driver.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_memory_running_out_while_writing_report_html_keeps_report_json(tmp_path: Path) -> None:
@@ -747,9 +864,13 @@ def test_analyze_under_an_address_space_limit_is_one_line_exit_4(tmp_path: Path,
     segment from shared object" (an import the limit broke) where docs/failures.md promises
     one line and exit 4."""
     trace = next((REPO / "tests" / "data" / "forloop_optimizer").glob("*.pt.trace.json.gz"))
-    (tmp_path / "driver.py").write_text(UNDER_A_LIMIT.replace("EXTRA", str(extra_mb << 20)).replace("ARGS", repr(["analyze", str(trace)])[1:-1]))
+    (tmp_path / "driver.py").write_text(
+        UNDER_A_LIMIT.replace("EXTRA", str(extra_mb << 20)).replace("ARGS", repr(["analyze", str(trace)])[1:-1])
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "driver.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "driver.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode in (0, 4) and "Traceback" not in done.stderr, done.stderr[-3000:]
     if done.returncode == 4:
         assert done.stderr.splitlines()[0] == "diagnose: error: memory ran out"
@@ -759,7 +880,12 @@ def test_analyze_under_an_address_space_limit_is_one_line_exit_4(tmp_path: Path,
 def test_a_ctrl_c_after_the_report_is_written_exits_130(tmp_path: Path) -> None:
     """Issue 37, 15: a Ctrl-C while the process tears down (the script's atexit functions, the
     interpreter's own teardown) ended it by the signal itself: -2, not 130."""
-    script = "import atexit, os, signal, time\n" + DIAGNOSE_PID + "atexit.register(lambda: (os.kill(diagnose_pid(), signal.SIGINT), time.sleep(1)))\n" + LOOP
+    script = (
+        "import atexit, os, signal, time\n"
+        + DIAGNOSE_PID
+        + "atexit.register(lambda: (os.kill(diagnose_pid(), signal.SIGINT), time.sleep(1)))\n"
+        + LOOP
+    )
     code, run = diagnose_run(tmp_path, script)
     assert code == 130, run.stderr[-3000:]
     assert saved_states(tmp_path / "run") == ("stopped", "stopped")
@@ -777,8 +903,26 @@ def test_a_test_that_hangs_on_a_child_fails_at_its_timeout(tmp_path: Path) -> No
     )
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "timeout=3", "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(tmp_path / "test_hang.py")],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "timeout=3",
+            "--rootdir",
+            str(REPO),
+            "-c",
+            str(REPO / "pyproject.toml"),
+            str(tmp_path / "test_hang.py"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 1, done.stdout[-2000:]
     assert "Timeout" in done.stdout and "1 failed" in done.stdout, done.stdout[-2000:]

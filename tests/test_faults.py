@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.analysis.verdict.findings import diagnose_symptoms
 from diagnose.analysis.verdict.rules import MAX_NESTING, ExprError, Rule, load_rule_file, parse_condition, parse_expr
-from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.errors import RuleError
 from tests.test_rules import VALID
 
@@ -24,8 +24,15 @@ def python_in(folder: Path, *args: str, timeout: float = 120) -> subprocess.Comp
     """``python *args`` in ``folder``, importing this checkout's diagnose; its output captured."""
     from tests.conftest import REPO
 
-    return subprocess.run([sys.executable, *args], cwd=folder, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=folder,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 # --- 3. rule files: checked fully at load time, and never fatal at run time ----------------------
@@ -73,7 +80,9 @@ def test_sane_format_specs_still_load(tmp_path: Path) -> None:
     assert load_rule_file(path).says.startswith("{gpu.busy:%}")
 
 
-@pytest.mark.parametrize(("text", "expected"), [("ceil(1 / 0)", math.inf), ("floor(0 / 0)", math.nan), ("ceil(-1 / 0)", -math.inf)])
+@pytest.mark.parametrize(
+    ("text", "expected"), [("ceil(1 / 0)", math.inf), ("floor(0 / 0)", math.nan), ("ceil(-1 / 0)", -math.inf)]
+)
 def test_rounding_passes_non_finite_values_through(text: str, expected: float) -> None:
     from diagnose.analysis.verdict.rules import evaluate
 
@@ -83,7 +92,11 @@ def test_rounding_passes_non_finite_values_through(text: str, expected: float) -
 
 def test_an_infinite_gain_is_an_unknown_bound_not_infx(tmp_path: Path) -> None:
     path = tmp_path / "MY001.toml"
-    path.write_text(VALID.replace('why = "w"', 'why = "w"\ngain = "ceil(1 / gpu.busy)"').replace('says = "s"', 'says = "up to {gain}"'))
+    path.write_text(
+        VALID.replace('why = "w"', 'why = "w"\ngain = "ceil(1 / gpu.busy)"').replace(
+            'says = "s"', 'says = "up to {gain}"'
+        )
+    )
     rule = load_rule_file(path)
     diagnosis = diagnose_symptoms([rule], symptoms_from_values({"gpu.busy": 0.0}))
     (finding,) = diagnosis.findings
@@ -170,7 +183,10 @@ def test_duplicated_events_are_counted_once_and_said(tmp_path: Path) -> None:
 def test_escape_sequences_in_trace_strings_never_reach_the_terminal(tmp_path: Path, color: bool) -> None:
     from diagnose.renderers import TerminalRenderer
 
-    hostile = [*STEPS, {"ph": "X", "cat": "\x1b[2Jquantum\x1b]0;pwned\x07", "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
+    hostile = [
+        *STEPS,
+        {"ph": "X", "cat": "\x1b[2Jquantum\x1b]0;pwned\x07", "name": "x", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+    ]
     text = TerminalRenderer(color=color).render(_analyse(tmp_path, hostile))
     assert "\\x1b[2Jquantum\\x1b]0;pwned\\x07" in text  # shown, written out
     assert "\x1b[2J" not in text and "\x1b]0" not in text and "\x07" not in text
@@ -207,7 +223,16 @@ def test_runs_started_at_the_same_instant_never_share_a_default_run_directory(tm
 
 KERNEL_STEP = [
     {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
-    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 30, "dur": 5, "args": {"correlation": 1, "stream": 7}},
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "k",
+        "pid": 0,
+        "tid": 7,
+        "ts": 30,
+        "dur": 5,
+        "args": {"correlation": 1, "stream": 7},
+    },
 ]
 
 
@@ -220,7 +245,10 @@ def _with(index: int, **fields: object) -> list[dict]:
 @pytest.mark.parametrize(
     ("events", "message"),
     [
-        (_with(1, args={"correlation": 1, "stream": [7]}), "event 1 (kernel 'k') has args.stream [7], not a number or a string"),
+        (
+            _with(1, args={"correlation": 1, "stream": [7]}),
+            "event 1 (kernel 'k') has args.stream [7], not a number or a string",
+        ),
         (_with(1, args=[1, 2]), "event 1 (kernel 'k') has args [1, 2], not an object"),
         (_with(1, args={"correlation": [1]}), "has args.correlation [1], not a number or a string"),
         (_with(1, name=None), "event 1 has name None, not a string"),
@@ -310,7 +338,6 @@ def test_analyze_of_a_run_directory_still_rewrites_its_report(tmp_path: Path) ->
 
 def test_ctrl_c_outside_the_script_prints_the_interrupted_line(tmp_path: Path) -> None:
 
-
     (tmp_path / "t.json").write_text(json.dumps({"traceEvents": STEPS}))
     code = (
         "import sys, diagnose.analysis.pipeline as p\n"
@@ -341,9 +368,13 @@ def test_a_stray_trace_is_not_analysed_when_the_record_names_none(tmp_path: Path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "exit_code", "state"), [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+@pytest.mark.parametrize(
+    ("sig", "exit_code", "state"), [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")]
+)
 @pytest.mark.parametrize("gap_s", [0.02, 0.1])
-def test_a_second_signal_soon_after_the_first_keeps_the_report(write_script, tmp_path: Path, sig: str, exit_code: int, state: str, gap_s: float) -> None:
+def test_a_second_signal_soon_after_the_first_keeps_the_report(
+    write_script, tmp_path: Path, sig: str, exit_code: int, state: str, gap_s: float
+) -> None:
     import os
     import signal
     import subprocess
@@ -362,8 +393,25 @@ def test_a_second_signal_soon_after_the_first_keeps_the_report(write_script, tmp
         )
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "diagnose", "run", "--warmup", "2", "--steps", "50", "--quiet", "--out", "run", "train.py"],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--warmup",
+            "2",
+            "--steps",
+            "50",
+            "--quiet",
+            "--out",
+            "run",
+            "train.py",
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 120
     while not (tmp_path / "in_window").exists() and time.time() < deadline:
@@ -403,7 +451,21 @@ def test_ctrl_c_inside_torchs_step_mark_still_stops_cleanly_with_the_report(writ
         "    return handle\n"
         "torch.ops.profiler._record_function_enter_new = cut\n" + MLP_TRAIN
     )
-    proc = python_in(tmp_path, "-m", "diagnose", "run", "--warmup", "2", "--steps", "20", "--quiet", "--out", "run", "train.py", timeout=300)
+    proc = python_in(
+        tmp_path,
+        "-m",
+        "diagnose",
+        "run",
+        "--warmup",
+        "2",
+        "--steps",
+        "20",
+        "--quiet",
+        "--out",
+        "run",
+        "train.py",
+        timeout=300,
+    )
     assert proc.returncode == 130, proc.stderr[-3000:]
     assert "finish failed" not in proc.stderr and "diagnose/" not in proc.stderr, proc.stderr[-3000:]
     from diagnose.rundir import RunDir
@@ -431,7 +493,6 @@ def test_a_signal_inside_a_deferred_call_is_delivered_when_it_returns() -> None:
 def test_a_step_mark_begun_but_never_stored_still_lets_the_profiler_stop(tmp_path: Path) -> None:
     """What a signal inside torch's step leaves: stop() fails on the mark before it stops
     anything, and the running profiler crashes the interpreter at exit (-11)."""
-
 
     code = (
         "import torch\n"
@@ -530,13 +591,17 @@ for i, x in enumerate(batches):
     run, report = saved(run_dir_of(tmp_path))
     assert run["status"] == report["status"]["state"] == "failed"
     assert "the dead worker's batch cannot be received" in report["status"]["message"]
-    assert any(re.search(r"torch reported: DataLoader worker \(pid \d+\) exited unexpectedly", w) for w in run["warnings"]), run["warnings"]
+    assert any(
+        re.search(r"torch reported: DataLoader worker \(pid \d+\) exited unexpectedly", w) for w in run["warnings"]
+    ), run["warnings"]
 
 
 # --- 7. out of memory while saving the trace -------------------------------------------------------
 
 
-def test_a_failed_compression_keeps_the_raw_trace_and_leaves_no_empty_gz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_compression_keeps_the_raw_trace_and_leaves_no_empty_gz(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from diagnose.progress import Progress
     from diagnose.record import WindowPlan
     from diagnose.rundir import RunDir
@@ -595,7 +660,9 @@ def test_analyze_never_picks_an_empty_trace_or_a_cut_short_gz(tmp_path: Path) ->
     assert run.trace_for(named_empty)[0] == raw  # the record's trace is empty: none of it is read
 
 
-def test_memory_running_out_in_the_analysis_still_leaves_a_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_running_out_in_the_analysis_still_leaves_a_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from diagnose import session
     from diagnose.analysis.pipeline import AnalysisOptions
     from diagnose.errors import TraceError
@@ -670,7 +737,9 @@ def test_every_event_duplicated_gives_the_same_corrected_shares_and_findings(tmp
 # --- issue 38, 16. characters that reorder or break lines are written out too -------------------------
 
 
-@pytest.mark.parametrize("hostile", ["\u202ereversed", "line\u2028break", "para\u2029graph", "iso\u2066late\u2069", "mark\u200f"])
+@pytest.mark.parametrize(
+    "hostile", ["\u202ereversed", "line\u2028break", "para\u2029graph", "iso\u2066late\u2069", "mark\u200f"]
+)
 def test_bidi_overrides_and_line_separators_never_reach_the_terminal(tmp_path: Path, hostile: str) -> None:
     from diagnose.renderers import TerminalRenderer
 
@@ -688,7 +757,9 @@ def test_json_nested_too_deep_inside_an_event_is_one_line(tmp_path: Path) -> Non
     from tests.test_failures import diagnose, error_line
 
     deep = {"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": 20, "dur": 5, "args": {}}
-    text = json.dumps({"traceEvents": [deep, *STEPS]}).replace('"args": {}', '"args": {"deep": ' + "[" * 1200 + "]" * 1200 + "}", 1)
+    text = json.dumps({"traceEvents": [deep, *STEPS]}).replace(
+        '"args": {}', '"args": {"deep": ' + "[" * 1200 + "]" * 1200 + "}", 1
+    )
     (tmp_path / "t.json").write_text(text)
     proc = diagnose("analyze", "t.json", cwd=tmp_path)
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
@@ -696,7 +767,9 @@ def test_json_nested_too_deep_inside_an_event_is_one_line(tmp_path: Path) -> Non
     from diagnose import api
     from diagnose.errors import TraceError
 
-    with pytest.raises(TraceError, match="nests JSON too deep"):  # the API raises it as the one-line error, not RecursionError
+    with pytest.raises(
+        TraceError, match="nests JSON too deep"
+    ):  # the API raises it as the one-line error, not RecursionError
         api.analyze(tmp_path / "t.json")
 
 
@@ -758,7 +831,9 @@ def test_a_gzip_that_inflates_like_no_trace_is_refused_before_it_is_read(tmp_pat
     # refused by the check before the read (which a damaged trailer alone does not fail: the
     # read names the damage), after inflating 16 MB or so of its 50
     bomb = tmp_path / "bomb.json.gz"
-    with pytest.raises(TraceError, match=r"inflates over 100 times its compressed size \(0\.\d MB to (1[6-9]|2\d) MB so far\)"):
+    with pytest.raises(
+        TraceError, match=r"inflates over 100 times its compressed size \(0\.\d MB to (1[6-9]|2\d) MB so far\)"
+    ):
         tracefile.check_size(bomb, tracefile.json_size_estimate(bomb))
     trace = gzip.compress(json.dumps(one_gpu_step().to_dict()).encode())
     damaged = tmp_path / "damaged.json.gz"  # a trace whose trailer says 2 GB: damaged, no bomb
@@ -778,13 +853,19 @@ def test_a_gzip_bomb_whose_trailer_lies_is_refused_once_16_MB_are_inflated(tmp_p
     bomb = _gzip_bomb(tmp_path / "bomb.json.gz", 50, trailer=1000)
     proc = diagnose("analyze", "bomb.json.gz", cwd=tmp_path, timeout=60)
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert "bomb.json.gz inflates over 100 times its compressed size" in error_line(proc) and "so far" in error_line(proc)
+    assert "bomb.json.gz inflates over 100 times its compressed size" in error_line(proc) and "so far" in error_line(
+        proc
+    )
     stream = tracefile.TraceStream(bomb)
     with pytest.raises(TraceError, match="inflates over 100 times"):
         for _ in stream.decoded(tracefile.decode_objects):
             pass
     # stopped where the ratio showed, not at the end of the 50 MB (the input is read 256 KB at a time)
-    assert stream.bytes_read <= max(tracefile.RATIO_AFTER_BYTES, 100 * bomb.stat().st_size) + tracefile.BLOCK_BYTES < 50 << 20
+    assert (
+        stream.bytes_read
+        <= max(tracefile.RATIO_AFTER_BYTES, 100 * bomb.stat().st_size) + tracefile.BLOCK_BYTES
+        < 50 << 20
+    )
     with pytest.raises(TraceError, match="inflates over 100 times"):
         load_timeline(bomb)
 
@@ -797,4 +878,6 @@ def test_the_size_limit_given_holds_while_a_gzip_inflates(tmp_path: Path) -> Non
     _gzip_bomb(tmp_path / "bomb.json.gz", 12, trailer=1000)  # under the ratio's 16 MB: only the limit stops it
     proc = diagnose("analyze", "bomb.json.gz", "--max-trace-gb", "0.005", cwd=tmp_path, timeout=60)
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert "bomb.json.gz inflates to more than 0.00" in error_line(proc) and " GB, over the 0.005 GB limit given" in error_line(proc)
+    assert "bomb.json.gz inflates to more than 0.00" in error_line(
+        proc
+    ) and " GB, over the 0.005 GB limit given" in error_line(proc)

@@ -22,15 +22,25 @@ FIXTURES = sorted(p.parent for p in DATA.glob("*/expected.json"))
 
 def test_every_planted_example_has_a_fixture() -> None:
     assert {p.name for p in FIXTURES} == {
-        "data_bound", "pageable_copies", "fp32_transformer", "launch_bound",
-        "item_syncs", "forloop_optimizer", "cpu_preprocessing", "well_tuned",
+        "data_bound",
+        "pageable_copies",
+        "fp32_transformer",
+        "launch_bound",
+        "item_syncs",
+        "forloop_optimizer",
+        "cpu_preprocessing",
+        "well_tuned",
     }
 
 
 @pytest.fixture(params=FIXTURES, ids=lambda p: p.name)
 def fixture(request) -> tuple[Path, dict, object]:
     folder = request.param
-    return folder, json.loads((folder / "expected.json").read_text()), analyze_run(RunDir(folder), AnalysisOptions.load(show_all=True))
+    return (
+        folder,
+        json.loads((folder / "expected.json").read_text()),
+        analyze_run(RunDir(folder), AnalysisOptions.load(show_all=True)),
+    )
 
 
 def test_breakdown_matches_the_untrimmed_trace(fixture) -> None:

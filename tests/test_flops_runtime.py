@@ -99,10 +99,12 @@ def test_memory_probe_reads_the_allocator_at_both_ends() -> None:
     other_params, other_grads, _ = owner_bytes(*find_owners(), device_type="cpu")
     model = torch.nn.Linear(100, 10)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    figures = iter([
-        {"allocated": 100, "peak_allocated": 100, "reserved": 200, "peak_reserved": 200, "capacity": 1000},
-        {"allocated": 150, "peak_allocated": 700, "reserved": 800, "peak_reserved": 800, "capacity": 1000},
-    ])
+    figures = iter(
+        [
+            {"allocated": 100, "peak_allocated": 100, "reserved": 200, "peak_reserved": 200, "capacity": 1000},
+            {"allocated": 150, "peak_allocated": 700, "reserved": 800, "peak_reserved": 800, "capacity": 1000},
+        ]
+    )
     resets = []
     probe = MemoryProbe(stats=lambda: next(figures), device_type="cpu", reset_peak=lambda: resets.append(1))
     probe.start()
@@ -116,10 +118,12 @@ def test_memory_probe_reads_the_allocator_at_both_ends() -> None:
 
 
 def _figures() -> object:
-    return iter([
-        {"allocated": 100, "peak_allocated": 100, "reserved": 800, "peak_reserved": 800, "capacity": 1000},
-        {"allocated": 150, "peak_allocated": 700, "reserved": 800, "peak_reserved": 800, "capacity": 1000},
-    ])
+    return iter(
+        [
+            {"allocated": 100, "peak_allocated": 100, "reserved": 800, "peak_reserved": 800, "capacity": 1000},
+            {"allocated": 150, "peak_allocated": 700, "reserved": 800, "peak_reserved": 800, "capacity": 1000},
+        ]
+    )
 
 
 def test_memory_probe_reads_the_batch_from_the_model_input_when_no_dataloader_told() -> None:
@@ -149,7 +153,9 @@ def test_memory_probe_prefers_the_dataloader_count() -> None:
 
 def test_snapshot_at_oom_keeps_the_message() -> None:
     stats = {"allocated": 9, "peak_allocated": 10, "reserved": 12, "peak_reserved": 12, "capacity": 16}
-    split = snapshot_at_oom("CUDA out of memory. Tried to allocate 2.00 GiB\nmore", stats=lambda: stats, device_type="cpu")
+    split = snapshot_at_oom(
+        "CUDA out of memory. Tried to allocate 2.00 GiB\nmore", stats=lambda: stats, device_type="cpu"
+    )
     assert split.when == "oom" and split.message == "CUDA out of memory. Tried to allocate 2.00 GiB"
     assert split.allocated_end_bytes == 9 and split.capacity_bytes == 16
 

@@ -28,7 +28,11 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this
 def run_fresh(code: str) -> dict:
     """Run ``code`` in a fresh interpreter; it prints one JSON object last."""
     child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
@@ -191,8 +195,8 @@ def test_predictions_side_by_side_are_those_made_one_by_one() -> None:
 
 def test_the_thresholds_keep_small_work_in_one_process() -> None:
     from diagnose.analysis import pipeline
-
     from diagnose.analysis.prediction import predict
+
     assert pipeline.PARALLEL_MIN_EVENTS >= 100_000 and predict.PARALLEL_MIN_MODEL >= 10_000
     started = time.perf_counter()
     assert forking.side_by_side([lambda: 1]) == [1]  # one call: no fork

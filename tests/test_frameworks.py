@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.analysis.verdict.findings import diagnose_symptoms, loop_framework
 from diagnose.analysis.verdict.rules import load_rule_file, load_rules
-from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.errors import RuleError
 from diagnose.experiments import describe_change, knobs_via
 from diagnose.record import RunRecord
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 FAST = ["--warmup", "2", "--steps", "4", "--timed-steps", "5"]
 
-FAKE_FRAMEWORK = '''
+FAKE_FRAMEWORK = """
 class Trainer:
     def __init__(self, precision="32-true", workers=0):
         self.precision = precision
@@ -44,7 +44,7 @@ class Trainer:
 class Inner:
     def __init__(self, mixed_precision="no"):
         self.mixed_precision = mixed_precision
-'''
+"""
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_an_already_imported_framework_is_patched_at_once_and_knobs_take_its_swi
     assert knobs.via() == {"autocast": 'Trainer(precision="bf16-mixed")', "num_workers": "DataLoader(num_workers=...)"}
 
 
-FAKE_FABRIC = '''
+FAKE_FABRIC = """
 class _Precision:
     def __init__(self, precision):
         self.precision = precision
@@ -137,10 +137,12 @@ class Fabric:
 
     def backward(self, tensor):
         tensor.backward()
-'''
+"""
 
 
-def test_fabric_is_recorded_with_its_setup_its_precision_switch_and_a_marked_backward(tmp_path: Path, monkeypatch) -> None:
+def test_fabric_is_recorded_with_its_setup_its_precision_switch_and_a_marked_backward(
+    tmp_path: Path, monkeypatch
+) -> None:
     """A stand-in for ``lightning.fabric.fabric``: the construction is recorded with the precision
     its plugin holds, autocast takes ``Fabric(precision=...)``, ``setup`` names the user's model
     and line, and ``backward`` runs inside a ``diagnose#backward`` annotation."""
@@ -148,8 +150,10 @@ def test_fabric_is_recorded_with_its_setup_its_precision_switch_and_a_marked_bac
 
     (tmp_path / "fakefabric.py").write_text(textwrap.dedent(FAKE_FABRIC))
     monkeypatch.syspath_prepend(str(tmp_path))
-    watched = tuple(frameworkwatch.Watched("fabric", "fakefabric", "fakefabric", "Fabric", method, role)
-                    for method, role in (("__init__", "fabric"), ("setup", "setup"), ("backward", "backward")))
+    watched = tuple(
+        frameworkwatch.Watched("fabric", "fakefabric", "fakefabric", "Fabric", method, role)
+        for method, role in (("__init__", "fabric"), ("setup", "setup"), ("backward", "backward"))
+    )
     monkeypatch.setattr(frameworkwatch, "WATCHED", watched)
     knobs = Knobs.parse(["autocast=bf16"])
     watch = frameworkwatch.FrameworkWatch(_here, knobs.framework_changes)
@@ -190,14 +194,22 @@ def test_framework_switches_per_knob() -> None:
     assert framework_switch("autocast", "off", "lightning", "trainer", True) == {"precision": "32-true"}
     assert framework_switch("cudnn_benchmark", True, "lightning", "trainer", True) == {"benchmark": True}
     assert framework_switch("autocast", "bf16", "hf_trainer", "arguments", True) == {"bf16": True, "fp16": False}
-    assert framework_switch("autocast", "bf16", "hf_trainer", "arguments", False) == {"bf16": True, "fp16": False, "use_cpu": True}
+    assert framework_switch("autocast", "bf16", "hf_trainer", "arguments", False) == {
+        "bf16": True,
+        "fp16": False,
+        "use_cpu": True,
+    }
     assert framework_switch("num_workers", 6, "hf_trainer", "arguments", True) == {"dataloader_num_workers": 6}
     assert framework_switch("batch_size", 64, "hf_trainer", "arguments", True) == {"per_device_train_batch_size": 64}
     assert framework_switch("compile", "reduce-overhead", "hf_trainer", "arguments", True) == {
-        "torch_compile": True, "torch_compile_mode": "reduce-overhead"}
+        "torch_compile": True,
+        "torch_compile_mode": "reduce-overhead",
+    }
     assert framework_switch("autocast", "bf16", "accelerate", "accelerator", True) == {"mixed_precision": "bf16"}
     assert framework_switch("autocast", "bf16", "fabric", "fabric", False) == {"precision": "bf16-mixed"}
-    assert framework_switch("compile", "reduce-overhead", "fabric", "fabric", True) is None  # the script's own compile call
+    assert (
+        framework_switch("compile", "reduce-overhead", "fabric", "fabric", True) is None
+    )  # the script's own compile call
     assert framework_switch("tf32", True, "hf_trainer", "arguments", True) is None  # global flag
     assert framework_switch("num_workers", 4, "lightning", "trainer", True) is None  # the user's DataLoader
 
@@ -205,10 +217,20 @@ def test_framework_switches_per_knob() -> None:
 # --- rules and findings ---------------------------------------------------------------------------
 
 
-DATA_BOUND = {"exposed.data_wait": 0.6, "phase.data_wait": 0.6, "dataloader.num_workers": 0, "cpu.count": 16,
-              "suggest.num_workers": 4, "workers.saturated": 1}
-FP32_BOUND = {"gpu.fp32_matmul_step_share": 0.7, "gpu.fp32_matmul_share": 0.95, "gpu.busy": 0.97,
-              "gpu.compute_capability": 9.0}
+DATA_BOUND = {
+    "exposed.data_wait": 0.6,
+    "phase.data_wait": 0.6,
+    "dataloader.num_workers": 0,
+    "cpu.count": 16,
+    "suggest.num_workers": 4,
+    "workers.saturated": 1,
+}
+FP32_BOUND = {
+    "gpu.fp32_matmul_step_share": 0.7,
+    "gpu.fp32_matmul_share": 0.95,
+    "gpu.busy": 0.97,
+    "gpu.compute_capability": 9.0,
+}
 
 
 def _finding(rule_id: str, values: dict[str, float], texts: dict[str, str] | None = None):
@@ -218,8 +240,10 @@ def _finding(rule_id: str, values: dict[str, float], texts: dict[str, str] | Non
 
 
 def test_the_change_is_written_in_the_frameworks_terms_and_the_where_line_starts_at_its_config() -> None:
-    texts = {"lines.framework": "train.py:40 `args = TrainingArguments(` (TrainingArguments 5.23.0)",
-             "lines.data": "train.py:12 `return tokenize(text)` (30% of the step)"}
+    texts = {
+        "lines.framework": "train.py:40 `args = TrainingArguments(` (TrainingArguments 5.23.0)",
+        "lines.data": "train.py:12 `return tokenize(text)` (30% of the step)",
+    }
     hf = _finding("DATA001", {**DATA_BOUND, "framework.hf_trainer": 1}, texts)
     assert hf is not None and hf.framework == "hf_trainer"
     assert "TrainingArguments(..., dataloader_num_workers=4," in hf.do and "dataloader_persistent_workers=True" in hf.do
@@ -230,9 +254,11 @@ def test_the_change_is_written_in_the_frameworks_terms_and_the_where_line_starts
     # Lightning's DataLoader is the user's own: the plain text is the framework user's text too
     lightning = _finding("DATA001", {**DATA_BOUND, "framework.lightning": 1}, texts)
     assert lightning is not None and lightning.framework is None and lightning.do.startswith("loader = DataLoader(")
-    for framework, change in (("lightning", 'Trainer(..., precision="bf16-mixed")'),
-                              ("hf_trainer", "TrainingArguments(..., bf16=True)"),
-                              ("accelerate", 'Accelerator(mixed_precision="bf16")')):
+    for framework, change in (
+        ("lightning", 'Trainer(..., precision="bf16-mixed")'),
+        ("hf_trainer", "TrainingArguments(..., bf16=True)"),
+        ("accelerate", 'Accelerator(mixed_precision="bf16")'),
+    ):
         finding = _finding("PREC001", {**FP32_BOUND, f"framework.{framework}": 1, "framework.mixed_precision": 0})
         assert finding is not None and change in finding.do and "torch.autocast" not in finding.do, framework
 
@@ -249,38 +275,49 @@ def test_loop_framework_prefers_the_loops_owner() -> None:
 
 def _rule_file(tmp_path: Path, extra: str) -> Path:
     path = tmp_path / "X001.toml"
-    path.write_text(textwrap.dedent('''
+    path.write_text(
+        textwrap.dedent("""
         id = "XX001"
         title = "t"
         why = "w"
         says = "s"
         do = "plain"
-        ''') + textwrap.dedent(extra) + textwrap.dedent('''
+        """)
+        + textwrap.dedent(extra)
+        + textwrap.dedent("""
         [[examples]]
         symptoms = { "gpu.busy" = 0.9 }
         fires = true
         [[examples]]
         symptoms = { "gpu.busy" = 0.1 }
         fires = false
-        '''))
+        """)
+    )
     return path
 
 
 def test_rule_files_check_do_by_framework_and_when_none(tmp_path: Path) -> None:
-    rule = load_rule_file(_rule_file(tmp_path, '''
+    rule = load_rule_file(
+        _rule_file(
+            tmp_path,
+            """
         [do_by_framework]
         hf_trainer = "TrainingArguments(bf16=True)  # {suggest.num_workers}"
         [when]
         all = ["gpu.busy >= 0.5"]
         none = ["framework.mixed_precision == 1"]
-        '''))
+        """,
+        )
+    )
     assert rule.do_for("hf_trainer") == ("TrainingArguments(bf16=True)  # {suggest.num_workers}", "hf_trainer")
     assert rule.do_for("lightning") == ("plain", None) and rule.do_for(None) == ("plain", None)
     assert rule.fires({"gpu.busy": 0.9}) and not rule.fires({"gpu.busy": 0.9, "framework.mixed_precision": 1})
     with pytest.raises(RuleError, match="unknown framework 'keras'"):
         load_rule_file(_rule_file(tmp_path, '[do_by_framework]\nkeras = "x"\n[when]\nall = ["gpu.busy >= 0.5"]\n'))
     with pytest.raises(RuleError, match="unknown symptom"):
-        load_rule_file(_rule_file(tmp_path, '[do_by_framework]\nlightning = "{no.such}"\n[when]\nall = ["gpu.busy >= 0.5"]\n'))
+        load_rule_file(
+            _rule_file(tmp_path, '[do_by_framework]\nlightning = "{no.such}"\n[when]\nall = ["gpu.busy >= 0.5"]\n')
+        )
 
 
 def test_verify_names_the_way_each_knob_went(tmp_path: Path) -> None:
@@ -292,7 +329,7 @@ def test_verify_names_the_way_each_knob_went(tmp_path: Path) -> None:
 
 # --- end to end, on the installed frameworks ------------------------------------------------------
 
-ALWAYS_RULE = '''
+ALWAYS_RULE = """
 id = "FWTEST001"
 title = "Test rule: always fires"
 why = "checks the choice of text"
@@ -317,23 +354,58 @@ fires = true
 [[examples]]
 symptoms = { "step.profiled" = 0 }
 fires = false
-'''
+"""
 
 CASES = [
-    ("lightning_fp32.py", "lightning", "Trainer", "precision", "bf16-mixed", 'Trainer(precision="bf16-mixed")', "LIGHTNING CHANGE"),
-    ("hf_trainer_workers.py", "hf_trainer", "TrainingArguments", "bf16", True,
-     "TrainingArguments(bf16=True, fp16=False, use_cpu=True)", "HF CHANGE"),
-    ("accelerate_fp32.py", "accelerate", "Accelerator", "mixed_precision", "bf16", 'Accelerator(mixed_precision="bf16")',
-     "ACCELERATE CHANGE"),
-    ("fabric_fp32.py", "fabric", "Fabric", "precision", "bf16-mixed", 'Fabric(precision="bf16-mixed")', "FABRIC CHANGE"),
+    (
+        "lightning_fp32.py",
+        "lightning",
+        "Trainer",
+        "precision",
+        "bf16-mixed",
+        'Trainer(precision="bf16-mixed")',
+        "LIGHTNING CHANGE",
+    ),
+    (
+        "hf_trainer_workers.py",
+        "hf_trainer",
+        "TrainingArguments",
+        "bf16",
+        True,
+        "TrainingArguments(bf16=True, fp16=False, use_cpu=True)",
+        "HF CHANGE",
+    ),
+    (
+        "accelerate_fp32.py",
+        "accelerate",
+        "Accelerator",
+        "mixed_precision",
+        "bf16",
+        'Accelerator(mixed_precision="bf16")',
+        "ACCELERATE CHANGE",
+    ),
+    (
+        "fabric_fp32.py",
+        "fabric",
+        "Fabric",
+        "precision",
+        "bf16-mixed",
+        'Fabric(precision="bf16-mixed")',
+        "FABRIC CHANGE",
+    ),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script, framework, cls, setting, value, via, change", CASES, ids=[c[1] for c in CASES])
-def test_diagnose_run_under_the_framework(tmp_path: Path, script: str, framework: str, cls: str, setting: str,
-                                          value: object, via: str, change: str) -> None:
-    pytest.importorskip({"lightning": "lightning", "hf_trainer": "transformers", "accelerate": "accelerate", "fabric": "lightning"}[framework])
+def test_diagnose_run_under_the_framework(
+    tmp_path: Path, script: str, framework: str, cls: str, setting: str, value: object, via: str, change: str
+) -> None:
+    pytest.importorskip(
+        {"lightning": "lightning", "hf_trainer": "transformers", "accelerate": "accelerate", "fabric": "lightning"}[
+            framework
+        ]
+    )
     import torch
 
     if framework == "hf_trainer" and torch.cuda.is_available():
@@ -346,9 +418,30 @@ def test_diagnose_run_under_the_framework(tmp_path: Path, script: str, framework
     proc = subprocess.run(
         # --no-check: the rule always fires without a prediction, and a check would measure its
         # knob (set already: no effect) and leave it out; this test reads its text
-        [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--no-check", "--out", str(out), "--rules", str(rules), *FAST,
-         "--set", "autocast=bf16", str(EXAMPLES / script), "--", "--small"],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--quiet",
+            "--json",
+            "--no-check",
+            "--out",
+            str(out),
+            "--rules",
+            str(rules),
+            *FAST,
+            "--set",
+            "autocast=bf16",
+            str(EXAMPLES / script),
+            "--",
+            "--small",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = RunRecord.load(out / "diagnose" / "run.json")
@@ -404,9 +497,25 @@ def test_the_compile_knob_reaches_a_fabric_scripts_own_compile(tmp_path: Path) -
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--out", str(out), *FAST, "--set", "compile=max-autotune",
-         str(script)],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--quiet",
+            "--json",
+            "--out",
+            str(out),
+            *FAST,
+            "--set",
+            "compile=max-autotune",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = RunRecord.load(out / "diagnose" / "run.json")

@@ -127,8 +127,10 @@ def test_kernel_table_spreads_class_work_over_kernel_time() -> None:
     h100 = hardware.find_gpu("NVIDIA H100 80GB HBM3")
     trace = [
         # two steps: a matmul kernel of 8 us and an elementwise one of 20 us each step
-        K("nvjet_sm90_tst_bz_NTT", 0, 8), K("vectorized_elementwise_kernel<AddFunctor>", 10, 30),
-        K("nvjet_sm90_tst_bz_NTT", 100, 108), K("vectorized_elementwise_kernel<AddFunctor>", 110, 130),
+        K("nvjet_sm90_tst_bz_NTT", 0, 8),
+        K("vectorized_elementwise_kernel<AddFunctor>", 10, 30),
+        K("nvjet_sm90_tst_bz_NTT", 100, 108),
+        K("vectorized_elementwise_kernel<AddFunctor>", 110, 130),
         K("reduce_kernel<ReduceOp<float, SumOps>>", 140, 142),
     ]
     table = kernels.kernel_table(trace, steps=2, flops=_count(), gpu=h100, dtype="bf16")
@@ -196,7 +198,10 @@ def test_a_16_row_bf16_matmul_is_memory_bound_on_its_weight() -> None:
 def test_a_large_matmul_reaches_the_peak_and_convolutions_and_bmm_are_left_out() -> None:
     big = MatmulShape("aten.addmm", 4096, 4096, 4096, "bfloat16", 1, 2 * 4096**3)
     assert kernels.matmul_roof_share([big], H100, False) == pytest.approx(1.0)
-    others = [MatmulShape("aten.convolution", 16, 8, 8, "bfloat16", 1, 1), MatmulShape("aten.bmm", 16, 8, 8, "bfloat16", 1, 1)]
+    others = [
+        MatmulShape("aten.convolution", 16, 8, 8, "bfloat16", 1, 1),
+        MatmulShape("aten.bmm", 16, 8, 8, "bfloat16", 1, 1),
+    ]
     assert kernels.matmul_roof_share(others, H100, False) is None
     assert kernels.matmul_roof_share([big], None, False) is None
 
@@ -223,8 +228,10 @@ def test_batch_to_fill_stops_where_the_shapes_reach_the_peak_or_memory_ends() ->
 
 def test_a_narrow_model_is_not_told_a_larger_batch_widens_its_matmuls() -> None:
     # width 64 at 8192 rows: memory-bound because the model is narrow, not the batch small
-    narrow = [MatmulShape("aten.mm", 8192, 192, 64, "bfloat16", 1, 2 * 8192 * 192 * 64),
-              MatmulShape("aten.mm", 8192, 256, 64, "bfloat16", 1, 2 * 8192 * 256 * 64)]
+    narrow = [
+        MatmulShape("aten.mm", 8192, 192, 64, "bfloat16", 1, 2 * 8192 * 192 * 64),
+        MatmulShape("aten.mm", 8192, 256, 64, "bfloat16", 1, 2 * 8192 * 256 * 64),
+    ]
     assert kernels.matmul_roof_share(narrow, H100, False) < 0.5
     assert kernels.rows_dimension(narrow[0]) is None and kernels.rows_limited_share(narrow, H100, False) == 0.0
     assert kernels.matmul_roof_share(narrow, H100, False, 8) == kernels.matmul_roof_share(narrow, H100, False)
@@ -284,9 +291,16 @@ def test_requested_bytes_from_torch_message() -> None:
 
 def test_explain_oom_names_the_largest_owner_and_orders_changes() -> None:
     split = MemorySplit(
-        when="oom", parameters_bytes=1 * GiB, gradients_bytes=1 * GiB, optimizer_state_bytes=2 * GiB,
-        allocated_end_bytes=76 * GiB, peak_allocated_bytes=76 * GiB, peak_reserved_bytes=78 * GiB,
-        reserved_bytes=78 * GiB, capacity_bytes=80 * GiB, samples=512,
+        when="oom",
+        parameters_bytes=1 * GiB,
+        gradients_bytes=1 * GiB,
+        optimizer_state_bytes=2 * GiB,
+        allocated_end_bytes=76 * GiB,
+        peak_allocated_bytes=76 * GiB,
+        peak_reserved_bytes=78 * GiB,
+        reserved_bytes=78 * GiB,
+        capacity_bytes=80 * GiB,
+        samples=512,
         message="CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.11 GiB",
     )
     why = memory_breakdown.explain_oom(split)

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
 from diagnose.analysis.measure.categories import EXPOSED, exposed_labels
+from diagnose.analysis.pipeline import AnalysisOptions, analyze_trace
+from diagnose.analysis.report import Report
 from diagnose.renderers.html import CATEGORY_COLOURS, CSP, HTMLRenderer, nice_ticks
 from diagnose.renderers.view import ReportView, median_of
-from diagnose.analysis.report import Report
 from tests.browser import elements, find_chromium, load_page, with_class
 from tests.tracebuilder import AUTOGRAD, ELEMENTWISE, FP32_GEMM, MULTI_TENSOR, TraceBuilder
 

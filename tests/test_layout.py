@@ -15,7 +15,14 @@ import diagnose.analysis
 import diagnose.renderers
 
 TORCH_FREE_PACKAGES = ("diagnose.analysis", "diagnose.renderers")
-TORCH_FREE_MODULES = ("diagnose.units", "diagnose.record", "diagnose.rundir", "diagnose.errors", "diagnose.session", "diagnose.distributed")
+TORCH_FREE_MODULES = (
+    "diagnose.units",
+    "diagnose.record",
+    "diagnose.rundir",
+    "diagnose.errors",
+    "diagnose.session",
+    "diagnose.distributed",
+)
 
 
 def _modules() -> list[str]:
@@ -69,9 +76,21 @@ def test_runtime_side_is_the_only_torch_importer() -> None:
 #: and the two sides, the runtime (torch) and the analysis, never import each other at all. A
 #: name ending in ``.*`` is a package and everything in it; any other is one module.
 LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
-    {"ground": ("diagnose.version", "diagnose.units", "diagnose.errors", "diagnose.atomic", "diagnose.signals",
-                "diagnose.progress", "diagnose.supervise", "diagnose.distributed", "diagnose.cliparse", "diagnose.stats",
-                "diagnose.jupyter")},
+    {
+        "ground": (
+            "diagnose.version",
+            "diagnose.units",
+            "diagnose.errors",
+            "diagnose.atomic",
+            "diagnose.signals",
+            "diagnose.progress",
+            "diagnose.supervise",
+            "diagnose.distributed",
+            "diagnose.cliparse",
+            "diagnose.stats",
+            "diagnose.jupyter",
+        )
+    },
     # the two contracts: runtime -> analysis (the record), analysis -> renderers (the report's types)
     {"run record": ("diagnose.record",), "report types": ("diagnose.report",)},
     {"run directory": ("diagnose.rundir",)},
@@ -81,7 +100,14 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
     {"symptoms": ("diagnose.analysis.symptoms.*",), "prediction": ("diagnose.analysis.prediction.*",)},
     {"verdict": ("diagnose.analysis.verdict.*",)},
     {"report": ("diagnose.analysis.report", "diagnose.analysis.bare")},
-    {"analysis end to end": ("diagnose.analysis", "diagnose.analysis.pipeline", "diagnose.analysis.compare", "diagnose.analysis.gate")},
+    {
+        "analysis end to end": (
+            "diagnose.analysis",
+            "diagnose.analysis.pipeline",
+            "diagnose.analysis.compare",
+            "diagnose.analysis.gate",
+        )
+    },
     {"renderers": ("diagnose.renderers.*",)},
     {"orchestration": ("diagnose.display", "diagnose.session", "diagnose.experiments", "diagnose.api")},
     {"facade": ("diagnose", "diagnose.cli", "diagnose.__main__")},
@@ -125,8 +151,14 @@ def import_graph() -> dict[str, set[str]]:
                     base = ".".join(parent + ([base] if base else []))
                 for alias in node.names:
                     targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base)
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
-                  and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 targets.add(node.args[0].value)
         graph[module] = {t for t in targets if t in files and t != module}
     return graph
@@ -138,10 +170,14 @@ def _place(module: str) -> tuple[int, str]:
     for index, layer in enumerate(LAYERS):
         for group, names in layer.items():
             for name in names:
-                covers = module == name or (name.endswith(".*") and (module == name[:-2] or module.startswith(name[:-1])))
+                covers = module == name or (
+                    name.endswith(".*") and (module == name[:-2] or module.startswith(name[:-1]))
+                )
                 if covers and (best is None or len(name) > best[0]):
                     best = (len(name), index, group)
-    assert best is not None, f"{module} is in no layer: add it to LAYERS in tests/test_layout.py (and docs/architecture.md)"
+    assert best is not None, (
+        f"{module} is in no layer: add it to LAYERS in tests/test_layout.py (and docs/architecture.md)"
+    )
     return best[1], best[2]
 
 
@@ -213,7 +249,9 @@ def _without_known(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def test_no_import_goes_up_a_layer() -> None:
     graph = import_graph()
-    wrong = [line for line in wrong_imports(graph) if tuple(line.split(":")[0].split(" -> ")) not in KNOWN_WRONG_IMPORTS]
+    wrong = [
+        line for line in wrong_imports(graph) if tuple(line.split(":")[0].split(" -> ")) not in KNOWN_WRONG_IMPORTS
+    ]
     assert wrong == [], "imports against the layers (tests/test_layout.py LAYERS):\n" + "\n".join(wrong)
 
 
@@ -280,5 +318,7 @@ def _long_without_reason() -> set[str]:
 
 def test_a_long_module_says_why_it_is_one() -> None:
     unexplained = _long_without_reason()
-    assert sorted(unexplained - set(KNOWN_LONG_MODULES)) == [], f"over {LONG_MODULE_LINES} lines: say why at the top, or split"
+    assert sorted(unexplained - set(KNOWN_LONG_MODULES)) == [], (
+        f"over {LONG_MODULE_LINES} lines: say why at the top, or split"
+    )
     assert sorted(set(KNOWN_LONG_MODULES) - unexplained) == [], "short now or explained: delete from KNOWN_LONG_MODULES"

@@ -11,10 +11,10 @@ from dataclasses import replace
 
 from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.analysis.measure.categories import EXPOSED, PHASES
-from diagnose.analysis.verdict.findings import diagnose_symptoms
 from diagnose.analysis.report import Report, build_report
-from diagnose.analysis.verdict.rules import load_rules
 from diagnose.analysis.symptoms import compute_symptoms
+from diagnose.analysis.verdict.findings import diagnose_symptoms
+from diagnose.analysis.verdict.rules import load_rules
 from diagnose.record import RunRecord
 from diagnose.renderers.html import HTMLRenderer
 from diagnose.renderers.tensorboard import scalars
@@ -28,10 +28,21 @@ RULES = load_rules()
 def _renderable(breakdown: Breakdown) -> Breakdown:
     """The symptom tests' breakdown with every step's exposed and phase times filled: the GPU
     busy with backward kernels the whole step."""
-    steps = [replace(s, exposed={k: (s.duration_us if k == "gpu_backward" else 0.0) for k in EXPOSED},
-                     phases={p: (s.duration_us if p == "backward" else 0.0) for p in PHASES}) for s in breakdown.steps]
-    return replace(breakdown, steps=steps, exposed_share={k: (1.0 if k == "gpu_backward" else 0.0) for k in EXPOSED},
-                   phase_share={p: (1.0 if p == "backward" else 0.0) for p in PHASES}, hidden_share={p: 0.0 for p in PHASES})
+    steps = [
+        replace(
+            s,
+            exposed={k: (s.duration_us if k == "gpu_backward" else 0.0) for k in EXPOSED},
+            phases={p: (s.duration_us if p == "backward" else 0.0) for p in PHASES},
+        )
+        for s in breakdown.steps
+    ]
+    return replace(
+        breakdown,
+        steps=steps,
+        exposed_share={k: (1.0 if k == "gpu_backward" else 0.0) for k in EXPOSED},
+        phase_share={p: (1.0 if p == "backward" else 0.0) for p in PHASES},
+        hidden_share={p: 0.0 for p in PHASES},
+    )
 
 
 GPU = _renderable(LIMITS_GPU)
@@ -39,8 +50,15 @@ GPU = _renderable(LIMITS_GPU)
 
 def _report(record: RunRecord, breakdown: Breakdown | None = GPU) -> Report:
     symptoms = compute_symptoms(breakdown, record, None)
-    report = build_report(record=record, meta=None, breakdown=breakdown, symptoms=symptoms,
-                          diagnosis=diagnose_symptoms(RULES, symptoms), source={"kind": "test"}, limit=None)
+    report = build_report(
+        record=record,
+        meta=None,
+        breakdown=breakdown,
+        symptoms=symptoms,
+        diagnosis=diagnose_symptoms(RULES, symptoms),
+        source={"kind": "test"},
+        limit=None,
+    )
     return Report.from_dict(json.loads(report.to_json()))  # what report.json gives back
 
 
@@ -54,7 +72,9 @@ def test_limits_section_keeps_the_structure_and_the_symptoms_keep_the_scalars() 
     bound = {p["class"]: p["bound"] for p in limits["roofline"]["points"]}
     assert bound == {"matmul": "compute", "elementwise": "memory", "reduction": "memory"}
     assert limits["memory_split"]["activations_bytes"] == 20e9 and limits["memory_split"]["largest_batch"] == 201
-    assert limits is not None and "mfu" not in json.dumps(limits.to_dict())  # each number once: MFU is the symptom flops.mfu
+    assert limits is not None and "mfu" not in json.dumps(
+        limits.to_dict()
+    )  # each number once: MFU is the symptom flops.mfu
     assert report.symptom_value("flops.mfu") == 0.5
 
 
@@ -67,14 +87,20 @@ def test_view_terminal_and_tensorboard_show_mfu_and_memory_owners() -> None:
     assert "MFU 50% · 494.7 TFLOP/s of 989 peak (bf16, H100 SXM)" in text
     assert "activations 20.0 GB" in text and "about 201 samples/step fit" in text
     tags = {tag: value for _, tag, value in scalars(report)}
-    assert tags["limits/mfu"] == 0.5 and tags["limits/achieved_tflops"] == 494.7 and tags["memory/activations_bytes"] == 20e9
+    assert (
+        tags["limits/mfu"] == 0.5
+        and tags["limits/achieved_tflops"] == 494.7
+        and tags["memory/activations_bytes"] == 20e9
+    )
 
 
 def test_html_roofline_puts_the_matmul_right_of_the_ridge_and_elementwise_under_the_memory_roof() -> None:
     html = HTMLRenderer().render(_report(RunRecord(**LIMITS_RECORD_FIELDS)))
     assert 'id="limits"' in html and "roofline" in html
-    dots = {m.group(3): (float(m.group(1)), float(m.group(2))) for m in
-            re.finditer(r'<circle[^>]*cx="([\d.]+)" cy="([\d.]+)"[^>]*data-class="(\w+)"', html)}
+    dots = {
+        m.group(3): (float(m.group(1)), float(m.group(2)))
+        for m in re.finditer(r'<circle[^>]*cx="([\d.]+)" cy="([\d.]+)"[^>]*data-class="(\w+)"', html)
+    }
     assert set(dots) == {"matmul", "elementwise", "reduction"}
     roof = re.search(r'<polyline[^>]*points="([^"]+)"', html).group(1).split()
     ridge_x = float(roof[1].split(",")[0])
@@ -103,8 +129,14 @@ def test_low_mfu_is_a_next_step_only_when_nothing_else_fired() -> None:
     assert math.isclose(report.symptom_value("flops.mfu"), 0.05)
     assert fired == ["ATTN001", "PREC004"]  # problems fired: the next steps wait
     assert nexts == []
-    quiet = dict(slow, flops=replace(slow["flops"], ops={k: v for k, v in slow["flops"].ops.items() if k != "aten._softmax"},
-                                     matmuls=slow["flops"].matmuls[:1]))
+    quiet = dict(
+        slow,
+        flops=replace(
+            slow["flops"],
+            ops={k: v for k, v in slow["flops"].ops.items() if k != "aten._softmax"},
+            matmuls=slow["flops"].matmuls[:1],
+        ),
+    )
     report = _report(RunRecord(**quiet))
     assert [f["rule"] for f in report.findings] == []
     next_step = next(f for f in report.next_steps if f["rule"] == "NEXT002")

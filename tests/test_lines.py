@@ -10,13 +10,13 @@ import pytest
 pytest.importorskip("torch")
 
 from diagnose.analysis.pipeline import AnalysisOptions
-from diagnose.rundir import RunDir
-from diagnose.session import analyze_run
-from diagnose.runtime.line_attribution import LineAttribution, classify_main, sync_kind, worker_frames
-from diagnose.runtime.usercode import source_line
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
+from diagnose.rundir import RunDir
+from diagnose.runtime.line_attribution import LineAttribution, classify_main, sync_kind, worker_frames
 from diagnose.runtime.runner import resolve_target, run_target
+from diagnose.runtime.usercode import source_line
+from diagnose.session import analyze_run
 
 PLAN = WindowPlan(warmup=2, steps=25, timed=3)
 
@@ -67,7 +67,13 @@ def _run(script: Path, tmp_path: Path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     hook = LineAttribution(RunDir(run_dir).workers_path())
-    record = run_target(resolve_target(str(script), None, []), PLAN, RunDir(run_dir), progress=Progress(enabled=False), extra_hooks=[hook])
+    record = run_target(
+        resolve_target(str(script), None, []),
+        PLAN,
+        RunDir(run_dir),
+        progress=Progress(enabled=False),
+        extra_hooks=[hook],
+    )
     return record, run_dir
 
 
@@ -162,8 +168,8 @@ def test_source_line(tmp_path: Path) -> None:
 
 def test_sync_time_is_matched_call_by_call_when_the_counts_agree() -> None:
     from diagnose.analysis.pipeline import attribute_sync_time
-    from diagnose.record import RunRecord
     from diagnose.analysis.trace.timeline import build_timeline
+    from diagnose.record import RunRecord
     from tests.tracebuilder import TraceBuilder
 
     b = TraceBuilder()

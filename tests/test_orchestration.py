@@ -37,8 +37,11 @@ def test_the_command_line_handles_no_error_itself() -> None:
     """cli.py parses and maps exit codes: no command catches a DiagnoseError (or MemoryError) to
     print it; cliparse.Command ends every one through errors.Failure."""
     handlers = [
-        node for node in ast.walk(ast.parse((PACKAGE / "cli.py").read_text()))
-        if isinstance(node, ast.ExceptHandler) and node.type is not None and {"DiagnoseError", "MemoryError"} & {n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)}
+        node
+        for node in ast.walk(ast.parse((PACKAGE / "cli.py").read_text()))
+        if isinstance(node, ast.ExceptHandler)
+        and node.type is not None
+        and {"DiagnoseError", "MemoryError"} & {n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)}
     ]
     assert handlers == []
 
@@ -53,7 +56,11 @@ class Case:
 @pytest.mark.parametrize(
     "case",
     [
-        Case(UsageError("no such script: t.py", hint="give a script"), ("diagnose: error: no such script: t.py", "hint: give a script"), 2),
+        Case(
+            UsageError("no such script: t.py", hint="give a script"),
+            ("diagnose: error: no such script: t.py", "hint: give a script"),
+            2,
+        ),
         Case(RuleError("r.toml:3: unknown symptom"), ("diagnose: error: r.toml:3: unknown symptom",), 2),
         Case(TraceError("t.json is not valid JSON"), ("diagnose: error: t.json is not valid JSON",), 4),
         Case(OutputError("cannot write x"), ("diagnose: error: cannot write x",), 5),

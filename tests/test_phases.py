@@ -44,8 +44,13 @@ NEST_CASES = [
         # training_step (forward from 150), zero_grad [400,420), backward [450,700), clipping
         # [720,760) after the closure's backward; the update runs after the closure [880,900).
         name="Lightning: forward and backward inside optimizer.step(closure)",
-        annotations=[("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 100), (STEP, 100, 800),
-                     (CLOSURE, 110, 770), (ZERO, 400, 20), ("diagnose#clip_grad_norm_", 720, 40)],
+        annotations=[
+            ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 100),
+            (STEP, 100, 800),
+            (CLOSURE, 110, 770),
+            (ZERO, 400, 20),
+            ("diagnose#clip_grad_norm_", 720, 40),
+        ],
         forward=[(150, 10), (300, 10)],
         backward=[(450, 100), (550, 150)],
         # forward [150,450) less zero_grad; optimizer: [100,110) + zero_grad + clip + [880,900);
@@ -62,8 +67,13 @@ NEST_CASES = [
     NestCase(
         # LBFGS calls the closure twice in one step; its own line search runs between the calls
         name="LBFGS: two closure calls inside one step",
-        annotations=[(STEP, 0, 1000), (CLOSURE, 10, 390), ("Optimizer.zero_grad#LBFGS.zero_grad", 10, 10),
-                     (CLOSURE, 500, 390), ("Optimizer.zero_grad#LBFGS.zero_grad", 500, 10)],
+        annotations=[
+            (STEP, 0, 1000),
+            (CLOSURE, 10, 390),
+            ("Optimizer.zero_grad#LBFGS.zero_grad", 10, 10),
+            (CLOSURE, 500, 390),
+            ("Optimizer.zero_grad#LBFGS.zero_grad", 500, 10),
+        ],
         forward=[(50, 10), (550, 10)],
         backward=[(200, 150), (700, 150)],
         # forward [50,200) + [550,700); closures' rest: [20,50)+[350,400)+[510,550)+[850,890)
@@ -73,9 +83,13 @@ NEST_CASES = [
         # fp16 with GradScaler in a plain loop: scale() is a multiply before backward (forward);
         # unscale_ (for clipping), clipping, scaler.step (which holds optimizer.step) and update
         name="GradScaler: unscale_, clipping, step and update are optimizer work",
-        annotations=[("diagnose#GradScaler.unscale_", 500, 50), ("diagnose#clip_grad_norm_", 560, 40),
-                     ("diagnose#GradScaler.step", 610, 200), ("Optimizer.step#AdamW.step", 650, 150),
-                     ("diagnose#GradScaler.update", 820, 30)],
+        annotations=[
+            ("diagnose#GradScaler.unscale_", 500, 50),
+            ("diagnose#clip_grad_norm_", 560, 40),
+            ("diagnose#GradScaler.step", 610, 200),
+            ("Optimizer.step#AdamW.step", 650, 150),
+            ("diagnose#GradScaler.update", 820, 30),
+        ],
         forward=[(100, 10)],
         backward=[(300, 180)],
         expected={"data_wait": 0, "h2d_copy": 0, "forward": 200, "backward": 180, "optimizer": 320, "other": 300},
@@ -92,8 +106,11 @@ NEST_CASES = [
         # HF Trainer with gradient_accumulation_steps=2: two training_steps (forward, backward
         # through accelerator.backward), then clipping, optimizer.step(), model.zero_grad()
         name="HF Trainer: accumulation, clipping, step, model.zero_grad()",
-        annotations=[("diagnose#clip_grad_norm_", 700, 50), ("Optimizer.step#AdamW.step", 760, 100),
-                     ("diagnose#Module.zero_grad", 870, 20)],
+        annotations=[
+            ("diagnose#clip_grad_norm_", 700, 50),
+            ("Optimizer.step#AdamW.step", 760, 100),
+            ("diagnose#Module.zero_grad", 870, 20),
+        ],
         forward=[(50, 10), (400, 10)],
         backward=[(200, 150), (550, 100)],
         expected={"data_wait": 0, "h2d_copy": 0, "forward": 300, "backward": 250, "optimizer": 170, "other": 280},
@@ -138,12 +155,17 @@ def test_nested_phases_to_the_microsecond(case: NestCase) -> None:
 
 
 def test_resolve_nesting_innermost_wins() -> None:
-    got = resolve_nesting({"optimizer": [(0, 100), (40, 50)], "closure": [(10, 90)], "forward": [(20, 60)], "backward": []})
+    got = resolve_nesting(
+        {"optimizer": [(0, 100), (40, 50)], "closure": [(10, 90)], "forward": [(20, 60)], "backward": []}
+    )
     assert got["optimizer"] == [(0, 10), (40, 50), (90, 100)]
     assert got["forward"] == [(20, 40), (50, 60)]
     assert merge(got["closure"]) == [(10, 20), (60, 90)]
     # two spans that start together: the shorter is inside the longer
-    assert resolve_nesting({"optimizer": [(0, 10)], "forward": [(0, 30)]}) == {"optimizer": [(0, 10)], "forward": [(10, 30)]}
+    assert resolve_nesting({"optimizer": [(0, 10)], "forward": [(0, 30)]}) == {
+        "optimizer": [(0, 10)],
+        "forward": [(10, 30)],
+    }
 
 
 def test_kernels_launched_inside_a_closure_step_follow_their_phase() -> None:
@@ -192,7 +214,14 @@ def compiled_step(graphs: bool) -> TraceBuilder:
 def test_compiled_graphs_are_forward_and_backward(graphs: bool) -> None:
     step = compute_breakdown(build_timeline(compiled_step(graphs).to_dict())).steps[0]
     # forward from the guard check (10) to the start of backward (300)
-    assert step.phases == {"data_wait": 0, "h2d_copy": 0, "forward": 290, "backward": 200, "optimizer": 100, "other": 410}
+    assert step.phases == {
+        "data_wait": 0,
+        "h2d_copy": 0,
+        "forward": 290,
+        "backward": 200,
+        "optimizer": 100,
+        "other": 410,
+    }
     kernels_us = 2 * 50 if graphs else 110  # a replay runs two 50 us kernels 10 us apart
     assert step.exposed["gpu_forward"] == kernels_us and step.exposed["gpu_backward"] == kernels_us
     assert step.exposed["gpu_optimizer"] == 50 and step.exposed["gpu_other"] == 0
@@ -214,8 +243,11 @@ def _own_optimizer_work_us(trace: dict, step: tuple[float, float]) -> float:
     spans = lambda pred: merge([(e["ts"], e["ts"] + e["dur"]) for e in events if pred(e["name"])])  # noqa: E731
     outer = spans(lambda n: n.startswith(P.OPTIMIZER_SIDE_PREFIXES))
     closures = spans(lambda n: n.startswith(P.OPTIMIZER_CLOSURE_PREFIX))
-    inner = [e for e in events if e["name"].startswith(P.OPTIMIZER_SIDE_PREFIXES)
-             and any(c0 <= e["ts"] < c1 for c0, c1 in closures)]
+    inner = [
+        e
+        for e in events
+        if e["name"].startswith(P.OPTIMIZER_SIDE_PREFIXES) and any(c0 <= e["ts"] < c1 for c0, c1 in closures)
+    ]
 
     def length(ivs: list[tuple[float, float]]) -> float:
         return sum(e - s for s, e in ivs)

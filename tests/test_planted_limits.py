@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from diagnose.analysis.measure.kernels import misaligned_flop_share
 from diagnose.analysis.measure.hardware_limits import unfused_attention_share
+from diagnose.analysis.measure.kernels import misaligned_flop_share
 from diagnose.progress import Progress
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.rundir import RunDir
@@ -53,7 +53,9 @@ def test_elementwise_chain_runs_its_chains_as_separate_operators(tmp_path: Path)
     ops = record.flops.ops
     for op in ("aten.tanh", "aten.rsqrt", "aten.pow", "aten.mul", "aten.add"):
         assert op in ops, op
-    elementwise_calls = sum(c.calls for name, c in ops.items() if name in ("aten.mul", "aten.add", "aten.pow", "aten.tanh", "aten.rsqrt"))
+    elementwise_calls = sum(
+        c.calls for name, c in ops.items() if name in ("aten.mul", "aten.add", "aten.pow", "aten.tanh", "aten.rsqrt")
+    )
     assert elementwise_calls > 10 * ops["aten.addmm"].calls
 
 

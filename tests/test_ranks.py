@@ -11,10 +11,17 @@ from pathlib import Path
 import pytest
 
 from diagnose.analysis.measure.collectives import collective_kind, collective_times
-from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank
 from diagnose.analysis.measure.ranks import RankSummary, job_view, notable_ranks, outliers, slowest
+from diagnose.analysis.pipeline import AnalysisOptions, analyse_rank
 from diagnose.analysis.trace.timeline import build_timeline
-from diagnose.distributed import PARENT_MERGES, RankInfo, launch_environment, launch_options, rank_info, torchrun_command
+from diagnose.distributed import (
+    PARENT_MERGES,
+    RankInfo,
+    launch_environment,
+    launch_options,
+    rank_info,
+    torchrun_command,
+)
 from diagnose.errors import UsageError
 from diagnose.record import RunRecord
 from diagnose.rundir import RunDir, shared_location
@@ -27,8 +34,20 @@ from tests.tracebuilder import AUTOGRAD, BF16_GEMM, NCCL_ALLREDUCE, TraceBuilder
 
 def _summary(rank: int, step: float = 10.0, wait: float = 1.0, comm: float = 0.5) -> RankSummary:
     return RankSummary(
-        rank, "stopped", step, wait, wait / step, 0.0, comm / step, None, 16, "data_wait", "gloo",
-        steady_samples_per_s=100.0, steady_step_ms=step, communication_exposed_ms=comm,
+        rank,
+        "stopped",
+        step,
+        wait,
+        wait / step,
+        0.0,
+        comm / step,
+        None,
+        16,
+        "data_wait",
+        "gloo",
+        steady_samples_per_s=100.0,
+        steady_step_ms=step,
+        communication_exposed_ms=comm,
         collectives={"all_reduce": {"calls_per_step": 1.0, "ms": comm + 1, "exposed_ms": comm, "overlapped_ms": 1.0}},
     )
 
@@ -89,7 +108,13 @@ def test_the_job_view_comes_from_summaries_alone() -> None:
     assert view["step_ms"] == {"min": 10.0, "median": 10.1, "max": 10.2}
     assert view["step_imbalance"] == 1.02
     assert view["communication_exposed_ms"] == {"min": 0.5, "median": 2.0, "max": 4.0}
-    assert view["collectives_worst_rank"]["all_reduce"] == {"rank": 0, "calls_per_step": 1.0, "ms": 5.0, "exposed_ms": 4.0, "overlapped_ms": 1.0}
+    assert view["collectives_worst_rank"]["all_reduce"] == {
+        "rank": 0,
+        "calls_per_step": 1.0,
+        "ms": 5.0,
+        "exposed_ms": 4.0,
+        "overlapped_ms": 1.0,
+    }
 
 
 # --- collectives by kind ----------------------------------------------------------------------
@@ -113,10 +138,22 @@ def test_gpu_collectives_exposed_and_overlapped_to_the_microsecond() -> None:
     for base in (0, 1000):
         b.kernel(BF16_GEMM, base + 100, 400, launch_ts=base + 10)  # compute 100-500
         b.kernel("ncclDevKernel_AllGather_RING_LL", base + 50, 100, launch_ts=base + 20, stream=9)  # 50-150: 50 alone
-        b.kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", base + 450, 250, launch_ts=base + 30, stream=9)  # 450-700: 200 alone
+        b.kernel(
+            "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", base + 450, 250, launch_ts=base + 30, stream=9
+        )  # 450-700: 200 alone
     times = collective_times(build_timeline(b.to_dict()))
-    assert times["all_gather"].to_dict() == {"calls_per_step": 1.0, "ms": 0.1, "exposed_ms": 0.05, "overlapped_ms": 0.05}
-    assert times["reduce_scatter"].to_dict() == {"calls_per_step": 1.0, "ms": 0.25, "exposed_ms": 0.2, "overlapped_ms": 0.05}
+    assert times["all_gather"].to_dict() == {
+        "calls_per_step": 1.0,
+        "ms": 0.1,
+        "exposed_ms": 0.05,
+        "overlapped_ms": 0.05,
+    }
+    assert times["reduce_scatter"].to_dict() == {
+        "calls_per_step": 1.0,
+        "ms": 0.25,
+        "exposed_ms": 0.2,
+        "overlapped_ms": 0.05,
+    }
     assert set(times) == {"all_gather", "reduce_scatter"}
 
 
@@ -130,8 +167,18 @@ def test_gloo_reduce_scatter_runs_as_an_all_reduce_and_takes_the_issuing_calls_k
     b.op("c10d::_reduce_scatter_base_", 600, 10, tid=AUTOGRAD)  # FSDP reduces from a backward hook
     b.x("user_annotation", "gloo:all_reduce", 610, 300, tid=5)  # 610-910: 90 overlapped, 210 exposed
     times = collective_times(build_timeline(b.to_dict()))
-    assert times["all_gather"].to_dict() == {"calls_per_step": 1.0, "ms": 0.2, "exposed_ms": 0.085, "overlapped_ms": 0.115}
-    assert times["reduce_scatter"].to_dict() == {"calls_per_step": 1.0, "ms": 0.3, "exposed_ms": 0.21, "overlapped_ms": 0.09}
+    assert times["all_gather"].to_dict() == {
+        "calls_per_step": 1.0,
+        "ms": 0.2,
+        "exposed_ms": 0.085,
+        "overlapped_ms": 0.115,
+    }
+    assert times["reduce_scatter"].to_dict() == {
+        "calls_per_step": 1.0,
+        "ms": 0.3,
+        "exposed_ms": 0.21,
+        "overlapped_ms": 0.09,
+    }
     assert "all_reduce" not in times
 
 
@@ -175,7 +222,15 @@ class _FakeExchange:
 def _request(keep: str = "notable") -> RunRequest:
     from diagnose.record import WindowPlan
 
-    return RunRequest(script="x.py", module=None, script_args=[], knobs=None, options=AnalysisOptions.load(), plan=WindowPlan(), keep_traces=keep)  # type: ignore[arg-type]
+    return RunRequest(
+        script="x.py",
+        module=None,
+        script_args=[],
+        knobs=None,
+        options=AnalysisOptions.load(),
+        plan=WindowPlan(),
+        keep_traces=keep,
+    )  # type: ignore[arg-type]
 
 
 def test_each_rank_writes_its_report_and_summary_and_rank_0_merges_from_summaries(tmp_path: Path) -> None:
@@ -194,7 +249,9 @@ def test_each_rank_writes_its_report_and_summary_and_rank_0_merges_from_summarie
     # the merging rank 0; rank 0's trace stays as the first rank's
     assert report.source["rank"] == 1 and any("findings are rank 1's" in w for w in report.warnings)
     assert list(d["notable_ranks"]) == ["0", "1"] and d["notable_ranks"]["0"] == "the first rank"
-    assert d["notable_ranks"]["1"].startswith("the report's breakdown, straggler, slowest step, outlier: data wait 6.24 ms")
+    assert d["notable_ranks"]["1"].startswith(
+        "the report's breakdown, straggler, slowest step, outlier: data wait 6.24 ms"
+    )
     assert d["traces_removed"] == [2, 3]
     assert [p.name.split("_")[0] for p in run_dir.traces()] == ["rank0", "rank1"]
     assert [r["trace"] is None for r in d["ranks"]] == [False, False, True, True]
@@ -259,7 +316,14 @@ def test_srun_variables_make_every_task_a_rank() -> None:
 def test_kubeflow_and_ray_train_workers_are_torchrun_ranks() -> None:
     """A Kubeflow PyTorchJob runs torchrun in each pod (PET_* become its options; torchrun sets
     RANK ...); Ray Train's TorchTrainer sets RANK, WORLD_SIZE, LOCAL_RANK in each worker."""
-    pod = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "job-7"}
+    pod = {
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "4",
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "TORCHELASTIC_RUN_ID": "job-7",
+    }
     assert rank_info(pod) == RankInfo(5, 8, 1, "torchrun")
     assert shared_location("train", pod) == Path("runs/train-job-7")
 
@@ -281,11 +345,14 @@ def test_one_node_merges_in_the_launcher_several_nodes_in_the_jobs_rank_0() -> N
     assert launch_environment(["--nnodes=2"], {"PATH": "/bin"}) == {"PATH": "/bin"}
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--nnodes", "2", "t.py"], "go with --nproc-per-node"),
-    (["--nproc-per-node", "2", "--nnodes", "2", "--rdzv-endpoint", "h:1", "t.py"], "needs --out"),
-    (["--keep-traces", "some", "t.py"], "--keep-traces takes notable or all"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nnodes", "2", "t.py"], "go with --nproc-per-node"),
+        (["--nproc-per-node", "2", "--nnodes", "2", "--rdzv-endpoint", "h:1", "t.py"], "needs --out"),
+        (["--keep-traces", "some", "t.py"], "--keep-traces takes notable or all"),
+    ],
+)
 def test_launcher_options_are_checked_before_anything_runs(tmp_path: Path, args: list[str], message: str) -> None:
     import os
     import subprocess
@@ -295,7 +362,14 @@ def test_launcher_options_are_checked_before_anything_runs(tmp_path: Path, args:
 
     (tmp_path / "t.py").write_text("raise SystemExit('must not run')\n")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "diagnose", "run", *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnose", "run", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -309,7 +383,13 @@ def test_rank_summaries_of_a_run_record_alone(tmp_path: Path) -> None:
     """A rank that wrote no trace (it failed before its window) still has a summary: its status."""
     record = RunRecord(target={"kind": "script", "value": "x.py", "args": []}, command=[], status="failed")
     summary = analyse_rank(4, record, None, AnalysisOptions.load()).summary
-    assert (summary.rank, summary.status, summary.median_step_ms, summary.step_ms, summary.trace) == (4, "failed", None, [], None)
+    assert (summary.rank, summary.status, summary.median_step_ms, summary.step_ms, summary.trace) == (
+        4,
+        "failed",
+        None,
+        [],
+        None,
+    )
 
 
 RAY_WORKER = """
@@ -347,14 +427,31 @@ def test_ray_train_workers_profile_themselves_and_rank_0_merges(tmp_path: Path) 
     for rank in (1, 0):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
         env.update(PYTHONPATH=str(REPO), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_PORT="29999")
-        procs.append(subprocess.Popen([sys.executable, "worker.py", str(tmp_path / "job")], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "worker.py", str(tmp_path / "job")],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outputs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
-    lines = {json.loads(out.strip().splitlines()[-1])["rank"]: json.loads(out.strip().splitlines()[-1]) for out, _ in outputs}
+    lines = {
+        json.loads(out.strip().splitlines()[-1])["rank"]: json.loads(out.strip().splitlines()[-1]) for out, _ in outputs
+    }
     assert lines["0"]["world"] == 2 and lines["1"]["world"] is None  # rank 0's report is the job's
     report = json.loads((tmp_path / "job" / "diagnose" / "report.json").read_text())
     assert report["distributed"]["gathered"] == "run directory"
     assert [r["rank"] for r in report["distributed"]["ranks"]] == [0, 1]
     assert sorted(p.name for p in (tmp_path / "job" / "diagnose").iterdir()) == [
-        "rank0.report.json", "rank0.run.json", "rank0.summary.json", "rank1.report.json", "rank1.run.json", "rank1.summary.json", "report.json",
+        "rank0.report.json",
+        "rank0.run.json",
+        "rank0.summary.json",
+        "rank1.report.json",
+        "rank1.run.json",
+        "rank1.summary.json",
+        "report.json",
     ]

@@ -12,10 +12,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.analysis.measure.breakdown import calibrate_to_steady_state, compute_breakdown
-from diagnose.analysis.verdict.findings import MIN_GAIN, Diagnosis, diagnose_symptoms
 from diagnose.analysis.pipeline import AnalysisOptions, _steady_step_us, gpu_stretch
-from diagnose.rundir import RunDir
-from diagnose.session import analyze_run
 from diagnose.analysis.prediction.predict import (
     KERNEL_FLOOR_MAX_US,
     LOADER_RECEIVE_BATCH_MS,
@@ -26,9 +23,9 @@ from diagnose.analysis.prediction.predict import (
     autocast_bf16,
     compile_model,
     cuda_graphs,
-    graphs_of_compiled,
     fused_optimizer,
     graph_breaks,
+    graphs_of_compiled,
     kernel_floor_us,
     larger_batch,
     more_workers,
@@ -38,11 +35,21 @@ from diagnose.analysis.prediction.predict import (
     step_spread,
     tf32,
 )
-from diagnose.analysis.prediction.replay import StepModel, build_model, host_code_scale, profiler_scale, replay, replay_check
-from diagnose.analysis.verdict.rules import load_rules
+from diagnose.analysis.prediction.replay import (
+    StepModel,
+    build_model,
+    host_code_scale,
+    profiler_scale,
+    replay,
+    replay_check,
+)
 from diagnose.analysis.symptoms import compute_symptoms, symptoms_from_values
 from diagnose.analysis.trace.timeline import build_timeline, load_timeline
+from diagnose.analysis.verdict.findings import MIN_GAIN, Diagnosis, diagnose_symptoms
+from diagnose.analysis.verdict.rules import load_rules
 from diagnose.record import RunRecord
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_run
 from tests.tracebuilder import ELEMENTWISE, FP32_GEMM, TraceBuilder, one_gpu_step
 
 DATA = Path(__file__).parent / "data"
@@ -139,8 +146,15 @@ def test_bf16_halves_memory_bound_kernels_but_not_those_autocast_keeps_in_fp32()
     b.op("aten::linear", 0, 300, forward=True)
     b.kernel(FP32_GEMM, 20, 100, launch_ts=10)
     b.kernel(ELEMENTWISE, 120, 40, launch_ts=20)
-    b.kernel("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>", 160, 40, launch_ts=30)
-    b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >", 200, 40, launch_ts=40)
+    b.kernel(
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>", 160, 40, launch_ts=30
+    )
+    b.kernel(
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >",
+        200,
+        40,
+        launch_ts=40,
+    )
     model = model_of(b)
     changed = autocast_bf16(model, {})
     assert [op.duration_us for op in changed.ops[1:4]] == [20.0, 40.0, 40.0]
@@ -249,7 +263,9 @@ def test_a_compiled_backward_keeps_the_engines_accumulate_grad_nodes() -> None:
     # the parameter tensors a run record counted take precedence over the trace's nodes: with 100,
     # a graphed forward (176 + 169 + 230 µs) costs more than the eager one (400 µs), which stays;
     # the backward (1,000 µs eager) becomes its launch, the nodes and its replay (201 + 399 µs)
-    assert replay(cuda_graphs(model, {"optimizer.param_tensors": 100})).window_us == pytest.approx(400.0 + 201.0 + 399.0 + 100.0)
+    assert replay(cuda_graphs(model, {"optimizer.param_tensors": 100})).window_us == pytest.approx(
+        400.0 + 201.0 + 399.0 + 100.0
+    )
 
 
 def test_a_compiled_backward_keeps_the_engines_time_around_each_node() -> None:
@@ -302,10 +318,14 @@ def test_a_sync_in_the_forward_breaks_the_compiled_graph_at_each_site() -> None:
     # the last has none), more than its few eager launches cost: the syncs stay, the step grows.
     # Each sync now waits for its layer's matmul, launched after the call (10 µs latency, 10 µs
     # long): about 19 µs a layer more than the bare calls and launches
-    assert replay(compile_model(checked, {})).window_us == pytest.approx(200.0 + 10 * 177.0 + 176.0 + 191.6176, abs=1e-3)
+    assert replay(compile_model(checked, {})).window_us == pytest.approx(
+        200.0 + 10 * 177.0 + 176.0 + 191.6176, abs=1e-3
+    )
     # CUDA graphs: each call also pays cudagraph trees' checks and the graph launch (169 µs)
     assert replay(cuda_graphs(checked, {})).window_us == pytest.approx(200.0 + 10 * 346.0 + 345.0 + 91.6176, abs=1e-3)
-    assert predict(checked, replay_check(checked), "cuda_graphs", {}).speedup == pytest.approx(1100.0 / 4096.6176, abs=1e-6)
+    assert predict(checked, replay_check(checked), "cuda_graphs", {}).speedup == pytest.approx(
+        1100.0 / 4096.6176, abs=1e-6
+    )
     # each piece is a graph of its own, its kernels run without launch latency
     assert {op.latency_us for op in cuda_graphs(checked, {}).ops} == {0.0}
     assert {op.latency_us for op in cuda_graphs(unchecked, {}).ops} == {0.0}
@@ -313,9 +333,16 @@ def test_a_sync_in_the_forward_breaks_the_compiled_graph_at_each_site() -> None:
 
 #: symptoms of ``checked_layers(sync=True)``'s window under which SYNC001 and LAUNCH001 both fire
 SYNCED_LAYERS_VALUES = {
-    "sync.per_step": 10, "sync.cost_share": 0.3, "sync.blocked_share": 0.1, "sync.idle_after_share": 0.2,
-    "exposed.launch_model": 0.8, "gpu.busy": 0.1, "exposed.data_wait": 0.0, "gpu.kernels_per_step": 60,
-    "gpu.present": 1, "model.compiled": 0,
+    "sync.per_step": 10,
+    "sync.cost_share": 0.3,
+    "sync.blocked_share": 0.1,
+    "sync.idle_after_share": 0.2,
+    "exposed.launch_model": 0.8,
+    "gpu.busy": 0.1,
+    "exposed.data_wait": 0.0,
+    "gpu.kernels_per_step": 60,
+    "gpu.present": 1,
+    "model.compiled": 0,
 }
 
 
@@ -325,7 +352,9 @@ def test_removing_the_syncs_ranks_above_compiling_a_forward_they_break() -> None
     values = dict(SYNCED_LAYERS_VALUES)
     symptoms = symptoms_from_values(values)
     assert rules["SYNC001"].fires(values) and rules["LAUNCH001"].fires(values)
-    diagnosis = diagnose_symptoms([rules["LAUNCH001"], rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01))
+    diagnosis = diagnose_symptoms(
+        [rules["LAUNCH001"], rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01)
+    )
     assert [f.rule_id for f in diagnosis.findings] == ["SYNC001"]
     assert diagnosis.considered == ["considered LAUNCH001: predicted 0.27x, slower than the step as it is"]
 
@@ -379,7 +408,9 @@ def test_a_recorded_single_process_loader_is_predicted_at_the_pace_of_the_main_p
     assert 1.15 < top["predicted_speedup"] <= steady_ms / (batch_mb * LOADER_RECEIVE_MS_PER_MB)
 
 
-@pytest.mark.parametrize(("trace", "traced"), [("data_bound", True), ("pageable_copies", False), ("fp32_transformer", False)])
+@pytest.mark.parametrize(
+    ("trace", "traced"), [("data_bound", True), ("pageable_copies", False), ("fp32_transformer", False)]
+)
 def test_a_trace_alone_says_whether_the_main_thread_loads(trace: str, traced: bool) -> None:
     """Without a run record, the DataLoader iterator the trace names decides: the single-process
     one (data_bound) makes the data waits traced code; workers (pageable_copies) or no DataLoader
@@ -418,16 +449,30 @@ def test_more_workers_are_bounded_by_the_main_process_receiving_each_batch() -> 
     facts = {"dataloader.num_workers": 0, "cpu.count": 8, "host.loader_receive_ms_per_mb": 0.08}
     receive = 80.0 * LOADER_RECEIVE_CONTENTION + LOADER_RECEIVE_BATCH_MS * 1e3
     assert replay(more_workers(model, facts, num_workers=4, pin_memory=1)).window_us == pytest.approx(2 * receive)
-    assert replay(more_workers(model, facts, num_workers=4, pin_memory=0)).window_us == pytest.approx(2 * (receive + 50.0))
+    assert replay(more_workers(model, facts, num_workers=4, pin_memory=0)).window_us == pytest.approx(
+        2 * (receive + 50.0)
+    )
     # where pin_memory is not given, the loader's own setting; without a measured cost, the tabled
     # one (its bytes only: the tabled rate was measured on whole batches)
-    assert replay(more_workers(model, {**facts, "dataloader.pin_memory": 1}, num_workers=4)).window_us == pytest.approx(2 * receive)
+    assert replay(more_workers(model, {**facts, "dataloader.pin_memory": 1}, num_workers=4)).window_us == pytest.approx(
+        2 * receive
+    )
     tabled = LOADER_RECEIVE_MS_PER_MB * 1e3  # µs for the 1 MB batch
     unmeasured = {k: v for k, v in facts.items() if k != "host.loader_receive_ms_per_mb"}
     assert replay(more_workers(model, unmeasured, num_workers=4, pin_memory=1)).window_us == pytest.approx(2 * tabled)
     # a loader that already has workers: taking a batch costs what the trace shows (its smallest
     # fetch, 100 µs here), the receiving included; nothing is added to it
-    assert replay(more_workers(model, {**facts, "dataloader.num_workers": 1, "workers.cpu_per_batch_ms": 0.1}, num_workers=4, pin_memory=1)).window_us == 300.0
+    assert (
+        replay(
+            more_workers(
+                model,
+                {**facts, "dataloader.num_workers": 1, "workers.cpu_per_batch_ms": 0.1},
+                num_workers=4,
+                pin_memory=1,
+            )
+        ).window_us
+        == 300.0
+    )
 
 
 def pageable_step() -> TraceBuilder:
@@ -472,7 +517,6 @@ def test_fused_optimizer_collapses_the_per_tensor_loop() -> None:
     # the optimizer's 60 µs of host code become one launch at the forward's host cost per
     # launch (10 µs); 20 µs of other code follow: 10 + 10 + 10 + 20
     assert replay(changed).window_us == 50.0
-
 
 
 def test_a_larger_batch_grows_weight_bound_matmuls_only_once_their_flops_catch_up() -> None:
@@ -524,6 +568,7 @@ def test_a_larger_batch_keeps_each_kernels_floor_and_idle_workers_keep_up() -> N
     # workers busy 5% would be busy all the time at 32x: the wait grows with the batch
     busy = larger_batch(model, {**facts, "workers.busy": 0.05}, factor=32)
     assert [it.duration_us for it in busy.items if it.fetch is not None] == [32.0]
+
 
 @dataclass
 class CannotCase:
@@ -643,13 +688,19 @@ def test_findings_rank_by_prediction_and_leave_out_what_cannot_be_told_from_nois
     assert diagnosis.considered == [
         "considered SYNC001: predicted 1.18x, within the ±20% that the mean step's uncertainty (±20%) and a rerun (4%) leave"
     ]
-    kept = diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.9, mean_uncertainty=0.01))
+    kept = diagnose_symptoms(
+        [rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.9, mean_uncertainty=0.01)
+    )
     assert [f.predicted for f in kept.findings] == [pytest.approx(200 / 170)]
     assert kept.findings[0].to_dict()["predicted_speedup"] == round(200 / 170, 4)
     assert kept.replay is not None and kept.replay["within_tolerance"]
     # a bound under the replay (a sync cost share of 10%: 1.11x) leaves the prediction as it is
-    low = symptoms_from_values({"sync.per_step": 50, "sync.cost_share": 0.1, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3})
-    above = diagnose_symptoms([rules["SYNC001"]], low, Predictor(model, replay_check(model), 1.0, spread=0.01, mean_uncertainty=0.01)).findings[0]
+    low = symptoms_from_values(
+        {"sync.per_step": 50, "sync.cost_share": 0.1, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3}
+    )
+    above = diagnose_symptoms(
+        [rules["SYNC001"]], low, Predictor(model, replay_check(model), 1.0, spread=0.01, mean_uncertainty=0.01)
+    ).findings[0]
     assert (above.predicted, above.gain) == (pytest.approx(200 / 170), pytest.approx(1 / 0.9))
     assert "capped" not in above.prediction_note
 
@@ -668,11 +719,18 @@ def test_a_prediction_near_the_gain_a_change_must_beat_is_borderline_either_way(
     )
 
     def run(uncertainty: float) -> Diagnosis:
-        return diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.0, mean_uncertainty=uncertainty))
+        return diagnose_symptoms(
+            [rules["SYNC001"]],
+            symptoms,
+            Predictor(model, replay_check(model), 1.0, spread=0.0, mean_uncertainty=uncertainty),
+        )
 
     left_out = run(0.2)  # 0.18 of gain against a floor of 0.20: left out, but within a factor 2
     assert left_out.findings == [] and len(left_out.borderline) == 1
-    assert left_out.borderline[0].startswith("borderline: SYNC001") and "left out at a predicted 1.18x" in left_out.borderline[0]
+    assert (
+        left_out.borderline[0].startswith("borderline: SYNC001")
+        and "left out at a predicted 1.18x" in left_out.borderline[0]
+    )
     kept = run(0.1)  # 0.18 against 0.10: kept, within a factor 2
     assert F.PREDICTED_EVIDENCE in kept.findings[0].borderline
     clear = run(0.01)  # 0.18 against the 4% a rerun moves the step: clear
@@ -693,9 +751,13 @@ def test_the_floor_counts_what_a_rerun_moves_the_step(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(F, "RUN_TO_RUN_SPREAD", 0.25)
     monkeypatch.setattr(U, "RUN_TO_RUN_SPREAD", 0.25)
-    diagnosis = diagnose_symptoms([rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01, mean_uncertainty=0.01))
+    diagnosis = diagnose_symptoms(
+        [rules["SYNC001"]], symptoms, Predictor(model, replay_check(model), 1.0, spread=0.01, mean_uncertainty=0.01)
+    )
     assert diagnosis.findings == []
-    assert diagnosis.considered == ["considered SYNC001: predicted 1.18x, within the ±25% that the mean step's uncertainty (±1%) and a rerun (25%) leave"]
+    assert diagnosis.considered == [
+        "considered SYNC001: predicted 1.18x, within the ±25% that the mean step's uncertainty (±1%) and a rerun (25%) leave"
+    ]
 
 
 # --- the recorded GPU fixtures ----------------------------------------------------------------------
@@ -774,10 +836,19 @@ def test_every_transformation_is_named_by_a_rule_or_tested_here() -> None:
 
 
 def test_verify_says_predicted_beside_measured() -> None:
-    from diagnose.experiments import Baseline, Outcome, summarize_verify, VerifyResult
+    from diagnose.experiments import Baseline, Outcome, VerifyResult, summarize_verify
 
     baseline = Baseline([Outcome("baseline", {}, "ok", "runs/b", steps_per_s=10.0)], by_samples=False)
-    tried = Outcome("SYNC001", {"item_every": "1000"}, "ok", "runs/t", rule="SYNC001", steps_per_s=12.0, speedup=1.2, verdict="helped")
+    tried = Outcome(
+        "SYNC001",
+        {"item_every": "1000"},
+        "ok",
+        "runs/t",
+        rule="SYNC001",
+        steps_per_s=12.0,
+        speedup=1.2,
+        verdict="helped",
+    )
     report = {"findings": [{"rule": "SYNC001", "gain_bound": 1.5, "predicted_speedup": 1.32}]}
     summary = summarize_verify(VerifyResult(baseline, [tried], None, []), report)
     assert "  predicted 1.32x, measured 1.20x (+10%)" in summary["conclusions"]
@@ -818,13 +889,21 @@ def test_a_prediction_above_the_bound_is_kept_and_said_so() -> None:
 def test_a_dominant_idle_share_is_named_when_no_change_is_predicted_to_relieve_it() -> None:
     from types import SimpleNamespace
 
-    from diagnose.analysis.verdict.findings import Diagnosis
     from diagnose.analysis.report import _verdict, dominant_idle
+    from diagnose.analysis.verdict.findings import Diagnosis
 
-    shares = dict.fromkeys(("data_wait", "h2d_copy", "host_forward", "host_backward", "host_optimizer", "host_other", "communication"), 0.0)
-    breakdown = SimpleNamespace(has_gpu=True, exposed_share={**shares, "sync": 0.35, "gpu_forward": 0.65}, gpu_busy_share=lambda: 0.65)
+    shares = dict.fromkeys(
+        ("data_wait", "h2d_copy", "host_forward", "host_backward", "host_optimizer", "host_other", "communication"), 0.0
+    )
+    breakdown = SimpleNamespace(
+        has_gpu=True, exposed_share={**shares, "sync": 0.35, "gpu_forward": 0.65}, gpu_busy_share=lambda: 0.65
+    )
     report = SimpleNamespace(breakdown={}, symptom_value=lambda name: None)
-    considered = Diagnosis(findings=[], next_steps=[], considered=["considered SYNC001: predicted 1.04x, within the 10% step-to-step spread"])
+    considered = Diagnosis(
+        findings=[],
+        next_steps=[],
+        considered=["considered SYNC001: predicted 1.04x, within the 10% step-to-step spread"],
+    )
     assert _verdict(report, considered, breakdown) == (
         "No change predicted to help beyond the run-to-run spread, though the GPU idles 35% of the step: "
         "host-GPU syncs (.item(), .cpu(), ...); what was considered is listed below."
@@ -838,8 +917,19 @@ def test_a_dominant_idle_share_is_named_when_no_change_is_predicted_to_relieve_i
 def test_changed_is_dataclasses_replace_for_ops_and_host_items() -> None:
     from diagnose.analysis.prediction.replay import GpuOp, HostItem, changed
 
-    values = {"kind": "wait", "duration_us": 1.5, "phase": "other", "ops": (1, 2), "lead_us": 0.25, "streams": (7,), "after_us": 3.0,
-              "blocking": True, "fetch": 4, "sync_kind": "user", "ready_us": 9.0}
+    values = {
+        "kind": "wait",
+        "duration_us": 1.5,
+        "phase": "other",
+        "ops": (1, 2),
+        "lead_us": 0.25,
+        "streams": (7,),
+        "after_us": 3.0,
+        "blocking": True,
+        "fetch": 4,
+        "sync_kind": "user",
+        "ready_us": 9.0,
+    }
     assert set(values) == {f.name for f in dataclasses.fields(HostItem)}  # every field set to a value of its own
     item = HostItem(**values)
     assert changed(item, ops=(5,)) == dataclasses.replace(item, ops=(5,)) == HostItem(**{**values, "ops": (5,)})
@@ -927,7 +1017,9 @@ def test_a_host_ahead_windows_gpu_time_is_stretched_to_its_gpu_paced_step() -> N
     assert gpu_stretch(drained, check, 1200.0) == pytest.approx(1.2)  # never more than the steady step
     assert gpu_stretch(drained, check, 900.0) == 1.0  # never shrunk
     assert gpu_stretch(drained, dataclasses.replace(check, mode="trace"), 1300.0) == 1.0
-    assert gpu_stretch(dataclasses.replace(model, step_durations_us=(400.0, 2400.0, 2400.0)), check, None) == 1.5  # capped
+    assert (
+        gpu_stretch(dataclasses.replace(model, step_durations_us=(400.0, 2400.0, 2400.0)), check, None) == 1.5
+    )  # capped
     scale = host_code_scale(model, check, 1300.0)
     plain, stretched = (predict(model, check, "tf32", {}, None, scale, stretch) for stretch in (1.0, 1.3))
     after = replay(tf32(model, {}), scale)
@@ -969,7 +1061,9 @@ def test_the_model_is_the_per_op_loops_model_field_for_field(trace: Path) -> Non
     timeline = load_timeline(trace)
     expected = reference_model.build_model(timeline)
     assert build_model(timeline) == expected
-    as_lists = dataclasses.replace(timeline, kernels=list(timeline.kernels), memcpys=list(timeline.memcpys), memset_ops=list(timeline.memset_ops))
+    as_lists = dataclasses.replace(
+        timeline, kernels=list(timeline.kernels), memcpys=list(timeline.memcpys), memset_ops=list(timeline.memset_ops)
+    )
     assert build_model(as_lists) == expected
 
 

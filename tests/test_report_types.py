@@ -40,8 +40,12 @@ def test_sections_are_typed_and_read_as_the_old_dictionaries_too() -> None:
 
 
 def test_a_report_built_from_dictionaries_holds_its_types() -> None:
-    report = Report(status={"state": "failed", "message": "boom"}, findings=[{"rule": "X001", "evidence": ["a"]}],
-                    throughput={"profiled": {"steps": 2, "mean_step_ms": 3.0}}, run={})
+    report = Report(
+        status={"state": "failed", "message": "boom"},
+        findings=[{"rule": "X001", "evidence": ["a"]}],
+        throughput={"profiled": {"steps": 2, "mean_step_ms": 3.0}},
+        run={},
+    )
     assert report.status.state == "failed" and report.findings[0].rule == "X001"
     assert report.throughput.profiled == Timing(steps=2, mean_step_ms=3.0) and report.run is None
     assert report.to_dict()["run"] == {}  # a bare trace's run is an empty object, as before

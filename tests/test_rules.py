@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.errors import RuleError
+from diagnose.analysis.symptoms import CATALOG, symptoms_from_values
 from diagnose.analysis.verdict.findings import diagnose_symptoms, superseded_by
 from diagnose.analysis.verdict.rules import (
     ExprError,
@@ -18,7 +18,7 @@ from diagnose.analysis.verdict.rules import (
     render_template,
 )
 from diagnose.analysis.verdict.rulesdoc import rules_markdown
-from diagnose.analysis.symptoms import CATALOG, symptoms_from_values
+from diagnose.errors import RuleError
 from tests.conftest import REPO
 
 RULES = load_rules()
@@ -37,7 +37,12 @@ def test_rule_examples(rule, example) -> None:
 def test_a_superseded_finding_is_dropped_and_recorded() -> None:
     by_id = {r.id: r for r in RULES}
     # fp32 everywhere: PREC003's conditions hold too, but PREC001 says what to do
-    values = {"gpu.compute_capability": 9.0, "gpu.fp32_matmul_step_share": 0.7, "gpu.fp32_matmul_share": 1.0, "gpu.busy": 0.97}
+    values = {
+        "gpu.compute_capability": 9.0,
+        "gpu.fp32_matmul_step_share": 0.7,
+        "gpu.fp32_matmul_share": 1.0,
+        "gpu.busy": 0.97,
+    }
     assert by_id["PREC003"].fires(values)
     diagnosis = diagnose_symptoms([by_id["PREC003"], by_id["PREC001"]], symptoms_from_values(values))
     assert [f.rule_id for f in diagnosis.findings] == ["PREC001"]
@@ -69,13 +74,29 @@ def test_firing_examples_render_every_placeholder(rule) -> None:
 def test_the_issue_rule_set_is_there() -> None:
     ids = {r.id for r in RULES}
     assert {
-        "DATA001", "DATA002", "DATA003", "DATA004", "DATA005", "PREC001", "LAUNCH001", "SYNC001",
-        "OPT001", "MEM001", "MEM002", "CONV001", "CONV002", "DIST001", "DIST002", "NEXT001",
+        "DATA001",
+        "DATA002",
+        "DATA003",
+        "DATA004",
+        "DATA005",
+        "PREC001",
+        "LAUNCH001",
+        "SYNC001",
+        "OPT001",
+        "MEM001",
+        "MEM002",
+        "CONV001",
+        "CONV002",
+        "DIST001",
+        "DIST002",
+        "NEXT001",
     } <= ids
 
 
 def test_docs_rules_md_is_generated_from_the_rule_files() -> None:
-    assert (REPO / "docs" / "rules.md").read_text() == rules_markdown(RULES), "run: diagnose rules --markdown > docs/rules.md"
+    assert (REPO / "docs" / "rules.md").read_text() == rules_markdown(RULES), (
+        "run: diagnose rules --markdown > docs/rules.md"
+    )
 
 
 @pytest.mark.parametrize(
@@ -114,7 +135,9 @@ def test_missing_symptom_makes_condition_false_and_gain_unknown() -> None:
 
 def test_templates_format_units() -> None:
     values = {"exposed.data_wait": 0.4567, "h2d.bytes_per_step": 64e6, "gpu.compute_capability": 9.0}
-    text = render_template("{exposed.data_wait:%} {h2d.bytes_per_step} {gpu.compute_capability:.1f} {batch.size}", values)
+    text = render_template(
+        "{exposed.data_wait:%} {h2d.bytes_per_step} {gpu.compute_capability:.1f} {batch.size}", values
+    )
     assert text == "46% 64.0 MB 9.0 n/a"
     assert render_template("{batch.size|unknown} {exposed.data_wait:.2f|-}", values) == "unknown 0.46"
 
@@ -145,24 +168,44 @@ fires = false
 @pytest.mark.parametrize(
     ("body", "line", "problem"),
     [
-        (VALID.replace('all = ["gpu.busy < 0.5"]', 'all = ["gpu.bussy < 0.5"]'), 7, "unknown symptom 'gpu.bussy'; did you mean 'gpu.busy'"),
+        (
+            VALID.replace('all = ["gpu.busy < 0.5"]', 'all = ["gpu.bussy < 0.5"]'),
+            7,
+            "unknown symptom 'gpu.bussy'; did you mean 'gpu.busy'",
+        ),
         (VALID.replace('all = ["gpu.busy < 0.5"]', 'all = ["gpu.busy <"]'), 7, "bad condition"),
         (VALID.replace('title = "t"', 'title = "t'), 2, "not valid TOML"),
         (VALID.replace('id = "MY001"', 'id = "my rule"'), 1, "must be letters then three digits"),
         (VALID.replace('do = "d"\n', ""), 1, "missing or empty 'do'"),
         (VALID.replace("fires = false", "fires = true"), 8, "at least one example that fires and one that does not"),
         (VALID.replace('why = "w"', 'why = "w"\ncolour = "red"'), 6, "unknown key 'colour'"),
-        (VALID + 'expected = 1\n', 14, "example 2: unknown key 'expected'"),
+        (VALID + "expected = 1\n", 14, "example 2: unknown key 'expected'"),
         (VALID.replace('why = "w"', 'why = "w"\ngain = "1 / (1 - "'), 6, "bad gain expression"),
         (VALID.replace('why = "w"', 'why = "w"\nsupersedes = "DATA001"'), 6, "supersedes must be a list of rule ids"),
         (VALID.replace('why = "w"', 'why = "w"\nsupersedes = ["MY001"]'), 6, "MY001 cannot supersede itself"),
-        (VALID.replace('[when]', '[when]\nunless = ["gpu.busy > 2"]'), 6, "'when' takes 'all', 'any' and 'none'"),
+        (VALID.replace("[when]", '[when]\nunless = ["gpu.busy > 2"]'), 6, "'when' takes 'all', 'any' and 'none'"),
         # [already]: the advised setting is on (issue 33)
-        (VALID.replace('[when]', '[already]\nsays = "s2"\n[when]'), 6, "already is a table with 'when'"),
-        (VALID.replace('[when]', '[already]\nwhen = ["dataloader.pin_mem == 1"]\nsays = "s2"\n[when]'), 7, "unknown symptom 'dataloader.pin_mem'"),
-        (VALID.replace('[when]', '[already]\nwhen = ["dataloader.pin_memory == 1"]\n[when]'), 6, "already: give the words"),
-        (VALID.replace('[when]', '[already]\nwhen = ["dataloader.pin_memory == 1"]\ncolour = "red"\n[when]'), 6, "already: unknown key 'colour'"),
-        (VALID.replace('fires = false', 'fires = false\nalready = true'), 14, "already is true or false, in a rule with an [already] table"),
+        (VALID.replace("[when]", '[already]\nsays = "s2"\n[when]'), 6, "already is a table with 'when'"),
+        (
+            VALID.replace("[when]", '[already]\nwhen = ["dataloader.pin_mem == 1"]\nsays = "s2"\n[when]'),
+            7,
+            "unknown symptom 'dataloader.pin_mem'",
+        ),
+        (
+            VALID.replace("[when]", '[already]\nwhen = ["dataloader.pin_memory == 1"]\n[when]'),
+            6,
+            "already: give the words",
+        ),
+        (
+            VALID.replace("[when]", '[already]\nwhen = ["dataloader.pin_memory == 1"]\ncolour = "red"\n[when]'),
+            6,
+            "already: unknown key 'colour'",
+        ),
+        (
+            VALID.replace("fires = false", "fires = false\nalready = true"),
+            14,
+            "already is true or false, in a rule with an [already] table",
+        ),
     ],
 )
 def test_malformed_rule_files_name_file_line_and_problem(tmp_path: Path, body: str, line: int, problem: str) -> None:
@@ -192,7 +235,9 @@ def test_supersedes_names_loaded_rules_and_never_both_ways(tmp_path: Path) -> No
         load_rules([tmp_path])
     assert info.value.message.startswith(f"{tmp_path / 'MY001.toml'}:6:")
     _rule(tmp_path, VALID.replace('why = "w"', 'why = "w"\nsupersedes = ["MY002"]'))
-    (tmp_path / "MY002.toml").write_text(VALID.replace("MY001", "MY002").replace('why = "w"', 'why = "w"\nsupersedes = ["MY001"]'))
+    (tmp_path / "MY002.toml").write_text(
+        VALID.replace("MY001", "MY002").replace('why = "w"', 'why = "w"\nsupersedes = ["MY001"]')
+    )
     with pytest.raises(RuleError, match="supersede each other"):
         load_rules([tmp_path])
     (tmp_path / "MY002.toml").unlink()
@@ -250,14 +295,17 @@ def test_a_finding_within_its_symptoms_spread_of_the_threshold_is_borderline(
     else:
         assert len(diagnosis.borderline) == (1 if borderline else 0)
         if borderline:
-            assert diagnosis.borderline[0].startswith("borderline: MY002") and "exposed.data_wait 5%–12%" in diagnosis.borderline[0]
+            assert (
+                diagnosis.borderline[0].startswith("borderline: MY002")
+                and "exposed.data_wait 5%–12%" in diagnosis.borderline[0]
+            )
 
 
 def test_the_sync_rules_verify_with_the_sync_sites_found() -> None:
     """SYNC001 and EXPO003 measure their fix with ``unsync`` at the sites line attribution found;
     a bare trace records no site, and the knob is left out rather than given a blank value."""
-    from diagnose.analysis.verdict.findings import make_finding
     from diagnose.analysis.symptoms import symptoms_from_values
+    from diagnose.analysis.verdict.findings import make_finding
 
     rules = {r.id: r for r in RULES}
     values = {"sync.per_step": 49, "sync.cost_share": 0.4, "sync.blocked_share": 0.2, "sync.idle_after_share": 0.2}
@@ -294,6 +342,7 @@ def _settings(rule) -> dict[str, set[str]]:  # Rule
 def _exclusive(a, b) -> bool:  # Rules
     """Whether two rules can never fire together: one bounds a symptom above where the other
     bounds it below (DIST008's ``calls <= 2``, DIST009's ``calls >= 40``)."""
+
     def bounds(rule) -> list[tuple[str, str, float]]:
         return [(m[1], m[2], float(m[3])) for c in rule.all_of if (m := _BOUND.match(c.text.strip()))]
 
@@ -301,7 +350,9 @@ def _exclusive(a, b) -> bool:  # Rules
         for other, op_b, y in bounds(b):
             if name != other:
                 continue
-            if (op_a in ("<", "<=") and op_b in (">", ">=") and x < y) or (op_b in ("<", "<=") and op_a in (">", ">=") and y < x):
+            if (op_a in ("<", "<=") and op_b in (">", ">=") and x < y) or (
+                op_b in ("<", "<=") and op_a in (">", ">=") and y < x
+            ):
                 return True
             if op_a == op_b == "==" and x != y:
                 return True
@@ -320,4 +371,8 @@ def test_two_rules_that_can_fire_together_never_give_a_distributed_setting_two_v
                 if given[a.id][name] != given[b.id][name] and not _exclusive(a, b):
                     clashes.append(f"{a.id} {name}={given[a.id][name]} vs {b.id} {name}={given[b.id][name]}")
     assert clashes == []
-    assert "bucket_cap_mb" not in given["DIST002"] and "bucket_cap_mb" in given["DIST008"] and "bucket_cap_mb" in given["DIST009"]
+    assert (
+        "bucket_cap_mb" not in given["DIST002"]
+        and "bucket_cap_mb" in given["DIST008"]
+        and "bucket_cap_mb" in given["DIST009"]
+    )

@@ -86,7 +86,9 @@ def test_an_older_layout_with_its_files_at_the_top_is_still_read(tmp_path: Path)
     assert run.record_path() == tmp_path / "run.json" and run.load_record().status == "stopped"
     assert run.ranks() == [1] and run.load_ranks()[1].status == "failed"
     assert run.load_report().verdict == "old"
-    run.save_report(Report(verdict="again", source={"kind": "run"}, status=status))  # re-analysing an old run rewrites its own file
+    run.save_report(
+        Report(verdict="again", source={"kind": "run"}, status=status)
+    )  # re-analysing an old run rewrites its own file
     assert Report.load(tmp_path / "report.json").verdict == "again"
 
 
@@ -208,7 +210,10 @@ def test_without_a_record_naming_one_the_last_trace_by_name(tmp_path: Path) -> N
     assert run.trace_for(None) == (b, [f"2 traces in the run directory; analysed {b.name}"])
     gone = RunRecord(trace_files=["deleted.pt.trace.json.gz"])  # the record names a trace no longer there
     assert run.trace_for(gone)[0] == b
-    assert run.trace_for(RunRecord(trace_files=[a.name])) == (a, [f"1 other trace(s) in the run directory; analysed {a.name}, the one its record names"])
+    assert run.trace_for(RunRecord(trace_files=[a.name])) == (
+        a,
+        [f"1 other trace(s) in the run directory; analysed {a.name}, the one its record names"],
+    )
 
 
 def test_a_rank_gets_its_own_trace(tmp_path: Path) -> None:
@@ -241,17 +246,36 @@ def test_window_arithmetic() -> None:
 
 def test_window_argv() -> None:
     # a fixed window says so: without --max-steps a child `diagnose run` would let its window grow
-    assert WindowPlan(warmup=3, steps=4, timed=5).to_argv() == ["--warmup", "3", "--steps", "4", "--max-steps", "4", "--timed-steps", "5"]
+    assert WindowPlan(warmup=3, steps=4, timed=5).to_argv() == [
+        "--warmup",
+        "3",
+        "--steps",
+        "4",
+        "--max-steps",
+        "4",
+        "--timed-steps",
+        "5",
+    ]
     assert WindowPlan(warmup=3, steps=4, timed=5, max_steps=12).to_argv()[4:6] == ["--max-steps", "12"]
     assert WindowPlan(warmup=1, steps=2, timed=3, stop=False).to_argv()[-1] == "--no-stop"
 
 
 @pytest.mark.parametrize(
-    "plan", [WindowPlan(warmup=3, steps=4, timed=5, max_steps=4), WindowPlan(warmup=1, steps=2, timed=9, stop=False, max_steps=6)]
+    "plan",
+    [
+        WindowPlan(warmup=3, steps=4, timed=5, max_steps=4),
+        WindowPlan(warmup=1, steps=2, timed=9, stop=False, max_steps=6),
+    ],
 )
 def test_window_argv_round_trips_through_diagnose_run(plan: WindowPlan) -> None:
     """What a rank or an experiment is started with parses back, in ``diagnose run``, to the plan."""
     command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     params = command.make_context("run", [*plan.to_argv(), "train.py"]).params
-    parsed = WindowPlan(warmup=params["warmup"], steps=params["steps"], timed=params["timed_steps"], stop=not params["no_stop"], max_steps=params["max_steps"])
+    parsed = WindowPlan(
+        warmup=params["warmup"],
+        steps=params["steps"],
+        timed=params["timed_steps"],
+        stop=not params["no_stop"],
+        max_steps=params["max_steps"],
+    )
     assert parsed == plan

@@ -27,7 +27,9 @@ SMALL = WindowPlan(warmup=2, steps=3, timed=4)
 def run(script: Path, args: list[str] | None = None, plan: WindowPlan = SMALL, tmp: Path | None = None) -> RunRecord:
     run_dir = (tmp or script.parent) / "run"
     run_dir.mkdir(exist_ok=True)
-    record = run_target(resolve_target(str(script), None, args or []), plan, RunDir(run_dir), progress=Progress(enabled=False))
+    record = run_target(
+        resolve_target(str(script), None, args or []), plan, RunDir(run_dir), progress=Progress(enabled=False)
+    )
     assert (run_dir / "diagnose" / "run.json").is_file()
     assert RunRecord.load(run_dir / "diagnose" / "run.json").status == record.status
     return record
@@ -189,7 +191,9 @@ def test_three_optimizer_steps_are_three_steps(write_script, loop: str) -> None:
 
 
 def test_torchs_own_warnings_keep_their_origin(write_script) -> None:
-    script = write_script(THREE_STEPS.format(loop=WITH_LOADER.replace("batch_size=4)", "batch_size=4, pin_memory=True)")))
+    script = write_script(
+        THREE_STEPS.format(loop=WITH_LOADER.replace("batch_size=4)", "batch_size=4, pin_memory=True)"))
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run(script)
@@ -204,12 +208,19 @@ def test_the_warm_up_line_is_printed_once(write_script, tmp_path: Path) -> None:
     stream = io.StringIO()
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    run_target(resolve_target(str(script), None, []), WindowPlan(warmup=2, steps=1, timed=1), RunDir(run_dir), progress=Progress(stream=stream))
+    run_target(
+        resolve_target(str(script), None, []),
+        WindowPlan(warmup=2, steps=1, timed=1),
+        RunDir(run_dir),
+        progress=Progress(stream=stream),
+    )
     assert [line for line in stream.getvalue().splitlines() if "warm-up:" in line] == ["diagnose ▸ warm-up: 2 steps"]
 
 
 def test_script_failure_is_recorded_with_its_traceback(write_script, capsys) -> None:
-    script = write_script(MLP_TRAIN.replace("opt.step()", "opt.step()\n        if epoch == 2: raise ValueError('boom')"))
+    script = write_script(
+        MLP_TRAIN.replace("opt.step()", "opt.step()\n        if epoch == 2: raise ValueError('boom')")
+    )
     record = run(script, ["--batch-size", "256"])
     assert record.status == "failed" and record.exit_code == 1
     assert record.error["type"] == "ValueError"
@@ -275,7 +286,12 @@ def test_sys_exit_code_is_kept(write_script) -> None:
 
 
 def test_keyboard_interrupt_mid_window_saves_the_capture(write_script) -> None:
-    script = write_script(MLP_TRAIN.replace("opt.step()", "opt.step()\n        if epoch == 0 and x.sum() > 1e9: pass\n        steps = globals().setdefault('n', [0]); steps[0] += 1\n        if steps[0] == 5: raise KeyboardInterrupt"))
+    script = write_script(
+        MLP_TRAIN.replace(
+            "opt.step()",
+            "opt.step()\n        if epoch == 0 and x.sum() > 1e9: pass\n        steps = globals().setdefault('n', [0]); steps[0] += 1\n        if steps[0] == 5: raise KeyboardInterrupt",
+        )
+    )
     record = run(script, ["--batch-size", "8"], plan=WindowPlan(warmup=1, steps=10, timed=4))
     assert record.status == "interrupted" and record.exit_code == 130
     assert record.trace_files
@@ -284,11 +300,15 @@ def test_keyboard_interrupt_mid_window_saves_the_capture(write_script) -> None:
 def test_knobs_reach_the_dataloader_and_optimizer(write_script, tmp_path: Path) -> None:
     from diagnose.runtime.knobs import Knobs
 
-    script = write_script(MLP_TRAIN.replace("torch.optim.SGD(model.parameters(), lr=0.1)", "torch.optim.Adam(model.parameters(), lr=0.1)"))
+    script = write_script(
+        MLP_TRAIN.replace("torch.optim.SGD(model.parameters(), lr=0.1)", "torch.optim.Adam(model.parameters(), lr=0.1)")
+    )
     knobs = Knobs.parse(["num_workers=2", "batch_size=32", "optimizer=foreach", "persistent_workers=true"])
     run_dir = tmp_path / "knobs"
     run_dir.mkdir()
-    record = run_target(resolve_target(str(script), None, []), SMALL, RunDir(run_dir), knobs=knobs, progress=Progress(enabled=False))
+    record = run_target(
+        resolve_target(str(script), None, []), SMALL, RunDir(run_dir), knobs=knobs, progress=Progress(enabled=False)
+    )
     (loader,) = record.dataloaders
     assert (loader.num_workers, loader.batch_size, loader.persistent_workers) == (2, 32, True)
     assert loader.knobs_applied == {"num_workers": 2, "batch_size": 32, "persistent_workers": True}
@@ -324,7 +344,12 @@ def test_python_dash_m_module(write_script, tmp_path: Path, monkeypatch) -> None
     monkeypatch.syspath_prepend(str(tmp_path))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    record = run_target(resolve_target(None, "pkg.train", ["--batch-size", "4"]), SMALL, RunDir(run_dir), progress=Progress(enabled=False))
+    record = run_target(
+        resolve_target(None, "pkg.train", ["--batch-size", "4"]),
+        SMALL,
+        RunDir(run_dir),
+        progress=Progress(enabled=False),
+    )
     assert record.status == "stopped"
     assert record.batch_size() == 4
     sys.modules.pop("pkg", None)
@@ -351,7 +376,12 @@ def test_planted_oom_example_ends_as_oom_on_cpu(tmp_path: Path) -> None:
     script = Path(__file__).parent.parent / "examples" / "oom.py"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    record = run_target(resolve_target(str(script), None, ["--small", "--simulate-oom"]), SMALL, RunDir(run_dir), progress=Progress(enabled=False))
+    record = run_target(
+        resolve_target(str(script), None, ["--small", "--simulate-oom"]),
+        SMALL,
+        RunDir(run_dir),
+        progress=Progress(enabled=False),
+    )
     assert record.status == "oom"
     assert record.error["message"].startswith("CUDA out of memory. Tried to allocate 4.00 GiB")
     assert record.memory_at_oom is None
@@ -359,16 +389,18 @@ def test_planted_oom_example_ends_as_oom_on_cpu(tmp_path: Path) -> None:
 
 # --- the script's traceback leaves out the diagnose frames an error only passed through ----------
 
-WRAPPER = '''
+WRAPPER = """
 def through(f):
     return f()
 
 def own_bug():
     return {}["missing"]
-'''
+"""
 
 
-def test_the_scripts_traceback_hides_pass_through_frames_but_not_our_own_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_scripts_traceback_hides_pass_through_frames_but_not_our_own_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import importlib.util
 
     from diagnose.runtime import runner
@@ -396,7 +428,10 @@ def test_the_scripts_traceback_hides_pass_through_frames_but_not_our_own_errors(
 
     passed_through = runner._script_traceback(caught(user_code))
     assert "own_wrapper.py" not in passed_through  # the wrapper frame, in the cause too
-    assert "ZeroDivisionError: division by zero" in passed_through and "RuntimeError: the script's own error" in passed_through
+    assert (
+        "ZeroDivisionError: division by zero" in passed_through
+        and "RuntimeError: the script's own error" in passed_through
+    )
     assert "direct cause" in passed_through and "user_code" in passed_through and "<lambda>" in passed_through
 
     ours = runner._script_traceback(caught(lambda: wrapper.through(wrapper.own_bug)))
@@ -429,7 +464,9 @@ for it in range(40):
 """
 
 
-def test_a_stronger_step_signal_restarts_the_profiler_after_the_step_that_found_it(write_script, tmp_path: Path) -> None:
+def test_a_stronger_step_signal_restarts_the_profiler_after_the_step_that_found_it(
+    write_script, tmp_path: Path
+) -> None:
     """The zoo's nanoGPT crash: the new profiler started inside the resetting ``optimizer.step``,
     so the record_functions begun under the dropped one ended under it and torch wrote their end
     times into freed memory; the process died (SIGSEGV / glibc abort) at the ``gc.collect()`` that
@@ -438,9 +475,30 @@ def test_a_stronger_step_signal_restarts_the_profiler_after_the_step_that_found_
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "diagnose", "run", "--warmup", "1", "--steps", "6", "--max-steps", "6", "--timed-steps", "3",
-         "--out", str(out), "--no-color", str(script)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False,
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--warmup",
+            "1",
+            "--steps",
+            "6",
+            "--max-steps",
+            "6",
+            "--timed-steps",
+            "3",
+            "--out",
+            str(out),
+            "--no-color",
+            str(script),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = RunRecord.load(out / "diagnose" / "run.json")

@@ -17,7 +17,9 @@ from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
 from tests.conftest import DATA, report_errors
 
-FIXTURE_DIRS = sorted(p for p in DATA.iterdir() if (p.is_dir() and (p / "run.json").is_file()) or any(p.glob("rank*.run.json")))
+FIXTURE_DIRS = sorted(
+    p for p in DATA.iterdir() if (p.is_dir() and (p / "run.json").is_file()) or any(p.glob("rank*.run.json"))
+)
 BARE = sorted((DATA / "bare").glob("*.pt.trace.json.gz"))
 
 

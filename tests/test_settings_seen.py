@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.analysis.verdict.findings import make_finding
 from diagnose.analysis.verdict.rules import load_rules
-from diagnose.analysis.symptoms import symptoms_from_values
 
 RULES = {r.id: r for r in load_rules()}
 
@@ -40,7 +40,10 @@ def test_the_runner_reads_fsdp2_prefetch_and_dataparallel_devices() -> None:
 
     from diagnose.runtime.instrument import describe_parallel
 
-    assert describe_parallel(torch.nn.DataParallel(torch.nn.Linear(2, 2))) == {"kind": "DataParallel", "devices": torch.cuda.device_count()}
+    assert describe_parallel(torch.nn.DataParallel(torch.nn.Linear(2, 2))) == {
+        "kind": "DataParallel",
+        "devices": torch.cuda.device_count(),
+    }
     assert describe_parallel(torch.nn.Linear(2, 2)) == {}
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -50,7 +53,12 @@ def test_the_runner_reads_fsdp2_prefetch_and_dataparallel_devices() -> None:
             fully_shard(block)
         fully_shard(model)
         seen = describe_parallel(model)
-        assert seen == {"kind": "FSDP2", "sharded_modules": 4, "forward_prefetch_modules": 0, "backward_prefetch_modules": 0}
+        assert seen == {
+            "kind": "FSDP2",
+            "sharded_modules": 4,
+            "forward_prefetch_modules": 0,
+            "backward_prefetch_modules": 0,
+        }
         blocks[0].set_modules_to_forward_prefetch([blocks[1]])
         blocks[1].set_modules_to_forward_prefetch([blocks[2]])
         blocks[2].set_modules_to_backward_prefetch([blocks[1]])

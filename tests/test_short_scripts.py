@@ -42,7 +42,12 @@ class FitCase:
 )
 def test_the_plan_is_cut_to_the_scripts_steps_warm_up_first(case: FitCase) -> None:
     fitted = PLAN.fitted(case.total)
-    assert (fitted.warmup, fitted.steps, fitted.timed, fitted.max_steps) == (case.warmup, case.steps, case.timed, case.max_steps)
+    assert (fitted.warmup, fitted.steps, fitted.timed, fitted.max_steps) == (
+        case.warmup,
+        case.steps,
+        case.timed,
+        case.max_steps,
+    )
     assert fitted.timed == 0 or fitted.last_boundary <= case.total  # the timing ends by the script's last step
     assert PLAN.fitted(1) == PLAN  # nothing to cut to
 
@@ -53,10 +58,14 @@ def test_the_run_length_comes_from_the_scripts_options_its_loader_or_its_framewo
     assert run_length([epochs, steps], 7, []) == RunLength(40, "--max_iters 40")
     assert run_length([epochs], 7, []) == RunLength(21, "--epochs 3 x 7 batches")
     assert run_length([epochs], None, []) is None  # epochs of an unknown length say nothing
-    hf = FrameworkInfo("hf_trainer", "arguments", "TrainingArguments", None, None, settings={"max_steps": -1, "num_train_epochs": 2.0})
+    hf = FrameworkInfo(
+        "hf_trainer", "arguments", "TrainingArguments", None, None, settings={"max_steps": -1, "num_train_epochs": 2.0}
+    )
     assert run_length([], 5, [hf]) == RunLength(10, "TrainingArguments(num_train_epochs=2) x 5 batches")
     # the loop's framework first: a script's --steps it never passed on says nothing
-    assert run_length([{**steps, "flag": "--steps", "value": 60}], 5, [hf]) == RunLength(10, "TrainingArguments(num_train_epochs=2) x 5 batches")
+    assert run_length([{**steps, "flag": "--steps", "value": 60}], 5, [hf]) == RunLength(
+        10, "TrainingArguments(num_train_epochs=2) x 5 batches"
+    )
     hf.settings["max_steps"] = 12
     assert run_length([], 5, [hf]) == RunLength(12, "TrainingArguments(max_steps=12)")
     assert run_length([], None, []) is None
@@ -73,13 +82,20 @@ def test_the_flag_that_gives_more_steps_is_the_scripts_own() -> None:
     assert more_steps([{**steps, "value": 0}, epochs], 36, 10, made=10) == "--num_epochs 4"
     assert more_steps([{**steps, "value": 60}, epochs], 36, 10, made=10) == "--num_epochs 4"
     # the HF Trainer's own settings, where the script has no option for them
-    hf = FrameworkInfo("hf_trainer", "arguments", "TrainingArguments", None, None, settings={"max_steps": -1, "num_train_epochs": 4})
-    assert more_steps([{**steps, "value": 60}], 26, None, made=12, frameworks=[hf]) == "TrainingArguments(num_train_epochs=9)"
+    hf = FrameworkInfo(
+        "hf_trainer", "arguments", "TrainingArguments", None, None, settings={"max_steps": -1, "num_train_epochs": 4}
+    )
+    assert (
+        more_steps([{**steps, "value": 60}], 26, None, made=12, frameworks=[hf])
+        == "TrainingArguments(num_train_epochs=9)"
+    )
     hf.settings["max_steps"] = 12
     assert more_steps([], 26, None, made=12, frameworks=[hf]) == "TrainingArguments(max_steps=26)"
 
 
-def _record(durations: list[float], profiled: int, plan: WindowPlan, status: str = "completed", **kw: object) -> RunRecord:
+def _record(
+    durations: list[float], profiled: int, plan: WindowPlan, status: str = "completed", **kw: object
+) -> RunRecord:
     bounds = [100.0]
     for d in durations:
         bounds.append(bounds[-1] + d)
@@ -102,15 +118,31 @@ def test_a_trailing_mark_that_holds_the_teardown_is_cut_at_the_recorded_step() -
 def test_a_short_script_says_what_was_left_out_and_how_to_give_it_more_steps() -> None:
     plan = WindowPlan(warmup=5, steps=10, timed=20, max_steps=30)
     fitted = plan.fitted(30)
-    record = _record([0.01] * 30, profiled=10, plan=fitted, status="stopped", timed_steps=14,
-                     plan_fit={"asked": vars(plan), "steps": 30, "source": "--max_iters 30"},
-                     length_options=[{"flag": "--max_iters", "dest": "max_iters", "kind": "steps", "value": 30}])
+    record = _record(
+        [0.01] * 30,
+        profiled=10,
+        plan=fitted,
+        status="stopped",
+        timed_steps=14,
+        plan_fit={"asked": vars(plan), "steps": 30, "source": "--max_iters 30"},
+        length_options=[{"flag": "--max_iters", "dest": "max_iters", "kind": "steps", "value": 30}],
+    )
     short = short_run(record)
-    assert short == {"steps": 30, "needed": 36, "source": "--max_iters 30", "profiled": 10, "planned_profiled": 10,
-                     "timed": 14, "planned_timed": 20, "more_steps": "--max_iters 36"}
+    assert short == {
+        "steps": 30,
+        "needed": 36,
+        "source": "--max_iters 30",
+        "profiled": 10,
+        "planned_profiled": 10,
+        "timed": 14,
+        "planned_timed": 20,
+        "more_steps": "--max_iters 36",
+    }
     first, second = short_run_notes(short)
-    assert first == ("short script: it makes 30 steps (--max_iters 30), fewer than the 36 the plan needs (warm-up, profiled "
-                     "window, timed steps): profiled 10 of 10 steps, timed 14 of 20 with the profiler off")
+    assert first == (
+        "short script: it makes 30 steps (--max_iters 30), fewer than the 36 the plan needs (warm-up, profiled "
+        "window, timed steps): profiled 10 of 10 steps, timed 14 of 20 with the profiler off"
+    )
     assert second.endswith("For the whole plan, run it with --max_iters 36")
     # a script that ran out without saying its length: the steps it made, and a longer job
     ran_out = _record([0.01] * 12, profiled=7, plan=plan)
@@ -216,7 +248,9 @@ def test_a_script_that_ends_during_the_timing_keeps_the_timed_steps_it_had(write
     assert len(record.steady_durations()) == 8
 
 
-def test_a_short_script_under_diagnose_run_is_diagnosed_and_told_how_to_run_longer(write_script, tmp_path: Path) -> None:
+def test_a_short_script_under_diagnose_run_is_diagnosed_and_told_how_to_run_longer(
+    write_script, tmp_path: Path
+) -> None:
     import os
     import subprocess
     import sys
@@ -226,8 +260,27 @@ def test_a_short_script_under_diagnose_run_is_diagnosed_and_told_how_to_run_long
     script = write_script(EPOCHS)
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--out", str(out), str(script), "--", "--epochs", "4"],
-                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--quiet",
+            "--json",
+            "--out",
+            str(out),
+            str(script),
+            "--",
+            "--epochs",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     short = report["run"]["short_run"]

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.measure.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, PHASES
-from diagnose.renderers.tensorboard import TEXT_TAG, TRUST_NOTE, write_events
+from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.report import Report
+from diagnose.renderers.tensorboard import TEXT_TAG, TRUST_NOTE, write_events
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_and_save, analyze_run
 from tests.tracebuilder import ELEMENTWISE, TraceBuilder, one_gpu_step
@@ -87,7 +87,9 @@ def test_gpu_scalars_per_step_match_the_report(tmp_path: Path) -> None:
     expect("h2d/pageable_bytes", [4096, 0])
     expect("sync/count", [1, 0])
 
-    assert series(accumulator, "share/exposed_data_wait") == pytest.approx({0: report.symptoms["exposed.data_wait"]["value"]})
+    assert series(accumulator, "share/exposed_data_wait") == pytest.approx(
+        {0: report.symptoms["exposed.data_wait"]["value"]}
+    )
     assert series(accumulator, "share/gpu_busy") == pytest.approx({0: report.symptoms["gpu.busy"]["value"]})
     assert series(accumulator, "throughput/profiled_steps_per_s") == pytest.approx(
         {0: report.throughput["profiled"]["steps_per_s"]}
@@ -135,7 +137,9 @@ def test_reanalysis_replaces_our_event_file_and_keeps_others(tmp_path: Path) -> 
 
 
 def test_report_without_breakdown_still_gets_its_text(tmp_path: Path) -> None:
-    report = Report(status={"state": "failed", "message": "the script raised ValueError: x"}, throughput={"batch_size": None})
+    report = Report(
+        status={"state": "failed", "message": "the script raised ValueError: x"}, throughput={"batch_size": None}
+    )
     write_events(report, tmp_path)
     accumulator = load(tmp_path)
     assert accumulator.Tags()["scalars"] == []
@@ -157,8 +161,13 @@ def test_writing_events_does_not_import_torch(tmp_path: Path) -> None:
 # --- the trace as the PyTorch Profiler plugin sees it --------------------------------------------
 
 
-@pytest.mark.parametrize(("host", "rank", "worker"), [("host", None, "host_{pid}"), ("node-3.cluster.example", 2, "rank2_node-3.cluster.example_{pid}")])
-def test_trace_name_parses_as_the_plugin_expects(host: str, rank: int | None, worker: str, monkeypatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("host", "rank", "worker"),
+    [("host", None, "host_{pid}"), ("node-3.cluster.example", 2, "rank2_node-3.cluster.example_{pid}")],
+)
+def test_trace_name_parses_as_the_plugin_expects(
+    host: str, rank: int | None, worker: str, monkeypatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(socket, "gethostname", lambda: host)
     name = RunDir(tmp_path).new_trace_path(rank).name
     match = WORKER_PATTERN.match(name)
@@ -177,7 +186,9 @@ def test_default_worker_is_host_and_pid(tmp_path: Path) -> None:
 def test_traces_finds_the_trace_and_nothing_else(tmp_path: Path) -> None:
     run_dir = run_dir_with(cpu_steps(), tmp_path)
     analyze_and_save(RunDir(run_dir), AnalysisOptions.load())
-    assert [p.name for p in RunDir(run_dir).traces()] == [p.name for p in run_dir.iterdir() if WORKER_PATTERN.match(p.name)]
+    assert [p.name for p in RunDir(run_dir).traces()] == [
+        p.name for p in run_dir.iterdir() if WORKER_PATTERN.match(p.name)
+    ]
     assert len(RunDir(run_dir).traces()) == 1
 
 

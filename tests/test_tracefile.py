@@ -4,19 +4,19 @@ give a clear TraceError; the Timeline equals the one the whole-JSON reader built
 from __future__ import annotations
 
 import gzip
+import json
 import mmap
 import os
 import subprocess
 import sys
-import json
 import threading
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 import pytest
 
@@ -48,8 +48,16 @@ def stream_events(path: Path) -> tuple[list[Any], dict[str, Any]]:
 
 TRICKY = [
     {"ph": "X", "cat": "cpu_op", "name": 'a}, {"b": 1}, {', "tid": 1, "ts": 1.5, "dur": 2},
-    {"ph": "X", "cat": "cpu_op", "name": "quote \" and \\\" and \\\\", "tid": 1, "ts": 2, "dur": 1},
-    {"ph": "X", "cat": "kernel", "name": "k", "tid": 7, "ts": 3, "dur": 1, "args": {"nested": [{"a": "},{"}, {"b": [[], {}]}], "device": 0}},
+    {"ph": "X", "cat": "cpu_op", "name": 'quote " and \\" and \\\\', "tid": 1, "ts": 2, "dur": 1},
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "k",
+        "tid": 7,
+        "ts": 3,
+        "dur": 1,
+        "args": {"nested": [{"a": "},{"}, {"b": [[], {}]}], "device": 0},
+    },
     {"ph": "X", "cat": "cpu_op", "name": "unicode é ✓ \u2028", "tid": 1, "ts": 4, "dur": 1, "args": {"s": "}\n,\n{"}},
     {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "main"}},
 ]
@@ -65,8 +73,14 @@ LAYOUTS = [
     Layout("compact", lambda d: json.dumps(d, separators=(",", ":"), ensure_ascii=False)),
     Layout("spaced", lambda d: json.dumps(d)),
     Layout("indented", lambda d: json.dumps(d, indent=2)),
-    Layout("kineto", lambda d: '{\n  "schemaVersion": 1,\n  "traceEvents": [\n'
-           + ",\n".join("  " + json.dumps(e) for e in d["traceEvents"]) + '\n  ],\n  "traceName": "x]}, {"\n}\n'),
+    Layout(
+        "kineto",
+        lambda d: (
+            '{\n  "schemaVersion": 1,\n  "traceEvents": [\n'
+            + ",\n".join("  " + json.dumps(e) for e in d["traceEvents"])
+            + '\n  ],\n  "traceName": "x]}, {"\n}\n'
+        ),
+    ),
 ]
 
 
@@ -85,7 +99,11 @@ def test_pieces_cut_inside_strings_and_nested_args_give_the_events_exactly(
 
 
 def test_metadata_before_and_after_the_array_and_a_bare_array(tmp_path: Path, tiny_blocks: None) -> None:
-    doc = {"deviceProperties": [{"name": "GPU", "x": [1, {"traceEvents": []}]}], "traceEvents": TRICKY[:2], "after": {"a": "]"}}
+    doc = {
+        "deviceProperties": [{"name": "GPU", "x": [1, {"traceEvents": []}]}],
+        "traceEvents": TRICKY[:2],
+        "after": {"a": "]"},
+    }
     (tmp_path / "t.json").write_text(json.dumps(doc))
     events, metadata = stream_events(tmp_path / "t.json")
     assert events == TRICKY[:2]
@@ -125,7 +143,9 @@ GOOD = json.dumps(one_gpu_step().to_dict()).encode()
         ("bad_header.json.gz", b"\x1f\x8b\x08\x00garbage", "cannot read"),
     ],
 )
-def test_unreadable_traces_are_trace_errors(tmp_path: Path, tiny_blocks: None, name: str, content: bytes, message: str) -> None:
+def test_unreadable_traces_are_trace_errors(
+    tmp_path: Path, tiny_blocks: None, name: str, content: bytes, message: str
+) -> None:
     path = _write(tmp_path, name, content)
     with pytest.raises(TraceError, match=message):
         load_timeline(path)
@@ -138,7 +158,9 @@ def inflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.setattr(tracefile, "_inflating", zlib)
 
 
-def test_gzip_members_one_after_another_and_zeros_between_read_as_one_document(tmp_path: Path, tiny_blocks: None, inflater: None) -> None:
+def test_gzip_members_one_after_another_and_zeros_between_read_as_one_document(
+    tmp_path: Path, tiny_blocks: None, inflater: None
+) -> None:
     """As ``gzip`` reads them: members concatenated (``cat a.gz b.gz``), zeros padding between."""
     text = json.dumps({"schemaVersion": 1, "traceEvents": TRICKY}).encode()
     half = len(text) // 2
@@ -152,7 +174,10 @@ def test_gzip_members_one_after_another_and_zeros_between_read_as_one_document(t
     ("damage", "message"),
     [
         (lambda raw: raw[:-20], "cannot read .*ended before the end-of-stream"),  # cut short
-        (lambda raw: raw[:-8] + bytes([raw[-8] ^ 1]) + raw[-7:], "cannot read .*(incorrect data check|Incorrect checksum)"),  # CRC
+        (
+            lambda raw: raw[:-8] + bytes([raw[-8] ^ 1]) + raw[-7:],
+            "cannot read .*(incorrect data check|Incorrect checksum)",
+        ),  # CRC
         (lambda raw: raw + b"garbage", "cannot read"),  # not a member after the last
     ],
     ids=["truncated", "crc", "trailing_garbage"],
@@ -184,7 +209,9 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("cat", "field_name", "value", "message"), MALFORMED, ids=[f"{m[0]}-{m[1]}" for m in MALFORMED])
+@pytest.mark.parametrize(
+    ("cat", "field_name", "value", "message"), MALFORMED, ids=[f"{m[0]}-{m[1]}" for m in MALFORMED]
+)
 def test_malformed_fields_are_named_in_a_trace_error(
     tmp_path: Path, tiny_blocks: None, cat: str, field_name: str, value: Any, message: str
 ) -> None:
@@ -221,14 +248,18 @@ def test_a_size_limit_given_still_refuses_before_reading(tmp_path: Path) -> None
         load_timeline(path, max_bytes=100)
 
 
-def test_a_trace_larger_than_the_memory_available_is_refused_before_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trace_larger_than_the_memory_available_is_refused_before_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = one_gpu_step().write(tmp_path / "t.json")
     monkeypatch.setattr(tracefile, "available_memory", lambda: tracefile.MEMORY_RESERVE_BYTES + 10)
     with pytest.raises(TraceError, match=r"needs about .* GiB of memory, and .* GiB is available"):
         load_timeline(path)
 
 
-def test_the_read_stops_when_memory_runs_short(tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_read_stops_when_memory_runs_short(
+    tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = one_gpu_step().write(tmp_path / "t.json")
     left = iter([2**40] + [2**20] * 1000)  # plenty before reading, then 1 MiB
     monkeypatch.setattr(tracefile, "available_memory", lambda: next(left))
@@ -266,8 +297,12 @@ def test_timeline_is_the_same_whatever_the_piece_size(tiny_blocks: None) -> None
 
 def test_hand_written_trace_equals_the_reference(tmp_path: Path, tiny_blocks: None) -> None:
     b: TraceBuilder = one_gpu_step()
-    b.events.append({"ph": "X", "cat": "kernel", "name": "other gpu", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 1}})
-    b.events.append({"ph": "X", "cat": "kernel", "name": "no device", "pid": 0, "tid": 7, "ts": 11, "dur": 5, "args": {}})
+    b.events.append(
+        {"ph": "X", "cat": "kernel", "name": "other gpu", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 1}}
+    )
+    b.events.append(
+        {"ph": "X", "cat": "kernel", "name": "no device", "pid": 0, "tid": 7, "ts": 11, "dur": 5, "args": {}}
+    )
     b.events.append({"ph": "X", "cat": "Kernel", "name": "legacy", "pid": 0, "tid": 7, "ts": 12, "dur": 5})
     b.events.append({"ph": "X", "cat": "quantum_op", "name": "entangle", "pid": 1, "tid": 1, "ts": 13, "dur": 5})
     path = b.write(tmp_path / "t.json.gz", gz=True)
@@ -293,7 +328,11 @@ def two_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     if os.environ.get(CHILD) != "1":
         child = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", request.node.nodeid],
-            cwd=Path(__file__).resolve().parents[1], env={**os.environ, CHILD: "1"}, capture_output=True, text=True, timeout=600,
+            cwd=Path(__file__).resolve().parents[1],
+            env={**os.environ, CHILD: "1"},
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-2000:]
         yield None
@@ -411,7 +450,9 @@ def test_a_read_stopped_by_the_memory_check_ends_its_inflating_thread_at_once(
         (1000, 2, "3", 3),
     ],
 )
-def test_the_number_of_worker_processes(monkeypatch: pytest.MonkeyPatch, json_bytes: int, cpus: int, forced: str, workers: int) -> None:
+def test_the_number_of_worker_processes(
+    monkeypatch: pytest.MonkeyPatch, json_bytes: int, cpus: int, forced: str, workers: int
+) -> None:
     monkeypatch.setenv(timeline_module.WORKERS_ENV, forced)
     assert timeline_module.reader_workers(json_bytes, cpus) == workers
 
@@ -422,7 +463,9 @@ def test_a_bad_worker_count_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
         timeline_module.reader_workers(10**9)
 
 
-def test_the_read_falls_back_to_one_process_when_workers_cannot_start(tiny_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_read_falls_back_to_one_process_when_workers_cannot_start(
+    tiny_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(timeline_module.WORKERS_ENV, "2")
 
     def no_fork() -> Any:
@@ -436,7 +479,9 @@ def test_the_read_falls_back_to_one_process_when_workers_cannot_start(tiny_block
     assert _timeline_fields(load_timeline(trace)) == _timeline_fields(expected)
 
 
-def test_numpys_own_threads_do_not_keep_the_reader_in_one_process(tiny_blocks: None, two_workers: list[int] | None) -> None:
+def test_numpys_own_threads_do_not_keep_the_reader_in_one_process(
+    tiny_blocks: None, two_workers: list[int] | None
+) -> None:
     """The breakdown imports numpy, whose BLAS starts threads: a second trace read in the same
     process (every rank of a run, one after the other) still forks its workers."""
     if two_workers is None:
@@ -479,7 +524,17 @@ def steps_trace(n: int) -> TraceBuilder:
         b.step(i + 1, t, 100)
         b.op("aten::linear", t, 60, forward=True)
         b.kernel("ampere_sgemm_128x64_nn", t + 20, 40, launch_ts=t + 10)
-    b.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#99", "pid": 0, "tid": 7, "ts": 5000.0, "dur": 1.0})
+    b.events.append(
+        {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "name": "ProfilerStep#99",
+            "pid": 0,
+            "tid": 7,
+            "ts": 5000.0,
+            "dur": 1.0,
+        }
+    )
     return b
 
 
@@ -501,7 +556,9 @@ def test_step_marks_are_found_by_a_scan_of_the_text(
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
-def test_a_trace_over_the_detail_budget_is_analysed_over_its_first_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool) -> None:
+def test_a_trace_over_the_detail_budget_is_analysed_over_its_first_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool
+) -> None:
     path = steps_trace(8).write(tmp_path / ("t.json.gz" if gz else "t.json"), gz=gz)
     whole = load_timeline(path)
     assert (len(whole.steps), whole.meta.detail) == (8, None)
@@ -542,14 +599,18 @@ def test_a_gzipped_traces_length_past_its_trailers_modulus_is_found_from_its_rat
     assert tracefile.step_marks(path)[1] == len(text)
 
 
-def test_the_detail_window_budgets_the_length_its_scan_counted_not_the_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_detail_window_budgets_the_length_its_scan_counted_not_the_estimate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A gzipped trace's estimate can be far off (members one after another, a ratio unlike its
     head's): the window is cut by the length the scan for the marks counted."""
     path = steps_trace(8).write(tmp_path / "t.json.gz", gz=True)
     with gzip.open(path, "rb") as fh:
         json_bytes = len(fh.read())
     monkeypatch.setattr(timeline_module, "DETAIL_MAX_JSON_BYTES", json_bytes * 3 // 8 + 1)
-    monkeypatch.setattr(timeline_module, "json_size_estimate", lambda p: json_bytes // 2)  # over the budget, half the truth
+    monkeypatch.setattr(
+        timeline_module, "json_size_estimate", lambda p: json_bytes // 2
+    )  # over the budget, half the truth
     detail = load_timeline(path).meta.detail
     assert (detail.steps_analysed, detail.json_bytes) == (3, json_bytes)
 
@@ -613,12 +674,22 @@ def _sought_events(path: Path) -> tuple[list[Any], dict[str, Any], list[tracefil
 
 
 @pytest.mark.parametrize("block", [7, 50, 300, 100_000])
-def test_seeking_cuts_give_the_events_and_metadata_of_one_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+def test_seeking_cuts_give_the_events_and_metadata_of_one_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
     monkeypatch.setattr(tracefile, "BLOCK_BYTES", block)
     doc = one_gpu_step().to_dict()
     doc["traceEvents"] += [
         {"ph": "X", "cat": "cpu_op", "name": 'a "},{" in a name', "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0},
-        {"ph": "X", "cat": "cpu_op", "name": "x" * 200_000, "pid": 1, "tid": 1, "ts": 2.0, "dur": 1.0},  # over the 64 KB window
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "x" * 200_000,
+            "pid": 1,
+            "tid": 1,
+            "ts": 2.0,
+            "dur": 1.0,
+        },  # over the 64 KB window
     ]
     doc["deviceProperties"] = [{"name": "a ] in the metadata"}]
     for layout in LAYOUTS[:2]:
@@ -637,7 +708,9 @@ def test_seeking_cuts_give_the_events_and_metadata_of_one_parse(tmp_path: Path, 
             assert raw[piece.offset + piece.length : following.offset] == piece.separator
 
 
-def test_a_file_without_a_cut_after_the_first_block_is_read_as_its_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_without_a_cut_after_the_first_block_is_read_as_its_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tracefile, "BLOCK_BYTES", 64)
     doc = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "y" * 1000, "pid": 1, "tid": 1, "ts": 0.0, "dur": 1.0}]}
     path = tmp_path / "t.json"
@@ -666,14 +739,18 @@ class _CountedBoundary:
 
 def _long_event_trace(tmp_path: Path, gz: bool, text: str) -> tuple[Path, dict[str, Any]]:
     doc = one_gpu_step().to_dict()
-    doc["traceEvents"].insert(3, {"ph": "X", "cat": "cpu_op", "name": "long", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0, "args": {"s": text}})
+    doc["traceEvents"].insert(
+        3, {"ph": "X", "cat": "cpu_op", "name": "long", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0, "args": {"s": text}}
+    )
     raw = json.dumps(doc).encode()
     path = _write(tmp_path, "t.json.gz" if gz else "t.json", gzip.compress(raw) if gz else raw)
     return path, doc
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
-def test_an_event_of_many_blocks_is_searched_for_cuts_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool) -> None:
+def test_an_event_of_many_blocks_is_searched_for_cuts_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool
+) -> None:
     """The text carried from block to block (an event longer than a block) is not searched again
     with each block: a 256 MB trace read in 31 s gzipped against 2.6 s plain."""
     monkeypatch.setattr(tracefile, "BLOCK_BYTES", 4096)
@@ -687,7 +764,9 @@ def test_an_event_of_many_blocks_is_searched_for_cuts_once(tmp_path: Path, monke
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
-def test_an_event_of_many_blocks_full_of_candidate_cuts_is_parsed_a_few_times(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool) -> None:
+def test_an_event_of_many_blocks_full_of_candidate_cuts_is_parsed_a_few_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool
+) -> None:
     """Each block of the event ends at a '},{' inside its string, which does not parse: the piece
     joined so far is parsed again only once it has doubled, not after each block."""
     monkeypatch.setattr(tracefile, "BLOCK_BYTES", 4096)
@@ -716,7 +795,18 @@ def test_an_event_of_many_blocks_in_a_trace_read_by_workers_is_searched_once(
     counted = _CountedBoundary()
     monkeypatch.setattr(tracefile, "_BOUNDARY", counted)
     b = one_gpu_step()
-    b.events.append({"ph": "X", "cat": "cpu_op", "name": "long", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0, "args": {"s": "0123456789abcdef" * 65536}})
+    b.events.append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "long",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1.0,
+            "dur": 1.0,
+            "args": {"s": "0123456789abcdef" * 65536},
+        }
+    )
     path = b.write(tmp_path / "t.json.gz", gz=True)
     expected = reference_timeline.build_timeline(b.to_dict())
     assert _timeline_fields(load_timeline(path)) == _timeline_fields(expected)

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diagnose.analysis.prediction import uncertainty as U
-from diagnose.analysis.verdict.findings import Measurement, diagnose_symptoms
-from diagnose.analysis.pipeline import make_predictor, step_sample
-from diagnose.analysis.prediction.predict import Prediction, Predictor, step_spread
 from diagnose.analysis.measure.breakdown import compute_breakdown
+from diagnose.analysis.pipeline import make_predictor, step_sample
+from diagnose.analysis.prediction import uncertainty as U
+from diagnose.analysis.prediction.predict import Prediction, Predictor, step_spread
 from diagnose.analysis.prediction.replay import build_model, replay_check
-from diagnose.analysis.verdict.rules import load_rules
 from diagnose.analysis.symptoms import symptoms_from_values
 from diagnose.analysis.trace.timeline import build_timeline
+from diagnose.analysis.verdict.findings import Measurement, diagnose_symptoms
+from diagnose.analysis.verdict.rules import load_rules
 from tests.tracebuilder import ELEMENTWISE, FP32_GEMM, TraceBuilder
 
 # --- the bootstrap's arithmetic --------------------------------------------------------------------
@@ -72,7 +72,13 @@ def test_a_prediction_is_resampled_by_the_steps_of_its_category(monkeypatch: pyt
     # a host-ahead window: a drained step of 10 µs with no GPU time, then one of 250 all GPU; bf16
     # predicted 6x (260 -> 43.3 µs) removes 216.7 of the 250 µs (87%, under the cap): the drained
     # steps alone gain nothing, the full ones alone 250 / 33.3 = 7.5x
-    ahead = U.resampled_speedups(U.StepSample((10.0, 250.0), {"gpu_forward": (0.0, 250.0)}), 6.0, categories=("gpu_forward",), error=0.0, indices=idx)
+    ahead = U.resampled_speedups(
+        U.StepSample((10.0, 250.0), {"gpu_forward": (0.0, 250.0)}),
+        6.0,
+        categories=("gpu_forward",),
+        error=0.0,
+        indices=idx,
+    )
     assert ahead.tolist() == pytest.approx([1.0, 7.5, 6.0])
     # no category named: the saving shared by the steps' length, the same on every resample
     same = U.resampled_speedups(sample, 1.5, error=0.0, indices=idx)
@@ -127,8 +133,13 @@ def test_the_predictor_resamples_the_profiled_steps_breakdown() -> None:
 # --- findings: the dominant category's fix, measured over predicted over bound ----------------------
 
 DATA_FACTS = {
-    "exposed.data_wait": 0.9, "phase.data_wait": 0.9, "dataloader.num_workers": 0, "dataloader.single_process": 1,
-    "cpu.count": 16, "suggest.num_workers": 2, "gpu.present": 1,
+    "exposed.data_wait": 0.9,
+    "phase.data_wait": 0.9,
+    "dataloader.num_workers": 0,
+    "dataloader.single_process": 1,
+    "cpu.count": 16,
+    "suggest.num_workers": 2,
+    "gpu.present": 1,
 }
 
 
@@ -140,7 +151,9 @@ def test_a_fix_for_a_category_that_idles_the_gpu_most_of_the_step_is_never_left_
     timeline = build_timeline(waiting_trace([900.0] * 8).to_dict())
     model = build_model(timeline)
     assert model is not None
-    predictor = Predictor(model, replay_check(model), 1.0, spread=0.64, mean_uncertainty=1.5).with_sample(step_sample(compute_breakdown(timeline)))
+    predictor = Predictor(model, replay_check(model), 1.0, spread=0.64, mean_uncertainty=1.5).with_sample(
+        step_sample(compute_breakdown(timeline))
+    )
     diagnosis = diagnose_symptoms([rules["DATA001"]], symptoms_from_values(DATA_FACTS), predictor)
     (top,) = diagnosis.findings
     # two workers deliver a 900 µs batch every 450 µs, and the step's 60 µs of work waits for it
@@ -201,7 +214,14 @@ def test_measured_ranks_above_predicted_and_a_bound_alone_never_first(tmp_path: 
     assert model is not None
     predictor = Predictor(model, replay_check(model), 1.0, spread=0.0, mean_uncertainty=0.01)
     symptoms = symptoms_from_values(
-        {"sync.per_step": 50, "sync.cost_share": 0.4, "exposed.sync": 0.3, "gpu.present": 1, "sync.blocked_share": 0.3, "exposed.data_wait": 0.4}
+        {
+            "sync.per_step": 50,
+            "sync.cost_share": 0.4,
+            "exposed.sync": 0.3,
+            "gpu.present": 1,
+            "sync.blocked_share": 0.3,
+            "exposed.data_wait": 0.4,
+        }
     )
     pair = [rules["SYNC001"], rules["TEST901"]]
     plain = diagnose_symptoms(pair, symptoms, predictor)
@@ -214,14 +234,25 @@ def test_measured_ranks_above_predicted_and_a_bound_alone_never_first(tmp_path: 
     assert plain.ranking is not None and plain.ranking["first_share"] == 1.0 and plain.ranking["settled"]
     assert [c["rule"] for c in plain.ranking["to_check"]] == ["TEST901"]
     # measured to help: first, whatever was predicted
-    helped = diagnose_symptoms(pair, symptoms, predictor, {"TEST901": Measurement(1.4, 0.03, "helped", "num_workers=4")})
+    helped = diagnose_symptoms(
+        pair, symptoms, predictor, {"TEST901": Measurement(1.4, 0.03, "helped", "num_workers=4")}
+    )
     assert [(f.rule_id, f.basis) for f in helped.findings] == [("TEST901", "measured"), ("SYNC001", "predicted")]
     assert helped.findings[0].expected == 1.4 and helped.findings[0].check == []
-    assert helped.findings[0].to_dict()["measured"] == {"speedup": 1.4, "spread": 0.03, "verdict": "helped", "change": "num_workers=4"}
+    assert helped.findings[0].to_dict()["measured"] == {
+        "speedup": 1.4,
+        "spread": 0.03,
+        "verdict": "helped",
+        "change": "num_workers=4",
+    }
     # measured not to help: left out, saying so
-    none = diagnose_symptoms(pair, symptoms, predictor, {"TEST901": Measurement(1.01, 0.03, "no effect", "num_workers=4")})
+    none = diagnose_symptoms(
+        pair, symptoms, predictor, {"TEST901": Measurement(1.01, 0.03, "no effect", "num_workers=4")}
+    )
     assert [f.rule_id for f in none.findings] == ["SYNC001"]
-    assert none.considered == ["considered TEST901: measured 1.01x by a short A/B (num_workers=4), inside the ±3.0% the run's own steady steps move"]
+    assert none.considered == [
+        "considered TEST901: measured 1.01x by a short A/B (num_workers=4), inside the ±3.0% the run's own steady steps move"
+    ]
 
 
 def test_the_top_two_overlapping_intervals_make_the_ranking_unsure() -> None:
@@ -262,17 +293,26 @@ def test_the_check_budget_starts_an_experiment_only_while_it_fits() -> None:
 def test_the_check_measures_the_findings_its_report_names_with_knobs() -> None:
     from diagnose.experiments import check_candidates
 
-    report = {"ranking": {"to_check": [
-        {"rule": "DATA007", "why": ["no prediction"], "knobs": {}},
-        {"rule": "DATA001", "why": ["dominant"], "knobs": {"num_workers": "4"}},
-        {"rule": "PREC001", "why": ["weak"], "knobs": {"autocast": "bf16"}},
-    ]}}
+    report = {
+        "ranking": {
+            "to_check": [
+                {"rule": "DATA007", "why": ["no prediction"], "knobs": {}},
+                {"rule": "DATA001", "why": ["dominant"], "knobs": {"num_workers": "4"}},
+                {"rule": "PREC001", "why": ["weak"], "knobs": {"autocast": "bf16"}},
+            ]
+        }
+    }
     specs, left = check_candidates(report, 1)
     assert [(s.rule, s.knobs) for s in specs] == [("DATA001", {"num_workers": "4"})]
-    assert left == ["DATA007: no knob to apply it with; apply its change by hand and run diagnose again", "PREC001: past --check 1"]
+    assert left == [
+        "DATA007: no knob to apply it with; apply its change by hand and run diagnose again",
+        "PREC001: past --check 1",
+    ]
 
 
-def test_the_check_runs_within_its_budget_and_judges_against_the_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_check_runs_within_its_budget_and_judges_against_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Each experiment through run_experiment (verify's machinery), the run itself the baseline;
     the second candidate is not started once the budget is spent."""
     from diagnose import experiments as E
@@ -285,24 +325,44 @@ def test_the_check_runs_within_its_budget_and_judges_against_the_run(monkeypatch
         started.append((spec.rule, timeout, list(options or [])))
         assert plan.steps == E.CHECK_PROFILED_STEPS and plan.timed == 20
         clock[0] += 90.0  # each experiment takes 90 s
-        return E.Outcome(spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=20.0, samples_per_s=640.0)
+        return E.Outcome(
+            spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=20.0, samples_per_s=640.0
+        )
 
     monkeypatch.setattr(E, "run_experiment", fake_run)
     report = {
         "status": {"state": "stopped"},
-        "throughput": {"steady": {"steps_per_s": 10.0, "samples_per_s": 320.0, "mean_step_ms": 100.0, "mean_spread": 0.02}},
-        "ranking": {"to_check": [{"rule": "DATA001", "why": ["x"], "knobs": {"num_workers": "4"}}, {"rule": "PREC001", "why": ["y"], "knobs": {"autocast": "bf16"}}]},
+        "throughput": {
+            "steady": {"steps_per_s": 10.0, "samples_per_s": 320.0, "mean_step_ms": 100.0, "mean_spread": 0.02}
+        },
+        "ranking": {
+            "to_check": [
+                {"rule": "DATA001", "why": ["x"], "knobs": {"num_workers": "4"}},
+                {"rule": "PREC001", "why": ["y"], "knobs": {"autocast": "bf16"}},
+            ]
+        },
     }
     from diagnose.record import WindowPlan
 
-    measured, summary = E.check(["train.py", "--"], RunDir(tmp_path), WindowPlan(), report, 2, 100.0, options=["--rules", "x"], clock=lambda: clock[0])
+    measured, summary = E.check(
+        ["train.py", "--"],
+        RunDir(tmp_path),
+        WindowPlan(),
+        report,
+        2,
+        100.0,
+        options=["--rules", "x"],
+        clock=lambda: clock[0],
+    )
     assert [(rule, timeout) for rule, timeout, _ in started] == [("DATA001", pytest.approx(100.0 * E.CHECK_GRACE))]
     assert measured == {"DATA001": Measurement(2.0, 0.02, "helped", "num_workers=4")}
     assert summary["spent_s"] == 90.0 and summary["not_measured"] == ["PREC001: the budget (100 s) is spent"]
     assert summary["experiments"][0]["speedup"] == 2.0 and summary["compared_by"] == "samples_per_s"
 
 
-def test_the_check_of_a_short_script_compares_by_the_profiled_window_like_verify(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_check_of_a_short_script_compares_by_the_profiled_window_like_verify(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A run too short for its timed steps has only its profiled window: each A/B run gets the
     run's own plan, fixed (the script's length cuts it as it cut the run's), and every run is
     compared by its profiled window (``align_basis``), even one that also has timed steps."""
@@ -314,14 +374,19 @@ def test_the_check_of_a_short_script_compares_by_the_profiled_window_like_verify
 
     def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):
         plans.append(plan)
-        figures = {"steady": {"steps_per_s": 40.0, "samples_per_s": 1280.0, "mean_step_ms": 25.0},
-                   "profiled": {"steps_per_s": 15.0, "samples_per_s": 480.0, "mean_step_ms": 66.7}}
+        figures = {
+            "steady": {"steps_per_s": 40.0, "samples_per_s": 1280.0, "mean_step_ms": 25.0},
+            "profiled": {"steps_per_s": 15.0, "samples_per_s": 480.0, "mean_step_ms": 66.7},
+        }
         return E.Outcome(spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, figures=figures)
 
     monkeypatch.setattr(E, "run_experiment", fake_run)
     report = {
         "status": {"state": "completed"},
-        "throughput": {"steady": None, "profiled": {"steps_per_s": 10.0, "samples_per_s": 320.0, "mean_step_ms": 100.0, "mean_spread": 0.02}},
+        "throughput": {
+            "steady": None,
+            "profiled": {"steps_per_s": 10.0, "samples_per_s": 320.0, "mean_step_ms": 100.0, "mean_spread": 0.02},
+        },
         "ranking": {"to_check": [{"rule": "DATA001", "why": ["x"], "knobs": {"num_workers": "4"}}]},
     }
     asked = WindowPlan(warmup=5, steps=10, timed=20, max_steps=30, stop=False)
@@ -341,12 +406,25 @@ def test_a_distributed_run_says_why_it_measured_nothing(tmp_path: Path) -> None:
     from diagnose.rundir import RunDir
     from diagnose.session import DISTRIBUTED_CHECK_SKIPPED, check_skipped
 
-    report = Report.from_dict({"source": {"kind": "run"}, "status": {"state": "stopped"}, "ranking": {"to_check": [
-        {"rule": "DATA001", "why": ["x"], "knobs": {"num_workers": "4"}}, {"rule": "DATA007", "why": ["y"], "knobs": {}},
-    ]}})
+    report = Report.from_dict(
+        {
+            "source": {"kind": "run"},
+            "status": {"state": "stopped"},
+            "ranking": {
+                "to_check": [
+                    {"rule": "DATA001", "why": ["x"], "knobs": {"num_workers": "4"}},
+                    {"rule": "DATA007", "why": ["y"], "knobs": {}},
+                ]
+            },
+        }
+    )
     run_dir = RunDir(tmp_path)
     out = check_skipped(run_dir, report, DISTRIBUTED_CHECK_SKIPPED)
-    assert out.ranking["check"] == {"skipped": DISTRIBUTED_CHECK_SKIPPED, "experiments": [], "not_measured": [f"DATA001: {DISTRIBUTED_CHECK_SKIPPED}"]}
+    assert out.ranking["check"] == {
+        "skipped": DISTRIBUTED_CHECK_SKIPPED,
+        "experiments": [],
+        "not_measured": [f"DATA001: {DISTRIBUTED_CHECK_SKIPPED}"],
+    }
     assert out.warnings[-1] == f"not measured (DATA001): {DISTRIBUTED_CHECK_SKIPPED}"
     assert run_dir.load_report().ranking["check"]["skipped"] == DISTRIBUTED_CHECK_SKIPPED
     # nothing to measure: nothing to say
@@ -395,8 +473,32 @@ def test_run_measures_a_finding_it_cannot_predict_and_ranks_it_on_the_measuremen
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "TEST901.toml").write_text(BOUND_ONLY_RULE)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "diagnose", "run", "--warmup", "2", "--steps", "3", "--max-steps", "3", "--timed-steps", "6",
-           "--rules", "rules", "--check", "1", "--check-budget", "300", "--no-lines", "--json", "--quiet", "--out", "runs/a", "slow.py"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "run",
+        "--warmup",
+        "2",
+        "--steps",
+        "3",
+        "--max-steps",
+        "3",
+        "--timed-steps",
+        "6",
+        "--rules",
+        "rules",
+        "--check",
+        "1",
+        "--check-budget",
+        "300",
+        "--no-lines",
+        "--json",
+        "--quiet",
+        "--out",
+        "runs/a",
+        "slow.py",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
@@ -412,8 +514,15 @@ def test_run_measures_a_finding_it_cannot_predict_and_ranks_it_on_the_measuremen
     child = json.loads((tmp_path / "runs" / "a" / "check-TEST901" / "diagnose" / "report.json").read_text())
     assert "check" not in (child.get("ranking") or {})
     # analysing the run again keeps what was measured
-    again = subprocess.run([sys.executable, "-m", "diagnose", "analyze", "runs/a", "--rules", "rules", "--json"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300, check=False)
+    again = subprocess.run(
+        [sys.executable, "-m", "diagnose", "analyze", "runs/a", "--rules", "rules", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     reread = json.loads(again.stdout)
     assert reread["findings"][0]["rule"] == "TEST901" and reread["findings"][0]["measured"] == top["measured"]
@@ -442,7 +551,13 @@ def test_a_dominant_categorys_fix_predicted_slower_is_still_left_out() -> None:
     model = build_model(build_timeline(synced().to_dict()))
     assert model is not None
     predictor = Predictor(model, replay_check(model), 1.0, spread=0.0, mean_uncertainty=0.01)
-    facts = {"sync.per_step": 50, "sync.cost_share": 0.4, "exposed.sync": 0.6, "gpu.present": 1, "sync.blocked_share": 0.3}
+    facts = {
+        "sync.per_step": 50,
+        "sync.cost_share": 0.4,
+        "exposed.sync": 0.6,
+        "gpu.present": 1,
+        "sync.blocked_share": 0.3,
+    }
     kept = diagnose_symptoms([rules["SYNC001"]], symptoms_from_values(facts), predictor)
     assert [(f.rule_id, f.dominant) for f in kept.findings] == [("SYNC001", "sync")]
     assert isinstance(kept.findings[0], Finding)
@@ -453,7 +568,17 @@ def test_a_dominant_categorys_fix_predicted_slower_is_still_left_out() -> None:
 
     # the speedup each prediction states is the predictor's ``spread`` here: 1.02x (inside the
     # floor of 4.1%) stays, 0.5x (slower) does not
-    near = diagnose_symptoms([rules["SYNC001"]], symptoms_from_values(facts), Predicts(model, replay_check(model), 1.0, spread=1.02, mean_uncertainty=0.01))
+    near = diagnose_symptoms(
+        [rules["SYNC001"]],
+        symptoms_from_values(facts),
+        Predicts(model, replay_check(model), 1.0, spread=1.02, mean_uncertainty=0.01),
+    )
     assert [(f.rule_id, f.predicted) for f in near.findings] == [("SYNC001", 1.02)] and near.considered == []
-    slower = diagnose_symptoms([rules["SYNC001"]], symptoms_from_values(facts), Predicts(model, replay_check(model), 1.0, spread=0.5, mean_uncertainty=0.01))
-    assert slower.findings == [] and slower.considered == ["considered SYNC001: predicted 0.50x, slower than the step as it is"]
+    slower = diagnose_symptoms(
+        [rules["SYNC001"]],
+        symptoms_from_values(facts),
+        Predicts(model, replay_check(model), 1.0, spread=0.5, mean_uncertainty=0.01),
+    )
+    assert slower.findings == [] and slower.considered == [
+        "considered SYNC001: predicted 0.50x, slower than the step as it is"
+    ]

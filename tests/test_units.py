@@ -67,8 +67,17 @@ def test_format_value(case: Case) -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(1.19451e9, "1.19 billion"), (1_194_510, "1.19 million"), (123_456, "123,456"), (64, "64"), (64.0, "64"), (2.5, "2.5"),
-     (0.125, "0.125"), (1234.6, "1,235"), (3.2e12, "3.2 trillion")],
+    [
+        (1.19451e9, "1.19 billion"),
+        (1_194_510, "1.19 million"),
+        (123_456, "123,456"),
+        (64, "64"),
+        (64.0, "64"),
+        (2.5, "2.5"),
+        (0.125, "0.125"),
+        (1234.6, "1,235"),
+        (3.2e12, "3.2 trillion"),
+    ],
 )
 def test_counts_never_in_exponent(value: float, text: str) -> None:
     assert count(value) == text

@@ -18,15 +18,28 @@ from tests.conftest import REPO
 WHY = ["no prediction: the model cannot replay this change here"]
 
 
-@pytest.mark.parametrize("knobs, world_size, tail", [
-    ({"num_workers": "4"}, None, "diagnose run measures it (--check N)"),
-    ({"num_workers": "4"}, 1, "diagnose run measures it (--check N)"),
-    ({}, None, "no knob applies this change; make it and run diagnose again to measure it"),
-    ({"compile": "n/a", "x": ""}, None, "no knob applies this change; make it and run diagnose again to measure it"),
-    ({"bucket_cap_mb": "25"}, 2, "diagnose verify --nproc-per-node N --rule DIST008 measures it (a distributed run measures nothing in-run)"),
-    ({}, 4, "no knob applies this change; make it and run diagnose again to measure it"),
-])
-def test_the_unsure_line_names_what_would_measure_the_finding(knobs: dict[str, str], world_size: int | None, tail: str) -> None:
+@pytest.mark.parametrize(
+    "knobs, world_size, tail",
+    [
+        ({"num_workers": "4"}, None, "diagnose run measures it (--check N)"),
+        ({"num_workers": "4"}, 1, "diagnose run measures it (--check N)"),
+        ({}, None, "no knob applies this change; make it and run diagnose again to measure it"),
+        (
+            {"compile": "n/a", "x": ""},
+            None,
+            "no knob applies this change; make it and run diagnose again to measure it",
+        ),
+        (
+            {"bucket_cap_mb": "25"},
+            2,
+            "diagnose verify --nproc-per-node N --rule DIST008 measures it (a distributed run measures nothing in-run)",
+        ),
+        ({}, 4, "no knob applies this change; make it and run diagnose again to measure it"),
+    ],
+)
+def test_the_unsure_line_names_what_would_measure_the_finding(
+    knobs: dict[str, str], world_size: int | None, tail: str
+) -> None:
     rule = "DIST008" if world_size and world_size > 1 else "DATA001"
     assert unsure_words(WHY, rule, knobs, world_size) == f"unsure ({WHY[0]}): {tail}"
 
@@ -41,7 +54,10 @@ def test_a_distributed_report_never_promises_an_in_run_check() -> None:
     report = _report("ddp_mlp_nccl")
     unsure = {f["rule"]: f for f in report.to_dict()["findings"] if f["check"]}
     assert {"DIST002", "DATA005"} <= set(unsure) and unsure["DIST002"]["knobs"] == {}
-    for text in (" ".join(TerminalRenderer(color=False, width=400).render(report).split()), HTMLRenderer().render(report)):
+    for text in (
+        " ".join(TerminalRenderer(color=False, width=400).render(report).split()),
+        HTMLRenderer().render(report),
+    ):
         assert "(--check N)" not in text
         assert "no knob applies this change; make it and run diagnose again to measure it" in text
 
@@ -51,5 +67,8 @@ def test_a_knob_finding_of_one_process_says_the_check_measures_it() -> None:
     finding = next(f for f in data["findings"] if f["knobs"])
     finding["check"] = WHY
     report = Report.from_dict(data)
-    for text in (" ".join(TerminalRenderer(color=False, width=400).render(report).split()), HTMLRenderer().render(report)):
+    for text in (
+        " ".join(TerminalRenderer(color=False, width=400).render(report).split()),
+        HTMLRenderer().render(report),
+    ):
         assert f"unsure ({WHY[0]}): diagnose run measures it (--check N)" in text

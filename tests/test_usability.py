@@ -13,9 +13,19 @@ import pytest
 from tests.conftest import REPO
 
 
-def diagnose(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None, python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def diagnose(
+    *args: str, cwd: Path, timeout: float = 300, env: dict | None = None, python_flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
-    return subprocess.run([sys.executable, *python_flags, "-m", "diagnose", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, *python_flags, "-m", "diagnose", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 # --- 1: -m looks the module up with the current folder on sys.path, as python -m does ----------
@@ -45,8 +55,22 @@ def test_run_dash_m_from_the_packages_folder_as_the_console_script_does(tmp_path
     (tmp_path / "mypkg" / "__init__.py").write_text("")
     (tmp_path / "mypkg" / "train.py").write_text(MLP_TRAIN.lstrip())
     # python -P: no current folder on sys.path, as the installed `diagnose` script has none
-    proc = diagnose("run", "--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "--no-lines", "-m", "mypkg.train",
-                    cwd=tmp_path, python_flags=("-P",))
+    proc = diagnose(
+        "run",
+        "--warmup",
+        "2",
+        "--steps",
+        "2",
+        "--max-steps",
+        "2",
+        "--timed-steps",
+        "2",
+        "--no-lines",
+        "-m",
+        "mypkg.train",
+        cwd=tmp_path,
+        python_flags=("-P",),
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -64,8 +88,12 @@ DATA = REPO / "tests" / "data"
         ("category:dat", "no rule has the category 'dat' (did you mean data?)", "data, distributed"),
     ],
 )
-def test_fail_on_unknown_rule_or_category_is_a_usage_error(condition: str, message: str, listed: str, tmp_path: Path) -> None:
-    proc = diagnose("analyze", str(DATA / "bare" / "data_bound.pt.trace.json.gz"), "--json", "--fail-on", condition, cwd=tmp_path)
+def test_fail_on_unknown_rule_or_category_is_a_usage_error(
+    condition: str, message: str, listed: str, tmp_path: Path
+) -> None:
+    proc = diagnose(
+        "analyze", str(DATA / "bare" / "data_bound.pt.trace.json.gz"), "--json", "--fail-on", condition, cwd=tmp_path
+    )
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert listed in proc.stderr
@@ -74,7 +102,14 @@ def test_fail_on_unknown_rule_or_category_is_a_usage_error(condition: str, messa
 
 def test_fail_on_names_are_case_insensitive_and_trip_the_gate(tmp_path: Path) -> None:
     for condition in ("category:DATA", "data001"):
-        proc = diagnose("analyze", str(DATA / "bare" / "data_bound.pt.trace.json.gz"), "--json", "--fail-on", condition, cwd=tmp_path)
+        proc = diagnose(
+            "analyze",
+            str(DATA / "bare" / "data_bound.pt.trace.json.gz"),
+            "--json",
+            "--fail-on",
+            condition,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 6, (condition, proc.stderr)
         assert "DATA001 fired" in proc.stderr
 
@@ -92,7 +127,10 @@ def test_fail_on_accepts_a_rule_of_the_users_own(tmp_path: Path) -> None:
         id = "MINE001"
         category = "mine"
 
-    assert [c.value for c in resolve_names([parse_condition("mine001"), parse_condition("category:Mine")], [*builtin, Mine()])] == ["MINE001", "mine"]
+    assert [
+        c.value
+        for c in resolve_names([parse_condition("mine001"), parse_condition("category:Mine")], [*builtin, Mine()])
+    ] == ["MINE001", "mine"]
 
 
 def test_docs_ci_lists_every_category_of_the_builtin_rules() -> None:
@@ -127,10 +165,22 @@ def _long_sweep():  # a Report
     from tests.test_experiment_display import sweep_report
 
     outcomes = [
-        Outcome(f"arg.batch-size={b},num_workers={w}", {"arg.batch-size": str(b), "num_workers": str(w)}, "ok", f"runs/s/{b}-{w}",
-                steps_per_s=3.21, samples_per_s=389.93 + b, mean_step_ms=389.94 + w, p10_step_ms=212.35, p90_step_ms=1412.86,
-                gpu_busy=0.42, peak_reserved_bytes=12_345_678_901, top_exposed={"category": "data_wait", "share": 0.61})
-        for b in (64, 128) for w in (0, 4)
+        Outcome(
+            f"arg.batch-size={b},num_workers={w}",
+            {"arg.batch-size": str(b), "num_workers": str(w)},
+            "ok",
+            f"runs/s/{b}-{w}",
+            steps_per_s=3.21,
+            samples_per_s=389.93 + b,
+            mean_step_ms=389.94 + w,
+            p10_step_ms=212.35,
+            p90_step_ms=1412.86,
+            gpu_busy=0.42,
+            peak_reserved_bytes=12_345_678_901,
+            top_exposed={"category": "data_wait", "share": 0.61},
+        )
+        for b in (64, 128)
+        for w in (0, 4)
     ]
     return sweep_report(outcomes)
 
@@ -175,7 +225,10 @@ TRACE = DATA / "bare" / "data_bound.pt.trace.json.gz"
 def test_trim_into_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     proc = diagnose("trim", str(TRACE), str(tmp_path / "no_such_dir" / "x.json"), cwd=tmp_path)
     assert proc.returncode == 5
-    assert proc.stderr.splitlines()[0] == f"diagnose: error: cannot write {tmp_path / 'no_such_dir' / 'x.json'}: the folder {tmp_path / 'no_such_dir'} does not exist"
+    assert (
+        proc.stderr.splitlines()[0]
+        == f"diagnose: error: cannot write {tmp_path / 'no_such_dir' / 'x.json'}: the folder {tmp_path / 'no_such_dir'} does not exist"
+    )
     assert "Traceback" not in proc.stderr
 
 
@@ -210,9 +263,8 @@ def test_trim_takes_a_run_directory_with_one_trace(tmp_path: Path) -> None:
 
 
 def test_a_full_file_system_leaves_the_old_file_and_no_piece(tmp_path: Path, monkeypatch) -> None:
-    import errno
-
     import builtins
+    import errno
 
     from diagnose import atomic
     from diagnose.errors import OutputError
@@ -279,7 +331,9 @@ def test_a_finding_wraps_inside_its_indent_and_keeps_its_code_whole() -> None:
 
 
 @pytest.mark.parametrize("command", ["run", "verify", "sweep"])
-@pytest.mark.parametrize("target", [[], ["missing.py"], ["folder"], ["/bin/ls"], ["-m", "no_such_mod37"], ["train.py", "--set", "nosuch=1"]])
+@pytest.mark.parametrize(
+    "target", [[], ["missing.py"], ["folder"], ["/bin/ls"], ["-m", "no_such_mod37"], ["train.py", "--set", "nosuch=1"]]
+)
 def test_a_usage_error_leaves_no_run_directory(command: str, target: list[str], tmp_path: Path) -> None:
     (tmp_path / "folder").mkdir()
     (tmp_path / "train.py").write_text("print('never run')\n")
@@ -301,7 +355,9 @@ def test_respell_options_asks_the_parsers_spelling() -> None:
     known = ["--batch-size", "--lr", "--help", "--mixed-precision"]
     args = ["--batch-size", "64", "--lr=0.1", "--batch_size", "128", "--mixed_precision=bf16"]
     assert respell_options(args, ["--batch_size", "--mixed_precision", "--lr", "--nosuch"], known) == (
-        ["--lr=0.1", "--batch-size", "128", "--mixed-precision=bf16"], ["--nosuch"])
+        ["--lr=0.1", "--batch-size", "128", "--mixed-precision=bf16"],
+        ["--nosuch"],
+    )
 
 
 def test_arg_knob_reaches_a_dashed_option_and_an_unknown_one_is_said(tmp_path: Path) -> None:
@@ -309,7 +365,9 @@ def test_arg_knob_reaches_a_dashed_option_and_an_unknown_one_is_said(tmp_path: P
 
     (tmp_path / "train.py").write_text(MLP_TRAIN.lstrip())
     fast = ["--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "--no-lines"]
-    proc = diagnose("run", *fast, "--json", "--set", "arg.batch_size=24", "train.py", "--", "--batch-size", "64", cwd=tmp_path)
+    proc = diagnose(
+        "run", *fast, "--json", "--set", "arg.batch_size=24", "train.py", "--", "--batch-size", "64", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     import json
 
@@ -317,7 +375,10 @@ def test_arg_knob_reaches_a_dashed_option_and_an_unknown_one_is_said(tmp_path: P
     assert report["throughput"]["batch_size"] == 24
     proc = diagnose("run", *fast, "--json", "--set", "arg.batch_sise=24", "train.py", cwd=tmp_path)
     assert proc.returncode != 0
-    assert "diagnose: warning: --set arg.batch_sise: the script's parser has no option --batch_sise (its options: --batch-size, --epochs, --help)" in proc.stderr
+    assert (
+        "diagnose: warning: --set arg.batch_sise: the script's parser has no option --batch_sise (its options: --batch-size, --epochs, --help)"
+        in proc.stderr
+    )
 
 
 # --- 8: TERM=dumb, the sweep's status colour, a child run's progress, Kineto's own lines ----------
@@ -375,9 +436,11 @@ def test_a_sweep_that_ran_has_a_green_status_line() -> None:
 def test_kineto_lines_are_kept_off_stderr_and_the_rest_kept() -> None:
     from diagnose.runtime.kinetolog import kept_lines
 
-    raw = (b"USDT:2026-11-27 05:01:21 28288:28288 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
-           b"my own warning\n"
-           b"STAGE:2026-11-27 05:02:17 30039:30039 SyncActivityProfilerHandler.cpp:51] Completed Stage: Warm Up\n")
+    raw = (
+        b"USDT:2026-11-27 05:01:21 28288:28288 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+        b"my own warning\n"
+        b"STAGE:2026-11-27 05:02:17 30039:30039 SyncActivityProfilerHandler.cpp:51] Completed Stage: Warm Up\n"
+    )
     assert kept_lines(raw) == b"my own warning\n"
 
 
@@ -391,10 +454,14 @@ def test_a_child_runs_progress_reaches_the_parent_and_no_kineto_line_shows(tmp_p
     lines: list[str] = []
     plan = WindowPlan(warmup=2, steps=2, timed=2, max_steps=2)
     out = RunDir.create(tmp_path / "child")
-    outcome = run_experiment([str(tmp_path / "train.py"), "--"], Spec("baseline"), out, plan, timeout=240, on_child_line=lines.append)
+    outcome = run_experiment(
+        [str(tmp_path / "train.py"), "--"], Spec("baseline"), out, plan, timeout=240, on_child_line=lines.append
+    )
     assert outcome.status == "ok", outcome.error
     assert any("warm" in line for line in lines) and any("profil" in line for line in lines), lines
-    proc = diagnose("run", "--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "-q", "train.py", cwd=tmp_path)
+    proc = diagnose(
+        "run", "--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "-q", "train.py", cwd=tmp_path
+    )
     assert proc.returncode == 0 and "USDT:" not in proc.stderr and "STAGE:" not in proc.stderr, proc.stderr
 
 
@@ -472,7 +539,12 @@ def test_compare_labels_report_json_paths_by_their_run_folder(tmp_path: Path) ->
         shutil.copytree(DATA / "data_bound", tmp_path / name)
     from diagnose.api import compare
 
-    reports = [tmp_path / name / "diagnose" / "report.json" if (tmp_path / name / "diagnose").is_dir() else tmp_path / name / "report.json" for name in ("before", "after")]
+    reports = [
+        tmp_path / name / "diagnose" / "report.json"
+        if (tmp_path / name / "diagnose").is_dir()
+        else tmp_path / name / "report.json"
+        for name in ("before", "after")
+    ]
     assert compare(*reports).labels == ("before", "after")
     proc = diagnose("compare", *map(str, reports), "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -491,7 +563,11 @@ def test_report_and_analyze_take_a_runs_report_json(tmp_path: Path) -> None:
     own = tmp_path / "run" / "diagnose" / "report.json"
     path = own if own.is_file() else tmp_path / "run" / "report.json"
     for command in (["report"], ["analyze"], ["report", "--html"]):
-        proc = diagnose(*command, str(path), "--no-color", cwd=tmp_path) if command != ["report", "--html"] else diagnose(*command, str(path), cwd=tmp_path)
+        proc = (
+            diagnose(*command, str(path), "--no-color", cwd=tmp_path)
+            if command != ["report", "--html"]
+            else diagnose(*command, str(path), cwd=tmp_path)
+        )
         assert proc.returncode == 0, (command, proc.stderr)
     assert (tmp_path / "run" / "report.html").is_file()
 
@@ -512,7 +588,23 @@ def test_every_html_writer_says_where_report_html_went(tmp_path: Path) -> None:
     from tests.scripts import MLP_TRAIN
 
     (tmp_path / "train.py").write_text(MLP_TRAIN.lstrip())
-    proc = diagnose("run", "--warmup", "2", "--steps", "2", "--max-steps", "2", "--timed-steps", "2", "--html", "--out", "r", "--no-lines", "train.py", cwd=tmp_path)
+    proc = diagnose(
+        "run",
+        "--warmup",
+        "2",
+        "--steps",
+        "2",
+        "--max-steps",
+        "2",
+        "--timed-steps",
+        "2",
+        "--html",
+        "--out",
+        "r",
+        "--no-lines",
+        "train.py",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"wrote {tmp_path / 'r' / 'report.html'}" in proc.stderr.splitlines()
 
@@ -529,26 +621,50 @@ def as_console_script(*args: str, cwd: Path, env: dict | None = None) -> subproc
     """``diagnose ARGS`` as the console script runs it (its name is diagnose, not python -m ...)."""
     code = "import sys; sys.argv[0] = 'diagnose'; from diagnose.cli import main; main()"
     full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("shell", "marker"), [("bash", "_DIAGNOSE_COMPLETE=complete_bash"), ("zsh", "_DIAGNOSE_COMPLETE=complete_zsh")])
+@pytest.mark.parametrize(
+    ("shell", "marker"), [("bash", "_DIAGNOSE_COMPLETE=complete_bash"), ("zsh", "_DIAGNOSE_COMPLETE=complete_zsh")]
+)
 def test_shell_completion_scripts_and_install(shell: str, marker: str, tmp_path: Path) -> None:
-    proc = as_console_script("--show-completion", shell, cwd=tmp_path, env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
+    proc = as_console_script(
+        "--show-completion", shell, cwd=tmp_path, env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+    )
     assert proc.returncode == 0, proc.stderr
     assert marker in proc.stdout
-    proc = as_console_script("--install-completion", shell, cwd=tmp_path, env={"HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
+    proc = as_console_script(
+        "--install-completion",
+        shell,
+        cwd=tmp_path,
+        env={"HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     rc = tmp_path / (".bashrc" if shell == "bash" else ".zshrc")
     assert rc.is_file() and rc.read_text().strip()
 
 
 def test_bash_completes_commands_and_options(tmp_path: Path) -> None:
-    proc = as_console_script(cwd=tmp_path, env={"_DIAGNOSE_COMPLETE": "complete_bash", "COMP_WORDS": "diagnose ana", "COMP_CWORD": "1"})
+    proc = as_console_script(
+        cwd=tmp_path, env={"_DIAGNOSE_COMPLETE": "complete_bash", "COMP_WORDS": "diagnose ana", "COMP_CWORD": "1"}
+    )
     assert proc.stdout.split() == ["analyze"]
-    proc = as_console_script(cwd=tmp_path, env={"_DIAGNOSE_COMPLETE": "complete_bash", "COMP_WORDS": "diagnose run train.py --warm", "COMP_CWORD": "3"})
+    proc = as_console_script(
+        cwd=tmp_path,
+        env={"_DIAGNOSE_COMPLETE": "complete_bash", "COMP_WORDS": "diagnose run train.py --warm", "COMP_CWORD": "3"},
+    )
     assert proc.stdout.split() == ["--warmup"]
-    proc = as_console_script(cwd=tmp_path, env={"_DIAGNOSE_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "diagnose tri"})
+    proc = as_console_script(
+        cwd=tmp_path, env={"_DIAGNOSE_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "diagnose tri"}
+    )
     assert '"trim"' in proc.stdout
 
 
@@ -597,7 +713,7 @@ def test_listings_fit_columns(command: list[str], tmp_path: Path) -> None:
 def test_a_much_slower_steady_window_is_said() -> None:
     from diagnose.analysis.measure.breakdown import STEADY_SLOWER, calibrate_to_steady_state
     from tests.test_breakdown import analyse
-    from tests.tracebuilder import TraceBuilder, ELEMENTWISE
+    from tests.tracebuilder import ELEMENTWISE, TraceBuilder
 
     b = TraceBuilder()
     b.step(0, 0, 100)
@@ -607,7 +723,9 @@ def test_a_much_slower_steady_window_is_said() -> None:
     raw = analyse(b)
     slower = calibrate_to_steady_state(raw, steady_step_us=216)
     assert slower.exposed_share == raw.exposed_share and slower.trace_exposed_share is None
-    assert slower.notes[-1].startswith("the profiler-off window was 116% slower than the profiled one (0.2 vs 0.1 ms/step): the shares are of the profiled step")
+    assert slower.notes[-1].startswith(
+        "the profiler-off window was 116% slower than the profiled one (0.2 vs 0.1 ms/step): the shares are of the profiled step"
+    )
     just = calibrate_to_steady_state(raw, steady_step_us=100 * STEADY_SLOWER * 0.99)
     assert just.notes == raw.notes
 
@@ -616,7 +734,9 @@ def test_a_share_spread_stays_within_0_and_100_percent() -> None:
     from diagnose.analysis.symptoms.registry import Symptom, Symptoms
 
     window = Symptoms({"exposed.data_wait": Symptom("exposed.data_wait", 0.95, "share", "")})
-    steps = [Symptoms({"exposed.data_wait": Symptom("exposed.data_wait", v, "share", "")}) for v in (0.7, 0.8, 0.9, 1.0)]
+    steps = [
+        Symptoms({"exposed.data_wait": Symptom("exposed.data_wait", v, "share", "")}) for v in (0.7, 0.8, 0.9, 1.0)
+    ]
     spread = window.with_spreads(steps, (0.1, 0.9))["exposed.data_wait"].spread
     assert spread is not None and spread[1] == 1.0 and 0.7 < spread[0] < 0.95
 
@@ -662,7 +782,10 @@ def test_report_of_another_file_says_so_and_its_hint_does_not_fail(tmp_path: Pat
     (tmp_path / "notes.json").write_text("{}")
     proc = diagnose("report", "notes.json", cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == ["diagnose: error: notes.json is a file, not a run directory", "hint: give the run directory that holds diagnose/report.json"]
+    assert proc.stderr.splitlines() == [
+        "diagnose: error: notes.json is a file, not a run directory",
+        "hint: give the run directory that holds diagnose/report.json",
+    ]
 
 
 def test_compare_leaves_no_trailing_spaces() -> None:
@@ -675,6 +798,14 @@ def test_compare_leaves_no_trailing_spaces() -> None:
 
 
 def test_compare_html_into_a_missing_folder_is_one_line(tmp_path: Path) -> None:
-    proc = diagnose("compare", str(DATA / "data_bound"), str(DATA / "data_bound"), "--json", "--html", str(tmp_path / "no" / "c.html"), cwd=tmp_path)
+    proc = diagnose(
+        "compare",
+        str(DATA / "data_bound"),
+        str(DATA / "data_bound"),
+        "--json",
+        "--html",
+        str(tmp_path / "no" / "c.html"),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 5 and "Traceback" not in proc.stderr
     assert f"diagnose: error: cannot write {tmp_path / 'no' / 'c.html'}: No such file or directory" in proc.stderr

@@ -36,7 +36,9 @@ def test_sort_order_is_pythons_stable_sort(seed: int) -> None:
     starts, ends = _random_rows(rng, rng.randrange(0, 60))
     for descending in ([False], [False, False], [False, True]):
         keys = [starts, ends][: len(descending)]
-        rows = list(zip(*[[-v for v in k] if down else k for k, down in zip(keys, descending, strict=True)], strict=True))
+        rows = list(
+            zip(*[[-v for v in k] if down else k for k, down in zip(keys, descending, strict=True)], strict=True)
+        )
         expected = sorted(range(len(starts)), key=rows.__getitem__)
         order = V.sort_order(keys, descending)
         assert (list(range(len(starts))) if order is None else order.tolist()) == expected
@@ -123,5 +125,12 @@ def test_numpy_is_loaded_with_one_blas_thread_and_the_environment_restored() -> 
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
     before, after, started, variable, can_fork = json.loads(out.stdout)
     assert (before, after, started, variable, can_fork) == (1, 1, 0, None, True)
-    out = subprocess.run([sys.executable, "-c", code], env={**env, "OPENBLAS_NUM_THREADS": "2"}, capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "OPENBLAS_NUM_THREADS": "2"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert json.loads(out.stdout)[3] == "2"

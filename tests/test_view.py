@@ -12,8 +12,6 @@ import pytest
 
 from diagnose.analysis.measure.categories import EXPOSED, PHASES
 from diagnose.analysis.pipeline import AnalysisOptions
-from diagnose.rundir import RunDir
-from diagnose.session import analyze_run
 from diagnose.analysis.report import REPORT_SCHEMA, Report, build_report
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.record import RunRecord, WindowPlan
@@ -28,6 +26,8 @@ from diagnose.renderers.view import (
     Segment,
 )
 from diagnose.report import Straggler, Timing
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_run
 from tests.conftest import DATA
 
 #: Two GPU steps of 10 and 12 ms; the window's shares are the symptoms' (as schema 2 keeps them).
@@ -46,7 +46,9 @@ def _step(number: int, exposed: dict[str, float]) -> dict[str, Any]:
         "start_us": 0,
         "duration_ms": duration,
         "exposed_ms": {cat: exposed.get(cat, 0.0) for cat in EXPOSED},
-        "phases_ms": {p: {"data_wait": exposed["data_wait"], "forward": 3.0, "backward": 3.0}.get(p, 0.0) for p in PHASES},
+        "phases_ms": {
+            p: {"data_wait": exposed["data_wait"], "forward": 3.0, "backward": 3.0}.get(p, 0.0) for p in PHASES
+        },
         "gpu_busy_ms": 6.0,
         "kernels": 40,
         "median_kernel_us": 12.5,
@@ -87,15 +89,33 @@ def hand_made() -> dict[str, Any]:
         "source": {"kind": "run", "run_dir": "runs/train"},
         "status": {"state": "stopped", "exit_code": 0, "message": "diagnose stopped the script", "error": None},
         "run": {"target": {"kind": "script", "value": "/home/me/train.py", "args": []}, "step_mode": "optimizer"},
-        "environment": {"device": "cuda", "device_name": "NVIDIA H200", "torch": "2.13.0", "python": "3.11.7", "cpu_count": 16},
+        "environment": {
+            "device": "cuda",
+            "device_name": "NVIDIA H200",
+            "torch": "2.13.0",
+            "python": "3.11.7",
+            "cpu_count": 16,
+        },
         "dataloader": {"num_workers": 0, "pin_memory": False, "batch_size": 64, "created_at": "train.py:12"},
         "optimizers": [{"name": "AdamW", "param_tensors": 6, "implementation": "foreach"}],
         "throughput": {
             "batch_size": 64,
-            "profiled": {"steps": 2, "median_step_ms": 11.0, "p90_step_ms": 12.0, "mean_step_ms": 11.0, "steps_per_s": 90.9, "samples_per_s": 5818.2},
+            "profiled": {
+                "steps": 2,
+                "median_step_ms": 11.0,
+                "p90_step_ms": 12.0,
+                "mean_step_ms": 11.0,
+                "steps_per_s": 90.9,
+                "samples_per_s": 5818.2,
+            },
             "steady": {"steps": 0},
         },
-        "memory": {"peak_allocated_bytes": 5e9, "peak_reserved_bytes": 6e9, "capacity_bytes": 8e10, "peak_reserved_share": 0.075},
+        "memory": {
+            "peak_allocated_bytes": 5e9,
+            "peak_reserved_bytes": 6e9,
+            "capacity_bytes": 8e10,
+            "peak_reserved_share": 0.075,
+        },
         "breakdown": {
             "device": "cuda",
             "median_step_timeline": None,
@@ -131,7 +151,10 @@ def hand_made() -> dict[str, Any]:
         ],
         "distributed": {
             "world_size": 2,
-            "ranks": [{"rank": 0, "status": "stopped", "data_wait_ms": 1.75}, {"rank": 1, "status": "stopped", "data_wait_ms": 6.24}],
+            "ranks": [
+                {"rank": 0, "status": "stopped", "data_wait_ms": 1.75},
+                {"rank": 1, "status": "stopped", "data_wait_ms": 6.24},
+            ],
             "straggler": {"rank": 1, "data_wait_ms": 6.24, "others_data_wait_ms": 1.75, "excess_share": 0.48},
         },
     }
@@ -142,7 +165,9 @@ def test_rows_of_a_hand_made_report() -> None:
     assert (view.name, view.device, view.versions) == ("train.py", "NVIDIA H200", ("torch 2.13.0", "Python 3.11.7"))
     assert view.status.ok and view.status.step_mode == "optimizer step"
     assert view.throughput.steady is None  # no timed step: no steady figures
-    assert view.throughput.profiled == Timing(steps=2, median_step_ms=11.0, p90_step_ms=12.0, mean_step_ms=11.0, steps_per_s=90.9, samples_per_s=5818.2)
+    assert view.throughput.profiled == Timing(
+        steps=2, median_step_ms=11.0, p90_step_ms=12.0, mean_step_ms=11.0, steps_per_s=90.9, samples_per_s=5818.2
+    )
     breakdown = view.breakdown
     assert breakdown is not None and breakdown.on_gpu
     assert [row.number for row in breakdown.steps] == [5, 6]
@@ -152,7 +177,12 @@ def test_rows_of_a_hand_made_report() -> None:
         ExposedRow("gpu_backward", "GPU: backward kernels", 3.0756, 2.768, 3.3832, 0.2796, listed=True, present=True),
     )
     # under half a permille: not listed, and no step has time in it
-    assert ExposedRow("sync", "host-GPU syncs (.item(), .cpu(), ...)", 0.0044, 0.004, 0.0048, 0.0004, listed=False, present=False) in breakdown.exposed
+    assert (
+        ExposedRow(
+            "sync", "host-GPU syncs (.item(), .cpu(), ...)", 0.0044, 0.004, 0.0048, 0.0004, listed=False, present=False
+        )
+        in breakdown.exposed
+    )
     assert breakdown.phases[:3] == (
         PhaseRow("data_wait", "data wait", 4.95, 4.455, 5.445, 0.45, 0.0),
         PhaseRow("h2d_copy", "host-to-device copy", 0.0, 0.0, 0.0, 0.0, 0.0),
@@ -196,12 +226,22 @@ def test_the_straggler_is_flagged_only_when_its_rule_fired() -> None:
     quiet = TerminalRenderer(color=False).render(Report.from_dict(data))
     assert "straggler:" not in quiet  # the numbers say 48%, but no rule fired: not for a renderer to decide
     data["findings"].append(
-        {"rule": "DIST003", "title": "A straggling rank", "says": "...", "do": "", "evidence": ["dist.straggler_data_ms"]}
+        {
+            "rule": "DIST003",
+            "title": "A straggling rank",
+            "says": "...",
+            "do": "",
+            "evidence": ["dist.straggler_data_ms"],
+        }
     )
     view = ReportView.from_report(Report.from_dict(data))
-    assert view.ranks is not None and view.ranks.straggler == Straggler(rank=1, data_wait_ms=6.24, others_data_wait_ms=1.75, excess_share=0.48)
+    assert view.ranks is not None and view.ranks.straggler == Straggler(
+        rank=1, data_wait_ms=6.24, others_data_wait_ms=1.75, excess_share=0.48
+    )
     assert view.evidence(view.findings[-1])[0].text == "6.2 ms"
-    assert "straggler: rank 1 waits 6.24 ms/step for data, the others 1.75" in TerminalRenderer(color=False).render_view(view)
+    assert "straggler: rank 1 waits 6.24 ms/step for data, the others 1.75" in TerminalRenderer(
+        color=False
+    ).render_view(view)
 
 
 def test_a_large_job_lists_its_notable_ranks_and_sums_up_the_rest() -> None:
@@ -240,7 +280,11 @@ def test_report_json_keeps_each_number_once(fresh: bool) -> None:
     window = data["breakdown"]["window"]
     assert not {"exposed_share", "phase_share", "hidden_share", "gpu_busy_share", "steps"} & set(window)
     assert data["findings"][0]["evidence"] == [
-        "dist.straggler_rank", "dist.straggler_data_ms", "dist.others_data_ms", "dist.straggler_data_share", "dist.world_size",
+        "dist.straggler_rank",
+        "dist.straggler_data_ms",
+        "dist.others_data_ms",
+        "dist.straggler_data_share",
+        "dist.world_size",
     ]
     # the job's report is the straggler's view (rank 1, the rank the others wait for) in the fresh
     # analysis, rank 0's in the schema-1 report
@@ -306,23 +350,52 @@ def _record_with_steps(durations_ms: list[float], timed_skipped: int) -> RunReco
     plan = WindowPlan(warmup=1, steps=2, timed=4)
     first = plan.first_timed + timed_skipped
     return RunRecord(
-        plan=asdict(plan), boundaries_s=boundaries, samples_per_step=[8] * len(durations_ms), profiled_steps=2,
-        timed_steps=4, timed_skipped=timed_skipped, timed_seconds=(boundaries[first + 4] - boundaries[first]),
+        plan=asdict(plan),
+        boundaries_s=boundaries,
+        samples_per_step=[8] * len(durations_ms),
+        profiled_steps=2,
+        timed_steps=4,
+        timed_skipped=timed_skipped,
+        timed_seconds=(boundaries[first + 4] - boundaries[first]),
     )
 
 
 def test_the_steady_state_leaves_out_the_batches_the_workers_queued() -> None:
     # warm-up 10, profiled 30 30, export 500, then 4 fast steps on queued batches, then the real 20s
     durations = [10, 30, 30, 500, 2, 2, 2, 2, 20, 20, 20, 20]
-    skipped = build_report(record=_record_with_steps(durations, 4), meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None)
+    skipped = build_report(
+        record=_record_with_steps(durations, 4),
+        meta=None,
+        breakdown=None,
+        symptoms=Symptoms({}),
+        diagnosis=None,
+        source={},
+        limit=None,
+    )
     assert skipped.throughput["steady"]["mean_step_ms"] == pytest.approx(20.0)
     assert skipped.throughput["steady"]["samples_per_s"] == pytest.approx(400.0)
-    naive = build_report(record=_record_with_steps(durations, 0), meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None)
+    naive = build_report(
+        record=_record_with_steps(durations, 0),
+        meta=None,
+        breakdown=None,
+        symptoms=Symptoms({}),
+        diagnosis=None,
+        source={},
+        limit=None,
+    )
     assert naive.throughput["steady"]["mean_step_ms"] == pytest.approx(2.0)  # what the queued batches made it look
 
 
 def test_a_noisy_window_is_reported_as_such() -> None:
     durations = [10, 30, 30, 500, 20, 20, 20, 60]  # p90 over 1.5x the median
-    report = build_report(record=_record_with_steps(durations, 0), meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None)
+    report = build_report(
+        record=_record_with_steps(durations, 0),
+        meta=None,
+        breakdown=None,
+        symptoms=Symptoms({}),
+        diagnosis=None,
+        source={},
+        limit=None,
+    )
     assert report.throughput["steady"]["noisy"]
     assert any(w.startswith("noisy steady state") for w in report.warnings)

@@ -25,7 +25,15 @@ def diagnose(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Complete
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("NO_COLOR", None)
     env.setdefault("OMP_NUM_THREADS", "1")  # the CPU's cores shared by the test runs, not fought over
-    return subprocess.run([sys.executable, "-m", "diagnose", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 # --- the live line -------------------------------------------------------------------------------
@@ -40,7 +48,12 @@ def test_live_fields_say_rate_wait_busy_memory_and_goodput() -> None:
     from diagnose.runtime.whole import live_fields
 
     assert live_fields(12.345, 0.25, 0.9, 2_500_000_000, 10_000_000_000, 0.71) == {
-        "steps/s": "12.3", "data wait": "25%", "GPU busy": "90%", "GPU mem": "10.0 GB", "host mem": "2.50 GB", "goodput": "71%",
+        "steps/s": "12.3",
+        "data wait": "25%",
+        "GPU busy": "90%",
+        "GPU mem": "10.0 GB",
+        "host mem": "2.50 GB",
+        "goodput": "71%",
     }
     assert live_fields(250.0, None, None, None, None, None) == {"steps/s": "250"}
 
@@ -53,10 +66,14 @@ def test_the_live_line_on_a_pipe_prints_a_plain_line_every_30_seconds() -> None:
     line.show(100.0, {"steps/s": "5.0", "goodput": "80%"})
     line.show(110.0, {"steps/s": "6.0", "goodput": "81%"})
     line.show(131.0, {"steps/s": "7.0", "goodput": "82%"})
-    assert stream.getvalue() == "diagnose ▸ watch  steps/s 5.0  goodput 80%\ndiagnose ▸ watch  steps/s 7.0  goodput 82%\n"
+    assert (
+        stream.getvalue() == "diagnose ▸ watch  steps/s 5.0  goodput 80%\ndiagnose ▸ watch  steps/s 7.0  goodput 82%\n"
+    )
 
 
-def test_the_live_line_on_a_terminal_is_redrawn_in_place_in_bold_unless_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_live_line_on_a_terminal_is_redrawn_in_place_in_bold_unless_no_color(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from diagnose.runtime.whole import LiveLine
 
     monkeypatch.delenv("NO_COLOR", raising=False)
@@ -157,7 +174,9 @@ def test_an_optimizer_step_ends_an_evaluation_whose_mode_was_restored_without_tr
     assert span["kind"] == "eval_model" and span["end"] == pytest.approx(boundary, abs=1e-6)
 
 
-def test_the_training_thread_only_appends_sampling_runs_on_a_thread_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_training_thread_only_appends_sampling_runs_on_a_thread_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 36: on an H100 the twice-a-second sampling (RSS, run-queue wait, NVML) ran at the
     step boundaries and cost a host-bound loop 8.85% a step. Now the training thread samples at
     its first boundary and at the end only; the sampler thread does the rest, and a periodic
@@ -190,7 +209,9 @@ def test_the_training_thread_only_appends_sampling_runs_on_a_thread_of_its_own(t
     assert sampled_on[0] == main and sampled_on[-1] == main  # the first boundary and the end
     between = sampled_on[1:-1]
     assert len(between) >= 5 and main not in between
-    assert {thread for thread, _ in windows} == {main} and "periodic" in {reason for _, reason in windows}  # (a slow step too, maybe)
+    assert {thread for thread, _ in windows} == {main} and "periodic" in {
+        reason for _, reason in windows
+    }  # (a slow step too, maybe)
     assert len(record.whole["samples"]) == len(sampled_on)
     assert watch._sampler is None  # stopped, and joined
 
@@ -236,7 +257,22 @@ print("done")
 def test_watch_accounts_for_the_whole_run(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(textwrap.dedent(LOOP))
     out = tmp_path / "run"
-    proc = diagnose("watch", "train.py", "--out", str(out), "--json", "--warmup", "2", "--steps", "3", "--window-every", "0.5", "--window-budget", "0.5", cwd=tmp_path)
+    proc = diagnose(
+        "watch",
+        "train.py",
+        "--out",
+        str(out),
+        "--json",
+        "--warmup",
+        "2",
+        "--steps",
+        "3",
+        "--window-every",
+        "0.5",
+        "--window-budget",
+        "0.5",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     whole = report["whole"]
@@ -263,7 +299,11 @@ def test_watch_accounts_for_the_whole_run(tmp_path: Path) -> None:
 
 
 PLANTED = [
-    ("watch_eval_third.py", "WHOLE001", ["--steps", "1000"]),  # --small at 200 steps: start-up outweighs evaluation (8-12%, near the 10% line)
+    (
+        "watch_eval_third.py",
+        "WHOLE001",
+        ["--steps", "1000"],
+    ),  # --small at 200 steps: start-up outweighs evaluation (8-12%, near the 10% line)
     ("watch_blocking_checkpoint.py", "WHOLE002", ["--steps", "200"]),
     ("watch_epoch_restart.py", "WHOLE003", ["--steps", "100", "--epochs", "5"]),
     ("watch_memory_creep.py", "WHOLE004", ["--steps", "1500"]),
@@ -274,9 +314,13 @@ PLANTED = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script, expected, args", PLANTED, ids=[p[0] for p in PLANTED])
-def test_each_planted_shift_is_the_top_whole_run_finding(tmp_path: Path, script: str, expected: str, args: list[str]) -> None:
+def test_each_planted_shift_is_the_top_whole_run_finding(
+    tmp_path: Path, script: str, expected: str, args: list[str]
+) -> None:
     out = tmp_path / "run"
-    proc = diagnose("watch", str(EXAMPLES / script), "-q", "--json", "--out", str(out), "--", "--small", *args, cwd=tmp_path)
+    proc = diagnose(
+        "watch", str(EXAMPLES / script), "-q", "--json", "--out", str(out), "--", "--small", *args, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "diagnose ▸ watch" not in proc.stderr  # -q: no live line
     report = json.loads(proc.stdout)
@@ -333,18 +377,32 @@ Trainer(model=model, args=args, train_dataset=RandomTokens(512), eval_dataset=Ra
 """
 
 FRAMEWORKS = [
-    ("lightning", LIGHTNING, "Lightning validation loop (validation_step)", "Lightning Trainer.save_checkpoint (ModelCheckpoint)"),
-    ("transformers", HF_TRAINER, "HF Trainer.evaluate (eval_strategy / eval_steps)", "HF Trainer._save_checkpoint (save_strategy / save_steps)"),
+    (
+        "lightning",
+        LIGHTNING,
+        "Lightning validation loop (validation_step)",
+        "Lightning Trainer.save_checkpoint (ModelCheckpoint)",
+    ),
+    (
+        "transformers",
+        HF_TRAINER,
+        "HF Trainer.evaluate (eval_strategy / eval_steps)",
+        "HF Trainer._save_checkpoint (save_strategy / save_steps)",
+    ),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("package, script, eval_name, save_name", FRAMEWORKS, ids=[f[0] for f in FRAMEWORKS])
-def test_a_frameworks_evaluation_and_checkpoints_are_named_in_its_own_terms(tmp_path: Path, package: str, script: str, eval_name: str, save_name: str) -> None:
+def test_a_frameworks_evaluation_and_checkpoints_are_named_in_its_own_terms(
+    tmp_path: Path, package: str, script: str, eval_name: str, save_name: str
+) -> None:
     pytest.importorskip(package)
     (tmp_path / "train.py").write_text(textwrap.dedent(script))
     out = tmp_path / "run"
-    proc = diagnose("watch", "train.py", "-q", "--json", "--out", str(out), "--warmup", "2", "--steps", "3", cwd=tmp_path)
+    proc = diagnose(
+        "watch", "train.py", "-q", "--json", "--out", str(out), "--warmup", "2", "--steps", "3", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     whole = json.loads(proc.stdout)["whole"]
     assert whole["shifts"]["eval"]["names"][0] == eval_name
@@ -356,8 +414,23 @@ def test_a_frameworks_evaluation_and_checkpoints_are_named_in_its_own_terms(tmp_
 @pytest.mark.slow
 def test_watch_under_torchrun_gives_each_ranks_goodput_and_the_jobs(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = diagnose("watch", "--nproc-per-node", "2", "--warmup", "2", "--steps", "4", "-q", "--json", "--out", str(out),
-                    str(EXAMPLES / "ddp_straggler.py"), "--", "--small", cwd=tmp_path)
+    proc = diagnose(
+        "watch",
+        "--nproc-per-node",
+        "2",
+        "--warmup",
+        "2",
+        "--steps",
+        "4",
+        "-q",
+        "--json",
+        "--out",
+        str(out),
+        str(EXAMPLES / "ddp_straggler.py"),
+        "--",
+        "--small",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     whole = json.loads(proc.stdout)["whole"]
     assert [row["rank"] for row in whole["ranks"]] == [0, 1]

@@ -21,7 +21,10 @@ def test_every_second_lands_in_exactly_one_bucket() -> None:
 
 
 def test_a_checkpoint_inside_an_evaluation_is_checkpointing() -> None:
-    spans = [{"kind": "eval", "start": 5.0, "end": 5.5, "name": "eval"}, {"kind": "checkpoint", "start": 5.1, "end": 5.3, "name": "torch.save"}]
+    spans = [
+        {"kind": "eval", "start": 5.0, "end": 5.5, "name": "eval"},
+        {"kind": "checkpoint", "start": 5.1, "end": 5.3, "name": "torch.save"},
+    ]
     acc = account(whole_record(spans=spans))
     assert acc is not None
     assert acc.seconds["eval"] == pytest.approx(0.3)
@@ -34,7 +37,13 @@ def test_the_shifts() -> None:
     assert acc is not None
     shifts = acc.shifts
     assert shifts["checkpoint"] == {"count": 2, "mean_s": pytest.approx(0.2), "every_steps": 2, "names": ["torch.save"]}
-    assert shifts["data_startup"] == {"count": 2, "mean_s": pytest.approx(0.25), "after_first_s": pytest.approx(0.3), "persistent_workers": False, "num_workers": 2}
+    assert shifts["data_startup"] == {
+        "count": 2,
+        "mean_s": pytest.approx(0.25),
+        "after_first_s": pytest.approx(0.3),
+        "persistent_workers": False,
+        "num_workers": 2,
+    }
     assert shifts["compile"]["recompiles"] == 1 and shifts["compile"]["recompile_s"] == pytest.approx(0.1)
     assert shifts["slowdown"] is None  # under 20 steps
     host = shifts["memory"]["host"]
@@ -48,7 +57,17 @@ def test_a_step_that_slows_down_is_measured_against_the_early_pace() -> None:
     boundaries = [0.0]
     for d in durations:
         boundaries.append(boundaries[-1] + d)
-    acc = account(whole_record(boundaries_s=boundaries, spans=[], loaders=[], compiles=[], last_optimizer_step_s=None, script_end_s=boundaries[-1], process_start_s=0.0))
+    acc = account(
+        whole_record(
+            boundaries_s=boundaries,
+            spans=[],
+            loaders=[],
+            compiles=[],
+            last_optimizer_step_s=None,
+            script_end_s=boundaries[-1],
+            process_start_s=0.0,
+        )
+    )
     assert acc is not None
     slow = acc.shifts["slowdown"]
     assert slow["early_ms"] == pytest.approx(10.0)
@@ -85,7 +104,10 @@ def test_a_jobs_goodput_is_training_time_over_wall_clock_summed_over_its_ranks()
 def test_a_stall_while_the_thread_waited_for_a_cpu_is_contention() -> None:
     # the samples say the main thread waited 1.0 s on a run queue between 9 s and 11 s: step 9's
     # 3.2 s stall (10 s to 14 s) overlaps that interval and takes the second
-    samples = [{"t": float(t), "steps": t - 1, "rss_bytes": int(1e8), "run_delay_s": d} for t, d in ((2, 0.1), (9, 0.2), (11, 1.2), (15, 1.2))]
+    samples = [
+        {"t": float(t), "steps": t - 1, "rss_bytes": int(1e8), "run_delay_s": d}
+        for t, d in ((2, 0.1), (9, 0.2), (11, 1.2), (15, 1.2))
+    ]
     acc = account(whole_record(samples=samples))
     assert acc is not None
     assert acc.seconds["contention"] == pytest.approx(1.0)

@@ -9,16 +9,21 @@ fast step, so a fast step 50 ms late would grow it one step more (seen with 50 m
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
 
 from diagnose import record as record_module
 from diagnose.analysis.report import growth_note
-import statistics
-
-from diagnose.record import mean_uncertainty_estimate
-from diagnose.record import WINDOW_MEAN_UNCERTAINTY, RunRecord, WindowPlan, steps_vary_widely, window_unsettled
+from diagnose.record import (
+    WINDOW_MEAN_UNCERTAINTY,
+    RunRecord,
+    WindowPlan,
+    mean_uncertainty_estimate,
+    steps_vary_widely,
+    window_unsettled,
+)
 
 FAST, SLOW = 0.1, 1.0
 
@@ -43,7 +48,9 @@ def test_the_window_is_unsettled_while_its_steps_vary_widely_or_their_mean_is_un
     # 0.1 and 0.13 s alternating: never 1.5x the median, but the mean of four is uncertain by
     # 1.645 x 0.0173 / 2 / 0.115 = 12.4%, of six by 1.645 x 0.0164 / sqrt(6) / 0.115 = 9.6%
     assert not steps_vary_widely([0.1, 0.13] * 3)
-    assert mean_uncertainty_estimate([0.1, 0.13] * 2) == pytest.approx(1.645 * statistics.stdev([0.1, 0.13] * 2) / 2 / 0.115)
+    assert mean_uncertainty_estimate([0.1, 0.13] * 2) == pytest.approx(
+        1.645 * statistics.stdev([0.1, 0.13] * 2) / 2 / 0.115
+    )
     assert window_unsettled([0.1, 0.13] * 2) and not window_unsettled([0.1, 0.13] * 3)
     # one step ten times the others among eleven: the p90 is fast, the mean still uncertain
     assert not steps_vary_widely([FAST] * 10 + [SLOW]) and window_unsettled([FAST] * 10 + [SLOW])
@@ -63,7 +70,13 @@ def test_a_plan_grows_one_step_at_a_time_up_to_its_bound() -> None:
 
 def test_a_record_times_the_steps_after_the_grown_window() -> None:
     record = RunRecord(plan={"warmup": 2, "steps": 4, "timed": 3, "stop": True, "max_steps": 12}, timed_steps=3)
-    record.window_growth = {"planned_steps": 4, "max_steps": 12, "steps": 11, "ended_by": "steady", "p90_over_median": 7.3}
+    record.window_growth = {
+        "planned_steps": 4,
+        "max_steps": 12,
+        "steps": 11,
+        "ended_by": "steady",
+        "p90_over_median": 7.3,
+    }
     record.boundaries_s = [float(i) for i in range(20)]
     assert record.window_plan().window_end == 13
     assert record.first_timed_step() == 14
@@ -88,11 +101,11 @@ pytest.importorskip("torch")
 
 from diagnose.analysis.pipeline import AnalysisOptions  # noqa: E402
 from diagnose.analysis.trace.timeline import load_timeline  # noqa: E402
-from diagnose.renderers import TerminalRenderer  # noqa: E402
-from diagnose.session import analyze_run  # noqa: E402
 from diagnose.progress import Progress  # noqa: E402
+from diagnose.renderers import TerminalRenderer  # noqa: E402
 from diagnose.rundir import RunDir  # noqa: E402
 from diagnose.runtime.runner import resolve_target, run_target  # noqa: E402
+from diagnose.session import analyze_run  # noqa: E402
 
 #: step 0 runs from iteration 0's model call to its optimizer step, step k from the optimizer
 #: step of iteration k-1 to that of k: step k sleeps in iteration k
@@ -113,12 +126,16 @@ print("script finished", file=sys.stderr)
 PLAN = WindowPlan(warmup=2, steps=4, timed=2, max_steps=12)
 
 
-def run(write_script, slow: list[int], iterations: int = 40, plan: WindowPlan = PLAN, rank: int | None = None) -> tuple[RunRecord, Path]:
+def run(
+    write_script, slow: list[int], iterations: int = 40, plan: WindowPlan = PLAN, rank: int | None = None
+) -> tuple[RunRecord, Path]:
     script = write_script(SLEEPY)
     run_dir = script.parent / "run"
     run_dir.mkdir(exist_ok=True)
     args = [",".join(map(str, slow)), str(iterations)]
-    record = run_target(resolve_target(str(script), None, args), plan, RunDir(run_dir), rank=rank, progress=Progress(enabled=False))
+    record = run_target(
+        resolve_target(str(script), None, args), plan, RunDir(run_dir), rank=rank, progress=Progress(enabled=False)
+    )
     return record, run_dir
 
 
@@ -138,10 +155,17 @@ def test_the_window_grows_while_steps_vary_then_stops_at_its_bound(write_script,
     assert record.status == ("stopped" if stop else "completed")
     assert record.profiled_steps == 12
     assert record.window_growth == {
-        "planned_steps": 4, "max_steps": 12, "steps": 12, "ended_by": "bound",
-        "p90_over_median": record.window_growth["p90_over_median"], "mean_uncertainty": record.window_growth["mean_uncertainty"],
+        "planned_steps": 4,
+        "max_steps": 12,
+        "steps": 12,
+        "ended_by": "bound",
+        "p90_over_median": record.window_growth["p90_over_median"],
+        "mean_uncertainty": record.window_growth["mean_uncertainty"],
     }
-    assert record.window_growth["p90_over_median"] > 5 and record.window_growth["mean_uncertainty"] > WINDOW_MEAN_UNCERTAINTY
+    assert (
+        record.window_growth["p90_over_median"] > 5
+        and record.window_growth["mean_uncertainty"] > WINDOW_MEAN_UNCERTAINTY
+    )
     assert traced_steps(run_dir, record) == 12
     # the export step after the window, then the timed steps: all fast
     assert record.first_timed_step() == 2 + 12 + 1
@@ -154,13 +178,19 @@ def test_the_window_grows_while_steps_vary_then_stops_at_its_bound(write_script,
     assert report.run["window_growth"]["steps"] == 12
     assert report.throughput["profiled"]["steps"] == 12
     note = growth_note(record.window_growth)
-    assert note is not None and note.startswith("the profiled window grew from 4 to 12 steps (at most 12)") and note in report.warnings
+    assert (
+        note is not None
+        and note.startswith("the profiled window grew from 4 to 12 steps (at most 12)")
+        and note in report.warnings
+    )
     assert "the profiled window grew from 4 to 12 steps" in " ".join(TerminalRenderer().render(report).split())
 
 
 def test_the_window_stops_growing_at_its_bound(write_script) -> None:
     # every third step slow: the steps vary widely however long the window
-    record, run_dir = run(write_script, slow=list(range(3, 40, 3)), plan=WindowPlan(warmup=2, steps=4, timed=2, max_steps=7))
+    record, run_dir = run(
+        write_script, slow=list(range(3, 40, 3)), plan=WindowPlan(warmup=2, steps=4, timed=2, max_steps=7)
+    )
     assert record.status == "stopped"
     assert record.profiled_steps == 7 and traced_steps(run_dir, record) == 7
     assert record.window_growth["steps"] == 7 and record.window_growth["ended_by"] == "bound"
@@ -228,7 +258,11 @@ def test_the_window_grows_while_its_mean_is_uncertain_only_as_far_as_the_script_
     record = run_target(target, PLAN, RunDir(run_dir), progress=Progress(enabled=False))
     assert record.plan_fit is not None and record.plan_fit["steps"] == 14
     assert record.window_growth is not None
-    assert (record.window_growth["max_steps"], record.window_growth["steps"], record.window_growth["ended_by"]) == (9, 9, "bound")
+    assert (record.window_growth["max_steps"], record.window_growth["steps"], record.window_growth["ended_by"]) == (
+        9,
+        9,
+        "bound",
+    )
     assert record.window_growth["mean_uncertainty"] > WINDOW_MEAN_UNCERTAINTY
     assert record.profiled_steps == 9 and traced_steps(run_dir, record) == 9
     assert record.first_timed_step() == 2 + 9 + 1 and record.timed_steps == 2

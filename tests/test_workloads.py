@@ -122,8 +122,9 @@ def test_vit_h14_full_size_count() -> None:
 
 
 def test_small_vit_is_exact_and_trains_on_rgb_batches(smoke_dir: Path) -> None:
-    config = vit_config(28, SMOKE.classes, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64)
+    config = vit_config(
+        28, SMOKE.classes, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+    )
     model = ViTClassifier(config)
     assert count_parameters(model) == vit_parameter_count(config)
     dataset = image_folder(smoke_dir / "train")
@@ -196,8 +197,22 @@ def test_generation_is_deterministic_and_subsets_match(smoke_dir: Path, tmp_path
     assert make_dataset.main(["--preset", "smoke", "--out", str(again), "--workers", "1"]) == 0
     assert relative_files(again) == relative_files(smoke_dir)
     subset = tmp_path / "subset"
-    make_dataset.main(["--preset", "smoke", "--out", str(subset), "--classes", "2", "--per_class", "3",
-                       "--val_per_class", "1", "--workers", "2"])
+    make_dataset.main(
+        [
+            "--preset",
+            "smoke",
+            "--out",
+            str(subset),
+            "--classes",
+            "2",
+            "--per_class",
+            "3",
+            "--val_per_class",
+            "1",
+            "--workers",
+            "2",
+        ]
+    )
     full = relative_files(smoke_dir)
     subset_files = relative_files(subset)
     assert len(subset_files) == 2 * (3 + 1)
@@ -236,8 +251,18 @@ def test_synthetic_dataset_is_deterministic_jpeg_bytes() -> None:
 
 @pytest.mark.slow
 def test_train_synthetic_logs_the_books_lines() -> None:
-    result = run_train(*TINY_MLP, "--dataset", "synthetic", "--num_epochs", "2", "--synthetic_samples", "64",
-                       "--epochs_eval", "1", "--iteration_logging")
+    result = run_train(
+        *TINY_MLP,
+        "--dataset",
+        "synthetic",
+        "--num_epochs",
+        "2",
+        "--synthetic_samples",
+        "64",
+        "--epochs_eval",
+        "1",
+        "--iteration_logging",
+    )
     assert result.returncode == 0, result.stderr
     messages = log_messages(result.stdout)
     assert messages[1] == "############# Config #############"
@@ -259,8 +284,21 @@ def test_train_synthetic_logs_the_books_lines() -> None:
 
 @pytest.mark.slow
 def test_train_on_the_smoke_folder_with_workers_bf16_and_max_steps(smoke_dir: Path) -> None:
-    result = run_train(*TINY_MLP, "--dataset", str(smoke_dir), "--num_epochs", "3", "--num_workers", "2",
-                       "--mixed_precision", "bf16", "--max_steps", "2", "--batch_size", "8")
+    result = run_train(
+        *TINY_MLP,
+        "--dataset",
+        str(smoke_dir),
+        "--num_epochs",
+        "3",
+        "--num_workers",
+        "2",
+        "--mixed_precision",
+        "bf16",
+        "--max_steps",
+        "2",
+        "--batch_size",
+        "8",
+    )
     assert result.returncode == 0, result.stderr
     messages = log_messages(result.stdout)
     assert "### AMP Enabled: True" in messages and "### Number of classes: 4" in messages
@@ -274,9 +312,26 @@ def test_train_on_the_smoke_folder_with_workers_bf16_and_max_steps(smoke_dir: Pa
 @pytest.mark.slow
 def test_train_under_torchrun_shards_and_logs_once() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(TRAIN_PY),
-         *TINY_MLP, "--dataset", "synthetic", "--num_epochs", "1", "--synthetic_samples", "64"],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(TRAIN_PY),
+            *TINY_MLP,
+            "--dataset",
+            "synthetic",
+            "--num_epochs",
+            "1",
+            "--synthetic_samples",
+            "64",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr
     messages = log_messages(result.stdout)

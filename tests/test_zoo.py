@@ -112,8 +112,12 @@ def test_problems_names_a_short_commit_a_missing_field_and_a_repository_split_ac
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env, timeout=60).stdout.strip()
+    env = dict(
+        os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t"
+    )
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env, timeout=60
+    ).stdout.strip()
 
 
 def test_fetch_takes_only_the_included_paths_of_the_pinned_commit_from_a_mirror(tmp_path: Path) -> None:
@@ -170,7 +174,9 @@ def test_generated_mnist_is_in_the_idx_layout_torchvision_reads(tmp_path: Path) 
 
 
 def test_generated_text_tokens_and_images(tmp_path: Path) -> None:
-    prepare.prepare({"kind": "text", "dest": "{src}/t", "files": ["train.txt", "valid.txt"], "words": 1000, "vocab": 50}, tmp_path)
+    prepare.prepare(
+        {"kind": "text", "dest": "{src}/t", "files": ["train.txt", "valid.txt"], "words": 1000, "vocab": 50}, tmp_path
+    )
     train = [w.lower() for w in (tmp_path / "t" / "train.txt").read_text().split() if w not in ".!?,"]
     assert len(train) == 1000
     assert len(set(train)) <= 50
@@ -180,11 +186,23 @@ def test_generated_text_tokens_and_images(tmp_path: Path) -> None:
     assert (tmp_path / "d" / "train.bin").stat().st_size == 2 * 5000
     assert (tmp_path / "d" / "val.bin").stat().st_size == 2 * 4096
 
-    prepare.prepare({"kind": "images", "dest": "{src}/i", "count": 4, "size": 16, "layout": "labelled", "classes": 2}, tmp_path)
-    assert sorted(p.name for p in (tmp_path / "i").glob("*.jpg")) == ["breed0_0.jpg", "breed0_2.jpg", "breed1_1.jpg", "breed1_3.jpg"]
-    prepare.prepare({"kind": "images", "dest": "{src}/f", "count": 3, "size": 16, "layout": "classes", "classes": 2}, tmp_path)
+    prepare.prepare(
+        {"kind": "images", "dest": "{src}/i", "count": 4, "size": 16, "layout": "labelled", "classes": 2}, tmp_path
+    )
+    assert sorted(p.name for p in (tmp_path / "i").glob("*.jpg")) == [
+        "breed0_0.jpg",
+        "breed0_2.jpg",
+        "breed1_1.jpg",
+        "breed1_3.jpg",
+    ]
+    prepare.prepare(
+        {"kind": "images", "dest": "{src}/f", "count": 3, "size": 16, "layout": "classes", "classes": 2}, tmp_path
+    )
     assert sorted(str(p.relative_to(tmp_path / "f")) for p in (tmp_path / "f").rglob("*.jpg")) == [
-        "class_0/img_00000.jpg", "class_0/img_00002.jpg", "class_1/img_00001.jpg"]
+        "class_0/img_00000.jpg",
+        "class_0/img_00002.jpg",
+        "class_1/img_00001.jpg",
+    ]
 
 
 # ------------------------------------------------------------------ what run.py reads of a report
@@ -210,23 +228,66 @@ def test_verify_summary_takes_each_recommendation_row_with_its_findings_interval
             "baseline_spread_from": "blocks",
             "rows": [
                 {"role": "baseline", "label": "baseline", "speedup": 1.0},
-                {"role": "recommendation", "rule": "DATA001", "knobs": {"num_workers": 15}, "speedup": 2.02, "predicted_speedup": 1.53, "verdict": "helped"},
-                {"role": "recommendation", "rule": "PREC001", "knobs": {"autocast": "bf16"}, "speedup": 1.01, "verdict": "no effect"},
+                {
+                    "role": "recommendation",
+                    "rule": "DATA001",
+                    "knobs": {"num_workers": 15},
+                    "speedup": 2.02,
+                    "predicted_speedup": 1.53,
+                    "verdict": "helped",
+                },
+                {
+                    "role": "recommendation",
+                    "rule": "PREC001",
+                    "knobs": {"autocast": "bf16"},
+                    "speedup": 1.01,
+                    "verdict": "no effect",
+                },
             ],
         },
     }
     summary = zoo_run.verify_summary(report)
     assert summary["top"] == "DATA001" and summary["baseline_spread"] == 0.04
     assert summary["rows"] == [
-        {"rule": "DATA001", "knobs": {"num_workers": 15}, "status": None, "verdict": "helped", "measured": 2.02, "predicted": 1.53, "interval": [1.3, 1.9], "via": None},
-        {"rule": "PREC001", "knobs": {"autocast": "bf16"}, "status": None, "verdict": "no effect", "measured": 1.01, "predicted": 1.2, "interval": None, "via": None},
+        {
+            "rule": "DATA001",
+            "knobs": {"num_workers": 15},
+            "status": None,
+            "verdict": "helped",
+            "measured": 2.02,
+            "predicted": 1.53,
+            "interval": [1.3, 1.9],
+            "via": None,
+        },
+        {
+            "rule": "PREC001",
+            "knobs": {"autocast": "bf16"},
+            "status": None,
+            "verdict": "no effect",
+            "measured": 1.01,
+            "predicted": 1.2,
+            "interval": None,
+            "via": None,
+        },
     ]
 
 
 def test_a_torchrun_script_gets_one_process_of_torchruns_variables(tmp_path: Path) -> None:
     repo = corpus.Repo("o/r", "a" * 40, "MIT", ("t.py",))
-    script = corpus.Script(name="t", repo=repo, path="t.py", domain="x", kind="ddp", half="calibration", args=(), cpu_args=None,
-                           cpu_skip="gpu", cwd=".", env={"PYTHONPATH": "{src}/lib"}, launcher="torchrun")
+    script = corpus.Script(
+        name="t",
+        repo=repo,
+        path="t.py",
+        domain="x",
+        kind="ddp",
+        half="calibration",
+        args=(),
+        cpu_args=None,
+        cpu_skip="gpu",
+        cwd=".",
+        env={"PYTHONPATH": "{src}/lib"},
+        launcher="torchrun",
+    )
     env = zoo_run.script_env(script, tmp_path, cpu=True)
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("0", "0", "1")
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(REPO), f"{tmp_path}/lib"]
@@ -242,8 +303,9 @@ def test_the_runner_goes_on_past_a_failing_script_and_records_each_as_it_finishe
     commit = "b" * 40
     (src / ".zoo-commit").write_text(f"{commit} test\n")
     (src / "broken.py").write_text("raise SystemExit('no data here')\n")
-    (src / "train.py").write_text(textwrap.dedent(
-        """
+    (src / "train.py").write_text(
+        textwrap.dedent(
+            """
         import sys
         import torch
         from torch.utils.data import DataLoader, TensorDataset
@@ -255,10 +317,13 @@ def test_the_runner_goes_on_past_a_failing_script_and_records_each_as_it_finishe
                 opt.zero_grad()
                 torch.nn.functional.mse_loss(model(x), y).backward()
                 opt.step()
-        """))
+        """
+        )
+    )
     manifest = tmp_path / "manifest.toml"
-    manifest.write_text(textwrap.dedent(
-        f"""
+    manifest.write_text(
+        textwrap.dedent(
+            f"""
         [repos."o/r"]
         commit = "{commit}"
         licence = "MIT"
@@ -281,12 +346,27 @@ def test_the_runner_goes_on_past_a_failing_script_and_records_each_as_it_finishe
         kind = "plain"
         cpu_args = ["4"]
         half = "calibration"
-        """))
+        """
+        )
+    )
     out = tmp_path / "out"
     p = subprocess.run(
-        [sys.executable, str(ZOO / "run.py"), "--scripts", str(tmp_path / "scripts"), "--out", str(out), "--half", "all",
-         "--cpu-smoke", "--manifest", str(manifest)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(ZOO / "run.py"),
+            "--scripts",
+            str(tmp_path / "scripts"),
+            "--out",
+            str(out),
+            "--half",
+            "all",
+            "--cpu-smoke",
+            "--manifest",
+            str(manifest),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert p.returncode == 0, p.stderr
     records = [json.loads(line) for line in (out / "smoke.jsonl").read_text().splitlines()]
@@ -298,33 +378,88 @@ def test_the_runner_goes_on_past_a_failing_script_and_records_each_as_it_finishe
 # ------------------------------------------------------------------ score.py
 
 
-def _record(name: str, half: str, tops: list[str | None], top: str | None, spread: float, rows: list[dict], **extra) -> dict:
+def _record(
+    name: str, half: str, tops: list[str | None], top: str | None, spread: float, rows: list[dict], **extra
+) -> dict:
     runs = [{"top": t} for t in tops]
-    return {"name": name, "half": half, "status": "ok", "runs": runs,
-            "verify": {"top": top, "baseline_spread": spread, "rows": rows}, **extra}
+    return {
+        "name": name,
+        "half": half,
+        "status": "ok",
+        "runs": runs,
+        "verify": {"top": top, "baseline_spread": spread, "rows": rows},
+        **extra,
+    }
 
 
 RESULTS = [
-    _record("a", "evaluation", ["PREC001"] * 3, "PREC001", 0.05, [
-        {"rule": "PREC001", "measured": 2.0, "predicted": 2.2, "interval": [1.8, 2.4]},
-        {"rule": "DATA001", "measured": 1.2, "predicted": 1.5, "interval": [1.3, 1.7]},
-    ]),
-    _record("b", "evaluation", ["DATA001", "LAUNCH001", "DATA001"], "DATA001", 0.10, [
-        {"rule": "DATA001", "measured": 0.85, "predicted": 1.3, "interval": None},
-    ]),
+    _record(
+        "a",
+        "evaluation",
+        ["PREC001"] * 3,
+        "PREC001",
+        0.05,
+        [
+            {"rule": "PREC001", "measured": 2.0, "predicted": 2.2, "interval": [1.8, 2.4]},
+            {"rule": "DATA001", "measured": 1.2, "predicted": 1.5, "interval": [1.3, 1.7]},
+        ],
+    ),
+    _record(
+        "b",
+        "evaluation",
+        ["DATA001", "LAUNCH001", "DATA001"],
+        "DATA001",
+        0.10,
+        [
+            {"rule": "DATA001", "measured": 0.85, "predicted": 1.3, "interval": None},
+        ],
+    ),
     _record("c", "evaluation", [None, None], None, 0.02, []),
     # d: the line after its runs, then the one after verify (the last counts)
-    {"name": "d", "half": "evaluation", "status": "ok", "phase": "runs", "runs": [{"top": "COMP001"}] * 3, "verify": None},
-    _record("d", "evaluation", ["COMP001"] * 3, "COMP001", 0.04, [
-        {"rule": "COMP001", "measured": 1.02, "predicted": 1.0, "interval": [0.95, 1.1]},
-    ]),
+    {
+        "name": "d",
+        "half": "evaluation",
+        "status": "ok",
+        "phase": "runs",
+        "runs": [{"top": "COMP001"}] * 3,
+        "verify": None,
+    },
+    _record(
+        "d",
+        "evaluation",
+        ["COMP001"] * 3,
+        "COMP001",
+        0.04,
+        [
+            {"rule": "COMP001", "measured": 1.02, "predicted": 1.0, "interval": [0.95, 1.1]},
+        ],
+    ),
     # e: one run failed; the two left agree; verify's top had no knob to apply
-    {"name": "e", "half": "evaluation", "status": "ok", "runs": [{"top": "SYNC001"}, {"exit_code": 1, "error": "boom"}, {"top": "SYNC001"}],
-     "verify": {"top": "DATA004", "baseline_spread": 0.03, "rows": []}},
-    _record("f", "calibration", ["MEM004"] * 3, "MEM004", 0.0, [
-        {"rule": "MEM004", "measured": 3.0, "predicted": 3.0, "interval": [2.5, 3.5]},
-    ]),
-    {"name": "g", "half": "calibration", "status": "failed", "error": "timed out", "runs": [{"exit_code": None, "error": "timed out"}], "verify": None},
+    {
+        "name": "e",
+        "half": "evaluation",
+        "status": "ok",
+        "runs": [{"top": "SYNC001"}, {"exit_code": 1, "error": "boom"}, {"top": "SYNC001"}],
+        "verify": {"top": "DATA004", "baseline_spread": 0.03, "rows": []},
+    },
+    _record(
+        "f",
+        "calibration",
+        ["MEM004"] * 3,
+        "MEM004",
+        0.0,
+        [
+            {"rule": "MEM004", "measured": 3.0, "predicted": 3.0, "interval": [2.5, 3.5]},
+        ],
+    ),
+    {
+        "name": "g",
+        "half": "calibration",
+        "status": "failed",
+        "error": "timed out",
+        "runs": [{"exit_code": None, "error": "timed out"}],
+        "verify": None,
+    },
 ]
 
 
@@ -341,10 +476,31 @@ def test_score_on_a_hand_written_results_file() -> None:
     assert ev["p90_error"] == pytest.approx(errors[2] + 0.7 * (errors[3] - errors[2]))
     assert (ev["inside_count"], ev["interval_rows"]) == (2, 3)
     assert (ev["stable_count"], ev["rerun_scripts"]) == (4, 5)  # b changed; c is "none" twice; e's two runs agree
-    assert ev["met"] == {"helps": False, "slower": False, "median_error": False, "p90_error": False, "inside": False, "stable": False}
-    assert (cal["scripts"], cal["failed"], cal["top_measured"], cal["helps"], cal["median_error"], cal["p90_error"]) == (2, 1, 1, 1.0, 0.0, 0.0)
+    assert ev["met"] == {
+        "helps": False,
+        "slower": False,
+        "median_error": False,
+        "p90_error": False,
+        "inside": False,
+        "stable": False,
+    }
+    assert (
+        cal["scripts"],
+        cal["failed"],
+        cal["top_measured"],
+        cal["helps"],
+        cal["median_error"],
+        cal["p90_error"],
+    ) == (2, 1, 1, 1.0, 0.0, 0.0)
     assert (cal["inside"], cal["rerun_scripts"], cal["stable"]) == (1.0, 1, 1.0)
-    assert cal["met"] == {"helps": True, "slower": True, "median_error": True, "p90_error": True, "inside": True, "stable": True}
+    assert cal["met"] == {
+        "helps": True,
+        "slower": True,
+        "median_error": True,
+        "p90_error": True,
+        "inside": True,
+        "stable": True,
+    }
 
 
 def test_percentile_interpolates_between_the_closest_ranks() -> None:
@@ -356,11 +512,16 @@ def test_percentile_interpolates_between_the_closest_ranks() -> None:
 def test_score_cli_prints_both_halves_side_by_side_and_writes_json(tmp_path: Path) -> None:
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in RESULTS))
-    p = subprocess.run([sys.executable, str(ZOO / "score.py"), str(results)], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, str(ZOO / "score.py"), str(results)], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0] == "| goal | calibration | evaluation | target |"
-    assert lines[2] == "| top recommendation helps beyond the baseline's spread | 1/1 (100%) (met) | 1/3 (33%) (not met) | >= 90% |"
+    assert (
+        lines[2]
+        == "| top recommendation helps beyond the baseline's spread | 1/1 (100%) (met) | 1/3 (33%) (not met) | >= 90% |"
+    )
     assert lines[7] == "| same top finding on every rerun | 1/1 (100%) (met) | 4/5 (80%) (not met) | >= 90% |"
     assert "| b | evaluation | DATA001, LAUNCH001, DATA001 | DATA001 | 1.30x | - | 0.85x | 10% | slower |" in lines
     saved = json.loads((tmp_path / "score.json").read_text())
@@ -369,11 +530,17 @@ def test_score_cli_prints_both_halves_side_by_side_and_writes_json(tmp_path: Pat
 
 def test_resume_skips_only_the_scripts_whose_last_record_is_whole(tmp_path: Path) -> None:
     results = tmp_path / "results.jsonl"
-    results.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"name": "a", "status": "ok", "phase": "runs"}, {"name": "a", "status": "ok"},  # runs, then verify
-        {"name": "b", "status": "ok", "phase": "runs"},  # cut short during verify
-        {"name": "c", "status": "skipped", "error": "budget"},
-        {"name": "d", "status": "failed"},
-    ]))
+    results.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"name": "a", "status": "ok", "phase": "runs"},
+                {"name": "a", "status": "ok"},  # runs, then verify
+                {"name": "b", "status": "ok", "phase": "runs"},  # cut short during verify
+                {"name": "c", "status": "skipped", "error": "budget"},
+                {"name": "d", "status": "failed"},
+            ]
+        )
+    )
     assert zoo_run.finished(results) == {"a", "d"}
     assert zoo_run.finished(tmp_path / "none.jsonl") == set()

@@ -29,7 +29,9 @@ class TraceBuilder:
     events: list[dict[str, Any]] = field(default_factory=list)
     _corr: int = 100
 
-    def x(self, cat: str, name: str, ts: float, dur: float, tid: Any = MAIN, pid: Any = PID, **args: Any) -> dict[str, Any]:
+    def x(
+        self, cat: str, name: str, ts: float, dur: float, tid: Any = MAIN, pid: Any = PID, **args: Any
+    ) -> dict[str, Any]:
         event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
         self.events.append(event)
         return event
@@ -47,7 +49,9 @@ class TraceBuilder:
     def op(self, name: str, ts: float, dur: float, tid: Any = MAIN, forward: bool = False) -> None:
         self.x("cpu_op", name, ts, dur, tid=tid)
         if forward:
-            self.events.append({"ph": "s", "id": len(self.events), "pid": PID, "tid": tid, "ts": ts, "cat": "fwdbwd", "name": "fwdbwd"})
+            self.events.append(
+                {"ph": "s", "id": len(self.events), "pid": PID, "tid": tid, "ts": ts, "cat": "fwdbwd", "name": "fwdbwd"}
+            )
 
     def backward_op(self, ts: float, dur: float, tid: Any = AUTOGRAD, name: str = "AddmmBackward0") -> None:
         self.x("cpu_op", f"autograd::engine::evaluate_function: {name}", ts, dur, tid=tid)
@@ -72,7 +76,14 @@ class TraceBuilder:
         data: dict[str, Any] = {"schemaVersion": 1, "traceEvents": self.events}
         if self.device:
             data["deviceProperties"] = [
-                {"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150109880320, "computeMajor": 9, "computeMinor": 0, "numSms": 132}
+                {
+                    "id": 0,
+                    "name": "NVIDIA H200",
+                    "totalGlobalMem": 150109880320,
+                    "computeMajor": 9,
+                    "computeMinor": 0,
+                    "numSms": 132,
+                }
             ]
         return data
 

@@ -17,7 +17,19 @@ from typing import Any
 from diagnose.record import RunRecord
 
 WALL_S = 16.0
-SECONDS = {"startup": 1.9, "compile": 0.4, "data_startup": 0.4, "train": 8.7, "eval": 0.5, "checkpoint": 0.4, "gc": 0.0, "profiling": 0.0, "contention": 0.0, "stalls": 3.2, "teardown": 0.5}
+SECONDS = {
+    "startup": 1.9,
+    "compile": 0.4,
+    "data_startup": 0.4,
+    "train": 8.7,
+    "eval": 0.5,
+    "checkpoint": 0.4,
+    "gc": 0.0,
+    "profiling": 0.0,
+    "contention": 0.0,
+    "stalls": 3.2,
+    "teardown": 0.5,
+}
 
 
 def whole_record(**changes: Any) -> RunRecord:
@@ -33,16 +45,33 @@ def whole_record(**changes: Any) -> RunRecord:
             {"kind": "checkpoint", "start": 7.2, "end": 7.4, "name": "torch.save"},
             {"kind": "checkpoint", "start": 9.2, "end": 9.4, "name": "torch.save"},
         ],
-        "loaders": [{"created_at": "train.py:10", "num_workers": 2, "persistent_workers": False, "starts": [[0.9, 0.2], [6.0, 0.3]]}],
+        "loaders": [
+            {
+                "created_at": "train.py:10",
+                "num_workers": 2,
+                "persistent_workers": False,
+                "starts": [[0.9, 0.2], [6.0, 0.3]],
+            }
+        ],
         "compiles": [
             {"start": 1.0, "end": 1.3, "frame": "forward (train.py:5)", "reason": None},
-            {"start": 3.0, "end": 3.1, "frame": "forward (train.py:5)", "reason": "tensor 'x' size mismatch at index 1. expected 8, actual 9"},
+            {
+                "start": 3.0,
+                "end": 3.1,
+                "frame": "forward (train.py:5)",
+                "reason": "tensor 'x' size mismatch at index 1. expected 8, actual 9",
+            },
         ],
-        "samples": [{"t": float(t), "steps": t - 1, "data_wait_s": 0.0, "rss_bytes": int(rss * 1e6)} for t, rss in ((2, 100), (4, 110), (6, 120), (8, 130), (10, 140))],
+        "samples": [
+            {"t": float(t), "steps": t - 1, "data_wait_s": 0.0, "rss_bytes": int(rss * 1e6)}
+            for t, rss in ((2, 100), (4, 110), (6, 120), (8, 130), (10, 140))
+        ],
         "windows": [],
         "capacity": {"host_bytes": int(1e9)},
         "budget": {},
         "notes": [],
     }
     whole.update(changes)
-    return RunRecord(plan={"warmup": 0, "steps": 2, "timed": 2, "stop": False, "max_steps": None}, script_start_s=100.0, whole=whole)
+    return RunRecord(
+        plan={"warmup": 0, "steps": 2, "timed": 2, "stop": False, "max_steps": None}, script_start_s=100.0, whole=whole
+    )

@@ -74,22 +74,38 @@ class Task:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command line; unset counts and sizes come from the preset."""
     parser = argparse.ArgumentParser(description="Generate a synthetic ImageNet-style JPEG folder dataset.")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="micro-224",
-                        help="dataset variant whose counts and size are the defaults (default: %(default)s)")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="micro-224",
+        help="dataset variant whose counts and size are the defaults (default: %(default)s)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: datasets/<preset>)")
-    parser.add_argument("--classes", type=int, default=None,
-                        help="number of classes, the first N of the preset's (default: the preset's)")
+    parser.add_argument(
+        "--classes",
+        type=int,
+        default=None,
+        help="number of classes, the first N of the preset's (default: the preset's)",
+    )
     parser.add_argument("--per_class", type=int, default=None, help="training images per class (default: the preset's)")
-    parser.add_argument("--val_per_class", type=int, default=None,
-                        help="validation images per class (default: the preset's)")
-    parser.add_argument("--resolution", type=int, default=None,
-                        help="image side in pixels (default: the preset's, 224)")
-    parser.add_argument("--quality", type=int, default=DEFAULT_QUALITY,
-                        help="JPEG quality, 1-95 (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="dataset seed; same seed, same bytes (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="generator processes (default: the number of CPUs, %(default)s)")
+    parser.add_argument(
+        "--val_per_class", type=int, default=None, help="validation images per class (default: the preset's)"
+    )
+    parser.add_argument(
+        "--resolution", type=int, default=None, help="image side in pixels (default: the preset's, 224)"
+    )
+    parser.add_argument(
+        "--quality", type=int, default=DEFAULT_QUALITY, help="JPEG quality, 1-95 (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="dataset seed; same seed, same bytes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="generator processes (default: the number of CPUs, %(default)s)",
+    )
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
     for name in ("classes", "per_class", "val_per_class", "resolution"):

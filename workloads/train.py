@@ -90,48 +90,113 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
-    add("--model_name", required=True, choices=["custom", "vit"],
-        help="custom: the dense MLP on grayscale images; vit: ViT-H/14 on RGB images")
-    add("--dataset", required=True,
-        help="folder with train/ and val/ class sub-folders of images, or 'synthetic' for in-memory JPEGs (no files)")
+    add(
+        "--model_name",
+        required=True,
+        choices=["custom", "vit"],
+        help="custom: the dense MLP on grayscale images; vit: ViT-H/14 on RGB images",
+    )
+    add(
+        "--dataset",
+        required=True,
+        help="folder with train/ and val/ class sub-folders of images, or 'synthetic' for in-memory JPEGs (no files)",
+    )
     add("--num_epochs", type=int, default=5, help="number of training epochs (default: %(default)s)")
     add("--batch_size", type=int, default=64, help="training batch size per process (default: %(default)s)")
     add("--eval_batch_size", type=int, default=64, help="validation batch size per process (default: %(default)s)")
-    add("--num_workers", type=int, default=0,
-        help="DataLoader worker processes; 0 decodes the JPEGs in the training process (default: %(default)s)")
-    add("--optimizer", type=str.lower, default="sgd", choices=["sgd", "adam", "adamw"],
-        help="optimizer, case-insensitive (default: %(default)s)")
+    add(
+        "--num_workers",
+        type=int,
+        default=0,
+        help="DataLoader worker processes; 0 decodes the JPEGs in the training process (default: %(default)s)",
+    )
+    add(
+        "--optimizer",
+        type=str.lower,
+        default="sgd",
+        choices=["sgd", "adam", "adamw"],
+        help="optimizer, case-insensitive (default: %(default)s)",
+    )
     add("--learning_rate", type=float, default=5e-4, help="learning rate (default: %(default)s)")
-    add("--mixed_precision", choices=["fp16", "bf16"], default=None,
-        help="autocast dtype; fp16 adds a gradient scaler (default: fp32, no autocast)")
+    add(
+        "--mixed_precision",
+        choices=["fp16", "bf16"],
+        default=None,
+        help="autocast dtype; fp16 adds a gradient scaler (default: fp32, no autocast)",
+    )
     add("--compile", action="store_true", help="compile the model with torch.compile; logs the first step's time")
-    add("--compile_mode", choices=["default", "reduce-overhead", "max-autotune"], default="default",
-        help="torch.compile mode when --compile is given (default: %(default)s)")
-    add("--iteration_logging", type=int, nargs="?", const=1, default=None, metavar="N",
+    add(
+        "--compile_mode",
+        choices=["default", "reduce-overhead", "max-autotune"],
+        default="default",
+        help="torch.compile mode when --compile is given (default: %(default)s)",
+    )
+    add(
+        "--iteration_logging",
+        type=int,
+        nargs="?",
+        const=1,
+        default=None,
+        metavar="N",
         help="log the training loss every N steps (every step when N is omitted); off by default, "
-        "because reading the loss waits for the GPU")
-    add("--epochs_eval", type=int, default=5, metavar="N",
-        help="validate every N epochs and after the last one; 0 never validates (default: %(default)s)")
+        "because reading the loss waits for the GPU",
+    )
+    add(
+        "--epochs_eval",
+        type=int,
+        default=5,
+        metavar="N",
+        help="validate every N epochs and after the last one; 0 never validates (default: %(default)s)",
+    )
     add("--resolution", type=int, default=224, help="side in pixels the images are resized to (default: %(default)s)")
-    add("--intermidiate_dimensions", "--intermediate_dimensions", type=int, nargs="+", default=None, metavar="DIM",
+    add(
+        "--intermidiate_dimensions",
+        "--intermediate_dimensions",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="DIM",
         help="hidden sizes of the custom MLP, in the book's spelling "
-        f"(default: {' '.join(map(str, DEFAULT_MLP_DIMS))})")
+        f"(default: {' '.join(map(str, DEFAULT_MLP_DIMS))})",
+    )
     add("--pretrained", action="store_true", help="not supported: the workloads never download weights (exit code 2)")
-    add("--pin_memory", action="store_true",
-        help="pin host memory in the DataLoaders and copy with non_blocking=True (off, as in the book's baseline)")
-    add("--fused_optimizer", action="store_true",
-        help="construct the optimizer with fused=True instead of PyTorch's default implementation choice")
-    add("--max_steps", type=int, default=None, metavar="N",
-        help="stop after N optimizer steps in total, for short measurement runs (default: run every epoch)")
-    add("--synthetic_samples", type=int, default=1024, metavar="N",
+    add(
+        "--pin_memory",
+        action="store_true",
+        help="pin host memory in the DataLoaders and copy with non_blocking=True (off, as in the book's baseline)",
+    )
+    add(
+        "--fused_optimizer",
+        action="store_true",
+        help="construct the optimizer with fused=True instead of PyTorch's default implementation choice",
+    )
+    add(
+        "--max_steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N optimizer steps in total, for short measurement runs (default: run every epoch)",
+    )
+    add(
+        "--synthetic_samples",
+        type=int,
+        default=1024,
+        metavar="N",
         help=f"training images for --dataset synthetic; validation gets {SYNTHETIC_VAL_FRACTION:g} as many "
-        "(default: %(default)s)")
-    add("--seed", type=int, default=0,
-        help="seed for model initialisation, shuffling and synthetic images (default: %(default)s)")
+        "(default: %(default)s)",
+    )
+    add(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for model initialisation, shuffling and synthetic images (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if args.pretrained:
-        parser.error("--pretrained is not supported: the workloads never download weights; "
-                     "models start from random initialisation")
+        parser.error(
+            "--pretrained is not supported: the workloads never download weights; "
+            "models start from random initialisation"
+        )
     for name in ("num_epochs", "batch_size", "eval_batch_size", "resolution", "synthetic_samples", "max_steps"):
         value = getattr(args, name)
         if value is not None and value < 1:

@@ -89,11 +89,20 @@ def load(path: Path = MANIFEST) -> Corpus:
         cwd = s.get("cwd") or str(Path(s["path"]).parent)
         scripts.append(
             Script(
-                name=s["name"], repo=repo, path=s["path"], domain=s.get("domain", ""), kind=s.get("kind", ""),
-                half=s.get("half", ""), args=tuple(s.get("args", ())),
-                cpu_args=tuple(s["cpu_args"]) if "cpu_args" in s else None, cpu_skip=s.get("cpu_skip"),
-                cwd=cwd, env=dict(s.get("env", {})), launcher=s.get("launcher", "python"),
-                prepare=tuple(s.get("prepare", ())), gpu_s=float(s.get("gpu_s", 0)),
+                name=s["name"],
+                repo=repo,
+                path=s["path"],
+                domain=s.get("domain", ""),
+                kind=s.get("kind", ""),
+                half=s.get("half", ""),
+                args=tuple(s.get("args", ())),
+                cpu_args=tuple(s["cpu_args"]) if "cpu_args" in s else None,
+                cpu_skip=s.get("cpu_skip"),
+                cwd=cwd,
+                env=dict(s.get("env", {})),
+                launcher=s.get("launcher", "python"),
+                prepare=tuple(s.get("prepare", ())),
+                gpu_s=float(s.get("gpu_s", 0)),
             )
         )
     return Corpus(repos, scripts, data.get("split", {}).get("rule", ""))

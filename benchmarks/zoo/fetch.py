@@ -53,7 +53,11 @@ def fetched_include(folder: Path) -> list[str] | None:
 
 def find_mirror(mirror: Path, repo: corpus.Repo) -> Path | None:
     for candidate in (mirror / repo.slug / "repo", mirror / repo.slug, mirror / f"{repo.slug}.git"):
-        if candidate.is_dir() and subprocess.run(["git", "-C", str(candidate), "rev-parse", "--git-dir"], capture_output=True).returncode == 0:
+        if (
+            candidate.is_dir()
+            and subprocess.run(["git", "-C", str(candidate), "rev-parse", "--git-dir"], capture_output=True).returncode
+            == 0
+        ):
             return candidate
     return None
 
@@ -61,7 +65,7 @@ def find_mirror(mirror: Path, repo: corpus.Repo) -> Path | None:
 def _extract(tar: tarfile.TarFile, into: Path, strip: str, include: tuple[str, ...]) -> int:
     count = 0
     for member in tar.getmembers():
-        name = member.name[len(strip):] if strip and member.name.startswith(strip) else member.name
+        name = member.name[len(strip) :] if strip and member.name.startswith(strip) else member.name
         if not name or not (member.isfile() or member.isdir()) or not wanted(name, include):
             continue
         member.name = name
@@ -73,14 +77,23 @@ def _extract(tar: tarfile.TarFile, into: Path, strip: str, include: tuple[str, .
 def wanted(path: str, include: tuple[str, ...]) -> bool:
     """Whether ``path`` is under one of the pathspecs (a folder, a file, or a glob whose ``*``
     crosses ``/``, as git's pathspecs do)."""
-    return any(path == spec or path.startswith(spec.rstrip("/") + "/") or fnmatch.fnmatchcase(path, spec) for spec in include)
+    return any(
+        path == spec or path.startswith(spec.rstrip("/") + "/") or fnmatch.fnmatchcase(path, spec) for spec in include
+    )
 
 
 def from_mirror(git_dir: Path, repo: corpus.Repo, into: Path) -> int:
-    if subprocess.run(["git", "-C", str(git_dir), "cat-file", "-e", f"{repo.commit}^{{commit}}"], capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["git", "-C", str(git_dir), "cat-file", "-e", f"{repo.commit}^{{commit}}"], capture_output=True
+        ).returncode
+        != 0
+    ):
         raise FetchError(f"{repo.name}: the mirror {git_dir} has no commit {repo.commit}")
     # only the included paths: a snapshot may lack the large files of the commit
-    p = subprocess.run(["git", "-C", str(git_dir), "archive", "--format=tar", repo.commit, "--", *repo.include], capture_output=True)
+    p = subprocess.run(
+        ["git", "-C", str(git_dir), "archive", "--format=tar", repo.commit, "--", *repo.include], capture_output=True
+    )
     if p.returncode != 0:
         raise FetchError(f"{repo.name}: git archive failed: {p.stderr.decode(errors='replace').strip()[:200]}")
     with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
@@ -154,7 +167,10 @@ def main() -> int:
     manifest = corpus.load(args.manifest)
     wrong = corpus.problems(manifest)
     if wrong:
-        print(f"error: {args.manifest}: {wrong[0]}" + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""), file=sys.stderr)
+        print(
+            f"error: {args.manifest}: {wrong[0]}" + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""),
+            file=sys.stderr,
+        )
         return 2
     scripts = [s for s in manifest.half(args.half) if not args.only or s.name in args.only]
     unknown = set(args.only or ()) - {s.name for s in manifest.scripts}

@@ -53,7 +53,7 @@ def mnist(dest: Path, step: dict) -> str:
         images = rng.integers(0, 40, (count, 28, 28), dtype=np.uint8)
         for digit in range(10):
             row, col = 2 + (digit // 5) * 12, 2 + (digit % 5) * 5
-            images[labels == digit, row:row + 10, col:col + 4] = 255
+            images[labels == digit, row : row + 10, col : col + 4] = 255
         (raw / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, count, 28, 28) + images.tobytes())
         (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, count) + labels.tobytes())
     return f"{raw} (MNIST layout, generated)"
@@ -84,10 +84,13 @@ def text(dest: Path, step: dict) -> str:
         lines, at = [], 0
         while at < count:
             n = int(rng.integers(5, 31))
-            words = [vocab[j] for j in ids[at:at + n]]
+            words = [vocab[j] for j in ids[at : at + n]]
             words[0] = words[0].capitalize()
             commas = rng.random(len(words)) < 0.08
-            body = " ".join(w + (" ," if comma and k < len(words) - 1 else "") for k, (w, comma) in enumerate(zip(words, commas, strict=True)))
+            body = " ".join(
+                w + (" ," if comma and k < len(words) - 1 else "")
+                for k, (w, comma) in enumerate(zip(words, commas, strict=True))
+            )
             lines.append(f" {body} {'.!?'[int(rng.integers(0, 3))]}")
             at += n
         (dest / name).write_text("\n".join(lines) + "\n")
@@ -146,7 +149,9 @@ def cifar_pt(dest: Path, step: dict) -> str:
     for name, count in (("train.pt", int(step.get("train", 50000))), ("test.pt", int(step.get("test", 10000)))):
         labels = rng.integers(0, 10, count)
         images = rng.integers(0, 256, (count, 32, 32, 3), dtype=np.uint8)
-        torch.save({"images": torch.from_numpy(images), "labels": torch.from_numpy(labels), "classes": classes}, dest / name)
+        torch.save(
+            {"images": torch.from_numpy(images), "labels": torch.from_numpy(labels), "classes": classes}, dest / name
+        )
     return f"{dest} (train.pt, test.pt)"
 
 

@@ -47,7 +47,14 @@ RUN_WINDOW = ["--warmup", "5", "--steps", "10", "--timed-steps", "20"]
 #: verify's window: short (the prediction error is measured on the top few changes)
 VERIFY_WINDOW = ["--warmup", "3", "--steps", "5", "--timed-steps", "15"]
 SMOKE_WINDOW = ["--warmup", "3", "--steps", "2", "--max-steps", "2", "--timed-steps", "2"]
-TORCHRUN_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
+TORCHRUN_ENV = {
+    "RANK": "0",
+    "LOCAL_RANK": "0",
+    "WORLD_SIZE": "1",
+    "LOCAL_WORLD_SIZE": "1",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29517",
+}
 
 
 def _interval(finding: dict) -> list[float] | None:
@@ -91,7 +98,7 @@ def finding_summary(finding: dict) -> dict:
 def run_summary(report: dict) -> dict:
     findings = report.get("findings") or []
     top = finding_summary(findings[0]) if findings else None
-    steady = ((report.get("throughput") or {}).get("steady") or {})
+    steady = (report.get("throughput") or {}).get("steady") or {}
     return {
         "top": top["rule"] if top else None,
         "top_finding": top,
@@ -136,7 +143,9 @@ def verify_summary(report: dict) -> dict:
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str, str, float]:
     """Run ``cmd``; on timeout kill its whole process group (DataLoader workers, compile workers)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     _CHILDREN.append(p)
     try:
         out, err = p.communicate(timeout=timeout)
@@ -207,13 +216,21 @@ def diagnose_once(cmd: list[str], src: Path, script: corpus.Script, env: dict[st
     return record
 
 
-def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log: Callable[[str], None], save: Callable[[dict], None]) -> dict:
+def run_script(
+    script: corpus.Script, args: argparse.Namespace, out: Path, log: Callable[[str], None], save: Callable[[dict], None]
+) -> dict:
     """One script: its runs, then verify; ``save`` gets the record after the runs (a run cut
     short during verify keeps them), the caller the whole record at the end."""
     src = args.scripts / script.repo.slug
     record: dict = {
-        "name": script.name, "repo": script.repo.name, "commit": script.commit, "half": script.half,
-        "domain": script.domain, "kind": script.kind, "runs": [], "verify": None,
+        "name": script.name,
+        "repo": script.repo.name,
+        "commit": script.commit,
+        "half": script.half,
+        "domain": script.domain,
+        "kind": script.kind,
+        "runs": [],
+        "verify": None,
     }
     if fetch.fetched_commit(src) != script.commit:
         record.update(status="missing", error=f"{src} is not fetched at {script.commit[:12]} (run fetch.py)")
@@ -239,7 +256,22 @@ def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log: 
         run_dir = runs_dir / f"run{i}"
         # with diagnose run's check (no --no-check): the corpus scores the ranking a user gets, the
         # check's measurements included (``measured_speedup``); verify's runs take --no-check themselves
-        cmd = [sys.executable, "-m", "diagnose", "run", "--quiet", "--json", "--overwrite", "--out", str(run_dir), *window, *extra, target, "--", *script_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "run",
+            "--quiet",
+            "--json",
+            "--overwrite",
+            "--out",
+            str(run_dir),
+            *window,
+            *extra,
+            target,
+            "--",
+            *script_args,
+        ]
         result = diagnose_once(cmd, src, script, env, args.timeout_s)
         result["run_dir"] = str(run_dir)
         report = result.pop("report", None)
@@ -247,7 +279,12 @@ def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log: 
             result.update(run_summary(report))
         record["runs"].append(result)
         top = result.get("top_finding") or {}
-        said = f"top {result.get('top') or 'none'}" + (f" predicted {top['predicted']:.2f}x" if top.get("predicted") else "") if report is not None else f"FAILED: {result.get('error', '')[-300:]}"
+        said = (
+            f"top {result.get('top') or 'none'}"
+            + (f" predicted {top['predicted']:.2f}x" if top.get("predicted") else "")
+            if report is not None
+            else f"FAILED: {result.get('error', '')[-300:]}"
+        )
         log(f"  run {i + 1}: {said} ({result['wall_s']} s)")
     ok = [r for r in record["runs"] if "error" not in r]
     record["status"] = "ok" if ok else "failed"
@@ -262,16 +299,41 @@ def run_script(script: corpus.Script, args: argparse.Namespace, out: Path, log: 
     verify_dir = runs_dir / "verify"
     if verify_dir.exists():
         verify_dir = runs_dir / f"verify-{int(time.time())}"
-    cmd = [sys.executable, "-m", "diagnose", "verify", "--json", "--top", str(args.verify_top), "--repeats", str(args.verify_repeats),
-           "--timeout", str(int(args.timeout_s)), "--out", str(verify_dir), *VERIFY_WINDOW, target, "--", *script_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "verify",
+        "--json",
+        "--top",
+        str(args.verify_top),
+        "--repeats",
+        str(args.verify_repeats),
+        "--timeout",
+        str(int(args.timeout_s)),
+        "--out",
+        str(verify_dir),
+        *VERIFY_WINDOW,
+        target,
+        "--",
+        *script_args,
+    ]
     timeout = args.timeout_s * (args.verify_repeats + args.verify_top + 1)
     result = diagnose_once(cmd, src, script, env, timeout)
     result["run_dir"] = str(verify_dir)
     report = result.pop("report", None)
     if report is not None:
         result.update(verify_summary(report))
-        measured = ", ".join(f"{r['rule']} {r['measured']:.2f}x" if r.get("measured") else f"{r['rule']} ({r.get('status')})" for r in result["rows"]) or "nothing to try"
-        log(f"  verify: top {result.get('top') or 'none'}; measured {measured}; spread {result.get('baseline_spread')} ({result['wall_s']} s)")
+        measured = (
+            ", ".join(
+                f"{r['rule']} {r['measured']:.2f}x" if r.get("measured") else f"{r['rule']} ({r.get('status')})"
+                for r in result["rows"]
+            )
+            or "nothing to try"
+        )
+        log(
+            f"  verify: top {result.get('top') or 'none'}; measured {measured}; spread {result.get('baseline_spread')} ({result['wall_s']} s)"
+        )
     else:
         log(f"  verify FAILED: {result.get('error', '')[-300:]}")
     record["verify"] = result
@@ -296,15 +358,27 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--half", choices=["calibration", "evaluation", "all"], required=True)
     p.add_argument("--reruns", type=int, default=2, help="diagnose runs after the first (default 2: three runs)")
-    p.add_argument("--verify-top", type=int, default=1, choices=[0, 1, 2, 3], help="recommendations verify measures (0: no verify)")
-    p.add_argument("--verify-repeats", type=int, default=1, help="verify's baseline runs (1: the spread of its steps' block means)")
-    p.add_argument("--budget-s", type=float, help="start no script whose estimate (gpu_s) would pass this many seconds in all")
+    p.add_argument(
+        "--verify-top", type=int, default=1, choices=[0, 1, 2, 3], help="recommendations verify measures (0: no verify)"
+    )
+    p.add_argument(
+        "--verify-repeats", type=int, default=1, help="verify's baseline runs (1: the spread of its steps' block means)"
+    )
+    p.add_argument(
+        "--budget-s", type=float, help="start no script whose estimate (gpu_s) would pass this many seconds in all"
+    )
     p.add_argument("--timeout-s", type=float, default=300, help="seconds one diagnose run may take")
     p.add_argument("--only", nargs="*", help="script names")
-    p.add_argument("--diagnose-args", default="", help="more options for each diagnose run, e.g. \"--no-check\"")
-    p.add_argument("--resume", action="store_true", help="skip the scripts OUT's results already hold whole (runs and verify, or failed)")
+    p.add_argument("--diagnose-args", default="", help='more options for each diagnose run, e.g. "--no-check"')
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the scripts OUT's results already hold whole (runs and verify, or failed)",
+    )
     p.add_argument("--no-prepare", action="store_true", help="the data is there: do not check it")
-    p.add_argument("--cpu-smoke", action="store_true", help="does each script start? its cpu_args, a few steps, no verify")
+    p.add_argument(
+        "--cpu-smoke", action="store_true", help="does each script start? its cpu_args, a few steps, no verify"
+    )
     p.add_argument("--manifest", type=Path, default=corpus.MANIFEST)
     args = p.parse_args()
     signal.signal(signal.SIGTERM, _stop)
@@ -327,21 +401,48 @@ def main() -> int:
     done = finished(results) if args.resume else set()
     t0 = time.perf_counter()
     estimate = sum(s.gpu_s for s in scripts)
-    print(f"{len(scripts)} scripts ({args.half}); estimated {estimate:.0f} s of GPU time; results in {results}", flush=True)
+    print(
+        f"{len(scripts)} scripts ({args.half}); estimated {estimate:.0f} s of GPU time; results in {results}",
+        flush=True,
+    )
     for n, script in enumerate(scripts, 1):
         elapsed = time.perf_counter() - t0
         if script.name in done:
             print(f"[{n}/{len(scripts)}] {script.name}: already in {results.name}", flush=True)
             continue
         if args.budget_s is not None and elapsed + script.gpu_s > args.budget_s:
-            print(f"[{n}/{len(scripts)}] {script.name}: skipped, {elapsed:.0f} s spent and its estimate {script.gpu_s:.0f} s would pass --budget-s", flush=True)
-            append({"name": script.name, "repo": script.repo.name, "half": script.half, "status": "skipped", "error": "budget", "runs": [], "verify": None})
+            print(
+                f"[{n}/{len(scripts)}] {script.name}: skipped, {elapsed:.0f} s spent and its estimate {script.gpu_s:.0f} s would pass --budget-s",
+                flush=True,
+            )
+            append(
+                {
+                    "name": script.name,
+                    "repo": script.repo.name,
+                    "half": script.half,
+                    "status": "skipped",
+                    "error": "budget",
+                    "runs": [],
+                    "verify": None,
+                }
+            )
             continue
-        print(f"[{n}/{len(scripts)}] {script.name} ({script.repo.name}, {script.kind}, {script.half}) at {elapsed:.0f} s", flush=True)
+        print(
+            f"[{n}/{len(scripts)}] {script.name} ({script.repo.name}, {script.kind}, {script.half}) at {elapsed:.0f} s",
+            flush=True,
+        )
         try:
             record = run_script(script, args, out, lambda line: print(line, flush=True), append)
         except Exception as e:  # noqa: BLE001 - a bug of ours on one script never stops the others
-            record = {"name": script.name, "repo": script.repo.name, "half": script.half, "status": "failed", "error": f"{type(e).__name__}: {e}", "runs": [], "verify": None}
+            record = {
+                "name": script.name,
+                "repo": script.repo.name,
+                "half": script.half,
+                "status": "failed",
+                "error": f"{type(e).__name__}: {e}",
+                "runs": [],
+                "verify": None,
+            }
         record["wall_s"] = round(time.perf_counter() - t0 - elapsed, 1)
         append(record)
         if record.get("error"):
@@ -351,7 +452,9 @@ def main() -> int:
         rows = [json.loads(line) for line in results.read_text().splitlines()]
         last = {r["name"]: r for r in rows}
         for name, r in last.items():
-            print(f"| {name} | {r.get('smoke', r.get('status'))} | {(r.get('error') or '').splitlines()[-1][:120] if r.get('error') else ''} |")
+            print(
+                f"| {name} | {r.get('smoke', r.get('status'))} | {(r.get('error') or '').splitlines()[-1][:120] if r.get('error') else ''} |"
+            )
     return 0
 
 

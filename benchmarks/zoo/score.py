@@ -67,7 +67,11 @@ def outcome(record: dict) -> dict:
         top_verdict = "slower"
     else:
         top_verdict = "no effect"
-    errors = [abs(r["predicted"] - r["measured"]) / r["measured"] for r in rows if isinstance(r.get("predicted"), (int, float))]
+    errors = [
+        abs(r["predicted"] - r["measured"]) / r["measured"]
+        for r in rows
+        if isinstance(r.get("predicted"), (int, float))
+    ]
     intervals = [r for r in rows if r.get("interval")]
     inside = [r["interval"][0] <= r["measured"] <= r["interval"][1] for r in intervals]
     tops = [run.get("top") or "none" for run in record.get("runs") or [] if "error" not in run]
@@ -162,16 +166,37 @@ def markdown(result: dict) -> str:
     h = result["halves"]
     lines = ["| goal | calibration | evaluation | target |", "|---|---|---|---|"]
     rows = [
-        ("top recommendation helps beyond the baseline's spread", "helps",
-         lambda s: f"{s['helps_count']}/{s['top_measured']} ({_pct(s['helps'])})", ">= 90%"),
+        (
+            "top recommendation helps beyond the baseline's spread",
+            "helps",
+            lambda s: f"{s['helps_count']}/{s['top_measured']} ({_pct(s['helps'])})",
+            ">= 90%",
+        ),
         ("top recommendation slower than the spread", "slower", lambda s: f"{s['slower']}", "0"),
-        ("\\|predicted - measured\\| / measured, median", "median_error",
-         lambda s: f"{_pct(s['median_error'])} (n={s['predicted_rows']})", "<= 15%"),
-        ("the same, 90th percentile", "p90_error", lambda s: f"{_pct(s['p90_error'])} (n={s['predicted_rows']})", "<= 35%"),
-        ("measured inside the stated interval", "inside",
-         lambda s: f"{s['inside_count']}/{s['interval_rows']} ({_pct(s['inside'])})", ">= 80%"),
-        ("same top finding on every rerun", "stable",
-         lambda s: f"{s['stable_count']}/{s['rerun_scripts']} ({_pct(s['stable'])})", ">= 90%"),
+        (
+            "\\|predicted - measured\\| / measured, median",
+            "median_error",
+            lambda s: f"{_pct(s['median_error'])} (n={s['predicted_rows']})",
+            "<= 15%",
+        ),
+        (
+            "the same, 90th percentile",
+            "p90_error",
+            lambda s: f"{_pct(s['p90_error'])} (n={s['predicted_rows']})",
+            "<= 35%",
+        ),
+        (
+            "measured inside the stated interval",
+            "inside",
+            lambda s: f"{s['inside_count']}/{s['interval_rows']} ({_pct(s['inside'])})",
+            ">= 80%",
+        ),
+        (
+            "same top finding on every rerun",
+            "stable",
+            lambda s: f"{s['stable_count']}/{s['rerun_scripts']} ({_pct(s['stable'])})",
+            ">= 90%",
+        ),
     ]
     for label, key, fn, target in rows:
         values = " | ".join(fn(h[half]) + _mark(h[half]["met"][key]) for half in HALVES)
@@ -182,15 +207,20 @@ def markdown(result: dict) -> str:
         for s in (h[half] for half in HALVES)
     )
     lines.append(f"| scripts | {counts} | |")
-    lines += ["", "| script | half | top finding per run | verify's top | predicted | interval | measured | spread | verdict |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| script | half | top finding per run | verify's top | predicted | interval | measured | spread | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for o in sorted(result["scripts"], key=lambda o: (o["half"] or "", o["name"])):
         interval = f"{o['top_interval'][0]:.2f}-{o['top_interval'][1]:.2f}x" if o["top_interval"] else "-"
         predicted = f"{o['top_predicted']:.2f}x" if isinstance(o["top_predicted"], (int, float)) else "-"
         measured = f"{o['top_measured']:.2f}x" if o["top_measured"] else "-"
         spread = _pct(o["spread"]) if o["spread"] is not None else "-"
-        lines.append(f"| {o['name']} | {o['half']} | {', '.join(o['tops']) or o['status']} | {o['verify_top'] or '-'} "
-                     f"| {predicted} | {interval} | {measured} | {spread} | {o['top_verdict']} |")
+        lines.append(
+            f"| {o['name']} | {o['half']} | {', '.join(o['tops']) or o['status']} | {o['verify_top'] or '-'} "
+            f"| {predicted} | {interval} | {measured} | {spread} | {o['top_verdict']} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -23,7 +23,9 @@ def trace_only(meta: TraceMeta, symptoms: Symptoms) -> dict[str, Any]:
         read_off["device"] = meta.device_name
     if values.get("dataloader.present"):
         workers = values.get("dataloader.num_workers")
-        read_off["dataloader"] = "num_workers=0 (single-process iterator)" if workers == 0 else "worker processes (multi-process iterator)"
+        read_off["dataloader"] = (
+            "num_workers=0 (single-process iterator)" if workers == 0 else "worker processes (multi-process iterator)"
+        )
     if values.get("optimizer.present"):
         forloop = values.get("optimizer.forloop")
         impl = "unknown" if forloop is None else ("for-loop" if forloop else "foreach/fused")

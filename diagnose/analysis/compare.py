@@ -69,8 +69,8 @@ TIMING_NOTE_STARTS = ("noisy ", "bursty ", "profiling made", "the profiler-off w
 def throughput_of(report: Report, rate_key: str, window: str | None = None) -> float | None:
     """The run's ``rate_key`` figure (``samples_per_s`` or ``steps_per_s``) in ``window``; with
     none given, steady when measured, else profiled; None when the run measured neither."""
-    for window in (window,) if window else WINDOWS:
-        timing = getattr(report.throughput, window)
+    for name in (window,) if window else WINDOWS:
+        timing = getattr(report.throughput, name)
         value = getattr(timing, rate_key) if timing is not None else None
         if isinstance(value, (int, float)) and value > 0:
             return float(value)
@@ -101,8 +101,8 @@ def spread_of(mean: float | None, low: float | None, high: float | None) -> floa
 def step_ms(report: Report, window: str | None = None) -> tuple[float | None, float | None, float | None]:
     """The mean step with its p10 and p90 (the report's statistic, as verify and sweep show it),
     from ``window``, or with none given the steady window where it was timed, else the profiled one."""
-    for window in (window,) if window else WINDOWS:
-        timing = getattr(report.throughput, window)
+    for name in (window,) if window else WINDOWS:
+        timing = getattr(report.throughput, name)
         mean = timing.mean_step_ms if timing is not None else None
         if timing is not None and isinstance(mean, (int, float)):
             low, high = timing.p10_step_ms, timing.p90_step_ms
@@ -245,7 +245,17 @@ def compare_reports(runs: Sequence[tuple[str, Report]]) -> Comparison:
             )
         )
     titles = {f.rule: f.title for r in reports for f in r.findings}
-    return Comparison(tuple(columns), rate_key, on_gpu, exposed_rows, phase_rows, titles, window, tuple(run_differences(runs)), tuple(reports))
+    return Comparison(
+        tuple(columns),
+        rate_key,
+        on_gpu,
+        exposed_rows,
+        phase_rows,
+        titles,
+        window,
+        tuple(run_differences(runs)),
+        tuple(reports),
+    )
 
 
 def inside_spread(speedup: float | None, spread_a: float | None, spread_b: float | None) -> bool:
@@ -271,7 +281,10 @@ def run_differences(runs: Sequence[tuple[str, Report]]) -> list[str]:
     warnings = []
     for what, value_of in (
         ("scripts", lambda r: r.run.target.value if r.run is not None and r.run.target is not None else None),
-        ("window plans (--warmup/--steps/--timed-steps)", lambda r: _plan_text(r.run.plan if r.run is not None else None)),
+        (
+            "window plans (--warmup/--steps/--timed-steps)",
+            lambda r: _plan_text(r.run.plan if r.run is not None else None),
+        ),
         ("devices", lambda r: (r.environment or {}).get("device_name") or (r.environment or {}).get("device")),
     ):
         values = [(label, value_of(report)) for label, report in runs]

@@ -29,11 +29,13 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from diagnose.analysis.compare import rate_key_for, throughput_of, window_for
-from diagnose.report import Report
 from diagnose.errors import UsageError
+from diagnose.report import Report
 
 _RULE_ID = re.compile(r"^[A-Z][A-Z0-9]*\d{3}$", re.IGNORECASE)
-_THROUGHPUT = re.compile(r"^throughput\s*<\s*(?P<bound>baseline|\d+(?:\.\d+)?)\s*(?:-\s*(?P<tolerance>\d+(?:\.\d+)?)\s*%)?$")
+_THROUGHPUT = re.compile(
+    r"^throughput\s*<\s*(?P<bound>baseline|\d+(?:\.\d+)?)\s*(?:-\s*(?P<tolerance>\d+(?:\.\d+)?)\s*%)?$"
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,10 @@ def parse_condition(text: str) -> Condition:
     if spec.startswith("rule:") or _RULE_ID.match(spec):
         rule = spec.removeprefix("rule:").strip()
         if not _RULE_ID.match(rule):
-            raise UsageError(f"--fail-on {text!r}: {rule!r} is not a rule id", hint="rule ids look like DATA001 (diagnose rules lists them)")
+            raise UsageError(
+                f"--fail-on {text!r}: {rule!r} is not a rule id",
+                hint="rule ids look like DATA001 (diagnose rules lists them)",
+            )
         return Condition(text, "rule", rule)
     if spec.startswith("category:"):
         category = spec.removeprefix("category:").strip()
@@ -75,10 +80,13 @@ def parse_condition(text: str) -> Condition:
 
 
 class NamedRule(Protocol):
-    """What the gate needs of a loaded rule (analysis.verdict.rules.Rule)."""
+    """What the gate needs of a loaded rule (analysis.verdict.rules.Rule, a frozen value)."""
 
-    id: str
-    category: str
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def category(self) -> str: ...
 
 
 def resolve_names(conditions: Sequence[Condition], rules: Iterable[NamedRule]) -> list[Condition]:
@@ -100,9 +108,12 @@ def resolve_names(conditions: Sequence[Condition], rules: Iterable[NamedRule]) -
         by_folded = {name.casefold(): name for name in known}
         name = by_folded.get(condition.value.casefold())
         if name is None:
-            close = difflib.get_close_matches(condition.value.upper() if what == "rule id" else condition.value.lower(), known, n=1)
+            close = difflib.get_close_matches(
+                condition.value.upper() if what == "rule id" else condition.value.lower(), known, n=1
+            )
             raise UsageError(
-                f"--fail-on {condition.text!r}: no rule has the {what} {condition.value!r}" + (f" (did you mean {close[0]}?)" if close else ""),
+                f"--fail-on {condition.text!r}: no rule has the {what} {condition.value!r}"
+                + (f" (did you mean {close[0]}?)" if close else ""),
                 hint=f"{what}s: {', '.join(known)} (diagnose rules lists them; --rules adds your own)",
             )
         resolved.append(replace(condition, value=name))
@@ -132,7 +143,10 @@ def check(report: Report, conditions: list[Condition], baseline: Report | None =
 def _throughput_failure(report: Report, condition: Condition, baseline: Report | None) -> str | None:
     if condition.bound is None:
         if baseline is None:
-            raise UsageError(f"--fail-on {condition.text!r} needs a baseline run", hint="pass --baseline RUN_DIR (compare uses its first run)")
+            raise UsageError(
+                f"--fail-on {condition.text!r} needs a baseline run",
+                hint="pass --baseline RUN_DIR (compare uses its first run)",
+            )
         rate_key = rate_key_for([report, baseline])
         window = window_for([report, baseline], rate_key)  # both in one window: steady, else profiled
         bound = throughput_of(baseline, rate_key, window)

@@ -23,22 +23,29 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.analysis.measure.breakdown import Breakdown, calibrate_to_steady_state, compute_breakdown
-from diagnose.errors import TraceError, UsageError
-from diagnose.analysis.verdict.findings import DEFAULT_LIMIT, Measurement, diagnose_symptoms
+from diagnose.analysis.measure.categories import EXPOSED
+from diagnose.analysis.measure.collectives import CollectiveTime, collective_times
+from diagnose.analysis.measure.profcost import correct_profiler_cost, estimate_cost_per_event
+from diagnose.analysis.measure.ranks import RankSet, job_view, lead_rank, notable_ranks, summarize_rank
 from diagnose.analysis.prediction.predict import Predictor, step_spread
 from diagnose.analysis.prediction.replay import ReplayCheck, StepModel, build_model, host_code_scale, replay_check
-from diagnose.record import RunRecord
-from diagnose.analysis.report import build_report
-from diagnose.report import Distributed, Report, convert
-from diagnose.analysis.measure.profcost import correct_profiler_cost, estimate_cost_per_event
-from diagnose.analysis.verdict.rules import Rule, load_rules
-from diagnose.analysis.measure.collectives import CollectiveTime, collective_times
-from diagnose.analysis.trace.forking import Beside
-from diagnose.analysis.measure.ranks import RankSet, RankSummary, job_view, lead_rank, notable_ranks, summarize_rank
-from diagnose.analysis.symptoms import compute_symptoms
-from diagnose.analysis.measure.categories import EXPOSED
 from diagnose.analysis.prediction.uncertainty import StepSample, mean_uncertainty
-from diagnose.analysis.trace.timeline import DEFAULT_MAX_TRACE_BYTES, StepMark, Timeline, TraceMeta, load_timeline, paused_gc
+from diagnose.analysis.report import build_report
+from diagnose.analysis.symptoms import compute_symptoms
+from diagnose.analysis.trace.forking import Beside
+from diagnose.analysis.trace.timeline import (
+    DEFAULT_MAX_TRACE_BYTES,
+    StepMark,
+    Timeline,
+    TraceMeta,
+    load_timeline,
+    paused_gc,
+)
+from diagnose.analysis.verdict.findings import DEFAULT_LIMIT, Measurement, diagnose_symptoms
+from diagnose.analysis.verdict.rules import Rule, load_rules
+from diagnose.errors import TraceError, UsageError
+from diagnose.record import RunRecord
+from diagnose.report import Distributed, RankSummary, Report, convert
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,12 @@ class AnalysisOptions:
     measured: Mapping[str, Measurement] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, rules_dirs: Sequence[Path] = (), show_all: bool = False, max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES) -> AnalysisOptions:
+    def load(
+        cls,
+        rules_dirs: Sequence[Path] = (),
+        show_all: bool = False,
+        max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES,
+    ) -> AnalysisOptions:
         """Built-in rules plus those of ``rules_dirs``; a bad rule file fails here, before anything runs."""
         return cls(tuple(load_rules(list(rules_dirs))), None if show_all else DEFAULT_LIMIT, max_trace_bytes)
 
@@ -66,12 +78,18 @@ RankInput = tuple[RunRecord, Path | None]
 def analyze_trace(trace: Path, options: AnalysisOptions) -> Report:
     """A trace on its own (one a user's own torch.profiler code wrote, say), without a record."""
     if not Path(trace).exists():
-        raise UsageError(f"no such run directory or trace: {trace}", hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file")
+        raise UsageError(
+            f"no such run directory or trace: {trace}", hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file"
+        )
     return analyze(None, Path(trace), options, {"kind": "trace"})
 
 
 def analyze(
-    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, source: dict[str, Any], warnings: Sequence[str] = ()
+    record: RunRecord | None,
+    trace: Path | None,
+    options: AnalysisOptions,
+    source: dict[str, Any],
+    warnings: Sequence[str] = (),
 ) -> Report:
     """One process's run: what its record says and its trace shows."""
     window = _window(record, trace, options)
@@ -80,14 +98,21 @@ def analyze(
     if trace is not None:
         source["trace"] = str(trace)
         if window.breakdown is None and record is None:
-            raise TraceError(f"{trace} holds no profiled events to analyse", hint="was the profiler running while the script worked?")
+            raise TraceError(
+                f"{trace} holds no profiled events to analyse", hint="was the profiler running while the script worked?"
+            )
     symptoms = compute_symptoms(window.breakdown, record, window.meta)
     # Rules run even with no profiled step: what the run record shows (an OOM, memory at
     # capacity, DataParallel) is still worth saying; rules about the trace cannot fire.
     return build_report(
-        record=record, meta=window.meta, breakdown=window.breakdown, symptoms=symptoms,
+        record=record,
+        meta=window.meta,
+        breakdown=window.breakdown,
+        symptoms=symptoms,
         diagnosis=diagnose_symptoms(list(options.rules), symptoms, window.predictor, options.measured),
-        source=source, limit=options.limit, warnings=[*warnings, *window.warnings],
+        source=source,
+        limit=options.limit,
+        warnings=[*warnings, *window.warnings],
     )
 
 
@@ -107,7 +132,9 @@ class RankAnalysis:
     summary: RankSummary
 
 
-def analyse_rank(rank: int, record: RunRecord, trace: Path | None, options: AnalysisOptions, warnings: Sequence[str] = ()) -> RankAnalysis:
+def analyse_rank(
+    rank: int, record: RunRecord, trace: Path | None, options: AnalysisOptions, warnings: Sequence[str] = ()
+) -> RankAnalysis:
     """One rank's trace, analysed on its own: its breakdown and its summary."""
     window = _window(record, trace, options, collectives=True)
     rank_record = window.record
@@ -115,10 +142,14 @@ def analyse_rank(rank: int, record: RunRecord, trace: Path | None, options: Anal
     summary = summarize_rank(rank, rank_record, window.breakdown, dict(window.collectives))
     summary.trace = trace.name if trace is not None else None
     predictors = [window.predictor] if window.predictor is not None else []
-    return RankAnalysis(rank, rank_record, trace, window.breakdown, window.meta, [*warnings, *window.warnings], predictors, summary)
+    return RankAnalysis(
+        rank, rank_record, trace, window.breakdown, window.meta, [*warnings, *window.warnings], predictors, summary
+    )
 
 
-def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[str, Any], rank_set: RankSet | None = None) -> Report:
+def rank_report(
+    analysis: RankAnalysis, options: AnalysisOptions, source: dict[str, Any], rank_set: RankSet | None = None
+) -> Report:
     """A rank's report: its own diagnosis; with ``rank_set`` (every rank's summary), the job's
     report, with what only the ranks together show (a straggler, unequal data, the backend)."""
     a = analysis
@@ -135,21 +166,32 @@ def rank_report(analysis: RankAnalysis, options: AnalysisOptions, source: dict[s
     symptoms = compute_symptoms(a.breakdown, a.record, a.meta, rank_set)
     predictor = a.predictors[0] if a.predictors else None
     report = build_report(
-        record=a.record, meta=a.meta, breakdown=a.breakdown, symptoms=symptoms, diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor, options.measured),
-        source=source, limit=options.limit, warnings=warnings,
+        record=a.record,
+        meta=a.meta,
+        breakdown=a.breakdown,
+        symptoms=symptoms,
+        diagnosis=diagnose_symptoms(list(options.rules), symptoms, predictor, options.measured),
+        source=source,
+        limit=options.limit,
+        warnings=warnings,
     )
     if rank_set is not None:
-        report.distributed = convert({
-            "world_size": len(rank_set.summaries),
-            **job_view(rank_set.summaries),
-            "ranks": [s.to_dict() for s in rank_set.summaries],
-            "straggler": rank_set.straggler,
-            "notable_ranks": {str(rank): why for rank, why in notable_ranks(rank_set.summaries, a.rank).items()},
-        }, Distributed)
+        report.distributed = convert(
+            {
+                "world_size": len(rank_set.summaries),
+                **job_view(rank_set.summaries),
+                "ranks": [s.to_dict() for s in rank_set.summaries],
+                "straggler": rank_set.straggler,
+                "notable_ranks": {str(rank): why for rank, why in notable_ranks(rank_set.summaries, a.rank).items()},
+            },
+            Distributed,
+        )
     return report
 
 
-def combine_ranks(first: RankAnalysis, summaries: Sequence[RankSummary], options: AnalysisOptions, source: dict[str, Any]) -> Report:
+def combine_ranks(
+    first: RankAnalysis, summaries: Sequence[RankSummary], options: AnalysisOptions, source: dict[str, Any]
+) -> Report:
     """The job's report from one rank's analysis (the lead's: ``lead_of``) and every rank's
     summary (that rank's own included or not): no other rank's trace is read."""
     by_rank = {s.rank: s for s in summaries}
@@ -157,7 +199,9 @@ def combine_ranks(first: RankAnalysis, summaries: Sequence[RankSummary], options
     return rank_report(first, options, source, RankSet.of([by_rank[r] for r in sorted(by_rank)]))
 
 
-def lead_of(analysis: RankAnalysis, summaries: Sequence[RankSummary], load: Callable[[int], RankAnalysis | None]) -> RankAnalysis:
+def lead_of(
+    analysis: RankAnalysis, summaries: Sequence[RankSummary], load: Callable[[int], RankAnalysis | None]
+) -> RankAnalysis:
     """The analysis the job's report is built on: ``analysis`` (the merging rank's own), or the
     lead rank's (``ranks.lead_rank``: the one the others wait for), analysed by ``load`` from its
     trace, with a warning saying whose view the report is. ``load`` returns None where that
@@ -181,11 +225,16 @@ def lead_of(analysis: RankAnalysis, summaries: Sequence[RankSummary], load: Call
 def analyze_ranks(ranks: dict[int, RankInput], options: AnalysisOptions, source: dict[str, Any]) -> Report:
     """A distributed run whose ranks left no summaries (a run directory of an older diagnose):
     each rank's trace analysed in turn, one at a time, and only its summary kept."""
-    return combine_from_traces(sorted(ranks), lambda rank: analyse_rank(rank, *ranks[rank], options), {}, options, source)
+    return combine_from_traces(
+        sorted(ranks), lambda rank: analyse_rank(rank, *ranks[rank], options), {}, options, source
+    )
 
 
 def combine_from_traces(
-    ranks: Sequence[int], analyse: Callable[[int], RankAnalysis | None], saved: Mapping[int, RankSummary], options: AnalysisOptions,
+    ranks: Sequence[int],
+    analyse: Callable[[int], RankAnalysis | None],
+    saved: Mapping[int, RankSummary],
+    options: AnalysisOptions,
     source: dict[str, Any],
 ) -> Report:
     """The job's report where this process reads the traces itself: the first rank's analysed
@@ -235,19 +284,27 @@ class Window:
     collectives: Mapping[str, CollectiveTime] = field(default_factory=dict)
 
 
-def _window(record: RunRecord | None, trace: Path | None, options: AnalysisOptions, collectives: bool = False) -> Window:
+def _window(
+    record: RunRecord | None, trace: Path | None, options: AnalysisOptions, collectives: bool = False
+) -> Window:
     """The trace's window, analysed: a new value (nothing passed in is changed), with the
     predictor of the window's fixes (``make_predictor``) where it has a replay model; with
     ``collectives``, the communication by collective kind."""
     if trace is None:
         # the runner's own note says why when the script did reach the window (its own profiler, ...)
-        if record is not None and record.status not in ("no_steps",) and record.completed_steps() <= record.plan.get("warmup", 0):
+        if (
+            record is not None
+            and record.status not in ("no_steps",)
+            and record.completed_steps() <= record.plan.get("warmup", 0)
+        ):
             return Window(None, None, record, ("no trace was written: the script ended before the profiled window",))
         return Window(None, None, record)
     with paused_gc():
         timeline = load_timeline(trace, max_bytes=options.max_trace_bytes)
         if not timeline.steps:
-            return Window(None, timeline.meta, record, (f"the trace {trace.name} holds no events on a training thread",))
+            return Window(
+                None, timeline.meta, record, (f"the trace {trace.name} holds no events on a training thread",)
+            )
         if record is not None and timeline.has_step_marks:
             timeline = replace(timeline, steps=recorded_steps(timeline.steps, record))
         # a large trace's breakdown is computed in a forked child while this process builds the
@@ -274,7 +331,9 @@ def _window(record: RunRecord | None, trace: Path | None, options: AnalysisOptio
             breakdown = correct_profiler_cost(breakdown, estimate_cost_per_event(timeline).per_event_us)
         if record is not None and record.sync_sites:
             record = replace(record, sync_sites=attribute_sync_time(record, timeline))
-        return Window(breakdown, timeline.meta, record, (), predictor, collective_times(timeline) if collectives else {})
+        return Window(
+            breakdown, timeline.meta, record, (), predictor, collective_times(timeline) if collectives else {}
+        )
 
 
 def recorded_steps(marks: Sequence[StepMark], record: RunRecord) -> list[StepMark]:
@@ -321,7 +380,11 @@ def make_predictor(model: StepModel, record: RunRecord | None, loader_kinds: Map
     durations = steady_durations if len(steady_durations) >= 2 else list(model.step_durations_us)
     steady = _steady_step_us(record)
     return Predictor(
-        model, check, host_code_scale(model, check, steady), step_spread(durations), gpu_stretch(model, check, steady),
+        model,
+        check,
+        host_code_scale(model, check, steady),
+        step_spread(durations),
+        gpu_stretch(model, check, steady),
         mean_uncertainty=mean_uncertainty(durations),
     )
 

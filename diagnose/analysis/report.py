@@ -22,6 +22,7 @@ them). A report can be re-rendered from ``report.json`` alone (``diagnose report
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -30,13 +31,15 @@ from typing import Any
 from diagnose.analysis.bare import not_seen_line, trace_only
 from diagnose.analysis.measure.breakdown import Breakdown, per_step_stats, reference_step_us
 from diagnose.analysis.measure.categories import EXPOSED, HOST_EXPOSED, exposed_labels
-from diagnose.analysis.verdict.findings import Diagnosis
 from diagnose.analysis.measure.hardware_limits import distance_to_limits, limits_to_dict
+from diagnose.analysis.symptoms import Symptoms
+from diagnose.analysis.trace.timeline import TraceMeta
+from diagnose.analysis.verdict.findings import Diagnosis
+from diagnose.jupyter import html_frame
 from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan
 from diagnose.report import (
     REPORT_SCHEMA,
     WINDOW_FIGURES_AS_SYMPTOMS,
-    Breakdown as BreakdownSection,
     Distributed,
     ErrorInfo,
     Finding,
@@ -61,20 +64,28 @@ from diagnose.report import (
     Window,
     WindowGrowth,
     convert,
-    html_frame,
     sanitized,
     upgrade_from_v1,
 )
-from diagnose.analysis.symptoms import Symptoms
-from diagnose.analysis.trace.timeline import TraceMeta
+from diagnose.report import (
+    Breakdown as BreakdownSection,
+)
 from diagnose.stats import quantile
 from diagnose.units import gain_words, percent
 
 #: the report's types moved to the ground floor (diagnose/report.py); these names stay
 #: importable from here for code written against earlier versions
 __all__ = [
-    "REPORT_SCHEMA", "WINDOW_FIGURES_AS_SYMPTOMS", "Distributed", "Report", "build_report", "html_frame", "sanitized", "upgrade_from_v1",
+    "REPORT_SCHEMA",
+    "WINDOW_FIGURES_AS_SYMPTOMS",
+    "Distributed",
+    "Report",
+    "build_report",
+    "html_frame",
+    "sanitized",
+    "upgrade_from_v1",
 ]
+
 
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
@@ -98,7 +109,7 @@ def mean_spread(durations_s: list[float], blocks: int = MEAN_BLOCKS) -> float | 
     if n < 2 * blocks:
         return None
     bounds = [round(i * n / blocks) for i in range(blocks + 1)]
-    means = [sum(durations_s[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:])]
+    means = [sum(durations_s[a:b]) / (b - a) for a, b in itertools.pairwise(bounds)]
     total = sum(durations_s) / n
     return (max(means) - min(means)) / 2 / total if total > 0 else None
 
@@ -153,7 +164,9 @@ def build_report(
     limit: int | None,
     warnings: list[str] | None = None,
 ) -> Report:
-    report = Report(created_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), source=convert(source, Source))
+    report = Report(
+        created_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), source=convert(source, Source)
+    )
     report.warnings = list(warnings or [])
     _status(report, record)
     if record is not None:
@@ -228,7 +241,11 @@ def _status(report: Report, record: RunRecord | None) -> None:
     err = (record.error or {}) if record is not None else {}
     error_text = f"{err.get('type', '')}: {err.get('message', '')}".strip(": ") if err else ""
     signal_name = str(err.get("message") or "") if str(err.get("message") or "").startswith("SIG") else "SIGTERM"
-    message = STATUS_MESSAGES.get(state, state).format(code=code, error=(err.get("message") if state == "crashed" else error_text) or "an exception", signal=signal_name)
+    message = STATUS_MESSAGES.get(state, state).format(
+        code=code,
+        error=(err.get("message") if state == "crashed" else error_text) or "an exception",
+        signal=signal_name,
+    )
     if record is not None:
         steps = record.completed_steps()
         if record.whole.get("boundaries_s"):  # diagnose watch counted every step, not the window's only
@@ -238,7 +255,12 @@ def _status(report: Report, record: RunRecord | None) -> None:
             message += f" after {steps} steps"
             if record.profiled_steps < plan.get("steps", 0):
                 message += f"; {record.profiled_steps} of the {plan.get('steps')} planned steps were profiled"
-    report.status = Status(state=state, exit_code=code, message=message, error=convert(err, ErrorInfo) if err else None)
+    report.status = Status(
+        state=state,  # type: ignore[arg-type]  # the runner's states are the Literal's (tests/test_schema.py)
+        exit_code=code,
+        message=message,
+        error=convert(err, ErrorInfo) if err else None,
+    )
 
 
 def whole_run_section(record: RunRecord | None) -> Whole | None:
@@ -319,12 +341,23 @@ def short_run(record: RunRecord) -> dict[str, Any] | None:
         "planned_profiled": asked.steps,
         "timed": record.timed_steps,
         "planned_timed": asked.timed,
-        "more_steps": more_steps(record.length_options, asked.last_boundary, loader.batches() if loader is not None else None, steps, record.frameworks),
+        "more_steps": more_steps(
+            record.length_options,
+            asked.last_boundary,
+            loader.batches() if loader is not None else None,
+            steps,
+            record.frameworks,
+        ),
     }
 
 
-def more_steps(options: list[dict[str, Any]], needed: int, loader_batches: int | None, made: int,
-               frameworks: Sequence[FrameworkInfo] = ()) -> str | None:
+def more_steps(
+    options: list[dict[str, Any]],
+    needed: int,
+    loader_batches: int | None,
+    made: int,
+    frameworks: Sequence[FrameworkInfo] = (),
+) -> str | None:
     """The script's own setting that gives ``needed`` steps, spelled as the script spells it
     (``--max_iters 36``, ``--epochs 3``, ``TrainingArguments(num_train_epochs=9)``), for a
     script that made ``made`` steps; None when it has none diagnose recognises. A step count
@@ -355,10 +388,18 @@ def short_run_notes(short: dict[str, Any] | None) -> list[str]:
         return []
     said = f" ({short['source']})" if short.get("source") else ""
     left = [f"profiled {short['profiled']} of {short['planned_profiled']} steps"]
-    left.append(f"timed {short['timed']} of {short['planned_timed']} with the profiler off" if short["timed"] else
-                f"timed none of {short['planned_timed']} with the profiler off (figures are the profiled window's)")
-    how = f"run it with {short['more_steps']}" if short.get("more_steps") else (
-        f"run a longer job (at least {short['needed']} steps; diagnose stops it once measured, --no-stop lets it finish)")
+    left.append(
+        f"timed {short['timed']} of {short['planned_timed']} with the profiler off"
+        if short["timed"]
+        else f"timed none of {short['planned_timed']} with the profiler off (figures are the profiled window's)"
+    )
+    how = (
+        f"run it with {short['more_steps']}"
+        if short.get("more_steps")
+        else (
+            f"run a longer job (at least {short['needed']} steps; diagnose stops it once measured, --no-stop lets it finish)"
+        )
+    )
     return [
         f"short script: it makes {short['steps']} steps{said}, fewer than the {short['needed']} the plan needs "
         f"(warm-up, profiled window, timed steps): {', '.join(left)}",
@@ -378,8 +419,10 @@ def after_last_step_note(record: RunRecord) -> str | None:
     durations = record.step_durations()
     if tail is None or not durations or tail <= LONG_TAIL_STEPS * statistics.median(durations):
         return None
-    return (f"after its last step the script ran {tail * 1000:.0f} ms more (teardown, checkpoint, evaluation): "
-            "in no step and in no finding")
+    return (
+        f"after its last step the script ran {tail * 1000:.0f} ms more (teardown, checkpoint, evaluation): "
+        "in no step and in no finding"
+    )
 
 
 #: why a grown window ended, as the note says it
@@ -506,7 +549,11 @@ def breakdown_section(bd: Breakdown) -> BreakdownSection:
 
 def _per_step_stats(bd: Breakdown, view: str) -> dict[str, StepStat]:
     return {
-        key: StepStat(mean_ms=_round(stat.mean_us / 1000, 4), p10_ms=_round(stat.low_us / 1000, 4), p90_ms=_round(stat.high_us / 1000, 4))
+        key: StepStat(
+            mean_ms=_round(stat.mean_us / 1000, 4),
+            p10_ms=_round(stat.low_us / 1000, 4),
+            p90_ms=_round(stat.high_us / 1000, 4),
+        )
         for key, stat in per_step_stats(bd, view).items()
     }
 
@@ -551,9 +598,11 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
     assert breakdown is not None  # a report has a breakdown exactly when the analysis had one
     if not breakdown.has_gpu:
         shares = breakdown.exposed_share
-        top = max(EXPOSED, key=lambda cat: shares[cat])
-        label = exposed_labels(on_gpu=False)[top]
-        return f"No rule fired on this CPU-only run; the largest part of a step: {label} ({percent(shares[top], 0)})."
+        largest = max(EXPOSED, key=lambda cat: shares[cat])
+        label = exposed_labels(on_gpu=False)[largest]
+        return (
+            f"No rule fired on this CPU-only run; the largest part of a step: {label} ({percent(shares[largest], 0)})."
+        )
     dominant = dominant_idle(breakdown)
     if dominant is not None:
         # a share this large is named even when no change is predicted to relieve it
@@ -567,5 +616,7 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
     if precision is not None and precision >= 0.5:
         what += f", {percent(precision, 0)} of matmul time in bf16/fp16"
     if diagnosis.borderline:
-        what += f"; borderline: {len(diagnosis.borderline)} rule(s) would fire within the steps' spread, a rerun may differ"
+        what += (
+            f"; borderline: {len(diagnosis.borderline)} rule(s) would fire within the steps' spread, a rerun may differ"
+        )
     return f"No bottleneck found: {what}."

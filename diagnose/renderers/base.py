@@ -7,8 +7,8 @@ report itself (JSON) overrides ``render``.
 
 from __future__ import annotations
 
-from diagnose.report import Report
 from diagnose.renderers.view import ReportView
+from diagnose.report import Report
 
 
 class Renderer:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
@@ -22,7 +23,10 @@ from diagnose.renderers.view import ReportView
 from diagnose.units import percent
 
 FORMATS = ("terminal", "json", "html")
-WINDOW_WORDS = {"steady": "timed with the profiler off", "profiled": "the profiled steps, as not every run has a steady figure"}
+WINDOW_WORDS = {
+    "steady": "timed with the profiler off",
+    "profiled": "the profiled steps, as not every run has a steady figure",
+}
 
 
 def render_comparison(comparison: Comparison, fmt: str = "terminal", color: bool = False, width: int = 100) -> str:
@@ -45,7 +49,11 @@ class ComparisonTerminalRenderer:
     def render(self, comparison: Comparison) -> str:
         buffer = io.StringIO()
         console = Console(
-            file=buffer, force_terminal=self.color, no_color=not self.color, width=self.width, highlight=False,
+            file=buffer,
+            force_terminal=self.color,
+            no_color=not self.color,
+            width=self.width,
+            highlight=False,
             color_system="truecolor" if self.color else None,
         )
         c = comparison
@@ -76,7 +84,13 @@ class ComparisonTerminalRenderer:
 
     def _summary(self, c: Comparison) -> FittedTable:
         rows = [
-            [rate_words(c.rate_key), *[_cell(r.throughput, f"{r.throughput:,.1f}" if r.throughput else "", r.speedup, r.inside_spread) for r in c.runs]],
+            [
+                rate_words(c.rate_key),
+                *[
+                    _cell(r.throughput, f"{r.throughput:,.1f}" if r.throughput else "", r.speedup, r.inside_spread)
+                    for r in c.runs
+                ],
+            ],
             ["mean step (p10–p90)", *[step_text(r) for r in c.runs]],
         ]
         if c.on_gpu:

@@ -46,11 +46,16 @@ def comparison_markdown(comparison: Comparison) -> str:
     lines = ["| step | run | mean " + rate_words(c.rate_key) + " | speedup | findings |", "|---|---|---|---|---|"]
     for i, run in enumerate(c.runs):
         rate = "" if run.throughput is None else f"{run.throughput:,.1f}"
-        lines.append(f"| {i} | {run.label} | {rate} | {speedup_text(run.speedup)} | {', '.join(run.findings) or 'none'} |")
+        lines.append(
+            f"| {i} | {run.label} | {rate} | {speedup_text(run.speedup)} | {', '.join(run.findings) or 'none'} |"
+        )
     lines += ["", *[f"- **{run.label}**: {run.shift}" for run in c.runs[1:]], ""]
     lines += ["| what limits the step | " + " | ".join(c.labels) + " |", "|---" * (len(c.runs) + 1) + "|"]
     for row in c.exposed:
-        cells = [("—" if s is None else percent(s) + (f" ({signed_points(d)})" if i else "")) for i, (s, d) in enumerate(zip(row.shares, row.deltas, strict=True))]
+        cells = [
+            ("—" if s is None else percent(s) + (f" ({signed_points(d)})" if i else ""))
+            for i, (s, d) in enumerate(zip(row.shares, row.deltas, strict=True))
+        ]
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

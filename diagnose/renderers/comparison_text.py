@@ -31,7 +31,11 @@ def findings_change(run: RunColumn, after_word: str = "") -> str:
     """What changed in a run's findings against the baseline: ``gone X; new Y; still Z``
     (``after_word`` follows each word: the HTML table writes ``gone: X``)."""
     kept = [r for r in run.findings if r not in run.appeared]
-    parts = [f"{word}{after_word} " + ", ".join(rules) for word, rules in (("gone", run.disappeared), ("new", run.appeared), ("still", kept)) if rules]
+    parts = [
+        f"{word}{after_word} " + ", ".join(rules)
+        for word, rules in (("gone", run.disappeared), ("new", run.appeared), ("still", kept))
+        if rules
+    ]
     return "; ".join(parts) or "none, as in the baseline"
 
 

@@ -70,7 +70,12 @@ def column_widths(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> 
     """The width each column needs: its widest cell (its longest word for prose), and its
     header's longest word."""
     return [
-        max([_longest_word(col.header), *((_longest_word(_plain(row[i])) if col.wrap else _cell_width(row[i])) for row in rows)])
+        max(
+            [
+                _longest_word(col.header),
+                *((_longest_word(_plain(row[i])) if col.wrap else _cell_width(row[i])) for row in rows),
+            ]
+        )
         for i, col in enumerate(columns)
     ]
 
@@ -80,7 +85,14 @@ def natural_widths(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) ->
     return [max([cell_len(col.header), *(_cell_width(row[i]) for row in rows)]) for i, col in enumerate(columns)]
 
 
-def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int | None, *, title: str | None = None, **table_options: Any) -> FittedTable:
+def fit_table(
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[Cell]],
+    width: int | None,
+    *,
+    title: str | None = None,
+    **table_options: Any,
+) -> FittedTable:
     needs = column_widths(columns, rows)
     shown = list(range(len(columns)))
     left_out: list[int] = []
@@ -129,7 +141,9 @@ def _widths(columns: Sequence[Column], needs: Sequence[int], naturals: Sequence[
     return widths
 
 
-def _stacked(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], title: str | None, header_style: str | None) -> RenderableType:
+def _stacked(
+    columns: Sequence[Column], rows: Sequence[Sequence[Cell]], title: str | None, header_style: str | None
+) -> RenderableType:
     lines: list[RenderableType] = []
     if title:
         lines.append(Text(title, style="bold"))

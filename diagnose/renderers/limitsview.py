@@ -86,5 +86,9 @@ def limits_view(report: Report) -> LimitsView | None:
         capacity_bytes=split.get("capacity_bytes"),
         headroom_gb=value("memory.headroom_gb"),
         largest_batch=value("memory.largest_batch"),
-        oom=OomView(oom.largest, _owners(oom.parts_bytes, ""), oom.requested_bytes, oom.capacity_bytes, tuple(oom.changes)) if oom else None,
+        oom=OomView(
+            oom.largest, _owners(oom.parts_bytes, ""), oom.requested_bytes, oom.capacity_bytes, tuple(oom.changes)
+        )
+        if oom
+        else None,
     )

@@ -52,7 +52,10 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def _throughput(view: ReportView) -> str:
     rows = []
-    for timing, label in ((view.throughput.steady, "steady state (profiler off)"), (view.throughput.profiled, "profiled window")):
+    for timing, label in (
+        (view.throughput.steady, "steady state (profiler off)"),
+        (view.throughput.profiled, "profiled window"),
+    ):
         if timing is None:
             continue
         samples = timing.samples_per_s
@@ -68,7 +71,9 @@ def _throughput(view: ReportView) -> str:
         )
     if not rows:
         return ""
-    return "### Throughput\n\n" + _table(["window", "steps", "mean ms/step", "p10–p90 ms", "steps/s", "samples/s"], rows)
+    return "### Throughput\n\n" + _table(
+        ["window", "steps", "mean ms/step", "p10–p90 ms", "steps/s", "samples/s"], rows
+    )
 
 
 def _findings(view: ReportView) -> str:
@@ -92,8 +97,13 @@ def _breakdown(view: ReportView) -> str:
     breakdown = view.breakdown
     if breakdown is None:
         return ""
-    exposed_rows = [[row.label, f"{row.mean_ms:.3f}", spread_ms(row.p10_ms, row.p90_ms, 3), percent(row.share)] for row in breakdown.listed]
-    phase_header = ["host thread phase", "mean ms/step", "p10–p90 ms", "share"] + (["hidden behind GPU"] if view.on_gpu else [])
+    exposed_rows = [
+        [row.label, f"{row.mean_ms:.3f}", spread_ms(row.p10_ms, row.p90_ms, 3), percent(row.share)]
+        for row in breakdown.listed
+    ]
+    phase_header = ["host thread phase", "mean ms/step", "p10–p90 ms", "share"] + (
+        ["hidden behind GPU"] if view.on_gpu else []
+    )
     phase_rows = []
     for phase in breakdown.phases:
         row = [phase.label, f"{phase.mean_ms:.3f}", spread_ms(phase.p10_ms, phase.p90_ms, 3), percent(phase.share)]
@@ -133,7 +143,15 @@ def _experiments(view: ReportView) -> str:
         return ""
     key = e.compared_by
     with_via = any(row.via_text for row in e.rows)
-    header = ["run", *(["via"] if with_via else []), "result", key.replace("_per_s", "/s"), "speedup", "GPU busy", "top exposed after"]
+    header = [
+        "run",
+        *(["via"] if with_via else []),
+        "result",
+        key.replace("_per_s", "/s"),
+        "speedup",
+        "GPU busy",
+        "top exposed after",
+    ]
     rows = []
     for row in e.rows:
         compared = row.figure(key)
@@ -145,7 +163,9 @@ def _experiments(view: ReportView) -> str:
                 f"{compared:.2f}" if compared else "-",
                 f"{row.speedup:.2f}x" if row.speedup else "-",
                 percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-",
-                f"{view.top_label(row)} {percent(row.top_exposed.share or 0, 0)}" if row.top_exposed and row.top_exposed.category else "-",
+                f"{view.top_label(row)} {percent(row.top_exposed.share or 0, 0)}"
+                if row.top_exposed and row.top_exposed.category
+                else "-",
             ]
         )
     title = "What each recommendation really buys" if e.kind == "verify" else "Sweep"

@@ -29,10 +29,9 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from diagnose.report import Report
 from diagnose.renderers.markdown import TRUST_NOTE, MarkdownRenderer  # noqa: F401 - TRUST_NOTE is the text's last part
-from diagnose.report import Step, Timing
 from diagnose.renderers.view import ReportView
+from diagnose.report import Report, Step, Timing
 
 #: Our event files end with this, so that we replace ours and leave anyone else's alone.
 EVENT_FILE_SUFFIX = ".diagnose"
@@ -94,7 +93,9 @@ def _text_summary(tag: str, text: str) -> summary_pb2.Summary:
     tensor = tensor_pb2.TensorProto(
         dtype=types_pb2.DT_STRING, string_val=[text.encode("utf-8")], tensor_shape=tensor_shape_pb2.TensorShapeProto()
     )
-    value = summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=text_metadata.create_summary_metadata(None, None))
+    value = summary_pb2.Summary.Value(
+        tag=tag, tensor=tensor, metadata=text_metadata.create_summary_metadata(None, None)
+    )
     return summary_pb2.Summary(value=[value])
 
 

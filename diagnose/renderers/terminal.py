@@ -19,8 +19,8 @@ from rich.text import Text
 
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.fit import Column, FittedTable, fit_table
-from diagnose.report import Finding, RankSummary, Timing
 from diagnose.renderers.view import ReportView, exposed_caption, phase_caption, spread_words
+from diagnose.report import Finding, RankSummary, Timing
 from diagnose.units import count, human_bytes, percent, spread_ms, unsure_words
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
@@ -55,7 +55,9 @@ class ConsoleSettings:
     width: int | None
 
     @classmethod
-    def detect(cls, color: bool | None = None, stream: TextIO | None = None, environ: Mapping[str, str] = os.environ) -> ConsoleSettings:
+    def detect(
+        cls, color: bool | None = None, stream: TextIO | None = None, environ: Mapping[str, str] = os.environ
+    ) -> ConsoleSettings:
         """``--color/--no-color`` first, then NO_COLOR (any value: no colour, no-color.org), then
         FORCE_COLOR, then whether ``stream`` is a terminal that takes colour (not TERM=dumb). The width is COLUMNS when set, else the
         terminal's; piped output is not wrapped (a reader or a pager wraps it)."""
@@ -155,7 +157,13 @@ class TerminalRenderer(Renderer):
     def _whole(self, c: Console, v: ReportView) -> None:
         w = v.whole
         assert w is not None
-        c.print(Text.assemble(("The whole run ", "bold"), f"({w.wall_s:.1f} s, {w.steps} steps): goodput ", (percent(w.goodput), "bold green" if w.goodput >= 0.8 else "bold yellow")))
+        c.print(
+            Text.assemble(
+                ("The whole run ", "bold"),
+                f"({w.wall_s:.1f} s, {w.steps} steps): goodput ",
+                (percent(w.goodput), "bold green" if w.goodput >= 0.8 else "bold yellow"),
+            )
+        )
         table = Table(box=None, pad_edge=False, header_style="bold")
         table.add_column("where the wall-clock went", no_wrap=True)
         table.add_column("seconds", justify="right")
@@ -167,15 +175,29 @@ class TerminalRenderer(Renderer):
             per_rank = ", ".join(f"rank {r.rank} {percent(r.goodput)}" for r in w.ranks)
             c.print(Text(f"the job's goodput: {percent(w.job_goodput)} ({per_rank})"))
         if w.windows:
-            c.print(Text(f"later profiled windows: {len(w.windows)} (" + ", ".join(f"{reason} at step {k}" for reason, k, _, _ in w.windows[:4]) + (", ..." if len(w.windows) > 4 else "") + ")", style="dim"))
+            c.print(
+                Text(
+                    f"later profiled windows: {len(w.windows)} ("
+                    + ", ".join(f"{reason} at step {k}" for reason, k, _, _ in w.windows[:4])
+                    + (", ..." if len(w.windows) > 4 else "")
+                    + ")",
+                    style="dim",
+                )
+            )
         c.print()
 
     def _throughput(self, c: Console, v: ReportView) -> None:
         t = v.throughput
         if t.steady:
-            c.print(Text.assemble(("Steady state ", "bold"), f"(profiler off, {t.steady.steps} steps): ", _timing_text(t.steady)))
+            c.print(
+                Text.assemble(
+                    ("Steady state ", "bold"), f"(profiler off, {t.steady.steps} steps): ", _timing_text(t.steady)
+                )
+            )
         if t.profiled:
-            c.print(Text.assemble(("Profiled window ", "bold"), f"({t.profiled.steps} steps): ", _timing_text(t.profiled)))
+            c.print(
+                Text.assemble(("Profiled window ", "bold"), f"({t.profiled.steps} steps): ", _timing_text(t.profiled))
+            )
         if t.batch_size:
             c.print(Text(f"batch: {count(t.batch_size)} samples per step (found from the data)", style="dim"))
         if t.note:
@@ -204,14 +226,22 @@ class TerminalRenderer(Renderer):
         rows: list[list[str | Text]] = []
         for row in bd.listed:
             style, glyph = STYLES[row.category]
-            rows.append([
-                Text("■" if self.color else glyph, style=style if self.color else ""),
-                row.label,
-                f"{row.mean_ms:.2f}",
-                spread_ms(row.p10_ms, row.p90_ms),
-                percent(row.share),
-            ])
-        columns = [Column(""), Column("exposed: what limits the step"), Column("mean ms/step", "right"), Column("p10–p90 ms", "right", drop=0), Column("share", "right")]
+            rows.append(
+                [
+                    Text("■" if self.color else glyph, style=style if self.color else ""),
+                    row.label,
+                    f"{row.mean_ms:.2f}",
+                    spread_ms(row.p10_ms, row.p90_ms),
+                    percent(row.share),
+                ]
+            )
+        columns = [
+            Column(""),
+            Column("exposed: what limits the step"),
+            Column("mean ms/step", "right"),
+            Column("p10–p90 ms", "right", drop=0),
+            Column("share", "right"),
+        ]
         self._fitted(c, fit_table(columns, rows, self.width, header_style="bold"))
         c.print()
 
@@ -219,7 +249,12 @@ class TerminalRenderer(Renderer):
         bd = v.breakdown
         assert bd is not None
         c.print(Text(phase_caption(bd.phase_step_ms), style="dim"))
-        columns = [Column("host thread phases"), Column("mean ms/step", "right"), Column("p10–p90 ms", "right", drop=1), Column("share", "right")]
+        columns = [
+            Column("host thread phases"),
+            Column("mean ms/step", "right"),
+            Column("p10–p90 ms", "right", drop=1),
+            Column("share", "right"),
+        ]
         if v.on_gpu:
             columns.append(Column("hidden behind GPU", "right", drop=0))
         rows = []
@@ -278,9 +313,21 @@ class TerminalRenderer(Renderer):
                 tail += f" · about {count(lim.largest_batch)} samples/step fit (estimate)"
             c.print(Text.assemble(("memory at the step's peak: ", "bold"), owners + tail))
         if lim.kernels:
-            columns = [Column("top kernels"), Column("class", drop=0), Column("ms/step", "right"), Column("share", "right"), Column("TFLOP/s", "right", drop=1)]
+            columns = [
+                Column("top kernels"),
+                Column("class", drop=0),
+                Column("ms/step", "right"),
+                Column("share", "right"),
+                Column("TFLOP/s", "right", drop=1),
+            ]
             rows = [
-                [short_kernel_name(k.name), k.kind, f"{k.ms_per_step:.3f}", percent(k.share, 0), f"{k.tflops:.1f}" if k.tflops is not None else ""]
+                [
+                    short_kernel_name(k.name),
+                    k.kind,
+                    f"{k.ms_per_step:.3f}",
+                    percent(k.share, 0),
+                    f"{k.tflops:.1f}" if k.tflops is not None else "",
+                ]
                 for k in lim.kernels[:5]
             ]
             self._fitted(c, fit_table(columns, rows, self.width, header_style="bold"))
@@ -290,9 +337,17 @@ class TerminalRenderer(Renderer):
         categories = v.breakdown.exposed  # type: ignore[union-attr]
         # too narrow a terminal leaves out the categories with the least time first
         order = {row.category: rank for rank, row in enumerate(sorted(categories, key=lambda row: row.mean_ms))}
-        columns = [Column("step", "right"), Column("total", "right"), *(Column(STYLES[row.category][1], "right", drop=order[row.category]) for row in categories)]
+        columns = [
+            Column("step", "right"),
+            Column("total", "right"),
+            *(Column(STYLES[row.category][1], "right", drop=order[row.category]) for row in categories),
+        ]
         rows = [
-            [str(step.number), f"{step.duration_ms:.2f}", *(f"{step.exposed_ms[row.category]:.2f}" for row in categories)]
+            [
+                str(step.number),
+                f"{step.duration_ms:.2f}",
+                *(f"{step.exposed_ms[row.category]:.2f}" for row in categories),
+            ]
             for step in v.breakdown.steps  # type: ignore[union-attr]
         ]
         self._fitted(c, fit_table(columns, rows, self.width, title="per step (ms)", header_style="bold"))
@@ -321,7 +376,12 @@ class TerminalRenderer(Renderer):
             return
         c.print(Text(v.verdict, style="bold green" if v.healthy else "bold red"))
         if v.findings:
-            c.print(Text("Findings, ranked: measured first, then by the predicted gain, then by the most each fix can gain:", style="bold"))
+            c.print(
+                Text(
+                    "Findings, ranked: measured first, then by the predicted gain, then by the most each fix can gain:",
+                    style="bold",
+                )
+            )
         world_size = v.ranks.world_size if v.ranks else None
         for i, f in enumerate(v.findings, 1):
             self._finding(c, i, f, v, world_size)
@@ -333,11 +393,13 @@ class TerminalRenderer(Renderer):
             c.print(Text(line, style="yellow"))
         if v.replay:
             rp = v.replay
-            c.print(Text(
-                f"replay: {rp.replayed_ms:.2f} ms replayed vs {rp.measured_ms:.2f} ms measured over {rp.steps} steps "
-                f"({rp.error:+.1%}{'' if rp.within_tolerance else ', off: no predictions'})",
-                style="dim",
-            ))
+            c.print(
+                Text(
+                    f"replay: {rp.replayed_ms:.2f} ms replayed vs {rp.measured_ms:.2f} ms measured over {rp.steps} steps "
+                    f"({rp.error:+.1%}{'' if rp.within_tolerance else ', off: no predictions'})",
+                    style="dim",
+                )
+            )
         if v.next_steps:
             c.print(Text("What would be next:", style="bold"))
             for i, f in enumerate(v.next_steps, 1):
@@ -358,10 +420,13 @@ class TerminalRenderer(Renderer):
         if evidence:
             _indented(c, Text("evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in evidence), style="dim"))
         if f.borderline:
-            _indented(c, Text(
-                f"borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not show it",
-                style="yellow",
-            ))
+            _indented(
+                c,
+                Text(
+                    f"borderline: {', '.join(f.borderline)} within the steps' spread of the threshold; a rerun may not show it",
+                    style="yellow",
+                ),
+            )
         if f.lines:
             _indented(c, Text(f"where: {f.lines}", style="yellow"))
         for line in f.do.splitlines():
@@ -382,36 +447,63 @@ class TerminalRenderer(Renderer):
         assert ranks is not None
         # too narrow a terminal loses the columns with a drop order first (lowest first)
         columns = [
-            Column("rank", "right"), Column("status"), Column("step ms", "right"), Column("data wait ms", "right", drop=5),
-            Column("comm ms", "right", drop=3), Column("comm exposed ms", "right", drop=4), Column("GPU busy", "right", drop=2),
-            Column("samples/step", "right", drop=0), Column("samples/s", "right", drop=6), Column("top exposed", drop=1),
+            Column("rank", "right"),
+            Column("status"),
+            Column("step ms", "right"),
+            Column("data wait ms", "right", drop=5),
+            Column("comm ms", "right", drop=3),
+            Column("comm exposed ms", "right", drop=4),
+            Column("GPU busy", "right", drop=2),
+            Column("samples/step", "right", drop=0),
+            Column("samples/s", "right", drop=6),
+            Column("top exposed", drop=1),
         ]
         if ranks.others:
             columns.append(Column("listed because", drop=7))
         rows = []
         for row in ranks.shown:
-            why = [ranks.why.get(row.rank, "the first rank" if row.rank == ranks.first_rank else "")] if ranks.others else []
-            rows.append([
-                str(row.rank),
-                row.status,
-                _num(row.median_step_ms, "{:.1f}"),
-                _num(row.data_wait_ms, "{:.2f}"),
-                _num(row.communication_ms, "{:.2f}"),
-                _exposed_comm(row),
-                _num(row.gpu_busy, "{:.0%}"),
-                (count(row.samples_per_step) if row.samples_per_step is not None else "-"),
-                _num(row.steady_samples_per_s, "{:,.1f}"),
-                str(row.top_exposed or "-"),
-                *why,
-            ])
-        self._fitted(c, fit_table(columns, rows, self.width, title=f"{ranks.world_size} ranks side by side (the report above is rank {ranks.lead_rank}'s)", header_style="bold"))
+            why = (
+                [ranks.why.get(row.rank, "the first rank" if row.rank == ranks.first_rank else "")]
+                if ranks.others
+                else []
+            )
+            rows.append(
+                [
+                    str(row.rank),
+                    row.status,
+                    _num(row.median_step_ms, "{:.1f}"),
+                    _num(row.data_wait_ms, "{:.2f}"),
+                    _num(row.communication_ms, "{:.2f}"),
+                    _exposed_comm(row),
+                    _num(row.gpu_busy, "{:.0%}"),
+                    (count(row.samples_per_step) if row.samples_per_step is not None else "-"),
+                    _num(row.steady_samples_per_s, "{:,.1f}"),
+                    str(row.top_exposed or "-"),
+                    *why,
+                ]
+            )
+        self._fitted(
+            c,
+            fit_table(
+                columns,
+                rows,
+                self.width,
+                title=f"{ranks.world_size} ranks side by side (the report above is rank {ranks.lead_rank}'s)",
+                header_style="bold",
+            ),
+        )
         if ranks.others:
             c.print(Text(ranks.others.text() + " (report.json lists every rank)", style="dim"))
         if ranks.job_samples_per_s:
             c.print(Text(f"the whole job: {ranks.job_samples_per_s:,.1f} samples/s (steady, all ranks)", style="bold"))
         s = ranks.straggler
         if s:
-            c.print(Text(f"straggler: rank {s.rank} waits {s.data_wait_ms:.2f} ms/step for data, the others {s.others_data_wait_ms:.2f}", style="bold red"))
+            c.print(
+                Text(
+                    f"straggler: rank {s.rank} waits {s.data_wait_ms:.2f} ms/step for data, the others {s.others_data_wait_ms:.2f}",
+                    style="bold red",
+                )
+            )
         c.print()
 
     def _experiments(self, c: Console, v: ReportView) -> None:
@@ -441,28 +533,43 @@ class TerminalRenderer(Renderer):
             verdict = row.verdict or row.status
             if row.compile is not None:
                 verdict += f" (compile {row.compile.compile_s} s"
-                verdict += f", pays off after {row.compile.break_even_steps} steps)" if row.compile.break_even_steps is not None else ")"
+                verdict += (
+                    f", pays off after {row.compile.break_even_steps} steps)"
+                    if row.compile.break_even_steps is not None
+                    else ")"
+                )
             compared = row.figure(key)
-            rows.append([
-                Text(row.label),
-                *((Text(row.via_text),) if with_via else ()),
-                verdict,
-                f"{compared:.2f}" if compared else "-",
-                row.step_text() or "-",
-                "reference" if row.reference else f"{row.speedup:.2f}x" if row.speedup else "-",
-                f"{row.predicted_speedup:.2f}x" if row.predicted_speedup else "",
-                f"{row.gain_bound:.2f}x" if row.gain_bound else "",
-                *([percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-"] if e.shows_gpu_busy else []),
-                *([human_bytes(row.peak_reserved_bytes) if row.peak_reserved_bytes else "-"] if e.shows_memory else []),
-                f"{row.top_exposed.category} {percent(row.top_exposed.share or 0, 0)}" if row.top_exposed and row.top_exposed.category else "-",
-            ])
+            rows.append(
+                [
+                    Text(row.label),
+                    *((Text(row.via_text),) if with_via else ()),
+                    verdict,
+                    f"{compared:.2f}" if compared else "-",
+                    row.step_text() or "-",
+                    "reference" if row.reference else f"{row.speedup:.2f}x" if row.speedup else "-",
+                    f"{row.predicted_speedup:.2f}x" if row.predicted_speedup else "",
+                    f"{row.gain_bound:.2f}x" if row.gain_bound else "",
+                    *([percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-"] if e.shows_gpu_busy else []),
+                    *(
+                        [human_bytes(row.peak_reserved_bytes) if row.peak_reserved_bytes else "-"]
+                        if e.shows_memory
+                        else []
+                    ),
+                    f"{row.top_exposed.category} {percent(row.top_exposed.share or 0, 0)}"
+                    if row.top_exposed and row.top_exposed.category
+                    else "-",
+                ]
+            )
         self._fitted(c, fit_table(columns, rows, self.width, title=title, header_style="bold"))
         if e.kind == "verify":
             source = spread_words(e.baseline_spread_from)
-            c.print(Text(
-                f"speedups are against the baselines' mean; baseline spread: ±{percent(e.baseline_spread or 0)} "
-                f"({source + '; ' if source else ''}changes inside it count as no effect)", style="dim",
-            ))
+            c.print(
+                Text(
+                    f"speedups are against the baselines' mean; baseline spread: ±{percent(e.baseline_spread or 0)} "
+                    f"({source + '; ' if source else ''}changes inside it count as no effect)",
+                    style="dim",
+                )
+            )
         for line in e.conclusions:
             c.print(Text(line))
         if e.plot:
@@ -481,7 +588,9 @@ def _num(value: Any, fmt: str) -> str:
 
 def _timing_text(t: Timing) -> Text:
     mean = t.mean_step_ms if t.mean_step_ms is not None else t.median_step_ms
-    spread = f"p10–p90 {t.p10_step_ms:.1f}–{t.p90_step_ms:.1f}" if t.p10_step_ms is not None else f"p90 {t.p90_step_ms:.1f}"
+    spread = (
+        f"p10–p90 {t.p10_step_ms:.1f}–{t.p90_step_ms:.1f}" if t.p10_step_ms is not None else f"p90 {t.p90_step_ms:.1f}"
+    )
     parts = [f"{mean:.1f} ms/step mean ({spread})", f"{t.steps_per_s:.2f} steps/s"]
     if t.samples_per_s:
         parts.append(f"{t.samples_per_s:.0f} samples/s")

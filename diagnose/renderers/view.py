@@ -22,10 +22,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnose.analysis.measure.categories import PHASE_LABELS, PHASES, STEP_MODE_LABELS, exposed_categories, exposed_labels
+from diagnose.analysis.measure.categories import (
+    PHASE_LABELS,
+    PHASES,
+    STEP_MODE_LABELS,
+    exposed_categories,
+    exposed_labels,
+)
+from diagnose.renderers.limitsview import LimitsView, limits_view
+from diagnose.renderers.wholeview import WholeView, whole_view
 from diagnose.report import (
-    Experiments,
     ExperimentRow,
+    Experiments,
     Finding,
     PerStep,
     RankSummary,
@@ -39,10 +47,8 @@ from diagnose.report import (
     Throughput,
     Timing,
 )
-from diagnose.renderers.wholeview import WholeView, whole_view
-from diagnose.renderers.limitsview import LimitsView, limits_view
 from diagnose.stats import quantile
-from diagnose.units import format_value, gain_words
+from diagnose.units import format_value
 
 #: An exposed category is listed in the tables when it holds at least this share of the window.
 MIN_SHARE_LISTED = 0.0005
@@ -377,13 +383,21 @@ def _run_name(report: Report) -> str:
 def _device(report: Report) -> str | None:
     env = report.environment
     if (report.breakdown and not report.on_gpu) or env.get("device") == "cpu":
-        cores = f"{env['cpu_count']} cores" if env.get("cpu_count") else "CPU count unknown: a bare trace does not record it"
+        cores = (
+            f"{env['cpu_count']} cores"
+            if env.get("cpu_count")
+            else "CPU count unknown: a bare trace does not record it"
+        )
         return f"CPU only, no GPU used ({cores})"
     return env.get("device_name") or None
 
 
 def _versions(env: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(f"{name} {env[key]}" for key, name in (("torch", "torch"), ("python", "Python"), ("driver", "driver")) if env.get(key))
+    return tuple(
+        f"{name} {env[key]}"
+        for key, name in (("torch", "torch"), ("python", "Python"), ("driver", "driver"))
+        if env.get(key)
+    )
 
 
 def _status(report: Report) -> StatusView:
@@ -451,7 +465,9 @@ def _breakdown(report: Report, labels: Mapping[str, str]) -> BreakdownView:
         PhaseRow(
             phase=phase,
             label=PHASE_LABELS[phase],
-            mean_ms=_mean(per_step.phases.get(phase), (report.symptom_value(f"phase.{phase}") or 0.0) * per_step.phase_step_ms),
+            mean_ms=_mean(
+                per_step.phases.get(phase), (report.symptom_value(f"phase.{phase}") or 0.0) * per_step.phase_step_ms
+            ),
             p10_ms=per_step.phases[phase].p10_ms if phase in per_step.phases else None,
             p90_ms=per_step.phases[phase].p90_ms if phase in per_step.phases else None,
             share=report.symptom_value(f"phase.{phase}") or 0.0,
@@ -509,7 +525,11 @@ def _per_step(report: Report) -> PerStep:
 
 def exposed_caption(basis: str, step_ms: float) -> str:
     """What the exposed table's numbers are, in words every renderer prints above it."""
-    step = f"the {step_ms:.2f} ms steady step (profiler off)" if basis == "steady" else f"the {step_ms:.2f} ms profiled step"
+    step = (
+        f"the {step_ms:.2f} ms steady step (profiler off)"
+        if basis == "steady"
+        else f"the {step_ms:.2f} ms profiled step"
+    )
     return f"mean per step = share x {step}; p10–p90 over the profiled steps"
 
 
@@ -544,7 +564,9 @@ def _median_step(
         number=step.number,
         duration_ms=step.duration_ms,
         in_time_order=False,
-        exposed=tuple(Segment("exposed", row.category, row.label, step.exposed_ms[row.category]) for row in exposed if row.present),
+        exposed=tuple(
+            Segment("exposed", row.category, row.label, step.exposed_ms[row.category]) for row in exposed if row.present
+        ),
         phases=tuple(Segment("phase", p, PHASE_LABELS[p], step.phases_ms[p]) for p in PHASES),
     )
 
@@ -616,7 +638,9 @@ def _config(report: Report) -> ConfigView:
             else None
         ),
         dataloaders=tuple(_record(d) for d in report.dataloaders),
-        optimizers=tuple(OptimizerRow(o.get("name", "?"), o.get("param_tensors"), o.get("implementation")) for o in report.optimizers),
+        optimizers=tuple(
+            OptimizerRow(o.get("name", "?"), o.get("param_tensors"), o.get("implementation")) for o in report.optimizers
+        ),
         optimizer_records=tuple(_record(o) for o in report.optimizers),
         models=tuple(_record(m) for m in report.models),
         flags=_record(report.flags),
@@ -626,18 +650,22 @@ def _config(report: Report) -> ConfigView:
 def _run(report: Report) -> RunView:
     run: RunInfo | None = report.run
     target = run.target if run is not None else None
-    settings: Record = () if run is None else (
-        ("target", f"{target.kind} {target.value}".strip() if target else ""),
-        ("script arguments", shlex.join(target.args) if target and target.args else None),
-        ("working directory", target.cwd if target else None),
-        ("command", shlex.join(run.command) if run.command else None),
-        ("started", run.started_at),
-        ("ended", run.ended_at),
-        ("wall time", f"{run.wall_s:.1f} s" if run.wall_s is not None else None),
-        ("plan", run.plan),
-        ("steps seen", run.steps_seen),
-        ("knobs", run.knobs),
-        ("trace files", run.trace_files),
+    settings: Record = (
+        ()
+        if run is None
+        else (
+            ("target", f"{target.kind} {target.value}".strip() if target else ""),
+            ("script arguments", shlex.join(target.args) if target and target.args else None),
+            ("working directory", target.cwd if target else None),
+            ("command", shlex.join(run.command) if run.command else None),
+            ("started", run.started_at),
+            ("ended", run.ended_at),
+            ("wall time", f"{run.wall_s:.1f} s" if run.wall_s is not None else None),
+            ("plan", run.plan),
+            ("steps seen", run.steps_seen),
+            ("knobs", run.knobs),
+            ("trace files", run.trace_files),
+        )
     )
     return RunView(
         steps_seen=run.steps_seen if run else None,

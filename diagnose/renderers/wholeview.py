@@ -9,6 +9,7 @@ largest first, and the series as tuples to draw; None for a run that was not wat
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from diagnose.analysis.measure.wholerun import BUCKETS, LABELS
 from diagnose.report import RankGoodput, Report
 
@@ -47,7 +48,11 @@ def whole_view(report: Report) -> WholeView | None:
         return None
     seconds, shares = whole.seconds, whole.shares
     rows = sorted(
-        (BucketRow(b, LABELS.get(b, b), float(seconds.get(b, 0.0)), float(shares.get(b, 0.0))) for b in BUCKETS if seconds.get(b, 0.0) > 0),
+        (
+            BucketRow(b, LABELS.get(b, b), float(seconds.get(b, 0.0)), float(shares.get(b, 0.0)))
+            for b in BUCKETS
+            if seconds.get(b, 0.0) > 0
+        ),
         key=lambda r: -r.seconds,
     )
     return WholeView(

@@ -43,7 +43,15 @@ class BlockRun(_ScriptRun):
     ) -> None:
         # a block never holds the caller's signals: the hold is released as soon as it is taken
         super().__init__(
-            Target("block", name), plan, run_dir, rank, knobs, progress or Progress(), list(extra_hooks or []), None, SignalHold()
+            Target("block", name),
+            plan,
+            run_dir,
+            rank,
+            knobs,
+            progress or Progress(),
+            list(extra_hooks or []),
+            None,
+            SignalHold(),
         )
         self.record.target = {"kind": "block", "value": name, "args": [], "cwd": os.getcwd()}
 
@@ -57,7 +65,9 @@ class BlockRun(_ScriptRun):
         self.record.script_start_s = time.perf_counter()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         status, exit_code, error = "completed", errors.EXIT_OK, None
         if exc is not None:
             status, exit_code, error = self._ending(exc)

@@ -47,15 +47,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from diagnose.progress import Progress
 from diagnose import record as _record
-from diagnose.record import RunLength, WindowPlan, window_unsettled
-from diagnose.record import mean_uncertainty_estimate
-from diagnose.signals import deferred
-from diagnose.rundir import RunDir
 from diagnose import supervise
+from diagnose.progress import Progress
+from diagnose.record import RunLength, WindowPlan, mean_uncertainty_estimate, window_unsettled
+from diagnose.rundir import RunDir
 from diagnose.runtime.foreign import ForeignProfilers
 from diagnose.runtime.kinetolog import without_kineto_lines
+from diagnose.signals import deferred
 
 
 class StopScript(BaseException):
@@ -144,7 +143,9 @@ class CaptureSession:
     def _foreign_session_starting(self) -> None:
         """The script's profiler is about to take Kineto: diagnose's stops first."""
         if self._profiler is not None:
-            self._step_aside(f"the script started its own torch.profiler during step {max(0, len(self.boundaries) - 1)}")
+            self._step_aside(
+                f"the script started its own torch.profiler during step {max(0, len(self.boundaries) - 1)}"
+            )
 
     def _step_aside(self, why: str) -> None:
         """Stop (or never start) diagnose's profiler for good, saving the profiled steps it has."""
@@ -208,7 +209,14 @@ class CaptureSession:
             self._grow_or_end(k, now)
         plan = self.plan
         # for the supervising parent, in memory it shares: what a crash from here on leaves
-        supervise.note_step(k, now, plan.warmup, plan.window_end, (starts or self._profiler is not None) and not self.profiler_blocked, self.mode)
+        supervise.note_step(
+            k,
+            now,
+            plan.warmup,
+            plan.window_end,
+            (starts or self._profiler is not None) and not self.profiler_blocked,
+            self.mode,
+        )
         if not plan.in_window(k):
             self._leave_window()  # before the export: samplers stop first
         if (starts or self._profiler is not None) and not self.profiler_blocked and k <= plan.window_end:
@@ -304,8 +312,13 @@ class CaptureSession:
         plan = self.plan
         durations = [self.boundaries[i + 1] - self.boundaries[i] for i in range(plan.warmup, k)]
         if not self.growth:
-            self.growth = {"planned_steps": self.planned.steps, "max_steps": plan.step_bound, "steps": plan.steps, "ended_by": None,
-                           "p90_over_median": _p90_over_median(durations)}
+            self.growth = {
+                "planned_steps": self.planned.steps,
+                "max_steps": plan.step_bound,
+                "steps": plan.steps,
+                "ended_by": None,
+                "p90_over_median": _p90_over_median(durations),
+            }
         self.growth["mean_uncertainty"] = round(mean_uncertainty_estimate(durations), 4)
         if not window_unsettled(durations):
             ended_by = "steady"
@@ -369,7 +382,9 @@ class CaptureSession:
         return profile(
             activities=activities,
             # active for the most steps the window may grow to: the session stops it at the window's end
-            schedule=schedule(wait=max(before - 1, 0), warmup=1 if before else 0, active=self._active_steps(), repeat=1),
+            schedule=schedule(
+                wait=max(before - 1, 0), warmup=1 if before else 0, active=self._active_steps(), repeat=1
+            ),
             on_trace_ready=self._save_trace,
             record_shapes=False,
             profile_memory=False,
@@ -394,7 +409,11 @@ class CaptureSession:
         # directory's path would make the JSON invalid, so such a run exports under a plain
         # temporary folder.
         plain = not any(c in str(raw) for c in '"\\') and str(raw).isprintable()
-        exported = raw.with_name(raw.name + ".partial") if plain else Path(tempfile.mkdtemp(prefix="diagnose-trace-")) / "trace.json"
+        exported = (
+            raw.with_name(raw.name + ".partial")
+            if plain
+            else Path(tempfile.mkdtemp(prefix="diagnose-trace-")) / "trace.json"
+        )
         # Kineto writes its own temporary file (the name plus ".tmp") and renames it; a write
         # that fails there (a full disk, a file-size limit) is not raised: it leaves its
         # temporary file and no trace
@@ -402,7 +421,9 @@ class CaptureSession:
         try:
             prof.export_chrome_trace(str(exported))
             if not exported.is_file():
-                raise OSError(errno.EIO, "torch.profiler wrote no trace: is the disk full, or a file-size limit (ulimit -f) set?")
+                raise OSError(
+                    errno.EIO, "torch.profiler wrote no trace: is the disk full, or a file-size limit (ulimit -f) set?"
+                )
             shutil.move(str(exported), str(raw))
         except (OSError, MemoryError, RuntimeError) as exc:  # RuntimeError: Kineto's own failures
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
@@ -424,7 +445,9 @@ class CaptureSession:
             partial.replace(path)
         except (OSError, MemoryError) as exc:
             partial.unlink(missing_ok=True)
-            self.notes.append(f"the trace could not be compressed ({type(exc).__name__}: {exc}); kept uncompressed as {raw.name}")
+            self.notes.append(
+                f"the trace could not be compressed ({type(exc).__name__}: {exc}); kept uncompressed as {raw.name}"
+            )
             self.trace_files.append(raw.name)
             return
         raw.unlink()
@@ -478,10 +501,14 @@ class CaptureSession:
         elif plan.in_window(k):
             if k == plan.warmup:
                 self.progress.phase(f"profiling steps {plan.warmup}-{plan.window_end - 1}")
-            self.progress.step(f"profiling step {k - plan.warmup + 1}/{plan.steps if plan.steps == self.planned.steps else plan.step_bound}")
+            self.progress.step(
+                f"profiling step {k - plan.warmup + 1}/{plan.steps if plan.steps == self.planned.steps else plan.step_bound}"
+            )
         elif plan.first_timed <= k < plan.first_timed + self.timed_skip:
             if k == plan.first_timed:
-                self.progress.phase(f"drawing the {self.timed_skip} batches the DataLoader workers queued during the window")
+                self.progress.phase(
+                    f"drawing the {self.timed_skip} batches the DataLoader workers queued during the window"
+                )
             self.progress.step(f"untimed step {k - plan.first_timed + 1}/{self.timed_skip}")
         elif k >= plan.first_timed:
             first = plan.first_timed + self.timed_skip

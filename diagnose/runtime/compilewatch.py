@@ -189,7 +189,9 @@ class CompileWatch:
                 "api": api,
                 "target": _target_name(model),
                 "mode": mode,
-                "backend": kwargs.get("backend") if isinstance(kwargs.get("backend"), str) else ("custom" if kwargs.get("backend") else "inductor"),
+                "backend": kwargs.get("backend")
+                if isinstance(kwargs.get("backend"), str)
+                else ("custom" if kwargs.get("backend") else "inductor"),
                 "fullgraph": bool(kwargs.get("fullgraph", False)),
                 "dynamic": kwargs.get("dynamic"),
                 "cudagraphs": mode in CUDAGRAPH_MODES or bool(options.get("triton.cudagraphs")),
@@ -241,7 +243,9 @@ class CompileWatch:
             "graphs": int(stats.get("unique_graphs", 0)),
             "graph_breaks": [{"reason": r, "count": n} for r, n in breaks.most_common()],
             "graph_break_count": int(sum(breaks.values())),
-            "graph_break_sites": [{"site": s, "count": n, "code": source_line(s)} for s, n in break_sites.most_common()],
+            "graph_break_sites": [
+                {"site": s, "count": n, "code": source_line(s)} for s, n in break_sites.most_common()
+            ],
             "window_seen": self._metrics_before is not None,
             "compiles_after_warmup": after_warmup,
             "recompile_reasons": [dict(example[kind], count=n) for kind, n in recompiles.most_common()],

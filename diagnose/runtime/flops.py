@@ -179,7 +179,9 @@ class StepCounter:
             return "backward"
         return "optimizer" if self._in_optimizer else "forward"
 
-    def count(self, op: str, flops: int, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_view: bool) -> None:
+    def count(
+        self, op: str, flops: int, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, is_view: bool
+    ) -> None:
         import torch
         from torch.utils._pytree import tree_leaves
 

@@ -61,7 +61,9 @@ WATCHED = (
     Watched("fabric", "lightning_fabric", "lightning_fabric.fabric", "Fabric", "setup", "setup"),
     Watched("fabric", "lightning_fabric", "lightning_fabric.fabric", "Fabric", "setup_module", "setup"),
     Watched("fabric", "lightning_fabric", "lightning_fabric.fabric", "Fabric", "backward", "backward"),
-    Watched("hf_trainer", "transformers", "transformers.training_args", "TrainingArguments", "__post_init__", "arguments"),
+    Watched(
+        "hf_trainer", "transformers", "transformers.training_args", "TrainingArguments", "__post_init__", "arguments"
+    ),
     Watched("hf_trainer", "transformers", "transformers.trainer", "Trainer", "__init__", "trainer"),
     Watched("accelerate", "accelerate", "accelerate.accelerator", "Accelerator", "__init__", "accelerator"),
 )
@@ -72,10 +74,22 @@ SETTINGS: dict[tuple[str, str], tuple[str, ...]] = {
     ("lightning", "trainer"): ("precision", "accumulate_grad_batches", "max_steps", "max_epochs", "num_devices"),
     ("fabric", "fabric"): ("precision=strategy.precision.precision", "world_size"),
     ("hf_trainer", "arguments"): (
-        "bf16", "fp16", "tf32", "per_device_train_batch_size", "gradient_accumulation_steps",
-        "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
-        "dataloader_prefetch_factor", "torch_compile", "torch_compile_mode", "optim", "use_cpu",
-        "logging_steps", "max_steps", "num_train_epochs",
+        "bf16",
+        "fp16",
+        "tf32",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "dataloader_num_workers",
+        "dataloader_pin_memory",
+        "dataloader_persistent_workers",
+        "dataloader_prefetch_factor",
+        "torch_compile",
+        "torch_compile_mode",
+        "optim",
+        "use_cpu",
+        "logging_steps",
+        "max_steps",
+        "num_train_epochs",
     ),
     ("hf_trainer", "trainer"): (),
     ("accelerate", "accelerator"): ("mixed_precision", "gradient_accumulation_steps", "device_placement"),
@@ -241,7 +255,6 @@ class FrameworkWatch:
                 info.sites["fit"] = self.user_site() or ""
                 info.settings["module"] = type(model).__name__ if model is not None else None
                 break
-
 
     def _record_setup(self, w: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Fabric's ``setup(model, *optimizers)``: where the user hands over the model, and its class."""

@@ -173,7 +173,9 @@ def warnings_keep_their_origin() -> Iterator[None]:
             filename, lineno, module_globals = caller.f_code.co_filename, caller.f_lineno, caller.f_globals
         module = (module_globals or {}).get("__name__") or os.path.splitext(os.path.basename(filename))[0]
         registry = (module_globals if module_globals is not None else {}).setdefault("__warningregistry__", {})
-        warnings.warn_explicit(w.message, w.category, filename, lineno, module=module, registry=registry, module_globals=module_globals)
+        warnings.warn_explicit(
+            w.message, w.category, filename, lineno, module=module, registry=registry, module_globals=module_globals
+        )
 
 
 def leading_dim(batch: Any, depth: int = 0) -> int:
@@ -602,7 +604,12 @@ def describe_parallel(module: Any) -> dict[str, Any]:
         state = m._get_fsdp_state()
         forward += bool(getattr(state, "_states_to_forward_prefetch", None))
         backward += bool(getattr(state, "_states_to_backward_prefetch", None))
-    return {"kind": "FSDP2", "sharded_modules": len(sharded), "forward_prefetch_modules": forward, "backward_prefetch_modules": backward}
+    return {
+        "kind": "FSDP2",
+        "sharded_modules": len(sharded),
+        "forward_prefetch_modules": forward,
+        "backward_prefetch_modules": backward,
+    }
 
 
 def _fsdp1_settings(module: Any) -> dict[str, Any]:
@@ -616,7 +623,9 @@ def _fsdp1_settings(module: Any) -> dict[str, Any]:
     first = wrapped[0]
     backward = getattr(first, "backward_prefetch", None)
     return {
-        "kind": "FSDP1", "sharded_modules": len(wrapped), "forward_prefetch": bool(getattr(first, "forward_prefetch", False)),
+        "kind": "FSDP1",
+        "sharded_modules": len(wrapped),
+        "forward_prefetch": bool(getattr(first, "forward_prefetch", False)),
         "backward_prefetch": getattr(backward, "name", None) if backward is not None else None,
     }
 

@@ -20,7 +20,9 @@ import tempfile
 from collections.abc import Iterator
 
 #: ``USDT:`` / ``STAGE:`` / glog letters, a date, a time, pid:tid, a C++ file and line, then ``]``
-KINETO_LINE = re.compile(rb"^(?:USDT|STAGE|[IWE]\d{4}|[IWE]):?\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \d+:\d+ [\w./-]+\.(?:cpp|cc|h):\d+\] ")
+KINETO_LINE = re.compile(
+    rb"^(?:USDT|STAGE|[IWE]\d{4}|[IWE]):?\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \d+:\d+ [\w./-]+\.(?:cpp|cc|h):\d+\] "
+)
 
 
 def kept_lines(raw: bytes) -> bytes:

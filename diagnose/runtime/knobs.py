@@ -91,7 +91,11 @@ FSDP_KNOBS = ("reshard_after_forward", "forward_prefetch", "backward_prefetch", 
 #: the launch's knobs: ``diagnose run`` reads them (not passed on to the ranks it launches)
 LAUNCH_KNOBS = ("nproc_per_node",)
 #: the modules of torch that export FSDP2's ``fully_shard`` (a script imports it from any)
-FULLY_SHARD_MODULES = ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard", "torch.distributed._composable.fsdp")
+FULLY_SHARD_MODULES = (
+    "torch.distributed.fsdp",
+    "torch.distributed.fsdp._fully_shard",
+    "torch.distributed._composable.fsdp",
+)
 
 
 @dataclass(frozen=True)
@@ -114,24 +118,57 @@ KNOB_SPECS: dict[str, KnobSpec] = {
         KnobSpec("tf32", "bool", "TF32 for fp32 matmuls and convolutions"),
         KnobSpec("cudnn_benchmark", "bool", "torch.backends.cudnn.benchmark"),
         KnobSpec("optimizer", "fused|foreach|for-loop", "the optimizers' implementation"),
-        KnobSpec("compile", "default|reduce-overhead|max-autotune|off", "the mode of the script's own torch.compile calls (else: compile the first module called)"),
-        KnobSpec("channels_last", "bool", "channels_last model and inputs for convolutions"),
-        KnobSpec("item_every", "int", "what-if: .item() syncs once every N calls per line (stale values; measurement only)"),
-        KnobSpec("pin_host", "bool", "pin host tensors sent to the GPU outside a DataLoader once; copy them non_blocking"),
         KnobSpec(
-            "unsync", "text",
+            "compile",
+            "default|reduce-overhead|max-autotune|off",
+            "the mode of the script's own torch.compile calls (else: compile the first module called)",
+        ),
+        KnobSpec("channels_last", "bool", "channels_last model and inputs for convolutions"),
+        KnobSpec(
+            "item_every", "int", "what-if: .item() syncs once every N calls per line (stale values; measurement only)"
+        ),
+        KnobSpec(
+            "pin_host", "bool", "pin host tensors sent to the GPU outside a DataLoader once; copy them non_blocking"
+        ),
+        KnobSpec(
+            "unsync",
+            "text",
             "what-if: the sync sites FILE:LINE[+FILE:LINE] (.item, bool(t), .tolist, nonzero) block once, then reuse that answer (changes meaning; measurement only)",
         ),
-        KnobSpec("bucket_cap_mb", "number", "DDP: DistributedDataParallel(bucket_cap_mb=...), the gradient bucket size in MiB"),
+        KnobSpec(
+            "bucket_cap_mb",
+            "number",
+            "DDP: DistributedDataParallel(bucket_cap_mb=...), the gradient bucket size in MiB",
+        ),
         KnobSpec("gradient_as_bucket_view", "bool", "DDP: DistributedDataParallel(gradient_as_bucket_view=...)"),
         KnobSpec("static_graph", "bool", "DDP: DistributedDataParallel(static_graph=...)"),
-        KnobSpec("reshard_after_forward", "bool", "FSDP2: fully_shard(reshard_after_forward=...) for every sharded module"),
-        KnobSpec("forward_prefetch", "int", "FSDP: all-gather the next N sharded modules ahead in forward (FSDP1: forward_prefetch=N>0)"),
-        KnobSpec("backward_prefetch", "int", "FSDP: all-gather the previous N sharded modules ahead in backward (FSDP1: BACKWARD_PRE, 0: none)"),
-        KnobSpec("param_dtype", "bf16|fp16|fp32", "FSDP: the mixed-precision policy's param_dtype (MixedPrecisionPolicy / MixedPrecision)"),
-        KnobSpec("reduce_dtype", "bf16|fp16|fp32", "FSDP: the mixed-precision policy's reduce_dtype (gradient reduction)"),
+        KnobSpec(
+            "reshard_after_forward", "bool", "FSDP2: fully_shard(reshard_after_forward=...) for every sharded module"
+        ),
+        KnobSpec(
+            "forward_prefetch",
+            "int",
+            "FSDP: all-gather the next N sharded modules ahead in forward (FSDP1: forward_prefetch=N>0)",
+        ),
+        KnobSpec(
+            "backward_prefetch",
+            "int",
+            "FSDP: all-gather the previous N sharded modules ahead in backward (FSDP1: BACKWARD_PRE, 0: none)",
+        ),
+        KnobSpec(
+            "param_dtype",
+            "bf16|fp16|fp32",
+            "FSDP: the mixed-precision policy's param_dtype (MixedPrecisionPolicy / MixedPrecision)",
+        ),
+        KnobSpec(
+            "reduce_dtype", "bf16|fp16|fp32", "FSDP: the mixed-precision policy's reduce_dtype (gradient reduction)"
+        ),
         KnobSpec("backend", "text", "the process group's backend: init_process_group(backend=...), e.g. nccl, gloo"),
-        KnobSpec("nproc_per_node", "int", "ranks launched through torchrun (diagnose run --nproc-per-node N): sweep it for the scaling"),
+        KnobSpec(
+            "nproc_per_node",
+            "int",
+            "ranks launched through torchrun (diagnose run --nproc-per-node N): sweep it for the scaling",
+        ),
     )
 }
 
@@ -219,7 +256,8 @@ class Knobs:
         spec = KNOB_SPECS.get(name)
         if spec is None:
             raise UsageError(
-                f"unknown knob {name!r}", hint=f"knobs: {', '.join(KNOB_SPECS)}, or arg.<flag> for a script flag, env.<NAME> for a variable"
+                f"unknown knob {name!r}",
+                hint=f"knobs: {', '.join(KNOB_SPECS)}, or arg.<flag> for a script flag, env.<NAME> for a variable",
             )
         self.values[name] = parse_value(spec, raw)
         if name == "unsync":
@@ -278,7 +316,8 @@ class Knobs:
                     warned.add(option)
                     print(
                         f"diagnose: warning: --set arg.{option.lstrip('-')}: the script's parser has no option {option}"
-                        f" (its options: {', '.join(sorted(known)) or 'none'})", file=sys.stderr,
+                        f" (its options: {', '.join(sorted(known)) or 'none'})",
+                        file=sys.stderr,
                     )
             return original(parser, respelled, namespace)
 
@@ -453,7 +492,9 @@ class Knobs:
 
                     policy = MixedPrecisionPolicy()
                 kw["mp_policy"] = dataclasses.replace(policy, **dtypes)
-                changes.append("mp_policy=MixedPrecisionPolicy(" + ", ".join(f"{k}={self.values[k]}" for k in dtypes) + ")")
+                changes.append(
+                    "mp_policy=MixedPrecisionPolicy(" + ", ".join(f"{k}={self.values[k]}" for k in dtypes) + ")"
+                )
             result = original(module, *a, **kw)
             inner = {id(m) for m in module.modules()} if isinstance(module, _module_type()) else set()
             if (forward or backward) and inner and not any(id(m) in inner for m in chain):
@@ -494,13 +535,19 @@ class Knobs:
                 changes.append(f"forward_prefetch={args['forward_prefetch']}")
             if "backward_prefetch" in v:
                 args["backward_prefetch"] = BackwardPrefetch.BACKWARD_PRE if v["backward_prefetch"] > 0 else None
-                changes.append(f"backward_prefetch={'BackwardPrefetch.BACKWARD_PRE' if v['backward_prefetch'] > 0 else None}")
+                changes.append(
+                    f"backward_prefetch={'BackwardPrefetch.BACKWARD_PRE' if v['backward_prefetch'] > 0 else None}"
+                )
             if dtypes:
                 args["mixed_precision"] = dataclasses.replace(args.get("mixed_precision") or MixedPrecision(), **dtypes)
                 changes.append("mixed_precision=MixedPrecision(" + ", ".join(f"{k}={v[k]}" for k in dtypes) + ")")
             for knob in FSDP_KNOBS:
                 if knob in v:
-                    self._framework_via[knob] = "FullyShardedDataParallel(" + ", ".join(changes) + ")" if changes else "FSDP1 has no such setting"
+                    self._framework_via[knob] = (
+                        "FullyShardedDataParallel(" + ", ".join(changes) + ")"
+                        if changes
+                        else "FSDP1 has no such setting"
+                    )
             original(*bound.args, **bound.kwargs)
 
         self._patch(cls, "__init__", __init__)
@@ -689,7 +736,9 @@ class Knobs:
             return original_to(host, *a, **kw)
 
         def cuda(self_: Any, device: Any = None, non_blocking: bool = False, **kw: Any) -> Any:
-            target = torch.device("cuda" if device is None else device if not isinstance(device, int) else f"cuda:{device}")
+            target = torch.device(
+                "cuda" if device is None else device if not isinstance(device, int) else f"cuda:{device}"
+            )
             host = source(self_, target)
             if host is None:
                 return original_cuda(self_, device, non_blocking, **kw)
@@ -698,7 +747,9 @@ class Knobs:
         self._patch(torch.Tensor, "to", to)
         self._patch(torch.Tensor, "cuda", cuda)
 
-    def _patch_sync_sites(self, sites: frozenset[tuple[str, int]], on_device: Callable[[Any], bool] | None = None) -> None:
+    def _patch_sync_sites(
+        self, sites: frozenset[tuple[str, int]], on_device: Callable[[Any], bool] | None = None
+    ) -> None:
         """Measure what a sync site would cost if it did not block: at each named line, the first
         call of ``.item()``, ``bool(t)`` (``if t:``, ``if t.all():``), ``.tolist()`` or
         ``nonzero`` on a GPU tensor runs as usual; every later one returns that first answer
@@ -738,7 +789,9 @@ class Knobs:
     def compiles(self) -> bool:
         """Whether a run with these knobs compiles: the compile knob, or a script flag named
         like it that is passed (``arg.compile=flag``; ``none`` removes it)."""
-        return self.compile_mode() is not None or any("compile" in flag and value != "none" for flag, value in self.script_args.items())
+        return self.compile_mode() is not None or any(
+            "compile" in flag and value != "none" for flag, value in self.script_args.items()
+        )
 
     def maybe_compile(self, module: Any) -> bool:
         """Compile the first module with parameters the script calls, once, by replacing its
@@ -856,7 +909,9 @@ def parse_sites(text: str) -> frozenset[tuple[str, int]]:
     for part in text.split("+"):
         name, sep, line = part.strip().rpartition(":")
         if not sep or not name or not line.isdigit():
-            raise UsageError(f"unsync takes FILE:LINE sites joined by +, not {part!r}", hint="e.g. --set unsync=train.py:42")
+            raise UsageError(
+                f"unsync takes FILE:LINE sites joined by +, not {part!r}", hint="e.g. --set unsync=train.py:42"
+            )
         sites.add((os.path.basename(name), int(line)))
     return frozenset(sites)
 
@@ -884,7 +939,10 @@ def respell_options(args: list[str], options: list[str], known: list[str]) -> tu
             continue
         (spelled,) = matches
         out = _without_option(out, spelled)
-        out = [spelled if a == option else f"{spelled}={a[len(option) + 1:]}" if a.startswith(option + "=") else a for a in out]
+        out = [
+            spelled if a == option else f"{spelled}={a[len(option) + 1 :]}" if a.startswith(option + "=") else a
+            for a in out
+        ]
     return out, unknown
 
 
@@ -937,6 +995,12 @@ KNOBS_HEADERS = ("knob", "values", "what it changes")
 def knob_rows() -> list[list[str]]:
     """The rows of ``diagnose knobs``: each knob, the values it takes, what it changes."""
     rows = [[spec.name, spec.kind.replace("|", " | "), spec.help] for spec in KNOB_SPECS.values()]
-    rows.append(["arg.<flag>", "text", "a flag of the script itself, e.g. arg.batch_size=64 (spelled as its argparse spells it)"])
+    rows.append(
+        [
+            "arg.<flag>",
+            "text",
+            "a flag of the script itself, e.g. arg.batch_size=64 (spelled as its argparse spells it)",
+        ]
+    )
     rows.append(["env.<NAME>", "text", "an environment variable set before the script starts, e.g. env.DP_SHARD=2"])
     return rows

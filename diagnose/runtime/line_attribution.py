@@ -177,7 +177,9 @@ def worker_frames(frame: FrameType | None) -> list[FrameType]:
 def classify_worker(frames: list[FrameType]) -> str:
     """collate / decode / resize / user code, or idle (waiting for work), from a worker's frames."""
     names = [f.f_code.co_name.lower() for f in frames]
-    if not names or (any(n in ("get", "poll", "wait", "_poll", "recv") for n in names[:3]) and not any("fetch" in n for n in names)):
+    if not names or (
+        any(n in ("get", "poll", "wait", "_poll", "recv") for n in names[:3]) and not any("fetch" in n for n in names)
+    ):
         return "idle"
     for activity, words in _WORKER_ACTIVITIES:
         if any(word == name or (len(word) > 4 and word in name) for name in names for word in words):
@@ -250,7 +252,9 @@ class WorkerProbe:
         return wrapped
 
 
-def _start_worker_probe(out_dir: str, library: tuple[str, ...], user_init: Callable[[int], None] | None, worker_id: int) -> None:
+def _start_worker_probe(
+    out_dir: str, library: tuple[str, ...], user_init: Callable[[int], None] | None, worker_id: int
+) -> None:
     """worker_init_fn of every DataLoader while diagnose runs (a module-level function: picklable)."""
     try:
         import atexit
@@ -344,7 +348,9 @@ class LineAttribution:
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(SAMPLING_SWITCH_INTERVAL_S)
         library = self.library
-        self.main_sampler = Sampler(threading.main_thread().ident or 0, MAIN_INTERVAL_S, library, lambda f: classify_main(f, library))
+        self.main_sampler = Sampler(
+            threading.main_thread().ident or 0, MAIN_INTERVAL_S, library, lambda f: classify_main(f, library)
+        )
         self.main_sampler.start()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             self._sync_mode_before = torch.cuda.get_sync_debug_mode()
@@ -393,7 +399,9 @@ class LineAttribution:
             warnings.filters[:] = self._filters  # type: ignore[index]  # a list, which typeshed calls a Sequence
             self._showwarning = None
 
-    def _on_warning(self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    def _on_warning(
+        self, message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
         if SYNC_WARNING not in str(message):
             self._showwarning(message, category, filename, lineno, file, line)
             return
@@ -413,8 +421,13 @@ class LineAttribution:
             code = source_line(site)
             out.append(
                 {
-                    "site": site, "function": function, "code": code, "kind": sync_kind(code),
-                    "count": n, "share_of_syncs": n / total, "index": self._site_index[key],
+                    "site": site,
+                    "function": function,
+                    "code": code,
+                    "kind": sync_kind(code),
+                    "count": n,
+                    "share_of_syncs": n / total,
+                    "index": self._site_index[key],
                 }
             )
         return out
@@ -426,7 +439,16 @@ class LineAttribution:
         per_sample = self.window_s / sampler.samples if sampler.samples else 0.0
         lines = []
         for (where, site, function), n in sampler.counts.most_common(TOP * 3):
-            lines.append({"where": where, "site": site, "function": function, "code": source_line(site), "samples": n, "share": n / sampler.samples})
+            lines.append(
+                {
+                    "where": where,
+                    "site": site,
+                    "function": function,
+                    "code": source_line(site),
+                    "samples": n,
+                    "share": n / sampler.samples,
+                }
+            )
         by_where = sampler.where_counts
         return {
             "samples": sampler.samples,

@@ -118,7 +118,9 @@ def owner_bytes(modules: list[Any], optimizers: list[Any], device_type: str = "c
 class MemoryProbe:
     """Measures one step. ``stats`` and ``device_type`` are for tests on machines with no GPU."""
 
-    def __init__(self, stats: Stats | None = None, device_type: str = "cuda", reset_peak: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, stats: Stats | None = None, device_type: str = "cuda", reset_peak: Callable[[], None] | None = None
+    ) -> None:
         self._stats = stats or allocator_stats
         self._device_type = device_type
         self._reset_peak = reset_peak
@@ -191,7 +193,9 @@ class MemoryProbe:
             self._input_hook = None
 
 
-def snapshot_at_oom(message: str, samples: int | None = None, stats: Stats | None = None, device_type: str = "cuda") -> MemorySplit:
+def snapshot_at_oom(
+    message: str, samples: int | None = None, stats: Stats | None = None, device_type: str = "cuda"
+) -> MemorySplit:
     """The owners' sizes and the allocator's figures at the moment an out-of-memory error is
     made (its ``__init__``), before the script's frames unwind and free the activations."""
     figures = (stats or allocator_stats)()

@@ -32,13 +32,12 @@ from types import TracebackType
 from typing import Any
 
 from diagnose import errors
-from diagnose.runtime.capture import CaptureSession, StopScript
 from diagnose.errors import UsageError
 from diagnose.progress import Progress
 from diagnose.record import RunLength, RunRecord, WindowPlan, even_out_epoch_turns, run_length
 from diagnose.rundir import RunDir
+from diagnose.runtime.capture import CaptureSession, StopScript
 from diagnose.signals import SignalHold
-
 
 #: the fewest timed steps a script that ended during the timing leaves as its steady figure
 MIN_PARTIAL_TIMED = 3
@@ -161,7 +160,9 @@ def run_target(
     (once it has saved the report), else they are released when the record is saved."""
     hold = signal_hold if signal_hold is not None else SignalHold()
     try:
-        return _ScriptRun(target, plan, run_dir, rank, knobs, progress or Progress(), list(extra_hooks or []), on_hard_exit, hold).execute()
+        return _ScriptRun(
+            target, plan, run_dir, rank, knobs, progress or Progress(), list(extra_hooks or []), on_hard_exit, hold
+        ).execute()
     finally:
         if signal_hold is None:
             hold.release()
@@ -204,7 +205,15 @@ class _ScriptRun:
 
         #: the script's options that set how long it trains (the window is sized to them)
         self.script_args = ScriptArgs()
-        self.session = CaptureSession(plan, run_dir, progress, window=self, rank=rank, prefetched=self._prefetched_batches, length=self._run_length)
+        self.session = CaptureSession(
+            plan,
+            run_dir,
+            progress,
+            window=self,
+            rank=rank,
+            prefetched=self._prefetched_batches,
+            length=self._run_length,
+        )
         self.clock = StepClock(on_boundary=self._on_boundary, on_reset=self.session.on_reset)
         self.session.in_reset_call = lambda: self.clock.in_reset_call
         self.instrumentation = Instrumentation(self.clock, knobs=knobs)
@@ -375,7 +384,11 @@ class _ScriptRun:
             return
         record = RunRecord.from_dict(self.record.to_dict())
         record.status, record.exit_code = "crashed", errors.EXIT_SCRIPT_FAILED
-        record.error = {"type": "Crash", "message": "the run's process ended before diagnose could record how", "traceback": ""}
+        record.error = {
+            "type": "Crash",
+            "message": "the run's process ended before diagnose could record how",
+            "traceback": "",
+        }
         record.step_mode = self.clock.mode
         record.boundaries_s = list(self.session.boundaries)
         record.samples_per_step = self.clock.samples_per_step[1:]
@@ -419,7 +432,12 @@ class _ScriptRun:
 
     def _finalize(self, status: str, exit_code: int, error: dict[str, Any] | None = None) -> None:
         """Save the record of what was measured, once, however the script ended."""
-        from diagnose.runtime.environment import describe_environment, describe_flags, describe_memory, loader_receive_ms_per_mb
+        from diagnose.runtime.environment import (
+            describe_environment,
+            describe_flags,
+            describe_memory,
+            loader_receive_ms_per_mb,
+        )
 
         if self.finalized:
             return
@@ -497,7 +515,11 @@ class _ScriptRun:
         loaders = list(self.instrumentation.dataloaders.values())
         self.record.dataloaders = loaders
         loader = self.record.train_loader()
-        return run_length(self.script_args.found(), loader.batches() if loader is not None else None, self.instrumentation.frameworks_seen())
+        return run_length(
+            self.script_args.found(),
+            loader.batches() if loader is not None else None,
+            self.instrumentation.frameworks_seen(),
+        )
 
     def _prefetched_batches(self) -> int:
         """Batches the training DataLoader's workers can hold queued: its workers times its
@@ -518,7 +540,9 @@ class _ScriptRun:
             if os.getpid() == self.owner_pid:
                 self.child_signals.script_over = True
                 program = os.fsdecode(args[0]) if args and isinstance(args[0], (str, bytes, os.PathLike)) else "?"
-                self.record.warnings.append(f"the script replaced its process (os.{name} {program}): what ran after that was not measured")
+                self.record.warnings.append(
+                    f"the script replaced its process (os.{name} {program}): what ran after that was not measured"
+                )
                 _safely(lambda: self._finalize("completed", errors.EXIT_OK))
                 _safely(lambda: self.saved.restore(keep_held=self.hold.holding))
                 if self.on_hard_exit is not None:
@@ -647,11 +671,17 @@ def _script_traceback(exc: BaseException) -> str:
         seen.add(id(part))
         frames = list(part.stack)
         # a signal's exception (Ctrl-C, SIGTERM) raised in diagnose's code is no error of ours
-        last_foreign = len(frames) if part is signalled else max((i for i, f in enumerate(frames) if not f.filename.startswith(_OWN_FILES)), default=-1)
+        last_foreign = (
+            len(frames)
+            if part is signalled
+            else max((i for i, f in enumerate(frames) if not f.filename.startswith(_OWN_FILES)), default=-1)
+        )
         kept = [f for i, f in enumerate(frames) if i > last_foreign or not f.filename.startswith(_OWN_FILES)]
         if len(kept) != len(frames):
             part.stack = traceback.StackSummary.from_list(kept)
-        pending.extend(p for p in (part.__cause__, part.__context__, *(getattr(part, "exceptions", None) or ())) if p is not None)
+        pending.extend(
+            p for p in (part.__cause__, part.__context__, *(getattr(part, "exceptions", None) or ())) if p is not None
+        )
     return "".join(shown.format())
 
 
@@ -680,7 +710,10 @@ def _forked() -> None:
     A child stuck in C code (a lock copied held) never runs a Python handler: with diagnose's it
     survived SIGTERM, without diagnose it dies of it."""
     for run in _ACTIVE[-1:]:
-        for signum, handler in ((signal.SIGTERM, run.saved.sigterm), (getattr(signal, "SIGHUP", None), run.saved.sighup)):
+        for signum, handler in (
+            (signal.SIGTERM, run.saved.sigterm),
+            (getattr(signal, "SIGHUP", None), run.saved.sighup),
+        ):
             if signum is not None and handler is not None:
                 try:
                     signal.signal(signum, handler)
@@ -788,7 +821,14 @@ def _open_again(stream: Any, fd: int) -> Any:
     if stream is None or not getattr(stream, "closed", False):
         return stream
     try:
-        return open(fd, "w", encoding=getattr(stream, "encoding", None), errors=getattr(stream, "errors", None), closefd=False, buffering=1)
+        return open(
+            fd,
+            "w",
+            encoding=getattr(stream, "encoding", None),
+            errors=getattr(stream, "errors", None),
+            closefd=False,
+            buffering=1,
+        )
     except (OSError, ValueError):  # the descriptor itself was closed: writes go nowhere, and say so
         return stream
 
@@ -831,7 +871,15 @@ class _SysState:
             except (AttributeError, ValueError, OSError):  # no SIGCHLD on Windows; not the main thread
                 handlers.append(None)
         sigterm, sigchld, sighup = handlers
-        return cls(list(sys.argv), sys.path[0] if sys.path else "", sys.modules.get("__main__"), sigterm, sigchld, sighup, streams=(sys.stdout, sys.stderr))
+        return cls(
+            list(sys.argv),
+            sys.path[0] if sys.path else "",
+            sys.modules.get("__main__"),
+            sigterm,
+            sigchld,
+            sighup,
+            streams=(sys.stdout, sys.stderr),
+        )
 
     def underneath(self) -> dict[str, Any]:
         """The handlers a ``SignalHold`` puts back for the ones the run installed."""

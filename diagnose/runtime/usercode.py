@@ -14,7 +14,6 @@ import os
 import sys
 from types import FrameType
 
-
 #: Path fragments of code that torch.compile generates: Inductor's output code and kernels
 #: (``/tmp/torchinductor_<user>/xy/cxy...py``, or under ``TORCHINDUCTOR_CACHE_DIR``), Triton's
 #: cache, and dynamo's debug dumps. Such a file is nobody's line to change.

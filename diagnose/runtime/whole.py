@@ -30,6 +30,9 @@ What it records, and what each costs the script's training thread:
 * short profiled windows (``WatchBudget``): every ``period_s`` of wall-clock, and when a step
   takes over ``SLOW_FACTOR`` times the recent median (a step that recurs every N steps is
   profiled where it is due next); at most ``max_windows`` and ``max_trace_bytes`` of traces.
+
+Why one module: the hook, its sampler thread and the live line share the run's one state
+(steps, spans, samples, windows) and its lock; split, each would reach into the others' fields.
 """
 
 from __future__ import annotations
@@ -89,8 +92,15 @@ class WatchBudget:
 def budget_argv(budget: WatchBudget) -> list[str]:
     """The budget as ``diagnose run`` options (a rank of ``diagnose watch --nproc-per-node``)."""
     return [
-        "--whole", "--window-every", f"{budget.period_s:g}", "--window-steps", str(budget.window_steps),
-        "--max-windows", str(budget.max_windows), "--window-budget", f"{budget.max_cost_share:g}",
+        "--whole",
+        "--window-every",
+        f"{budget.period_s:g}",
+        "--window-steps",
+        str(budget.window_steps),
+        "--max-windows",
+        str(budget.max_windows),
+        "--window-budget",
+        f"{budget.max_cost_share:g}",
     ]
 
 
@@ -111,19 +121,55 @@ class Hooked:
 
 #: framework methods watched (patched now, or when the script imports their module)
 HOOKED = (
-    Hooked("lightning.pytorch.loops.evaluation_loop", "_EvaluationLoop", "run", "eval", "Lightning validation loop (validation_step)"),
-    Hooked("pytorch_lightning.loops.evaluation_loop", "_EvaluationLoop", "run", "eval", "Lightning validation loop (validation_step)"),
-    Hooked("lightning.pytorch.trainer.trainer", "Trainer", "save_checkpoint", "checkpoint", "Lightning Trainer.save_checkpoint (ModelCheckpoint)"),
-    Hooked("pytorch_lightning.trainer.trainer", "Trainer", "save_checkpoint", "checkpoint", "Lightning Trainer.save_checkpoint (ModelCheckpoint)"),
+    Hooked(
+        "lightning.pytorch.loops.evaluation_loop",
+        "_EvaluationLoop",
+        "run",
+        "eval",
+        "Lightning validation loop (validation_step)",
+    ),
+    Hooked(
+        "pytorch_lightning.loops.evaluation_loop",
+        "_EvaluationLoop",
+        "run",
+        "eval",
+        "Lightning validation loop (validation_step)",
+    ),
+    Hooked(
+        "lightning.pytorch.trainer.trainer",
+        "Trainer",
+        "save_checkpoint",
+        "checkpoint",
+        "Lightning Trainer.save_checkpoint (ModelCheckpoint)",
+    ),
+    Hooked(
+        "pytorch_lightning.trainer.trainer",
+        "Trainer",
+        "save_checkpoint",
+        "checkpoint",
+        "Lightning Trainer.save_checkpoint (ModelCheckpoint)",
+    ),
     Hooked("lightning.fabric.fabric", "Fabric", "save", "checkpoint", "Fabric.save"),
     Hooked("transformers.trainer", "Trainer", "evaluate", "eval", "HF Trainer.evaluate (eval_strategy / eval_steps)"),
-    Hooked("transformers.trainer", "Trainer", "_save_checkpoint", "checkpoint", "HF Trainer._save_checkpoint (save_strategy / save_steps)"),
+    Hooked(
+        "transformers.trainer",
+        "Trainer",
+        "_save_checkpoint",
+        "checkpoint",
+        "HF Trainer._save_checkpoint (save_strategy / save_steps)",
+    ),
     Hooked("accelerate.accelerator", "Accelerator", "save_state", "checkpoint", "Accelerator.save_state"),
     Hooked("accelerate.accelerator", "Accelerator", "save_model", "checkpoint", "Accelerator.save_model"),
     Hooked("safetensors.torch", None, "save_file", "checkpoint", "safetensors.torch.save_file"),
     Hooked("safetensors.torch", None, "save_model", "checkpoint", "safetensors.torch.save_model"),
     # an epoch's end: workers that are not persistent are joined before the next epoch starts more
-    Hooked("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter", "_shutdown_workers", "data_startup", "DataLoader workers shut down"),
+    Hooked(
+        "torch.utils.data.dataloader",
+        "_MultiProcessingDataLoaderIter",
+        "_shutdown_workers",
+        "data_startup",
+        "DataLoader workers shut down",
+    ),
 )
 
 
@@ -150,7 +196,14 @@ class _Spans:
             self._open[kind] = (start, name, depth - 1)
             return
         del self._open[kind]
-        self.done.append({"kind": kind, "start": start, "end": max(start, end if end is not None else time.perf_counter()), "name": name})
+        self.done.append(
+            {
+                "kind": kind,
+                "start": start,
+                "end": max(start, end if end is not None else time.perf_counter()),
+                "name": name,
+            }
+        )
 
     def is_open(self, kind: str) -> bool:
         return kind in self._open
@@ -319,7 +372,14 @@ class LiveLine:
             self.drawn = False
 
 
-def live_fields(steps_per_s: float, data_wait: float | None, gpu_busy: float | None, rss: int | None, gpu_bytes: int | None, goodput: float | None) -> dict[str, str]:
+def live_fields(
+    steps_per_s: float,
+    data_wait: float | None,
+    gpu_busy: float | None,
+    rss: int | None,
+    gpu_bytes: int | None,
+    goodput: float | None,
+) -> dict[str, str]:
     """The live line's fields, formatted (pure: tested on its own)."""
     out = {"steps/s": f"{steps_per_s:.1f}" if steps_per_s < 100 else f"{steps_per_s:.0f}"}
     if data_wait is not None:
@@ -338,7 +398,9 @@ def live_fields(steps_per_s: float, data_wait: float | None, gpu_busy: float | N
 class WholeRun:
     """The runner hook of ``diagnose watch``."""
 
-    def __init__(self, run_dir: RunDir, rank: int | None = None, budget: WatchBudget | None = None, live: LiveLine | None = None) -> None:
+    def __init__(
+        self, run_dir: RunDir, rank: int | None = None, budget: WatchBudget | None = None, live: LiveLine | None = None
+    ) -> None:
         self.run_dir = run_dir
         self.rank = rank
         self.budget = budget or WatchBudget()
@@ -458,8 +520,12 @@ class WholeRun:
         now = time.perf_counter()
         if phase == "start":
             self._gc_started = now
-        elif self._gc_started is not None and now - self._gc_started >= GC_MIN_S and self.boundaries:  # in the loop: imports' are start-up
-            self.spans.done.append({"kind": "gc", "start": self._gc_started, "end": now, "name": f"gc generation {info.get('generation')}"})
+        elif (
+            self._gc_started is not None and now - self._gc_started >= GC_MIN_S and self.boundaries
+        ):  # in the loop: imports' are start-up
+            self.spans.done.append(
+                {"kind": "gc", "start": self._gc_started, "end": now, "name": f"gc generation {info.get('generation')}"}
+            )
 
     def _wrap_eval(self, original: Callable[..., Any]) -> Callable[..., Any]:
         watch = self
@@ -512,7 +578,12 @@ class WholeRun:
             self._first_step(now)
         if self._eval_model is not None:
             self._training_again(b)
-        if k >= 1 and now - b[-2] > self._slow_limit and len(self.spans.done) == self._spans_seen and not self.spans.any_open():
+        if (
+            k >= 1
+            and now - b[-2] > self._slow_limit
+            and len(self.spans.done) == self._spans_seen
+            and not self.spans.any_open()
+        ):
             self._slow_step(k, now)  # slow, and no named span (evaluation, a save) explains it
         self._spans_seen = len(self.spans.done)
         if self._profiler is not None:
@@ -545,7 +616,9 @@ class WholeRun:
 
     def _merge_pairs(self) -> None:
         """Halve the boundaries (every other one kept): the sums stay exact, the resolution halves."""
-        self.boundaries = self.boundaries[::2] if len(self.boundaries) % 2 else [*self.boundaries[:-1:2], self.boundaries[-1]]
+        self.boundaries = (
+            self.boundaries[::2] if len(self.boundaries) % 2 else [*self.boundaries[:-1:2], self.boundaries[-1]]
+        )
         self.merged_pairs += 1
         self._window_due = -1  # step numbers changed: no window is due any more
         self._window_ends_at = min(self._window_ends_at, len(self.boundaries))
@@ -583,7 +656,13 @@ class WholeRun:
         data_wait = clock.data_wait_s if clock is not None else 0.0
         rss = host_rss_bytes()
         gpu_bytes, gpu_busy = self.gpu.read()
-        sample = {"t": now, "steps": steps, "data_wait_s": round(data_wait, 6), "rss_bytes": rss, "run_delay_s": run_delay_s(self._training_thread)}
+        sample = {
+            "t": now,
+            "steps": steps,
+            "data_wait_s": round(data_wait, 6),
+            "rss_bytes": rss,
+            "run_delay_s": run_delay_s(self._training_thread),
+        }
         if gpu_bytes is not None:
             sample["gpu_allocated_bytes"] = gpu_bytes
         if gpu_busy is not None:
@@ -598,9 +677,19 @@ class WholeRun:
         steps_per_s = (steps - last[1]) / elapsed
         start = self.process_start if self.process_start is not None else (self.run.t0 if self.run is not None else now)
         first = self.boundaries[0] if self.boundaries else None
-        spans_s = sum(s["end"] - s["start"] for s in list(self.spans.done) if s["start"] >= first) if first is not None else 0.0
-        goodput = max(0.0, (b[-1] - first) - spans_s) / (now - start) if first is not None and steps > 0 and now > start else None
-        self.live.show(now, live_fields(steps_per_s, (data_wait - last[2]) / elapsed, gpu_busy, rss, gpu_bytes, goodput))
+        spans_s = (
+            sum(s["end"] - s["start"] for s in list(self.spans.done) if s["start"] >= first)
+            if first is not None
+            else 0.0
+        )
+        goodput = (
+            max(0.0, (b[-1] - first) - spans_s) / (now - start)
+            if first is not None and steps > 0 and now > start
+            else None
+        )
+        self.live.show(
+            now, live_fields(steps_per_s, (data_wait - last[2]) / elapsed, gpu_busy, rss, gpu_bytes, goodput)
+        )
 
     def _main_window_done(self) -> bool:
         session = self.run.session if self.run is not None else None
@@ -613,12 +702,20 @@ class WholeRun:
         ``max_cost_share`` of the wall-clock so far."""
         start = self.process_start if self.process_start is not None else (self.run.t0 if self.run is not None else now)
         spent = sum(w["ended"] - w["started"] for w in self.windows if "ended" in w)
-        guess = (self.windows[-1]["ended"] - self.windows[-1]["started"]) if self.windows and "ended" in self.windows[-1] else FIRST_WINDOW_GUESS_S
+        guess = (
+            (self.windows[-1]["ended"] - self.windows[-1]["started"])
+            if self.windows and "ended" in self.windows[-1]
+            else FIRST_WINDOW_GUESS_S
+        )
         return spent + guess <= self.budget.max_cost_share * (now - start)
 
     def _start_window(self, k: int, reason: str, now: float) -> None:
         budget = self.budget
-        if self._profiler is not None or len(self.windows) >= budget.max_windows or self._trace_bytes >= budget.max_trace_bytes:
+        if (
+            self._profiler is not None
+            or len(self.windows) >= budget.max_windows
+            or self._trace_bytes >= budget.max_trace_bytes
+        ):
             return
         if not self._affordable(now):
             return
@@ -683,7 +780,11 @@ class WholeRun:
             self._sample(end)  # memory where the script ended
         self.live.done()
         self.spans.close_all(end)
-        origin = record.script_start_s if record.script_start_s is not None else (self.run.t0 if self.run is not None else end)
+        origin = (
+            record.script_start_s
+            if record.script_start_s is not None
+            else (self.run.t0 if self.run is not None else end)
+        )
 
         def rel(t: float | None) -> float | None:
             return None if t is None else round(t - origin, 6)
@@ -691,14 +792,18 @@ class WholeRun:
         loaders = []
         instrumentation = getattr(self.run, "instrumentation", None)
         # the instrumentation's loaders as they are now (the record's may be a copy from the window)
-        for info in (instrumentation.dataloaders.values() if instrumentation is not None else record.dataloaders):
+        for info in instrumentation.dataloaders.values() if instrumentation is not None else record.dataloaders:
             starts = getattr(info, "first_batch_at_s", [])
             # the start-up lasts until every worker has delivered (or the epoch ended before that)
             waits = info.workers_ready_s if len(info.workers_ready_s) == len(starts) else info.first_batch_wait_s
-            loaders.append({
-                "created_at": info.created_at, "num_workers": info.num_workers, "persistent_workers": info.persistent_workers,
-                "starts": [[rel(s), round(w, 6)] for s, w in zip(starts, waits, strict=True)],
-            })
+            loaders.append(
+                {
+                    "created_at": info.created_at,
+                    "num_workers": info.num_workers,
+                    "persistent_workers": info.persistent_workers,
+                    "starts": [[rel(s), round(w, 6)] for s, w in zip(starts, waits, strict=True)],
+                }
+            )
         capacity = {"host_bytes": host_capacity_bytes()}
         torch = sys.modules.get("torch")
         if self.gpu.used and torch is not None:
@@ -712,7 +817,9 @@ class WholeRun:
             "script_end_s": rel(end),
             "boundaries_s": [rel(t) for t in self.boundaries],
             "merged_pairs": self.merged_pairs,
-            "last_optimizer_step_s": rel(getattr(self.run.clock, "last_optimizer_step_at", None) if self.run is not None else None),
+            "last_optimizer_step_s": rel(
+                getattr(self.run.clock, "last_optimizer_step_at", None) if self.run is not None else None
+            ),
             "spans": [{**s, "start": rel(s["start"]), "end": rel(s["end"])} for s in self.spans.done],
             "loaders": loaders,
             "compiles": compile_spans(origin),
@@ -743,11 +850,14 @@ def compile_spans(origin: float) -> list[dict[str, Any]]:
             continue
         start = start_us / 1e6 + epoch_to_perf - origin
         reason = getattr(m, "recompile_reason", None)
-        out.append({
-            "start": round(start, 6), "end": round(start + duration_us / 1e6, 6),
-            "frame": f"{getattr(m, 'co_name', '') or ''} ({os.path.basename(getattr(m, 'co_filename', '') or '')}:{getattr(m, 'co_firstlineno', '') or ''})",
-            "reason": first_line(reason) if reason else None,
-        })
+        out.append(
+            {
+                "start": round(start, 6),
+                "end": round(start + duration_us / 1e6, 6),
+                "frame": f"{getattr(m, 'co_name', '') or ''} ({os.path.basename(getattr(m, 'co_filename', '') or '')}:{getattr(m, 'co_firstlineno', '') or ''})",
+                "reason": first_line(reason) if reason else None,
+            }
+        )
     return out
 
 

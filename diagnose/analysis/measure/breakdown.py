@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import statistics
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from diagnose.analysis.measure.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
 from diagnose.analysis.trace import columns as C
 from diagnose.analysis.trace import patterns as P
-from diagnose.analysis.measure.categories import EXPOSED, GPU_EXPOSED, HOST_EXPOSED, LAUNCH_EXPOSED, PHASES  # noqa: F401 - re-exported
 from diagnose.analysis.trace.timeline import HostOp, Interval, SyncCall, Timeline
 from diagnose.stats import quantile
 
@@ -197,7 +197,11 @@ def backward_spans(backward_ops: Sequence[Interval], forward_starts: Sequence[fl
     if len(backward_ops) > 64:
         from diagnose.analysis.trace import vectorized as V
 
-        starts, ends = (backward_ops.column(0), backward_ops.column(1)) if hasattr(backward_ops, "column") else zip(*backward_ops, strict=True)
+        starts, ends = (
+            (backward_ops.column(0), backward_ops.column(1))
+            if hasattr(backward_ops, "column")
+            else zip(*backward_ops, strict=True)
+        )
         found = V.backward_calls(starts, ends, forward_starts)
         if found is not None:
             return found
@@ -401,8 +405,14 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     median_index = _median_index([end - start for start, end in step_bounds])
     if V.steps_disjoint(step_bounds):
         per_step_phases, per_step_exposed, per_step_busy, segments, per_step_events = V.sweep(
-            step_bounds, [_spans(host_intervals[label]) for label in _HOST_LABELS], [gpu_intervals[label] for label in _GPU_LABELS],
-            _state, PHASES, EXPOSED, median_index, timeline.host_event_starts,
+            step_bounds,
+            [_spans(host_intervals[label]) for label in _HOST_LABELS],
+            [gpu_intervals[label] for label in _GPU_LABELS],
+            _state,
+            PHASES,
+            EXPOSED,
+            median_index,
+            timeline.host_event_starts,
         )
     else:
         per_step_phases, per_step_exposed, per_step_busy, segments, per_step_events = _sweep(
@@ -484,7 +494,11 @@ def _model_phase_spans(host_intervals: dict[str, list[Interval]]) -> list[tuple[
     (built by hand: ``resolve_nesting`` makes them disjoint)."""
     spans = sorted(
         (start, end, gpu_label)
-        for label, gpu_label in (("optimizer", "gpu_optimizer"), ("backward", "gpu_backward"), ("forward", "gpu_forward"))
+        for label, gpu_label in (
+            ("optimizer", "gpu_optimizer"),
+            ("backward", "gpu_backward"),
+            ("forward", "gpu_forward"),
+        )
         for start, end in host_intervals[label]
     )
     return None if any(a[1] > b[0] for a, b in pairwise(spans)) else spans
@@ -519,7 +533,10 @@ def _gpu_intervals(timeline: Timeline, host_intervals: dict[str, list[Interval]]
     labels: np.ndarray | list[str]
     if found is not None:
         codes, starts, ends = found
-        spans = {label: (starts[codes == i], ends[codes == i]) for i, label in enumerate(_GPU_LABELS[: len(_GPU_COMPUTE) + 1])}
+        spans = {
+            label: (starts[codes == i], ends[codes == i])
+            for i, label in enumerate(_GPU_LABELS[: len(_GPU_COMPUTE) + 1])
+        }
         labels = codes
     else:
         intervals, labels = _kernel_intervals_loop(timeline, host_intervals)
@@ -551,12 +568,13 @@ def _spans(intervals: Any) -> V.Spans:
     return pairs[:, 0].copy(), pairs[:, 1].copy()
 
 
-def _kernel_labels_vectorized(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _kernel_labels_vectorized(
+    timeline: Timeline, host_intervals: dict[str, list[Interval]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Each kernel's label as an index into ``_GPU_LABELS``, with the kernels' starts and ends;
     None where the arrays cannot say it (ids that are not machine integers, phases that overlap)."""
-    from diagnose.analysis.trace.vectorized import np
-
     from diagnose.analysis.trace import vectorized as V
+    from diagnose.analysis.trace.vectorized import np
 
     kernels, launches = timeline.kernels, timeline.launches
     if not isinstance(kernels, C.Records) or not isinstance(launches, C.Launches):
@@ -580,7 +598,9 @@ def _kernel_labels_vectorized(timeline: Timeline, host_intervals: dict[str, list
     return codes, starts, ends
 
 
-def _kernel_intervals_loop(timeline: Timeline, host_intervals: dict[str, list[Interval]]) -> tuple[dict[str, list[Interval]], list[str]]:
+def _kernel_intervals_loop(
+    timeline: Timeline, host_intervals: dict[str, list[Interval]]
+) -> tuple[dict[str, list[Interval]], list[str]]:
     """The kernels' intervals by label, and each kernel's label, one kernel at a time."""
     out: dict[str, list[Interval]] = {}
     kernel_labels: list[str] = []
@@ -610,7 +630,11 @@ def _sweep(
     traced_step: int | None = None,
     event_starts: Sequence[float] | None = None,
 ) -> tuple[
-    list[dict[str, float]], list[dict[str, float]], list[float], list[tuple[float, float, str, str]], list[dict[str, int]]
+    list[dict[str, float]],
+    list[dict[str, float]],
+    list[float],
+    list[tuple[float, float, str, str]],
+    list[dict[str, int]],
 ]:
     """One sweep over all interval boundaries; per elementary segment decide phase and cause.
     For ``traced_step`` it also returns the segments in time order: (start, end, phase, cause);
@@ -706,7 +730,9 @@ def _state(host_mask: int, gpu_mask: int) -> tuple[str, tuple[str, ...], str]:
     state = next((label for i, label in enumerate(_HOST_LABELS) if host_mask >> i & 1), None)
     phase = state
     if phase in ("sync", "comm_wait"):  # a wait belongs to the phase around it
-        phase = next((_HOST_LABELS[i] for i in range(_FIRST_PHASE_LABEL, len(_HOST_LABELS)) if host_mask >> i & 1), None)
+        phase = next(
+            (_HOST_LABELS[i] for i in range(_FIRST_PHASE_LABEL, len(_HOST_LABELS)) if host_mask >> i & 1), None
+        )
     phase_name = _PHASE_OF_LABEL.get(phase, "other") if phase else "other"  # a collective wait is "other"
 
     active = tuple(label for i, label in enumerate(_GPU_COMPUTE) if gpu_mask >> i & 1)
@@ -763,7 +789,13 @@ def _strip(segments: list[tuple[float, float, str, str]], step: Any, bins: int) 
                 runs.append([label, 1])
         return runs
 
-    return {"step": step.number, "duration_us": step.end - step.start, "bins": bins, "phases": encode(phase_time), "exposed": encode(cause_time)}
+    return {
+        "step": step.number,
+        "duration_us": step.end - step.start,
+        "bins": bins,
+        "phases": encode(phase_time),
+        "exposed": encode(cause_time),
+    }
 
 
 # --- profiler overhead -----------------------------------------------------------------------
@@ -831,7 +863,9 @@ def _step_of(step_starts: list[float], steps: list[StepBreakdown], t: float) -> 
     return None
 
 
-def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels: Sequence[str] | np.ndarray) -> dict[str, tuple[float, int]]:
+def _kernel_stats(
+    timeline: Timeline, steps: list[StepBreakdown], kernel_labels: Sequence[str] | np.ndarray
+) -> dict[str, tuple[float, int]]:
     """Fill the steps' kernel figures; return each kernel name's time and calls over the steps.
     In arrays for the reader's kernels (the loop below gives the same, to the last bit: each sum
     is taken in kernel order), one kernel at a time otherwise."""
@@ -842,7 +876,9 @@ def _kernel_stats(timeline: Timeline, steps: list[StepBreakdown], kernel_labels:
     return _kernel_stats_loop(timeline.kernels, steps, kernel_labels)
 
 
-def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str]) -> dict[str, tuple[float, int]]:
+def _kernel_stats_loop(
+    kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str]
+) -> dict[str, tuple[float, int]]:
     starts = [s.start_us for s in steps]
     durations: list[list[float]] = [[] for _ in steps]
     by_name: dict[str, tuple[float, int]] = {}
@@ -878,10 +914,11 @@ def _kernel_stats_loop(kernels: Any, steps: list[StepBreakdown], kernel_labels: 
     return by_name
 
 
-def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str] | np.ndarray) -> dict[str, tuple[float, int]]:
-    from diagnose.analysis.trace.vectorized import np
-
+def _kernel_stats_vectorized(
+    kernels: Any, steps: list[StepBreakdown], kernel_labels: Sequence[str] | np.ndarray
+) -> dict[str, tuple[float, int]]:
     from diagnose.analysis.trace import vectorized as V
+    from diagnose.analysis.trace.vectorized import np
 
     starts, ends, names = V.floats(kernels.column(0)), V.floats(kernels.column(1)), kernels.column(3)
     step_starts = np.array([s.start_us for s in steps])
@@ -920,8 +957,12 @@ def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_la
     if isinstance(kernel_labels, np.ndarray):  # indices into _GPU_LABELS
         optimizer = (kernel_labels == _GPU_LABELS.index("gpu_optimizer"))[chosen]
     else:
-        optimizer = np.fromiter(map("gpu_optimizer".__eq__, kernel_labels), dtype=bool, count=len(kernel_labels))[chosen]
-    multi_tensor = np.array([c.multi_tensor for c in classes], dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
+        optimizer = np.fromiter(map("gpu_optimizer".__eq__, kernel_labels), dtype=bool, count=len(kernel_labels))[
+            chosen
+        ]
+    multi_tensor = (
+        np.array([c.multi_tensor for c in classes], dtype=bool)[codes] if len(codes) else np.zeros(0, dtype=bool)
+    )
     optimizer_count = np.bincount(step[optimizer], minlength=n).tolist()
     multi_tensor_count = np.bincount(step[optimizer & multi_tensor], minlength=n).tolist()
     for i, s in enumerate(steps):
@@ -937,7 +978,9 @@ def _kernel_stats_vectorized(kernels: Any, steps: list[StepBreakdown], kernel_la
     # matmul time by precision, each step's precisions in the order its kernels first show them
     precisions = sorted({c.precision for c in classes if c.precision is not None})
     if precisions:
-        precision_code = np.array([precisions.index(c.precision) if c.precision is not None else -1 for c in classes], dtype=np.int64)[codes]
+        precision_code = np.array(
+            [precisions.index(c.precision) if c.precision is not None else -1 for c in classes], dtype=np.int64
+        )[codes]
         matmul = precision_code >= 0
         pair = step[matmul] * len(precisions) + precision_code[matmul]
         sums = np.bincount(pair, weights=durations[matmul], minlength=n * len(precisions)).tolist()
@@ -975,7 +1018,11 @@ def _copy_stats(timeline: Timeline, steps: list[StepBreakdown]) -> None:
 
 
 def _sync_stats(
-    timeline: Timeline, steps: list[StepBreakdown], user_syncs: list[SyncCall], host_starts: Sequence[float], gpu_busy: list[Interval]
+    timeline: Timeline,
+    steps: list[StepBreakdown],
+    user_syncs: list[SyncCall],
+    host_starts: Sequence[float],
+    gpu_busy: list[Interval],
 ) -> None:
     """Count the syncs per step and kind; add the GPU's idle time after each one (``gpu_busy``:
     merged GPU activity, every stream). A sync that returns while the GPU still works (another

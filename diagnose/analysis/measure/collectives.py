@@ -62,7 +62,12 @@ class CollectiveTime:
     overlapped_ms: float  # with compute beside it
 
     def to_dict(self) -> dict[str, float]:
-        return {"calls_per_step": self.calls_per_step, "ms": self.ms, "exposed_ms": self.exposed_ms, "overlapped_ms": self.overlapped_ms}
+        return {
+            "calls_per_step": self.calls_per_step,
+            "ms": self.ms,
+            "exposed_ms": self.exposed_ms,
+            "overlapped_ms": self.overlapped_ms,
+        }
 
 
 def collective_times(timeline: Timeline) -> dict[str, CollectiveTime]:
@@ -82,7 +87,13 @@ def collective_times(timeline: Timeline) -> dict[str, CollectiveTime]:
         overlapped = _length(_intersect(in_flight, compute))
         calls = sum(1 for start, _ in spans if any(a <= start < b for a, b in steps))
         n = len(steps)
-        result[kind] = CollectiveTime(kind, round(calls / n, 3), round(total / n / 1000, 4), round((total - overlapped) / n / 1000, 4), round(overlapped / n / 1000, 4))
+        result[kind] = CollectiveTime(
+            kind,
+            round(calls / n, 3),
+            round(total / n / 1000, 4),
+            round((total - overlapped) / n / 1000, 4),
+            round(overlapped / n / 1000, 4),
+        )
     return result
 
 

@@ -54,56 +54,121 @@ class GpuSpec:
 GPUS: tuple[GpuSpec, ...] = (
     # NVIDIA H100 PCIe datasheet (2023): FP32 51, TF32 378 (756 sparse), BF16/FP16 756 (1,513
     # sparse), FP8 1,513 (3,026 sparse), FP64 26 TFLOP/s; HBM2e 2.0 TB/s.
-    GpuSpec("H100 PCIe", ("H100 PCIe",), {"fp64": 26, "fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756, "fp8": 1513}, 2000,
-            "NVIDIA H100 Tensor Core GPU datasheet, PCIe column, dense"),
+    GpuSpec(
+        "H100 PCIe",
+        ("H100 PCIe",),
+        {"fp64": 26, "fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756, "fp8": 1513},
+        2000,
+        "NVIDIA H100 Tensor Core GPU datasheet, PCIe column, dense",
+    ),
     # NVIDIA H100 NVL datasheet: FP32 60, TF32 835 sparse, BF16 1,671 sparse, FP8 3,341 sparse; 3.9 TB/s.
-    GpuSpec("H100 NVL", ("H100 NVL",), {"fp64": 30, "fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5}, 3900,
-            "NVIDIA H100 NVL datasheet, sparse figures halved"),
+    GpuSpec(
+        "H100 NVL",
+        ("H100 NVL",),
+        {"fp64": 30, "fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
+        3900,
+        "NVIDIA H100 NVL datasheet, sparse figures halved",
+    ),
     # NVIDIA H100 datasheet, SXM column: FP32 67, TF32 989 sparse (494.7 dense), BF16/FP16 1,979
     # sparse (989.4 dense), FP8 3,958 sparse, FP64 34; HBM3 3.35 TB/s. torch names it
     # "NVIDIA H100 80GB HBM3".
-    GpuSpec("H100 SXM", ("H100 80GB HBM3", "H100 SXM", "H100"),
-            {"fp64": 34, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}, 3350,
-            "NVIDIA H100 Tensor Core GPU datasheet, SXM column, dense",
-            measured_tflops={"fp32": 51, "tf32": 389, "bf16": 704, "fp16": 650}),
+    GpuSpec(
+        "H100 SXM",
+        ("H100 80GB HBM3", "H100 SXM", "H100"),
+        {"fp64": 34, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+        3350,
+        "NVIDIA H100 Tensor Core GPU datasheet, SXM column, dense",
+        measured_tflops={"fp32": 51, "tf32": 389, "bf16": 704, "fp16": 650},
+    ),
     # NVIDIA H200 datasheet, SXM: the same compute as H100 SXM; HBM3e 141 GB at 4.8 TB/s.
-    GpuSpec("H200", ("H200",), {"fp64": 34, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}, 4800,
-            "NVIDIA H200 Tensor Core GPU datasheet, SXM column, dense"),
+    GpuSpec(
+        "H200",
+        ("H200",),
+        {"fp64": 34, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+        4800,
+        "NVIDIA H200 Tensor Core GPU datasheet, SXM column, dense",
+    ),
     # NVIDIA A100 datasheet: FP32 19.5, TF32 156, BF16/FP16 312, FP64 9.7 (19.5 Tensor Core);
     # 80GB SXM 2,039 GB/s, 80GB PCIe 1,935 GB/s, 40GB 1,555 GB/s.
-    GpuSpec("A100 80GB SXM", (r"A100-SXM4-80GB", r"A100 80GB SXM"), {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 2039,
-            "NVIDIA A100 Tensor Core GPU datasheet, dense"),
-    GpuSpec("A100 80GB PCIe", (r"A100 80GB PCIe", r"A100-PCIE-80GB"), {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 1935,
-            "NVIDIA A100 Tensor Core GPU datasheet, dense"),
-    GpuSpec("A100 40GB", (r"A100",), {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 1555,
-            "NVIDIA A100 Tensor Core GPU datasheet, 40GB, dense"),
+    GpuSpec(
+        "A100 80GB SXM",
+        (r"A100-SXM4-80GB", r"A100 80GB SXM"),
+        {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
+        2039,
+        "NVIDIA A100 Tensor Core GPU datasheet, dense",
+    ),
+    GpuSpec(
+        "A100 80GB PCIe",
+        (r"A100 80GB PCIe", r"A100-PCIE-80GB"),
+        {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
+        1935,
+        "NVIDIA A100 Tensor Core GPU datasheet, dense",
+    ),
+    GpuSpec(
+        "A100 40GB",
+        (r"A100",),
+        {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
+        1555,
+        "NVIDIA A100 Tensor Core GPU datasheet, 40GB, dense",
+    ),
     # NVIDIA L40S datasheet: FP32 91.6, TF32 183 (366 sparse), BF16/FP16 362 (733 sparse),
     # FP8 733 (1,466 sparse); GDDR6 864 GB/s.
-    GpuSpec("L40S", ("L40S",), {"fp32": 91.6, "tf32": 183, "bf16": 362, "fp16": 362, "fp8": 733}, 864,
-            "NVIDIA L40S datasheet, dense"),
+    GpuSpec(
+        "L40S",
+        ("L40S",),
+        {"fp32": 91.6, "tf32": 183, "bf16": 362, "fp16": 362, "fp8": 733},
+        864,
+        "NVIDIA L40S datasheet, dense",
+    ),
     # NVIDIA L4 datasheet: FP32 30.3, TF32 60 (120 sparse), BF16/FP16 121 (242 sparse), FP8 242.5
     # (485 sparse); 300 GB/s.
     # NVIDIA L40 datasheet: FP32 90.5, TF32 181 sparse, BF16/FP16 362 sparse, FP8 724 sparse; 864 GB/s.
-    GpuSpec("L40", (r"\bL40\b",), {"fp32": 90.5, "tf32": 90.5, "bf16": 181, "fp16": 181, "fp8": 362}, 864,
-            "NVIDIA L40 datasheet, sparse figures halved"),
-    GpuSpec("L4", (r"\bL4\b",), {"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121, "fp8": 242.5}, 300,
-            "NVIDIA L4 datasheet, dense"),
+    GpuSpec(
+        "L40",
+        (r"\bL40\b",),
+        {"fp32": 90.5, "tf32": 90.5, "bf16": 181, "fp16": 181, "fp8": 362},
+        864,
+        "NVIDIA L40 datasheet, sparse figures halved",
+    ),
+    GpuSpec(
+        "L4",
+        (r"\bL4\b",),
+        {"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121, "fp8": 242.5},
+        300,
+        "NVIDIA L4 datasheet, dense",
+    ),
     # NVIDIA A10 datasheet: FP32 31.2, TF32 62.5, BF16/FP16 125; 600 GB/s.
-    GpuSpec("A10", (r"\bA10\b",), {"fp32": 31.2, "tf32": 62.5, "bf16": 125, "fp16": 125}, 600,
-            "NVIDIA A10 datasheet, dense"),
+    GpuSpec(
+        "A10", (r"\bA10\b",), {"fp32": 31.2, "tf32": 62.5, "bf16": 125, "fp16": 125}, 600, "NVIDIA A10 datasheet, dense"
+    ),
     # NVIDIA Ada Lovelace architecture whitepaper, RTX 4090 column: FP32 82.6; Tensor TFLOPS with
     # FP32 accumulate (what torch's bf16/fp16 matmuls use): BF16/FP16 165.2, TF32 82.6, FP8 330.3;
     # GDDR6X 1,008 GB/s.
-    GpuSpec("RTX 4090", ("RTX 4090",), {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2, "fp8": 330.3}, 1008,
-            "NVIDIA Ada Lovelace whitepaper (RTX 4090), FP32 accumulate, dense"),
+    GpuSpec(
+        "RTX 4090",
+        ("RTX 4090",),
+        {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2, "fp8": 330.3},
+        1008,
+        "NVIDIA Ada Lovelace whitepaper (RTX 4090), FP32 accumulate, dense",
+    ),
     # NVIDIA Ampere GA102 whitepaper, RTX 3090: FP32 35.6; FP16/BF16 with FP32 accumulate 71,
     # TF32 35.6; 936 GB/s.
-    GpuSpec("RTX 3090", ("RTX 3090",), {"fp32": 35.6, "tf32": 35.6, "bf16": 71, "fp16": 71}, 936,
-            "NVIDIA GA102 whitepaper (RTX 3090), FP32 accumulate, dense"),
+    GpuSpec(
+        "RTX 3090",
+        ("RTX 3090",),
+        {"fp32": 35.6, "tf32": 35.6, "bf16": 71, "fp16": 71},
+        936,
+        "NVIDIA GA102 whitepaper (RTX 3090), FP32 accumulate, dense",
+    ),
     # NVIDIA V100 datasheet: SXM2 FP32 15.7, Tensor (FP16) 125; PCIe 14 and 112; HBM2 900 GB/s.
     # No bf16 or TF32 on Volta: torch emulates bf16 matmuls far below the fp16 rate.
-    GpuSpec("V100 SXM2", ("V100-SXM2", "V100 SXM2"), {"fp64": 7.8, "fp32": 15.7, "fp16": 125}, 900,
-            "NVIDIA V100 datasheet, SXM2"),
+    GpuSpec(
+        "V100 SXM2",
+        ("V100-SXM2", "V100 SXM2"),
+        {"fp64": 7.8, "fp32": 15.7, "fp16": 125},
+        900,
+        "NVIDIA V100 datasheet, SXM2",
+    ),
     GpuSpec("V100 PCIe", ("V100",), {"fp64": 7, "fp32": 14, "fp16": 112}, 900, "NVIDIA V100 datasheet, PCIe"),
     # NVIDIA T4 datasheet: FP32 8.1, FP16 (mixed precision) 65; GDDR6 320 GB/s.
     GpuSpec("T4", (r"\bT4\b",), {"fp32": 8.1, "fp16": 65}, 320, "NVIDIA T4 datasheet"),

@@ -20,8 +20,20 @@ from typing import Any
 
 from diagnose.analysis.measure.breakdown import Breakdown
 from diagnose.analysis.measure.hardware import GpuSpec, Utilisation, find_gpu, split_by_dtype, utilisation
-from diagnose.analysis.measure.kernels import KernelTable, batch_to_fill_matmuls, matmul_roof_share, misaligned_flop_share, table_from_totals
-from diagnose.analysis.measure.memory_breakdown import MemoryBreakdown, OomExplanation, explain_oom, largest_batch, memory_breakdown
+from diagnose.analysis.measure.kernels import (
+    KernelTable,
+    batch_to_fill_matmuls,
+    matmul_roof_share,
+    misaligned_flop_share,
+    table_from_totals,
+)
+from diagnose.analysis.measure.memory_breakdown import (
+    MemoryBreakdown,
+    OomExplanation,
+    explain_oom,
+    largest_batch,
+    memory_breakdown,
+)
 from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import FlopCount, RunRecord
 
@@ -30,8 +42,11 @@ from diagnose.record import FlopCount, RunRecord
 UNFUSED_ATTENTION_MATMULS = ("aten.bmm", "aten.baddbmm")
 SOFTMAX_OPS = ("aten._softmax", "aten._safe_softmax")
 FUSED_ATTENTION_OPS = (
-    "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
-    "aten._scaled_dot_product_cudnn_attention", "aten._flash_attention_forward", "aten._efficient_attention_forward",
+    "aten._scaled_dot_product_flash_attention",
+    "aten._scaled_dot_product_efficient_attention",
+    "aten._scaled_dot_product_cudnn_attention",
+    "aten._flash_attention_forward",
+    "aten._efficient_attention_forward",
     "aten._scaled_dot_product_flash_attention_for_cpu",
 )
 
@@ -118,7 +133,9 @@ def distance_to_limits(breakdown: Breakdown | None, record: RunRecord | None, me
     kernels = None
     if breakdown is not None and breakdown.has_gpu and breakdown.kernels_by_name:
         dtype = util.main_dtype if util is not None else None
-        kernels = table_from_totals(breakdown.kernels_by_name, len(breakdown.steps), count, gpu, dtype, samples_scale=scale)
+        kernels = table_from_totals(
+            breakdown.kernels_by_name, len(breakdown.steps), count, gpu, dtype, samples_scale=scale
+        )
     split = record.memory_split if record is not None else None
     memory = memory_breakdown(split) if split is not None else None
     at_oom = record.memory_at_oom if record is not None else None
@@ -180,13 +197,28 @@ def limits_to_dict(limits: Limits, record: RunRecord | None) -> dict[str, Any] |
     table = limits.kernels
     if table is not None:
         out["kernels"] = [
-            {"name": r.name, "class": r.kind, "ms_per_step": _r(r.time_s * 1e3), "share": _r(r.share),
-             "calls_per_step": _r(r.calls, 2), "tflops": _r(r.tflops), "gbs": _r(r.gbs, 1)}
+            {
+                "name": r.name,
+                "class": r.kind,
+                "ms_per_step": _r(r.time_s * 1e3),
+                "share": _r(r.share),
+                "calls_per_step": _r(r.calls, 2),
+                "tflops": _r(r.tflops),
+                "gbs": _r(r.gbs, 1),
+            }
             for r in table.rows
         ]
         out["classes"] = {
-            kind: {"ms_per_step": _r(cw.time_s * 1e3), "share": _r(table.share(kind)), "flops": cw.flops, "bytes": cw.bytes,
-                   "flops_counted": cw.flops_counted, "tflops": _r(cw.tflops), "gbs": _r(cw.gbs, 1), "intensity": _r(cw.intensity, 3)}
+            kind: {
+                "ms_per_step": _r(cw.time_s * 1e3),
+                "share": _r(table.share(kind)),
+                "flops": cw.flops,
+                "bytes": cw.bytes,
+                "flops_counted": cw.flops_counted,
+                "tflops": _r(cw.tflops),
+                "gbs": _r(cw.gbs, 1),
+                "intensity": _r(cw.intensity, 3),
+            }
             for kind, cw in table.classes.items()
         }
         if table.roofline:
@@ -195,19 +227,35 @@ def limits_to_dict(limits: Limits, record: RunRecord | None) -> dict[str, Any] |
                 "memory_gbs": table.memory_gbs,
                 "dtype": table.dtype,
                 "points": [
-                    {"class": p.kind, "intensity": _r(p.intensity, 3), "tflops": _r(p.tflops), "roof_tflops": _r(p.roof_tflops),
-                     "bound": p.bound, "time_share": _r(p.time_share)}
+                    {
+                        "class": p.kind,
+                        "intensity": _r(p.intensity, 3),
+                        "tflops": _r(p.tflops),
+                        "roof_tflops": _r(p.roof_tflops),
+                        "bound": p.bound,
+                        "time_share": _r(p.time_share),
+                    }
                     for p in table.roofline
                 ],
             }
         out["estimated"] = list(table.estimated)
     if limits.memory is not None:
         m = limits.memory
-        out["memory_split"] = {**{k.replace(" ", "_") + "_bytes": v for k, v in m.parts().items()},
-                               "peak_allocated_bytes": m.peak_allocated, "peak_reserved_bytes": m.peak_reserved,
-                               "capacity_bytes": m.capacity, "samples": m.samples, "largest_batch": limits.largest_batch}
+        out["memory_split"] = {
+            **{k.replace(" ", "_") + "_bytes": v for k, v in m.parts().items()},
+            "peak_allocated_bytes": m.peak_allocated,
+            "peak_reserved_bytes": m.peak_reserved,
+            "capacity_bytes": m.capacity,
+            "samples": m.samples,
+            "largest_batch": limits.largest_batch,
+        }
     if limits.oom is not None and limits.oom_memory is not None:
         o = limits.oom
-        out["oom"] = {"largest": o.largest, "parts_bytes": {k.replace(" ", "_"): v for k, v in o.parts.items()},
-                      "requested_bytes": o.requested, "capacity_bytes": o.capacity, "changes": list(o.changes)}
+        out["oom"] = {
+            "largest": o.largest,
+            "parts_bytes": {k.replace(" ", "_"): v for k, v in o.parts.items()},
+            "requested_bytes": o.requested,
+            "capacity_bytes": o.capacity,
+            "changes": list(o.changes),
+        }
     return out or None

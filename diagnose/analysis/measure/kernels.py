@@ -44,54 +44,144 @@ def _k(kind: str, pattern: str, why: str) -> KernelPattern:
 #: reductions also run through torch's elementwise templates).
 KERNEL_PATTERNS: tuple[KernelPattern, ...] = (
     _k("comm", r"nccl", "NCCL collectives"),
-    _k("attention", r"fmha|flash|sdpa|[Aa]ttention|_mha_", "fused scaled-dot-product attention (flash, memory-efficient, cuDNN)"),
-    _k("matmul", r"gemm|gemv|xmma|nvjet|cutlass|Gemm|wgrad|dgrad|fprop|implicit_gemm|conv2d|convolve|winograd"
-       r"|cudnn_generated|^triton_tem_|splitKreduce", "cuBLAS, cuBLASLt, CUTLASS, cuDNN and Inductor template matmuls and convolutions"),
-    _k("copy", r"direct_copy|copy_kernel|CatArray|cat_|[Tt]ranspose|nchwToNhwc|nhwcToNchw|[Mm]emcpy|index_select|gather_kernel",
-       "copies, concatenations, layout transposes"),
-    _k("reduction", r"reduce|Reduce|[Ss]oft[Mm]ax|layer_norm|LayerNorm|batch_norm|BatchNorm|welford|Welford|nll_loss"
-       r"|cross_entropy|cub::|DeviceScan|DeviceRadix|^triton_red_|^triton_per_|norm_kernel|RowwiseMoments",
-       "reductions, softmax, normalisations, losses"),
-    _k("elementwise", r"elementwise|Functor|pointwise|^triton_poi_|multi_tensor_apply|fused_adam|FusedAdam|dropout|fill"
-       r"|vectorized|activation|gelu|relu|sigmoid|tanh|unrolled", "one output per input element: activations, arithmetic, optimizers"),
+    _k(
+        "attention",
+        r"fmha|flash|sdpa|[Aa]ttention|_mha_",
+        "fused scaled-dot-product attention (flash, memory-efficient, cuDNN)",
+    ),
+    _k(
+        "matmul",
+        r"gemm|gemv|xmma|nvjet|cutlass|Gemm|wgrad|dgrad|fprop|implicit_gemm|conv2d|convolve|winograd"
+        r"|cudnn_generated|^triton_tem_|splitKreduce",
+        "cuBLAS, cuBLASLt, CUTLASS, cuDNN and Inductor template matmuls and convolutions",
+    ),
+    _k(
+        "copy",
+        r"direct_copy|copy_kernel|CatArray|cat_|[Tt]ranspose|nchwToNhwc|nhwcToNchw|[Mm]emcpy|index_select|gather_kernel",
+        "copies, concatenations, layout transposes",
+    ),
+    _k(
+        "reduction",
+        r"reduce|Reduce|[Ss]oft[Mm]ax|layer_norm|LayerNorm|batch_norm|BatchNorm|welford|Welford|nll_loss"
+        r"|cross_entropy|cub::|DeviceScan|DeviceRadix|^triton_red_|^triton_per_|norm_kernel|RowwiseMoments",
+        "reductions, softmax, normalisations, losses",
+    ),
+    _k(
+        "elementwise",
+        r"elementwise|Functor|pointwise|^triton_poi_|multi_tensor_apply|fused_adam|FusedAdam|dropout|fill"
+        r"|vectorized|activation|gelu|relu|sigmoid|tanh|unrolled",
+        "one output per input element: activations, arithmetic, optimizers",
+    ),
 )
 
 #: aten operators to classes; operators missing here are elementwise when they move bytes.
 OP_CLASSES: dict[str, str] = {
     **dict.fromkeys(
-        ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm", "aten.convolution", "aten._convolution",
-         "aten.cudnn_convolution", "aten.convolution_backward", "aten._slow_conv2d_forward", "aten.convolution_overrideable"),
+        (
+            "aten.mm",
+            "aten.addmm",
+            "aten.bmm",
+            "aten.baddbmm",
+            "aten._scaled_mm",
+            "aten.convolution",
+            "aten._convolution",
+            "aten.cudnn_convolution",
+            "aten.convolution_backward",
+            "aten._slow_conv2d_forward",
+            "aten.convolution_overrideable",
+        ),
         "matmul",
     ),
     **dict.fromkeys(
-        ("aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
-         "aten._scaled_dot_product_cudnn_attention", "aten._scaled_dot_product_flash_attention_backward",
-         "aten._scaled_dot_product_efficient_attention_backward", "aten._scaled_dot_product_cudnn_attention_backward",
-         "aten._flash_attention_forward", "aten._flash_attention_backward", "aten._efficient_attention_forward",
-         "aten._efficient_attention_backward"),
+        (
+            "aten._scaled_dot_product_flash_attention",
+            "aten._scaled_dot_product_efficient_attention",
+            "aten._scaled_dot_product_cudnn_attention",
+            "aten._scaled_dot_product_flash_attention_backward",
+            "aten._scaled_dot_product_efficient_attention_backward",
+            "aten._scaled_dot_product_cudnn_attention_backward",
+            "aten._flash_attention_forward",
+            "aten._flash_attention_backward",
+            "aten._efficient_attention_forward",
+            "aten._efficient_attention_backward",
+        ),
         "attention",
     ),
     **dict.fromkeys(
-        ("aten.sum", "aten.mean", "aten.amax", "aten.amin", "aten.max", "aten.min", "aten.argmax", "aten.argmin",
-         "aten.norm", "aten.linalg_vector_norm", "aten._softmax", "aten._log_softmax", "aten._softmax_backward_data",
-         "aten._log_softmax_backward_data", "aten.native_layer_norm", "aten.native_layer_norm_backward",
-         "aten.native_batch_norm", "aten.native_batch_norm_backward", "aten._native_batch_norm_legit",
-         "aten._native_batch_norm_legit_functional", "aten._native_batch_norm_legit_no_training",
-         "aten.cudnn_batch_norm", "aten.cudnn_batch_norm_backward", "aten.native_group_norm",
-         "aten.native_group_norm_backward", "aten.nll_loss_forward", "aten.nll_loss_backward", "aten.nll_loss2d_forward",
-         "aten.nll_loss2d_backward", "aten.cumsum", "aten.var", "aten.std", "aten.var_mean", "aten.prod",
-         "aten.logsumexp", "aten._fused_rms_norm", "aten._fused_rms_norm_backward", "aten.topk", "aten.sort"),
+        (
+            "aten.sum",
+            "aten.mean",
+            "aten.amax",
+            "aten.amin",
+            "aten.max",
+            "aten.min",
+            "aten.argmax",
+            "aten.argmin",
+            "aten.norm",
+            "aten.linalg_vector_norm",
+            "aten._softmax",
+            "aten._log_softmax",
+            "aten._softmax_backward_data",
+            "aten._log_softmax_backward_data",
+            "aten.native_layer_norm",
+            "aten.native_layer_norm_backward",
+            "aten.native_batch_norm",
+            "aten.native_batch_norm_backward",
+            "aten._native_batch_norm_legit",
+            "aten._native_batch_norm_legit_functional",
+            "aten._native_batch_norm_legit_no_training",
+            "aten.cudnn_batch_norm",
+            "aten.cudnn_batch_norm_backward",
+            "aten.native_group_norm",
+            "aten.native_group_norm_backward",
+            "aten.nll_loss_forward",
+            "aten.nll_loss_backward",
+            "aten.nll_loss2d_forward",
+            "aten.nll_loss2d_backward",
+            "aten.cumsum",
+            "aten.var",
+            "aten.std",
+            "aten.var_mean",
+            "aten.prod",
+            "aten.logsumexp",
+            "aten._fused_rms_norm",
+            "aten._fused_rms_norm_backward",
+            "aten.topk",
+            "aten.sort",
+        ),
         "reduction",
     ),
     **dict.fromkeys(
-        ("aten.copy_", "aten._to_copy", "aten.clone", "aten.cat", "aten.index_select", "aten.gather", "aten.embedding",
-         "aten.embedding_dense_backward", "aten.index", "aten.index_put_", "aten._pin_memory", "aten.scatter_add_"),
+        (
+            "aten.copy_",
+            "aten._to_copy",
+            "aten.clone",
+            "aten.cat",
+            "aten.index_select",
+            "aten.gather",
+            "aten.embedding",
+            "aten.embedding_dense_backward",
+            "aten.index",
+            "aten.index_put_",
+            "aten._pin_memory",
+            "aten.scatter_add_",
+        ),
         "copy",
     ),
     # no kernel of their own: allocations, scalar reads, profiler marks
     **dict.fromkeys(
-        ("aten.empty", "aten.empty_strided", "aten.empty_like", "aten.new_empty", "aten.new_empty_strided",
-         "aten.lift_fresh", "aten._local_scalar_dense", "aten.set_", "aten.resize_", "aten.record_stream"),
+        (
+            "aten.empty",
+            "aten.empty_strided",
+            "aten.empty_like",
+            "aten.new_empty",
+            "aten.new_empty_strided",
+            "aten.lift_fresh",
+            "aten._local_scalar_dense",
+            "aten.set_",
+            "aten.resize_",
+            "aten.record_stream",
+        ),
         "none",
     ),
 }
@@ -252,20 +342,33 @@ def table_from_totals(
     for name, (t, calls) in sorted(by_name.items(), key=lambda item: -item[1][0])[:top]:
         kind = kernel_class(name)
         cw = classes.get(kind)
-        rows.append(KernelRow(name, kind, t / steps, (t / steps) / total if total else 0.0, calls / steps,
-                              cw.tflops if cw else None, cw.gbs if cw else None))
+        rows.append(
+            KernelRow(
+                name,
+                kind,
+                t / steps,
+                (t / steps) / total if total else 0.0,
+                calls / steps,
+                cw.tflops if cw else None,
+                cw.gbs if cw else None,
+            )
+        )
     peak = gpu.peak(dtype) if gpu is not None and dtype else None
     bandwidth = gpu.memory_gbs if gpu is not None else None
     points = roofline_points(classes, total, peak, bandwidth)
     estimated = []
     if flops is not None:
-        estimated.append("per-kernel FLOP/s and bytes/s: the class's counted step totals spread over its kernels by time")
+        estimated.append(
+            "per-kernel FLOP/s and bytes/s: the class's counted step totals spread over its kernels by time"
+        )
         estimated.append("elementwise FLOPs: one per output element; reduction FLOPs: one per input element")
         estimated.append("bytes: tensor sizes read and written by each operator (cache reuse not seen)")
     return KernelTable(rows, classes, points, total, peak, bandwidth, dtype, estimated)
 
 
-def roofline_points(classes: dict[str, ClassWork], kernel_time_s: float, peak_tflops: float | None, memory_gbs: float | None) -> list[RooflinePoint]:
+def roofline_points(
+    classes: dict[str, ClassWork], kernel_time_s: float, peak_tflops: float | None, memory_gbs: float | None
+) -> list[RooflinePoint]:
     """A point per class with both FLOPs and bytes, against ``min(peak, intensity x bandwidth)``."""
     if not peak_tflops or not memory_gbs:
         return []
@@ -354,7 +457,9 @@ def matmul_roof_time(shape: MatmulShape, gpu: GpuSpec, tf32_allowed: bool, batch
     return roof[1] if roof is not None else None
 
 
-def matmul_roof_share(matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_allowed: bool, batch_factor: float = 1.0) -> float | None:
+def matmul_roof_share(
+    matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_allowed: bool, batch_factor: float = 1.0
+) -> float | None:
     """The most of the GPU's compute peak the counted linear-layer matmul shapes allow: their
     FLOPs at the peak over their least time on the roofline (1.0: every shape is right of the
     ridge point; 0.05: the shapes, not the kernels, hold the matmuls to 5% of the peak, as a
@@ -378,14 +483,21 @@ def rows_limited_share(matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_all
     """Share of the linear matmuls' least time in shapes whose rows stand out as small."""
     if gpu is None:
         return 0.0
-    times = [(rows_dimension(s) is not None, _roof(s, gpu, tf32_allowed, 1.0)) for s in matmuls if s.op in LINEAR_MATMULS]
+    times = [
+        (rows_dimension(s) is not None, _roof(s, gpu, tf32_allowed, 1.0)) for s in matmuls if s.op in LINEAR_MATMULS
+    ]
     total = sum(r[1] for _, r in times if r is not None)
     return sum(r[1] for rows, r in times if rows and r is not None) / total if total > 0 else 0.0
 
 
 def batch_to_fill_matmuls(
-    matmuls: list[MatmulShape], gpu: GpuSpec | None, tf32_allowed: bool, batch: int, largest: int | None,
-    enough: float = 0.9, most: int = 64,
+    matmuls: list[MatmulShape],
+    gpu: GpuSpec | None,
+    tf32_allowed: bool,
+    batch: int,
+    largest: int | None,
+    enough: float = 0.9,
+    most: int = 64,
 ) -> int | None:
     """The batch to suggest when the linear matmuls are too small: the first power-of-two
     multiple of ``batch`` whose shapes allow ``enough`` of the peak, or the largest that stays

@@ -144,16 +144,40 @@ def explain_oom(split: MemorySplit, mixed_precision: bool = False) -> OomExplana
     largest = max(parts, key=lambda k: parts[k])
     changes: list[tuple[int, str]] = []
     if m.activations:
-        changes.append((m.activations, "a smaller batch (activations scale with it), or gradient accumulation over micro-batches"))
-        changes.append((m.activations // 2, "activation checkpointing: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)"))
+        changes.append(
+            (m.activations, "a smaller batch (activations scale with it), or gradient accumulation over micro-batches")
+        )
+        changes.append(
+            (
+                m.activations // 2,
+                "activation checkpointing: torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)",
+            )
+        )
         if not mixed_precision:
-            changes.append((m.activations // 2, 'bf16 autocast: with torch.autocast("cuda", dtype=torch.bfloat16) halves activations'))
+            changes.append(
+                (
+                    m.activations // 2,
+                    'bf16 autocast: with torch.autocast("cuda", dtype=torch.bfloat16) halves activations',
+                )
+            )
     if m.gradients:
-        changes.append((m.gradients, "optimizer.zero_grad(set_to_none=True) frees gradients between steps (the default since torch 2.0)"))
+        changes.append(
+            (
+                m.gradients,
+                "optimizer.zero_grad(set_to_none=True) frees gradients between steps (the default since torch 2.0)",
+            )
+        )
     if m.optimizer_state:
-        changes.append((m.optimizer_state, "smaller optimizer state: SGD with momentum keeps one copy of the weights, Adam two"
-                        " (or shard it: ZeroRedundancyOptimizer, FSDP)"))
+        changes.append(
+            (
+                m.optimizer_state,
+                "smaller optimizer state: SGD with momentum keeps one copy of the weights, Adam two"
+                " (or shard it: ZeroRedundancyOptimizer, FSDP)",
+            )
+        )
     if m.cache:
         changes.append((m.cache, "fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
     changes.sort(key=lambda c: -c[0])
-    return OomExplanation(largest, parts[largest], parts, requested_bytes(split.message), m.capacity, [c for _, c in changes])
+    return OomExplanation(
+        largest, parts[largest], parts, requested_bytes(split.message), m.capacity, [c for _, c in changes]
+    )

@@ -103,5 +103,3 @@ def correct_profiler_cost(bd: Breakdown, cost_per_event_us: float, tolerance: fl
         profiler_inflation=inflation,
         notes=[*bd.notes, note],
     )
-
-

@@ -17,7 +17,7 @@ full traces are worth keeping (the first, the slowest, the straggler, the outlie
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from diagnose.analysis.measure.breakdown import Breakdown
@@ -62,12 +62,16 @@ def summarize_rank(
         data_wait_share=data_wait_share,
         communication_ms=communication_ms,
         exposed_communication_share=exposed_comm,
-        gpu_busy=(sum(s.gpu_busy_us for s in steps) / bd.total_us) if bd is not None and bd.has_gpu and bd.total_us else None,
+        gpu_busy=(sum(s.gpu_busy_us for s in steps) / bd.total_us)
+        if bd is not None and bd.has_gpu and bd.total_us
+        else None,
         samples_per_step=record.batch_size(),
         top_exposed=top,
         backend=(record.distributed or {}).get("backend"),
         steady_samples_per_s=(
-            round(record.timed_samples / record.timed_seconds, 3) if record.timed_samples and record.timed_seconds else None
+            round(record.timed_samples / record.timed_seconds, 3)
+            if record.timed_samples and record.timed_seconds
+            else None
         ),
         steady_step_ms=round(steady, 4) if steady is not None else None,
         step_ms=[round(s.duration_us / 1000, 4) for s in steps],
@@ -136,7 +140,11 @@ def slowest(summaries: list[RankSummary]) -> int | None:
 #: ranks' median, and by at least this share of the median step (a 0.1 ms wobble is no outlier)
 OUTLIER_DEVIATIONS = 3.5
 OUTLIER_MIN_STEP_SHARE = 0.05
-_OUTLIER_METRICS = (("step", _step_of), ("data wait", lambda s: s.data_wait_ms), ("exposed communication", lambda s: s.communication_exposed_ms))
+_OUTLIER_METRICS = (
+    ("step", _step_of),
+    ("data wait", lambda s: s.data_wait_ms),
+    ("exposed communication", lambda s: s.communication_exposed_ms),
+)
 
 
 def outliers(summaries: list[RankSummary]) -> dict[int, list[str]]:
@@ -224,6 +232,8 @@ def job_view(summaries: list[RankSummary]) -> dict[str, Any]:
         "job_samples_per_s": job_samples_per_s(summaries),
         "step_ms": {"min": min(steps), "median": statistics.median(steps), "max": max(steps)} if steps else None,
         "step_imbalance": round(max(steps) / min(steps), 4) if steps and min(steps) > 0 else None,
-        "communication_exposed_ms": {"min": min(exposed), "median": statistics.median(exposed), "max": max(exposed)} if exposed else None,
+        "communication_exposed_ms": {"min": min(exposed), "median": statistics.median(exposed), "max": max(exposed)}
+        if exposed
+        else None,
         "collectives_worst_rank": kinds,
     }

@@ -43,7 +43,19 @@ from typing import Any
 
 from diagnose.record import RunRecord
 
-BUCKETS = ("startup", "compile", "data_startup", "train", "eval", "checkpoint", "gc", "profiling", "contention", "stalls", "teardown")
+BUCKETS = (
+    "startup",
+    "compile",
+    "data_startup",
+    "train",
+    "eval",
+    "checkpoint",
+    "gc",
+    "profiling",
+    "contention",
+    "stalls",
+    "teardown",
+)
 LABELS = {
     "startup": "start-up (interpreter, imports, model build, first steps)",
     "compile": "compilation (torch.compile)",
@@ -60,7 +72,15 @@ LABELS = {
 #: the buckets that count as named (``stalls`` is the unexplained rest)
 NAMED = tuple(b for b in BUCKETS if b != "stalls")
 #: span kind -> bucket, in priority order: where spans overlap, the first listed takes the time
-SPAN_PRIORITY = (("checkpoint", "checkpoint"), ("compile", "compile"), ("gc", "gc"), ("profiling", "profiling"), ("data_startup", "data_startup"), ("eval", "eval"), ("eval_model", "eval"))
+SPAN_PRIORITY = (
+    ("checkpoint", "checkpoint"),
+    ("compile", "compile"),
+    ("gc", "gc"),
+    ("profiling", "profiling"),
+    ("data_startup", "data_startup"),
+    ("eval", "eval"),
+    ("eval_model", "eval"),
+)
 #: a step's unexplained time over this many times its neighbourhood's typical step is a stall
 STALL_FACTOR = 3.0
 #: ... when it also exceeds that typical step by this much (seconds): a host's millisecond
@@ -154,16 +174,25 @@ def account(record: RunRecord) -> Accounting | None:
     durations = [edges[i + 1] - edges[i] for i in range(len(edges) - 1)]
     shifts = _shifts(record, whole, events, train_by_step, durations, edges, warmup, wall)
     return Accounting(
-        wall_s=wall, seconds=seconds, steps=len(durations), events=events, shifts=shifts,
-        timeline=_timeline(start, end, b[0], steps_end, segments), step_series=_step_series(edges, durations),
-        memory_series=_memory_series(whole), windows=list(whole.get("windows", [])), notes=list(whole.get("notes", [])),
+        wall_s=wall,
+        seconds=seconds,
+        steps=len(durations),
+        events=events,
+        shifts=shifts,
+        timeline=_timeline(start, end, b[0], steps_end, segments),
+        step_series=_step_series(edges, durations),
+        memory_series=_memory_series(whole),
+        windows=list(whole.get("windows", [])),
+        notes=list(whole.get("notes", [])),
     )
 
 
 # --- spans and their cover ---------------------------------------------------------------------
 
 
-def _spans(record: RunRecord, whole: dict[str, Any], start: float, end: float) -> list[tuple[float, float, str, dict[str, Any]]]:
+def _spans(
+    record: RunRecord, whole: dict[str, Any], start: float, end: float
+) -> list[tuple[float, float, str, dict[str, Any]]]:
     """(start, end, kind, detail) of every span, clipped to the run."""
     out: list[tuple[float, float, str, dict[str, Any]]] = []
 
@@ -177,8 +206,16 @@ def _spans(record: RunRecord, whole: dict[str, Any], start: float, end: float) -
     for loader in whole.get("loaders", []):
         for s, wait in loader.get("starts", []):
             if s is not None:
-                add(float(s), float(s) + float(wait), "data_startup", {"name": loader.get("created_at") or "DataLoader",
-                    "num_workers": loader.get("num_workers", 0), "persistent_workers": loader.get("persistent_workers", False)})
+                add(
+                    float(s),
+                    float(s) + float(wait),
+                    "data_startup",
+                    {
+                        "name": loader.get("created_at") or "DataLoader",
+                        "num_workers": loader.get("num_workers", 0),
+                        "persistent_workers": loader.get("persistent_workers", False),
+                    },
+                )
     for c in whole.get("compiles", []):
         add(float(c["start"]), float(c["end"]), "compile", {"name": c.get("frame", ""), "reason": c.get("reason")})
     window = _main_window(record)
@@ -292,8 +329,14 @@ def _events(spans: list[tuple[float, float, str, dict[str, Any]]]) -> dict[str, 
 
 
 def _shifts(
-    record: RunRecord, whole: dict[str, Any], events: dict[str, list[dict[str, Any]]], train: list[float],
-    durations: list[float], edges: list[float], warmup: int, wall: float,
+    record: RunRecord,
+    whole: dict[str, Any],
+    events: dict[str, list[dict[str, Any]]],
+    train: list[float],
+    durations: list[float],
+    edges: list[float],
+    warmup: int,
+    wall: float,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # checkpoints: how often, in steps, and how long each blocks
@@ -301,17 +344,27 @@ def _shifts(
     if saves:
         at_steps = [_step_at(edges, e["start"]) for e in saves]
         gaps = [b - a for a, b in pairwise(at_steps) if b > a]
-        out["checkpoint"] = {"count": len(saves), "mean_s": statistics.fmean(e["seconds"] for e in saves),
-                             "every_steps": statistics.median(gaps) if gaps else None, "names": _names(saves)}
+        out["checkpoint"] = {
+            "count": len(saves),
+            "mean_s": statistics.fmean(e["seconds"] for e in saves),
+            "every_steps": statistics.median(gaps) if gaps else None,
+            "names": _names(saves),
+        }
     evals = _outermost(events.get("eval", []))
     if evals:
-        out["eval"] = {"count": len(evals), "mean_s": statistics.fmean(e["seconds"] for e in evals), "names": _names(evals)}
+        out["eval"] = {
+            "count": len(evals),
+            "mean_s": statistics.fmean(e["seconds"] for e in evals),
+            "names": _names(evals),
+        }
     starts = [e for e in events.get("data_startup", []) if "num_workers" in e]  # iter() to the first batch
     if starts:
         out["data_startup"] = {
-            "count": len(starts), "mean_s": statistics.fmean(e["seconds"] for e in starts),
+            "count": len(starts),
+            "mean_s": statistics.fmean(e["seconds"] for e in starts),
             # every start after the first, and the workers' shutdowns at epoch ends
-            "after_first_s": sum(e["seconds"] for e in starts[1:]) + sum(e["seconds"] for e in events.get("data_startup", []) if "num_workers" not in e),
+            "after_first_s": sum(e["seconds"] for e in starts[1:])
+            + sum(e["seconds"] for e in events.get("data_startup", []) if "num_workers" not in e),
             "persistent_workers": all(e.get("persistent_workers") for e in starts),
             "num_workers": max(int(e.get("num_workers") or 0) for e in starts),
         }
@@ -324,7 +377,9 @@ def _shifts(
         for c in recompiles:
             example.setdefault(re.sub(r"\d+", "N", c["reason"]), c["reason"])
         out["compile"] = {
-            "count": len(compiles), "recompiles": len(recompiles), "recompile_s": sum(c["seconds"] for c in recompiles),
+            "count": len(compiles),
+            "recompiles": len(recompiles),
+            "recompile_s": sum(c["seconds"] for c in recompiles),
             "reasons": [{"reason": example[k], "count": n} for k, n in kinds.most_common(3)],
         }
     out["slowdown"] = _slowdown(train, durations, warmup)
@@ -388,8 +443,14 @@ def _memory_growth(whole: dict[str, Any]) -> dict[str, Any] | None:
         rises = sum(1 for (_, a), (_, b) in pairwise(values) if b > a)
         cap = capacity.get(cap_key)
         slope = (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
-        entry = {"start_bytes": v0, "end_bytes": v1, "growth": (v1 - v0) / v0 if v0 else None, "rising_share": rises / (len(values) - 1),
-                 "per_hour_bytes": slope * 3600, "capacity_bytes": cap}
+        entry = {
+            "start_bytes": v0,
+            "end_bytes": v1,
+            "growth": (v1 - v0) / v0 if v0 else None,
+            "rising_share": rises / (len(values) - 1),
+            "per_hour_bytes": slope * 3600,
+            "capacity_bytes": cap,
+        }
         if cap and slope > 0 and v1 < cap:
             entry["hours_to_capacity"] = (cap - v1) / slope / 3600
         out[name] = entry
@@ -399,7 +460,9 @@ def _memory_growth(whole: dict[str, Any]) -> dict[str, Any] | None:
 # --- series for the renderers ---------------------------------------------------------------------
 
 
-def _timeline(start: float, end: float, first: float, steps_end: float, segments: list[tuple[float, float, str]]) -> list[dict[str, Any]]:
+def _timeline(
+    start: float, end: float, first: float, steps_end: float, segments: list[tuple[float, float, str]]
+) -> list[dict[str, Any]]:
     """Bucket shares over equal slices of the wall-clock: the spans exactly, the rest as start-up
     (before the first step), teardown (after the last) or training."""
     n = TIMELINE_SLICES
@@ -420,13 +483,18 @@ def _timeline(start: float, end: float, first: float, steps_end: float, segments
                 seconds[segments[m][2]] = seconds.get(segments[m][2], 0.0) + overlap
             m += 1
         rest = max(0.0, width - sum(seconds.values()))
-        regions = [(bucket, max(0.0, min(t1, z) - max(t0, a))) for bucket, a, z in (("startup", start, first), ("train", first, steps_end), ("teardown", steps_end, end))]
+        regions = [
+            (bucket, max(0.0, min(t1, z) - max(t0, a)))
+            for bucket, a, z in (("startup", start, first), ("train", first, steps_end), ("teardown", steps_end, end))
+        ]
         in_regions = sum(o for _, o in regions)
         for bucket, o in regions:
             if rest > 0 and o > 0:  # the uncovered rest, shared by where the slice lies
                 seconds[bucket] = seconds.get(bucket, 0.0) + rest * o / in_regions
         total = sum(seconds.values()) or 1.0
-        out.append({"t0": round(t0, 4), "t1": round(t1, 4), "shares": {b: round(v / total, 4) for b, v in seconds.items()}})
+        out.append(
+            {"t0": round(t0, 4), "t1": round(t1, 4), "shares": {b: round(v / total, 4) for b, v in seconds.items()}}
+        )
     return out
 
 
@@ -451,7 +519,15 @@ def _memory_series(whole: dict[str, Any]) -> list[list[float | None]]:
         wait = None
         if last is not None and s["t"] > last["t"]:
             wait = round(max(0.0, s.get("data_wait_s", 0.0) - last.get("data_wait_s", 0.0)) / (s["t"] - last["t"]), 4)
-        out.append([s["t"], s.get("steps", 0), None if rss is None else round(rss / 1e9, 4), None if gpu is None else round(gpu / 1e9, 4), wait])
+        out.append(
+            [
+                s["t"],
+                s.get("steps", 0),
+                None if rss is None else round(rss / 1e9, 4),
+                None if gpu is None else round(gpu / 1e9, 4),
+                wait,
+            ]
+        )
         last = s
     return out
 
@@ -473,7 +549,14 @@ def job_section(lead: dict[str, Any] | None, records: dict[int, RunRecord]) -> d
         first = first or acc
         train += acc.seconds["train"]
         wall += acc.wall_s
-        rows.append({"rank": rank, "goodput": round(acc.goodput, 6), "wall_s": round(acc.wall_s, 6), "seconds": {b: round(v, 6) for b, v in acc.seconds.items()}})
+        rows.append(
+            {
+                "rank": rank,
+                "goodput": round(acc.goodput, 6),
+                "wall_s": round(acc.wall_s, 6),
+                "seconds": {b: round(v, 6) for b, v in acc.seconds.items()},
+            }
+        )
     if not rows or first is None:
         return None
     section = dict(lead) if lead else first.to_dict()

@@ -27,10 +27,20 @@ from functools import cached_property, partial
 from itertools import compress, pairwise
 from typing import Any
 
+from diagnose.analysis.prediction.replay import (
+    STREAM_GAP_US,
+    GpuOp,
+    HostItem,
+    Replay,
+    ReplayCheck,
+    StepModel,
+    changed,
+    changer,
+    replay,
+)
+from diagnose.analysis.prediction.uncertainty import StepSample
 from diagnose.analysis.trace import forking
 from diagnose.analysis.trace import patterns as P
-from diagnose.analysis.prediction.uncertainty import StepSample
-from diagnose.analysis.prediction.replay import STREAM_GAP_US, GpuOp, HostItem, Replay, ReplayCheck, StepModel, changed, changer, replay
 
 # --- tabled rates ---------------------------------------------------------------------------------
 
@@ -114,7 +124,9 @@ AUTOCAST_BYTE_RATIO = 4 / 2
 #: Kernels that stay fp32 under autocast: CUDA autocast runs softmax, the norms and reductions
 #: (sum, mean, the losses) in fp32 (the "ops that autocast to float32" list of torch.amp's
 #: documentation).
-AUTOCAST_FP32_KERNEL = re.compile(r"softmax|layer_norm|LayerNorm|group_norm|batch_norm|reduce_kernel|nll_loss|cross_entropy", re.I)
+AUTOCAST_FP32_KERNEL = re.compile(
+    r"softmax|layer_norm|LayerNorm|group_norm|batch_norm|reduce_kernel|nll_loss|cross_entropy", re.I
+)
 #: Kernels whose name says they already move 16-bit elements.
 HALF_KERNEL = re.compile(r"bfloat16|bf16|half|fp16|__nv_bfloat|c10::Half", re.I)
 
@@ -172,7 +184,9 @@ def fusible(op: GpuOp) -> bool:
 
 def _host_per_launch(model: StepModel, phases: tuple[str, ...]) -> float:
     """Host time of model code per launched op in these phases (Python, dispatch, launch)."""
-    host = sum(it.duration_us for it in model.items if it.phase in phases and it.kind in ("work", "launch") and not it.blocking)
+    host = sum(
+        it.duration_us for it in model.items if it.phase in phases and it.kind in ("work", "launch") and not it.blocking
+    )
     launches = sum(1 for it in model.items if it.kind == "launch" and it.phase in phases)
     return host / launches if launches else model.launch_cost_us
 
@@ -218,13 +232,19 @@ def _reprecision(model: StepModel, ratios: dict[str, float], casts: bool) -> Ste
     for it in model.items:
         if it.kind == "launch" and it.phase == "forward" and any(i in scaled for i in it.ops):
             first = ops[it.ops[0]]
-            ops.append(GpuOp(first.stream, cast_us, "kernel", "autocast cast", "forward", model.launch_latency_us, STREAM_GAP_US))
+            ops.append(
+                GpuOp(
+                    first.stream, cast_us, "kernel", "autocast cast", "forward", model.launch_latency_us, STREAM_GAP_US
+                )
+            )
             items.append(HostItem("launch", model.launch_cost_us, "forward", (len(ops) - 1,)))
         items.append(it)
     for i in sorted(scaled):  # carried-in forward matmuls: their casts are carried in too
         op = model.ops[i]
         if op.carried_ready_us is not None and op.phase in ("forward", "unknown"):
-            ops.append(GpuOp(op.stream, cast_us, "kernel", "autocast cast", op.phase, 0.0, STREAM_GAP_US, op.carried_ready_us))
+            ops.append(
+                GpuOp(op.stream, cast_us, "kernel", "autocast cast", op.phase, 0.0, STREAM_GAP_US, op.carried_ready_us)
+            )
     return _rebuild(model, items, ops)
 
 
@@ -237,13 +257,19 @@ def tf32(model: StepModel, facts: Mapping[str, float], **_: Any) -> StepModel:
     return _reprecision(model, {"fp32": rate_ratio(model, "tf32")}, casts=False)
 
 
-def fused_optimizer(model: StepModel, facts: Mapping[str, float], param_tensors: float | None = None, **_: Any) -> StepModel:
+def fused_optimizer(
+    model: StepModel, facts: Mapping[str, float], param_tensors: float | None = None, **_: Any
+) -> StepModel:
     """The optimizer's per-tensor kernels become multi-tensor kernels of
     ``FUSED_TENSORS_PER_LAUNCH`` tensors each; its host code collapses to their launches."""
     tensors = param_tensors or _fact(facts, "optimizer.param_tensors")
     if not tensors:
         raise CannotPredict("the number of parameter tensors is unknown (a trace without its run record)")
-    per_tensor = [i for i, op in enumerate(model.ops) if op.phase == "optimizer" and op.kind == "kernel" and not P.classify_kernel(op.name).multi_tensor]
+    per_tensor = [
+        i
+        for i, op in enumerate(model.ops)
+        if op.phase == "optimizer" and op.kind == "kernel" and not P.classify_kernel(op.name).multi_tensor
+    ]
     if not per_tensor:
         raise CannotPredict("the optimizer launches no per-tensor kernels in the trace (already foreach/fused?)")
     steps = max(model.steps, 1)
@@ -265,7 +291,17 @@ def fused_optimizer(model: StepModel, facts: Mapping[str, float], param_tensors:
         if not in_optimizer:  # the first item of this step's optimizer: the fused launches
             in_optimizer = True
             for _launch in range(fused_launches):
-                ops.append(GpuOp(stream, fused_us / fused_launches, "kernel", "multi_tensor_apply_kernel (fused)", "optimizer", model.launch_latency_us, STREAM_GAP_US))
+                ops.append(
+                    GpuOp(
+                        stream,
+                        fused_us / fused_launches,
+                        "kernel",
+                        "multi_tensor_apply_kernel (fused)",
+                        "optimizer",
+                        model.launch_latency_us,
+                        STREAM_GAP_US,
+                    )
+                )
                 items.append(HostItem("launch", host_per_launch, "optimizer", (len(ops) - 1,)))
         if it.kind == "work":
             continue  # the per-tensor Python loop is gone
@@ -335,11 +371,7 @@ def graph_breaks(model: StepModel) -> list[int]:
     """Items at which a compiled forward or backward would break its graph: the script's own
     syncs inside them (``if t.all():``, ``.item()``, ``.tolist()``: Dynamo cannot trace a value
     read on the host, so it ends the graph there, runs the sync eagerly and resumes in a new one)."""
-    return [
-        i
-        for i, it in enumerate(model.items)
-        if it.phase in ("forward", "backward") and _is_user_sync(model, it)
-    ]
+    return [i for i, it in enumerate(model.items) if it.phase in ("forward", "backward") and _is_user_sync(model, it)]
 
 
 def library_layers(model: StepModel) -> set[int]:
@@ -352,10 +384,16 @@ def library_layers(model: StepModel) -> set[int]:
     def library_only(it: HostItem) -> bool:
         return all(LIBRARY_KERNEL.search(model.ops[j].name) for j in it.ops)
 
-    marks = [i for i, it in enumerate(items) if it.kind == "launch" and any(RNN_KERNEL.search(model.ops[j].name) for j in it.ops)]
+    marks = [
+        i
+        for i, it in enumerate(items)
+        if it.kind == "launch" and any(RNN_KERNEL.search(model.ops[j].name) for j in it.ops)
+    ]
     out = set(marks)
     for a, b in pairwise(marks):
-        if items[a].phase == items[b].phase and all(items[i].kind != "launch" or library_only(items[i]) for i in range(a + 1, b)):
+        if items[a].phase == items[b].phase and all(
+            items[i].kind != "launch" or library_only(items[i]) for i in range(a + 1, b)
+        ):
             out.update(range(a + 1, b))
     return out
 
@@ -363,7 +401,9 @@ def library_layers(model: StepModel) -> set[int]:
 def _is_user_sync(model: StepModel, it: HostItem) -> bool:
     if it.kind == "wait":
         return it.sync_kind == "user"
-    return it.kind == "launch" and it.blocking and bool(it.ops) and all(model.ops[j].copy_kind == "DtoH" for j in it.ops)
+    return (
+        it.kind == "launch" and it.blocking and bool(it.ops) and all(model.ops[j].copy_kind == "DtoH" for j in it.ops)
+    )
 
 
 def _runs(items: tuple[HostItem, ...], phase: str, breaks: set[int]) -> list[list[int]]:
@@ -454,7 +494,10 @@ def compile_model(
     outside = min(model.accumulate_grad_us + model.accumulate_grad_nodes * model.engine_gap_us, backward_eager)
     scales: dict[int, float] = {}
     calls_before: dict[int, float] = {}  # first item of a compiled piece -> its call's cost
-    for pieces, per_call, calls in ((forward_pieces, call_us, 1.0), (backward_pieces, backward_call_us, backward_calls)):
+    for pieces, per_call, calls in (
+        (forward_pieces, call_us, 1.0),
+        (backward_pieces, backward_call_us, backward_calls),
+    ):
         for piece in pieces:
             eager = sum(fused.items[i].duration_us for i in piece)
             launches = sum(1 for i in piece if fused.items[i].kind == "launch")
@@ -477,7 +520,10 @@ def compile_model(
     if cuda_graphs:  # a piece that became a graph runs its ops back to back; one left eager does not
         graphed = {j for i, it in enumerate(fused.items) if it.kind == "launch" and i in scales for j in it.ops}
         graphed |= {j for j, op in enumerate(ops) if op.carried_ready_us is not None and op.phase in phases}
-        ops = [_queued_back_to_back(op, 0.0, min(op.gap_us, STREAM_GAP_US)) if j in graphed else op for j, op in enumerate(ops)]
+        ops = [
+            _queued_back_to_back(op, 0.0, min(op.gap_us, STREAM_GAP_US)) if j in graphed else op
+            for j, op in enumerate(ops)
+        ]
     return replace(fused, items=tuple(items), ops=tuple(ops))
 
 
@@ -493,7 +539,12 @@ def graphs_of_compiled(model: StepModel, facts: Mapping[str, float], **params: A
 
 
 def more_workers(
-    model: StepModel, facts: Mapping[str, float], num_workers: float | None = None, pin_memory: float | None = None, host_scale: float = 1.0, **_: Any
+    model: StepModel,
+    facts: Mapping[str, float],
+    num_workers: float | None = None,
+    pin_memory: float | None = None,
+    host_scale: float = 1.0,
+    **_: Any,
 ) -> StepModel:
     """Data waits become: take a batch that ``n`` workers, each ``t`` per batch, deliver at
     ``n / t`` batches per second, bounded by the CPUs (one left for the main process), counted
@@ -570,11 +621,17 @@ def receive_us(model: StepModel, facts: Mapping[str, float], fetches: int) -> fl
         return 0.0
     measured = _fact(facts, "host.loader_receive_ms_per_mb")
     mb = copied / max(fetches, 1) / 1e6
-    ms = mb * measured * LOADER_RECEIVE_CONTENTION + LOADER_RECEIVE_BATCH_MS if measured else mb * LOADER_RECEIVE_MS_PER_MB
+    ms = (
+        mb * measured * LOADER_RECEIVE_CONTENTION + LOADER_RECEIVE_BATCH_MS
+        if measured
+        else mb * LOADER_RECEIVE_MS_PER_MB
+    )
     return ms * 1e3
 
 
-def pinned_copies(model: StepModel, facts: Mapping[str, float], bandwidth_gbs: float | None = None, **_: Any) -> StepModel:
+def pinned_copies(
+    model: StepModel, facts: Mapping[str, float], bandwidth_gbs: float | None = None, **_: Any
+) -> StepModel:
     """Pageable host-to-device copies run at the pinned bandwidth, without blocking the host."""
     pageable = [i for i, op in enumerate(model.ops) if op.copy_kind == "HtoD-pageable"]
     if not pageable:
@@ -597,7 +654,11 @@ def pinned_copies(model: StepModel, facts: Mapping[str, float], bandwidth_gbs: f
 
 def pinned_bandwidth_gbs(model: StepModel) -> float:
     """Pinned H2D bandwidth measured in this trace (large copies), else the link's tabled rate."""
-    rates = [op.nbytes / op.duration_us / 1e3 for op in model.ops if op.copy_kind == "HtoD-pinned" and op.nbytes >= BANDWIDTH_MIN_BYTES and op.duration_us > 0]
+    rates = [
+        op.nbytes / op.duration_us / 1e3
+        for op in model.ops
+        if op.copy_kind == "HtoD-pinned" and op.nbytes >= BANDWIDTH_MIN_BYTES and op.duration_us > 0
+    ]
     if rates:
         return statistics.median(rates)
     major = model.compute_capability[0] if model.compute_capability else None
@@ -610,7 +671,11 @@ def remove_syncs(model: StepModel, facts: Mapping[str, float], keep_every: float
     """The script's own syncs stop blocking (``keep_every`` N: one in N still does). Staging
     syncs of copies and DDP's waits stay."""
     user = [i for i, it in enumerate(model.items) if it.kind == "wait" and it.sync_kind == "user"]
-    user += [i for i, it in enumerate(model.items) if it.kind == "launch" and it.blocking and all(model.ops[j].copy_kind == "DtoH" for j in it.ops)]
+    user += [
+        i
+        for i, it in enumerate(model.items)
+        if it.kind == "launch" and it.blocking and all(model.ops[j].copy_kind == "DtoH" for j in it.ops)
+    ]
     if not user:
         raise CannotPredict("the script's own code does not sync in the trace")
     user.sort()
@@ -625,7 +690,11 @@ def remove_syncs(model: StepModel, facts: Mapping[str, float], keep_every: float
 
 
 def larger_batch(
-    model: StepModel, facts: Mapping[str, float], factor: float | None = None, matmul_roof_share: float | None = None, **_: Any
+    model: StepModel,
+    facts: Mapping[str, float],
+    factor: float | None = None,
+    matmul_roof_share: float | None = None,
+    **_: Any,
 ) -> StepModel:
     """A batch ``factor`` times larger: the GPU work of forward and backward and the data loading
     scale with it; launches, host code, the optimizer and communication do not.
@@ -669,7 +738,13 @@ def larger_batch(
     ops = [scaled(op) for op in model.ops]
     workers, busy = _fact(facts, "dataloader.num_workers"), _fact(facts, "workers.busy")
     keep_up = bool(workers) and busy is not None and busy * factor < 1
-    items = model.items if keep_up else tuple(changed(it, duration_us=it.duration_us * factor) if it.fetch is not None else it for it in model.items)
+    items = (
+        model.items
+        if keep_up
+        else tuple(
+            changed(it, duration_us=it.duration_us * factor) if it.fetch is not None else it for it in model.items
+        )
+    )
     return replace(model, ops=tuple(ops), items=items, batch_factor=model.batch_factor * factor)
 
 
@@ -825,7 +900,9 @@ class Predictor:
         self.baseline  # noqa: B018 - replayed here once, not in each child
         return forking.side_by_side(calls)
 
-    def _outcome(self, name: str, facts: Mapping[str, float], params: Mapping[str, float] | None) -> Prediction | Exception:
+    def _outcome(
+        self, name: str, facts: Mapping[str, float], params: Mapping[str, float] | None
+    ) -> Prediction | Exception:
         try:
             return self.predict(name, facts, params)
         except Exception as exc:  # noqa: BLE001 - the caller says why the finding has no prediction

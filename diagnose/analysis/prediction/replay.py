@@ -48,9 +48,16 @@ from itertools import compress, islice, pairwise, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from diagnose.analysis.trace import columns as C
-from diagnose.analysis.measure.breakdown import field_column, backward_spans, forward_spans, h2d_host_ops, merge, resolve_nesting
+from diagnose.analysis.measure.breakdown import (
+    backward_spans,
+    field_column,
+    forward_spans,
+    h2d_host_ops,
+    merge,
+    resolve_nesting,
+)
 from diagnose.analysis.measure.profcost import estimate_cost_per_event
+from diagnose.analysis.trace import columns as C
 from diagnose.analysis.trace.timeline import GpuKernel, GpuMemcpy, GpuMemset, Interval, Timeline
 
 if TYPE_CHECKING:  # numpy is imported where it is used (through ``vectorized``), not when this module loads
@@ -128,7 +135,8 @@ class HostItem:
 
 _Value = TypeVar("_Value", GpuOp, HostItem)
 _FIELDS: dict[type, tuple[Any, dict[str, int]]] = {
-    cls: (attrgetter(*(f.name for f in fields(cls))), {f.name: i for i, f in enumerate(fields(cls))}) for cls in (GpuOp, HostItem)
+    cls: (attrgetter(*(f.name for f in fields(cls))), {f.name: i for i, f in enumerate(fields(cls))})
+    for cls in (GpuOp, HostItem)
 }
 
 
@@ -279,8 +287,14 @@ class _Labeller:
     def at_many(self, times: np.ndarray) -> list[str]:
         """``at`` of each instant (the searches made at once)."""
         from diagnose.analysis.trace.vectorized import np
+
         labels = [*self.segment_labels, "other"]  # before the first bound: index -1, "other"
-        return list(map(labels.__getitem__, (np.searchsorted(np.array(self.bounds, dtype=np.float64), times, side="right") - 1).tolist()))
+        return list(
+            map(
+                labels.__getitem__,
+                (np.searchsorted(np.array(self.bounds, dtype=np.float64), times, side="right") - 1).tolist(),
+            )
+        )
 
     def cuts(self, a: float, b: float) -> list[float]:
         lo, hi = bisect_right(self.bounds, a), bisect_left(self.bounds, b)
@@ -340,8 +354,11 @@ class _GpuRows:
     @classmethod
     def before(cls, timeline: Timeline, t: float) -> _GpuRows:
         from diagnose.analysis.trace.vectorized import floats, np
+
         kernels = _fields_before(timeline.kernels, GpuKernel, ("start", "end", "stream", "correlation", "name"), t)
-        copies = _fields_before(timeline.memcpys, GpuMemcpy, ("start", "end", "stream", "correlation", "kind", "nbytes"), t)
+        copies = _fields_before(
+            timeline.memcpys, GpuMemcpy, ("start", "end", "stream", "correlation", "kind", "nbytes"), t
+        )
         memsets = _fields_before(timeline.memset_ops, GpuMemset, ("start", "end", "stream", "correlation"), t)
         k, m, z = len(kernels[0]), len(copies[0]), len(memsets[0])
         starts = np.concatenate([floats(kernels[0]), floats(copies[0]), floats(memsets[0])])
@@ -362,6 +379,7 @@ class _GpuRows:
     def stream_busy(self) -> np.ndarray:
         """For each row (sorted), the latest end of the rows before it on its stream (-inf: none)."""
         from diagnose.analysis.trace.vectorized import np
+
         code_of = {stream: code for code, stream in enumerate(dict.fromkeys(self.streams))}
         codes = np.fromiter(map(code_of.__getitem__, self.streams), dtype=np.int64, count=len(self.streams))[self.order]
         busy = np.full(len(codes), -np.inf)
@@ -466,8 +484,14 @@ def build_model(timeline: Timeline) -> StepModel | None:
 
 
 def step_model(
-    timeline: Timeline, steps: Sequence[Any], items: Sequence[HostItem], ops: Sequence[GpuOp], busy_before: dict[int, float],
-    latency_cap: float, nonblocking: Sequence[float], delays: Sequence[float],
+    timeline: Timeline,
+    steps: Sequence[Any],
+    items: Sequence[HostItem],
+    ops: Sequence[GpuOp],
+    busy_before: dict[int, float],
+    latency_cap: float,
+    nonblocking: Sequence[float],
+    delays: Sequence[float],
 ) -> StepModel:
     """The model of ``steps`` from its host items and GPU ops, with what the trace says beside
     them (``nonblocking``: the durations of the launches that did not block; ``delays``: each
@@ -494,7 +518,9 @@ def step_model(
         profiler_cost_us=profiler_cost.per_event_us,
         profiler_cost_source=profiler_cost.source,
         # a trace trimmed before ``trim`` kept the calls that waited says nothing of them
-        blocked_us=() if timeline.meta.trim_format == 1 else tuple(_blocked(timeline.long_runtime_calls, (s.start, s.end), launch_cost) for s in steps),
+        blocked_us=()
+        if timeline.meta.trim_format == 1
+        else tuple(_blocked(timeline.long_runtime_calls, (s.start, s.end), launch_cost) for s in steps),
     )
 
 
@@ -566,7 +592,9 @@ def _host_items(
         h2d = labeller.labels["h2d_copy"]
         data_parallel = merge(timeline.data_parallel_spans)
         kept = [s for s in syncs if (s.start, s.end) not in launch_spans]
-        payloads += ["staging" if _inside(h2d, s.start) else "comm" if _inside(data_parallel, s.start) else "user" for s in kept]
+        payloads += [
+            "staging" if _inside(h2d, s.start) else "comm" if _inside(data_parallel, s.start) else "user" for s in kept
+        ]
         starts = np.concatenate([starts, np.array([s.start for s in kept], dtype=np.float64)])
         ends = np.concatenate([ends, np.array([s.end for s in kept], dtype=np.float64)])
     waits = len(payloads) > len(groups)
@@ -575,7 +603,9 @@ def _host_items(
     order = order[:calls]
     starts, ends = starts[order], ends[order]
     payloads = [payloads[i] for i in order.tolist()]
-    cursor = np.maximum.accumulate(np.concatenate([[w0], np.maximum(starts, ends)]))  # before each call, and after the last
+    cursor = np.maximum.accumulate(
+        np.concatenate([[w0], np.maximum(starts, ends)])
+    )  # before each call, and after the last
     at_call = np.maximum(cursor[:-1], starts)  # the cursor once the host has reached the call
 
     fetch_at = labeller.fetch_at
@@ -609,7 +639,9 @@ def _host_items(
     span = ends - at_call
     phases = labeller.at_many(starts)
     leads = (at_call - starts).tolist()
-    call_items = list(map(HostItem, repeat("launch"), np.where(span > 0.0, span, 0.0).tolist(), phases, payloads, leads))
+    call_items = list(
+        map(HostItem, repeat("launch"), np.where(span > 0.0, span, 0.0).tolist(), phases, payloads, leads)
+    )
     is_copy = [op.kind == "memcpy" for op in ops]
     op_end = op_ends.tolist()
     nonblocking = [True] * calls
@@ -618,7 +650,15 @@ def _host_items(
         indices = payloads[k]
         if all(is_copy[i] for i in indices) and ends[k] >= max(op_end[i] for i in indices):
             done = max(op_end[i] for i in indices)
-            call_items[k] = HostItem("launch", 0.0, phases[k], indices, leads[k], after_us=float(ends[k]) - max(float(starts[k]), done), blocking=True)
+            call_items[k] = HostItem(
+                "launch",
+                0.0,
+                phases[k],
+                indices,
+                leads[k],
+                after_us=float(ends[k]) - max(float(starts[k]), done),
+                blocking=True,
+            )
             nonblocking[k] = False
     if waits:
         launched_at = np.full(len(ops), -np.inf)
@@ -630,7 +670,15 @@ def _host_items(
                 start, end = float(starts[k]), float(ends[k])
                 awaited = tuple(s for s in streams if last_end_launched_before(s, start) <= end + 1.0)
                 done = max((last_end_launched_before(s, start) for s in awaited), default=float("-inf"))
-                call_items[k] = HostItem("wait", 0.0, phases[k], lead_us=leads[k], streams=awaited, after_us=end - max(start, done), sync_kind=kind)
+                call_items[k] = HostItem(
+                    "wait",
+                    0.0,
+                    phases[k],
+                    lead_us=leads[k],
+                    streams=awaited,
+                    after_us=end - max(start, done),
+                    sync_kind=kind,
+                )
                 nonblocking[k] = False
     launch_us = list(compress((item.duration_us for item in call_items), nonblocking))
 
@@ -718,7 +766,11 @@ def replay(model: StepModel, host_code_scale: float = 1.0) -> Replay:
     for item in model.items:
         kind = item.kind
         # ``_elastic``, written out: this loop runs once per host item of every replay
-        elastic = (item.phase in MODEL_CODE_PHASES or (traced_fetches and _traced_fetch(item))) and not item.blocking and kind != "wait"
+        elastic = (
+            (item.phase in MODEL_CODE_PHASES or (traced_fetches and _traced_fetch(item)))
+            and not item.blocking
+            and kind != "wait"
+        )
         duration = item.duration_us * host_code_scale if elastic else item.duration_us
         lead = item.lead_us * host_code_scale if elastic else item.lead_us
         if kind == "work":
@@ -788,7 +840,10 @@ def replay_check(model: StepModel) -> ReplayCheck:
     full = replay(model).window_us
     free = replay(model, host_code_scale=0.0).window_us
     median_step = statistics.median(model.step_durations_us)
-    ahead = model.host_lead_us >= HOST_AHEAD_STEPS * median_step and abs(free - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us
+    ahead = (
+        model.host_lead_us >= HOST_AHEAD_STEPS * median_step
+        and abs(free - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us
+    )
     return ReplayCheck(model.measured_us, full, free, model.steps, "host ahead" if ahead else "trace")
 
 
@@ -823,12 +878,20 @@ def host_ahead_scale(model: StepModel) -> float:
     if scale <= 0 or abs(replay(model, scale).window_us - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us:
         return scale
     # the host's estimate would not fit the window it ran in: the most that fits
-    fits, _ = _bisect(lambda s: abs(replay(model, s).window_us - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us, 0.0, scale)
+    fits, _ = _bisect(
+        lambda s: abs(replay(model, s).window_us - model.measured_us) <= REPLAY_TOLERANCE * model.measured_us,
+        0.0,
+        scale,
+    )
     return fits
 
 
 def _elastic(item: HostItem, traced_fetches: bool) -> bool:
-    return (item.phase in MODEL_CODE_PHASES or (traced_fetches and _traced_fetch(item))) and item.kind != "wait" and not item.blocking
+    return (
+        (item.phase in MODEL_CODE_PHASES or (traced_fetches and _traced_fetch(item)))
+        and item.kind != "wait"
+        and not item.blocking
+    )
 
 
 def _traced_fetch(item: HostItem) -> bool:

@@ -204,7 +204,13 @@ class StepSample:
         return resample_indices(self.steps, self.resamples, self.block, self.seed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps, "resamples": self.resamples, "seed": self.seed, "block": self.block, "interval": INTERVAL}
+        return {
+            "steps": self.steps,
+            "resamples": self.resamples,
+            "seed": self.seed,
+            "block": self.block,
+            "interval": INTERVAL,
+        }
 
 
 def resampled_speedups(
@@ -247,7 +253,9 @@ def resampled_speedups(
     return draws
 
 
-def measured_draws(speedup: float, spread: float, resamples: int = RESAMPLES, stream: int = 0, seed: int = SEED) -> np.ndarray:
+def measured_draws(
+    speedup: float, spread: float, resamples: int = RESAMPLES, stream: int = 0, seed: int = SEED
+) -> np.ndarray:
     """A measured speedup on each resample: lognormal, its relative ``spread`` (the A/B's
     baseline spread, half a range) taken as the interval's edge."""
     np = _np()

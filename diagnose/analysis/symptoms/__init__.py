@@ -21,15 +21,52 @@ from types import MappingProxyType
 
 from diagnose.analysis.measure.breakdown import SPREAD_QUANTILES, Breakdown, one_step
 from diagnose.analysis.measure.ranks import RankSet
-from diagnose.analysis.symptoms import compiled, copies, dataloader, distributed, environment, exposed, frameworks, gpu, limits, lines, memory, optimizer, syncs, wholerun
+from diagnose.analysis.symptoms import (
+    compiled,
+    copies,
+    dataloader,
+    distributed,
+    environment,
+    exposed,
+    frameworks,
+    gpu,
+    limits,
+    lines,
+    memory,
+    optimizer,
+    syncs,
+    wholerun,
+)
 from diagnose.analysis.symptoms.dataloader import suggest_num_workers
 from diagnose.analysis.symptoms.memory import suggest_batch_size
-from diagnose.analysis.symptoms.registry import Definition, Symptom, Symptoms, definitions_in, evaluate, evaluation_order
+from diagnose.analysis.symptoms.registry import (
+    Definition,
+    Symptom,
+    Symptoms,
+    definitions_in,
+    evaluate,
+    evaluation_order,
+)
 from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.record import RunRecord
 
 #: the subject modules, in the order their symptoms are listed
-MODULES = (exposed, gpu, copies, syncs, optimizer, dataloader, memory, limits, environment, compiled, distributed, lines, frameworks, wholerun)
+MODULES = (
+    exposed,
+    gpu,
+    copies,
+    syncs,
+    optimizer,
+    dataloader,
+    memory,
+    limits,
+    environment,
+    compiled,
+    distributed,
+    lines,
+    frameworks,
+    wholerun,
+)
 #: every declared symptom, in the order of its computation (after the symptoms it uses)
 DEFINITIONS: tuple[Definition, ...] = evaluation_order(tuple(d for m in MODULES for d in definitions_in(vars(m))))
 #: name -> (unit, description) for every symptom this version computes; the rule loader checks
@@ -55,7 +92,9 @@ def compute_symptoms(
 MIN_STEPS_FOR_SPREAD = 3
 
 
-def _inputs(steps: Breakdown | None, record: RunRecord | None, meta: TraceMeta | None, ranks: RankSet | None) -> dict[str, object]:
+def _inputs(
+    steps: Breakdown | None, record: RunRecord | None, meta: TraceMeta | None, ranks: RankSet | None
+) -> dict[str, object]:
     return {
         "steps": steps,
         "gpu": steps if steps is not None and steps.has_gpu else None,
@@ -75,6 +114,13 @@ def symptoms_from_values(values: dict[str, float]) -> Symptoms:
 
 
 __all__ = [
-    "CATALOG", "DEFINITIONS", "MODULES", "Symptom", "Symptoms", "compute_symptoms", "suggest_batch_size",
-    "suggest_num_workers", "symptoms_from_values",
+    "CATALOG",
+    "DEFINITIONS",
+    "MODULES",
+    "Symptom",
+    "Symptoms",
+    "compute_symptoms",
+    "suggest_batch_size",
+    "suggest_num_workers",
+    "symptoms_from_values",
 ]

@@ -22,22 +22,36 @@ def _recompiles(seen: dict[str, Any]) -> list[dict[str, Any]]:
     return [x for x in seen.get("recompile_reasons") or [] if x.get("reason") != "first compilation of this frame"]
 
 
-@symptom("compile.enabled", "bool", "the script runs its model through torch.compile (a torch.compile or Module.compile call, or a model wrapped by one)")
+@symptom(
+    "compile.enabled",
+    "bool",
+    "the script runs its model through torch.compile (a torch.compile or Module.compile call, or a model wrapped by one)",
+)
 def enabled(record: RunRecord) -> bool:
     return bool(record.compile.get("enabled")) or any(m.compiled for m in record.models)
 
 
-@symptom("compile.mode_reduce_overhead", "bool", "the compiled graphs run as CUDA graphs (mode reduce-overhead or max-autotune, or triton.cudagraphs)")
+@symptom(
+    "compile.mode_reduce_overhead",
+    "bool",
+    "the compiled graphs run as CUDA graphs (mode reduce-overhead or max-autotune, or triton.cudagraphs)",
+)
 def mode_reduce_overhead(record: RunRecord) -> bool:
     return bool(record.compile.get("cudagraphs"))
 
 
-@symptom("compile.graph_breaks", "count", "graph breaks dynamo made (its counters, read at the end of the profiled window)")
+@symptom(
+    "compile.graph_breaks", "count", "graph breaks dynamo made (its counters, read at the end of the profiled window)"
+)
 def graph_breaks(record: RunRecord) -> int | None:
     return int(record.compile.get("graph_break_count", 0)) if record.compile else None
 
 
-@symptom("compile.recompiles", "count", "compilations after the warm-up, up to the end of the profiled window (recompilations)")
+@symptom(
+    "compile.recompiles",
+    "count",
+    "compilations after the warm-up, up to the end of the profiled window (recompilations)",
+)
 def recompiles(record: RunRecord) -> int | None:
     seen = record.compile
     return int(seen.get("compiles_after_warmup", 0)) if seen and seen.get("window_seen") else None
@@ -52,7 +66,9 @@ def issues(record: RunRecord) -> str | None:
         parts.append("dynamo broke the graph: " + "; ".join(f"`{x['reason']}` ({x['count']}x)" for x in breaks[:3]))
     again = _recompiles(seen)
     if again:
-        parts.append("it recompiled after the warm-up: " + "; ".join(f"`{x['reason']}` ({x['count']}x)" for x in again[:3]))
+        parts.append(
+            "it recompiled after the warm-up: " + "; ".join(f"`{x['reason']}` ({x['count']}x)" for x in again[:3])
+        )
     return "; ".join(parts) or None
 
 
@@ -63,5 +79,9 @@ def sites(record: RunRecord) -> str | None:
         _short(x["site"]) + (f" `{x['code']}`" if x.get("code") else "") + " (graph break)"
         for x in (seen.get("graph_break_sites") or [])[:3]
     ]
-    out += [f"{_short(x['site'])} in {x.get('function') or '?'} (recompiles)" for x in _recompiles(seen)[:2] if x.get("site")]
+    out += [
+        f"{_short(x['site'])} in {x.get('function') or '?'} (recompiles)"
+        for x in _recompiles(seen)[:2]
+        if x.get("site")
+    ]
     return "; ".join(out) or None

@@ -22,7 +22,9 @@ def present(steps: Breakdown | None = None, record: RunRecord | None = None) -> 
     return True if steps is not None and steps.dataloader_kinds else None
 
 
-@symptom("dataloader.single_process", "bool", "the DataLoader loads in the main process (num_workers=0), as the trace shows")
+@symptom(
+    "dataloader.single_process", "bool", "the DataLoader loads in the main process (num_workers=0), as the trace shows"
+)
 def single_process(steps: Breakdown) -> bool | None:
     return "multi" not in steps.dataloader_kinds if steps.dataloader_kinds else None
 
@@ -78,7 +80,9 @@ def steps_per_epoch(record: RunRecord) -> int | None:
     return loader.batches() if loader is not None else None
 
 
-@symptom("dataloader.startup_s", "s", "extra wait for the first batch of an epoch, over a normal batch (worker start-up)")
+@symptom(
+    "dataloader.startup_s", "s", "extra wait for the first batch of an epoch, over a normal batch (worker start-up)"
+)
 def startup_s(record: RunRecord, steps: Breakdown | None = None) -> float | None:
     """Wait for an epoch's first batch beyond a normal batch's wait: the cost of starting workers."""
     loader = _loader(record)
@@ -89,11 +93,17 @@ def startup_s(record: RunRecord, steps: Breakdown | None = None) -> float | None
 
 
 @symptom(
-    "dataloader.restart_share", "share", "share of an epoch spent starting DataLoader workers",
+    "dataloader.restart_share",
+    "share",
+    "share of an epoch spent starting DataLoader workers",
     uses=("dataloader.startup_s", "step.time_ms", "dataloader.steps_per_epoch"),
 )
 def restart_share(known: Known) -> float | None:
-    startup, step_ms, epoch_steps = known.get("dataloader.startup_s"), known.get("step.time_ms"), known.get("dataloader.steps_per_epoch")
+    startup, step_ms, epoch_steps = (
+        known.get("dataloader.startup_s"),
+        known.get("step.time_ms"),
+        known.get("dataloader.steps_per_epoch"),
+    )
     if startup is None or not step_ms or not epoch_steps:
         return None
     return startup / (startup + epoch_steps * step_ms / 1000)
@@ -112,7 +122,9 @@ def cpu_per_batch_ms(record: RunRecord) -> float | None:
 
 
 @symptom(
-    "workers.balance", "count", "DataLoader workers whose combined output matches the step rate without the data wait",
+    "workers.balance",
+    "count",
+    "DataLoader workers whose combined output matches the step rate without the data wait",
     uses=("workers.cpu_per_batch_ms", "step.time_ms", "exposed.data_wait"),
 )
 def balance(known: Known) -> int | None:
@@ -124,9 +136,19 @@ def balance(known: Known) -> int | None:
 
 
 @symptom(
-    "suggest.num_workers", "count",
+    "suggest.num_workers",
+    "count",
     "DataLoader workers that would keep up with the step, within the CPUs (half of them on a CPU-only run)",
-    uses=("dataloader.num_workers", "dataloader.single_process", "cpu.count", "cpu.cores", "gpu.present", "exposed.data_wait", "phase.data_wait", "workers.balance"),
+    uses=(
+        "dataloader.num_workers",
+        "dataloader.single_process",
+        "cpu.count",
+        "cpu.cores",
+        "gpu.present",
+        "exposed.data_wait",
+        "phase.data_wait",
+        "workers.balance",
+    ),
 )
 def suggested_workers(known: Known) -> int | None:
     workers = known.get("dataloader.num_workers")
@@ -165,12 +187,22 @@ def workers_limit(cpus: int, cpu_only: bool) -> int:
 
 
 @symptom(
-    "suggest.preprocess_workers", "count",
+    "suggest.preprocess_workers",
+    "count",
     "DataLoader workers that would take over the main thread's own per-batch work (and the loading) and keep up with "
     "the step, within the CPUs; absent when the CPU count is unknown",
     uses=(
-        "cpu.count", "cpu.cores", "gpu.present", "dataloader.num_workers", "dataloader.single_process", "phase.other", "phase.data_wait",
-        "exposed.data_wait", "exposed.other_not_sync", "workers.cpu_per_batch_ms", "step.time_ms",
+        "cpu.count",
+        "cpu.cores",
+        "gpu.present",
+        "dataloader.num_workers",
+        "dataloader.single_process",
+        "phase.other",
+        "phase.data_wait",
+        "exposed.data_wait",
+        "exposed.other_not_sync",
+        "workers.cpu_per_batch_ms",
+        "step.time_ms",
     ),
 )
 def suggested_preprocess_workers(known: Known) -> int | None:
@@ -190,13 +222,16 @@ def suggested_preprocess_workers(known: Known) -> int | None:
     else:
         load = float(workers)
     # after the move neither the data wait nor the main thread's own work limits the step
-    rest = max(1.0 - (known.get("exposed.data_wait") or 0.0) - (known.get("exposed.other_not_sync") or 0.0), MIN_REST_SHARE)
+    rest = max(
+        1.0 - (known.get("exposed.data_wait") or 0.0) - (known.get("exposed.other_not_sync") or 0.0), MIN_REST_SHARE
+    )
     needed = math.ceil((load + other) / rest) + 1  # one spare, so that a slow batch does not stall the step
     return int(min(workers_limit(int(cpus), known.get("gpu.present") == 0), max(needed, int(workers), 1)))
 
 
 @symptom(
-    "suggest.workers_basis", "text",
+    "suggest.workers_basis",
+    "text",
     "the CPU count behind a suggested number of DataLoader workers, as the findings quote it",
     uses=("cpu.count", "cpu.cores", "gpu.present"),
 )
@@ -208,7 +243,11 @@ def workers_basis(known: Known) -> str | None:
     limit = workers_limit(int(cpus), cpu_only)
     shared = ", shared with the model's own threads (half for the workers)" if cpu_only else ""
     count = known.get("cpu.count")
-    what = f"{int(cpus)} CPUs" if count is None or int(count) == int(cpus) else f"{int(count)} CPUs on {int(cpus)} physical cores"
+    what = (
+        f"{int(cpus)} CPUs"
+        if count is None or int(count) == int(cpus)
+        else f"{int(count)} CPUs on {int(cpus)} physical cores"
+    )
     return f"{what}{shared}: at most {limit} worker{'s' if limit != 1 else ''} beside the main process"
 
 
@@ -236,12 +275,17 @@ WAITED_SHARE_OF_STEP = 0.05
 
 
 @symptom(
-    "data.waiting_steps", "share",
+    "data.waiting_steps",
+    "share",
     "share of profiled steps that waited for data (exposed data wait of 5% of the step or more); "
     "low beside a large exposed.data_wait means a bursty input pipeline: periodic long waits",
 )
 def waiting_steps(steps: Breakdown) -> float | None:
     if len(steps.steps) < 2:
         return None
-    waited = [s for s in steps.steps if s.duration_us and s.exposed.get("data_wait", 0.0) >= WAITED_SHARE_OF_STEP * s.duration_us]
+    waited = [
+        s
+        for s in steps.steps
+        if s.duration_us and s.exposed.get("data_wait", 0.0) >= WAITED_SHARE_OF_STEP * s.duration_us
+    ]
     return len(waited) / len(steps.steps)

@@ -23,7 +23,11 @@ def straggler_rank(ranks: RankSet) -> float | None:
     return _straggler(ranks, "rank")
 
 
-@symptom("dist.straggler_data_share", "share", "the straggler's exposed data wait over the other ranks' median, as a share of the step")
+@symptom(
+    "dist.straggler_data_share",
+    "share",
+    "the straggler's exposed data wait over the other ranks' median, as a share of the step",
+)
 def straggler_data_share(ranks: RankSet) -> float | None:
     return _straggler(ranks, "excess_share")
 
@@ -66,28 +70,48 @@ def _least_exposed_share(ranks: RankSet, kind: str) -> float | None:
     return round(min(shares), 4) if shares and len(shares) == len(ranks.summaries) else None
 
 
-@symptom("dist.all_gather_exposed", "share", "share of the step the all-gathers (FSDP's parameter gathers) run with no compute beside them, least of any rank")
+@symptom(
+    "dist.all_gather_exposed",
+    "share",
+    "share of the step the all-gathers (FSDP's parameter gathers) run with no compute beside them, least of any rank",
+)
 def all_gather_exposed(ranks: RankSet) -> float | None:
     return _least_exposed_share(ranks, "all_gather")
 
 
-@symptom("dist.reduce_scatter_exposed", "share", "share of the step the reduce-scatters (FSDP's gradient reductions) run with no compute beside them, least of any rank")
+@symptom(
+    "dist.reduce_scatter_exposed",
+    "share",
+    "share of the step the reduce-scatters (FSDP's gradient reductions) run with no compute beside them, least of any rank",
+)
 def reduce_scatter_exposed(ranks: RankSet) -> float | None:
     return _least_exposed_share(ranks, "reduce_scatter")
 
 
-@symptom("dist.all_reduce_exposed", "share", "share of the step the all-reduces (DDP's gradient buckets) run with no compute beside them, least of any rank")
+@symptom(
+    "dist.all_reduce_exposed",
+    "share",
+    "share of the step the all-reduces (DDP's gradient buckets) run with no compute beside them, least of any rank",
+)
 def all_reduce_exposed(ranks: RankSet) -> float | None:
     return _least_exposed_share(ranks, "all_reduce")
 
 
-@symptom("dist.all_reduce_calls_per_step", "count", "all-reduce calls per step (DDP: one per gradient bucket), the first rank's")
+@symptom(
+    "dist.all_reduce_calls_per_step",
+    "count",
+    "all-reduce calls per step (DDP: one per gradient bucket), the first rank's",
+)
 def all_reduce_calls_per_step(ranks: RankSet) -> float | None:
     first = min(ranks.summaries, key=lambda s: s.rank)
     return first.collectives["all_reduce"]["calls_per_step"] if "all_reduce" in first.collectives else None
 
 
-@symptom("dist.all_reduce_overlapped", "share", "share of the all-reduce time that runs beside compute (backward), the first rank's")
+@symptom(
+    "dist.all_reduce_overlapped",
+    "share",
+    "share of the all-reduce time that runs beside compute (backward), the first rank's",
+)
 def all_reduce_overlapped(ranks: RankSet) -> float | None:
     first = min(ranks.summaries, key=lambda s: s.rank)
     c = first.collectives.get("all_reduce")
@@ -116,18 +140,28 @@ def _gradient_mib(record: RunRecord) -> float | None:
     return round(total / 2**20, 3)
 
 
-@symptom("model.gradient_mib", "MiB", "gradients all-reduced per step (the models' parameters at their dtype's size), in MiB")
+@symptom(
+    "model.gradient_mib", "MiB", "gradients all-reduced per step (the models' parameters at their dtype's size), in MiB"
+)
 def gradient_mib(record: RunRecord) -> float | None:
     return _gradient_mib(record)
 
 
-@symptom("dist.bucket_mb_to_overlap", "MiB", "the bucket_cap_mb that splits the gradients into about 4 buckets (at least 1, at most DDP's default 25)")
+@symptom(
+    "dist.bucket_mb_to_overlap",
+    "MiB",
+    "the bucket_cap_mb that splits the gradients into about 4 buckets (at least 1, at most DDP's default 25)",
+)
 def bucket_mb_to_overlap(record: RunRecord) -> float | None:
     mib = _gradient_mib(record)
     return None if mib is None else float(max(MIN_BUCKET_MIB, min(DEFAULT_BUCKET_MIB, round(mib / OVERLAP_BUCKETS))))
 
 
-@symptom("dist.bucket_mb_to_batch", "MiB", "the bucket_cap_mb that all-reduces the gradients in at most 8 buckets (at least DDP's default 25, at most 100)")
+@symptom(
+    "dist.bucket_mb_to_batch",
+    "MiB",
+    "the bucket_cap_mb that all-reduces the gradients in at most 8 buckets (at least DDP's default 25, at most 100)",
+)
 def bucket_mb_to_batch(record: RunRecord) -> float | None:
     mib = _gradient_mib(record)
     return None if mib is None else float(max(DEFAULT_BUCKET_MIB, min(MAX_BUCKET_MIB, round(mib / BATCH_BUCKETS))))
@@ -143,7 +177,8 @@ def bucket_mb_to_batch(record: RunRecord) -> float | None:
 
 
 @symptom(
-    "dist.gpu_idle_for_host", "share",
+    "dist.gpu_idle_for_host",
+    "share",
     "on a GPU run, the share of the step the GPU idles while the host runs its code (exposed.host_code): the host, not the "
     "collectives, bounds the step where this is large; absent on a CPU run and on one process",
     uses=("exposed.host_code", "gpu.present", "dist.world_size"),
@@ -154,14 +189,26 @@ def gpu_idle_for_host(known: Known) -> float | None:
 
 
 @symptom(
-    "dist.all_reduce_hideable", "share",
+    "dist.all_reduce_hideable",
+    "share",
     "the most of the step that smaller DDP buckets could hide: the exposed all-reduce less its last bucket's share (that one "
     "starts when backward ends, whatever the size), at most the backward compute beside which the others could run (the "
     "GPU's backward kernels; on a CPU run, the main thread's backward)",
-    uses=("dist.all_reduce_exposed", "model.gradient_mib", "dist.bucket_mb_to_overlap", "exposed.gpu_backward", "phase.backward", "gpu.present"),
+    uses=(
+        "dist.all_reduce_exposed",
+        "model.gradient_mib",
+        "dist.bucket_mb_to_overlap",
+        "exposed.gpu_backward",
+        "phase.backward",
+        "gpu.present",
+    ),
 )
 def all_reduce_hideable(known: Known) -> float | None:
-    exposed, gradient, bucket = known.get("dist.all_reduce_exposed"), known.get("model.gradient_mib"), known.get("dist.bucket_mb_to_overlap")
+    exposed, gradient, bucket = (
+        known.get("dist.all_reduce_exposed"),
+        known.get("model.gradient_mib"),
+        known.get("dist.bucket_mb_to_overlap"),
+    )
     backward = known.get("exposed.gpu_backward") if known.get("gpu.present") == 1 else known.get("phase.backward")
     if exposed is None or not gradient or bucket is None or backward is None:
         return None

@@ -37,7 +37,10 @@ def cudnn_benchmark(record: RunRecord) -> bool | None:
 def matmul_tf32(record: RunRecord) -> bool | None:
     if not record.flags:
         return None
-    return bool(record.flags.get("matmul_allow_tf32")) or record.flags.get("float32_matmul_precision") in ("high", "medium")
+    return bool(record.flags.get("matmul_allow_tf32")) or record.flags.get("float32_matmul_precision") in (
+        "high",
+        "medium",
+    )
 
 
 @symptom("model.conv_layers", "count", "convolution layers in the model")
@@ -76,8 +79,12 @@ def data_parallel_devices(record: RunRecord) -> int | None:
     return dp.get("devices") if dp else None
 
 
-@symptom("fsdp.prefetch_set", "bool", "the script sets FSDP's prefetch itself: FSDP2's set_modules_to_forward_prefetch and "
-         "set_modules_to_backward_prefetch, or FSDP1's forward_prefetch=True with a backward_prefetch")
+@symptom(
+    "fsdp.prefetch_set",
+    "bool",
+    "the script sets FSDP's prefetch itself: FSDP2's set_modules_to_forward_prefetch and "
+    "set_modules_to_backward_prefetch, or FSDP1's forward_prefetch=True with a backward_prefetch",
+)
 def fsdp_prefetch_set(record: RunRecord) -> bool | None:
     two, one = _parallel(record, "FSDP2"), _parallel(record, "FSDP1")
     if two:

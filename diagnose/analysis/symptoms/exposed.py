@@ -32,14 +32,18 @@ EXPOSED_SHARES = tuple(
 )
 PHASE_SHARES = tuple(
     declare(
-        f"phase.{phase}", "share", f"share of step time the main thread spends in {_words(phase)}",
+        f"phase.{phase}",
+        "share",
+        f"share of step time the main thread spends in {_words(phase)}",
         _share("phase_share", phase),
     )
     for phase in PHASES
 )
 HIDDEN_SHARES = tuple(
     declare(
-        f"hidden.{phase}", "share", f"share of step time in {_words(phase)} hidden behind GPU work",
+        f"hidden.{phase}",
+        "share",
+        f"share of step time in {_words(phase)} hidden behind GPU work",
         _share("hidden_share", phase),
     )
     for phase in PHASES
@@ -47,7 +51,8 @@ HIDDEN_SHARES = tuple(
 
 
 @symptom(
-    "exposed.communication_own", "share",
+    "exposed.communication_own",
+    "share",
     "exposed communication that is the collectives' own cost: in a distributed run, the least any rank sees (the others also wait for the slowest)",
 )
 def communication_own(steps: Breakdown | None = None, ranks: RankSet | None = None) -> float | None:
@@ -60,18 +65,28 @@ def communication_own(steps: Breakdown | None = None, ranks: RankSet | None = No
     return steps.exposed_share["communication"] if steps is not None else None
 
 
-@symptom("exposed.launch", "share", "GPU idle while the host runs forward/backward/optimizer code (launch and Python overhead)")
+@symptom(
+    "exposed.launch",
+    "share",
+    "GPU idle while the host runs forward/backward/optimizer code (launch and Python overhead)",
+)
 def launch(gpu: Breakdown) -> float:
     return sum(gpu.exposed_share[c] for c in LAUNCH_EXPOSED)
 
 
-@symptom("exposed.launch_model", "share", "GPU idle while the host runs forward and backward code (launch and Python overhead)")
+@symptom(
+    "exposed.launch_model",
+    "share",
+    "GPU idle while the host runs forward and backward code (launch and Python overhead)",
+)
 def launch_model(gpu: Breakdown) -> float:
     return gpu.exposed_share["host_forward"] + gpu.exposed_share["host_backward"]
 
 
 @symptom(
-    "exposed.other_not_sync", "share", "share of the step in which the host runs other code and nothing else runs beside it, not counting the idle that follows syncs",
+    "exposed.other_not_sync",
+    "share",
+    "share of the step in which the host runs other code and nothing else runs beside it, not counting the idle that follows syncs",
     uses=("sync.idle_after_share",),
 )
 def other_not_sync(steps: Breakdown, known: Known) -> float:
@@ -100,7 +115,8 @@ def profiled(steps: Breakdown) -> int:
 
 
 @symptom(
-    "exposed.host_code", "share",
+    "exposed.host_code",
+    "share",
     "GPU idle while the host runs code (model, optimizer, other), not counting waits for data, copies or syncs",
     uses=("exposed.launch", "exposed.other_not_sync"),
 )

@@ -26,12 +26,18 @@ def hf_trainer(record: RunRecord) -> bool:
     return record.loop_framework() == "hf_trainer"
 
 
-@symptom("framework.fabric", "bool", "the loop is the user's own under Lightning Fabric (fabric.setup, fabric.backward)")
+@symptom(
+    "framework.fabric", "bool", "the loop is the user's own under Lightning Fabric (fabric.setup, fabric.backward)"
+)
 def fabric(record: RunRecord) -> bool:
     return record.loop_framework() == "fabric"
 
 
-@symptom("framework.accelerate", "bool", "the loop runs under accelerate's Accelerator (not inside Lightning or the HF Trainer)")
+@symptom(
+    "framework.accelerate",
+    "bool",
+    "the loop runs under accelerate's Accelerator (not inside Lightning or the HF Trainer)",
+)
 def accelerate(record: RunRecord) -> bool:
     return record.loop_framework() == "accelerate"
 
@@ -43,7 +49,10 @@ def _loop_objects(record: RunRecord) -> list[FrameworkInfo]:
 
 def _mixed_precision(info: FrameworkInfo) -> bool:
     s = info.settings
-    if info.role in ("trainer", "fabric") and info.framework in ("lightning", "fabric"):  # "bf16-mixed", "16-mixed", "bf16-true"
+    if info.role in ("trainer", "fabric") and info.framework in (
+        "lightning",
+        "fabric",
+    ):  # "bf16-mixed", "16-mixed", "bf16-true"
         return "16" in str(s.get("precision", ""))
     if info.role == "arguments":
         return bool(s.get("bf16") or s.get("fp16"))
@@ -53,7 +62,8 @@ def _mixed_precision(info: FrameworkInfo) -> bool:
 
 
 @symptom(
-    "framework.mixed_precision", "bool",
+    "framework.mixed_precision",
+    "bool",
     'the framework\'s own mixed-precision switch is on (Trainer or Fabric precision="bf16-mixed", TrainingArguments(bf16=True), Accelerator(mixed_precision="bf16"))',
 )
 def mixed_precision(record: RunRecord) -> bool | None:
@@ -61,7 +71,11 @@ def mixed_precision(record: RunRecord) -> bool | None:
     return any(_mixed_precision(f) for f in objects) if objects else None
 
 
-@symptom("lines.framework", "text", "the user's framework objects: the Trainer, TrainingArguments, Fabric or Accelerator line, and the user's training_step or fabric.setup")
+@symptom(
+    "lines.framework",
+    "text",
+    "the user's framework objects: the Trainer, TrainingArguments, Fabric or Accelerator line, and the user's training_step or fabric.setup",
+)
 def framework_lines(record: RunRecord) -> str | None:
     loop = record.loop_framework()
     if loop is None:
@@ -73,7 +87,9 @@ def framework_lines(record: RunRecord) -> str | None:
         if info is None or not info.created_at:
             continue
         name = f"{label} {info.version}" if info.version else label
-        quoted.append(f"{_short(info.created_at)} `{info.code}` ({name})" if info.code else f"{_short(info.created_at)} ({name})")
+        quoted.append(
+            f"{_short(info.created_at)} `{info.code}` ({name})" if info.code else f"{_short(info.created_at)} ({name})"
+        )
         step = info.sites.get("training_step")
         module = info.settings.get("module")
         if step:

@@ -42,13 +42,21 @@ def busy(gpu: Breakdown) -> float:
     return gpu.gpu_busy_share()  # over the steady step, like the exposed shares
 
 
-@symptom("gpu.kernel_step_share", "share", "share of step time the GPU runs kernels (copies not counted): the work a copy can hide behind")
+@symptom(
+    "gpu.kernel_step_share",
+    "share",
+    "share of step time the GPU runs kernels (copies not counted): the work a copy can hide behind",
+)
 def kernel_step_share(gpu: Breakdown) -> float:
     return sum(gpu.exposed_share[c] for c in GPU_EXPOSED)
 
 
-@symptom("gpu.compute_capability", "", "CUDA compute capability, e.g. 9.0 for Hopper (Tensor Cores for bf16/TF32 from 8.0)")
-def compute_capability(gpu: Breakdown | None = None, meta: TraceMeta | None = None, record: RunRecord | None = None) -> float | None:
+@symptom(
+    "gpu.compute_capability", "", "CUDA compute capability, e.g. 9.0 for Hopper (Tensor Cores for bf16/TF32 from 8.0)"
+)
+def compute_capability(
+    gpu: Breakdown | None = None, meta: TraceMeta | None = None, record: RunRecord | None = None
+) -> float | None:
     if gpu is not None and meta is not None and meta.compute_capability is not None:
         major, minor = meta.compute_capability
         return major + minor / 10
@@ -73,7 +81,9 @@ def matmul_step_share(gpu: Breakdown) -> float:
     return _of_step(gpu, sum(_matmul_us(gpu).values()))
 
 
-@symptom("gpu.fp32_matmul_share", "share", "share of matmul/conv kernel time in plain fp32 (CUDA cores, no Tensor Cores)")
+@symptom(
+    "gpu.fp32_matmul_share", "share", "share of matmul/conv kernel time in plain fp32 (CUDA cores, no Tensor Cores)"
+)
 def fp32_matmul_share(gpu: Breakdown) -> float | None:
     return _of_matmul(gpu, ("fp32",))
 

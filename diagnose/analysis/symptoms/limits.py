@@ -23,7 +23,9 @@ def _limits(record: RunRecord, steps: Breakdown | None, meta: TraceMeta | None) 
 # --- FLOPs and MFU ------------------------------------------------------------------------------
 
 
-@symptom("flops.tflop_per_step", "TFLOP", "FLOPs of one step (torch's formulas: matmuls, convolutions, attention), in TFLOP")
+@symptom(
+    "flops.tflop_per_step", "TFLOP", "FLOPs of one step (torch's formulas: matmuls, convolutions, attention), in TFLOP"
+)
 def tflop_per_step(record: RunRecord, steps: Breakdown | None = None, meta: TraceMeta | None = None) -> float | None:
     flops = _limits(record, steps, meta).flops_per_step
     return flops / 1e12 if flops else None
@@ -41,7 +43,11 @@ def peak_tflops(record: RunRecord, steps: Breakdown | None = None, meta: TraceMe
     return util.peak_tflops if util is not None else None
 
 
-@symptom("flops.mfu", "share", "model FLOPs utilisation: the time the step's FLOPs take at the GPU's peak, of the steady step")
+@symptom(
+    "flops.mfu",
+    "share",
+    "model FLOPs utilisation: the time the step's FLOPs take at the GPU's peak, of the steady step",
+)
 def mfu(record: RunRecord, steps: Breakdown | None = None, meta: TraceMeta | None = None) -> float | None:
     util = _limits(record, steps, meta).utilisation
     return util.mfu if util is not None else None
@@ -55,7 +61,11 @@ def _class_share(kind: str, gpu: Breakdown, record: RunRecord | None, meta: Trac
     return table.share(kind) if table is not None and table.kernel_time_s > 0 else None
 
 
-@symptom("kernels.elementwise_share", "share", "share of kernel time in elementwise kernels (activations, arithmetic, optimizer updates)")
+@symptom(
+    "kernels.elementwise_share",
+    "share",
+    "share of kernel time in elementwise kernels (activations, arithmetic, optimizer updates)",
+)
 def elementwise_share(gpu: Breakdown, record: RunRecord | None = None, meta: TraceMeta | None = None) -> float | None:
     return _class_share("elementwise", gpu, record, meta)
 
@@ -70,27 +80,47 @@ def matmul_share(gpu: Breakdown, record: RunRecord | None = None, meta: TraceMet
     return _class_share("matmul", gpu, record, meta)
 
 
-@symptom("kernels.attention_share", "share", "share of kernel time in fused attention kernels (flash, memory-efficient, cuDNN)")
+@symptom(
+    "kernels.attention_share",
+    "share",
+    "share of kernel time in fused attention kernels (flash, memory-efficient, cuDNN)",
+)
 def attention_share(gpu: Breakdown, record: RunRecord | None = None, meta: TraceMeta | None = None) -> float | None:
     return _class_share("attention", gpu, record, meta)
 
 
-@symptom("attention.unfused_flop_share", "share", "share of the step's FLOPs in batched matmuls beside a softmax, with no fused attention operator")
+@symptom(
+    "attention.unfused_flop_share",
+    "share",
+    "share of the step's FLOPs in batched matmuls beside a softmax, with no fused attention operator",
+)
 def unfused_attention(record: RunRecord, steps: Breakdown | None = None, meta: TraceMeta | None = None) -> float | None:
     return _limits(record, steps, meta).unfused_attention_flop_share
 
 
-@symptom("matmul.misaligned_share", "share", "share of matmul FLOPs in shapes with a dimension not a multiple of 8 (bf16/fp16), 4 (fp32) or 16 (fp8)")
+@symptom(
+    "matmul.misaligned_share",
+    "share",
+    "share of matmul FLOPs in shapes with a dimension not a multiple of 8 (bf16/fp16), 4 (fp32) or 16 (fp8)",
+)
 def misaligned_share(record: RunRecord, steps: Breakdown | None = None, meta: TraceMeta | None = None) -> float | None:
     return _limits(record, steps, meta).misaligned_matmul_share
 
 
-@symptom("matmul.roof_share", "share", "the most of the compute peak the step's linear-layer matmul shapes allow on this GPU's roofline (low: too few rows, memory-bound on the weights)")
+@symptom(
+    "matmul.roof_share",
+    "share",
+    "the most of the compute peak the step's linear-layer matmul shapes allow on this GPU's roofline (low: too few rows, memory-bound on the weights)",
+)
 def matmul_roof_share(record: RunRecord, steps: Breakdown | None = None, meta: TraceMeta | None = None) -> float | None:
     return _limits(record, steps, meta).matmul_roof_share
 
 
-@symptom("suggest.batch_to_fill", "count", "a power-of-two multiple of the measured batch whose matmul shapes reach 90% of the peak on the roofline, or the largest that fits the memory")
+@symptom(
+    "suggest.batch_to_fill",
+    "count",
+    "a power-of-two multiple of the measured batch whose matmul shapes reach 90% of the peak on the roofline, or the largest that fits the memory",
+)
 def batch_to_fill(record: RunRecord, steps: Breakdown | None = None, meta: TraceMeta | None = None) -> int | None:
     return _limits(record, steps, meta).batch_to_fill
 
@@ -120,7 +150,11 @@ def optimizer_gb(record: RunRecord) -> float | None:
     return _gb(m.optimizer_state) if m else None
 
 
-@symptom("memory.activations_gb", "GB", "GPU memory the step allocated above its start, less the gradients it made (activations and temporaries)")
+@symptom(
+    "memory.activations_gb",
+    "GB",
+    "GPU memory the step allocated above its start, less the gradients it made (activations and temporaries)",
+)
 def activations_gb(record: RunRecord) -> float | None:
     m = _limits(record, None, None).memory
     return _gb(m.activations) if m else None
@@ -132,13 +166,21 @@ def headroom_gb(record: RunRecord) -> float | None:
     return _gb(m.headroom) if m and m.capacity else None
 
 
-@symptom("memory.samples", "count", "samples in the step whose memory was measured: the DataLoader's batch, else the leading dimension of the model's input")
+@symptom(
+    "memory.samples",
+    "count",
+    "samples in the step whose memory was measured: the DataLoader's batch, else the leading dimension of the model's input",
+)
 def memory_samples(record: RunRecord) -> int | None:
     m = _limits(record, None, None).memory
     return m.samples if m else None
 
 
-@symptom("memory.largest_batch", "count", "the batch whose activations would fit beside what persists, 10% of the device kept free (an estimate)")
+@symptom(
+    "memory.largest_batch",
+    "count",
+    "the batch whose activations would fit beside what persists, 10% of the device kept free (an estimate)",
+)
 def largest_batch(record: RunRecord) -> int | None:
     return _limits(record, None, None).largest_batch
 
@@ -163,7 +205,11 @@ def oom_requested_gb(record: RunRecord) -> float | None:
     return _gb(oom.requested) if oom is not None else None
 
 
-@symptom("oom.activations_gb", "GB", "at the error: memory beyond parameters, gradients and optimizer state (the failing step's activations and batch)")
+@symptom(
+    "oom.activations_gb",
+    "GB",
+    "at the error: memory beyond parameters, gradients and optimizer state (the failing step's activations and batch)",
+)
 def oom_activations_gb(record: RunRecord) -> float | None:
     return _oom_part(record, "activations")
 
@@ -192,10 +238,18 @@ def oom_largest(record: RunRecord) -> str | None:
 @symptom("oom.changes", "text", "the changes that free the most memory, largest first, one per line")
 def oom_changes(record: RunRecord) -> str | None:
     oom = _limits(record, None, None).oom
-    return "\n".join(f"# {i}. {change}" for i, change in enumerate(oom.changes, 1)) if oom is not None and oom.changes else None
+    return (
+        "\n".join(f"# {i}. {change}" for i, change in enumerate(oom.changes, 1))
+        if oom is not None and oom.changes
+        else None
+    )
 
 
-@symptom("kernels.summary", "text", "kernel time by class, largest first, with each class's place on the roofline where counted")
+@symptom(
+    "kernels.summary",
+    "text",
+    "kernel time by class, largest first, with each class's place on the roofline where counted",
+)
 def kernels_summary(gpu: Breakdown, record: RunRecord | None = None, meta: TraceMeta | None = None) -> str | None:
     table = distance_to_limits(gpu, record, meta).kernels
     if table is None or table.kernel_time_s <= 0:

@@ -17,7 +17,12 @@ def _short(site: str) -> str:
 
 def _quote(lines: list[dict[str, Any]], n: int = 2, where: bool = False) -> str:
     return "; ".join(
-        f"{_short(x['site'])} `{x['code']}`" + (f" ({x['where']}, {x['share'] * 100:.0f}% of the step)" if where else f" ({x['share'] * 100:.0f}% of the step)")
+        f"{_short(x['site'])} `{x['code']}`"
+        + (
+            f" ({x['where']}, {x['share'] * 100:.0f}% of the step)"
+            if where
+            else f" ({x['share'] * 100:.0f}% of the step)"
+        )
         for x in lines[:n]
     )
 
@@ -48,7 +53,11 @@ def sync_lines(record: RunRecord, steps: Breakdown | None = None) -> str:
 UNSYNC_SITES = 8
 
 
-@symptom("lines.sync_sites", "text", "the script's sync sites as FILE:LINE joined by + (most frequent first; not blocking copies): the unsync knob's value")
+@symptom(
+    "lines.sync_sites",
+    "text",
+    "the script's sync sites as FILE:LINE joined by + (most frequent first; not blocking copies): the unsync knob's value",
+)
 def sync_sites(record: RunRecord) -> str:
     sites = [s for s in record.sync_sites if s["kind"] != "blocking copy"]
     return "+".join(_short(s["site"]) for s in sites[:UNSYNC_SITES])
@@ -70,17 +79,32 @@ def model_lines(record: RunRecord) -> str:
 
 @symptom("lines.optimizer", "text", "where the optimizer is built and stepped")
 def optimizer_lines(record: RunRecord) -> str:
-    built = [f"{_short(o.created_at)} ({o.name}, {o.implementation}, {o.param_tensors} tensors)" for o in record.optimizers if o.created_at]
+    built = [
+        f"{_short(o.created_at)} ({o.name}, {o.implementation}, {o.param_tensors} tensors)"
+        for o in record.optimizers
+        if o.created_at
+    ]
     stepped = _sampled(record, "optimizer")
     return "; ".join(built + ([_quote(stepped, 1)] if stepped else []))
 
 
-@symptom("lines.host_other", "text", "the user's lines where the main thread spends the time outside DataLoader, model and optimizer")
+@symptom(
+    "lines.host_other",
+    "text",
+    "the user's lines where the main thread spends the time outside DataLoader, model and optimizer",
+)
 def host_other_lines(record: RunRecord) -> str:
-    return "; ".join(f"{_short(x['site'])} `{x['code']}` ({x['share'] * 100:.0f}% of the step)" for x in _sampled(record, "other")[:3])
+    return "; ".join(
+        f"{_short(x['site'])} `{x['code']}` ({x['share'] * 100:.0f}% of the step)"
+        for x in _sampled(record, "other")[:3]
+    )
 
 
-@symptom("host.other_user_share", "share", "share of step time the main thread spends in the user's own code outside DataLoader, model and optimizer")
+@symptom(
+    "host.other_user_share",
+    "share",
+    "share of step time the main thread spends in the user's own code outside DataLoader, model and optimizer",
+)
 def other_user_share(record: RunRecord) -> float | None:
     other = _sampled(record, "other")
     return sum(x["share"] for x in other) if other else None
@@ -93,6 +117,9 @@ def data_lines(record: RunRecord) -> str:
     worker_lines = (record.worker_samples or {}).get("lines")
     if worker_lines:
         return "; ".join(
-            f"{_short(x['site'])} `{x['code']}` ({x['activity']}, {x['share'] * 100:.0f}% of worker time)" for x in worker_lines[:3]
+            f"{_short(x['site'])} `{x['code']}` ({x['activity']}, {x['share'] * 100:.0f}% of worker time)"
+            for x in worker_lines[:3]
         )
-    return "; ".join(f"{_short(x['site'])} `{x['code']}` ({x['share'] * 100:.0f}% of the step)" for x in _sampled(record, "data")[:3])
+    return "; ".join(
+        f"{_short(x['site'])} `{x['code']}` ({x['share'] * 100:.0f}% of the step)" for x in _sampled(record, "data")[:3]
+    )

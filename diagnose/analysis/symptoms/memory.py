@@ -43,7 +43,12 @@ def batch_size(record: RunRecord) -> float | None:
     return record.batch_size()
 
 
-@symptom("suggest.batch_size", "count", "a larger batch that fits the measured memory headroom", uses=("batch.size", "memory.peak_reserved_share"))
+@symptom(
+    "suggest.batch_size",
+    "count",
+    "a larger batch that fits the measured memory headroom",
+    uses=("batch.size", "memory.peak_reserved_share"),
+)
 def suggested_batch_size(known: Known) -> int | None:
     batch, reserved = known.get("batch.size"), known.get("memory.peak_reserved_share")
     if not batch or not reserved or reserved <= 0:

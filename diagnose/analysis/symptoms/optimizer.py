@@ -34,7 +34,8 @@ def present(record: RunRecord | None = None, meta: TraceMeta | None = None) -> b
 
 
 @symptom(
-    "optimizer.param_tensors", "count",
+    "optimizer.param_tensors",
+    "count",
     "parameter tensors the optimizers update (a bare trace: the per-tensor operators of a for-loop step, counted)",
 )
 def param_tensors(record: RunRecord | None = None, meta: TraceMeta | None = None) -> int | None:
@@ -66,7 +67,11 @@ def kernels_per_step(gpu: Breakdown) -> float:
     return statistics.median(s.optimizer_kernels for s in gpu.steps)
 
 
-@symptom("optimizer.multi_tensor_share", "share", "share of the optimizer's GPU kernels that are multi-tensor (foreach/fused)")
+@symptom(
+    "optimizer.multi_tensor_share",
+    "share",
+    "share of the optimizer's GPU kernels that are multi-tensor (foreach/fused)",
+)
 def multi_tensor_share(gpu: Breakdown) -> float | None:
     kernels = sum(s.optimizer_kernels for s in gpu.steps)
     return sum(s.multi_tensor_kernels for s in gpu.steps) / kernels if kernels else None

@@ -53,7 +53,9 @@ class Definition:
         return frozenset(p for p, v in params.items() if v.default is inspect.Parameter.empty and p != "known")
 
 
-def declare(name: str, unit: str, description: str, compute: Callable[..., Any], uses: tuple[str, ...] = ()) -> Definition:
+def declare(
+    name: str, unit: str, description: str, compute: Callable[..., Any], uses: tuple[str, ...] = ()
+) -> Definition:
     """A symptom from a function; checks that the function names only known inputs."""
     params = tuple(inspect.signature(compute).parameters)
     unknown = [p for p in params if p not in INPUTS]
@@ -64,7 +66,9 @@ def declare(name: str, unit: str, description: str, compute: Callable[..., Any],
     return Definition(name, unit, description, compute, tuple(uses))
 
 
-def symptom(name: str, unit: str, description: str, uses: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Definition]:
+def symptom(
+    name: str, unit: str, description: str, uses: tuple[str, ...] = ()
+) -> Callable[[Callable[..., Any]], Definition]:
     """Decorator form of :func:`declare`: ``@symptom("gpu.busy", "share", "...")``."""
 
     def wrap(compute: Callable[..., Any]) -> Definition:
@@ -186,8 +190,12 @@ class Symptoms(Mapping[str, Symptom]):
             # figure never negative in any step stays at or above 0 (no "73%-103%")
             floor, ceiling = (0.0, 1.0) if symptom.unit == "share" else (0.0 if min(values) >= 0 else None, None)
             items[name] = Symptom(
-                name, symptom.value, symptom.unit, symptom.description,
-                low=_bounded(symptom.value - (mean - low), floor, ceiling), high=_bounded(symptom.value + (high - mean), floor, ceiling),
+                name,
+                symptom.value,
+                symptom.unit,
+                symptom.description,
+                low=_bounded(symptom.value - (mean - low), floor, ceiling),
+                high=_bounded(symptom.value + (high - mean), floor, ceiling),
             )
         return Symptoms(items, self.texts)
 

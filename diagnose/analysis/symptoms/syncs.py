@@ -23,7 +23,12 @@ def idle_after_share(gpu: Breakdown) -> float:
     return sum(s.sync_idle_after_us for s in gpu.steps) / (gpu.total_us or 1.0)
 
 
-@symptom("sync.cost_share", "share", "exposed sync time plus the GPU idle time that follows syncs", uses=("sync.idle_after_share",))
+@symptom(
+    "sync.cost_share",
+    "share",
+    "exposed sync time plus the GPU idle time that follows syncs",
+    uses=("sync.idle_after_share",),
+)
 def cost_share(gpu: Breakdown, known: Known) -> float | None:
     idle_after = known.get("sync.idle_after_share")
     return gpu.exposed_share["sync"] + idle_after if idle_after is not None else None

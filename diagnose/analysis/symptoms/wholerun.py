@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnose.analysis.symptoms.registry import symptom
 from diagnose.analysis.measure.wholerun import Accounting, account
+from diagnose.analysis.symptoms.registry import symptom
 from diagnose.record import RunRecord
 
 
@@ -60,17 +60,29 @@ def named_share(record: RunRecord) -> float | None:
     return acc.named_share if acc is not None else None
 
 
-@symptom("whole.startup_share", "share", "start-up before the first step (and the first steps' extra time), of the wall-clock")
+@symptom(
+    "whole.startup_share",
+    "share",
+    "start-up before the first step (and the first steps' extra time), of the wall-clock",
+)
 def startup_share(record: RunRecord) -> float | None:
     return _share(record, "startup")
 
 
-@symptom("whole.stall_share", "share", "unexplained stalls inside steps (time over 3x the neighbouring steps' median that no span names), of the wall-clock")
+@symptom(
+    "whole.stall_share",
+    "share",
+    "unexplained stalls inside steps (time over 3x the neighbouring steps' median that no span names), of the wall-clock",
+)
 def stall_share(record: RunRecord) -> float | None:
     return _share(record, "stalls")
 
 
-@symptom("whole.contention_share", "share", "stalls while the main thread waited for a CPU that other processes held, of the whole wall-clock")
+@symptom(
+    "whole.contention_share",
+    "share",
+    "stalls while the main thread waited for a CPU that other processes held, of the whole wall-clock",
+)
 def contention_share(record: RunRecord) -> float | None:
     return _share(record, "contention")
 
@@ -142,7 +154,11 @@ def epoch_starts(record: RunRecord) -> int | None:
     return shift["count"] - 1 if shift else None
 
 
-@symptom("whole.epoch_start_share", "share", "time from iter(loader) to its first batch at every epoch start after the first, of the wall-clock")
+@symptom(
+    "whole.epoch_start_share",
+    "share",
+    "time from iter(loader) to its first batch at every epoch start after the first, of the wall-clock",
+)
 def epoch_start_share(record: RunRecord) -> float | None:
     acc = accounting_of(record)
     shift = _shift(record, "data_startup")
@@ -155,7 +171,9 @@ def epoch_start_mean_s(record: RunRecord) -> float | None:
     return shift["mean_s"] if shift else None
 
 
-@symptom("whole.loader_persistent", "bool", "every epoch-starting DataLoader keeps its workers (persistent_workers=True)")
+@symptom(
+    "whole.loader_persistent", "bool", "every epoch-starting DataLoader keeps its workers (persistent_workers=True)"
+)
 def loader_persistent(record: RunRecord) -> bool | None:
     shift = _shift(record, "data_startup")
     return shift["persistent_workers"] if shift else None
@@ -194,7 +212,11 @@ def recompile_reason(record: RunRecord) -> str | None:
     return f"{top['reason']} ({top['count']}x)"
 
 
-@symptom("whole.slowdown", "ratio", "the training step late in the run over early (medians of the last and first fifths after warm-up)")
+@symptom(
+    "whole.slowdown",
+    "ratio",
+    "the training step late in the run over early (medians of the last and first fifths after warm-up)",
+)
 def slowdown(record: RunRecord) -> float | None:
     shift = _shift(record, "slowdown")
     return shift["ratio"] if shift else None
@@ -225,7 +247,11 @@ def _memory(record: RunRecord) -> dict[str, Any] | None:
     return memory.get("gpu") or memory.get("host")
 
 
-@symptom("whole.memory_growth", "share", "memory growth over the run, of where it started (GPU allocated on a GPU run, else host RSS)")
+@symptom(
+    "whole.memory_growth",
+    "share",
+    "memory growth over the run, of where it started (GPU allocated on a GPU run, else host RSS)",
+)
 def memory_growth(record: RunRecord) -> float | None:
     memory = _memory(record)
     return memory["growth"] if memory else None

@@ -148,7 +148,9 @@ class Launches(Mapping[Any, tuple[float, float]]):
         self.ends = ends
 
     @classmethod
-    def from_calls(cls, correlations: IntColumn, starts: array[float], ends: array[float]) -> Launches | dict[Any, tuple[float, float]]:
+    def from_calls(
+        cls, correlations: IntColumn, starts: array[float], ends: array[float]
+    ) -> Launches | dict[Any, tuple[float, float]]:
         """The launches of calls in file order: a later call with the same id replaces an earlier
         one (as assigning into a dict did). A plain dict when the ids are not all integers."""
         if isinstance(correlations, list):

@@ -281,7 +281,9 @@ class Workers:
         cannot send it (an answer is larger than a pipe holds) and so cannot start its next task
         (on a 16-core host the workers of the 0.2 GB trace sat idle 0.07-0.2 s each, waiting for
         the parent to come to their piece in order)."""
-        ready = multiprocessing.connection.wait([conn for conn, waiting in zip(self._conns, self._waiting, strict=True) if waiting], timeout=0)
+        ready = multiprocessing.connection.wait(
+            [conn for conn, waiting in zip(self._conns, self._waiting, strict=True) if waiting], timeout=0
+        )
         for conn in ready:
             child = self._conns.index(conn)  # type: ignore[arg-type]
             if len(self._answers[child]) < len(self._waiting[child]):

@@ -88,7 +88,9 @@ SYNC_OP_KINDS: dict[str, str] = {
 #: the autograd engine's node that adds a parameter's gradient into ``.grad``: one per parameter
 #: tensor and step, run by the engine outside any compiled graph (host time a CUDA graph keeps)
 ACCUMULATE_GRAD_OP = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
-NO_WORK_OPS = frozenset({"aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::alias", "aten::_reshape_alias", "aten::lift_fresh"})
+NO_WORK_OPS = frozenset(
+    {"aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::alias", "aten::_reshape_alias", "aten::lift_fresh"}
+)
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_pin_memory"})
 
 # --- GPU activity ---------------------------------------------------------------------------------

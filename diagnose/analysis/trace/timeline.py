@@ -23,30 +23,43 @@ from __future__ import annotations
 
 import gc
 import importlib
+import json as _json
 import math
 import os
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from itertools import compress, islice
-from operator import itemgetter
-from contextlib import closing, contextmanager, nullcontext
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import compress, islice
+from operator import itemgetter
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple, cast
 
 from diagnose.analysis.trace import columns as C
+from diagnose.analysis.trace import forking
 from diagnose.analysis.trace import patterns as P
 from diagnose.analysis.trace import tracefile as memory
-from diagnose.analysis.trace import forking
 from diagnose.analysis.trace.forking import can_fork, threads_in_process  # noqa: F401 - threads_in_process: part of this module's interface
-from diagnose.analysis.trace.tracefile import UNSET, Event, EventArgs, Piece, SlotPiece, TraceStream, decode_events, decode_objects, event_from_object, json_size_estimate, read_span, step_marks, count_if_all_after
+from diagnose.analysis.trace.tracefile import (
+    UNSET,
+    Event,
+    EventArgs,
+    Piece,
+    SlotPiece,
+    TraceStream,
+    count_if_all_after,
+    decode_events,
+    decode_objects,
+    event_from_object,
+    json_size_estimate,
+    read_span,
+    step_marks,
+)
 from diagnose.errors import TraceError
-
-import json as _json
 
 _orjson: ModuleType | None
 try:  # orjson parses Kineto's JSON 2-3x faster than the standard library; it is optional.
@@ -360,8 +373,16 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     # A gzipped trace's text goes to the workers through memory shared before they are forked
     # (a plain file's pieces they read themselves): slots for every piece that may be under way
     most = MAX_GZIP_PIECES_UNDER_WAY if stream.gzipped else math.inf
-    slots = forking.SharedSlots(int(min(IDLE_PIECES_PER_WORKER * workers, most)) + 1, SLOT_BYTES) if stream.gzipped and workers > 1 and can_fork() else None
-    with paused_gc(), closing(slots) if slots is not None else nullcontext(), _worker_pool(workers, partial(_fold_piece, slots=slots)) as pool:
+    slots = (
+        forking.SharedSlots(int(min(IDLE_PIECES_PER_WORKER * workers, most)) + 1, SLOT_BYTES)
+        if stream.gzipped and workers > 1 and can_fork()
+        else None
+    )
+    with (
+        paused_gc(),
+        closing(slots) if slots is not None else nullcontext(),
+        _worker_pool(workers, partial(_fold_piece, slots=slots)) as pool,
+    ):
         if pool is None:
             results = stream.decoded(decode)
         else:
@@ -369,17 +390,24 @@ def load_timeline(path: str | os.PathLike[str], max_bytes: int | None = None) ->
             def submit(piece: Piece) -> Callable[[], Any]:
                 # the worker reads the piece itself: only its place crosses the pipe
                 if type(piece) is SlotPiece:
-                    return partial(_folded, partial(_from_slot, piece, pool.submit((piece.slot, piece.length), cut)), piece)
+                    return partial(
+                        _folded, partial(_from_slot, piece, pool.submit((piece.slot, piece.length), cut)), piece
+                    )
                 if not stream.gzipped:
                     return partial(_folded, pool.submit((str(stream.path), piece.offset, piece.length), cut), piece)
-                return partial(_folded, forking.nothing, piece)  # no slot was free, or an event of megabytes: folded here
+                return partial(
+                    _folded, forking.nothing, piece
+                )  # no slot was free, or an event of megabytes: folded here
 
             # numpy (for the finish) loads while the workers decode the first pieces: 0.1-0.3 s
             # that the finish would otherwise wait for, once the workers are forked without it.
             # The workers get enough pieces meanwhile to stay busy
             results = stream.decoded(
-                decode, submit, in_flight=int(min(2 * len(pool), most)),
-                idle=partial(importlib.import_module, "diagnose.analysis.trace.vectorized"), idle_in_flight=int(min(IDLE_PIECES_PER_WORKER * len(pool), most)),
+                decode,
+                submit,
+                in_flight=int(min(2 * len(pool), most)),
+                idle=partial(importlib.import_module, "diagnose.analysis.trace.vectorized"),
+                idle_in_flight=int(min(IDLE_PIECES_PER_WORKER * len(pool), most)),
                 slots=slots,
             )
         with closing(results):  # whatever ends the loop ends the read (a gzipped trace's thread with it)
@@ -436,7 +464,11 @@ def _decode_before(piece: Piece, cut: float) -> list[Event] | int:
     return decode_events(piece) if count is None else count
 
 
-def _fold_piece(text: bytes | tuple[str, int, int] | tuple[int, int], cut: float = math.inf, slots: forking.SharedSlots | None = None) -> _Columns | None:
+def _fold_piece(
+    text: bytes | tuple[str, int, int] | tuple[int, int],
+    cut: float = math.inf,
+    slots: forking.SharedSlots | None = None,
+) -> _Columns | None:
     """In a worker: one piece decoded and folded into columns. ``text`` is the piece's JSON, or
     where it lies: in a plain file (path, offset, length), or in a slot of ``slots`` (slot,
     length). Read here, it need not be sent through the pool's pipe (at 1 GB that copy took a
@@ -474,7 +506,9 @@ def _folded(result: Callable[[], _Columns | None], piece: Piece) -> _Columns | l
     return columns if columns is not None else decode_events(piece)
 
 
-def _open(path: str | os.PathLike[str], max_bytes: int | None, read_bytes: int | None = None, json_bytes: int | None = None) -> TraceStream:
+def _open(
+    path: str | os.PathLike[str], max_bytes: int | None, read_bytes: int | None = None, json_bytes: int | None = None
+) -> TraceStream:
     """The trace's stream, once its size (``json_bytes`` where known, else estimated) passed
     ``max_bytes`` and the memory check (on the JSON the analysis holds: ``read_bytes`` of it when
     a detail window cuts it short)."""
@@ -648,7 +682,12 @@ class _Columns:
                 continue
             if kind >= _FLOW:  # flows, metadata and the categories not read: one test for the three
                 if kind == _IGNORED:
-                    if e.ph == "M" and e.name == "thread_name" and type(e.args) is EventArgs and isinstance(e.args.name, str):
+                    if (
+                        e.ph == "M"
+                        and e.name == "thread_name"
+                        and type(e.args) is EventArgs
+                        and isinstance(e.args.name, str)
+                    ):
                         self.thread_names[_key(e.tid, e, events, first, "tid")] = e.args.name
                 elif kind == _UNKNOWN:
                     self.unknown[str(e.cat)] += 1
@@ -789,7 +828,9 @@ class _Columns:
         self.long_calls.extend(other.long_calls)
         self.graph_launches.extend(other.graph_launches)
         kernel_names = other.kernels[3]
-        _extend_columns(self.kernels, [*other.kernels[:3], list(map(intern, kernel_names, kernel_names)), other.kernels[4]])
+        _extend_columns(
+            self.kernels, [*other.kernels[:3], list(map(intern, kernel_names, kernel_names)), other.kernels[4]]
+        )
         self.kernel_devices.extend(other.kernel_devices)
         self.memcpys.extend(other.memcpys)
         self.memcpy_devices.extend(other.memcpy_devices)
@@ -817,7 +858,9 @@ class _Columns:
         bw_prefix = P.BACKWARD_OP_PREFIX
         # each name is tested once per thread (a thread repeats a few thousand names many times)
         distinct = {tid: set(ops.names) for tid, ops in self.thread_ops.items()}
-        training = {main_tid} | {tid for tid, names_of in distinct.items() if any(n.startswith(bw_prefix) for n in names_of)}
+        training = {main_tid} | {
+            tid for tid, names_of in distinct.items() if any(n.startswith(bw_prefix) for n in names_of)
+        }
         event_starts = C.float_column()
         # a trace written or merged twice (duplicates found above) counts each event once: the
         # profiler's cost per event (profcost) is charged per event the profiler really recorded
@@ -896,7 +939,9 @@ class _Columns:
             long_runtime_calls=long_runtime_calls,
         )
 
-    def _training_ops(self, training: set[Any], distinct: dict[Any, set[str]]) -> tuple[list[float], list[Interval], list[HostOp]]:
+    def _training_ops(
+        self, training: set[Any], distinct: dict[Any, set[str]]
+    ) -> tuple[list[float], list[Interval], list[HostOp]]:
         """Of the training threads' operators: the durations of those that do no work (views),
         the spans of the AccumulateGrad nodes and the collective calls (both sorted, each once).
         One scan of each thread's names, in C (``compress``, ``map``: a few hundred thousand a
@@ -923,7 +968,9 @@ class _Columns:
                 elif kind == _ACCUMULATE_GRAD:
                     accumulate_grad.update(zip(starts[at].tolist(), ends[at].tolist(), strict=True))
                 else:
-                    collectives.update(map(HostOp, starts[at].tolist(), ends[at].tolist(), map(names.__getitem__, at.tolist())))
+                    collectives.update(
+                        map(HostOp, starts[at].tolist(), ends[at].tolist(), map(names.__getitem__, at.tolist()))
+                    )
         return no_work_op_us, sorted(accumulate_grad), sorted(collectives)
 
     def _main_ops(self, main_tid: Any, duplicates: _Duplicates) -> C.Records[tuple[float, float, str, bool]]:
@@ -1040,7 +1087,9 @@ def _on_device(columns: list[C.Column], devices: list[Any], device: Any) -> list
     return [C.take(c, keep) for c in columns]
 
 
-def _sorted_unique(make: Any, columns: list[C.Column] | tuple[C.Column, ...], duplicates: _Duplicates, by: tuple[int, ...] = (0,)) -> C.Records[Any]:
+def _sorted_unique(
+    make: Any, columns: list[C.Column] | tuple[C.Column, ...], duplicates: _Duplicates, by: tuple[int, ...] = (0,)
+) -> C.Records[Any]:
     """The rows as ``Records`` of ``make``, sorted (stably) by ``by`` (column k ascending for each k of ``by``, column -k descending), rows
     identical to an earlier one with the same start dropped and counted. Traces are mostly in
     order already: checking that is one pass in C, and the sort is skipped."""
@@ -1154,12 +1203,19 @@ _NO_ARGS = EventArgs()
 
 
 def _num(
-    value: Any, e: Event | None = None, events: list[Event] | None = None, first: int = 0, field_name: str = "", minimum: float | None = None
+    value: Any,
+    e: Event | None = None,
+    events: list[Event] | None = None,
+    first: int = 0,
+    field_name: str = "",
+    minimum: float | None = None,
 ) -> float:
     """A time or size as a float: missing is 0, a numeric string is read; anything else, a value
     that is not finite ("Infinity", NaN) or one below ``minimum`` (a negative duration), is a
     malformed trace."""
-    if type(value) is float and value - value == 0.0 and (minimum is None or value >= minimum):  # finite: inf - inf is nan
+    if (
+        type(value) is float and value - value == 0.0 and (minimum is None or value >= minimum)
+    ):  # finite: inf - inf is nan
         return value
     if value is None or value is UNSET:
         return 0.0
@@ -1174,7 +1230,9 @@ def _num(
     return number
 
 
-def _malformed(e: Event | None, events: list[Event] | None, first: int, field_name: str, value: Any, expected: str) -> TraceError:
+def _malformed(
+    e: Event | None, events: list[Event] | None, first: int, field_name: str, value: Any, expected: str
+) -> TraceError:
     shown = repr(value)
     shown = shown if len(shown) <= 40 else shown[:37] + "..."
     where = "an event"
@@ -1306,8 +1364,18 @@ def _read_annotations(annotations: list[tuple[str, Any, float, float]], main_tid
             steps[i] = StepMark(steps[i].number, steps[i].start, steps[i + 1].start)
     steps = [s for s in steps if s.end > s.start]
     return _Annotations(
-        steps, other, sorted(data_waits), sorted(optimizer_spans), loader_kinds, sorted(optimizer_steps), optimizer_classes,
-        sorted(collectives), sorted(data_parallel), sorted(closure_spans), sorted(collective_ops), sorted(backward_marks),
+        steps,
+        other,
+        sorted(data_waits),
+        sorted(optimizer_spans),
+        loader_kinds,
+        sorted(optimizer_steps),
+        optimizer_classes,
+        sorted(collectives),
+        sorted(data_parallel),
+        sorted(closure_spans),
+        sorted(collective_ops),
+        sorted(backward_marks),
     )
 
 

@@ -34,20 +34,19 @@ stream's own check.
 
 from __future__ import annotations
 
+import io
 import math
 import mmap
-import io
 import os
 import queue
 import re
 import threading
 import zlib
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
-from collections.abc import Callable
 
 import msgspec
 import orjson
@@ -371,7 +370,9 @@ class TraceStream:
         self.max_bytes = max_bytes
         p = self.path
         if not p.exists():
-            raise TraceError(f"no such trace file: {p}", hint="give the path of a .pt.trace.json(.gz) or a run directory")
+            raise TraceError(
+                f"no such trace file: {p}", hint="give the path of a .pt.trace.json(.gz) or a run directory"
+            )
         if not p.is_file():
             raise TraceError(f"not a file: {p}")
         if p.stat().st_size == 0:
@@ -447,7 +448,9 @@ class TraceStream:
                 offset = start
                 break
             if len(buf) > MAX_HEADER_BYTES:
-                raise TraceError(f"{self.path} is not a Chrome trace (no traceEvents list in its first {MAX_HEADER_BYTES >> 20} MB)")
+                raise TraceError(
+                    f"{self.path} is not a Chrome trace (no traceEvents list in its first {MAX_HEADER_BYTES >> 20} MB)"
+                )
         else:
             self._not_a_trace(buf)
         pending: Piece | None = None  # a piece that did not parse yet, waiting for the next
@@ -502,7 +505,9 @@ class TraceStream:
             hint=_TRUNCATED_HINT,
         )
 
-    def _cut(self, blocks: Iterator[bytes], buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Generator[Piece, None, None]:
+    def _cut(
+        self, blocks: Iterator[bytes], buf: bytes, offset: int, tail: list[tuple[bytes, int]]
+    ) -> Generator[Piece, None, None]:
         """The pieces of the events array read block by block (from ``offset``, ``buf`` read
         already), each cut at the last place two events meet; ``tail`` receives the rest."""
         carry, clean = bytearray(buf), 0  # (``clean``: bytes of ``carry`` that hold no boundary)
@@ -513,7 +518,14 @@ class TraceStream:
                 yield piece
         tail.append((bytes(carry), offset))
 
-    def _slotted(self, reader: io.BufferedReader | _Inflater, slots: SharedSlots, buf: bytes, offset: int, tail: list[tuple[bytes, int]]) -> Generator[Piece, None, None]:
+    def _slotted(
+        self,
+        reader: io.BufferedReader | _Inflater,
+        slots: SharedSlots,
+        buf: bytes,
+        offset: int,
+        tail: list[tuple[bytes, int]],
+    ) -> Generator[Piece, None, None]:
         """``_cut``, each block inflated straight into a slot of shared memory, by a thread of its
         own: the inflater lets go of the GIL while it inflates, so that this thread merges the workers'
         columns meanwhile (with the inflating done here, the 1 GB trace's read waited on it:
@@ -547,7 +559,13 @@ class TraceStream:
             thread.join()
 
     def _inflated(
-        self, reader: io.BufferedReader | _Inflater, slots: SharedSlots, carried: bytes, offset: int, tail: list[tuple[bytes, int]], stop: threading.Event
+        self,
+        reader: io.BufferedReader | _Inflater,
+        slots: SharedSlots,
+        carried: bytes,
+        offset: int,
+        tail: list[tuple[bytes, int]],
+        stop: threading.Event,
     ) -> Generator[Piece, None, None]:
         """The pieces, each inflated into a slot after the end of an event the piece before cut
         off (waiting for a free slot); a piece is bytes where that end leaves no room for a
@@ -653,7 +671,9 @@ class TraceStream:
         try:
             data = orjson.loads(buf)
         except orjson.JSONDecodeError as exc:
-            raise TraceError(f"{self.path} is not valid JSON ({str(exc).splitlines()[0]})", hint=_TRUNCATED_HINT) from exc
+            raise TraceError(
+                f"{self.path} is not valid JSON ({str(exc).splitlines()[0]})", hint=_TRUNCATED_HINT
+            ) from exc
         if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):  # pragma: no cover - found above
             raise AssertionError("traceEvents missed")
         raise TraceError(f"{self.path} is JSON but not a Chrome trace (no traceEvents list)")
@@ -707,7 +727,9 @@ def step_marks(path: str | os.PathLike[str]) -> tuple[list[tuple[float, float]],
             with stream.path.open("rb") as fh:
                 for at in range(0, size, MARKS_WINDOW_BYTES):
                     # each window reaches 4 KB into the next: a mark's object cut by its end is whole there
-                    with mmap.mmap(fh.fileno(), min(MARKS_WINDOW_BYTES + 4096, size - at), access=mmap.ACCESS_READ, offset=at) as window:
+                    with mmap.mmap(
+                        fh.fileno(), min(MARKS_WINDOW_BYTES + 4096, size - at), access=mmap.ACCESS_READ, offset=at
+                    ) as window:
                         _find_marks(window, marks)
             return sorted(marks), size
         except (OSError, ValueError):  # a file that cannot be mapped: read it
@@ -792,7 +814,11 @@ def _last_boundary(buf: bytes | bytearray | memoryview, clean: int = 0) -> tuple
 
 
 def _settle(
-    pending: Piece | None, piece: Piece, started: Callable[[], Any] | None, decode: Callable[[Piece], Decoded], path: Path
+    pending: Piece | None,
+    piece: Piece,
+    started: Callable[[], Any] | None,
+    decode: Callable[[Piece], Decoded],
+    path: Path,
 ) -> tuple[Piece | None, Any]:
     """Decode ``piece`` (``started``: its decoding under way elsewhere), joined to a piece that
     did not parse; (still pending, decoded). A joined piece is decoded here: what was started
@@ -814,7 +840,9 @@ def _settle(
         piece = Piece(text, piece.separator, pending.offset, pending.tried)
         if len(text) < 2 * piece.tried and len(text) <= MAX_JOINED_PIECE_BYTES:
             return piece, None
-    if not isinstance(piece, (FilePiece, SlotPiece)) and not piece.text.strip():  # an empty array (a piece cut between events holds one)
+    if (
+        not isinstance(piece, (FilePiece, SlotPiece)) and not piece.text.strip()
+    ):  # an empty array (a piece cut between events holds one)
         if started is not None:  # collected all the same: what it holds is freed with the answer
             started()
         return None, None
@@ -844,7 +872,10 @@ def _invalid(path: Path, piece: Piece) -> TraceError:
     except orjson.JSONDecodeError as exc:
         reason = f"{exc.msg} at byte {piece.offset + exc.pos - 1:,}"
     if "depth" in reason:  # valid JSON nested deeper than a reader follows (1,024 levels)
-        return TraceError(f"{path} nests JSON too deep ({reason})", hint="torch.profiler writes no event nested that deep: was the trace edited or generated?")
+        return TraceError(
+            f"{path} nests JSON too deep ({reason})",
+            hint="torch.profiler writes no event nested that deep: was the trace edited or generated?",
+        )
     return TraceError(f"{path} is not valid JSON ({reason})", hint=_TRUNCATED_HINT)
 
 
@@ -903,10 +934,21 @@ def event_from_object(obj: Any) -> Event | None:
     args = get("args", UNSET)
     if isinstance(args, dict):
         args = EventArgs(
-            args.get("correlation", UNSET), args.get("device", UNSET), args.get("stream", UNSET), args.get("bytes", UNSET),
+            args.get("correlation", UNSET),
+            args.get("device", UNSET),
+            args.get("stream", UNSET),
+            args.get("bytes", UNSET),
             args.get("name", UNSET),
         )
-    return Event(get("ph", UNSET), get("cat", UNSET), get("name", UNSET), get("tid", UNSET), get("ts", UNSET), get("dur", UNSET), args)
+    return Event(
+        get("ph", UNSET),
+        get("cat", UNSET),
+        get("name", UNSET),
+        get("tid", UNSET),
+        get("ts", UNSET),
+        get("dur", UNSET),
+        args,
+    )
 
 
 # --- memory ---------------------------------------------------------------------------------------
@@ -932,7 +974,9 @@ def available_memory() -> int | None:
     return None
 
 
-_CUT_HINT = "cut the trace to a few steps (diagnose trim TRACE OUT --keep 3), or analyse it on a machine with more memory"
+_CUT_HINT = (
+    "cut the trace to a few steps (diagnose trim TRACE OUT --keep 3), or analyse it on a machine with more memory"
+)
 
 
 def check_fits(path: Path, json_bytes: int) -> None:

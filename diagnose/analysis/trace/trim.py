@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.analysis.trace import patterns as P
-from diagnose.errors import TraceError
 from diagnose.analysis.trace.timeline import LONG_RUNTIME_CALL_US, TRIM_FORMAT, TRIM_FORMAT_KEY, read_trace_json
+from diagnose.errors import TraceError
 
 _GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 _RUNTIME = ("cuda_runtime", "cuda_driver")
@@ -33,7 +33,11 @@ def trim_trace(data: dict[str, Any], steps: int, skip: int = 1) -> dict[str, Any
     executes, in a kept step, kernels launched steps before, and their phase is read there."""
     events = [e for e in data["traceEvents"] if isinstance(e, dict)]
     marks = sorted(
-        (e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(P.PROFILER_STEP_PREFIX)),
+        (
+            e
+            for e in events
+            if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(P.PROFILER_STEP_PREFIX)
+        ),
         key=lambda e: e["ts"],
     )
     if not marks:
@@ -54,9 +58,13 @@ def trim_trace(data: dict[str, Any], steps: int, skip: int = 1) -> dict[str, Any
         ts: float = e.get("ts", end)
         return ts < end
 
-    flows = {(e.get("tid"), e.get("ts")) for e in events if e.get("cat") == "fwdbwd" and e.get("ph") == "s" and before_end(e)}
+    flows = {
+        (e.get("tid"), e.get("ts")) for e in events if e.get("cat") == "fwdbwd" and e.get("ph") == "s" and before_end(e)
+    }
     gpu_correlations = {(e.get("args") or {}).get("correlation") for e in events if e.get("cat") in _GPU and inside(e)}
-    top_level = _top_level_ids([e for e in events if e.get("cat") == "cpu_op" and e.get("tid") == main_tid and inside(e)])
+    top_level = _top_level_ids(
+        [e for e in events if e.get("cat") == "cpu_op" and e.get("tid") == main_tid and inside(e)]
+    )
 
     def keep(e: dict[str, Any]) -> bool:
         cat = e.get("cat")
@@ -79,7 +87,11 @@ def trim_trace(data: dict[str, Any], steps: int, skip: int = 1) -> dict[str, Any
         if cat == "cpu_op":
             return id(e) in top_level
         if cat in _RUNTIME:  # syncs, graph launches, and calls that waited (back-pressure)
-            return name in P.SYNC_CALLS or name in ("cudaGraphLaunch", "cuGraphLaunch") or e.get("dur", 0) > LONG_RUNTIME_CALL_US
+            return (
+                name in P.SYNC_CALLS
+                or name in ("cudaGraphLaunch", "cuGraphLaunch")
+                or e.get("dur", 0) > LONG_RUNTIME_CALL_US
+            )
         return cat in _GPU
 
     trimmed = {k: v for k, v in data.items() if k != "traceEvents"}

@@ -139,7 +139,13 @@ def sweep(
     exposed: Sequence[str],
     traced_step: int | None = None,
     marks: Any = None,
-) -> tuple[list[dict[str, float]], list[dict[str, float]], list[float], list[tuple[float, float, str, str]], list[dict[str, int]]]:
+) -> tuple[
+    list[dict[str, float]],
+    list[dict[str, float]],
+    list[float],
+    list[tuple[float, float, str, str]],
+    list[dict[str, int]],
+]:
     """``breakdown._sweep`` for disjoint steps (``steps_disjoint``): per step the time of each
     phase and exposed category, the GPU's busy time, the traced step's segments in time order,
     and how many of ``marks`` (sorted instants) fell in each phase. ``host[i]``/``gpu[i]``: the
@@ -194,12 +200,18 @@ def sweep(
     seg_phase = phase_of_state[state_index]
 
     n_phases = len(phases)
-    by_phase = np.bincount(step_of * n_phases + seg_phase, weights=width, minlength=n_steps * n_phases).reshape(n_steps, n_phases)
+    by_phase = np.bincount(step_of * n_phases + seg_phase, weights=width, minlength=n_steps * n_phases).reshape(
+        n_steps, n_phases
+    )
     for label in exposed:
         # each state's share of a segment for this category: 1/n of it for each of n GPU labels
         # active, all of it for the cause where none is; 0 where it is neither
         divisor = np.array(
-            [len(active) if label in active else (1 if not active and cause == label else 0) for _, active, cause in states], dtype=np.int64
+            [
+                len(active) if label in active else (1 if not active and cause == label else 0)
+                for _, active, cause in states
+            ],
+            dtype=np.int64,
         )
         if not divisor.any():
             continue
@@ -221,7 +233,9 @@ def sweep(
         at_clipped = np.maximum(at, 0)
         inside = (at >= 0) & (instants < seg_end[at_clipped])
         hits = at_clipped[inside]
-        per = np.bincount(step_of[hits] * n_phases + seg_phase[hits], minlength=n_steps * n_phases).reshape(n_steps, n_phases)
+        per = np.bincount(step_of[hits] * n_phases + seg_phase[hits], minlength=n_steps * n_phases).reshape(
+            n_steps, n_phases
+        )
         for counts, row in zip(counted, per.tolist(), strict=True):
             for p, count in zip(phases, row, strict=True):
                 counts[p] = count
@@ -231,7 +245,9 @@ def sweep(
         mine = np.flatnonzero(step_of == traced_step)
         segments = [
             (start, end, states[s][0], states[s][2])
-            for start, end, s in zip(seg_start[mine].tolist(), seg_end[mine].tolist(), state_index[mine].tolist(), strict=True)
+            for start, end, s in zip(
+                seg_start[mine].tolist(), seg_end[mine].tolist(), state_index[mine].tolist(), strict=True
+            )
         ]
     return phase_dicts, exposed_dicts, busy, segments, counted
 

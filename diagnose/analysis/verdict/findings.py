@@ -42,15 +42,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnose.analysis.prediction import uncertainty as U
 from diagnose.analysis.measure.categories import EXPOSED_LABELS, HOST_EXPOSED
+from diagnose.analysis.prediction import uncertainty as U
 from diagnose.analysis.prediction.predict import Prediction, PredictionRequest, Predictor
-from diagnose.analysis.verdict.rules import Rule, cpu_only_run, render_template, template_names
-from diagnose.analysis.symptoms import CATALOG
-from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.prediction.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD  # MIN_GAIN: read from here too
-from diagnose.units import format_value
+from diagnose.analysis.symptoms import CATALOG, Symptoms
+from diagnose.analysis.verdict.rules import Rule, cpu_only_run, render_template, template_names
 from diagnose.record import FRAMEWORKS
+from diagnose.units import format_value
 
 #: An exposed category where the GPU idles (data wait, copies, syncs, host code) over this share
 #: of the step: a fix for it is never left out for a small prediction, it is measured or shown
@@ -87,7 +86,12 @@ class Measurement:
     change: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"speedup": round(self.speedup, 4), "spread": round(self.spread, 4), "verdict": self.verdict, "change": self.change}
+        return {
+            "speedup": round(self.speedup, 4),
+            "spread": round(self.spread, 4),
+            "verdict": self.verdict,
+            "change": self.change,
+        }
 
 
 @dataclass
@@ -171,7 +175,9 @@ class Finding:
             "why": self.why,
             "gain_bound": None if self.gain is None else round(self.gain, 4),
             "predicted_speedup": None if self.predicted is None else round(self.predicted, 4),
-            "predicted_interval": None if self.predicted_low is None else [round(self.predicted_low, 4), round(self.predicted_high or 0.0, 4)],
+            "predicted_interval": None
+            if self.predicted_low is None
+            else [round(self.predicted_low, 4), round(self.predicted_high or 0.0, 4)],
             "prediction_note": self.prediction_note,
             "model_weakness": self.weak,
             "basis": self.basis,
@@ -322,7 +328,11 @@ def _predict(finding: Finding, rule: Rule, outcome: Prediction | Exception) -> N
 def dominant_category(rule: Rule, values: dict[str, float]) -> str | None:
     """The exposed category where the GPU idles over ``DOMINANT_SHARE`` of the step that this
     rule's fix relieves (its transformation's ``uncertainty.TARGET_CATEGORIES``), or None."""
-    shares = {c: values.get(f"exposed.{c}") or 0.0 for c in U.TARGET_CATEGORIES.get(rule.predict or "", ()) if c in HOST_EXPOSED}
+    shares = {
+        c: values.get(f"exposed.{c}") or 0.0
+        for c in U.TARGET_CATEGORIES.get(rule.predict or "", ())
+        if c in HOST_EXPOSED
+    }
     over = [c for c, share in shares.items() if share > DOMINANT_SHARE]
     return max(over, key=shares.__getitem__) if over else None
 
@@ -348,7 +358,12 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
         elif f.predicted is not None:
             name = transformations.get(f.rule_id) or ""
             values = U.resampled_speedups(
-                sample, f.predicted, categories=U.TARGET_CATEGORIES.get(name, ()), error=U.model_error(name), stream=stream, indices=indices
+                sample,
+                f.predicted,
+                categories=U.TARGET_CATEGORIES.get(name, ()),
+                error=U.model_error(name),
+                stream=stream,
+                indices=indices,
             )
             f.predicted_low, f.predicted_high = U.interval(values)
             draws.append(values)
@@ -374,7 +389,9 @@ def mark_checks(findings: list[Finding], values: dict[str, float]) -> None:
             continue
         why = []
         if f.dominant:
-            why.append(f"{EXPOSED_LABELS[f.dominant].lower()} holds {values.get(f'exposed.{f.dominant}', 0.0):.0%} of the step")
+            why.append(
+                f"{EXPOSED_LABELS[f.dominant].lower()} holds {values.get(f'exposed.{f.dominant}', 0.0):.0%} of the step"
+            )
         if f.predicted is None:
             why.append("no prediction: the model cannot replay this change here")
         else:
@@ -408,7 +425,10 @@ def ranking_summary(findings: list[Finding], floor: float, predictor: Predictor 
 
 
 def diagnose_symptoms(
-    rules: list[Rule], symptoms: Symptoms, predictor: Predictor | None = None, measured: Mapping[str, Measurement] | None = None
+    rules: list[Rule],
+    symptoms: Symptoms,
+    predictor: Predictor | None = None,
+    measured: Mapping[str, Measurement] | None = None,
 ) -> Diagnosis:
     values = symptoms.values_by_name()
     problems: list[Finding] = []
@@ -481,12 +501,19 @@ def diagnose_symptoms(
         if m is not None:
             finding.measured = m
             if m.verdict != "helped":
-                how = "slower than the step as it is" if m.verdict == "slower" else f"inside the ±{m.spread:.1%} the run's own steady steps move"
+                how = (
+                    "slower than the step as it is"
+                    if m.verdict == "slower"
+                    else f"inside the ±{m.spread:.1%} the run's own steady steps move"
+                )
                 considered.append(f"considered {rule.id}: measured {m.speedup:.2f}x by a short A/B ({m.change}), {how}")
                 continue
             (problems if rule.kind == "problem" else nexts).append(finding)
             continue
-        near = finding.predicted is not None and floor / PREDICTION_BAND <= finding.predicted - 1 <= floor * PREDICTION_BAND
+        near = (
+            finding.predicted is not None
+            and floor / PREDICTION_BAND <= finding.predicted - 1 <= floor * PREDICTION_BAND
+        )
         # a dominant category's fix predicted within the floor stays (to be measured); one
         # predicted slower than the step as it is does not
         within = finding.dominant is not None and finding.predicted is not None and finding.predicted >= 1 / (1 + floor)

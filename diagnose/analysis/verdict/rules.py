@@ -14,6 +14,9 @@ over what the run did not measure).
 (``lightning``, ``hf_trainer``, ``accelerate``); ``Rule.do_for(framework)`` picks it, with the
 plain ``do`` for plain PyTorch and for frameworks the table leaves out.
 
+Why one module: the rule file's format, its checks at load and the condition grammar that reads
+it are one contract; a rule's load-time checks and its evaluation must agree field by field.
+
 ``[already]`` is for a rule that advises a setting the script may have set already: its
 ``when`` (conditions that all hold when the setting is on) and the words that then say why the
 setting is not enough (any of ``title``, ``says``, ``why``, ``do``; ``Rule.texts(cpu_only,
@@ -46,10 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagnose.errors import RuleError
-from diagnose.units import format_value
 from diagnose.analysis.symptoms import CATALOG
+from diagnose.errors import RuleError
 from diagnose.record import FRAMEWORKS
+from diagnose.units import format_value
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,6 +89,8 @@ _COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     "==": lambda a, b: math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12),
     "!=": lambda a, b: not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12),
 }
+
+
 def _rounded(round_fn: Callable[[float], int]) -> Callable[[float], float]:
     """``ceil``/``floor`` that pass infinities and NaN through (``math.ceil`` raises on them)."""
     return lambda x: float(round_fn(x)) if math.isfinite(x) else x
@@ -262,6 +267,7 @@ _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)(?::([^{}|]*))?(?:\|([^{}
 
 def render_template(text: str, values: Mapping[str, float], extra: Mapping[str, str] | None = None) -> str:
     """Fill ``{name}`` placeholders; ``extra`` holds text values (source lines, the gain)."""
+
     def replace(m: re.Match[str]) -> str:
         name, spec, fallback = m.group(1), m.group(2), m.group(3)
         if extra and name in extra:
@@ -404,8 +410,10 @@ class Rule:
         if self.already_set(values):
             words.update(self.already_texts)
         return RuleTexts(
-            title=words.get("title", self.title), says=words.get("says", self.says),
-            why=words.get("why", self.why), do=words.get("do", self.do),
+            title=words.get("title", self.title),
+            says=words.get("says", self.says),
+            why=words.get("why", self.why),
+            do=words.get("do", self.do),
         )
 
     def fires(self, values: Mapping[str, float]) -> bool:
@@ -416,11 +424,17 @@ class Rule:
             return False
         return not self.any_of or any(c.holds(values) for c in self.any_of)
 
-    def do_for(self, framework: str | None, cpu_only: bool = False, values: Mapping[str, float] | None = None) -> tuple[str, str | None]:
+    def do_for(
+        self, framework: str | None, cpu_only: bool = False, values: Mapping[str, float] | None = None
+    ) -> tuple[str, str | None]:
         """The change's text for a loop under ``framework``, and the framework whose terms it
         uses (None: the plain PyTorch text, in a CPU-only run's words where asked; ``[already]``'s
         where the setting is on: the framework's way to switch it on is no news then)."""
-        if framework is not None and framework in self.do_by_framework and not ("do" in self.already_texts and self.already_set(values)):
+        if (
+            framework is not None
+            and framework in self.do_by_framework
+            and not ("do" in self.already_texts and self.already_set(values))
+        ):
             return self.do_by_framework[framework], framework
         return self.texts(cpu_only, values).do, None
 
@@ -473,7 +487,9 @@ def load_rules(extra_dirs: list[Path] | None = None, include_builtin: bool = Tru
     for path, builtin in files:
         rule = load_rule_file(path, builtin=builtin)
         if rule.id in seen:
-            raise RuleError(f"{path}:1: rule id {rule.id} is already used by {seen[rule.id]}", hint="ids are never reused")
+            raise RuleError(
+                f"{path}:1: rule id {rule.id} is already used by {seen[rule.id]}", hint="ids are never reused"
+            )
         seen[rule.id] = path
         rules.append(rule)
     _check_supersedes(rules)
@@ -488,9 +504,14 @@ def _check_supersedes(rules: list[Rule]) -> None:
         line = _line_of(rule.source.read_text(encoding="utf-8"), "supersedes") if rule.supersedes else 1
         for other in rule.supersedes:
             if other not in by_id:
-                raise RuleError(f"{rule.source}:{line}: supersedes unknown rule {other!r}", hint="name the id of a loaded rule")
+                raise RuleError(
+                    f"{rule.source}:{line}: supersedes unknown rule {other!r}", hint="name the id of a loaded rule"
+                )
             if rule.id in _superseded_closure(by_id, other):
-                raise RuleError(f"{rule.source}:{line}: {rule.id} and {other} supersede each other", hint="one of them speaks, not both")
+                raise RuleError(
+                    f"{rule.source}:{line}: {rule.id} and {other} supersede each other",
+                    hint="one of them speaks, not both",
+                )
 
 
 def _superseded_closure(by_id: dict[str, Rule], start: str) -> set[str]:
@@ -527,8 +548,25 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         return RuleError(f"{path}:{line}: {problem}", hint="see docs/rules.md for the rule file format")
 
     known_keys = {
-        "id", "title", "category", "kind", "when", "says", "do", "why", "gain", "evidence", "knob", "references", "examples", "quote",
-        "supersedes", "predict", "do_by_framework", "on_cpu", "already",
+        "id",
+        "title",
+        "category",
+        "kind",
+        "when",
+        "says",
+        "do",
+        "why",
+        "gain",
+        "evidence",
+        "knob",
+        "references",
+        "examples",
+        "quote",
+        "supersedes",
+        "predict",
+        "do_by_framework",
+        "on_cpu",
+        "already",
     }
     for key in data:
         if key not in known_keys:
@@ -570,7 +608,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
 
     supersedes = data.get("supersedes", [])
     if not isinstance(supersedes, list) or not all(isinstance(x, str) and _ID_RE.match(x) for x in supersedes):
-        raise fail("supersedes must be a list of rule ids, like [\"DATA006\"]", "supersedes")
+        raise fail('supersedes must be a list of rule ids, like ["DATA006"]', "supersedes")
     if rule_id in supersedes:
         raise fail(f"{rule_id} cannot supersede itself", "supersedes")
 
@@ -578,7 +616,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     gain_tree = None
     if gain_text is not None:
         if not isinstance(gain_text, str):
-            raise fail("gain must be an expression string, e.g. \"1 / (1 - exposed.data_wait)\"", "gain")
+            raise fail('gain must be an expression string, e.g. "1 / (1 - exposed.data_wait)"', "gain")
         try:
             gain_tree = parse_expr(gain_text)
         except ExprError as exc:
@@ -644,10 +682,17 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
             raise fail(f"example {i + 1}: symptoms must map names to numbers", "symptoms")
         _check_names(set(symptoms), f"example {i + 1}", fail)
         examples.append(
-            Example(str(ex.get("name", f"example {i + 1}")), {k: float(v) for k, v in symptoms.items()}, bool(ex["fires"]), ex.get("already"))
+            Example(
+                str(ex.get("name", f"example {i + 1}")),
+                {k: float(v) for k, v in symptoms.items()},
+                bool(ex["fires"]),
+                ex.get("already"),
+            )
         )
     if not any(e.fires for e in examples) or not any(not e.fires for e in examples):
-        raise fail("a rule carries at least one example that fires and one that does not", "[[examples]]" if examples else None)
+        raise fail(
+            "a rule carries at least one example that fires and one that does not", "[[examples]]" if examples else None
+        )
 
     return Rule(
         id=rule_id,
@@ -679,12 +724,17 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     )
 
 
-def _read_already(raw: Any, fail: Callable[[str, str | None], RuleError]) -> tuple[tuple[Condition, ...], dict[str, str]]:
+def _read_already(
+    raw: Any, fail: Callable[[str, str | None], RuleError]
+) -> tuple[tuple[Condition, ...], dict[str, str]]:
     """``[already]``: ``when`` (a list of conditions) and the texts that replace the rule's own."""
     if raw is None:
         return (), {}
     if not isinstance(raw, dict) or not isinstance(raw.get("when"), list) or not raw["when"]:
-        raise fail("already is a table with 'when' (a list of conditions) and the texts that say why the setting is not enough", "already")
+        raise fail(
+            "already is a table with 'when' (a list of conditions) and the texts that say why the setting is not enough",
+            "already",
+        )
     conditions = []
     for text in raw["when"]:
         try:
@@ -714,7 +764,9 @@ def _check_texts(table: str, texts: dict[str, Any], fail: Callable[[str, str | N
                 raise fail(f"{table}.{key}: {problem}", table)
 
 
-def _read_predict(raw: Any, fail: Callable[[str, str | None], RuleError]) -> tuple[str | None, tuple[tuple[str, Node], ...]]:
+def _read_predict(
+    raw: Any, fail: Callable[[str, str | None], RuleError]
+) -> tuple[str | None, tuple[tuple[str, Node], ...]]:
     """``predict = "name"`` or ``predict = { transform = "name", param = "expression" }``."""
     from diagnose.analysis.prediction.predict import TRANSFORMATIONS
 
@@ -725,7 +777,9 @@ def _read_predict(raw: Any, fail: Callable[[str, str | None], RuleError]) -> tup
         raise fail("predict is a transformation name, or a table with 'transform' and its parameters", "predict")
     name = table["transform"]
     if name not in TRANSFORMATIONS:
-        raise fail(f"predict names an unknown transformation {name!r} (known: {', '.join(sorted(TRANSFORMATIONS))})", "predict")
+        raise fail(
+            f"predict names an unknown transformation {name!r} (known: {', '.join(sorted(TRANSFORMATIONS))})", "predict"
+        )
     params = []
     for key, value in table.items():
         if key == "transform":
@@ -743,7 +797,10 @@ def _check_names(names: set[str], context: str, fail: Callable[[str, str | None]
     unknown = sorted(n for n in names if n not in CATALOG)
     if unknown:
         hint = _closest(unknown[0])
-        raise fail(f"unknown symptom {unknown[0]!r}{hint} (diagnose rules --symptoms lists them)", unknown[0] if context else None)
+        raise fail(
+            f"unknown symptom {unknown[0]!r}{hint} (diagnose rules --symptoms lists them)",
+            unknown[0] if context else None,
+        )
 
 
 def _closest(name: str) -> str:

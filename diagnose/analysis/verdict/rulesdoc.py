@@ -4,9 +4,8 @@ files (a test keeps docs/rules.md equal to this output)."""
 from __future__ import annotations
 
 from diagnose.analysis.prediction.predict import TRANSFORMATIONS
-from diagnose.analysis.verdict.rules import Rule
 from diagnose.analysis.symptoms import CATALOG
-
+from diagnose.analysis.verdict.rules import Rule
 
 #: the columns of ``diagnose rules`` and of ``diagnose rules --symptoms``
 RULES_HEADERS = ("id", "kind", "category", "title")
@@ -23,7 +22,10 @@ def symptoms_rows() -> list[list[str]]:
 
 
 FRAMEWORK_NAMES = {
-    "lightning": "PyTorch Lightning", "hf_trainer": "the Hugging Face Trainer", "fabric": "Lightning Fabric", "accelerate": "accelerate",
+    "lightning": "PyTorch Lightning",
+    "hf_trainer": "the Hugging Face Trainer",
+    "fabric": "Lightning Fabric",
+    "accelerate": "accelerate",
 }
 
 
@@ -49,18 +51,18 @@ def rules_markdown(rules: list[Rule]) -> str:
         'why = """why this is slow and why the change helps"""',
         'says = "text with {symptom} or {symptom:%} placeholders"',
         'do = """the change, as code"""',
-        '[do_by_framework]                    # the change as a framework user writes it (optional)',
+        "[do_by_framework]                    # the change as a framework user writes it (optional)",
         'hf_trainer = "args = TrainingArguments(..., bf16=True)"   # also: lightning, accelerate',
-        '[on_cpu]                             # the words for a run that used no GPU (optional)',
+        "[on_cpu]                             # the words for a run that used no GPU (optional)",
         'title = "..."                        # any of title, says, why, do',
-        '[already]                            # the advised setting is on already (optional):',
+        "[already]                            # the advised setting is on already (optional):",
         'when = ["dataloader.pin_memory == 1"] # ... then these words say why it is not enough',
         'says = "..."                         # any of title, says, why, do',
         'gain = "1 / (1 - exposed.data_wait)"  # the most the change can give (optional)',
         'evidence = ["exposed.data_wait"]     # symptoms quoted with the finding',
         'knob = { num_workers = "{suggest.num_workers}" }   # what diagnose verify applies',
-        '# the change replayed on the step\'s model to predict its gain (optional): a name, or a table',
-        '# with the transformation\'s parameters as expressions over symptoms',
+        "# the change replayed on the step's model to predict its gain (optional): a name, or a table",
+        "# with the transformation's parameters as expressions over symptoms",
         'predict = { transform = "more_workers", num_workers = "suggest.num_workers" }',
         'references = ["https://..."]',
         'supersedes = ["DATA006"]             # their findings are dropped when this rule fires',
@@ -88,7 +90,9 @@ def rules_markdown(rules: list[Rule]) -> str:
         "than the run's step-to-step spread, the 4% a rerun moves the step, or 1.03x (whichever is",
         "largest) is left out with one line saying so; a prediction within a factor 2 of that floor is",
         "borderline (a finding kept says so; one left out is listed as a near miss).",
-        "Transformations: " + ", ".join(f"`{name}`" for name in sorted(TRANSFORMATIONS)) + " (diagnose/analysis/prediction/predict.py).",
+        "Transformations: "
+        + ", ".join(f"`{name}`" for name in sorted(TRANSFORMATIONS))
+        + " (diagnose/analysis/prediction/predict.py).",
         "",
         "When two rules fire and one supersedes the other, only the superseding finding is shown (the",
         "report's diagnosis records which rule spoke instead): one cause, one finding.",
@@ -107,7 +111,7 @@ def rules_markdown(rules: list[Rule]) -> str:
         "where it has them: a rule that can fire on a CPU-only run words its texts for either device,",
         "or says it for the CPU there, so that a CPU run never reads of a GPU it does not have",
         "(tests/test_device_words.py checks every rule). A rule that only applies to a GPU run says so",
-        "in its conditions (`none = [\"gpu.present == 0\"]`).",
+        'in its conditions (`none = ["gpu.present == 0"]`).',
         "",
         "## The rules",
         "",
@@ -148,14 +152,25 @@ def rules_markdown(rules: list[Rule]) -> str:
         if r.on_cpu:
             cpu = r.texts(cpu_only=True)
             out += ["On a CPU-only run:", ""]
-            out += [f"- {key}: {' '.join(getattr(cpu, key).split())}" for key in ("title", "says", "why") if key in r.on_cpu]
+            out += [
+                f"- {key}: {' '.join(getattr(cpu, key).split())}" for key in ("title", "says", "why") if key in r.on_cpu
+            ]
             out += [""] + (["```python", cpu.do, "```", ""] if "do" in r.on_cpu else [])
         if r.already_texts:
             out += ["With the setting on already (" + " and ".join(f"`{c.text}`" for c in r.already_when) + "):", ""]
-            out += [f"- {key}: {' '.join(r.already_texts[key].split())}" for key in ("title", "says", "why") if key in r.already_texts]
+            out += [
+                f"- {key}: {' '.join(r.already_texts[key].split())}"
+                for key in ("title", "says", "why")
+                if key in r.already_texts
+            ]
             out += [""] + (["```python", r.already_texts["do"], "```", ""] if "do" in r.already_texts else [])
         if r.supersedes:
-            out += ["Supersedes: " + ", ".join(f"[{x}](#{x.lower()})" for x in r.supersedes) + " (dropped when this rule fires)", ""]
+            out += [
+                "Supersedes: "
+                + ", ".join(f"[{x}](#{x.lower()})" for x in r.supersedes)
+                + " (dropped when this rule fires)",
+                "",
+            ]
         superseded_by = [o.id for o in rules if r.id in o.supersedes]
         if superseded_by:
             out += ["Superseded by: " + ", ".join(f"[{x}](#{x.lower()})" for x in superseded_by), ""]

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.html import sections
-from diagnose.renderers.html.whole import whole_run
 from diagnose.renderers.html.charts import nice_ticks
 from diagnose.renderers.html.markup import Markup, el
 from diagnose.renderers.html.style import CATEGORY_COLOURS, CSP, PHASE_COLOURS, page
+from diagnose.renderers.html.whole import whole_run
 from diagnose.renderers.view import ReportView
 
 __all__ = ["CATEGORY_COLOURS", "CSP", "HTMLRenderer", "Markup", "PHASE_COLOURS", "el", "nice_ticks"]
-
 
 
 class HTMLRenderer(Renderer):

@@ -4,12 +4,12 @@ strips, a sweep's bar charts, and the roofline. Inputs are the view's rows; outp
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from diagnose.renderers.html.markup import Markup, el
-from diagnose.report import ExperimentRow, Roofline, Step
 from diagnose.renderers.view import Segment
+from diagnose.report import ExperimentRow, Roofline, Step
 from diagnose.units import count, ms, percent
 
 CHART_WIDTH = 960
@@ -18,7 +18,9 @@ LABEL_CHAR_PX = 6.6
 Formatter = Callable[[float], str]
 
 
-def steps_chart(steps: tuple[Step, ...], categories: list[str], labels: dict[str, str], max_ms: float | None = None) -> Markup:
+def steps_chart(
+    steps: tuple[Step, ...], categories: list[str], labels: dict[str, str], max_ms: float | None = None
+) -> Markup:
     """Stacked columns, one per step, one segment per exposed category with time in that step.
     ``max_ms`` sets the axis (charts side by side share one scale), else the longest step."""
     height, left, right, top, bottom = 310, 64, 16, 26, 40
@@ -40,8 +42,12 @@ def steps_chart(steps: tuple[Step, ...], categories: list[str], labels: dict[str
             tip = f"step {step.number} · {labels[cat]}: {ms(step_ms)} ({percent(step_ms / step.duration_ms)})"
             parts.append(rect(x, y, bar_w, step_ms * scale, f"seg c-{cat}", tip, category=cat))
         if i % label_every == 0:
-            parts.append(el("text", step.number, x=n(x + bar_w / 2), y=n(top + plot_h + 16), class_="tick", text_anchor="middle"))
-    parts.append(el("text", "profiled step", x=n(left + plot_w / 2), y=n(height - 4), class_="axis-title", text_anchor="middle"))
+            parts.append(
+                el("text", step.number, x=n(x + bar_w / 2), y=n(top + plot_h + 16), class_="tick", text_anchor="middle")
+            )
+    parts.append(
+        el("text", "profiled step", x=n(left + plot_w / 2), y=n(height - 4), class_="axis-title", text_anchor="middle")
+    )
     return svg(height, parts, "steps-chart", "step time per profiled step, by exposed category")
 
 
@@ -56,10 +62,14 @@ def strip(segments: tuple[Segment, ...], total_ms: float, title: str) -> Markup:
         colour_class = f"{'c' if segment.kind == 'exposed' else 'p'}-{segment.name}"
         share = percent(segment.ms / total_ms)
         width = segment.ms / total_ms * CHART_WIDTH
-        parts.append(rect(x, bar_top, width, bar_h, f"strip-seg {colour_class}", f"{segment.label}: {ms(segment.ms)} ({share})"))
+        parts.append(
+            rect(x, bar_top, width, bar_h, f"strip-seg {colour_class}", f"{segment.label}: {ms(segment.ms)} ({share})")
+        )
         text = fit_label(f"{segment.label} {share}", share, width)
         if text:
-            parts.append(el("text", text, x=n(x + 6), y=n(bar_top + bar_h / 2 + 4), class_=f"seg-label on-{colour_class}"))
+            parts.append(
+                el("text", text, x=n(x + 6), y=n(bar_top + bar_h / 2 + 4), class_=f"seg-label on-{colour_class}")
+            )
         x += width
     return svg(height, parts, "strip", title)
 
@@ -83,7 +93,7 @@ class SweepMetric:
     with_speedup: bool = False
 
 
-def bar_chart(rows: tuple[ExperimentRow, ...], metric: SweepMetric) -> Markup:
+def bar_chart(rows: Sequence[ExperimentRow], metric: SweepMetric) -> Markup:
     """One bar per experiment row; a row that failed or ran out of memory gets a red marker."""
     plot_h, left, right, top = 212, 72, 16, 28
     plot_w = CHART_WIDTH - left - right
@@ -104,21 +114,36 @@ def bar_chart(rows: tuple[ExperimentRow, ...], metric: SweepMetric) -> Markup:
         x = left + slot * i + (slot - bar_w) / 2
         parts.append(_bar(row, metric, x, bar_w, top + plot_h, plot_h, scale))
         label_x, label_y = n(x + bar_w / 2), n(top + plot_h + 16)
-        turn = {"text_anchor": "end", "transform": f"rotate(-35 {label_x} {label_y})"} if rotate else {"text_anchor": "middle"}
+        turn = (
+            {"text_anchor": "end", "transform": f"rotate(-35 {label_x} {label_y})"}
+            if rotate
+            else {"text_anchor": "middle"}
+        )
         parts.append(el("text", row.label, x=label_x, y=label_y, class_="tick", **turn))
     if metric.limit:
         y = top + plot_h - metric.limit * scale
         parts.append(el("line", x1=n(left), x2=n(left + plot_w), y1=n(y), y2=n(y), class_="limit"))
-        parts.append(el("text", f"capacity {metric.fmt(metric.limit)}", x=n(left + 4), y=n(y - 5), class_="limit-label"))
+        parts.append(
+            el("text", f"capacity {metric.fmt(metric.limit)}", x=n(left + 4), y=n(y - 5), class_="limit-label")
+        )
     return svg(top + plot_h + bottom, parts, f"bar-chart chart-{metric.key}", metric.title)
 
 
-def _bar(row: ExperimentRow, metric: SweepMetric, x: float, width: float, base: float, plot_h: float, scale: float) -> Markup:
+def _bar(
+    row: ExperimentRow, metric: SweepMetric, x: float, width: float, base: float, plot_h: float, scale: float
+) -> Markup:
     if row.failed:
         return el(
             "g",
             rect(x, base - plot_h, width, plot_h, f"bar-failed status-{row.status}", f"{row.label}: {row.status}"),
-            el("text", "OOM" if row.status == "oom" else row.status, x=n(x + width / 2), y=n(base - 8), class_="failed-label", text_anchor="middle"),
+            el(
+                "text",
+                "OOM" if row.status == "oom" else row.status,
+                x=n(x + width / 2),
+                y=n(base - 8),
+                class_="failed-label",
+                text_anchor="middle",
+            ),
             class_="bar",
         )
     value = row.figure(metric.key)
@@ -149,7 +174,14 @@ def nice_ticks(maximum: float, count: int = 5) -> list[float]:
 
 
 def y_axis(
-    ticks: list[float], scale: float, left: float, top: float, plot_w: float, plot_h: float, unit: str, fmt: Formatter | None = None
+    ticks: list[float],
+    scale: float,
+    left: float,
+    top: float,
+    plot_w: float,
+    plot_h: float,
+    unit: str,
+    fmt: Formatter | None = None,
 ) -> Markup:
     parts = []
     for tick in ticks:
@@ -162,8 +194,19 @@ def y_axis(
     return el("g", parts, class_="axis")
 
 
-def rect(x: float, y: float, width: float, height: float, css_class: str, tip: str, category: str | None = None) -> Markup:
-    return el("rect", el("title", tip), x=n(x), y=n(y), width=n(width), height=n(height), class_=css_class, data_category=category)
+def rect(
+    x: float, y: float, width: float, height: float, css_class: str, tip: str, category: str | None = None
+) -> Markup:
+    return el(
+        "rect",
+        el("title", tip),
+        x=n(x),
+        y=n(y),
+        width=n(width),
+        height=n(height),
+        class_=css_class,
+        data_category=category,
+    )
 
 
 def svg(height: float, parts: list[Markup], css_class: str, label: str) -> Markup:
@@ -200,7 +243,9 @@ def roofline_chart(roofline: Roofline) -> Markup:
     one dot per kernel class, its area proportional to its share of kernel time."""
     height, left, right, top, bottom = 360, 72, 24, 28, 44
     plot_w, plot_h = CHART_WIDTH - left - right, height - top - bottom
-    peak, ridge = roofline.peak_tflops, roofline.ridge
+    # a roofline is drawn only with both roofs known (the limits section has none otherwise)
+    peak, ridge = float(roofline.peak_tflops or 0.0), roofline.ridge
+    memory_gbs = float(roofline.memory_gbs or 1.0)
     intensities = [d.intensity for d in roofline.points] + [ridge]
     rates = [d.tflops for d in roofline.points if d.tflops > 0] + [peak]
     xs = _decades(min(intensities) / 3, max(intensities) * 3)
@@ -210,7 +255,9 @@ def roofline_chart(roofline: Roofline) -> Markup:
         return left + (math.log10(intensity) - math.log10(xs[0])) / (math.log10(xs[-1]) - math.log10(xs[0])) * plot_w
 
     def y_of(tflops: float) -> float:
-        return top + plot_h - (math.log10(tflops) - math.log10(ys[0])) / (math.log10(ys[-1]) - math.log10(ys[0])) * plot_h
+        return (
+            top + plot_h - (math.log10(tflops) - math.log10(ys[0])) / (math.log10(ys[-1]) - math.log10(ys[0])) * plot_h
+        )
 
     parts: list[Markup] = []
     for tick in xs:
@@ -222,22 +269,64 @@ def roofline_chart(roofline: Roofline) -> Markup:
         parts.append(el("line", x1=n(left), x2=n(left + plot_w), y1=n(y), y2=n(y), class_="grid-line"))
         parts.append(el("text", f"{tick:g}", x=n(left - 8), y=n(y + 4), class_="tick", text_anchor="end"))
     parts.append(el("text", "TFLOP/s", x=n(left - 8), y=n(top - 12), class_="axis-title", text_anchor="end"))
-    parts.append(el("text", "FLOPs per byte moved (arithmetic intensity)", x=n(left + plot_w / 2), y=n(height - 6),
-                    class_="axis-title", text_anchor="middle"))
+    parts.append(
+        el(
+            "text",
+            "FLOPs per byte moved (arithmetic intensity)",
+            x=n(left + plot_w / 2),
+            y=n(height - 6),
+            class_="axis-title",
+            text_anchor="middle",
+        )
+    )
     # the roofs: memory-bound up to the ridge, compute-bound after it
-    start = max(xs[0], ys[0] * 1e12 / (roofline.memory_gbs * 1e9))
-    roof = [(start, start * roofline.memory_gbs * 1e9 / 1e12), (ridge, peak), (xs[-1], peak)]
+    start = max(xs[0], ys[0] * 1e12 / (memory_gbs * 1e9))
+    roof = [(start, start * memory_gbs * 1e9 / 1e12), (ridge, peak), (xs[-1], peak)]
     points = " ".join(f"{n(x_of(i))},{n(y_of(t))}" for i, t in roof)
-    parts.append(el("polyline", el("title", f"roof: {roofline.memory_gbs:g} GB/s up to {ridge:.0f} FLOP/byte, then {peak:g} TFLOP/s"),
-                    points=points, class_="roof"))
-    parts.append(el("text", f"{peak:g} TFLOP/s {roofline.dtype or ''} peak", x=n(x_of(xs[-1]) - 4), y=n(y_of(peak) - 6),
-                    class_="limit-label", text_anchor="end"))
-    parts.append(el("text", f"{roofline.memory_gbs:g} GB/s", x=n(x_of(start) + 6), y=n(y_of(roof[0][1]) - 6), class_="limit-label"))
+    parts.append(
+        el(
+            "polyline",
+            el("title", f"roof: {memory_gbs:g} GB/s up to {ridge:.0f} FLOP/byte, then {peak:g} TFLOP/s"),
+            points=points,
+            class_="roof",
+        )
+    )
+    parts.append(
+        el(
+            "text",
+            f"{peak:g} TFLOP/s {roofline.dtype or ''} peak",
+            x=n(x_of(xs[-1]) - 4),
+            y=n(y_of(peak) - 6),
+            class_="limit-label",
+            text_anchor="end",
+        )
+    )
+    parts.append(
+        el(
+            "text",
+            f"{memory_gbs:g} GB/s",
+            x=n(x_of(start) + 6),
+            y=n(y_of(roof[0][1]) - 6),
+            class_="limit-label",
+        )
+    )
     for dot in roofline.points:
         x, y = x_of(dot.intensity), y_of(max(dot.tflops, ys[0]))
         radius = 4 + 14 * math.sqrt(max(dot.time_share, 0.0))
-        tip = (f"{dot.kind}: {count(dot.tflops)} TFLOP/s at {count(dot.intensity)} FLOP/byte, {dot.bound}-bound, "
-               f"{percent(dot.tflops / dot.roof_tflops if dot.roof_tflops else 0, 0)} of its roof, {percent(dot.time_share, 0)} of kernel time")
-        parts.append(el("circle", el("title", tip), cx=n(x), cy=n(y), r=n(radius), class_=f"dot k-{dot.kind}", data_class=dot.kind))
+        tip = (
+            f"{dot.kind}: {count(dot.tflops)} TFLOP/s at {count(dot.intensity)} FLOP/byte, {dot.bound}-bound, "
+            f"{percent(dot.tflops / dot.roof_tflops if dot.roof_tflops else 0, 0)} of its roof, {percent(dot.time_share, 0)} of kernel time"
+        )
+        parts.append(
+            el(
+                "circle",
+                el("title", tip),
+                cx=n(x),
+                cy=n(y),
+                r=n(radius),
+                class_=f"dot k-{dot.kind}",
+                data_class=dot.kind,
+            )
+        )
         parts.append(el("text", dot.kind, x=n(x + radius + 4), y=n(y + 4), class_="dot-label"))
     return svg(height, parts, "roofline", "roofline: kernel classes against this GPU's compute and memory roofs")

@@ -18,9 +18,8 @@ from diagnose.renderers.html.charts import steps_chart
 from diagnose.renderers.html.markup import Markup, el, section, swatch
 from diagnose.renderers.html.style import page
 from diagnose.renderers.view import ReportView
-from diagnose.version import __version__
 from diagnose.units import ms, percent
-
+from diagnose.version import __version__
 
 
 def comparison_html(comparison: Comparison, views: Sequence[ReportView]) -> str:
@@ -53,10 +52,15 @@ def _summary(c: Comparison) -> Markup:
         return el("tr", el("th", name), *[el("td", cell, class_="num") for cell in cells])
 
     rows = [
-        row(rate_words(c.rate_key), [
-            "—" if r.throughput is None else f"{r.throughput:,.1f}" + (f" ({speedup_text(r.speedup)})" if i and r.speedup else "")
-            for i, r in enumerate(c.runs)
-        ]),
+        row(
+            rate_words(c.rate_key),
+            [
+                "—"
+                if r.throughput is None
+                else f"{r.throughput:,.1f}" + (f" ({speedup_text(r.speedup)})" if i and r.speedup else "")
+                for i, r in enumerate(c.runs)
+            ],
+        ),
         row("mean step (p10–p90)", [step_text(r) for r in c.runs]),
         row("status", [r.state for r in c.runs]),
         row("verdict", [r.verdict for r in c.runs]),
@@ -74,11 +78,15 @@ def _shares(c: Comparison, rows: tuple[ShareRow, ...], colour_prefix: str) -> Ma
             text = "—" if share is None else percent(share) + (f" ({signed_points(delta)})" if i else "")
             cells.append(el("td", text, class_="num"))
         body.append(el("tr", cells, data_category=row.name))
-    return el("table", _head_row(c, "share of the step (change from the baseline)"), el("tbody", body), class_="grid legend")
+    return el(
+        "table", _head_row(c, "share of the step (change from the baseline)"), el("tbody", body), class_="grid legend"
+    )
 
 
 def _steps(c: Comparison, views: Sequence[ReportView]) -> Markup | None:
-    with_steps = [(run, view) for run, view in zip(c.runs, views, strict=True) if view.breakdown and view.breakdown.steps]
+    with_steps = [
+        (run, view) for run, view in zip(c.runs, views, strict=True) if view.breakdown and view.breakdown.steps
+    ]
     if not with_steps:
         return None
     categories = [row.name for row in c.exposed]
@@ -88,13 +96,22 @@ def _steps(c: Comparison, views: Sequence[ReportView]) -> Markup | None:
     for run, view in with_steps:
         breakdown = view.breakdown
         assert breakdown is not None
-        chart = steps_chart(breakdown.steps, [cat for cat in categories if cat in breakdown.categories], labels or view.labels, max_ms=longest)
+        chart = steps_chart(
+            breakdown.steps,
+            [cat for cat in categories if cat in breakdown.categories],
+            labels or view.labels,
+            max_ms=longest,
+        )
         caption = f"{len(breakdown.steps)} steps, median {ms(breakdown.median_step_ms)}"
         columns.append(el("figure", el("h3", run.label), chart, el("figcaption", caption, class_="muted")))
     grid = f"display:grid;grid-template-columns:repeat({len(columns)},minmax(0,1fr));gap:12px"
     return section(
         "Each profiled step, side by side",
-        el("p", "One bar per profiled step, split by what limited it; every chart has the same time scale.", class_="muted"),
+        el(
+            "p",
+            "One bar per profiled step, split by what limited it; every chart has the same time scale.",
+            class_="muted",
+        ),
         el("div", columns, style=grid),
         anchor="steps",
     )
@@ -106,4 +123,6 @@ def _findings(c: Comparison) -> Markup:
         text = (", ".join(run.findings) or "none") if i == 0 else findings_change(run, ":")
         rows.append(el("tr", el("th", run.label), el("td", text)))
     titles = el("ul", [el("li", el("code", rule), " ", title) for rule, title in sorted(c.titles.items())])
-    return section("Findings", el("table", el("tbody", rows), class_="kv"), titles if c.titles else None, anchor="findings")
+    return section(
+        "Findings", el("table", el("tbody", rows), class_="kv"), titles if c.titles else None, anchor="findings"
+    )

@@ -23,7 +23,9 @@ class Markup(str):
 def el(tag: str, *children: Any, **attrs: Any) -> Markup:
     """One element. Text children and every attribute value are escaped; ``Markup`` children and
     lists of them are kept. ``class_`` is ``class``; other underscores become dashes."""
-    attr_text = "".join(_attribute(name, value) for name, value in attrs.items() if value is not None and value is not False)
+    attr_text = "".join(
+        _attribute(name, value) for name, value in attrs.items() if value is not None and value is not False
+    )
     if tag in VOID_ELEMENTS:
         return Markup(f"<{tag}{attr_text}>")
     return Markup(f"<{tag}{attr_text}>{_content(children)}</{tag}>")
@@ -54,7 +56,9 @@ def section(title: str, *children: Any, anchor: str) -> Markup:
 
 def kv_table(rows: Iterable[tuple[str, Any]]) -> Markup:
     """A two-column table of settings; values as ``units.plain`` prints them."""
-    return el("table", el("tbody", [el("tr", el("th", key), el("td", plain(value))) for key, value in rows]), class_="kv")
+    return el(
+        "table", el("tbody", [el("tr", el("th", key), el("td", plain(value))) for key, value in rows]), class_="kv"
+    )
 
 
 def records_table(records: Iterable[Iterable[tuple[str, Any]]]) -> Markup:

@@ -7,15 +7,21 @@ from typing import Any
 
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
-from diagnose.report import ExperimentRow, Experiments, Finding, Timing
 from diagnose.renderers.view import EvidenceRow, ReportView, exposed_caption, phase_caption, spread_words
+from diagnose.report import ExperimentRow, Experiments, Finding, Timing
 from diagnose.units import count, human_bytes, ms, percent, plain, rate, spread_ms, unsure_words
 
 
 def header(view: ReportView) -> Markup:
     nav = [el("a", title, href=f"#{anchor}") for anchor, title in _nav_entries(view)]
     device = " · ".join([view.device or "device unknown", *view.versions])
-    return el("header", el("p", "diagnose report", class_="eyebrow"), el("h1", view.name), el("p", device, class_="sub"), el("nav", nav))
+    return el(
+        "header",
+        el("p", "diagnose report", class_="eyebrow"),
+        el("h1", view.name),
+        el("p", device, class_="sub"),
+        el("nav", nav),
+    )
 
 
 def _nav_entries(view: ReportView) -> list[tuple[str, str]]:
@@ -78,13 +84,13 @@ def _timing_card(title: str, subtitle: str, timing: Timing | None) -> Markup | N
     if timing is None:
         return None
     samples = timing.samples_per_s
-    headline = f"{rate(samples)} samples/s" if samples else f"{rate(timing.steps_per_s)} steps/s"
+    headline = f"{rate(samples)} samples/s" if samples else f"{rate(timing.steps_per_s or 0.0)} steps/s"
     details = [
-        f"{rate(timing.steps_per_s)} steps/s" if samples else None,
+        f"{rate(timing.steps_per_s or 0.0)} steps/s" if samples else None,
         (
-            f"mean {ms(timing.mean_step_ms)} per step (p10–p90 {spread_ms(timing.p10_step_ms, timing.p90_step_ms)} ms, median {ms(timing.median_step_ms)})"
+            f"mean {ms(timing.mean_step_ms)} per step (p10–p90 {spread_ms(timing.p10_step_ms, timing.p90_step_ms)} ms, median {ms(timing.median_step_ms or 0.0)})"
             if timing.mean_step_ms is not None
-            else f"median {ms(timing.median_step_ms)} per step (p90 {ms(timing.p90_step_ms)})"
+            else f"median {ms(timing.median_step_ms or 0.0)} per step (p90 {ms(timing.p90_step_ms or 0.0)})"
         ),
         f"{timing.steps} steps",
         "noisy: the p90 step is over 1.5x the median" if timing.noisy else None,
@@ -205,7 +211,11 @@ def _median_step_section(view: ReportView) -> Markup:
         caption = (
             f"Step {step.number}, the median step ({ms(step.duration_ms)}), from its start (left) to its end (right), in "
             f"{step.bins} slices of {ms(step.slice_ms or 0)}: each slice shows what filled most of it. "
-            + ("Top: GPU busy (greens) or idle and why (warm colours). " if view.on_gpu else "Top: what limited the step. ")
+            + (
+                "Top: GPU busy (greens) or idle and why (warm colours). "
+                if view.on_gpu
+                else "Top: what limited the step. "
+            )
             + "Bottom: what the host thread was doing."
         )
     else:
@@ -263,7 +273,9 @@ def hardware_limit(view: ReportView) -> Markup | None:
     if lim.mfu is not None:
         chips.append(f"MFU {percent(lim.mfu)}")
     if lim.achieved_tflops is not None:
-        chips.append(f"{lim.achieved_tflops:.1f} TFLOP/s achieved" + (f" of {lim.peak_tflops:g} peak" if lim.peak_tflops else ""))
+        chips.append(
+            f"{lim.achieved_tflops:.1f} TFLOP/s achieved" + (f" of {lim.peak_tflops:g} peak" if lim.peak_tflops else "")
+        )
     if lim.dtype or lim.gpu:
         chips.append(" on ".join(x for x in (lim.dtype, lim.gpu) if x))
     if lim.tflop_per_step is not None:
@@ -272,30 +284,68 @@ def hardware_limit(view: ReportView) -> Markup | None:
     if lim.flops_by_phase:
         parts.append(kv_table((phase, f"{flops / 1e12:.4g} TFLOP") for phase, flops in lim.flops_by_phase))
     if lim.roofline is not None and lim.roofline.points:
-        parts.append(el("figure", roofline_chart(lim.roofline), el("figcaption", "Each dot is a class of kernels: its counted FLOPs and bytes "
-                        "per step over its measured kernel time, against this GPU's roofs. " + " ".join(lim.estimated))))
+        parts.append(
+            el(
+                "figure",
+                roofline_chart(lim.roofline),
+                el(
+                    "figcaption",
+                    "Each dot is a class of kernels: its counted FLOPs and bytes "
+                    "per step over its measured kernel time, against this GPU's roofs. " + " ".join(lim.estimated),
+                ),
+            )
+        )
     if lim.kernels:
         parts.append(_kernel_table(lim.kernels))
     if lim.memory:
         free = f" · {lim.headroom_gb:.1f} GB free" if lim.headroom_gb is not None else ""
-        batch = f" · about {count(lim.largest_batch)} samples per step would fit (an estimate; diagnose sweep finds the real one)" if lim.largest_batch else ""
-        parts.append(el("p", el("strong", "Memory at the step's peak: "), " · ".join(f"{m.owner} {human_bytes(m.bytes)}" for m in lim.memory) + free + batch))
+        batch = (
+            f" · about {count(lim.largest_batch)} samples per step would fit (an estimate; diagnose sweep finds the real one)"
+            if lim.largest_batch
+            else ""
+        )
+        parts.append(
+            el(
+                "p",
+                el("strong", "Memory at the step's peak: "),
+                " · ".join(f"{m.owner} {human_bytes(m.bytes)}" for m in lim.memory) + free + batch,
+            )
+        )
     if lim.oom is not None:
         oom = lim.oom
         asked = f" asking for {human_bytes(oom.requested_bytes)}" if oom.requested_bytes else ""
-        parts.append(el("p", el("strong", f"Out of memory{asked}: "), " · ".join(f"{m.owner} {human_bytes(m.bytes)}" for m in oom.owners),
-                        f"; the largest: {oom.largest}."))
+        parts.append(
+            el(
+                "p",
+                el("strong", f"Out of memory{asked}: "),
+                " · ".join(f"{m.owner} {human_bytes(m.bytes)}" for m in oom.owners),
+                f"; the largest: {oom.largest}.",
+            )
+        )
         parts.append(el("ol", [el("li", change) for change in oom.changes]))
     return section("Distance to the hardware limit", *[p for p in parts if p is not None], anchor="limits")
 
 
 def _kernel_table(kernels: tuple[Any, ...]) -> Markup:
-    header_row = el("tr", el("th", "kernel"), el("th", "class"), el("th", "ms per step", class_="num"), el("th", "share", class_="num"),
-                    el("th", "TFLOP/s (class mean)", class_="num"), el("th", "GB/s (class mean)", class_="num"))
+    header_row = el(
+        "tr",
+        el("th", "kernel"),
+        el("th", "class"),
+        el("th", "ms per step", class_="num"),
+        el("th", "share", class_="num"),
+        el("th", "TFLOP/s (class mean)", class_="num"),
+        el("th", "GB/s (class mean)", class_="num"),
+    )
     rows = [
-        el("tr", el("td", el("code", k.name[:120])), el("td", k.kind), el("td", f"{k.ms_per_step:.3f}", class_="num"),
-           el("td", percent(k.share), class_="num"), el("td", f"{k.tflops:.2f}" if k.tflops is not None else "", class_="num"),
-           el("td", f"{k.gbs:.0f}" if k.gbs is not None else "", class_="num"))
+        el(
+            "tr",
+            el("td", el("code", k.name[:120])),
+            el("td", k.kind),
+            el("td", f"{k.ms_per_step:.3f}", class_="num"),
+            el("td", percent(k.share), class_="num"),
+            el("td", f"{k.tflops:.2f}" if k.tflops is not None else "", class_="num"),
+            el("td", f"{k.gbs:.0f}" if k.gbs is not None else "", class_="num"),
+        )
         for k in kernels
     ]
     return el("table", el("thead", header_row), el("tbody", rows), class_="grid")
@@ -341,7 +391,14 @@ def ranks(view: ReportView) -> Markup | str:
         return [el("td", r.why.get(row.rank, "the first rank" if row.rank == r.first_rank else ""))]
 
     rows = [
-        el("tr", [el("td", "-" if getattr(row, name) is None else _rank_cell(name, fmt, getattr(row, name))) for name, _, fmt in columns] + why(row))
+        el(
+            "tr",
+            [
+                el("td", "-" if getattr(row, name) is None else _rank_cell(name, fmt, getattr(row, name)))
+                for name, _, fmt in columns
+            ]
+            + why(row),
+        )
         for row in r.shown
     ]
     parts: list[Any] = [
@@ -372,7 +429,11 @@ def findings(view: ReportView) -> Markup:
     world_size = view.ranks.world_size if view.ranks else None
     if view.findings:
         body.append(
-            el("p", "Ranked by the most each fix can gain (an upper bound; diagnose verify measures the real one).", class_="muted")
+            el(
+                "p",
+                "Ranked by the most each fix can gain (an upper bound; diagnose verify measures the real one).",
+                class_="muted",
+            )
         )
         body += [_finding(i, f, view.evidence(f), world_size) for i, f in enumerate(view.findings, 1)]
     else:
@@ -400,11 +461,13 @@ def _finding(rank: int, finding: Finding, evidence: tuple[EvidenceRow, ...], wor
     if finding.check:
         parts.append(el("p", unsure_words(finding.check, finding.rule, finding.knobs, world_size), class_="borderline"))
     if finding.borderline:
-        parts.append(el(
-            "p",
-            f"borderline: {', '.join(finding.borderline)} within the steps' spread of the threshold; a rerun may not show it",
-            class_="borderline",
-        ))
+        parts.append(
+            el(
+                "p",
+                f"borderline: {', '.join(finding.borderline)} within the steps' spread of the threshold; a rerun may not show it",
+                class_="borderline",
+            )
+        )
     if finding.lines:
         parts.append(el("p", el("strong", "where: "), el("code", finding.lines), class_="where"))
     if evidence:
@@ -412,7 +475,9 @@ def _finding(rank: int, finding: Finding, evidence: tuple[EvidenceRow, ...], wor
     if finding.do:
         parts.append(el("pre", el("code", finding.do), class_="do"))
     if finding.knobs:
-        parts.append(el("p", "what-if knobs (diagnose run --set): ", el("code", plain(dict(finding.knobs))), class_="muted"))
+        parts.append(
+            el("p", "what-if knobs (diagnose run --set): ", el("code", plain(dict(finding.knobs))), class_="muted")
+        )
     if finding.why:
         parts.append(el("details", el("summary", "why"), el("p", finding.why)))
     links = [el("li", reference(url)) for url in finding.references]
@@ -423,7 +488,12 @@ def _finding(rank: int, finding: Finding, evidence: tuple[EvidenceRow, ...], wor
 
 def _evidence_table(evidence: tuple[EvidenceRow, ...]) -> Markup:
     rows = [
-        el("tr", el("td", el("code", e.symptom)), el("td", e.text, class_="num"), el("td", e.description, class_="muted"))
+        el(
+            "tr",
+            el("td", el("code", e.symptom)),
+            el("td", e.text, class_="num"),
+            el("td", e.description, class_="muted"),
+        )
         for e in evidence
     ]
     return el(
@@ -451,7 +521,11 @@ def experiments(view: ReportView) -> Markup | None:
         source = spread_words(e.baseline_spread_from)
         measured += f" Baseline spread ±{percent(e.baseline_spread or 0)}{f' ({source})' if source else ''}: changes inside it count as no effect."
     parts = [
-        el("p", f"{e.kind} over {varied}: one short run per row; failed and out-of-memory rows are marked in red.{measured}", class_="muted"),
+        el(
+            "p",
+            f"{e.kind} over {varied}: one short run per row; failed and out-of-memory rows are marked in red.{measured}",
+            class_="muted",
+        ),
         *(bar_chart(e.rows, metric) for metric in metrics if any(row.figure(metric.key) is not None for row in e.rows)),
         _experiment_table(e, view),
     ]
@@ -475,7 +549,10 @@ def _experiment_table(e: Experiments, view: ReportView) -> Markup:
         ("mean step ms (p10–p90)", lambda row: row.step_text("–")),
         *([("GPU busy", figure("gpu_busy", percent))] if e.shows_gpu_busy else []),
         *([("peak reserved", figure("peak_reserved_bytes", human_bytes))] if e.shows_memory else []),
-        ("speedup", lambda row: "reference" if row.reference else None if row.speedup is None else f"{row.speedup:.2f}x"),
+        (
+            "speedup",
+            lambda row: "reference" if row.reference else None if row.speedup is None else f"{row.speedup:.2f}x",
+        ),
     ]
     if any(row.via_text for row in rows):  # how each knob reached the loop: the framework's switch, the script's call
         columns.insert(1, ("via", lambda row: row.via_text or None))
@@ -484,7 +561,9 @@ def _experiment_table(e: Experiments, view: ReportView) -> Markup:
     for row in rows:
         cells = [el("td", cell(row) or "—") for _, cell in columns]
         top = view.top_label(row)
-        cells.append(el("td", f"{top} ({percent(row.top_exposed.share or 0)})" if top and row.top_exposed else row.error or "—"))
+        cells.append(
+            el("td", f"{top} ({percent(row.top_exposed.share or 0)})" if top and row.top_exposed else row.error or "—")
+        )
         body.append(el("tr", cells, class_="failed" if row.failed else None))
     return el("table", el("thead", header_row), el("tbody", body), class_="grid")
 
