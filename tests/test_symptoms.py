@@ -1131,6 +1131,7 @@ CASES = {
                 "whole.recompile_reason": "tensor 'x' size mismatch at index 1. expected 8, actual 9 (1x)",
                 "whole.slowdown": None,
                 "whole.slowdown_share": None,
+                "whole.creep_lost_share": None,
                 "whole.step_early_ms": None,
                 "whole.step_late_ms": None,
                 "whole.memory_growth": 0.4,

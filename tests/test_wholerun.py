@@ -113,3 +113,36 @@ def test_a_stall_while_the_thread_waited_for_a_cpu_is_contention() -> None:
     assert acc.seconds["contention"] == pytest.approx(1.0)
     assert acc.seconds["stalls"] == pytest.approx(2.2)
     assert sum(acc.seconds.values()) == pytest.approx(WALL_S)
+
+
+def _rising_steps(rise_s: float) -> RunRecord:
+    """100 steps: 10 ms each for the first fifth, then each ``rise_s`` longer than the one before."""
+    durations = [0.010] * 20 + [0.010 + rise_s * i for i in range(1, 81)]
+    boundaries = [0.0]
+    for d in durations:
+        boundaries.append(boundaries[-1] + d)
+    return whole_record(
+        boundaries_s=boundaries,
+        spans=[],
+        loaders=[],
+        compiles=[],
+        last_optimizer_step_s=None,
+        script_end_s=boundaries[-1],
+        process_start_s=0.0,
+    )
+
+
+def test_creeping_memory_costs_time_only_where_the_steps_slowed() -> None:
+    """WHOLE004's bound: the time the slower steps lost, where the late step is 1.3x the early
+    one or more; where the steps kept their pace the cost is unknown (None), not a 1.0x bound
+    that would drop the finding."""
+    from diagnose.analysis.symptoms import wholerun as W
+
+    slowed = _rising_steps(0.0002)  # late median 24.1 ms against 10 ms
+    acc = account(slowed)
+    assert acc is not None
+    lost = sum(0.0002 * i for i in range(1, 81))
+    assert W.creep_lost_share.compute(slowed) == pytest.approx(lost / acc.wall_s)
+    steady = _rising_steps(0.000001)  # late median 10.07 ms: kept its pace
+    assert account(steady).shifts["slowdown"]["ratio"] < W.SLOWED
+    assert W.creep_lost_share.compute(steady) is None

@@ -229,6 +229,25 @@ def slowdown_share(record: RunRecord) -> float | None:
     return shift["lost_s"] / acc.wall_s if shift and acc is not None and acc.wall_s > 0 else None
 
 
+#: the late step over the early one from which the steps count as slowed (WHOLE005's line)
+SLOWED = 1.3
+
+
+@symptom(
+    "whole.creep_lost_share",
+    "share",
+    "time the steps lost as they slowed (late over 1.3x early), of the wall-clock; none where they kept their pace",
+)
+def creep_lost_share(record: RunRecord) -> float | None:
+    """What creeping memory cost in time: only where the steps measurably slowed. Where they
+    kept their pace the cost is unknown (the risk is an out-of-memory error later), not zero."""
+    acc = accounting_of(record)
+    shift = _shift(record, "slowdown")
+    if not shift or shift["ratio"] < SLOWED or acc is None or acc.wall_s <= 0:
+        return None
+    return float(shift["lost_s"]) / acc.wall_s
+
+
 @symptom("whole.step_early_ms", "ms", "the median training step early in the run (first fifth after warm-up)")
 def step_early_ms(record: RunRecord) -> float | None:
     shift = _shift(record, "slowdown")
