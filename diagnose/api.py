@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
     from diagnose.analysis.compare import Comparison
-    from diagnose.analysis.pipeline import AnalysisOptions
     from diagnose.record import RunRecord
     from diagnose.report import Report
 
@@ -40,91 +39,30 @@ RunLike = Union[PathLike, "Report", "tuple[str, Report]"]
 # --- analysing and comparing --------------------------------------------------------------------
 
 
-def _options(rules: Sequence[PathLike] = (), show_all: bool = False) -> AnalysisOptions:
-    from diagnose.analysis.pipeline import AnalysisOptions
-
-    return AnalysisOptions.load([Path(r) for r in rules], show_all=show_all)
-
-
 def analyze(
     path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = False, reanalyze: bool = False
 ) -> Report:
     """The report of a run directory or a trace. A run directory's saved report.json is read
     as is, unless ``reanalyze`` (or extra ``rules``, or ``show_all``) asks for a fresh analysis."""
-    from diagnose.errors import UsageError
-    from diagnose.rundir import RunDir
+    from diagnose import session
 
-    path = Path(path)
-    if path.is_dir():
-        run_dir = RunDir(path)
-        if run_dir.report_path.is_file() and not (reanalyze or rules or show_all):
-            return run_dir.load_report()
-        from diagnose.session import analyze_run
-
-        return analyze_run(run_dir, _options(rules, show_all))
-    if not path.is_file():
-        raise UsageError(f"no such run directory or trace: {path}")
-    if path.name.endswith(".json") and not path.name.endswith(".trace.json") and _is_report_file(path):
-        from diagnose.report import Report
-
-        return Report.load(path)
-    from diagnose.analysis.pipeline import analyze_trace
-
-    return analyze_trace(path, _options(rules, show_all))
-
-
-def _is_report_file(path: Path) -> bool:
-    """A saved report.json (its first bytes name the report schema), not a trace."""
-    with path.open("rb") as stream:
-        return b'"diagnose.report/' in stream.read(200)
+    return session.report_of(path, rules=rules, show_all=show_all, reanalyze=reanalyze)
 
 
 def load_runs(path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = False) -> list[tuple[str, Report]]:
     """The labelled runs a path holds: a verify or sweep directory's child runs in its own order
     (labelled as the experiment labelled them), else the one run or trace."""
-    from diagnose.session import experiment_children
+    from diagnose import session
 
-    path = Path(path)
-    children = experiment_children(path)
-    if children:
-        return [(label, analyze(child, rules=rules, show_all=show_all)) for label, child in children]
-    return [(_label(path), analyze(path, rules=rules, show_all=show_all))]
-
-
-def _label(path: Path) -> str:
-    from diagnose.rundir import RunDir
-
-    if path.is_file() and RunDir.containing(path).path != path:  # RUN/diagnose/report.json is RUN
-        return RunDir.containing(path).path.resolve().name
-    name = path.name
-    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    return session.labelled_runs(path, rules=rules, show_all=show_all)
 
 
 def compare(*runs: RunLike, labels: Sequence[str] | None = None, rules: Sequence[PathLike] = ()) -> Comparison:
     """Compare runs, the first being the baseline. Each run is a path (a verify or sweep
     directory gives all its runs), a ``Report``, or a ``(label, Report)`` pair."""
-    from diagnose.analysis.compare import compare_reports
-    from diagnose.report import Report
+    from diagnose import session
 
-    labelled: list[tuple[str, Report]] = []
-    for i, run in enumerate(runs):
-        if isinstance(run, Report):
-            labelled.append((f"run {i + 1}", run))
-        elif isinstance(run, tuple):
-            labelled.append(run)
-        else:
-            labelled.extend(load_runs(run, rules=rules))
-    if labels is not None:
-        if len(labels) != len(labelled):
-            raise ValueError(f"{len(labels)} labels for {len(labelled)} runs")
-        labelled = [(label, report) for label, (_, report) in zip(labels, labelled, strict=True)]
-    from diagnose.renderers.notebook import for_notebook
-    from diagnose.session import unique_labels
-
-    return for_notebook(compare_reports(unique_labels(labelled)))  # shown as HTML in Jupyter
+    return session.compare_runs(*runs, labels=labels, rules=rules)
 
 
 # --- profiling in-process -----------------------------------------------------------------------
@@ -220,7 +158,7 @@ def _profiling(
     from diagnose.record import WindowPlan
     from diagnose.runtime.runner import profiling_now
 
-    options = _options(rules, show_all)  # a bad rule file fails before the block runs
+    options = session.analysis_options(rules, show_all)  # a bad rule file fails before the block runs
     plan = WindowPlan(warmup=warmup, steps=steps, timed=timed_steps, stop=stop)
     outer = profiling_now()
     if outer is not None:  # torch.profiler runs one session: the outer run measures this block too

@@ -643,30 +643,11 @@ def compare(
     color: bool | None = typer.Option(None, "--color/--no-color", help="Colour the terminal output."),
 ) -> None:
     """Compare runs side by side: throughput, where the step time went, the findings that came and went, and how the bottleneck moved."""
-    from diagnose.api import compare as compare_runs
-    from diagnose.renderers.comparison import render_comparison
+    from diagnose import session
 
     gate = _gate(fail_on, None, rules_dirs, first_run_is_baseline=True)
-    try:
-        comparison = compare_runs(*paths, rules=rules_dirs or ())
-    except ValueError as exc:  # fewer than two runs
-        raise errors.UsageError(
-            str(exc), hint="give two run directories or more, or one verify or sweep directory"
-        ) from None
-    if html is not None:
-        from diagnose.rundir import write_file_whole
-
-        # whole or not at all: a full disk leaves no cut page
-        write_file_whole(html, render_comparison(comparison, "html").encode("utf-8"))
-        Display(quiet=quiet).say(f"wrote {html}")
-    if json_out:
-        sys.stdout.write(render_comparison(comparison, "json"))
-    else:
-        from diagnose.renderers.terminal import ConsoleSettings
-
-        settings = ConsoleSettings.detect(color, sys.stdout)
-        # a wide table: the terminal's width (COLUMNS), or 140 columns when piped
-        sys.stdout.write(render_comparison(comparison, "terminal", color=settings.color, width=settings.width or 140))
+    display = Display(json_out=json_out, color=color, quiet=quiet)
+    comparison = session.compare_paths(paths, rules_dirs or [], html, display)
     _apply_gate(gate, list(comparison.reports[1:]), baseline=comparison.reports[0])
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from diagnose import errors
 
 if TYPE_CHECKING:
+    from diagnose.analysis.compare import Comparison
     from diagnose.report import Report
     from diagnose.rundir import RunDir
 
@@ -62,6 +63,18 @@ class Display:
                 f"cannot write the report to stdout ({why})",
                 hint=f"it is saved: diagnose report {saved} shows it again" if saved else None,
             ) from None
+
+    def comparison(self, comparison: Comparison) -> None:
+        """``diagnose compare``'s table (or its JSON): a wide table, the terminal's width
+        (COLUMNS), or 140 columns when piped."""
+        from diagnose.renderers.comparison import render_comparison
+        from diagnose.renderers.terminal import ConsoleSettings
+
+        if self.json_out:
+            sys.stdout.write(render_comparison(comparison, "json"))
+            return
+        settings = ConsoleSettings.detect(self.color, sys.stdout)
+        sys.stdout.write(render_comparison(comparison, "terminal", color=settings.color, width=settings.width or 140))
 
     def say(self, text: str) -> None:
         """A line of information on stderr (what was written where), left out with ``quiet``."""

@@ -69,10 +69,15 @@ from diagnose.rundir import RunDir, shared_location
 from diagnose.signals import SignalHold
 
 if TYPE_CHECKING:
+    from diagnose.analysis.compare import Comparison
     from diagnose.experiments import Outcome, VerifyResult
     from diagnose.runtime.knobs import Knobs
     from diagnose.runtime.whole import WatchBudget
     from diagnose.supervise import Ending
+
+    # as diagnose.api spells them for its users
+    PathLike = str | Path
+    RunLike = PathLike | Report | tuple[str, Report]
 
 # --- analysing a run directory ----------------------------------------------------------------
 
@@ -1077,3 +1082,108 @@ def unique_labels(runs: list[tuple[str, Report]]) -> list[tuple[str, Report]]:
         seen[label] = seen.get(label, 0) + 1
         out.append((label if seen[label] == 1 else f"{label} ({seen[label]})", report))
     return out
+
+
+# --- analysing and comparing runs (diagnose.analyze, load_runs, compare; diagnose compare) -------
+
+
+def analysis_options(rules: Sequence[PathLike] = (), show_all: bool = False) -> AnalysisOptions:
+    from diagnose.analysis.pipeline import AnalysisOptions
+
+    return AnalysisOptions.load([Path(r) for r in rules], show_all=show_all)
+
+
+def report_of(
+    path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = False, reanalyze: bool = False
+) -> Report:
+    """The report of a run directory or a trace. A run directory's saved report.json is read
+    as is, unless ``reanalyze`` (or extra ``rules``, or ``show_all``) asks for a fresh analysis."""
+    from diagnose.errors import UsageError
+    from diagnose.rundir import RunDir
+
+    path = Path(path)
+    if path.is_dir():
+        run_dir = RunDir(path)
+        if run_dir.report_path.is_file() and not (reanalyze or rules or show_all):
+            return run_dir.load_report()
+        return analyze_run(run_dir, analysis_options(rules, show_all))
+    if not path.is_file():
+        raise UsageError(f"no such run directory or trace: {path}")
+    if path.name.endswith(".json") and not path.name.endswith(".trace.json") and _is_report_file(path):
+        from diagnose.report import Report
+
+        return Report.load(path)
+    from diagnose.analysis.pipeline import analyze_trace
+
+    return analyze_trace(path, analysis_options(rules, show_all))
+
+
+def _is_report_file(path: Path) -> bool:
+    """A saved report.json (its first bytes name the report schema), not a trace."""
+    with path.open("rb") as stream:
+        return b'"diagnose.report/' in stream.read(200)
+
+
+def labelled_runs(
+    path: PathLike, *, rules: Sequence[PathLike] = (), show_all: bool = False
+) -> list[tuple[str, Report]]:
+    """The labelled runs a path holds: a verify or sweep directory's child runs in its own order
+    (labelled as the experiment labelled them), else the one run or trace."""
+    path = Path(path)
+    children = experiment_children(path)
+    if children:
+        return [(label, report_of(child, rules=rules, show_all=show_all)) for label, child in children]
+    return [(_label(path), report_of(path, rules=rules, show_all=show_all))]
+
+
+def _label(path: Path) -> str:
+    from diagnose.rundir import RunDir
+
+    if path.is_file() and RunDir.containing(path).path != path:  # RUN/diagnose/report.json is RUN
+        return RunDir.containing(path).path.resolve().name
+    name = path.name
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def compare_runs(*runs: RunLike, labels: Sequence[str] | None = None, rules: Sequence[PathLike] = ()) -> Comparison:
+    """Compare runs, the first being the baseline. Each run is a path (a verify or sweep
+    directory gives all its runs), a ``Report``, or a ``(label, Report)`` pair."""
+    from diagnose.analysis.compare import compare_reports
+    from diagnose.report import Report
+
+    labelled: list[tuple[str, Report]] = []
+    for i, run in enumerate(runs):
+        if isinstance(run, Report):
+            labelled.append((f"run {i + 1}", run))
+        elif isinstance(run, tuple):
+            labelled.append(run)
+        else:
+            labelled.extend(labelled_runs(run, rules=rules))
+    if labels is not None:
+        if len(labels) != len(labelled):
+            raise ValueError(f"{len(labels)} labels for {len(labelled)} runs")
+        labelled = [(label, report) for label, (_, report) in zip(labels, labelled, strict=True)]
+    from diagnose.renderers.notebook import for_notebook
+
+    return for_notebook(compare_reports(unique_labels(labelled)))  # shown as HTML in Jupyter
+
+
+def compare_paths(paths: Sequence[Path], rules_dirs: Sequence[Path], html: Path | None, display: Display) -> Any:
+    """``diagnose compare``: the runs side by side, the page written whole to ``html`` when
+    asked, the comparison shown; returns the comparison (its reports for the gate)."""
+    try:
+        comparison = compare_runs(*paths, rules=rules_dirs)
+    except ValueError as exc:  # fewer than two runs
+        raise UsageError(str(exc), hint="give two run directories or more, or one verify or sweep directory") from None
+    if html is not None:
+        from diagnose.renderers.comparison import render_comparison
+        from diagnose.rundir import write_file_whole
+
+        # whole or not at all: a full disk leaves no cut page
+        write_file_whole(html, render_comparison(comparison, "html").encode("utf-8"))
+        display.say(f"wrote {html}")
+    display.comparison(comparison)
+    return comparison
