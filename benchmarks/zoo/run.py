@@ -53,7 +53,7 @@ TORCHRUN_ENV = {
     "WORLD_SIZE": "1",
     "LOCAL_WORLD_SIZE": "1",
     "MASTER_ADDR": "127.0.0.1",
-    "MASTER_PORT": "29517",
+    "MASTER_PORT": os.environ.get("ZOO_MASTER_PORT", "29517"),  # a lane of gpu.sh: its own port
 }
 
 
