@@ -218,12 +218,24 @@ def test_batch_to_fill_stops_where_the_shapes_reach_the_peak_or_memory_ends() ->
     layer = [MatmulShape("aten.mm", 16, 8192, 8192, "bfloat16", 1, 2 * 16 * 8192 * 8192)]
     # 16 rows x 32 = 512: intensity ~455 FLOP/byte, past the ridge (295): 90% of the peak reached
     assert kernels.matmul_roof_share(layer, H100, False, 16) < 0.9 <= kernels.matmul_roof_share(layer, H100, False, 32)
-    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=100_000) == 512
-    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=200) == 128  # what fits
+    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=100_000, most=64) == 512
+    # three doublings at most by default (MAX_BATCH_FACTOR): 128, short of the 512 that fill them
+    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=100_000) == 128
+    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=100_000, most=2) == 32  # a short epoch
+    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=100_000, most=1) is None
+    assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=100, most=64) == 64  # what fits
     assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=31) is None  # not even twice
     assert kernels.batch_to_fill_matmuls(layer, H100, False, 16, largest=None) is None
     big = [MatmulShape("aten.mm", 4096, 4096, 4096, "bfloat16", 1, 2 * 4096**3)]
     assert kernels.batch_to_fill_matmuls(big, H100, False, 4096, largest=100_000) is None  # filled already
+
+
+def test_a_suggested_batch_grows_three_doublings_at_most_and_keeps_sixteen_batches_an_epoch() -> None:
+    assert memory_breakdown.batch_factor_limit() == memory_breakdown.MAX_BATCH_FACTOR == 8
+    assert memory_breakdown.batch_factor_limit(10_000) == 8
+    assert memory_breakdown.batch_factor_limit(40) == 2  # 2560 images at 64: 20 batches of 128
+    assert memory_breakdown.batch_factor_limit(20) == 1  # none larger
+    assert memory_breakdown.batch_factor_limit(3) == 1
 
 
 def test_a_narrow_model_is_not_told_a_larger_batch_widens_its_matmuls() -> None:

@@ -150,9 +150,10 @@ def test_tiny_batch_matmuls_ask_for_the_batch_that_fills_them_and_fits() -> None
     assert "MEM004" in ids
     finding = report.findings[ids.index("MEM004")]
     assert "allow at most 5% of the GPU's compute peak" in finding["says"]
-    assert "The step held 16 samples; about 896 fit in memory, and 512 fill the matmuls." in finding["says"]
-    assert finding["do"].startswith("loader = DataLoader(dataset, batch_size=512, ...)   # was 16")
-    assert finding["knobs"] == {"batch_size": "512"}
+    # 512 rows would fill them; a suggestion grows the batch 8x at most (MAX_BATCH_FACTOR)
+    assert "The step held 16 samples; about 896 fit in memory, and 128 fill the matmuls." in finding["says"]
+    assert finding["do"].startswith("loader = DataLoader(dataset, batch_size=128, ...)   # was 16")
+    assert finding["knobs"] == {"batch_size": "128"}
     # the 4096-row step of the other tests: its matmuls are compute-bound, no such finding
     assert "MEM004" not in [f["rule"] for f in _report(RunRecord(**LIMITS_RECORD_FIELDS)).findings]
 

@@ -570,6 +570,62 @@ def test_a_larger_batch_keeps_each_kernels_floor_and_idle_workers_keep_up() -> N
     assert [it.duration_us for it in busy.items if it.fetch is not None] == [32.0]
 
 
+def worker_steps() -> TraceBuilder:
+    """Two steps of 100 µs: a 2 µs fetch of a batch the workers had ready, then 98 µs of forward
+    with one 10 µs kernel."""
+    b = TraceBuilder()
+    for start in (0, 100):
+        b.step(start // 100, start, 100)
+        b.data_wait(start, 2)
+        b.op("aten::linear", start + 2, 98, forward=True)
+        b.kernel(ELEMENTWISE, start + 20, 10, launch_ts=start + 10)
+    return b
+
+
+def test_a_larger_batch_is_loaded_at_the_workers_measured_cpu_per_sample() -> None:
+    """Two workers, 100 µs of CPU per batch: one batch every 50 µs, ahead of the 100 µs step.
+    At 4x the batch a batch costs 400 µs of CPU, one every 200 µs: the loader sets the pace.
+    Taking a ready batch costs 4x its 2 µs (8 µs, inside the wait: it ends when the batch is
+    ready); the kernel keeps its floor (the window's shortest: it grows nothing). With every
+    batch at hand a step's work is 8 + 98 = 106 µs, so the first batch is ready 200 - 106 = 94 µs
+    in and the second 200 µs later: the steps end at 94 + 98 = 192 and 294 + 98 = 392 µs, 4x the
+    samples in 1.96x the time. Workers twice as fast (50 µs a batch, one every 100 µs at 4x)
+    keep up: 2 x 106 µs."""
+    model = model_of(worker_steps())
+    assert replay(model).window_us == 200.0
+    facts = {"dataloader.num_workers": 2, "workers.cpu_per_batch_ms": 0.1, "cpu.count": 8}
+    bigger = larger_batch(model, facts, factor=4)
+    assert replay(bigger).window_us == pytest.approx(392.0)
+    assert predict(model, replay_check(model), "larger_batch", facts, {"factor": 4}).speedup == pytest.approx(
+        4 * 200 / 392
+    )
+    faster = larger_batch(model, {**facts, "workers.cpu_per_batch_ms": 0.05}, factor=4)
+    assert replay(faster).window_us == pytest.approx(212.0)
+    # on 2 CPUs one worker builds at a time (one core stays with the main process): one every
+    # 400 µs, the first ready at 400 - 106 = 294 µs: steps end at 392 and 792 µs
+    one_core = larger_batch(model, {**facts, "cpu.count": 2}, factor=4)
+    assert replay(one_core).window_us == pytest.approx(792.0)
+    # measured, the prediction stands; with workers whose CPU per batch is unknown it is a guess
+    assert predict(model, replay_check(model), "larger_batch", facts, {"factor": 4}).weak is None
+    unknown = {"dataloader.num_workers": 2, "workers.busy": 0.1}
+    weak = predict(model, replay_check(model), "larger_batch", unknown, {"factor": 4}).weak
+    assert weak is not None and weak.startswith("the DataLoader workers' CPU time per batch was not measured")
+    assert predict(model, replay_check(model), "larger_batch", {"dataloader.num_workers": 0}, {"factor": 4}).weak is None
+    # the workers' sampled stacks say they idle 99% of the time: they keep up (a CPU time per batch
+    # inflated by their first, slow batches is not taken for the pace), and the two disagree
+    sampled = {**facts, "workers.busy": 0.01}
+    assert replay(larger_batch(model, sampled, factor=4)).window_us == 200.0  # the fetch as it was
+    disagree = predict(model, replay_check(model), "larger_batch", sampled, {"factor": 4}).weak
+    assert disagree == (
+        "the DataLoader workers' CPU time per batch (0.10 ms) and their sampled busy share (1%) "
+        "disagree on whether they keep up with 4x the batch"
+    )
+    # both say the workers would be busy all the time: paced, and sure of it
+    both = {**facts, "workers.busy": 0.3}
+    assert replay(larger_batch(model, both, factor=4)).window_us == pytest.approx(392.0)
+    assert predict(model, replay_check(model), "larger_batch", both, {"factor": 4}).weak is None
+
+
 @dataclass
 class CannotCase:
     name: str

@@ -558,6 +558,32 @@ CASES = {
             },
         ),
         Case(
+            "1% of 80 GB reserved: memory holds 64x the batch, a suggestion grows it 8x",
+            record=_record(
+                memory={"capacity_bytes": 80e9, "peak_allocated_bytes": 0.6e9, "peak_reserved_bytes": 0.8e9},
+                samples_per_step=[32, 32],
+            ),
+            expected={"batch.size": 32, "suggest.batch_size": 256},
+        ),
+        Case(
+            "a data set of 40 batches: at most 2x, so that an epoch keeps 16 batches",
+            record=_record(
+                memory={"capacity_bytes": 80e9, "peak_allocated_bytes": 0.6e9, "peak_reserved_bytes": 0.8e9},
+                samples_per_step=[64, 64],
+                dataloaders=[_loader(dataset_len=2560, batch_size=64, batches_per_epoch=40, fetches_in_window=2)],
+            ),
+            expected={"batch.size": 64, "dataloader.steps_per_epoch": 40, "suggest.batch_size": 128},
+        ),
+        Case(
+            "a data set of 20 batches: no larger batch to suggest",
+            record=_record(
+                memory={"capacity_bytes": 80e9, "peak_allocated_bytes": 0.6e9, "peak_reserved_bytes": 0.8e9},
+                samples_per_step=[64, 64],
+                dataloaders=[_loader(dataset_len=1280, batch_size=64, batches_per_epoch=20, fetches_in_window=2)],
+            ),
+            expected={"batch.size": 64, "suggest.batch_size": 64},
+        ),
+        Case(
             "out of memory, capacity unknown",
             record=_record(status="oom"),
             expected={
@@ -603,7 +629,7 @@ CASES = {
             tolerance=1e-9,
         ),
         Case(
-            "a tiny batch: 16-row matmuls at 5% of the peak at best, 512 rows fill them and fit",
+            "a tiny batch: 16-row matmuls at 5% of the peak at best, 512 rows fill them, 8x (128) suggested",
             breakdown=LIMITS_GPU,
             record=_record(**LIMITS_TINY_FIELDS),
             expected={
@@ -612,7 +638,7 @@ CASES = {
                 "memory.samples": 16,
                 "memory.largest_batch": 896,
                 "matmul.roof_share": 0.05396,
-                "suggest.batch_to_fill": 512,
+                "suggest.batch_to_fill": 128,
             },
             tolerance=1e-4,
         ),

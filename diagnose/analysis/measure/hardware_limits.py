@@ -30,6 +30,7 @@ from diagnose.analysis.measure.kernels import (
 from diagnose.analysis.measure.memory_breakdown import (
     MemoryBreakdown,
     OomExplanation,
+    batch_factor_limit,
     explain_oom,
     largest_batch,
     memory_breakdown,
@@ -145,7 +146,10 @@ def distance_to_limits(breakdown: Breakdown | None, record: RunRecord | None, me
     roof = matmul_roof_share(count.matmuls, gpu, tf32) if count is not None else None
     fill = None
     if roof is not None and memory is not None and memory.samples:
-        fill = batch_to_fill_matmuls(count.matmuls, gpu, tf32, memory.samples, fits)  # type: ignore[union-attr]
+        loader = record.train_loader() if record is not None else None
+        epoch = loader.batches() if loader is not None and loader.fetches_in_window else None
+        most = batch_factor_limit(epoch)
+        fill = batch_to_fill_matmuls(count.matmuls, gpu, tf32, memory.samples, fits, most=most)  # type: ignore[union-attr]
     return Limits(
         gpu=gpu,
         step_s=step_s,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
+from diagnose.analysis.measure.memory_breakdown import MAX_BATCH_FACTOR
 from diagnose.analysis.measure.hardware import GpuSpec
 from diagnose.analysis.trace.patterns import KernelPattern
 from diagnose.record import FlopCount, MatmulShape
@@ -497,7 +498,7 @@ def batch_to_fill_matmuls(
     batch: int,
     largest: int | None,
     enough: float = 0.9,
-    most: int = 64,
+    most: int = MAX_BATCH_FACTOR,
 ) -> int | None:
     """The batch to suggest when the linear matmuls are too small: the first power-of-two
     multiple of ``batch`` whose shapes allow ``enough`` of the peak, or the largest that stays

@@ -2,7 +2,8 @@
 
 Contract: ``memory_breakdown(split) -> MemoryBreakdown`` turns the runner's ``MemorySplit``
 (``runtime/memory_probe.py``) into parameters, gradients, optimizer state, activations and the rest;
-``largest_batch(breakdown) -> int | None`` estimates the batch that fits; ``explain_oom(split)``
+``largest_batch(breakdown) -> int | None`` estimates the batch that fits; ``batch_factor_limit``
+is the most a suggested batch grows the run's, whatever fits; ``explain_oom(split)``
 says what filled the memory and what to change. Pure, no torch.
 
 Activations are not measured directly: they are what the step allocated above the memory it
@@ -28,6 +29,17 @@ from diagnose.record import MemorySplit
 #: keep this share of the device free when estimating what fits (fragmentation, cuDNN
 #: workspaces, the CUDA context's own memory that torch does not count)
 SAFETY_MARGIN = 0.10
+#: A suggested batch is at most this multiple of the run's. Memory on a 80-141 GB GPU holds 64x
+#: the batch of a small model, and the outside corpus (docs/zoo.md) showed what such a jump
+#: does: the replay extrapolates kernel times 64x (predicted 12x where 32x was measured on one
+#: script, 37x where 10x was on another), the data pipeline that kept up at the old batch does
+#: not at the new one, and linear learning-rate scaling is trusted over a few doublings, not six.
+#: Three doublings at a time: verify measures them, and the next run suggests the next three.
+MAX_BATCH_FACTOR = 8
+#: A suggested batch leaves at least this many batches in an epoch: a batch near the data set's
+#: size makes every step an epoch start (workers restarted, the last partial batch) or, with
+#: ``drop_last``, no batch at all (a timm script crashed on an empty loader at 4096 of 2560).
+MIN_STEPS_PER_EPOCH = 16
 
 GB = 1e9
 
@@ -113,6 +125,16 @@ def largest_batch(m: MemoryBreakdown, margin: float = SAFETY_MARGIN) -> int | No
     if usable <= 0:
         return 0
     return int(usable // per_sample)
+
+
+def batch_factor_limit(steps_per_epoch: float | None = None) -> int:
+    """The most times the run's batch a suggestion grows it: ``MAX_BATCH_FACTOR``, and no more
+    than leaves ``MIN_STEPS_PER_EPOCH`` batches in an epoch where the epoch's length is known
+    (1: no larger batch to suggest)."""
+    limit = MAX_BATCH_FACTOR
+    if steps_per_epoch:
+        limit = min(limit, max(1, int(steps_per_epoch // MIN_STEPS_PER_EPOCH)))
+    return limit
 
 
 _OOM_REQUEST = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)")

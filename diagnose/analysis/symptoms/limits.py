@@ -119,7 +119,7 @@ def matmul_roof_share(record: RunRecord, steps: Breakdown | None = None, meta: T
 @symptom(
     "suggest.batch_to_fill",
     "count",
-    "a power-of-two multiple of the measured batch whose matmul shapes reach 90% of the peak on the roofline, or the largest that fits the memory",
+    "a power-of-two multiple of the measured batch whose matmul shapes reach 90% of the peak on the roofline, or the largest that fits the memory (at most 8x the batch, 16 batches an epoch)",
 )
 def batch_to_fill(record: RunRecord, steps: Breakdown | None = None, meta: TraceMeta | None = None) -> int | None:
     return _limits(record, steps, meta).batch_to_fill

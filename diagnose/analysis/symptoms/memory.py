@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from diagnose.analysis.measure.memory_breakdown import batch_factor_limit
 from diagnose.analysis.symptoms.registry import Known, symptom
 from diagnose.record import RunRecord
 
 #: a suggested batch keeps the memory it would need under this share of the device
 BATCH_MEMORY_TARGET = 0.8
-#: never suggest more than this multiple of the batch
-MAX_BATCH_FACTOR = 64
 
 
 def _capacity(record: RunRecord) -> float | None:
@@ -46,21 +45,23 @@ def batch_size(record: RunRecord) -> float | None:
 @symptom(
     "suggest.batch_size",
     "count",
-    "a larger batch that fits the measured memory headroom",
-    uses=("batch.size", "memory.peak_reserved_share"),
+    "a larger batch that fits the measured memory headroom (at most 8x the batch, 16 batches an epoch)",
+    uses=("batch.size", "memory.peak_reserved_share", "dataloader.steps_per_epoch"),
 )
 def suggested_batch_size(known: Known) -> int | None:
     batch, reserved = known.get("batch.size"), known.get("memory.peak_reserved_share")
     if not batch or not reserved or reserved <= 0:
         return None
-    return suggest_batch_size(int(batch), reserved)
+    return suggest_batch_size(int(batch), reserved, batch_factor_limit(known.get("dataloader.steps_per_epoch")))
 
 
-def suggest_batch_size(batch: int, reserved_share: float) -> int:
-    """The largest power-of-two multiple of the batch whose memory stays under the target share
-    of the device, if all memory grew with the batch (it does not: weights and optimizer state
-    stay, so this errs on the safe side)."""
+def suggest_batch_size(batch: int, reserved_share: float, most: int | None = None) -> int:
+    """The largest power-of-two multiple of the batch, at most ``most`` times it (default:
+    ``batch_factor_limit()``), whose memory stays under the target share of the device, if all
+    memory grew with the batch (it does not: weights and optimizer state stay, so this errs on
+    the safe side)."""
+    most = batch_factor_limit() if most is None else most
     factor = 1
-    while reserved_share * factor * 2 <= BATCH_MEMORY_TARGET and factor < MAX_BATCH_FACTOR:
+    while reserved_share * factor * 2 <= BATCH_MEMORY_TARGET and factor * 2 <= most:
         factor *= 2
     return batch * factor
