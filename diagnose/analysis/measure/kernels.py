@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Protocol
 
-from diagnose.analysis.measure.memory_breakdown import MAX_BATCH_FACTOR
 from diagnose.analysis.measure.hardware import GpuSpec
+from diagnose.analysis.measure.memory_breakdown import MAX_BATCH_FACTOR
 from diagnose.analysis.trace.patterns import KernelPattern
 from diagnose.record import FlopCount, MatmulShape
 
