@@ -49,18 +49,29 @@ def gain_words(predicted: float | None, bound: float | None) -> str:
 
 
 def unsure_words(
-    reasons: Sequence[str], rule: str, knobs: Mapping[str, Any] | None, world_size: int | None = None
+    reasons: Sequence[str],
+    rule: str,
+    knobs: Mapping[str, Any] | None,
+    world_size: int | None = None,
+    tried: str | None = None,
 ) -> str:
     """A finding's unsure line, one way everywhere, saying what would measure it: ``diagnose run``'s
     check where one of its knobs applies the change in one process; ``diagnose verify`` under
     torchrun for a distributed run (its check would be a whole job: it measures nothing in-run);
     and where no knob applies the change (DATA007's loading code, a straggler's disk), that the
-    change is the user's to make before a second run can measure it."""
+    change is the user's to make before a second run can measure it. ``tried``: what the run's
+    check met when it tried the finding and could not measure it (a compiled model's first steps
+    can outlast the check's budget)."""
     why = f"unsure ({'; '.join(reasons)})"
     if not any(value not in ("", "n/a") for value in (knobs or {}).values()):  # as experiments.check_candidates
         return f"{why}: no knob applies this change; make it and run diagnose again to measure it"
     if world_size is not None and world_size > 1:
         return f"{why}: diagnose verify --nproc-per-node N --rule {rule} measures it (a distributed run measures nothing in-run)"
+    if tried:
+        return (
+            f"{why}: diagnose run's check tried it and could not measure it ({tried}); "
+            f"--check-budget SECONDS gives it longer, diagnose verify --rule {rule} measures it apart"
+        )
     return f"{why}: diagnose run measures it (--check N)"
 
 

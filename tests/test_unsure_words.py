@@ -5,6 +5,7 @@ distributed run said it under DIST002 although a distributed run measures nothin
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -72,3 +73,30 @@ def test_a_knob_finding_of_one_process_says_the_check_measures_it() -> None:
         HTMLRenderer().render(report),
     ):
         assert f"unsure ({WHY[0]}): diagnose run measures it (--check N)" in text
+
+
+def test_a_finding_the_check_tried_and_could_not_measure_says_what_stopped_it() -> None:
+    """pytorch/examples' word-language transformer on an H200 (the outside corpus): LAUNCH001's
+    reduce-overhead compile was unsure (graph breaks), the run's check tried it within its 15 s
+    budget and timed out compiling; the report still said "diagnose run measures it"."""
+    data = _report("data_bound").to_dict()
+    finding = next(f for f in data["findings"] if f["knobs"])
+    finding["check"] = WHY
+    data["ranking"]["check"] = {
+        "budget_s": 14.89,
+        "spent_s": 19.03,
+        "experiments": [
+            {"label": finding["rule"], "rule": finding["rule"], "knobs": finding["knobs"], "status": "failed",
+             "speedup": None, "verdict": "failed", "error": "timed out after 19 s (what it measured is in its report)"}
+        ],
+    }
+    report = Report.from_dict(data)
+    want = (
+        f"unsure ({WHY[0]}): diagnose run's check tried it and could not measure it (timed out after 19 s "
+        f"(what it measured is in its report)); --check-budget SECONDS gives it longer, "
+        f"diagnose verify --rule {finding['rule']} measures it apart"
+    )
+    terminal = " ".join(TerminalRenderer(color=False, width=400).render(report).split())
+    page = HTMLRenderer().render(report)
+    assert want in terminal and html.escape(want) in page
+    assert "(--check N)" not in terminal + page

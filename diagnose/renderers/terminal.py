@@ -21,7 +21,7 @@ from diagnose.renderers.base import Renderer
 from diagnose.renderers.fit import Column, FittedTable, fit_table
 from diagnose.renderers.view import ReportView, exposed_caption, phase_caption, spread_words
 from diagnose.report import Finding, RankSummary, Timing
-from diagnose.units import count, human_bytes, percent, spread_ms, unsure_words
+from diagnose.units import count, human_bytes, percent, spread_ms
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
 STYLES: dict[str, tuple[str, str]] = {
@@ -415,7 +415,7 @@ class TerminalRenderer(Renderer):
         c.print(heading)
         _indented(c, Text(f.says))
         if f.check:
-            _indented(c, Text(unsure_words(f.check, f.rule, f.knobs, world_size), style="yellow"))
+            _indented(c, Text(v.unsure(f, world_size), style="yellow"))
         evidence = v.evidence(f)
         if evidence:
             _indented(c, Text("evidence: " + " · ".join(f"{e.symptom} {e.text}" for e in evidence), style="dim"))

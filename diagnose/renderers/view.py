@@ -48,7 +48,7 @@ from diagnose.report import (
     Timing,
 )
 from diagnose.stats import quantile
-from diagnose.units import format_value
+from diagnose.units import format_value, unsure_words
 
 #: An exposed category is listed in the tables when it holds at least this share of the window.
 MIN_SHARE_LISTED = 0.0005
@@ -308,6 +308,8 @@ class ReportView:
     created_at: str
     #: finding -> its evidence rows (``evidence(finding)``)
     evidence_rows: Mapping[int, tuple[EvidenceRow, ...]] = field(default_factory=dict)
+    #: rule -> why diagnose run's check could not measure it (it timed out, failed, ran out of memory)
+    check_failures: Mapping[str, str] = field(default_factory=dict)
     #: MFU, top kernels, roofline, memory by owner, OOM explanation (renderers/limitsview.py)
     limits: LimitsView | None = None
     #: the whole run's accounting (``diagnose watch``; renderers/wholeview.py)
@@ -331,6 +333,11 @@ class ReportView:
     def evidence(self, finding: Finding) -> tuple[EvidenceRow, ...]:
         """A finding's evidence as shown: each symptom's value formatted by its unit."""
         return self.evidence_rows.get(id(finding), ())
+
+    def unsure(self, finding: Finding, world_size: int | None = None) -> str:
+        """A finding's unsure line (``units.unsure_words``), with what the run's check met if it
+        tried the finding and could not measure it."""
+        return unsure_words(finding.check, finding.rule, finding.knobs, world_size, self.check_failures.get(finding.rule))
 
     def top_label(self, row: ExperimentRow) -> str | None:
         """The words of an experiment's largest exposed category (None: not measured)."""
@@ -368,9 +375,21 @@ class ReportView:
             schema=report.schema,
             created_at=report.created_at,
             evidence_rows={id(f): _evidence(f, report) for f in (*findings, *next_steps)},
+            check_failures=_check_failures(report),
             limits=limits_view(report),
             whole=whole_view(report),
         )
+
+
+def _check_failures(report: Report) -> dict[str, str]:
+    """Rule -> why the run's check did not measure it: each of its experiments that ended with no
+    speedup (failed, timed out, out of memory, not compared)."""
+    check = report.ranking.check if report.ranking is not None else None
+    out: dict[str, str] = {}
+    for row in (check or {}).get("experiments") or []:
+        if isinstance(row, dict) and row.get("rule") and row.get("speedup") is None:
+            out[str(row["rule"])] = str(row.get("error") or row.get("verdict") or row.get("status") or "not measured")
+    return out
 
 
 def _run_name(report: Report) -> str:

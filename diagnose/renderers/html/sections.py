@@ -9,7 +9,7 @@ from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_char
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
 from diagnose.renderers.view import EvidenceRow, ReportView, exposed_caption, phase_caption, spread_words
 from diagnose.report import ExperimentRow, Experiments, Finding, Timing
-from diagnose.units import count, human_bytes, ms, percent, plain, rate, spread_ms, unsure_words
+from diagnose.units import count, human_bytes, ms, percent, plain, rate, spread_ms
 
 
 def header(view: ReportView) -> Markup:
@@ -435,7 +435,7 @@ def findings(view: ReportView) -> Markup:
                 class_="muted",
             )
         )
-        body += [_finding(i, f, view.evidence(f), world_size) for i, f in enumerate(view.findings, 1)]
+        body += [_finding(i, f, view.evidence(f), view.unsure(f, world_size)) for i, f in enumerate(view.findings, 1)]
     else:
         body.append(el("p", "No problem found.", class_="muted"))
     if view.findings_not_shown:
@@ -443,11 +443,11 @@ def findings(view: ReportView) -> Markup:
     body += [el("p", line, class_="borderline") for line in view.borderline]
     if view.next_steps:
         body.append(el("h3", "What would be next"))
-        body += [_finding(i, f, view.evidence(f), world_size) for i, f in enumerate(view.next_steps, 1)]
+        body += [_finding(i, f, view.evidence(f), view.unsure(f, world_size)) for i, f in enumerate(view.next_steps, 1)]
     return section("Findings", body, anchor="findings")
 
 
-def _finding(rank: int, finding: Finding, evidence: tuple[EvidenceRow, ...], world_size: int | None = None) -> Markup:
+def _finding(rank: int, finding: Finding, evidence: tuple[EvidenceRow, ...], unsure: str = "") -> Markup:
     gain = finding.gain_text
     heading = el(
         "div",
@@ -459,7 +459,7 @@ def _finding(rank: int, finding: Finding, evidence: tuple[EvidenceRow, ...], wor
     )
     parts = [heading, el("p", finding.says)]
     if finding.check:
-        parts.append(el("p", unsure_words(finding.check, finding.rule, finding.knobs, world_size), class_="borderline"))
+        parts.append(el("p", unsure, class_="borderline"))
     if finding.borderline:
         parts.append(
             el(
