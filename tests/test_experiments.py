@@ -447,3 +447,41 @@ def test_verify_of_a_short_script_judges_every_run_by_its_profiled_window() -> N
     baseline = Baseline([base], by_samples=False)
     judge(change, baseline)
     assert (change.verdict, change.speedup, change.basis) == ("helped", 2.0, "profiled")
+
+
+def _stopped_report(timed_steps: int) -> dict:
+    """What a run stopped at its time limit leaves (the outside corpus: a batch 64x larger stopped
+    at the check's budget): its script killed mid-loop, the timed steps it finished kept."""
+    steady_figures = (
+        {"steps": timed_steps, "steps_per_s": 2.184, "samples_per_s": 8946.0, "mean_step_ms": 457.874}
+        if timed_steps
+        else None
+    )
+    return {
+        "status": {"state": "failed", "message": "the script raised RuntimeError: DataLoader worker is killed"},
+        "throughput": {"batch_size": 4096, "steady": steady_figures},
+    }
+
+
+@pytest.mark.parametrize(
+    ("timed_steps", "status", "error"),
+    [
+        (4, "ok", "timed out after 25 s: judged on the 4 timed steps it measured before"),
+        (3, "ok", "timed out after 25 s: judged on the 3 timed steps it measured before"),
+        (2, "failed", "timed out after 25 s (what it measured is in its report)"),
+        (0, "failed", "timed out after 25 s (what it measured is in its report)"),
+    ],
+)
+def test_a_run_stopped_at_its_time_limit_is_judged_on_the_timed_steps_it_finished(
+    tmp_path: Path, timed_steps: int, status: str, error: str
+) -> None:
+    from diagnose.experiments import timed_out
+
+    spec = Spec("MEM001", {"batch_size": "4096"}, rule="MEM001")
+    outcome = timed_out(outcome_from_report(spec, _stopped_report(timed_steps), tmp_path, -15), 25.0, True)
+    assert (outcome.status, outcome.error) == (status, error)
+    if status == "ok":
+        assert (outcome.basis, outcome.samples_per_s) == ("steady", 8946.0)
+        judge(outcome, Baseline([ok("baseline-1", 45.0, 2880.0)], by_samples=True))
+        assert outcome.verdict == "helped" and outcome.speedup == pytest.approx(8946.0 / 2880.0)
+    assert timed_out(outcome_from_report(spec, {}, tmp_path, -9), 25.0, False).error == "timed out after 25 s"
