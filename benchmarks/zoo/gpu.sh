@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call of the outside corpus (docs/zoo.md): generate the data of the scripts named (or
 # of the whole half), run them under diagnose and verify, score, and leave in OUT what should
-# come back (results.jsonl, score.md, score.json, reports.tgz with every report.json).
+# come back (results.jsonl, score.md, score.json, reports.tgz with every report.json, traces.tgz with
+# each script's first run's trace and record).
 #
 #   python benchmarks/zoo/fetch.py --dest zoo-scripts --mirror /work/.mirror --no-prepare   # here, once
 #   bash benchmarks/zoo/gpu.sh "$OUT" evaluation [NAME ...]                                # there, zoo-scripts carried
@@ -79,3 +80,7 @@ fi
 cp "$results" "$out/results.jsonl"
 python3 benchmarks/zoo/score.py "$results" --json "$out/score.json" | tee "$out/score.md"
 (cd "$work" && find . -name report.json -print0 | tar czf "$out/reports.tgz" --null -T -)
+# the first run's trace and record of each script (under 8 MB each): what a recorded-trace test of a
+# weakness the corpus finds is made from (tests/data/, gzipped)
+(cd "$work" && find . -path '*/run0/*' \( -name '*.pt.trace.json*' -size -8M -o -name run.json \) -not -path '*/check-*' -print0 |
+    tar czf "$out/traces.tgz" --null -T -)
