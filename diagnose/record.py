@@ -21,6 +21,11 @@ RUN_SCHEMA = "diagnose.run/1"
 #: (Lightning, the HF Trainer: both may build an ``Accelerator`` or their own loop) to the least
 FRAMEWORKS = ("lightning", "hf_trainer", "fabric", "accelerate")
 
+#: the knobs that are ``DataLoader`` keywords (``--set num_workers=8``): the runtime sets them in
+#: ``DataLoader.__init__`` (each loader's ``knobs_applied``), and the analysis offers them only
+#: where a DataLoader fed the profiled steps (``RunRecord.fed_by_dataloader``); here, where both read it
+DATALOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size")
+
 #: How a run ended. "stopped" means diagnose stopped the script on purpose after measuring;
 #: "not_run" that the script could not be started (missing, not Python, module not found);
 #: "crashed" that its process ended without diagnose seeing how (a segfault, SIGKILL, an exec, a
@@ -551,6 +556,11 @@ class RunRecord:
             iterated = [d for d in self.dataloaders if d.iterators_created]
             return iterated[0] if iterated else self.dataloaders[0]
         return best
+
+    def fed_by_dataloader(self) -> bool:
+        """Some DataLoader delivered a batch to the profiled steps (a script that feeds its steps
+        from its own loader has none, whatever DataLoaders it built at start-up)."""
+        return any(d.fetches_in_window for d in self.dataloaders)
 
     def loop_framework(self) -> str | None:
         """The framework that runs the training loop: Lightning or the HF Trainer over an

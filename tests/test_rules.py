@@ -316,6 +316,31 @@ def test_the_sync_rules_verify_with_the_sync_sites_found() -> None:
         assert make_finding(rules[rule_id], symptoms_from_values(values)).knobs == {}
 
 
+def test_dataloader_knobs_are_offered_only_where_a_dataloader_fed_the_profiled_steps() -> None:
+    """A script that feeds its steps from its own loader (``dataloader.present`` 0) gets no
+    DataLoader knob: verify would set it on a loader the steps never read (issue 32: MEM004's
+    ``batch_size=65536`` went to a DataLoader built at start-up, and the unchanged run read 0.82x).
+    Its other knobs stay; a bare trace that cannot tell (no ``dataloader.present``) keeps them."""
+    from diagnose.analysis.symptoms import symptoms_from_values
+    from diagnose.analysis.verdict.findings import make_finding
+
+    rules = {r.id: r for r in RULES}
+    mem004 = {"matmul.roof_share": 0.054, "kernels.matmul_share": 0.85, "gpu.busy": 0.8, "memory.samples": 16}
+    mem004 |= {"memory.largest_batch": 150000, "suggest.batch_to_fill": 512}
+    data002 = {"exposed.h2d_copy": 0.3, "copy.pageable_share": 1.0, "copy.h2d_mb_per_step": 64}
+    cases = [
+        ("MEM004", mem004, {"batch_size": "512"}, {}),
+        ("DATA002", data002, {"pin_memory": "true", "non_blocking": "true"}, {"non_blocking": "true"}),
+    ]
+    for rule_id, values, fed, own_loader in cases:
+        knobs = {
+            present: make_finding(rules[rule_id], symptoms_from_values({**values, "dataloader.present": present})).knobs
+            for present in (1, 0)
+        }
+        assert knobs == {1: fed, 0: own_loader}, rule_id
+        assert make_finding(rules[rule_id], symptoms_from_values(values)).knobs == fed, rule_id
+
+
 # --- two findings never give one setting opposite values ------------------------------------------
 
 _SETTING = __import__("re").compile(r"\b([a-z_]+)\s*=\s*([^,\s)]+)")

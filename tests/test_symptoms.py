@@ -539,6 +539,12 @@ CASES = {
                 "dataloader.single_process": 0,
             },
         ),
+        Case(
+            "a DataLoader built at start-up that fed no profiled step: the script feeds its steps itself",
+            breakdown=GPU,
+            record=_record(dataloaders=[_loader(fetches_in_window=0), _loader(loader_id=1, fetches_in_window=0)]),
+            expected={"dataloader.present": 0},
+        ),
         Case("one step in four waits long: bursty", breakdown=BURSTY, expected={"data.waiting_steps": 0.25}),
     ],
     "memory": [

@@ -18,7 +18,10 @@ NO_CPU_LIMIT = 1 << 16
 @symptom("dataloader.present", "bool", "the steps draw batches from a torch DataLoader")
 def present(steps: Breakdown | None = None, record: RunRecord | None = None) -> bool | None:
     if record is not None:
-        return record.train_loader() is not None
+        # a DataLoader the script built but did not iterate in the profiled steps (one built at
+        # start-up by a script that feeds its steps from its own loader) is not the steps' data:
+        # its knobs cannot change them (findings leave them out then)
+        return record.fed_by_dataloader()
     return True if steps is not None and steps.dataloader_kinds else None
 
 

@@ -48,7 +48,7 @@ from diagnose.analysis.prediction.predict import Prediction, PredictionRequest, 
 from diagnose.analysis.prediction.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD  # MIN_GAIN: read from here too
 from diagnose.analysis.symptoms import CATALOG, Symptoms
 from diagnose.analysis.verdict.rules import Rule, cpu_only_run, render_template, template_names
-from diagnose.record import FRAMEWORKS
+from diagnose.record import DATALOADER_KNOBS, FRAMEWORKS
 from diagnose.units import format_value
 
 #: An exposed category where the GPU idles (data wait, copies, syncs, host code) over this share
@@ -260,9 +260,15 @@ def make_finding(rule: Rule, symptoms: Symptoms) -> Finding:
 
 def rule_knobs(rule: Rule, values: dict[str, float], texts: dict[str, str]) -> dict[str, str]:
     """The rule's knobs with their values filled in; a knob whose value comes from source lines
-    this run did not record (``{lines.sync_sites}`` in a bare trace) is left out."""
+    this run did not record (``{lines.sync_sites}`` in a bare trace) is left out, and so is a
+    DataLoader knob where no DataLoader fed the profiled steps (``dataloader.present`` 0: the
+    script feeds them from its own loader): verify would set it on a loader the steps never
+    read and measure the unchanged script."""
     out = {}
+    no_loader = values.get("dataloader.present") == 0
     for name, template in rule.knobs.items():
+        if no_loader and name in DATALOADER_KNOBS:
+            continue
         if any(CATALOG.get(n, ("",))[0] == "text" and not texts.get(n) for n in template_names(template)):
             continue
         out[name] = render_template(template, values, texts)
