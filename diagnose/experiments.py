@@ -52,7 +52,7 @@ from diagnose.progress import PREFIX as PROGRESS_PREFIX
 from diagnose.record import WindowPlan
 from diagnose.report import Report
 from diagnose.rundir import RunDir
-from diagnose.runtime.knobs import Knobs, split_assignment
+from diagnose.runtime.knobs import NOT_APPLIED, Knobs, option_key, split_assignment
 from diagnose.supervise import Finished, run_bounded
 
 #: A change smaller than this is "no effect" even when the baseline's spread is smaller still.
@@ -440,17 +440,83 @@ def _step_spread(o: Outcome) -> float | None:
     return None
 
 
+#: script flags and variables (``arg.<name>``, ``env.<NAME>``, as ``option_key`` spells them)
+#: that set the batch; any name ending in ``batch_size`` does too (HF's ``per_device_train_batch_size``)
+BATCH_NAMES = ("batch_size", "batch", "bs")
+
+
+def _knob_key(name: str) -> str:
+    """A knob's name without its ``arg.``/``env.`` prefix, as ``option_key`` spells options."""
+    return option_key(name.split(".", 1)[1] if name.startswith(("arg.", "env.")) else name)
+
+
+def is_batch_knob(name: str) -> bool:
+    """Whether the knob ``name`` sets the batch: ``batch_size``, or a script flag or variable
+    named for it (``arg.batch-size``, ``arg.bs``, ``arg.per_device_train_batch_size``)."""
+    key = _knob_key(name)
+    return key in BATCH_NAMES or key.endswith("batch_size")
+
+
+def changes_batch(knobs: dict[str, str]) -> bool:
+    """Whether ``knobs`` change the samples of a step: the batch (``is_batch_knob``), or the
+    gradient accumulation (``arg.gradient_accumulation_steps``, ``arg.accumulate_grad_batches``:
+    a step is an optimizer step, and more micro-batches put more samples in it)."""
+    return any(is_batch_knob(name) or "accum" in _knob_key(name) for name in knobs)
+
+
 def compare_by_samples(outcomes: list[Outcome]) -> bool:
-    """Samples/s when every successful run measured it, steps/s otherwise."""
+    """Samples/s when every successful run measured it, or when one of them changes the batch
+    (``changes_batch``): its steps carry other work, so steps/s would compare unlike with like
+    (timm at batch 2048 against 64 read 0.01x by steps/s), and a run without samples/s is then
+    not compared (``not_compared_reason``); a run that leaves the batch alone is still judged by
+    steps/s where samples/s is unknown (``judge``). Steps/s otherwise."""
     ok = [o for o in outcomes if o.status == "ok"]
-    return bool(ok) and all(o.samples_per_s for o in ok)
+    return bool(ok) and (any(changes_batch(o.knobs) for o in ok) or all(o.samples_per_s for o in ok))
+
+
+def not_compared_reason(outcome: Outcome, by_samples: bool) -> str:
+    """Why a measured run has no rate to compare (its verdict "not compared"), in words."""
+    if by_samples and outcome.steps_per_s and not outcome.samples_per_s:  # measured, by steps alone
+        return (
+            "it measured no samples/s (the samples of its steps are unknown), and a run changes the batch: "
+            "steps/s would compare steps of unlike size"
+        )
+    return (
+        f"measured, but not as the others were (no {'timed' if outcome.figures.get('profiled') else 'profiled'} steps)"
+    )
+
+
+def not_applied(outcome: Outcome) -> dict[str, str]:
+    """The outcome's own knobs that reached nothing in the script, each with why (its ``via``
+    says ``not applied: ...``: a DataLoader knob set on a loader that fed no profiled step, a
+    DDP knob where the script built no DistributedDataParallel)."""
+    return {
+        k: outcome.via[k].removeprefix(NOT_APPLIED).lstrip(": ")
+        for k in outcome.knobs
+        if outcome.via.get(k, "").startswith(NOT_APPLIED)
+    }
+
+
+def unchanged(outcome: Outcome) -> bool:
+    """None of the outcome's knobs reached the script: the run measured the unchanged script,
+    so its rate says nothing of the change (its verdict "not applied", never a speedup)."""
+    return bool(outcome.knobs) and len(not_applied(outcome)) == len(outcome.knobs)
 
 
 def judge(outcome: Outcome, baseline: Baseline) -> Outcome:
-    """Speedup against the baseline and the verdict: helped, no effect, slower, oom, failed."""
+    """Speedup against the baseline and the verdict: helped, no effect, slower, oom, failed;
+    "not applied" (no knob reached the script), "not compared" (no rate of the compared kind),
+    "no baseline" (the baseline has none)."""
     if outcome.status != "ok":
         outcome.verdict = outcome.status if outcome.status in ("oom", "failed") else "failed"
         return outcome
+    if unchanged(outcome):
+        outcome.verdict = "not applied"  # the unchanged script: any difference is the run-to-run spread
+        return outcome
+    if baseline.by_samples and not changes_batch(outcome.knobs) and not (outcome.samples_per_s and baseline.rate):
+        # the batch left alone: steps/s compares like with like (the same ratio as samples/s),
+        # where samples/s is unknown on either side because another run changes the batch
+        baseline = Baseline(baseline.runs, by_samples=False)
     base = baseline.rate
     rate = outcome.rate(baseline.by_samples)
     if not rate:
@@ -586,6 +652,12 @@ def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, 
         rows.append(_row(result.combined, role="combined"))
         if result.combined.speedup:
             lines.append(f"all of them combined: {result.combined.speedup:.2f}x ({result.combined.verdict})")
+        elif result.combined.verdict == "not applied":
+            lines.append(f"all of them combined: not applied ({_missed_words(result.combined)}); not compared")
+        elif result.combined.verdict == "not compared":
+            lines.append(
+                f"all of them combined: {not_compared_reason(result.combined, result.baseline.by_samples)}: not compared"
+            )
     for rule in result.skipped:
         lines.append(f"{rule} has no knob: apply its change by hand and run diagnose again to measure it")
     for rule in result.not_fired:
@@ -623,10 +695,12 @@ def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: 
         lines = [f"{change} had no effect: {o.speedup:.3f}x is inside {within}"]
     elif o.verdict == "slower":
         lines = [f"{change} made it slower: {o.speedup:.2f}x; do not apply it"]
+    elif o.verdict == "not applied":
+        lines = [f"{o.rule} ({describe_change(o.knobs, {})}) was not applied: {_missed_words(o)}; not compared"]
     elif o.verdict == "not compared":
-        lines = [
-            f"{change} was measured, but not as the others were (no {'timed' if o.figures.get('profiled') else 'profiled'} steps): not compared"
-        ]
+        lines = [f"{change}: {not_compared_reason(o, baseline.by_samples)}: not compared"]
+    elif o.verdict == "no baseline" and changes_batch(o.knobs) and any(r.status == "ok" for r in baseline.runs):
+        lines = [f"{change}: the baseline measured no samples/s, and a run changes the batch: not compared"]
     else:
         lines = [f"{change} could not be measured: {o.error or o.verdict}"]
     if o.status == "ok" and o.error:
@@ -640,6 +714,12 @@ def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: 
             f"  after it, the top exposed share is {o.top_exposed['category']} ({o.top_exposed['share'] * 100:.0f}%)"
         )
     return lines
+
+
+def _missed_words(o: Outcome) -> str:
+    """``batch_size: the DataLoader it reached (train.py:12) delivered no batch ...``: each
+    knob of ``o`` that reached nothing, and why."""
+    return "; ".join(f"{k}: {why}" for k, why in not_applied(o).items())
 
 
 def _row(o: Outcome, role: str) -> dict[str, Any]:
@@ -749,6 +829,12 @@ def check(
     baseline.by_samples = compare_by_samples([*baseline.runs, *outcomes])
     for o in outcomes:
         judge(o, baseline)
+        if o.verdict == "not applied":
+            left.append(f"{o.rule}: not applied ({_missed_words(o)})")
+        elif o.verdict == "not compared":
+            left.append(f"{o.rule}: {not_compared_reason(o, baseline.by_samples)}")
+        elif o.verdict == "no baseline" and changes_batch(o.knobs):
+            left.append(f"{o.rule}: the run measured no samples/s, and the A/B changes the batch: not compared")
     summary = {
         "budget_s": round(budget_s, 2),
         "spent_s": round(budget.spent_s, 2),
@@ -839,7 +925,7 @@ def sweep(
     oom_at: dict[str, float] = {}
     folders = child_folders(out_dir, [spec.label for spec in specs])
     for spec, folder in zip(specs, folders, strict=True):
-        size_knob = next((k for k in spec.knobs if _is_size_knob(k)), None)
+        size_knob = next((k for k in spec.knobs if is_batch_knob(k)), None)
         if (
             stop_after_oom
             and size_knob
@@ -876,8 +962,14 @@ def child_folders(out_dir: RunDir, labels: list[str]) -> list[RunDir]:
 def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]:
     basis = align_basis(outcomes)
     by_samples = compare_by_samples(outcomes)
-    # "best" and the speedups only among runs measured the same way (never a failed one)
-    ok = [o for o in outcomes if o.status == "ok" and o.rate(by_samples)]
+    for o in outcomes:  # before the rows, which carry the verdicts
+        if o.status == "ok" and unchanged(o):
+            o.verdict = "not applied"
+        elif o.status == "ok" and not o.rate(by_samples):
+            o.verdict = "not compared"
+    # "best" and the speedups only among runs measured the same way (never a failed one, nor one
+    # whose knobs reached nothing: the unchanged script)
+    ok = [o for o in outcomes if o.status == "ok" and o.verdict is None]
     best = max(ok, key=lambda o: o.rate(by_samples) or 0) if ok else None
     first_ok = ok[0] if ok else None
     eager = next((o for o in ok if not _compiles(o)), None)  # what a compiled point is compared with
@@ -910,14 +1002,15 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
             "compared by the profiled windows: a run was too short for the timed steps (profiler off)",
         )
     for o in outcomes:
-        if o.status == "ok" and not o.rate(by_samples):
-            o.verdict = "not compared"
-            conclusions.append(f"{o.label}: measured, but not as the others were: not compared")
+        if o.verdict == "not applied":
+            conclusions.append(f"{o.label}: not applied ({_missed_words(o)}): not compared")
+        elif o.verdict == "not compared":
+            conclusions.append(f"{o.label}: {not_compared_reason(o, by_samples)}: not compared")
         elif o.status == "ok" and o.error:
             conclusions.append(f"{o.label}: {o.error} (its figures are from before)")
     conclusions += [f"{o.label}: {o.status}: {o.error}" for o in outcomes if o.status != "ok" and o.error]
     for name in names:
-        if _is_size_knob(name):
+        if is_batch_knob(name):
             fits = [_as_float(o.knobs[name]) for o in outcomes if o.status == "ok" and name in o.knobs]
             ooms = [_as_float(o.knobs[name]) for o in outcomes if o.status == "oom" and name in o.knobs]
             if ooms:
@@ -944,10 +1037,6 @@ def _basis_of(outcomes: list[Outcome]) -> str:
 
 def _compiles(o: Outcome) -> bool:
     return Knobs.parse([f"{name}={value}" for name, value in o.knobs.items()]).compiles()
-
-
-def _is_size_knob(name: str) -> bool:
-    return name in ("batch_size", "arg.batch_size", "arg.batch-size") or name.endswith("batch_size")
 
 
 def _as_float(value: str) -> float:

@@ -143,6 +143,142 @@ def test_samples_per_second_is_compared_when_every_run_has_it() -> None:
     assert not compare_by_samples([ok("b", 10.0, samples=160.0), ok("x", 12.0)])
 
 
+def test_a_batch_change_is_compared_by_samples_never_by_steps() -> None:
+    """A run that changes the batch does other work per step: compared by steps/s, timm's batch
+    2048 against 64 read 0.01x (0.27 against 36.7 steps/s). Any run that changes it (the knob,
+    or the script's flag however spelled) makes every run compared by samples/s, and a run
+    without samples/s is "not compared", with why; a change that leaves the batch alone keeps
+    steps/s."""
+    base = ok("baseline-1", 36.7)  # a script whose steps' samples are unknown: no samples/s
+    for knob in ("batch_size", "arg.batch_size", "arg.batch-size", "arg.bs", "arg.per_device_train_batch_size"):
+        big = Outcome("MEM004", {knob: "2048"}, "ok", "", rule="MEM004", steps_per_s=0.27)
+        assert compare_by_samples([base, big]), knob
+    for knob in ("env.BATCH_SIZE", "arg.gradient_accumulation_steps", "arg.accumulate_grad_batches"):
+        assert compare_by_samples([base, Outcome("x", {knob: "4"}, "ok", "", steps_per_s=9.0)]), knob
+    for knob in ("num_workers", "arg.lr", "autocast"):  # the batch left alone: steps/s, as before
+        assert not compare_by_samples([base, Outcome("x", {knob: "4"}, "ok", "", steps_per_s=40.0)]), knob
+    # a batch change that ran out of memory measured nothing: the others compare by steps/s
+    assert not compare_by_samples([base, Outcome("b", {"batch_size": "4096"}, "oom", "")])
+
+    # verify: the baseline knows its samples/s, the larger batch does not (it ended after 5 steps)
+    base = ok("baseline-1", 36.7, samples=36.7 * 64)
+    big = Outcome("MEM004", {"batch_size": "2048"}, "ok", "", rule="MEM004", steps_per_s=0.27)
+    baseline = Baseline([base], compare_by_samples([base, big]))
+    assert (judge(big, baseline).verdict, big.speedup) == ("not compared", None)
+    summary = summarize_verify(VerifyResult(baseline, [big], None, []), {"findings": [{"rule": "MEM004"}]})
+    assert summary["compared_by"] == "samples_per_s"
+    assert summary["conclusions"] == [
+        "MEM004 (batch_size=2048): it measured no samples/s (the samples of its steps are unknown), and a run "
+        "changes the batch: steps/s would compare steps of unlike size: not compared"
+    ]
+    # with its samples/s known: per sample, 0.27 x 2048 = 552.96 against 36.7 x 64 = 2348.8
+    big = Outcome("MEM004", {"batch_size": "2048"}, "ok", "", rule="MEM004", steps_per_s=0.27, samples_per_s=552.96)
+    assert judge(big, Baseline([base], compare_by_samples([base, big]))).speedup == pytest.approx(552.96 / 2348.8)
+    # a baseline without samples/s: the batch change is not compared, and the conclusion says
+    # why; a change that leaves the batch alone is still judged, by steps/s (like with like)
+    base = ok("baseline-1", 36.7)
+    bf16 = Outcome("PREC001", {"autocast": "bf16"}, "ok", "", rule="PREC001", steps_per_s=55.05)
+    baseline = Baseline([base], compare_by_samples([base, big, bf16]))
+    assert baseline.by_samples and judge(big, baseline).verdict == "no baseline"
+    assert (judge(bf16, baseline).verdict, bf16.speedup) == ("helped", pytest.approx(1.5))
+    summary = summarize_verify(VerifyResult(baseline, [big], None, []), {"findings": [{"rule": "MEM004"}]})
+    assert summary["conclusions"] == [
+        "MEM004 (batch_size=2048): the baseline measured no samples/s, and a run changes the batch: not compared"
+    ]
+
+
+def test_a_sweep_of_the_batch_without_samples_per_second_names_no_best() -> None:
+    """Before: "best: arg.batch_size=64" by steps/s, and 2048 at 0.01x."""
+    points = [
+        Outcome(f"arg.batch_size={b}", {"arg.batch_size": str(b)}, "ok", "", steps_per_s=rate)
+        for b, rate in ((64, 36.7), (2048, 0.27))
+    ]
+    summary = summarize_sweep(["arg.batch_size"], points)
+    assert summary["compared_by"] == "samples_per_s"
+    assert [(r["verdict"], r["speedup"]) for r in summary["rows"]] == [("not compared", None)] * 2
+    assert summary["conclusions"] == [
+        f"arg.batch_size={b}: it measured no samples/s (the samples of its steps are unknown), and a run changes "
+        "the batch: steps/s would compare steps of unlike size: not compared"
+        for b in (64, 2048)
+    ]
+
+
+def test_a_run_whose_knobs_reached_nothing_is_not_applied_never_a_speedup() -> None:
+    """The knob's ``via`` says ``not applied: ...`` (a DataLoader knob set on a loader that fed
+    no profiled step): the run was the unchanged script, and 0.82x of it is the spread."""
+    missed = "not applied: the DataLoader it reached (train.py:12) delivered no batch to the profiled steps"
+    base = ok("baseline-1", 10.0, samples=640.0)
+    tried = Outcome(
+        "MEM004", {"batch_size": "65536"}, "ok", "", rule="MEM004", steps_per_s=8.2, samples_per_s=524.8,
+        via={"batch_size": missed},
+    )  # fmt: skip
+    baseline = Baseline([base], compare_by_samples([base, tried]))
+    assert (judge(tried, baseline).verdict, tried.speedup) == ("not applied", None)
+    summary = summarize_verify(VerifyResult(baseline, [tried], None, []), {"findings": [{"rule": "MEM004"}]})
+    assert summary["conclusions"] == [
+        "MEM004 (batch_size=65536) was not applied: batch_size: the DataLoader it reached (train.py:12) "
+        "delivered no batch to the profiled steps; not compared"
+    ]
+    # one knob of two reached the script: judged, its via saying which did not
+    both = Outcome(
+        "DATA002", {"pin_memory": "true", "non_blocking": "true"}, "ok", "", steps_per_s=12.0, samples_per_s=768.0,
+        via={"pin_memory": missed, "non_blocking": "Tensor.to(non_blocking=True) for pinned tensors"},
+    )  # fmt: skip
+    assert judge(both, baseline).verdict == "helped"
+    # a sweep: the unchanged points are neither compared nor the best
+    points = [
+        Outcome(f"num_workers={n}", {"num_workers": str(n)}, "ok", "", steps_per_s=rate, via={"num_workers": missed})
+        for n, rate in ((0, 10.0), (8, 11.0))
+    ]
+    summary = summarize_sweep(["num_workers"], points)
+    assert [(r["verdict"], r["speedup"]) for r in summary["rows"]] == [("not applied", None)] * 2
+    assert summary["conclusions"] == [
+        f"num_workers={n}: not applied (num_workers: the DataLoader it reached (train.py:12) delivered no batch "
+        "to the profiled steps): not compared"
+        for n in (0, 8)
+    ]
+
+
+def test_the_in_run_check_measures_neither_an_unlike_batch_nor_an_unapplied_knob(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``diagnose run``'s check reuses verify's bookkeeping: its batch-size A/B without
+    samples/s and its A/B whose knob reached nothing are measured as nothing (no Measurement to
+    rank on), each with a line in ``not_measured`` saying why."""
+    from diagnose import experiments as E
+
+    missed = "not applied: the DataLoader it reached (train.py:12) delivered no batch to the profiled steps"
+
+    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):
+        via = {"num_workers": missed} if "num_workers" in spec.knobs else {}
+        rate = 0.27 if "batch_size" in spec.knobs else 11.0  # a steps/s far under the baseline's, unlike work
+        return Outcome(spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=rate, via=via)
+
+    monkeypatch.setattr(E, "run_experiment", fake_run)
+    report = {
+        "status": {"state": "stopped"},
+        "throughput": {"steady": {"steps_per_s": 36.7, "mean_step_ms": 27.2, "mean_spread": 0.02}},
+        "ranking": {
+            "to_check": [
+                {"rule": "MEM004", "why": ["x"], "knobs": {"batch_size": "2048"}},
+                {"rule": "DATA001", "why": ["y"], "knobs": {"num_workers": "8"}},
+            ]
+        },
+    }
+    measured, summary = E.check(["train.py", "--"], RunDir(tmp_path), SMALL, report, 2, 1e6)
+    assert measured == {}
+    assert [(r["rule"], r["verdict"], r["speedup"]) for r in summary["experiments"]] == [
+        ("MEM004", "not compared", None),
+        ("DATA001", "not applied", None),
+    ]
+    assert summary["compared_by"] == "samples_per_s"
+    assert summary["not_measured"] == [
+        "MEM004: it measured no samples/s (the samples of its steps are unknown), and a run changes the batch: "
+        "steps/s would compare steps of unlike size",
+        f"DATA001: not applied (num_workers: {missed.removeprefix('not applied: ')})",
+    ]
+
+
 def test_compile_time_and_break_even() -> None:
     baseline = Baseline([ok("b", 10.0, mean_step_ms=100.0, startup_s=5.0)], by_samples=False)
     compiled = ok("c", 20.0, mean_step_ms=50.0, startup_s=45.0)
@@ -263,6 +399,54 @@ def test_knobs_reach_autocast_flags_loader_and_optimizer(write_script, tmp_path:
     assert torch.backends.cudnn.benchmark is False
 
 
+OWN_LOADER = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+data = torch.randn(512, 8)
+stats = DataLoader(TensorDataset(data), batch_size=128)  # read once at start-up, never in the loop
+mean = next(iter(stats))[0].mean(0)
+m = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for i in range(40):
+    x = data[(i * 16) % 512 : (i * 16) % 512 + 16] - mean  # its own loader
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def test_a_dataloader_knob_on_a_loader_that_fed_no_profiled_step_says_not_applied(write_script, tmp_path: Path) -> None:
+    """The DataLoader the steps read takes the knob (PROBE); one built at start-up by a script
+    that feeds its steps itself does not count: its ``via`` says so, and the analysis sees no
+    DataLoader feeding the steps."""
+    record = _run(write_script, OWN_LOADER, ["batch_size=64", "num_workers=0", "autocast=bf16"], tmp_path)
+    assert record.dataloaders[0].knobs_applied and not record.fed_by_dataloader()
+    missed = "not applied: the DataLoader it reached (train.py:4) delivered no batch to the profiled steps"
+    assert record.knobs_via == {"batch_size": missed, "num_workers": missed, "autocast": "global torch.autocast"}
+    record = _run(write_script, PROBE, ["batch_size=16"], tmp_path)
+    assert record.knobs_via == {"batch_size": "DataLoader(batch_size=...)"} and record.fed_by_dataloader()
+
+
+def test_dataloader_miss_names_the_loaders_the_knob_reached() -> None:
+    from diagnose.record import DataLoaderInfo
+    from diagnose.runtime.knobs import dataloader_miss
+
+    def loader(site: str, fetches: int, applied: dict) -> DataLoaderInfo:
+        return DataLoaderInfo(
+            1, site, "D", 8, 4, 0, False, None, False, False, fetches_in_window=fetches, knobs_applied=applied
+        )
+
+    fed = loader("/job/train.py:30", 5, {"batch_size": 64})
+    idle = [loader("/job/train.py:9", 0, {"batch_size": 64}), loader("/job/eval.py:3", 0, {"batch_size": 64})]
+    assert dataloader_miss("batch_size", [*idle, fed]) is None
+    assert dataloader_miss("batch_size", idle) == (
+        "not applied: the DataLoader it reached (eval.py:3, train.py:9) delivered no batch to the profiled steps"
+    )
+    # a batch sampler decided the batch: the knob reached no loader
+    assert dataloader_miss("batch_size", [loader("train.py:30", 5, {})]) == (
+        "not applied: no DataLoader the script built took it"
+    )
+    assert dataloader_miss("num_workers", []) == "not applied: the script built no DataLoader"
+
+
 def test_autocast_is_off_during_backward(write_script, tmp_path: Path) -> None:
     body = """
     import json, torch
@@ -357,6 +541,24 @@ def test_sweep_cli_finds_the_largest_batch_that_fits(write_script, tmp_path: Pat
     assert len(list(out.glob("events.out.tfevents.*.diagnose-compare"))) == 1  # its runs side by side in TensorBoard
     if report["experiments"].get("plot"):
         assert (out / "sweep.png").stat().st_size > 1000
+
+
+def test_sweep_cli_of_a_dataloader_knob_the_steps_never_read_compares_nothing(write_script, tmp_path: Path) -> None:
+    """End to end: a script that feeds its steps itself, beside a DataLoader read once at
+    start-up: each point's knob reached only that loader, and the sweep says so instead of
+    naming a best (before: "best" and a speedup out of the run-to-run spread)."""
+    script = write_script(OWN_LOADER)
+    cmd = [sys.executable, "-m", "diagnose", "sweep", "--json", "--warmup", "1", "--steps", "2", "--timed-steps", "3"]
+    cmd += ["--set", "batch_size=32,64", "--out", str(tmp_path / "sweep"), str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    experiments = json.loads(proc.stdout)["experiments"]
+    assert [(r["status"], r["verdict"], r["speedup"]) for r in experiments["rows"]] == [("ok", "not applied", None)] * 2
+    assert experiments["conclusions"] == [
+        f"batch_size={b}: not applied (batch_size: the DataLoader it reached (train.py:4) delivered no batch to the "
+        "profiled steps): not compared"
+        for b in (32, 64)
+    ]
 
 
 @pytest.mark.slow

@@ -70,16 +70,19 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from diagnose.errors import UsageError
+from diagnose.record import DATALOADER_KNOBS, DataLoaderInfo  # declared there: the analysis reads them too
 
 if TYPE_CHECKING:  # torch is imported where a knob is applied, not with this module
     import torch
 
-DATALOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size")
+#: how a knob's ``via`` starts when the knob reached nothing in the script: verify and sweep
+#: then call the run "not applied", never a speedup (the run was the unchanged script)
+NOT_APPLIED = "not applied"
 #: host tensors smaller than this are not worth a pinned copy (the pinned copy costs a host memcpy)
 PIN_MIN_BYTES = 1 << 20
 #: the Tensor methods through which a script reads a GPU value on the host (``unsync``)
@@ -647,10 +650,17 @@ class Knobs:
                 self._compiled = True  # the framework compiles the model itself
         return applied
 
-    def via(self) -> dict[str, str]:
+    def via(self, loaders: Sequence[DataLoaderInfo] | None = None) -> dict[str, str]:
         """How each knob reached the script: the framework switch that carried it, else the
-        global way (``GLOBAL_WAYS``)."""
-        return {knob: self._framework_via.get(knob, GLOBAL_WAYS.get(knob, "")) for knob in self.values}
+        global way (``GLOBAL_WAYS``). With ``loaders`` (the run's DataLoaders, after its
+        profiled window), a DataLoader knob that went the global way but reached no loader that
+        fed the profiled steps says ``not applied: ...`` (``dataloader_miss``)."""
+        out = {knob: self._framework_via.get(knob, GLOBAL_WAYS.get(knob, "")) for knob in self.values}
+        if loaders is not None:
+            for knob in out:
+                if knob in DATALOADER_KNOBS and knob not in self._framework_via:
+                    out[knob] = dataloader_miss(knob, loaders) or out[knob]
+        return out
 
     def _patch_channels_last(self) -> None:
         import torch
@@ -847,11 +857,30 @@ GLOBAL_WAYS = {
     "pin_host": "Tensor.to/cuda of large pageable host tensors from a cached pinned copy, non_blocking",
     "unsync": "Tensor.item/__bool__/tolist/nonzero patched at the named lines (measurement only)",
     # set when the script builds the object; still these words at the end: it never did
-    **{name: "not applied: the script built no DistributedDataParallel" for name in DDP_KNOBS},
-    **{name: "not applied: the script called no fully_shard / FullyShardedDataParallel" for name in FSDP_KNOBS},
-    "backend": "not applied: the script called no init_process_group",
+    **{name: f"{NOT_APPLIED}: the script built no DistributedDataParallel" for name in DDP_KNOBS},
+    **{name: f"{NOT_APPLIED}: the script called no fully_shard / FullyShardedDataParallel" for name in FSDP_KNOBS},
+    "backend": f"{NOT_APPLIED}: the script called no init_process_group",
     "nproc_per_node": "torchrun --nproc-per-node",
 }
+
+
+def dataloader_miss(knob: str, loaders: Sequence[DataLoaderInfo]) -> str | None:
+    """``not applied: ...`` when the DataLoader knob ``knob`` reached no loader that delivered a
+    batch to the profiled steps: a script that feeds its steps from its own loader, the knob set
+    only on a loader built at start-up and never iterated in the loop (issue 32: ``batch_size``
+    went to such a loader and the unchanged run was called 0.82x slower), or on none at all (a
+    batch sampler decides the batch size). None when one that took it fed the steps."""
+    took = [d for d in loaders if knob in d.knobs_applied]
+    if any(d.fetches_in_window for d in took):
+        return None
+    if not took:
+        return f"{NOT_APPLIED}: " + (
+            "no DataLoader the script built took it" if loaders else "the script built no DataLoader"
+        )
+    sites = sorted({os.path.basename(d.created_at) for d in took if d.created_at})  # train.py:12
+    where = f" ({', '.join(sites)})" if sites else ""
+    return f"{NOT_APPLIED}: the DataLoader it reached{where} delivered no batch to the profiled steps"
+
 
 #: the class a user writes each framework switch in
 FRAMEWORK_CLASSES = {

@@ -497,7 +497,9 @@ class _ScriptRun:
         record.optimizers = list(self.instrumentation.optimizers.values())
         record.frameworks = self.instrumentation.frameworks_seen()
         if self.knobs is not None:
-            record.knobs_via = self.knobs.via()
+            # a DataLoader knob that reached no loader feeding the profiled steps says so (once
+            # a window ran: before one, no loader could have fed it)
+            record.knobs_via = self.knobs.via(record.dataloaders if record.profiled_steps else None)
         if not record.compile and self.instrumentation.compile_watch is not None:
             record.compile = _safely(self.instrumentation.compile_watch.summary, {})
         record.ended_at = _now()
