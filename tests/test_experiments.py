@@ -421,6 +421,11 @@ def test_a_dataloader_knob_on_a_loader_that_fed_no_profiled_step_says_not_applie
     assert record.dataloaders[0].knobs_applied and not record.fed_by_dataloader()
     missed = "not applied: the DataLoader it reached (train.py:4) delivered no batch to the profiled steps"
     assert record.knobs_via == {"batch_size": missed, "num_workers": missed, "autocast": "global torch.autocast"}
+    # and a plain diagnose run --set says so among its warnings
+    assert [w for w in record.warnings if w.startswith("--set")] == [
+        f"--set batch_size=64: {missed}",
+        f"--set num_workers=0: {missed}",
+    ]
     record = _run(write_script, PROBE, ["batch_size=16"], tmp_path)
     assert record.knobs_via == {"batch_size": "DataLoader(batch_size=...)"} and record.fed_by_dataloader()
 

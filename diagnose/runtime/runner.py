@@ -37,6 +37,7 @@ from diagnose.progress import Progress
 from diagnose.record import RunLength, RunRecord, WindowPlan, even_out_epoch_turns, run_length
 from diagnose.rundir import RunDir
 from diagnose.runtime.capture import CaptureSession, StopScript
+from diagnose.runtime.knobs import NOT_APPLIED
 from diagnose.signals import SignalHold
 
 #: the fewest timed steps a script that ended during the timing leaves as its steady figure
@@ -500,6 +501,11 @@ class _ScriptRun:
             # a DataLoader knob that reached no loader feeding the profiled steps says so (once
             # a window ran: before one, no loader could have fed it)
             record.knobs_via = self.knobs.via(record.dataloaders if record.profiled_steps else None)
+            record.warnings.extend(
+                f"--set {knob}={self.knobs.values[knob]}: {way}"
+                for knob, way in record.knobs_via.items()
+                if way.startswith(NOT_APPLIED)
+            )
         if not record.compile and self.instrumentation.compile_watch is not None:
             record.compile = _safely(self.instrumentation.compile_watch.summary, {})
         record.ended_at = _now()
