@@ -115,7 +115,10 @@ def test_best_is_never_a_failed_run_nor_one_measured_another_way() -> None:
     short = measured_point("num_workers=0", steady=None, profiled=10.0)
     summary = summarize_sweep(["num_workers"], [short, steady_only, failed])
     assert summary["conclusions"][0].startswith("best: num_workers=0")
-    assert "num_workers=4: measured, but not as the others were (no profiled steps): not compared" in summary["conclusions"]
+    assert (
+        "num_workers=4: measured, but not as the others were (no profiled steps): not compared"
+        in summary["conclusions"]
+    )
     # all timed: the steady figures, as before
     summary = summarize_sweep(
         ["num_workers"], [measured_point("a=1", 12.0, 10.0), measured_point("a=2", 15.0, 9.0), failed]

@@ -610,7 +610,9 @@ def test_a_larger_batch_is_loaded_at_the_workers_measured_cpu_per_sample() -> No
     unknown = {"dataloader.num_workers": 2, "workers.busy": 0.1}
     weak = predict(model, replay_check(model), "larger_batch", unknown, {"factor": 4}).weak
     assert weak is not None and weak.startswith("the DataLoader workers' CPU time per batch was not measured")
-    assert predict(model, replay_check(model), "larger_batch", {"dataloader.num_workers": 0}, {"factor": 4}).weak is None
+    assert (
+        predict(model, replay_check(model), "larger_batch", {"dataloader.num_workers": 0}, {"factor": 4}).weak is None
+    )
     # the workers' sampled stacks say they idle 99% of the time: they keep up (a CPU time per batch
     # inflated by their first, slow batches is not taken for the pace), and the two disagree
     sampled = {**facts, "workers.busy": 0.01}

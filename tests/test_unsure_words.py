@@ -86,8 +86,15 @@ def test_a_finding_the_check_tried_and_could_not_measure_says_what_stopped_it() 
         "budget_s": 14.89,
         "spent_s": 19.03,
         "experiments": [
-            {"label": finding["rule"], "rule": finding["rule"], "knobs": finding["knobs"], "status": "failed",
-             "speedup": None, "verdict": "failed", "error": "timed out after 19 s (what it measured is in its report)"}
+            {
+                "label": finding["rule"],
+                "rule": finding["rule"],
+                "knobs": finding["knobs"],
+                "status": "failed",
+                "speedup": None,
+                "verdict": "failed",
+                "error": "timed out after 19 s (what it measured is in its report)",
+            }
         ],
     }
     report = Report.from_dict(data)

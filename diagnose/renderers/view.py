@@ -337,7 +337,9 @@ class ReportView:
     def unsure(self, finding: Finding, world_size: int | None = None) -> str:
         """A finding's unsure line (``units.unsure_words``), with what the run's check met if it
         tried the finding and could not measure it."""
-        return unsure_words(finding.check, finding.rule, finding.knobs, world_size, self.check_failures.get(finding.rule))
+        return unsure_words(
+            finding.check, finding.rule, finding.knobs, world_size, self.check_failures.get(finding.rule)
+        )
 
     def top_label(self, row: ExperimentRow) -> str | None:
         """The words of an experiment's largest exposed category (None: not measured)."""
