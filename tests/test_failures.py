@@ -461,3 +461,41 @@ def test_nothing_outside_the_run_directory_changes(write_script, tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     assert snapshot() == before
     assert [p.name for p in work.iterdir() if p.is_dir()] == ["runs"]
+
+
+def test_a_second_sigterm_while_the_script_unwinds_keeps_the_run_terminated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM to verify's run's process group reaches the script's process twice: directly,
+    and forwarded by the supervising parent (which cannot tell a group signal from one sent to it
+    alone). The second one, raised while the first unwinds (before the run's signals are held),
+    left the run "completed: the script ran to its end" (tests/test_fault_injection.py's verify
+    timeout, under load). Here the second signal is raised at the first point it could come."""
+    from diagnose.progress import Progress
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+    from diagnose.runtime import runner
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from diagnose.runtime.runner import Terminated\nimport signal\nraise Terminated(signal.SIGTERM)\n"
+    )
+    real = runner._ScriptRun._script_ended
+    seen: list[int] = []
+
+    def second_signal(self: runner._ScriptRun) -> None:
+        seen.append(1)
+        if len(seen) == 1:  # the except block's call: the forwarded copy arrives
+            raise runner.Terminated(signal.SIGTERM)
+        real(self)
+
+    monkeypatch.setattr(runner._ScriptRun, "_script_ended", second_signal)
+    with pytest.raises(runner.Terminated):  # the second signal still ends the command
+        runner.run_target(
+            runner.Target("script", str(script)),
+            WindowPlan(warmup=2, steps=3, timed=3),
+            RunDir.create(tmp_path / "run"),
+            progress=Progress(enabled=False),
+        )
+    record = RunDir(tmp_path / "run").load_record()
+    assert record is not None and (record.status, record.exit_code) == ("terminated", 143)

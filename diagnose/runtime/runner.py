@@ -302,25 +302,34 @@ class _ScriptRun:
     # --- the run ------------------------------------------------------------------------------
 
     def execute(self) -> RunRecord:
-        status, exit_code, error = "completed", errors.EXIT_OK, None
+        ended: BaseException | None = None
+        ending: tuple[str, int, dict[str, Any] | None] | None = None
         try:
             self._install()
             self._run_script()
         except BaseException as exc:  # noqa: BLE001 - every way a script ends is recorded
-            # First, a plain attribute store (no Python call, so no signal handler can run before
-            # it): from here on torch's SIGCHLD handler is the script's no more (_ChildSignals).
+            # First, plain stores (no Python call, so no signal handler can run before them): how
+            # the script ended, and that from here on torch's SIGCHLD handler is the script's no
+            # more (_ChildSignals). A second signal may still cut this block short before the
+            # ending is worked out (a SIGTERM to the process group reaches this process twice:
+            # directly and forwarded by the supervising parent, which cannot tell it from one sent
+            # to it alone): the ``finally`` then works it out from ``ended``.
+            ended = exc
             self.child_signals.script_over = True
             if os.getpid() != self.owner_pid:  # a child the script forked ends here: as without diagnose
                 _end_forked_child(exc, self.real_exit)
             self._script_ended()
             self.hold.hold(self.saved.underneath())  # a second Ctrl-C or SIGTERM must not cut the saving short
-            status, exit_code, error = self._ending(exc)
+            ending = self._ending(exc)
         finally:
             if os.getpid() != self.owner_pid:  # a forked child whose script returned: it ends here
                 _end_forked_child(SystemExit(0), self.real_exit)
             self.child_signals.script_over = True
             self._script_ended()
             self.hold.hold(self.saved.underneath())
+            if ending is None:
+                ending = self._ending(ended) if ended is not None else ("completed", errors.EXIT_OK, None)
+            status, exit_code, error = ending
             os._exit = self.real_exit
             for name, real in self.real_execs.items():
                 setattr(os, name, real)
