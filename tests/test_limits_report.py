@@ -15,7 +15,7 @@ from diagnose.analysis.report import Report, build_report
 from diagnose.analysis.symptoms import compute_symptoms
 from diagnose.analysis.verdict.findings import diagnose_symptoms
 from diagnose.analysis.verdict.rules import load_rules
-from diagnose.record import RunRecord
+from diagnose.record import DataLoaderInfo, RunRecord
 from diagnose.renderers.html import HTMLRenderer
 from diagnose.renderers.tensorboard import scalars
 from diagnose.renderers.terminal import TerminalRenderer
@@ -145,7 +145,8 @@ def test_low_mfu_is_a_next_step_only_when_nothing_else_fired() -> None:
 
 
 def test_tiny_batch_matmuls_ask_for_the_batch_that_fills_them_and_fits() -> None:
-    report = _report(RunRecord(**LIMITS_TINY_FIELDS))
+    fed = DataLoaderInfo(0, None, "D", 100_000, 16, 4, True, 2, False, False, 1, fetches_in_window=4)
+    report = _report(RunRecord(**{**LIMITS_TINY_FIELDS, "dataloaders": [fed]}))
     ids = [f["rule"] for f in report.findings]
     assert "MEM004" in ids
     finding = report.findings[ids.index("MEM004")]
@@ -154,6 +155,9 @@ def test_tiny_batch_matmuls_ask_for_the_batch_that_fills_them_and_fits() -> None
     assert "The step held 16 samples; about 896 fit in memory, and 128 fill the matmuls." in finding["says"]
     assert finding["do"].startswith("loader = DataLoader(dataset, batch_size=128, ...)   # was 16")
     assert finding["knobs"] == {"batch_size": "128"}
+    # a script that builds its batches itself (no DataLoader fed the steps): no knob to set
+    alone = _report(RunRecord(**LIMITS_TINY_FIELDS)).findings
+    assert next(f for f in alone if f["rule"] == "MEM004")["knobs"] == {}
     # the 4096-row step of the other tests: its matmuls are compute-bound, no such finding
     assert "MEM004" not in [f["rule"] for f in _report(RunRecord(**LIMITS_RECORD_FIELDS)).findings]
 
