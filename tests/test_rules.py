@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from diagnose.analysis.symptoms import CATALOG, symptoms_from_values
-from diagnose.analysis.verdict.findings import diagnose_symptoms, superseded_by
+from diagnose.analysis.verdict.findings import diagnose_symptoms, make_finding, superseded_by
 from diagnose.analysis.verdict.rules import (
     ExprError,
     evaluate,
@@ -32,6 +33,9 @@ def test_rule_examples(rule, example) -> None:
     assert (rule in fired and rule.id not in superseded_by(fired)) is example.fires
     if example.already is not None:  # the setting it advises is on: [already]'s words, or not
         assert rule.already_set(example.symptoms) is example.already
+    if example.words is not None:  # the [[words]] case it gets, or none (false)
+        case = rule.words_for(example.symptoms)
+        assert (case.name if case else False) == example.words
 
 
 def test_a_superseded_finding_is_dropped_and_recorded() -> None:
@@ -206,6 +210,62 @@ fires = false
             14,
             "already is true or false, in a rule with an [already] table",
         ),
+        # [[words]]: the words for a kind of run (FSDP1, no DataLoader)
+        (VALID.replace("[when]", 'words = "FSDP1"\n[when]'), 6, "words is an array of tables"),
+        (
+            VALID.replace("[when]", '[[words]]\nwhen = ["fsdp.version == 1"]\ndo = "x"\n[when]'),
+            6,
+            "words 1: needs a name",
+        ),
+        (VALID.replace("[when]", '[[words]]\nname = "FSDP1"\ndo = "x"\n[when]'), 7, "words 1 (FSDP1): when is a list"),
+        (
+            VALID.replace("[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.versoin == 1"]\ndo = "x"\n[when]'),
+            8,
+            "unknown symptom 'fsdp.versoin'; did you mean 'fsdp.version'",
+        ),
+        (
+            VALID.replace("[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version =="]\ndo = "x"\n[when]'),
+            8,
+            "words 1 (FSDP1): bad condition",
+        ),
+        (
+            VALID.replace("[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version == 1"]\n[when]'),
+            7,
+            "words 1 (FSDP1): give the words",
+        ),
+        (
+            VALID.replace("[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version == 1"]\nheadline = "x"\n[when]'),
+            7,
+            "words 'FSDP1': unknown key 'headline'",
+        ),
+        (
+            VALID.replace(
+                "[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version == 1"]\ndo = "{batch.sise}"\n[when]'
+            ),
+            9,
+            "unknown symptom 'batch.sise'",
+        ),
+        (
+            VALID.replace(
+                "[when]",
+                '[[words]]\nname = "a"\nwhen = ["fsdp.version == 1"]\ndo = "x"\n'
+                '[[words]]\nname = "a"\nwhen = ["fsdp.version == 2"]\ndo = "y"\n[when]',
+            ),
+            7,
+            "words 2: the name 'a' is used twice",
+        ),
+        (
+            VALID.replace(
+                "[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version == 1"]\n[words.already]\ndo = "x"\n[when]'
+            ),
+            7,
+            "words 1 (FSDP1): [words.already] words a rule's [already] case; this rule has none",
+        ),
+        (
+            VALID.replace("fires = false", 'fires = false\nwords = "FSDP1"'),
+            14,
+            "example 2: words names a [[words]] entry (none: the rule has no [[words]]) or is false",
+        ),
     ],
 )
 def test_malformed_rule_files_name_file_line_and_problem(tmp_path: Path, body: str, line: int, problem: str) -> None:
@@ -217,6 +277,134 @@ def test_malformed_rule_files_name_file_line_and_problem(tmp_path: Path, body: s
     assert problem in message
     if line > 1:
         assert f"{path}:{line}:" in message, message
+
+
+#: a rule with every kind of words: its own, [on_cpu], [already], two cases (one with its
+#: [already] words) and a framework's; each text names where it came from
+WORDED = """\
+id = "MY003"
+title = "own title"
+says = "own says"
+do = "own do"
+why = "own why"
+[do_by_framework]
+lightning = "lightning do"
+[on_cpu]
+says = "cpu says"
+do = "cpu do"
+[already]
+when = ["fsdp.prefetch_set == 1"]
+title = "already title"
+why = "already why"
+[[words]]
+name = "FSDP1"
+when = ["fsdp.version == 1"]
+why = "fsdp1 why"
+do = "fsdp1 do"
+[words.already]
+do = "fsdp1 already do"
+[[words]]
+name = "any FSDP"
+when = ["fsdp.version >= 1"]
+says = "fsdp says"
+[when]
+all = ["gpu.busy < 0.5"]
+[[examples]]
+symptoms = { "gpu.busy" = 0.1, "fsdp.version" = 1 }
+fires = true
+words = "FSDP1"
+[[examples]]
+symptoms = { "gpu.busy" = 0.1, "fsdp.version" = 2 }
+fires = true
+words = "any FSDP"
+[[examples]]
+symptoms = { "gpu.busy" = 0.9 }
+fires = false
+words = false
+"""
+
+
+@dataclass
+class WordsCase:
+    name: str
+    values: dict[str, float]
+    framework: str | None
+    #: title, says, why, do as the finding shows them, and the framework whose terms do uses
+    expected: tuple[str, str, str, str, str | None]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        WordsCase(
+            "no case: the rule's own", {"fsdp.version": 0}, None, ("own title", "own says", "own why", "own do", None)
+        ),
+        WordsCase("a CPU run", {"gpu.present": 0}, None, ("own title", "cpu says", "own why", "cpu do", None)),
+        WordsCase(
+            "FSDP1: the first case", {"fsdp.version": 1}, None, ("own title", "own says", "fsdp1 why", "fsdp1 do", None)
+        ),
+        # the first entry whose conditions hold is the case, alone: "any FSDP"'s says does not
+        # fill in what FSDP1's entry leaves out
+        WordsCase(
+            "FSDP2: the second case", {"fsdp.version": 2}, None, ("own title", "fsdp says", "own why", "own do", None)
+        ),
+        # a case is the more specific fact: it beats [on_cpu] where both word a text
+        WordsCase(
+            "FSDP1 on a CPU run",
+            {"fsdp.version": 1, "gpu.present": 0},
+            None,
+            ("own title", "cpu says", "fsdp1 why", "fsdp1 do", None),
+        ),
+        # [already] beats the case; the case's own [words.already] beats both
+        WordsCase(
+            "FSDP1 prefetching already",
+            {"fsdp.version": 1, "fsdp.prefetch_set": 1},
+            None,
+            ("already title", "own says", "already why", "fsdp1 already do", None),
+        ),
+        WordsCase(
+            "FSDP2 prefetching already: [already]'s words over the case's",
+            {"fsdp.version": 2, "fsdp.prefetch_set": 1},
+            None,
+            ("already title", "fsdp says", "already why", "own do", None),
+        ),
+        # a framework's text is written for the usual run: it gives way to a case's do
+        WordsCase(
+            "under Lightning",
+            {"fsdp.version": 0},
+            "lightning",
+            ("own title", "own says", "own why", "lightning do", "lightning"),
+        ),
+        WordsCase(
+            "FSDP1 under Lightning",
+            {"fsdp.version": 1},
+            "lightning",
+            ("own title", "own says", "fsdp1 why", "fsdp1 do", None),
+        ),
+        WordsCase(
+            "FSDP2 under Lightning: the case words no do",
+            {"fsdp.version": 2},
+            "lightning",
+            ("own title", "fsdp says", "own why", "lightning do", "lightning"),
+        ),
+    ],
+    ids=lambda c: c.name,
+)
+def test_words_precedence_own_then_cpu_then_case_then_already(tmp_path: Path, case: WordsCase) -> None:
+    (tmp_path / "MY003.toml").write_text(WORDED)
+    rule = load_rule_file(tmp_path / "MY003.toml")
+    values = {"gpu.busy": 0.1, **case.values}
+    if case.framework:
+        values[f"framework.{case.framework}"] = 1
+    finding = make_finding(rule, symptoms_from_values(values))
+    assert (finding.title, finding.says, finding.why, finding.do, finding.framework) == case.expected
+    # the examples say which case they get (the suite checks every built-in rule's the same way)
+    assert [rule.words_for(e.symptoms) and rule.words_for(e.symptoms).name for e in rule.examples] == [
+        "FSDP1",
+        "any FSDP",
+        None,
+    ]
+    assert [e.words for e in rule.examples] == ["FSDP1", "any FSDP", False]
 
 
 def test_user_rules_dir_adds_rules_and_ids_are_never_reused(tmp_path: Path) -> None:
@@ -341,6 +529,74 @@ def test_dataloader_knobs_are_offered_only_where_a_dataloader_fed_the_profiled_s
         assert make_finding(rules[rule_id], symptoms_from_values(values)).knobs == fed, rule_id
 
 
+def test_advice_code_fits_the_fsdp_the_run_used() -> None:
+    """DIST006 printed FSDP2's fully_shard and set_modules_to_forward_prefetch on an FSDP1 run
+    (issue 34, item 3): FullyShardedDataParallel's modules have neither. An FSDP1 run reads its
+    constructor's arguments, with the script's prefetch on too; an FSDP2 run keeps FSDP2's code."""
+    rules = {r.id: r for r in RULES}
+    gathers = {"dist.world_size": 2, "dist.all_gather_exposed": 0.3, "exposed.communication_own": 0.35}
+
+    def do(rule_id: str, values: dict[str, float]) -> str:
+        return make_finding(rules[rule_id], symptoms_from_values(values)).do
+
+    fsdp1 = do("DIST006", {**gathers, "fsdp.version": 1, "fsdp.prefetch_set": 0})
+    assert "forward_prefetch=True," in fsdp1 and "backward_prefetch=BackwardPrefetch.BACKWARD_PRE," in fsdp1
+    assert "model = FullyShardedDataParallel(" in fsdp1 and "limit_all_gathers=True," in fsdp1
+    fsdp1_prefetching = make_finding(
+        rules["DIST006"], symptoms_from_values({**gathers, "fsdp.version": 1, "fsdp.prefetch_set": 1})
+    )
+    assert fsdp1_prefetching.title == "FSDP's parameter all-gathers stay exposed although the script prefetches them"
+    assert "mixed_precision=MixedPrecision(param_dtype=torch.bfloat16)" in fsdp1_prefetching.do
+    assert "FullyShardedDataParallel's\nforward_prefetch=True and backward_prefetch" in fsdp1_prefetching.why
+    fsdp2 = do("DIST006", {**gathers, "fsdp.version": 2, "fsdp.prefetch_set": 0})
+    fsdp2_prefetching = do("DIST006", {**gathers, "fsdp.version": 2, "fsdp.prefetch_set": 1})
+    assert "block.set_modules_to_forward_prefetch(blocks[i + 1 : i + 3])" in fsdp2
+    assert "MixedPrecisionPolicy(param_dtype=torch.bfloat16)" in fsdp2_prefetching
+    for text in (fsdp1, fsdp1_prefetching.do, fsdp1_prefetching.why):
+        assert "fully_shard" not in text and "set_modules_to" not in text and "MixedPrecisionPolicy" not in text
+    assert "FullyShardedDataParallel" not in fsdp2 + fsdp2_prefetching
+
+    scatters = {"dist.world_size": 2, "dist.reduce_scatter_exposed": 0.2, "exposed.communication_own": 0.22}
+    fsdp1 = do("DIST007", {**scatters, "fsdp.version": 1})
+    assert "mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)" in fsdp1
+    assert "FullyShardedDataParallel(model, auto_wrap_policy=policy, mixed_precision=mp)" in fsdp1
+    assert "model.no_sync()" in fsdp1 and "fully_shard" not in fsdp1 and "set_requires_gradient_sync" not in fsdp1
+    assert "model.set_requires_gradient_sync(last)" in do("DIST007", {**scatters, "fsdp.version": 2})
+
+    # DIST002's accumulation: DDP's no_sync, FSDP2's set_requires_gradient_sync
+    exposed = {"exposed.communication": 0.2, "exposed.communication_own": 0.18, "gpu.communication_step_share": 0.3}
+    fsdp2 = do("DIST002", {**exposed, "fsdp.version": 2})
+    assert "model.set_requires_gradient_sync(sync)" in fsdp2 and "no_sync" not in fsdp2
+    assert "DistributedDataParallel" not in fsdp2 + do("DIST002", {**exposed, "fsdp.version": 1})
+    assert "DistributedDataParallel(model, gradient_as_bucket_view=True)" in do("DIST002", exposed)
+
+
+def test_a_script_that_builds_its_own_batches_is_told_its_own_batch_size() -> None:
+    """MEM001 and MEM004 printed ``loader = DataLoader(dataset, batch_size=N, ...)`` where no
+    DataLoader fed the profiled steps: the script's own batch size is the setting, with the
+    same numbers (and no knob: verify cannot reach it)."""
+    rules = {r.id: r for r in RULES}
+    mem001 = {"memory.peak_reserved_share": 0.03, "gpu.busy": 0.3, "exposed.launch": 0.6, "exposed.data_wait": 0.0}
+    mem001 |= {"batch.size": 16, "suggest.batch_size": 256}
+    mem004 = {"matmul.roof_share": 0.054, "kernels.matmul_share": 0.85, "gpu.busy": 0.8, "memory.samples": 16}
+    mem004 |= {"memory.largest_batch": 150000, "suggest.batch_to_fill": 512}
+    cases = [
+        ("MEM001", mem001, "batch_size = 256   # was 16: the argument or variable the script builds each batch with"),
+        ("MEM004", mem004, "batch_size = 512   # was 16: the argument or variable the script builds each batch with"),
+    ]
+    for rule_id, values, own in cases:
+        own_loop = make_finding(rules[rule_id], symptoms_from_values({**values, "dataloader.present": 0}))
+        assert own_loop.do.startswith(own), own_loop.do
+        assert "DataLoader(" not in own_loop.do and own_loop.knobs == {}
+        fed = make_finding(rules[rule_id], symptoms_from_values({**values, "dataloader.present": 1}))
+        assert fed.do.startswith(f"loader = DataLoader(dataset, batch_size={own.split()[2]}, ...)   # was 16")
+        assert fed.gain == own_loop.gain
+    assert (
+        "about 150000 samples fit (an estimate)"
+        in make_finding(rules["MEM004"], symptoms_from_values({**mem004, "dataloader.present": 0})).do
+    )
+
+
 # --- two findings never give one setting opposite values ------------------------------------------
 
 _SETTING = __import__("re").compile(r"\b([a-z_]+)\s*=\s*([^,\s)]+)")
@@ -349,12 +605,13 @@ _BOUND = __import__("re").compile(r"^([\w.]+)\s*(<=|>=|<|>|==)\s*(-?[\d.]+)$")
 
 def _settings(rule) -> dict[str, set[str]]:  # Rule
     """The distributed settings (DDP's, FSDP's, the backend) a rule gives a value, in its code
-    (every device's and framework's words) and its knob table."""
+    (every device's, framework's and [[words]] case's words) and its knob table."""
     from diagnose.runtime.knobs import DDP_KNOBS, FSDP_KNOBS
 
     settings = {*DDP_KNOBS, *FSDP_KNOBS, "backend"}
     found: dict[str, set[str]] = {}
-    for text in (rule.do, *rule.on_cpu.values(), *rule.do_by_framework.values()):
+    cases = [text for case in rule.words for text in (case.texts.get("do"), case.already.get("do")) if text]
+    for text in (rule.do, *rule.on_cpu.values(), *rule.do_by_framework.values(), *cases):
         for name, value in _SETTING.findall(text):
             if name in settings:
                 found.setdefault(name, set()).add(value.strip("\"'").lower())

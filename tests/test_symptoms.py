@@ -734,6 +734,7 @@ CASES = {
                 "model.compiled": None,
                 "model.data_parallel_devices": None,
                 "fsdp.prefetch_set": None,
+                "fsdp.version": None,
                 "ddp.bucket_cap_mb": None,
             },
         ),
@@ -745,7 +746,12 @@ CASES = {
                     ModelInfo("dp", 10, "float32", 0, False, False, True, False, {"kind": "DataParallel", "devices": 1})
                 ]
             ),
-            expected={"model.data_parallel": 1, "model.data_parallel_devices": 1, "fsdp.prefetch_set": None},
+            expected={
+                "model.data_parallel": 1,
+                "model.data_parallel_devices": 1,
+                "fsdp.prefetch_set": None,
+                "fsdp.version": None,
+            },
         ),
         Case(
             "FSDP2 with explicit forward and backward prefetch",
@@ -769,7 +775,7 @@ CASES = {
                     )
                 ]
             ),
-            expected={"fsdp.prefetch_set": 1, "model.data_parallel_devices": None},
+            expected={"fsdp.prefetch_set": 1, "fsdp.version": 2, "model.data_parallel_devices": None},
         ),
         Case(
             "FSDP2 with its default prefetch",
@@ -793,7 +799,7 @@ CASES = {
                     )
                 ]
             ),
-            expected={"fsdp.prefetch_set": 0},
+            expected={"fsdp.prefetch_set": 0, "fsdp.version": 2},
         ),
         Case(
             "FSDP1 with forward_prefetch and BACKWARD_PRE",
@@ -817,7 +823,31 @@ CASES = {
                     )
                 ]
             ),
-            expected={"fsdp.prefetch_set": 1},
+            expected={"fsdp.prefetch_set": 1, "fsdp.version": 1},
+        ),
+        Case(
+            "FSDP1 with its defaults: BACKWARD_PRE but no forward_prefetch",
+            record=_record(
+                models=[
+                    ModelInfo(
+                        "fsdp",
+                        10,
+                        "float32",
+                        0,
+                        False,
+                        False,
+                        False,
+                        False,
+                        {
+                            "kind": "FSDP1",
+                            "sharded_modules": 3,
+                            "forward_prefetch": False,
+                            "backward_prefetch": "BACKWARD_PRE",
+                        },
+                    )
+                ]
+            ),
+            expected={"fsdp.prefetch_set": 0, "fsdp.version": 1},
         ),
         Case(
             "DDP with 100 MB buckets",
@@ -828,7 +858,7 @@ CASES = {
                     )
                 ]
             ),
-            expected={"ddp.bucket_cap_mb": 100.0, "model.ddp": 1},
+            expected={"ddp.bucket_cap_mb": 100.0, "model.ddp": 1, "fsdp.version": None},
         ),
     ],
     "compiled": [

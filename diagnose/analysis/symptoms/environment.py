@@ -94,6 +94,19 @@ def fsdp_prefetch_set(record: RunRecord) -> bool | None:
     return None
 
 
+@symptom(
+    "fsdp.version",
+    "",
+    "which FSDP shards the model: 2 for FSDP2 (fully_shard), 1 for FSDP1 (FullyShardedDataParallel); "
+    "absent without FSDP. Their settings are spelt differently: advice code follows it",
+)
+def fsdp_version(record: RunRecord) -> int | None:
+    # FSDP2 first, as fsdp.prefetch_set reads it: the settings it reports are that wrapper's
+    if _parallel(record, "FSDP2"):
+        return 2
+    return 1 if _parallel(record, "FSDP1") else None
+
+
 @symptom("ddp.bucket_cap_mb", "MB", "DistributedDataParallel's bucket_cap_mb (torch's default: 25)")
 def ddp_bucket_cap_mb(record: RunRecord) -> float | None:
     ddp = _parallel(record, "DDP")

@@ -28,6 +28,29 @@ values)``). A rule whose advice cannot help once the setting is on stays silent 
 (``Rule.texts(cpu_only)``). A rule that can fire on a CPU-only run words its texts for either
 device, or carries the CPU words here: a CPU run never speaks of a GPU it does not have.
 
+``[[words]]`` holds the words for a kind of run the rule's own texts do not fit: each entry a
+``name``, a ``when`` (conditions that all hold on such a run) and any of ``title``, ``says``,
+``why``, ``do`` (FSDP1's code where the rule's is FSDP2's: ``when = ["fsdp.version == 1"]``;
+the script's own batch size where no DataLoader fed the steps). The first entry whose
+conditions hold is the run's case (``Rule.words_for(values)``); it may carry its own
+``[words.already]`` table: the ``[already]`` words for that case. An example may say
+``words = "name"`` (or ``false``: the rule's own words) to check which case it gets.
+
+Which words a finding shows, each of the four texts on its own, the later winning:
+
+1. the rule's own;
+2. ``[on_cpu]``'s, on a CPU-only run (a case's words hold on either device, or its ``when``
+   says which: the case is the more specific fact about the run);
+3. the run's ``[[words]]`` case;
+4. ``[already]``'s, where the setting is on (whatever the case: the setting being on is the
+   news), then the case's own ``[words.already]``.
+
+A framework's text (``[do_by_framework]``) replaces ``do`` unless 3 or 4 gave one: those say
+the plain code does not fit this run, and a framework's text written for the usual run would
+not either. ``[already]`` stays a table of its own rather than a ``[[words]]`` entry: it states a
+fact other parts read (``Rule.already_set``: the examples' ``already``, the docs' section), and
+its words must beat every case's, which a first-match list cannot say.
+
 Conditions and gains use a small grammar, never ``eval``::
 
     condition := expr ("<" | "<=" | ">" | ">=" | "==" | "!=") expr
@@ -333,6 +356,23 @@ class Example:
     fires: bool
     #: whether the rule's ``[already]`` words apply (None: the example does not say)
     already: bool | None = None
+    #: the name of the ``[[words]]`` case it gets, or False for none (None: it does not say)
+    words: str | bool | None = None
+
+
+@dataclass(frozen=True)
+class Words:
+    """One ``[[words]]`` entry: the words for a kind of run (see the module docstring)."""
+
+    name: str
+    when: tuple[Condition, ...]
+    #: key of DEVICE_TEXT_KEYS -> text, replacing the rule's own on such a run
+    texts: Mapping[str, str]
+    #: ``[words.already]``: the words where the rule's ``[already]`` setting is on too
+    already: Mapping[str, str] = field(default_factory=dict)
+
+    def holds(self, values: Mapping[str, float]) -> bool:
+        return all(c.holds(values) for c in self.when)
 
 
 @dataclass(frozen=True)
@@ -398,17 +438,35 @@ class Rule:
     #: that then say why it is not enough (key of DEVICE_TEXT_KEYS -> text)
     already_when: tuple[Condition, ...] = ()
     already_texts: Mapping[str, str] = field(default_factory=dict)
+    #: ``[[words]]``: the words for kinds of run the rule's own do not fit, first match wins
+    words: tuple[Words, ...] = ()
 
     def already_set(self, values: Mapping[str, float] | None) -> bool:
         """The script already does what the rule advises (``[already]``'s conditions hold)."""
         return bool(self.already_when) and values is not None and all(c.holds(values) for c in self.already_when)
 
-    def texts(self, cpu_only: bool = False, values: Mapping[str, float] | None = None) -> RuleTexts:
-        """The rule's title, says, why and do, in the words of a CPU-only run where asked, and
-        in ``[already]``'s where the run's ``values`` show the advised setting on."""
-        words = dict(self.on_cpu) if cpu_only else {}
+    def words_for(self, values: Mapping[str, float] | None) -> Words | None:
+        """The run's ``[[words]]`` case: the first entry whose conditions hold (None: none does)."""
+        if values is None:
+            return None
+        return next((w for w in self.words if w.holds(values)), None)
+
+    def _run_words(self, values: Mapping[str, float] | None) -> dict[str, str]:
+        """The words the run's values choose (steps 3 and 4 of the module docstring's order)."""
+        case = self.words_for(values)
+        words = dict(case.texts) if case else {}
         if self.already_set(values):
             words.update(self.already_texts)
+            if case:
+                words.update(case.already)
+        return words
+
+    def texts(self, cpu_only: bool = False, values: Mapping[str, float] | None = None) -> RuleTexts:
+        """The rule's title, says, why and do, in the words of a CPU-only run where asked, of
+        the run's ``[[words]]`` case, and of ``[already]`` where the run's ``values`` show the
+        advised setting on (in that order, the later winning)."""
+        words = dict(self.on_cpu) if cpu_only else {}
+        words.update(self._run_words(values))
         return RuleTexts(
             title=words.get("title", self.title),
             says=words.get("says", self.says),
@@ -428,13 +486,10 @@ class Rule:
         self, framework: str | None, cpu_only: bool = False, values: Mapping[str, float] | None = None
     ) -> tuple[str, str | None]:
         """The change's text for a loop under ``framework``, and the framework whose terms it
-        uses (None: the plain PyTorch text, in a CPU-only run's words where asked; ``[already]``'s
-        where the setting is on: the framework's way to switch it on is no news then)."""
-        if (
-            framework is not None
-            and framework in self.do_by_framework
-            and not ("do" in self.already_texts and self.already_set(values))
-        ):
+        uses (None: the plain PyTorch text, in a CPU-only run's words where asked; the run's
+        ``[[words]]`` case's or ``[already]``'s where they word ``do``: the framework's text is
+        written for the usual run, and its way to switch a setting on is no news where it is on)."""
+        if framework is not None and framework in self.do_by_framework and "do" not in self._run_words(values):
             return self.do_by_framework[framework], framework
         return self.texts(cpu_only, values).do, None
 
@@ -567,6 +622,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         "do_by_framework",
         "on_cpu",
         "already",
+        "words",
     }
     for key in data:
         if key not in known_keys:
@@ -644,6 +700,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     _check_texts("on_cpu", on_cpu, fail)
 
     already_when, already_texts = _read_already(data.get("already"), fail)
+    words = _read_words(data.get("words"), bool(already_when), fail)
 
     evidence = data.get("evidence", [])
     if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
@@ -673,10 +730,15 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
     for i, ex in enumerate(data.get("examples", [])):
         if not isinstance(ex, dict) or "symptoms" not in ex or "fires" not in ex:
             raise fail(f"example {i + 1} needs 'symptoms' (a table) and 'fires' (true/false)", "[[examples]]")
-        for key in set(ex) - {"name", "symptoms", "fires", "already"}:
-            raise fail(f"example {i + 1}: unknown key {key!r} (an example has name, symptoms, fires, already)", key)
+        for key in set(ex) - {"name", "symptoms", "fires", "already", "words"}:
+            raise fail(
+                f"example {i + 1}: unknown key {key!r} (an example has name, symptoms, fires, already, words)", key
+            )
         if "already" in ex and (not isinstance(ex["already"], bool) or not already_when):
             raise fail(f"example {i + 1}: already is true or false, in a rule with an [already] table", "already")
+        if "words" in ex and ex["words"] is not False and ex["words"] not in {w.name for w in words}:
+            known = ", ".join(repr(w.name) for w in words) or "none: the rule has no [[words]]"
+            raise fail(f"example {i + 1}: words names a [[words]] entry ({known}) or is false", "words =")
         symptoms = ex["symptoms"]
         if not isinstance(symptoms, dict) or not all(isinstance(v, (int, float, bool)) for v in symptoms.values()):
             raise fail(f"example {i + 1}: symptoms must map names to numbers", "symptoms")
@@ -687,6 +749,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
                 {k: float(v) for k, v in symptoms.items()},
                 bool(ex["fires"]),
                 ex.get("already"),
+                ex.get("words"),
             )
         )
     if not any(e.fires for e in examples) or not any(not e.fires for e in examples):
@@ -721,6 +784,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
         on_cpu={k: v.strip() for k, v in on_cpu.items()},
         already_when=already_when,
         already_texts=already_texts,
+        words=words,
     )
 
 
@@ -750,18 +814,71 @@ def _read_already(
     return tuple(conditions), {k: v.strip() for k, v in texts.items()}
 
 
-def _check_texts(table: str, texts: dict[str, Any], fail: Callable[[str, str | None], RuleError]) -> None:
-    """A table of a rule's words (``[on_cpu]``, ``[already]``): known keys, non-empty strings,
-    templates over known symptoms."""
+def _read_words(raw: Any, has_already: bool, fail: Callable[[str, str | None], RuleError]) -> tuple[Words, ...]:
+    """``[[words]]``: each entry a ``name``, ``when`` (a list of conditions), the texts that
+    replace the rule's own on such a run, and optionally ``already`` (a table of texts: the
+    rule's ``[already]`` words for that case)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(entry, dict) for entry in raw):
+        raise fail("words is an array of tables: [[words]] with name, when and the texts for such a run", "words")
+    out: list[Words] = []
+    for i, entry in enumerate(raw):
+        where = f"words {i + 1}"
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise fail(f'{where}: needs a name (the examples\' words = "name" checks it)', "[[words]]")
+        quoted = f'"{name}"'  # where the entry's errors point: its name's line
+        if name in {w.name for w in out}:
+            raise fail(f"{where}: the name {name!r} is used twice", quoted)
+        when = entry.get("when")
+        if not isinstance(when, list) or not when or not all(isinstance(c, str) for c in when):
+            raise fail(f"{where} ({name}): when is a list of conditions that hold on such a run", quoted)
+        conditions = []
+        for text in when:
+            try:
+                tree = parse_condition(text)
+            except ExprError as exc:
+                raise fail(f"{where} ({name}): bad condition {text!r}: {exc}", text) from exc
+            _check_names(names_in(tree[1]) | names_in(tree[2]), text, fail)
+            conditions.append(Condition(text, tree))
+        texts = {k: v for k, v in entry.items() if k not in ("name", "when", "already")}
+        already = entry.get("already", {})
+        if not isinstance(already, dict):
+            raise fail(f"{where} ({name}): already is a table of texts ([words.already])", quoted)
+        if already and not has_already:
+            raise fail(f"{where} ({name}): [words.already] words a rule's [already] case; this rule has none", quoted)
+        if not texts and not already:
+            raise fail(f"{where} ({name}): give the words (title, says, why, do) for such a run", quoted)
+        _check_texts(f"words {name!r}", texts, fail, quoted)
+        _check_texts(f"words {name!r} already", already, fail, quoted)
+        out.append(
+            Words(
+                name,
+                tuple(conditions),
+                {k: v.strip() for k, v in texts.items()},
+                {k: v.strip() for k, v in already.items()},
+            )
+        )
+    return tuple(out)
+
+
+def _check_texts(
+    table: str, texts: dict[str, Any], fail: Callable[[str, str | None], RuleError], needle: str | None = None
+) -> None:
+    """A table of a rule's words (``[on_cpu]``, ``[already]``, a ``[[words]]`` entry's):
+    known keys, non-empty strings, templates over known symptoms. ``needle``: what to find in
+    the file for the error's line (the table's name where not given)."""
+    needle = needle or table
     for key, text in texts.items():
         if key not in DEVICE_TEXT_KEYS:
-            raise fail(f"{table}: unknown key {key!r} (known: {', '.join(DEVICE_TEXT_KEYS)})", table)
+            raise fail(f"{table}: unknown key {key!r} (known: {', '.join(DEVICE_TEXT_KEYS)})", needle)
         if not isinstance(text, str) or not text.strip():
-            raise fail(f"{table}.{key} must be a non-empty string", table)
+            raise fail(f"{table}.{key} must be a non-empty string", needle)
         if key in ("says", "do"):
             _check_names(template_names(text) - {"gain"}, text, fail)
             if (problem := template_spec_problem(text)) is not None:
-                raise fail(f"{table}.{key}: {problem}", table)
+                raise fail(f"{table}.{key}: {problem}", needle)
 
 
 def _read_predict(

@@ -3,6 +3,8 @@ files (a test keeps docs/rules.md equal to this output)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from diagnose.analysis.prediction.predict import TRANSFORMATIONS
 from diagnose.analysis.symptoms import CATALOG
 from diagnose.analysis.verdict.rules import Rule
@@ -27,6 +29,13 @@ FRAMEWORK_NAMES = {
     "fabric": "Lightning Fabric",
     "accelerate": "accelerate",
 }
+
+
+def _texts_markdown(texts: Mapping[str, str]) -> list[str]:
+    """A table of a rule's words (``[already]``, a ``[[words]]`` case): its texts as a list, its
+    code as a block."""
+    out = [f"- {key}: {' '.join(texts[key].split())}" for key in ("title", "says", "why") if key in texts]
+    return out + [""] + (["```python", texts["do"], "```", ""] if "do" in texts else [])
 
 
 def rules_markdown(rules: list[Rule]) -> str:
@@ -72,6 +81,13 @@ def rules_markdown(rules: list[Rule]) -> str:
         'any = ["..."]                        # and, if given, at least one of these',
         'none = ["workers.busy < 0.6"]        # and none of these',
         "",
+        "[[words]]                            # the words for a kind of run (optional, any number):",
+        'name = "FSDP1"                       # ... the first whose conditions all hold',
+        'when = ["fsdp.version == 1"]',
+        'do = "..."                           # any of title, says, why, do',
+        "[words.already]                      # that case's [already] words (optional)",
+        'why = "..."',
+        "",
         "[[examples]]",
         'name = "..."',
         'symptoms = { "exposed.data_wait" = 0.6 }',
@@ -106,6 +122,17 @@ def rules_markdown(rules: list[Rule]) -> str:
         "silent (`[when] none`) when the change could not help, or its `[already]` table (`when`, and",
         "any of `title`, `says`, `why`, `do`) says why the setting is not enough. An example may say",
         "`already = true` or `false` to check which words it gets.",
+        "",
+        "Where a kind of run needs other words than the rule's (FSDP1's constructor arguments where",
+        "the code is FSDP2's, the script's own batch size where no DataLoader fed the steps), a",
+        "`[[words]]` entry gives them: a `name`, `when` (conditions that all hold on such a run) and",
+        "any of `title`, `says`, `why`, `do`; the first entry whose conditions hold is the run's case,",
+        "and its optional `[words.already]` table words the `[already]` case for it. Each text comes",
+        "from, the later winning: the rule's own, `[on_cpu]` on a CPU-only run, the run's `[[words]]`",
+        "case, then `[already]` and the case's `[words.already]` where the setting is on (the setting",
+        "being on is the news, whatever the case). A case's or `[already]`'s `do` also replaces a",
+        "framework's `do_by_framework` text, which is written for the usual run. An example may say",
+        '`words = "name"`, or `false` for the rule\'s own words, to check which case it gets.',
         "",
         "On a run that used no GPU (`gpu.present == 0`) a finding shows the rule's `[on_cpu]` texts",
         "where it has them: a rule that can fire on a CPU-only run words its texts for either device,",
@@ -158,12 +185,14 @@ def rules_markdown(rules: list[Rule]) -> str:
             out += [""] + (["```python", cpu.do, "```", ""] if "do" in r.on_cpu else [])
         if r.already_texts:
             out += ["With the setting on already (" + " and ".join(f"`{c.text}`" for c in r.already_when) + "):", ""]
-            out += [
-                f"- {key}: {' '.join(r.already_texts[key].split())}"
-                for key in ("title", "says", "why")
-                if key in r.already_texts
-            ]
-            out += [""] + (["```python", r.already_texts["do"], "```", ""] if "do" in r.already_texts else [])
+            out += _texts_markdown(r.already_texts)
+        for case in r.words:
+            conditions = " and ".join(f"`{c.text}`" for c in case.when)
+            if case.texts:
+                out += [f"Where {conditions} ({case.name}):", "", *_texts_markdown(case.texts)]
+            if case.already:
+                out += [f"Where {conditions} ({case.name}) and the setting is on already:", ""]
+                out += _texts_markdown(case.already)
         if r.supersedes:
             out += [
                 "Supersedes: "
