@@ -169,6 +169,15 @@ fires = false
 """
 
 
+#: a [[words]] entry's name and conditions
+FSDP1 = 'name = "FSDP1"\nwhen = ["fsdp.version == 1"]'
+
+
+def _words(entry: str) -> str:
+    """VALID with one ``[[words]]`` entry (or more) before its ``[when]``."""
+    return VALID.replace("[when]", f"[[words]]\n{entry}\n[when]")
+
+
 @pytest.mark.parametrize(
     ("body", "line", "problem"),
     [
@@ -210,54 +219,26 @@ fires = false
             14,
             "already is true or false, in a rule with an [already] table",
         ),
-        # [[words]]: the words for a kind of run (FSDP1, no DataLoader)
+        # [[words]]: the words for a kind of run (FSDP1, no DataLoader); the entry starts on line 6
         (VALID.replace("[when]", 'words = "FSDP1"\n[when]'), 6, "words is an array of tables"),
+        (_words('when = ["fsdp.version == 1"]\ndo = "x"'), 6, "words 1: needs a name"),
+        (_words('name = "FSDP1"\ndo = "x"'), 7, "words 1 (FSDP1): when is a list"),
         (
-            VALID.replace("[when]", '[[words]]\nwhen = ["fsdp.version == 1"]\ndo = "x"\n[when]'),
-            6,
-            "words 1: needs a name",
-        ),
-        (VALID.replace("[when]", '[[words]]\nname = "FSDP1"\ndo = "x"\n[when]'), 7, "words 1 (FSDP1): when is a list"),
-        (
-            VALID.replace("[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.versoin == 1"]\ndo = "x"\n[when]'),
+            _words('name = "FSDP1"\nwhen = ["fsdp.versoin == 1"]\ndo = "x"'),
             8,
             "unknown symptom 'fsdp.versoin'; did you mean 'fsdp.version'",
         ),
+        (_words('name = "FSDP1"\nwhen = ["fsdp.version =="]\ndo = "x"'), 8, "words 1 (FSDP1): bad condition"),
+        (_words('name = "FSDP1"\nwhen = ["fsdp.version == 1"]'), 7, "words 1 (FSDP1): give the words"),
+        (_words(f'{FSDP1}\nheadline = "x"'), 7, "words 'FSDP1': unknown key 'headline'"),
+        (_words(f'{FSDP1}\ndo = "{{batch.sise}}"'), 9, "unknown symptom 'batch.sise'"),
         (
-            VALID.replace("[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version =="]\ndo = "x"\n[when]'),
-            8,
-            "words 1 (FSDP1): bad condition",
-        ),
-        (
-            VALID.replace("[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version == 1"]\n[when]'),
-            7,
-            "words 1 (FSDP1): give the words",
-        ),
-        (
-            VALID.replace("[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version == 1"]\nheadline = "x"\n[when]'),
-            7,
-            "words 'FSDP1': unknown key 'headline'",
-        ),
-        (
-            VALID.replace(
-                "[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version == 1"]\ndo = "{batch.sise}"\n[when]'
-            ),
-            9,
-            "unknown symptom 'batch.sise'",
-        ),
-        (
-            VALID.replace(
-                "[when]",
-                '[[words]]\nname = "a"\nwhen = ["fsdp.version == 1"]\ndo = "x"\n'
-                '[[words]]\nname = "a"\nwhen = ["fsdp.version == 2"]\ndo = "y"\n[when]',
-            ),
+            _words('name = "a"\nwhen = ["fsdp.version == 1"]\ndo = "x"\n[[words]]\nname = "a"\ndo = "y"'),
             7,
             "words 2: the name 'a' is used twice",
         ),
         (
-            VALID.replace(
-                "[when]", '[[words]]\nname = "FSDP1"\nwhen = ["fsdp.version == 1"]\n[words.already]\ndo = "x"\n[when]'
-            ),
+            _words(f'{FSDP1}\n[words.already]\ndo = "x"'),
             7,
             "words 1 (FSDP1): [words.already] words a rule's [already] case; this rule has none",
         ),

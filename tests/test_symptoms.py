@@ -122,6 +122,11 @@ def _record(**kw) -> RunRecord:
     return RunRecord(**kw)
 
 
+def _wrapped(parallel: dict) -> RunRecord:
+    """A record of one model under a parallel wrapper with these settings (``ModelInfo.parallel``)."""
+    return _record(models=[ModelInfo("fsdp", 10, "float32", 0, False, False, False, False, parallel)])
+
+
 def _summary(rank: int, wait_ms: float, comm: float | None, samples: float) -> RankSummary:
     return RankSummary(rank, "stopped", 10.0, wait_ms, wait_ms / 10, 0.0, comm, None, samples, "data_wait", "gloo")
 
@@ -755,97 +760,49 @@ CASES = {
         ),
         Case(
             "FSDP2 with explicit forward and backward prefetch",
-            record=_record(
-                models=[
-                    ModelInfo(
-                        "fsdp",
-                        10,
-                        "float32",
-                        0,
-                        False,
-                        False,
-                        False,
-                        False,
-                        {
-                            "kind": "FSDP2",
-                            "sharded_modules": 5,
-                            "forward_prefetch_modules": 3,
-                            "backward_prefetch_modules": 3,
-                        },
-                    )
-                ]
+            record=_wrapped(
+                {
+                    "kind": "FSDP2",
+                    "sharded_modules": 5,
+                    "forward_prefetch_modules": 3,
+                    "backward_prefetch_modules": 3,
+                }
             ),
             expected={"fsdp.prefetch_set": 1, "fsdp.version": 2, "model.data_parallel_devices": None},
         ),
         Case(
             "FSDP2 with its default prefetch",
-            record=_record(
-                models=[
-                    ModelInfo(
-                        "fsdp",
-                        10,
-                        "float32",
-                        0,
-                        False,
-                        False,
-                        False,
-                        False,
-                        {
-                            "kind": "FSDP2",
-                            "sharded_modules": 5,
-                            "forward_prefetch_modules": 0,
-                            "backward_prefetch_modules": 0,
-                        },
-                    )
-                ]
+            record=_wrapped(
+                {
+                    "kind": "FSDP2",
+                    "sharded_modules": 5,
+                    "forward_prefetch_modules": 0,
+                    "backward_prefetch_modules": 0,
+                }
             ),
             expected={"fsdp.prefetch_set": 0, "fsdp.version": 2},
         ),
         Case(
             "FSDP1 with forward_prefetch and BACKWARD_PRE",
-            record=_record(
-                models=[
-                    ModelInfo(
-                        "fsdp",
-                        10,
-                        "float32",
-                        0,
-                        False,
-                        False,
-                        False,
-                        False,
-                        {
-                            "kind": "FSDP1",
-                            "sharded_modules": 3,
-                            "forward_prefetch": True,
-                            "backward_prefetch": "BACKWARD_PRE",
-                        },
-                    )
-                ]
+            record=_wrapped(
+                {
+                    "kind": "FSDP1",
+                    "sharded_modules": 3,
+                    "forward_prefetch": True,
+                    "backward_prefetch": "BACKWARD_PRE",
+                }
             ),
             expected={"fsdp.prefetch_set": 1, "fsdp.version": 1},
         ),
         Case(
             "FSDP1 with its defaults: BACKWARD_PRE but no forward_prefetch",
-            record=_record(
-                models=[
-                    ModelInfo(
-                        "fsdp",
-                        10,
-                        "float32",
-                        0,
-                        False,
-                        False,
-                        False,
-                        False,
-                        {
-                            "kind": "FSDP1",
-                            "sharded_modules": 3,
-                            "forward_prefetch": False,
-                            "backward_prefetch": "BACKWARD_PRE",
-                        },
-                    )
-                ]
+            record=_wrapped(
+                {
+                    "kind": "FSDP1",
+                    "sharded_modules": 3,
+                    "forward_prefetch": False,
+                    "backward_prefetch": "BACKWARD_PRE",
+                }
             ),
             expected={"fsdp.prefetch_set": 0, "fsdp.version": 1},
         ),

@@ -650,15 +650,7 @@ def load_rule_file(path: Path, builtin: bool = False) -> Rule:
             raw = [raw]
         if not isinstance(raw, list) or not all(isinstance(c, str) for c in raw):
             raise fail(f"when.{key} must be a list of condition strings", key)
-        out = []
-        for c in raw:
-            try:
-                tree = parse_condition(c)
-            except ExprError as exc:
-                raise fail(f"bad condition: {exc}", c) from exc
-            _check_names(names_in(tree[1]) | names_in(tree[2]), c, fail)
-            out.append(Condition(c, tree))
-        return tuple(out)
+        return _read_conditions(raw, "", fail)
 
     all_of, any_of, none_of = conditions("all"), conditions("any"), conditions("none")
 
@@ -799,19 +791,28 @@ def _read_already(
             "already is a table with 'when' (a list of conditions) and the texts that say why the setting is not enough",
             "already",
         )
-    conditions = []
-    for text in raw["when"]:
-        try:
-            tree = parse_condition(str(text))
-        except ExprError as exc:
-            raise fail(f"already: bad condition {text!r}: {exc}", "already") from exc
-        _check_names(names_in(tree[1]) | names_in(tree[2]), str(text), fail)
-        conditions.append(Condition(str(text), tree))
+    conditions = _read_conditions([str(text) for text in raw["when"]], "already: ", fail)
     texts = {k: v for k, v in raw.items() if k != "when"}
     if not texts:
         raise fail("already: give the words (title, says, why, do) that say why the setting is not enough", "already")
     _check_texts("already", texts, fail)
-    return tuple(conditions), {k: v.strip() for k, v in texts.items()}
+    return conditions, {k: v.strip() for k, v in texts.items()}
+
+
+def _read_conditions(
+    texts: list[str], where: str, fail: Callable[[str, str | None], RuleError]
+) -> tuple[Condition, ...]:
+    """Condition strings parsed and checked against the catalog (``[when]``, ``[already]``'s and
+    a ``[[words]]`` entry's ``when``); ``where`` starts an error's message."""
+    out = []
+    for text in texts:
+        try:
+            tree = parse_condition(text)
+        except ExprError as exc:
+            raise fail(f"{where}bad condition {text!r}: {exc}", text) from exc
+        _check_names(names_in(tree[1]) | names_in(tree[2]), text, fail)
+        out.append(Condition(text, tree))
+    return tuple(out)
 
 
 def _read_words(raw: Any, has_already: bool, fail: Callable[[str, str | None], RuleError]) -> tuple[Words, ...]:
@@ -834,14 +835,7 @@ def _read_words(raw: Any, has_already: bool, fail: Callable[[str, str | None], R
         when = entry.get("when")
         if not isinstance(when, list) or not when or not all(isinstance(c, str) for c in when):
             raise fail(f"{where} ({name}): when is a list of conditions that hold on such a run", quoted)
-        conditions = []
-        for text in when:
-            try:
-                tree = parse_condition(text)
-            except ExprError as exc:
-                raise fail(f"{where} ({name}): bad condition {text!r}: {exc}", text) from exc
-            _check_names(names_in(tree[1]) | names_in(tree[2]), text, fail)
-            conditions.append(Condition(text, tree))
+        conditions = _read_conditions(when, f"{where} ({name}): ", fail)
         texts = {k: v for k, v in entry.items() if k not in ("name", "when", "already")}
         already = entry.get("already", {})
         if not isinstance(already, dict):
@@ -855,7 +849,7 @@ def _read_words(raw: Any, has_already: bool, fail: Callable[[str, str | None], R
         out.append(
             Words(
                 name,
-                tuple(conditions),
+                conditions,
                 {k: v.strip() for k, v in texts.items()},
                 {k: v.strip() for k, v in already.items()},
             )
