@@ -66,3 +66,29 @@ def test_the_runner_reads_fsdp2_prefetch_and_dataparallel_devices() -> None:
         assert (seen["forward_prefetch_modules"], seen["backward_prefetch_modules"]) == (2, 1)
     finally:
         dist.destroy_process_group()
+
+
+def test_an_fsdp1_model_is_told_fsdp1s_arguments() -> None:
+    """From the wrapper the runner reads to the advice: an FSDP1 model records ``kind`` FSDP1,
+    ``fsdp.version`` reads 1, and DIST006 speaks in FullyShardedDataParallel's arguments, never
+    FSDP2's ``fully_shard`` (issue 34, item 3)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    from diagnose.analysis.symptoms import compute_symptoms
+    from diagnose.record import ModelInfo, RunRecord
+    from diagnose.runtime.instrument import describe_parallel
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = FullyShardedDataParallel(torch.nn.Linear(4, 4), device_id=torch.device("cpu"))
+        seen = describe_parallel(model)
+    finally:
+        dist.destroy_process_group()
+    assert seen["kind"] == "FSDP1" and seen["forward_prefetch"] is False
+    record = RunRecord(models=[ModelInfo("m", 20, "float32", 0, False, False, False, False, seen)])
+    recorded = compute_symptoms(None, record).values_by_name()
+    assert (recorded["fsdp.version"], recorded["fsdp.prefetch_set"]) == (1, 0)
+    gathers = {"dist.world_size": 2, "dist.all_gather_exposed": 0.3, "exposed.communication_own": 0.35}
+    do = make_finding(RULES["DIST006"], symptoms_from_values({**recorded, **gathers})).do
+    assert "forward_prefetch=True," in do and "fully_shard" not in do
