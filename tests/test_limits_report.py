@@ -156,8 +156,13 @@ def test_tiny_batch_matmuls_ask_for_the_batch_that_fills_them_and_fits() -> None
     assert finding["do"].startswith("loader = DataLoader(dataset, batch_size=128, ...)   # was 16")
     assert finding["knobs"] == {"batch_size": "128"}
     # a script that builds its batches itself (no DataLoader fed the steps): no knob to set
-    alone = _report(RunRecord(**LIMITS_TINY_FIELDS)).findings
-    assert next(f for f in alone if f["rule"] == "MEM004")["knobs"] == {}
+    # and the same numbers for the script's own batch size, not a DataLoader's
+    alone = next(f for f in _report(RunRecord(**LIMITS_TINY_FIELDS)).findings if f["rule"] == "MEM004")
+    assert alone["knobs"] == {}
+    assert alone["do"].startswith(
+        "batch_size = 128   # was 16: the argument or variable the script builds each batch with"
+    )
+    assert "DataLoader(" not in alone["do"]
     # the 4096-row step of the other tests: its matmuls are compute-bound, no such finding
     assert "MEM004" not in [f["rule"] for f in _report(RunRecord(**LIMITS_RECORD_FIELDS)).findings]
 
