@@ -193,6 +193,11 @@ def run(
         metavar="SECONDS",
         help="The time the check may take (default: the run's own time again).",
     ),
+    no_rerun: bool = typer.Option(
+        False,
+        "--no-rerun",
+        help="A process that dies inside the profiled window (a segfault) is not run again with a window before that step.",
+    ),
 ) -> None:
     """Run a training script under the profiler, break each step down, and diagnose it.
 
@@ -260,6 +265,7 @@ def run(
         check=0 if no_check else check,
         check_budget_s=check_budget,
         watch=_watch_budget(whole, window_every, window_steps, max_windows, window_budget),
+        rerun_on_crash=not no_rerun,
     )
     # the check's budget is the run's own time again, from this process's start
     end = session.run(request, Display(json_out=json_out, color=color), nproc_per_node, rank, started=_PROCESS_STARTED)

@@ -171,7 +171,8 @@ def _command(
     launch: Launch | None = None,
     quiet: bool = True,
 ) -> list[str]:
-    # --no-check: an experiment is one measurement; it measures nothing of its own
+    # --no-check: an experiment is one measurement; it measures nothing of its own (--no-rerun:
+    # nor a second run of a process that died in its window: its timed steps are what it is for)
     cmd = [
         sys.executable,
         "-m",
@@ -181,6 +182,7 @@ def _command(
         "--json",
         "--overwrite",
         "--no-check",
+        "--no-rerun",
         "--out",
         str(run_dir.path),
         *options,

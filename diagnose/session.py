@@ -403,6 +403,10 @@ def _after_supervised(ending: Ending, run_dir: RunDir, request: RunRequest, disp
             )
         return RunEnd(ending.code)
     record = settle_supervised_run(run_dir, request, ending)
+    if record is not None and record.status == "crashed" and not record.trace_files:
+        again = _rerun_before_crash(ending, run_dir, request, display)
+        if again is not None:
+            return again
     if record is None:  # the child wrote its report: its exit code, or the signal that came after it
         late = (
             ending.signal
@@ -426,6 +430,38 @@ def _after_supervised(ending: Ending, run_dir: RunDir, request: RunRequest, disp
             closing=(f"diagnose: error: {ending.describe()}: what was measured until then is in the report",),
         )
     return _run_end(record, request.plan, report)
+
+
+def _rerun_before_crash(ending: Ending, run_dir: RunDir, request: RunRequest, display: Display) -> RunEnd | None:
+    """A process that died inside the profiled window (a segfault, SIGKILL, a C library's
+    exit) took the window's trace with it: torch.profiler holds its events in the process's
+    memory until the window ends. The script runs once more, supervised the same way, with a
+    window that ends before the step it died in (a crash in the script comes again there), and
+    that run's report says how the first ended. None: no second run (not a death inside the
+    window, no step before it to profile, this is the second run already, ``--no-rerun``, or a
+    whole-run watch); asked only where the window's trace was not written."""
+    from diagnose import supervise
+
+    steps = ending.steps
+    before = steps.window_before() if steps is not None else None
+    if before is None or steps is None or request.rerun_of is not None or not request.rerun_on_crash or request.watch:
+        return None
+    warmup, profiled = before
+    first = (
+        f"in a first run {ending.describe()} during step {steps.step}, inside its profiled window (steps "
+        f"{steps.warmup}-{steps.window_end - 1}), and the window's trace with it: this report is of a second run, "
+        f"which profiled steps {warmup}-{warmup + profiled - 1} (a window that ends before step {steps.step})"
+    )
+    display.note(
+        f"diagnose ▸ {ending.describe()} during step {steps.step}, inside the profiled window: running it again, "
+        f"profiling steps {warmup}-{warmup + profiled - 1} (--no-rerun: not again)"
+    )
+    plan = dataclasses.replace(request.plan, warmup=warmup, steps=profiled, max_steps=profiled, timed=0)
+    rerun = dataclasses.replace(request, plan=plan, rerun_of=first, check=0)
+    again = supervise.supervise()
+    if again is None:  # the second run's process
+        return _run_here(rerun, run_dir, None, display, None)
+    return _after_supervised(again, run_dir, rerun, display)
 
 
 def _analyse_and_show(
@@ -557,6 +593,8 @@ def settle_supervised_run(run_dir: RunDir, request: RunRequest, ending: Ending) 
         record.error = {"type": "Crash", "message": ending.describe(), "traceback": ""}
     if not record.started_at:
         record.warnings.append("the run ended before the script started: nothing was measured")
+    if request.rerun_of is not None and request.rerun_of not in record.warnings:  # the second run died too
+        record.warnings.insert(0, request.rerun_of)
     steps = ending.steps  # what the child noted in memory shared with this process, to its last step
     if steps is not None and len(steps.boundaries) > len(record.boundaries_s):
         record.boundaries_s, record.step_mode = steps.boundaries, record.step_mode or steps.mode
@@ -603,6 +641,10 @@ class RunRequest:
     check: int = 0
     #: the time the check may take (None: the run's own time again, ``experiments.CHECK_BUDGET_FACTOR``)
     check_budget_s: float | None = None
+    #: a second run after the first died inside its window: how the first ended (its record's note)
+    rerun_of: str | None = None
+    #: a process that dies inside the profiled window is run again, its window before that step
+    rerun_on_crash: bool = True
 
     @property
     def name(self) -> str:
@@ -708,7 +750,7 @@ def run_script(
 
         hooks.append(WholeRun(run_dir, rank_number, request.watch, LiveLine(enabled=not request.quiet)))
     with _stdout_to_stderr(quiet_stdout):
-        return run_target(
+        record = run_target(
             target,
             request.plan,
             run_dir,
@@ -719,6 +761,10 @@ def run_script(
             on_hard_exit=before_hard_exit,
             signal_hold=signal_hold,
         )
+    if request.rerun_of is not None:  # the second run after a death inside the window: say why
+        record.warnings.insert(0, request.rerun_of)
+        run_dir.save_record(record, rank_number)
+    return record
 
 
 def launch_ranks(request: RunRequest, nproc: int, run_dir: RunDir, quiet_stdout: bool = False) -> int:

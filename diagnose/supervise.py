@@ -82,21 +82,30 @@ class Steps:
         """It died with the profiler recording: in the window or while its trace was written."""
         return self.profiling and self.warmup <= self.step <= self.window_end
 
+    def window_before(self) -> tuple[int, int] | None:
+        """The warm-up and the profiled steps of a window that ends before the step the child
+        died in (a crash in the script comes again at that step), or None where none fits: no
+        step between the warm-up and it, or a death outside the window."""
+        if not self.in_window:
+            return None
+        k, first, last = self.step, self.warmup, self.window_end - 1
+        steps = k - first - (k > last)  # died while the trace was written: a window as long would again
+        return (first, steps) if steps >= 1 else None
+
     def window_lost(self) -> str:
         """What a death inside the window lost, why, and how to get a report all the same: a
         window that ends before the step it died in (a crash in the script comes again there).
         The warm-up to suggest is the one that ran (a change of how steps are counted can
         lengthen the one asked for)."""
         k, first, last = self.step, self.warmup, self.window_end - 1
-        writing = k > last  # it died while the trace was written: a window as long would again
         where = (
             f"while the trace of the profiled window (steps {first}-{last}) was being written"
-            if writing
+            if k > last
             else f"inside the profiled window (steps {first}-{last})"
         )
-        steps = k - first - writing
-        if steps >= 1:
-            how = f"For a report, profile a window that ends before step {k}: diagnose run --warmup {first} --steps {steps} --max-steps {steps} ..."
+        before = self.window_before()
+        if before is not None:
+            how = f"For a report, profile a window that ends before step {k}: diagnose run --warmup {first} --steps {before[1]} --max-steps {before[1]} ..."
         elif first > 1:
             how = f"For a report, profile a window before step {k} with fewer warm-up steps, where the script allows it: diagnose run --warmup {first - 1} --steps 1 --max-steps 1 ..."
         else:

@@ -358,7 +358,7 @@ def test_a_segfault_inside_the_profiled_window_keeps_the_steps_and_says_how_to_g
     it died in, and a window that ends before it, which the report names and which then works."""
     import re
 
-    code, run = diagnose_run(tmp_path, loop_with("import ctypes\nif n == 4:\n    ctypes.string_at(0)"))
+    code, run = diagnose_run(tmp_path, loop_with("import ctypes\nif n == 4:\n    ctypes.string_at(0)"), "--no-rerun")
     assert code == 128 + signal.SIGSEGV, run.stderr[-3000:]
     record = json.loads((tmp_path / "run/diagnose/run.json").read_text())
     report = json.loads((tmp_path / "run/diagnose/report.json").read_text())
@@ -380,6 +380,29 @@ def test_a_segfault_inside_the_profiled_window_keeps_the_steps_and_says_how_to_g
     record = json.loads((tmp_path / "run2/diagnose/run.json").read_text())
     report = json.loads((tmp_path / "run2/diagnose/report.json").read_text())
     assert record["trace_files"] and record["profiled_steps"] == 2 and len(report["breakdown"]["steps"]) == 2
+
+
+@pytest.mark.slow
+def test_a_segfault_inside_the_profiled_window_runs_the_script_again_with_a_window_before_it(tmp_path: Path) -> None:
+    """What the profiler held in the dead process is gone; what the user wants is the report of
+    the steps before the crash. diagnose runs the script once more, supervised the same way,
+    its window ending before the step it died in, and the report says so first. The crash comes
+    again after that window (the exit code says it); the window's trace is written by then."""
+    code, run = diagnose_run(tmp_path, loop_with("import ctypes\nif n == 4:\n    ctypes.string_at(0)"))
+    assert code == 128 + signal.SIGSEGV, run.stderr[-3000:]
+    assert (
+        "diagnose ▸ the script's process died of SIGSEGV (segmentation fault) during step 4, inside the profiled "
+        "window: running it again, profiling steps 2-3 (--no-rerun: not again)"
+    ) in run.stderr
+    record = json.loads((tmp_path / "run/diagnose/run.json").read_text())
+    report = json.loads((tmp_path / "run/diagnose/report.json").read_text())
+    assert record["trace_files"] and record["profiled_steps"] == 2 and len(report["breakdown"]["steps"]) == 2
+    assert report["warnings"][0] == (
+        "in a first run the script's process died of SIGSEGV (segmentation fault) during step 4, inside its "
+        "profiled window (steps 2-4), and the window's trace with it: this report is of a second run, which "
+        "profiled steps 2-3 (a window that ends before step 4)"
+    )
+    assert sum("running it again" in line for line in run.stderr.splitlines()) == 1  # once, never a third run
 
 
 def test_what_a_crash_in_the_window_loses_is_said_with_a_window_before_it() -> None:
