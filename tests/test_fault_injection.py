@@ -397,6 +397,7 @@ def test_a_segfault_inside_the_profiled_window_runs_the_script_again_with_a_wind
     record = json.loads((tmp_path / "run/diagnose/run.json").read_text())
     report = json.loads((tmp_path / "run/diagnose/report.json").read_text())
     assert record["trace_files"] and record["profiled_steps"] == 2 and len(report["breakdown"]["steps"]) == 2
+    assert record["environment"]["cpu_count"] >= 1  # noted with the trace: the report names the machine
     assert report["warnings"][0] == (
         "in a first run the script's process died of SIGSEGV (segmentation fault) during step 4, inside its "
         "profiled window (steps 2-4), and the window's trace with it: this report is of a second run, which "

@@ -405,6 +405,9 @@ class _ScriptRun:
         record.profiled_steps = self.session.profiled_steps()
         record.trace_files = list(self.session.trace_files)
         record.warnings = [*record.warnings, *self.session.notes]
+        if record.trace_files and not record.environment:
+            # the device and the CPUs, for a report of a process that dies from here on
+            record.environment = _safely(_environment_if_ready, {})
         try:
             self.run_dir.save_record(record, self.rank)
         except errors.DiagnoseError:  # a full disk: the final record says so, if it can
@@ -621,6 +624,16 @@ def _safely(fn: Callable[[], Any], default: Any = None) -> Any:
     except Exception as exc:  # noqa: BLE001 - a fact we cannot read is reported, not fatal
         print(f"diagnose: warning: {getattr(fn, '__name__', 'a step')} failed: {exc}", file=sys.stderr)
         return default
+
+
+def _environment_if_ready() -> dict[str, Any]:
+    """``describe_environment`` where it has no side effect: CUDA is initialised already, or
+    there is none (it would initialise CUDA, which the script may not have done yet); else {}."""
+    import torch
+
+    from diagnose.runtime.environment import describe_environment
+
+    return describe_environment() if torch.cuda.is_initialized() or not torch.cuda.is_available() else {}
 
 
 def _cuda_in_use() -> bool:
