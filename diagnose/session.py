@@ -593,8 +593,7 @@ def settle_supervised_run(run_dir: RunDir, request: RunRequest, ending: Ending) 
         record.error = {"type": "Crash", "message": ending.describe(), "traceback": ""}
     if not record.started_at:
         record.warnings.append("the run ended before the script started: nothing was measured")
-    if request.rerun_of is not None and request.rerun_of not in record.warnings:  # the second run died too
-        record.warnings.insert(0, request.rerun_of)
+    _note_rerun(record, request)  # the second run died too
     steps = ending.steps  # what the child noted in memory shared with this process, to its last step
     if steps is not None and len(steps.boundaries) > len(record.boundaries_s):
         record.boundaries_s, record.step_mode = steps.boundaries, record.step_mode or steps.mode
@@ -761,10 +760,19 @@ def run_script(
             on_hard_exit=before_hard_exit,
             signal_hold=signal_hold,
         )
-    if request.rerun_of is not None:  # the second run after a death inside the window: say why
-        record.warnings.insert(0, request.rerun_of)
+    if _note_rerun(record, request):
         run_dir.save_record(record, rank_number)
     return record
+
+
+def _note_rerun(record: RunRecord, request: RunRequest) -> bool:
+    """The second run after a death inside the window says first why it ran (``rerun_of``),
+    whichever process finishes its record: the run's own, or the supervising parent's where it
+    died too. Whether the note was added."""
+    if request.rerun_of is None or request.rerun_of in record.warnings:
+        return False
+    record.warnings.insert(0, request.rerun_of)
+    return True
 
 
 def launch_ranks(request: RunRequest, nproc: int, run_dir: RunDir, quiet_stdout: bool = False) -> int:

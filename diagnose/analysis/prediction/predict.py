@@ -743,9 +743,7 @@ def larger_batch(
     missed most of the VAE's (0.17 where its CPU time says 0.8); where they disagree the
     prediction says so (``weakness``). Otherwise the waits grow with the batch (the main thread
     loads it, or the workers would be busy all the time)."""
-    if not factor:
-        size, suggested = _fact(facts, "batch.size"), _fact(facts, "suggest.batch_size")
-        factor = suggested / size if size and suggested else None
+    factor = factor or suggested_batch_factor(facts)
     if not factor or factor <= 1:
         raise CannotPredict("no larger batch to predict for (the memory headroom is unknown)")
     matmul_scale = factor
@@ -785,6 +783,13 @@ def larger_batch(
         )
     )
     return replace(grown, items=items)
+
+
+def suggested_batch_factor(facts: Mapping[str, float]) -> float | None:
+    """How many times the run's batch the suggested one is (``suggest.batch_size`` over
+    ``batch.size``; None where either is unknown): a larger batch's factor when its rule gives none."""
+    size, suggested = _fact(facts, "batch.size"), _fact(facts, "suggest.batch_size")
+    return suggested / size if size and suggested else None
 
 
 def kernel_floor_us(model: StepModel) -> float:
@@ -907,9 +912,7 @@ def _loader_weakness(facts: Mapping[str, float], model: StepModel, factor: float
     per_batch, busy = _fact(facts, "workers.cpu_per_batch_ms"), _fact(facts, "workers.busy")
     if not per_batch:
         return "the DataLoader workers' CPU time per batch was not measured: whether they keep up with a larger batch is a guess"
-    if not factor:
-        size, suggested = _fact(facts, "batch.size"), _fact(facts, "suggest.batch_size")
-        factor = suggested / size if size and suggested else None
+    factor = factor or suggested_batch_factor(facts)
     step_ms = _fact(facts, "step.time_ms") or (model.measured_us / model.steps / 1000 if model.steps else None)
     if busy is None or not factor or not step_ms:
         return None
