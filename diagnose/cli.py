@@ -65,6 +65,22 @@ def _main(
     """diagnose: a profiling-driven bottleneck doctor for PyTorch training."""
 
 
+#: the CI gate's options, shared by run, analyze and compare (docs/ci.md)
+_FAIL_ON_HELP = (
+    "Exit 6 when this holds{which}: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md)."
+)
+FAIL_ON_OPTION = typer.Option(None, "--fail-on", metavar="CONDITION", help=_FAIL_ON_HELP.format(which=""))
+FAIL_ON_LATER_RUN_OPTION = typer.Option(
+    None, "--fail-on", metavar="CONDITION", help=_FAIL_ON_HELP.format(which=" for a run after the first")
+)
+BASELINE_OPTION = typer.Option(
+    None,
+    "--baseline",
+    metavar="RUN_DIR",
+    help="The run directory (or report.json) that throughput<baseline compares with.",
+)
+
+
 @app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
 def run(
     script: str | None = typer.Argument(
@@ -156,18 +172,8 @@ def run(
     color: bool | None = typer.Option(
         None, "--color/--no-color", help="Colour the terminal report (default: when stdout is a terminal)."
     ),
-    fail_on: list[str] | None = typer.Option(
-        None,
-        "--fail-on",
-        metavar="CONDITION",
-        help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md).",
-    ),
-    baseline: Path | None = typer.Option(
-        None,
-        "--baseline",
-        metavar="RUN_DIR",
-        help="The run directory (or report.json) that throughput<baseline compares with.",
-    ),
+    fail_on: list[str] | None = FAIL_ON_OPTION,
+    baseline: Path | None = BASELINE_OPTION,
     whole: bool = typer.Option(
         False,
         "--whole",
@@ -564,18 +570,8 @@ def analyze(
         False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."
     ),
     color: bool | None = typer.Option(None, "--color/--no-color", help="Colour the terminal report."),
-    fail_on: list[str] | None = typer.Option(
-        None,
-        "--fail-on",
-        metavar="CONDITION",
-        help="Exit 6 when this holds: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md).",
-    ),
-    baseline: Path | None = typer.Option(
-        None,
-        "--baseline",
-        metavar="RUN_DIR",
-        help="The run directory (or report.json) that throughput<baseline compares with.",
-    ),
+    fail_on: list[str] | None = FAIL_ON_OPTION,
+    baseline: Path | None = BASELINE_OPTION,
 ) -> None:
     """Re-analyse a saved run directory, or analyse a bare trace, without running anything."""
     from diagnose import session
@@ -637,12 +633,7 @@ def compare(
     rules_dirs: list[Path] | None = typer.Option(
         None, "--rules", metavar="DIR", help="Re-analyse every run with these extra rule files."
     ),
-    fail_on: list[str] | None = typer.Option(
-        None,
-        "--fail-on",
-        metavar="CONDITION",
-        help="Exit 6 when this holds for a run after the first: a rule id, category:NAME, any, throughput<N, throughput<baseline-5% (docs/ci.md).",
-    ),
+    fail_on: list[str] | None = FAIL_ON_LATER_RUN_OPTION,
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="Nothing on stderr but errors and warnings (no 'wrote ...' lines)."
     ),
