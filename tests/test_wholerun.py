@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from diagnose.analysis.measure.wholerun import BUCKETS, account
@@ -113,6 +115,43 @@ def test_a_stall_while_the_thread_waited_for_a_cpu_is_contention() -> None:
     assert acc.seconds["contention"] == pytest.approx(1.0)
     assert acc.seconds["stalls"] == pytest.approx(2.2)
     assert sum(acc.seconds.values()) == pytest.approx(WALL_S)
+
+
+def test_the_waits_of_all_the_threads_explain_a_stall_the_main_threads_own_do_not() -> None:
+    # the main thread waited 0.2 s between 9 s and 11 s, its intra-op threads 1.5 s more: the
+    # threads' sum, where recorded, is the one read (1.7 s of step 9's 3.2 s stall)
+    samples = [
+        {"t": float(t), "steps": t - 1, "rss_bytes": int(1e8), "run_delay_s": d, "threads_run_delay_s": a}
+        for t, d, a in ((2, 0.1, 0.1), (9, 0.2, 0.3), (11, 0.4, 2.0), (15, 0.4, 2.0))
+    ]
+    acc = account(whole_record(samples=samples))
+    assert acc is not None
+    assert acc.seconds["contention"] == pytest.approx(1.7)
+    assert acc.seconds["stalls"] == pytest.approx(1.5)
+    assert sum(acc.seconds.values()) == pytest.approx(WALL_S)
+
+
+def test_run_delays_add_up_every_threads_wait_since_the_last_read(tmp_path: Path) -> None:
+    from diagnose.runtime.whole import RunDelays
+
+    def threads(**waits_ns: int) -> None:
+        for tid in [p.name for p in tmp_path.iterdir()]:
+            (tmp_path / tid / "schedstat").unlink()
+            (tmp_path / tid).rmdir()
+        for tid, ns in waits_ns.items():
+            (tmp_path / tid[1:]).mkdir()
+            (tmp_path / tid[1:] / "schedstat").write_text(f"123 {ns} 7\n")
+
+    delays = RunDelays(str(tmp_path))
+    threads(t1=1_000_000_000, t2=500_000_000, t9=0)
+    assert delays.read(skip=9) == 0.0  # the first read is the baseline
+    threads(t1=1_200_000_000, t2=800_000_000, t9=5_000_000_000)
+    assert delays.read(skip=9) == pytest.approx(0.5)  # 0.2 + 0.3; the sampler's own thread left out
+    threads(t1=1_300_000_000, t3=2_000_000_000)  # t2 ended, t3 is new: it adds nothing yet
+    assert delays.read(skip=9) == pytest.approx(0.6)
+    threads(t1=1_300_000_000, t3=2_250_000_000)
+    assert delays.read(skip=9) == pytest.approx(0.85)
+    assert RunDelays(str(tmp_path / "absent")).read() is None
 
 
 def _rising_steps(rise_s: float) -> RunRecord:

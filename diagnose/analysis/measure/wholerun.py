@@ -19,7 +19,8 @@ that sum to it exactly:
   later short ones);
 * ``train``: the training steps' remaining time: goodput is its share;
 * ``contention``: of those stalls (below), the time the main thread waited on a run queue for a
-  CPU in the same half-second (``run_delay_s`` samples): other processes held the cores;
+  CPU in the same half-second (``threads_run_delay_s`` samples: the waits of all its threads,
+  for a step waits on its intra-op threads too): other processes held the cores;
 * ``stalls``: within a step, what no span explains and exceeds ``STALL_FACTOR`` times the
   typical step of its neighbourhood, by ``STALL_MIN_S`` at least (the excess over that typical
   step; unexplained);
@@ -281,11 +282,15 @@ def _uncovered(edges: list[float], segments: list[tuple[float, float, str]]) -> 
 
 
 class _CpuWaits:
-    """The main thread's waits for a CPU between samples (``run_delay_s``), handed out once each
+    """The process's waits for a CPU between samples (``threads_run_delay_s``; a run recorded before
+    it has the training thread's own, ``run_delay_s``), handed out once each
     to the stalls of the steps that overlap their interval."""
 
     def __init__(self, samples: list[dict[str, Any]]) -> None:
-        marked = [(float(s["t"]), float(s["run_delay_s"])) for s in samples if s.get("run_delay_s") is not None]
+        # all the process's threads' waits (a step waits on its intra-op threads too), where the
+        # run recorded them; else the training thread's own
+        key = "threads_run_delay_s" if any(s.get("threads_run_delay_s") is not None for s in samples) else "run_delay_s"
+        marked = [(float(s["t"]), float(s[key])) for s in samples if s.get(key) is not None]
         self.intervals = [[t0, t1, max(0.0, d1 - d0)] for (t0, d0), (t1, d1) in pairwise(marked) if t1 > t0]
 
     def take(self, start: float, end: float, most: float) -> float:
