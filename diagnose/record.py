@@ -557,6 +557,12 @@ class RunRecord:
             return iterated[0] if iterated else self.dataloaders[0]
         return best
 
+    def epoch_batches(self) -> int | None:
+        """Batches per epoch of the DataLoader that fed the profiled steps: None where none fed
+        them (a loader built and never drawn from in the window says nothing of the steps' epoch)."""
+        loader = self.train_loader()
+        return loader.batches() if loader is not None and loader.fetches_in_window else None
+
     def fed_by_dataloader(self) -> bool:
         """Some DataLoader delivered a batch to the profiled steps (a script that feeds its steps
         from its own loader has none, whatever DataLoaders it built at start-up)."""

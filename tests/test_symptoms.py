@@ -1239,3 +1239,17 @@ def test_the_decorator_makes_a_definition() -> None:
 
     assert nan.name == "t.nan" and nan.required == frozenset({"record"})
     assert evaluate((nan,), {"record": _record()}).values_by_name() == {}
+
+
+def test_the_epoch_that_caps_a_suggested_batch_is_the_one_of_the_loader_that_fed_the_steps() -> None:
+    """One reading of an epoch's length for the batch a finding suggests (MEM001's symptom) and
+    the batch that fills the matmuls (hardware_limits): the loader that fed the window, else none."""
+    from diagnose.analysis.measure.memory_breakdown import MAX_BATCH_FACTOR, batch_factor_limit
+    from diagnose.analysis.symptoms.dataloader import steps_per_epoch
+
+    fed = _record(dataloaders=[_loader(dataset_len=1000, batch_size=32)])  # 32 batches, 2x at most
+    assert steps_per_epoch.compute(fed) == fed.epoch_batches() == 32
+    assert batch_factor_limit(fed.epoch_batches()) == 2
+    built_only = _record(dataloaders=[_loader(dataset_len=64, fetches_in_window=0)])  # 2 batches, never drawn
+    assert steps_per_epoch.compute(built_only) is None and built_only.epoch_batches() is None
+    assert batch_factor_limit(built_only.epoch_batches()) == MAX_BATCH_FACTOR

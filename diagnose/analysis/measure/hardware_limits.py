@@ -146,9 +146,7 @@ def distance_to_limits(breakdown: Breakdown | None, record: RunRecord | None, me
     roof = matmul_roof_share(count.matmuls, gpu, tf32) if count is not None else None
     fill = None
     if roof is not None and memory is not None and memory.samples:
-        loader = record.train_loader() if record is not None else None
-        epoch = loader.batches() if loader is not None and loader.fetches_in_window else None
-        most = batch_factor_limit(epoch)
+        most = batch_factor_limit(record.epoch_batches() if record is not None else None)
         fill = batch_to_fill_matmuls(count.matmuls, gpu, tf32, memory.samples, fits, most=most)  # type: ignore[union-attr]
     return Limits(
         gpu=gpu,

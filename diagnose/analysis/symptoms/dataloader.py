@@ -79,8 +79,7 @@ def iterators(record: RunRecord) -> int | None:
 
 @symptom("dataloader.steps_per_epoch", "count", "batches per epoch")
 def steps_per_epoch(record: RunRecord) -> int | None:
-    loader = _loader(record)
-    return loader.batches() if loader is not None else None
+    return record.epoch_batches()
 
 
 @symptom(
