@@ -652,14 +652,11 @@ def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, 
         lines.extend(_conclusion(o, gains.get(o.rule or ""), result.baseline, predicted.get(o.rule or "")))
     if result.combined is not None:
         rows.append(_row(result.combined, role="combined"))
+        words = uncompared_words(result.combined, result.baseline)
         if result.combined.speedup:
             lines.append(f"all of them combined: {result.combined.speedup:.2f}x ({result.combined.verdict})")
-        elif result.combined.verdict == "not applied":
-            lines.append(f"all of them combined: not applied ({_missed_words(result.combined)}); not compared")
-        elif result.combined.verdict == "not compared":
-            lines.append(
-                f"all of them combined: {not_compared_reason(result.combined, result.baseline.by_samples)}: not compared"
-            )
+        elif words is not None:
+            lines.append(f"all of them combined: {words}")
     for rule in result.skipped:
         lines.append(f"{rule} has no knob: apply its change by hand and run diagnose again to measure it")
     for rule in result.not_fired:
@@ -697,12 +694,8 @@ def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: 
         lines = [f"{change} had no effect: {o.speedup:.3f}x is inside {within}"]
     elif o.verdict == "slower":
         lines = [f"{change} made it slower: {o.speedup:.2f}x; do not apply it"]
-    elif o.verdict == "not applied":
-        lines = [f"{o.rule} ({describe_change(o.knobs, {})}) was not applied: {_missed_words(o)}; not compared"]
-    elif o.verdict == "not compared":
-        lines = [f"{change}: {not_compared_reason(o, baseline.by_samples)}: not compared"]
-    elif o.verdict == "no baseline" and changes_batch(o.knobs) and any(r.status == "ok" for r in baseline.runs):
-        lines = [f"{change}: the baseline measured no samples/s, and a run changes the batch: not compared"]
+    elif (words := uncompared_words(o, baseline)) is not None:
+        lines = [f"{o.rule} ({describe_change(o.knobs, {} if o.verdict == 'not applied' else o.via)}): {words}"]
     else:
         lines = [f"{change} could not be measured: {o.error or o.verdict}"]
     if o.status == "ok" and o.error:
@@ -722,6 +715,20 @@ def _missed_words(o: Outcome) -> str:
     """``batch_size: the DataLoader it reached (train.py:12) delivered no batch ...``: each
     knob of ``o`` that reached nothing, and why."""
     return "; ".join(f"{k}: {why}" for k, why in not_applied(o).items())
+
+
+def uncompared_words(o: Outcome, baseline: Baseline) -> str | None:
+    """Why a measured run has no speedup, ending "not compared" (verify's conclusions, the
+    combined run, the in-run check, sweep's points all say it so): its knobs reached nothing
+    ("not applied"), it has no rate of the compared kind, or it changes the batch and the
+    baseline measured no samples/s. None for a run that was compared, failed or ran out of memory."""
+    if o.verdict == "not applied":
+        return f"not applied ({_missed_words(o)}): not compared"
+    if o.verdict == "not compared":
+        return f"{not_compared_reason(o, baseline.by_samples)}: not compared"
+    if o.verdict == "no baseline" and changes_batch(o.knobs) and any(r.status == "ok" for r in baseline.runs):
+        return "the baseline measured no samples/s, and the run changes the batch: not compared"
+    return None
 
 
 def _row(o: Outcome, role: str) -> dict[str, Any]:
@@ -831,12 +838,8 @@ def check(
     baseline.by_samples = compare_by_samples([*baseline.runs, *outcomes])
     for o in outcomes:
         judge(o, baseline)
-        if o.verdict == "not applied":
-            left.append(f"{o.rule}: not applied ({_missed_words(o)})")
-        elif o.verdict == "not compared":
-            left.append(f"{o.rule}: {not_compared_reason(o, baseline.by_samples)}")
-        elif o.verdict == "no baseline" and changes_batch(o.knobs):
-            left.append(f"{o.rule}: the run measured no samples/s, and the A/B changes the batch: not compared")
+        if (words := uncompared_words(o, baseline)) is not None:
+            left.append(f"{o.rule}: {words}")
     summary = {
         "budget_s": round(budget_s, 2),
         "spent_s": round(budget.spent_s, 2),
@@ -1004,10 +1007,8 @@ def summarize_sweep(names: list[str], outcomes: list[Outcome]) -> dict[str, Any]
             "compared by the profiled windows: a run was too short for the timed steps (profiler off)",
         )
     for o in outcomes:
-        if o.verdict == "not applied":
-            conclusions.append(f"{o.label}: not applied ({_missed_words(o)}): not compared")
-        elif o.verdict == "not compared":
-            conclusions.append(f"{o.label}: {not_compared_reason(o, by_samples)}: not compared")
+        if (words := uncompared_words(o, Baseline([], by_samples))) is not None:
+            conclusions.append(f"{o.label}: {words}")
         elif o.status == "ok" and o.error:
             conclusions.append(f"{o.label}: {o.error} (its figures are from before)")
     conclusions += [f"{o.label}: {o.status}: {o.error}" for o in outcomes if o.status != "ok" and o.error]

@@ -183,7 +183,7 @@ def test_a_batch_change_is_compared_by_samples_never_by_steps() -> None:
     assert (judge(bf16, baseline).verdict, bf16.speedup) == ("helped", pytest.approx(1.5))
     summary = summarize_verify(VerifyResult(baseline, [big], None, []), {"findings": [{"rule": "MEM004"}]})
     assert summary["conclusions"] == [
-        "MEM004 (batch_size=2048): the baseline measured no samples/s, and a run changes the batch: not compared"
+        "MEM004 (batch_size=2048): the baseline measured no samples/s, and the run changes the batch: not compared"
     ]
 
 
@@ -216,8 +216,8 @@ def test_a_run_whose_knobs_reached_nothing_is_not_applied_never_a_speedup() -> N
     assert (judge(tried, baseline).verdict, tried.speedup) == ("not applied", None)
     summary = summarize_verify(VerifyResult(baseline, [tried], None, []), {"findings": [{"rule": "MEM004"}]})
     assert summary["conclusions"] == [
-        "MEM004 (batch_size=65536) was not applied: batch_size: the DataLoader it reached (train.py:12) "
-        "delivered no batch to the profiled steps; not compared"
+        "MEM004 (batch_size=65536): not applied (batch_size: the DataLoader it reached (train.py:12) "
+        "delivered no batch to the profiled steps): not compared"
     ]
     # one knob of two reached the script: judged, its via saying which did not
     both = Outcome(
@@ -274,8 +274,8 @@ def test_the_in_run_check_measures_neither_an_unlike_batch_nor_an_unapplied_knob
     assert summary["compared_by"] == "samples_per_s"
     assert summary["not_measured"] == [
         "MEM004: it measured no samples/s (the samples of its steps are unknown), and a run changes the batch: "
-        "steps/s would compare steps of unlike size",
-        f"DATA001: not applied (num_workers: {missed.removeprefix('not applied: ')})",
+        "steps/s would compare steps of unlike size: not compared",
+        f"DATA001: not applied (num_workers: {missed.removeprefix('not applied: ')}): not compared",
     ]
 
 
