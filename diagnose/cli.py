@@ -945,6 +945,22 @@ def rules_command(
                     "knobs": r.knobs,
                     "supersedes": list(r.supersedes),
                     "predict": r.predict,
+                    # the words, and the kinds of run that get other words (first match wins)
+                    "says": r.says,
+                    "do": r.do,
+                    "why": r.why,
+                    "do_by_framework": dict(r.do_by_framework),
+                    "on_cpu": dict(r.on_cpu),
+                    "already": {"when": [c.text for c in r.already_when], "texts": dict(r.already_texts)},
+                    "words": [
+                        {
+                            "name": w.name,
+                            "when": [c.text for c in w.when],
+                            "texts": dict(w.texts),
+                            "already": dict(w.already),
+                        }
+                        for w in r.words
+                    ],
                 }
                 for r in loaded
             ]

@@ -111,6 +111,12 @@ def test_rules_and_knobs_print_json() -> None:
     assert {"DATA001", "SYNC001"} <= {r["id"] for r in rules}
     data001 = next(r for r in rules if r["id"] == "DATA001")
     assert data001["kind"] == "problem" and "exposed.data_wait >= 0.10" in data001["when"]["all"]
+    assert "num_workers" in data001["do"] and data001["says"] and data001["why"]
+    # the words other kinds of run get: MEM001's for a script no DataLoader feeds
+    mem001 = next(r for r in rules if r["id"] == "MEM001")
+    case = next(w for w in mem001["words"] if w["name"] == "no DataLoader")
+    assert case["when"] == ["dataloader.present == 0"] and case["texts"]
+    assert next(r for r in rules if r["id"] == "DATA002")["already"]["when"]
     symptoms = json.loads(runner.invoke(app, ["rules", "--symptoms", "--json"]).output)
     assert {"name": "cpu.count", "unit": "count", "description": "CPUs this process may use"} in symptoms
     knobs = json.loads(runner.invoke(app, ["knobs", "--json"]).output)
