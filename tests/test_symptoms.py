@@ -1117,6 +1117,17 @@ CASES = {
     ],
     "wholerun": [
         Case(
+            "windows taken at slow steps (one due, one at once) and a periodic one",
+            record=whole_record(
+                windows=[
+                    {"reason": "slow step", "first_step": 3, "steps": 3},
+                    {"reason": "slow step due", "first_step": 9, "steps": 1},
+                    {"reason": "periodic", "first_step": 12, "steps": 3},
+                ]
+            ),
+            expected={"whole.slow_windows": 2},
+        ),
+        Case(
             "a watched run: tests/wholebuilder.py",
             record=whole_record(),
             tolerance=1e-9,
@@ -1158,6 +1169,7 @@ CASES = {
                 "whole.memory_rising": 1.0,
                 "whole.memory_hours_to_capacity": (1e9 - 140e6) / 5e6 / 3600,
                 "whole.memory_kind": "host memory (RSS)",
+                "whole.slow_windows": 0,
             },
         ),
         Case(

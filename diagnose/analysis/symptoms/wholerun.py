@@ -79,9 +79,21 @@ def stall_share(record: RunRecord) -> float | None:
 
 
 @symptom(
+    "whole.slow_windows",
+    "count",
+    "later profiled windows taken at a slow step (their traces in watch/ of the run directory)",
+)
+def slow_windows(record: RunRecord) -> int | None:
+    acc = accounting_of(record)
+    if acc is None:
+        return None
+    return sum(1 for w in acc.windows if str(w.get("reason", "")).startswith("slow step"))
+
+
+@symptom(
     "whole.contention_share",
     "share",
-    "stalls while the main thread waited for a CPU that other processes held, of the whole wall-clock",
+    "stalls while the process's threads waited for a CPU that other processes held, of the whole wall-clock",
 )
 def contention_share(record: RunRecord) -> float | None:
     return _share(record, "contention")
