@@ -368,6 +368,7 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
                 f.predicted,
                 categories=U.TARGET_CATEGORIES.get(name, ()),
                 error=U.model_error(name),
+                downside=U.downside_error(name, weak=bool(f.weak)),
                 stream=stream,
                 indices=indices,
             )
