@@ -250,7 +250,9 @@ def test_measured_ranks_above_predicted_and_a_bound_alone_never_first(tmp_path: 
     assert plain.findings[0].first_share == 1.0 and plain.findings[1].first_share == 0.0
     assert plain.findings[1].check == ["no prediction: the model cannot replay this change here"]
     assert plain.ranking is not None and plain.ranking["first_share"] == 1.0 and plain.ranking["settled"]
-    assert [c["rule"] for c in plain.ranking["to_check"]] == ["TEST901"]
+    # SYNC001's 1.18x with its 17% model error reaches below 1x: measured too
+    assert [c["rule"] for c in plain.ranking["to_check"]] == ["SYNC001", "TEST901"]
+    assert plain.findings[0].may_slow and plain.findings[0].check[-1].endswith("it may make the step slower")
     # measured to help: first, whatever was predicted
     helped = diagnose_symptoms(
         pair, symptoms, predictor, {"TEST901": Measurement(1.4, 0.03, "helped", "num_workers=4")}
@@ -291,6 +293,42 @@ def test_the_top_two_overlapping_intervals_make_the_ranking_unsure() -> None:
     mark_checks(findings, {})
     assert "the top two findings' intervals overlap" in findings[0].check
     assert any(w.startswith("the top finding is first in only") for w in findings[0].check)
+
+
+def test_a_compile_that_may_make_the_step_slower_ranks_after_a_fix_sure_to_help() -> None:
+    """A weak reduce-overhead (2.4x, its interval reaching below 1x) and more workers (1.6x, sure):
+    the sure fix first, the other flagged; where the compile relieves the dominant category it
+    stays first of its tier (shown first with its interval, and measured)."""
+    from diagnose.analysis.verdict.findings import Finding, mark_checks, rank_findings
+
+    def finding(rule: str, predicted: float, weak: str | None = None) -> Finding:
+        return Finding(
+            rule, rule, "x", "problem", "", "", "", 3.0, None, [], [], {"k": "v"}, predicted=predicted, weak=weak
+        )
+
+    model = build_model(build_timeline(synced().to_dict()))
+    assert model is not None
+    predictor = Predictor(model, replay_check(model), 1.0, spread=0.0)
+    kinds = {"LAUNCH001": "cuda_graphs", "DATA001": "more_workers"}
+    findings = [
+        finding("LAUNCH001", 2.4, weak="compiling a model with 1 sync(s) that break the graph"),
+        finding("DATA001", 1.6),
+    ]
+    rank_findings(findings, kinds, predictor)
+    assert [(f.rule_id, f.may_slow) for f in findings] == [("DATA001", False), ("LAUNCH001", True)]
+    assert findings[1].predicted_low is not None and findings[1].predicted_low < 1.0 < findings[0].predicted_low
+    mark_checks(findings, {})
+    assert any(w.startswith("the model predicts this change badly here") for w in findings[1].check)
+    assert any(w.endswith("reaches below 1x: it may make the step slower") for w in findings[1].check)
+    # the same compile, not flagged weak: its own error keeps it above 1x, and 2.4x ranks first
+    sure = [finding("LAUNCH001", 2.4), finding("DATA001", 1.6)]
+    rank_findings(sure, kinds, predictor)
+    assert [(f.rule_id, f.may_slow) for f in sure] == [("LAUNCH001", False), ("DATA001", False)]
+    # the dominant category's fix stays first of its tier
+    dominant = [finding("LAUNCH001", 2.4, weak="cuDNN recurrent layers, which run eagerly"), finding("DATA001", 1.6)]
+    dominant[0].dominant = "host_forward"
+    rank_findings(dominant, kinds, predictor)
+    assert [f.rule_id for f in dominant] == ["LAUNCH001", "DATA001"]
 
 
 # --- the check's budget and candidates ------------------------------------------------------------

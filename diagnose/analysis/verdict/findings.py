@@ -156,6 +156,14 @@ class Finding:
         return 0 if self.measured is not None else 1 if self.predicted is not None or self.dominant else 2
 
     @property
+    def may_slow(self) -> bool:
+        """A prediction whose interval reaches below 1x: the change may make the step slower (a
+        compile the model knows it predicts badly, ``uncertainty.WEAK_DOWNSIDE_ERROR``). It
+        ranks after the predictions of its tier that are sure to help, whatever its point
+        estimate; a measurement settles it."""
+        return self.measured is None and self.predicted_low is not None and self.predicted_low < 1.0
+
+    @property
     def interval(self) -> tuple[float, float] | None:
         if self.measured is not None:
             m = self.measured
@@ -299,10 +307,10 @@ def _spread_text(names: list[str], symptoms: Symptoms) -> str:
     return ", ".join(parts)
 
 
-def _rank_key(f: Finding) -> tuple[int, int, float]:
+def _rank_key(f: Finding) -> tuple[int, int, int, float]:
     expected = f.expected
     first = 0 if f.dominant and f.measured is None else 1  # a dominant category's fix: first of its tier
-    return (f.tier, first, -expected if expected is not None else 0.0)
+    return (f.tier, first, 1 if f.may_slow else 0, -expected if expected is not None else 0.0)
 
 
 def superseded_by(fired: list[Rule]) -> dict[str, str]:
@@ -344,23 +352,25 @@ def dominant_category(rule: Rule, values: dict[str, float]) -> str | None:
 
 
 def rank_findings(findings: list[Finding], transformations: dict[str, str | None], predictor: Predictor | None) -> None:
-    """Order ``findings`` (``_rank_key``), put each prediction's interval on it and each
-    finding's share of first places over the resamples, in place. ``transformations``: rule id
+    """Put each prediction's interval on it, order ``findings`` (``_rank_key``: a prediction
+    whose interval reaches below 1x after those of its tier sure to help), and put each
+    finding's share of first places over the resamples on it, in place. ``transformations``: rule id
     -> the transformation its prediction came from."""
     import zlib
 
     import numpy as np
 
-    findings.sort(key=_rank_key)
     if not findings:
         return
     sample = predictor.steps if predictor is not None else U.StepSample(())
     indices = sample.indices() if sample.steps else None
-    draws = []
-    for f in findings:
+    draws: dict[int, Any] = {}
+    for f in findings:  # the intervals first: whether one reaches below 1x orders the findings
         stream = zlib.crc32(f.rule_id.encode())  # a finding's own draws, whatever else fired
         if f.measured is not None:
-            draws.append(U.measured_draws(f.measured.speedup, f.measured.spread, sample.resamples, stream, sample.seed))
+            draws[id(f)] = U.measured_draws(
+                f.measured.speedup, f.measured.spread, sample.resamples, stream, sample.seed
+            )
         elif f.predicted is not None:
             name = transformations.get(f.rule_id) or ""
             values = U.resampled_speedups(
@@ -368,17 +378,19 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
                 f.predicted,
                 categories=U.TARGET_CATEGORIES.get(name, ()),
                 error=U.model_error(name),
-                downside=U.downside_error(name, weak=bool(f.weak)),
                 stream=stream,
                 indices=indices,
+                downside=U.downside_error(name, weak=bool(f.weak)),
             )
             f.predicted_low, f.predicted_high = U.interval(values)
-            draws.append(values)
+            draws[id(f)] = values
         else:
-            draws.append(np.full(sample.resamples, f.gain or 1.0))
+            draws[id(f)] = np.full(sample.resamples, f.gain or 1.0)
+    findings.sort(key=_rank_key)
     if all(f.tier == 2 for f in findings):  # bounds alone: nothing was resampled
         return
-    for f, share in zip(findings, U.ranking_shares(draws, [f.tier for f in findings]), strict=True):
+    shares = U.ranking_shares([draws[id(f)] for f in findings], [f.tier for f in findings])
+    for f, share in zip(findings, shares, strict=True):
         f.first_share = share
 
 
@@ -404,7 +416,11 @@ def mark_checks(findings: list[Finding], values: dict[str, float]) -> None:
         else:
             if f.weak:
                 why.append(f"the model predicts this change badly here: {f.weak}")
-            if f.predicted_low and f.predicted_high and f.predicted_high > WIDE_INTERVAL * f.predicted_low:
+            if f.may_slow:
+                why.append(
+                    f"its interval {f.predicted_low:.2f}x-{f.predicted_high or 0.0:.2f}x reaches below 1x: it may make the step slower"
+                )
+            elif f.predicted_low and f.predicted_high and f.predicted_high > WIDE_INTERVAL * f.predicted_low:
                 why.append(f"its interval {f.predicted_low:.2f}x-{f.predicted_high:.2f}x is wide")
         if i < 2 and len(findings) > 1 and findings[1].tier <= 1 and _overlap(findings[0], findings[1]):
             why.append("the top two findings' intervals overlap")
