@@ -416,6 +416,35 @@ def test_the_check_runs_within_its_budget_and_judges_against_the_run(
     assert summary["experiments"][0]["speedup"] == 2.0 and summary["compared_by"] == "samples_per_s"
 
 
+def test_the_check_measures_a_compile_last(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A compile ranked first would spend a budget of the run's own time on its start-up alone:
+    the other candidates go first, the compile gets what is left."""
+    from diagnose import experiments as E
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+
+    order: list[str] = []
+
+    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):
+        order.append(spec.rule)
+        return E.Outcome(spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=12.0)
+
+    monkeypatch.setattr(E, "run_experiment", fake_run)
+    report = {
+        "status": {"state": "stopped"},
+        "throughput": {"steady": {"steps_per_s": 10.0, "mean_step_ms": 100.0, "mean_spread": 0.02}},
+        "ranking": {
+            "to_check": [
+                {"rule": "LAUNCH001", "why": ["weak"], "knobs": {"compile": "reduce-overhead"}},
+                {"rule": "MEM001", "why": ["overlap"], "knobs": {"batch_size": "64"}},
+                {"rule": "PREC001", "why": ["overlap"], "knobs": {"autocast": "bf16"}},
+            ]
+        },
+    }
+    E.check(["train.py"], RunDir(tmp_path), WindowPlan(), report, 3, 1000.0, clock=lambda: 0.0)
+    assert order == ["MEM001", "PREC001", "LAUNCH001"]
+
+
 def test_the_check_of_a_short_script_compares_by_the_profiled_window_like_verify(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
