@@ -66,7 +66,7 @@ LABELS = {
     "checkpoint": "checkpointing",
     "gc": "garbage collection (Python's gc)",
     "profiling": "diagnose's profiled windows",
-    "contention": "stalls waiting for a CPU (other processes held the cores)",
+    "contention": "stalls waiting for a CPU (other processes or threads held the cores)",
     "stalls": "unexplained stalls inside steps",
     "teardown": "teardown (after the last step)",
 }
