@@ -145,6 +145,29 @@ def test_spans_are_the_outermost_calls_of_each_kind_and_the_patches_go_away(tmp_
     assert torch.save.__module__ == "torch.serialization" and nn.Module.eval.__qualname__ == "Module.eval"
 
 
+def test_a_later_windows_span_starts_at_its_boundary_so_the_profilers_start_is_the_windows(tmp_path: Path) -> None:
+    """Kineto's set-up in ``prof.start()`` (0.1 s and more) ran before the span was entered: it
+    landed in the step, and a short watched run left it as an unexplained stall."""
+    from diagnose.runtime.whole import WatchBudget, WholeRun
+
+    watch = WholeRun(RunDir(tmp_path), budget=WatchBudget(max_cost_share=1.0))
+    watch.install()
+    try:
+        watch.on_step(time.perf_counter())
+        boundary = time.perf_counter()
+        watch.on_step(boundary)
+        watch._start_window(1, "periodic", boundary)
+        entered = time.perf_counter()
+        watch._stop_window(time.perf_counter(), keep=False)
+        record = RunRecord(script_start_s=0.0)
+        watch.finish(record)
+    finally:
+        watch.remove()
+    (span,) = [s for s in record.whole["spans"] if s["kind"] == "profiling"]
+    assert span["start"] == pytest.approx(boundary, abs=2e-6) and entered > boundary  # kept to the µs
+    assert span["end"] >= entered
+
+
 def test_an_optimizer_step_ends_an_evaluation_whose_mode_was_restored_without_train(tmp_path: Path) -> None:
     from types import SimpleNamespace
 

@@ -181,10 +181,12 @@ class _Spans:
         self.done: list[dict[str, Any]] = []
         self._open: dict[str, tuple[float, str, int]] = {}  # kind -> (start, name, depth)
 
-    def enter(self, kind: str, name: str) -> None:
+    def enter(self, kind: str, name: str, start: float | None = None) -> None:
+        """Open a span of ``kind`` (nested entries of an open one deepen it); ``start``: when it
+        began, where that was before the call (a profiler's start is the window's time)."""
         current = self._open.get(kind)
         if current is None:
-            self._open[kind] = (time.perf_counter(), name, 1)
+            self._open[kind] = (time.perf_counter() if start is None else start, name, 1)
         else:
             self._open[kind] = (current[0], current[1], current[2] + 1)
 
@@ -683,6 +685,12 @@ class WholeRun:
         self._last_slow_window = now
         self._start_window(k, "slow step", now)
 
+    def _sampler_thread(self) -> int | None:
+        """This thread's native id when it is the sampler's (its own waits say nothing of a step),
+        else None: a sample the training thread takes counts every thread's waits."""
+        me = threading.get_native_id()
+        return None if me == self._training_thread else me
+
     def _sample(self, now: float) -> None:
         """One sample: on the sampler thread twice a second, on the training thread at the
         first boundary and at the end. It reads what the training thread writes (the boundaries,
@@ -706,7 +714,7 @@ class WholeRun:
             "data_wait_s": round(data_wait, 6),
             "rss_bytes": rss,
             "run_delay_s": run_delay_s(self._training_thread),
-            "threads_run_delay_s": self._delays.read(skip=threading.get_native_id()),
+            "threads_run_delay_s": self._delays.read(skip=self._sampler_thread()),
         }
         if gpu_bytes is not None:
             sample["gpu_allocated_bytes"] = gpu_bytes
@@ -788,7 +796,8 @@ class WholeRun:
         self._window_ends_at = k + (1 if reason == "slow step due" else budget.window_steps)
         self._window_due = -1
         self._periodic_due = False  # this window serves a periodic one due meanwhile
-        self.spans.enter("profiling", f"diagnose window ({reason})")
+        # from the boundary: the profiler's start (Kineto's set-up, 0.1 s and more) is the window's
+        self.spans.enter("profiling", f"diagnose window ({reason})", start=now)
         self.windows.append({"reason": reason, "first_step": k, "steps": self._window_ends_at - k, "started": now})
 
     def _stop_window(self, now: float, keep: bool) -> None:
