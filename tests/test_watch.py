@@ -168,6 +168,37 @@ def test_a_later_windows_span_starts_at_its_boundary_so_the_profilers_start_is_t
     assert span["end"] >= entered
 
 
+def test_an_evaluation_ends_a_later_window_with_the_steps_it_profiled(tmp_path: Path) -> None:
+    """A window of 3 steps open when ``model.eval()`` comes after one: it ends there, and the
+    evaluation is evaluation (left open, the window took it all, counted as profiling)."""
+    from torch import nn
+
+    from diagnose.runtime.whole import WatchBudget, WholeRun
+
+    watch = WholeRun(RunDir(tmp_path), budget=WatchBudget(max_cost_share=1.0))
+    watch.install()
+    try:
+        model = nn.Linear(4, 1)
+        watch.on_step(time.perf_counter())
+        boundary = time.perf_counter()
+        watch.on_step(boundary)
+        watch._start_window(1, "periodic", boundary)
+        watch.on_step(time.perf_counter())  # one profiled step
+        model.eval()
+        assert watch._profiler is None
+        time.sleep(0.02)
+        model.train()
+        watch.on_step(time.perf_counter())
+        record = RunRecord(script_start_s=0.0)
+        watch.finish(record)
+    finally:
+        watch.remove()
+    spans = {s["kind"]: s for s in record.whole["spans"]}
+    assert spans["profiling"]["end"] <= spans["eval_model"]["start"]
+    (window,) = record.whole["windows"]
+    assert window["steps"] == 1 and window["ended_by"] == "evaluation" and (tmp_path / window["trace"]).is_file()
+
+
 def test_an_optimizer_step_ends_an_evaluation_whose_mode_was_restored_without_train(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
