@@ -151,7 +151,10 @@ def test_run_delays_add_up_every_threads_wait_since_the_last_read(tmp_path: Path
     assert delays.read(skip=9) == pytest.approx(0.6)
     threads(t1=1_300_000_000, t3=2_250_000_000)
     assert delays.read(skip=9) == pytest.approx(0.85)
-    assert RunDelays(str(tmp_path / "absent")).read() is None
+    # one thread's own, from the same read: the training thread's wait
+    assert delays.waited(3) == pytest.approx(2.25) and delays.waited(2) is None and delays.waited(None) is None
+    absent = RunDelays(str(tmp_path / "absent"))
+    assert absent.read() is None and absent.waited(1) is None
 
 
 def _rising_steps(rise_s: float) -> RunRecord:

@@ -22,8 +22,8 @@ What it records, and what each costs the script's training thread:
   instrumentation's loader records, compilations from dynamo's own metrics, read at the end;
 * twice a second, on a thread of its own (``Sampler``; nothing of it on the training thread):
   host RSS (``/proc/self/statm``), GPU memory allocated, the DataLoader wait so far, the training
-  thread's wait for a CPU (its ``/proc/self/task/<tid>/schedstat``) and all its threads' waits
-  together (``RunDelays``), GPU utilisation where NVML
+  thread's wait for a CPU and all its threads' waits together (``RunDelays``: each thread's
+  ``/proc/self/task/<tid>/schedstat``), GPU utilisation where NVML
   answers (its handle opened once), the recent steps' median (the slow-step limit), whether a
   periodic window is due (a flag the next boundary reads: a profiler starts on the training
   thread), and the live line. On an H100 the sampling ran at the boundaries, on the training
@@ -252,17 +252,6 @@ def host_rss_bytes() -> int | None:
         return None
 
 
-def run_delay_s(thread_id: int | None = None) -> float | None:
-    """Seconds a thread (this one, or the native id ``thread_id`` of this process) has waited on
-    a run queue for a CPU (``schedstat``): the time other processes held the cores it could run on."""
-    path = "/proc/thread-self/schedstat" if thread_id is None else f"/proc/self/task/{thread_id}/schedstat"
-    try:
-        with open(path) as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 class RunDelays:
     """The process's threads' waits for a CPU, as one running sum over its threads
     (``schedstat``; the sampler's own thread left out). The training thread's own wait misses a
@@ -276,12 +265,19 @@ class RunDelays:
     def __init__(self, tasks: str = "/proc/self/task") -> None:
         self.tasks = tasks
         self._last: dict[str, float] = {}
+        self._read: dict[str, float] = {}  # this read's, by thread (empty where it failed)
         self.total = 0.0
+
+    def waited(self, thread_id: int | None) -> float | None:
+        """Seconds the thread of native id ``thread_id`` had waited for a CPU at the last read
+        (None: not read): the training thread's own, from the same read as the sum."""
+        return self._read.get(str(thread_id)) if thread_id is not None else None
 
     def read(self, skip: int | None = None) -> float | None:
         """The running sum (seconds) after this read; None where ``schedstat`` cannot be read.
         A thread seen for the first time adds nothing (its wait before is not in the interval)."""
         now: dict[str, float] = {}
+        self._read = now
         try:
             tids = os.listdir(self.tasks)
         except OSError:
@@ -727,8 +723,8 @@ class WholeRun:
             "steps": steps,
             "data_wait_s": round(data_wait, 6),
             "rss_bytes": rss,
-            "run_delay_s": run_delay_s(self._training_thread),
             "threads_run_delay_s": self._delays.read(skip=self._sampler_thread()),
+            "run_delay_s": self._delays.waited(self._training_thread),
         }
         if gpu_bytes is not None:
             sample["gpu_allocated_bytes"] = gpu_bytes
