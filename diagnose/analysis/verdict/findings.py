@@ -364,13 +364,11 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
         return
     sample = predictor.steps if predictor is not None else U.StepSample(())
     indices = sample.indices() if sample.steps else None
-    draws: dict[int, Any] = {}
+    drawn: list[tuple[Finding, Any]] = []
     for f in findings:  # the intervals first: whether one reaches below 1x orders the findings
         stream = zlib.crc32(f.rule_id.encode())  # a finding's own draws, whatever else fired
         if f.measured is not None:
-            draws[id(f)] = U.measured_draws(
-                f.measured.speedup, f.measured.spread, sample.resamples, stream, sample.seed
-            )
+            values = U.measured_draws(f.measured.speedup, f.measured.spread, sample.resamples, stream, sample.seed)
         elif f.predicted is not None:
             name = transformations.get(f.rule_id) or ""
             values = U.resampled_speedups(
@@ -383,13 +381,14 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
                 downside=U.downside_error(name, weak=bool(f.weak)),
             )
             f.predicted_low, f.predicted_high = U.interval(values)
-            draws[id(f)] = values
         else:
-            draws[id(f)] = np.full(sample.resamples, f.gain or 1.0)
-    findings.sort(key=_rank_key)
+            values = np.full(sample.resamples, f.gain or 1.0)
+        drawn.append((f, values))
+    drawn.sort(key=lambda pair: _rank_key(pair[0]))
+    findings[:] = [f for f, _ in drawn]
     if all(f.tier == 2 for f in findings):  # bounds alone: nothing was resampled
         return
-    shares = U.ranking_shares([draws[id(f)] for f in findings], [f.tier for f in findings])
+    shares = U.ranking_shares([values for _, values in drawn], [f.tier for f in findings])
     for f, share in zip(findings, shares, strict=True):
         f.first_share = share
 
