@@ -57,6 +57,10 @@ from diagnose.supervise import run_bounded  # noqa: E402
 MIN_CASE_S = {"verify": 150.0, "sweep": 100.0, "scaling": 100.0, "run": 60.0}
 
 
+#: beside the dist.* symptoms, what tells a host-bound rank from a communication-bound one
+WHY_SYMPTOMS = ("gpu.busy", "exposed.host_code", "exposed.launch_model", "exposed.communication_own")
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -75,6 +79,10 @@ class Case:
     #: rules that must not fire (a "run" case)
     quiet: tuple[str, ...] = ()
     note: str = ""
+    #: on GPUs, the sizes tried in turn (added to ``args``) until the planted rule fires: a plant
+    #: sized for one GPU can leave another host-bound (LAUNCH001 leads, the rule stays silent);
+    #: each size that does not fire costs its baseline only (verify tries nothing then)
+    sizes: tuple[tuple[str, ...], ...] = ()
 
 
 CASES: tuple[Case, ...] = (
@@ -93,6 +101,7 @@ CASES: tuple[Case, ...] = (
         "examples/ddp_buckets.py",
         ("--bucket-cap-mb", "10000", "--batch", "1024"),
         note="the same, with backward's kernels long against the all-reduce: where smaller buckets can help",
+        sizes=((), ("--batch", "4096")),
     ),
     Case(
         "fsdp2-all-gather",
@@ -101,6 +110,7 @@ CASES: tuple[Case, ...] = (
         "examples/fsdp_exposed_comm.py",
         ("--plant", "all-gather"),
         note="fully_shard blocks resharded after forward, no prefetch",
+        sizes=(("--width", "8192"), ("--width", "8192", "--batch", "128"), ()),
     ),
     Case(
         "straggler",
@@ -136,6 +146,7 @@ CASES: tuple[Case, ...] = (
         "examples/fsdp_exposed_comm.py",
         ("--plant", "reduce-scatter"),
         note="parameters kept gathered, fp32 gradients reduced every step",
+        sizes=(("--width", "8192"), ("--width", "8192", "--batch", "128"), ()),
     ),
     Case(
         "ddp-small-buckets",
@@ -144,6 +155,7 @@ CASES: tuple[Case, ...] = (
         "examples/ddp_buckets.py",
         ("--bucket-cap-mb", "0.25"),
         note="dozens of 0.25 MiB buckets a step",
+        sizes=(("--depth", "48", "--width", "1024"), ("--depth", "64", "--width", "1024")),
     ),
     Case(
         "fsdp1",
@@ -152,6 +164,7 @@ CASES: tuple[Case, ...] = (
         "examples/fsdp_exposed_comm.py",
         ("--fsdp1",),
         note="FullyShardedDataParallel (FSDP1) blocks, no prefetch",
+        sizes=(("--width", "8192"), ()),
     ),
     Case(
         "ddp-comm-bound",
@@ -189,7 +202,9 @@ CASES: tuple[Case, ...] = (
         "examples/fsdp_exposed_comm.py",
         ("--fixed",),
         quiet=("DIST006", "DIST007"),
-        note="the rules' advice applied: prefetch, last block kept gathered, bf16 reduction, accumulation",
+        note="the rules' advice applied to the --width 8192 plant: prefetch, last block kept gathered, bf16 "
+        "reduction, accumulation without resharding between micro-batches",
+        sizes=(("--width", "8192"),),
     ),
 )
 
@@ -213,8 +228,12 @@ class Settings:
             return ["--warmup", "2", "--steps", "3", "--timed-steps", "6"]
         return ["--warmup", "5", "--steps", "5", "--timed-steps", "20"]
 
-    def script_args(self, case: Case) -> list[str]:
-        return [*case.args, *(["--small", "--steps", "60"] if self.smoke else [])]
+    def script_args(self, case: Case, size: tuple[str, ...] = ()) -> list[str]:
+        return [*case.args, *(["--small", "--steps", "60"] if self.smoke else size)]
+
+    def sizes(self, case: Case) -> tuple[tuple[str, ...], ...]:
+        """The sizes to try in turn (on the CPU ``--small`` sizes every case: one run)."""
+        return ((),) if self.smoke or not case.sizes else case.sizes
 
 
 def log(message: str) -> None:
@@ -295,6 +314,12 @@ def describe(report: dict[str, Any]) -> dict[str, Any]:
             for r in dist.get("ranks") or []
         ],
         "lead_rank": (report.get("source") or {}).get("rank"),
+        # what the distributed rules read, to tell why one fired or stayed silent
+        "symptoms": {
+            k: v.get("value")
+            for k, v in (report.get("symptoms") or {}).items()
+            if k.startswith(("dist.all_", "dist.reduce_", "dist.gpu_", "model.gradient")) or k in WHY_SYMPTOMS
+        },
         "warnings": [w for w in report.get("warnings") or [] if "rank" in w],
         "device": _device(report.get("environment") or {}),
     }
@@ -309,10 +334,30 @@ def _device(env: dict[str, Any]) -> str | None:
 
 
 def run_case(case: Case, s: Settings) -> dict[str, Any]:
-    out_dir = s.out / "runs" / case.name
+    """The case at each of its sizes in turn until its planted rule fires (or the budget ends);
+    the row of the last size run, with the sizes that did not fire."""
+    tried: list[dict[str, Any]] = []
+    sizes = s.sizes(case)
+    for i, size in enumerate(sizes):
+        row = run_case_at(case, s, size, suffix=f"-{i}" if len(sizes) > 1 else "")
+        fired = case.rule and case.rule in (row.get("fired") or [])
+        if fired or not case.rule or case.kind != "verify" or i == len(sizes) - 1 or s.left() < MIN_CASE_S[case.kind]:
+            row["sizes_not_firing"] = tried
+            return row
+        tried.append(
+            {"args": row.get("args"), "fired": row.get("fired"), "symptoms": (row.get("planted") or {}).get("symptoms")}
+        )
+        log(
+            f"{case.name}: {case.rule} did not fire at {' '.join(size) or 'the default size'} ({row.get('fired')}); the next size"
+        )
+    raise AssertionError("unreachable")
+
+
+def run_case_at(case: Case, s: Settings, size: tuple[str, ...], suffix: str = "") -> dict[str, Any]:
+    out_dir = s.out / "runs" / (case.name + suffix)
     if out_dir.exists():  # a rerun: verify and sweep want a fresh folder
         shutil.rmtree(out_dir)
-    log_path = s.out / f"{case.name}.log"
+    log_path = s.out / f"{case.name}{suffix}.log"
     script = str(REPO / case.script)
     budget = min(s.timeout_s, s.left())
     per_run = max(60.0, min(s.timeout_s / 2, budget))
@@ -322,7 +367,7 @@ def run_case(case: Case, s: Settings) -> dict[str, Any]:
         "rule": case.rule,
         "kind": case.kind,
         "script": case.script,
-        "args": s.script_args(case),
+        "args": s.script_args(case, size),
         "note": case.note,
         "nproc": s.nproc,
     }
@@ -345,7 +390,7 @@ def run_case(case: Case, s: Settings) -> dict[str, Any]:
             *[x for k in case.base_knobs for x in ("--set", k)],
             script,
             "--",
-            *s.script_args(case),
+            *s.script_args(case, size),
         ]
     elif case.kind in ("sweep", "scaling"):
         sweep = case.sweep.format(n=s.nproc)
@@ -362,7 +407,7 @@ def run_case(case: Case, s: Settings) -> dict[str, Any]:
             *common,
             script,
             "--",
-            *s.script_args(case),
+            *s.script_args(case, size),
         ]
     else:
         # --no-check: a distributed run measures nothing in-run anyway; without it the report warns so
@@ -381,7 +426,7 @@ def run_case(case: Case, s: Settings) -> dict[str, Any]:
             str(out_dir),
             script,
             "--",
-            *s.script_args(case),
+            *s.script_args(case, size),
         ]
     row["command"] = " ".join(cmd)
     t0 = time.monotonic()
@@ -524,6 +569,15 @@ def markdown(rows: list[dict[str, Any]], s: Settings) -> str:
                 f"| {r['case']} | {kind} | {c.get('rank')} | {c.get('calls_per_step')} | {_num(c.get('ms'), 2)} | {_num(c.get('exposed_ms'), 2)} "
                 f"| {_num(c.get('overlapped_ms'), 2)} |"
             )
+    lines += ["", "## Why a rule fired or not (the planted run's symptoms; sizes tried before that did not fire)", ""]
+    for r in rows:
+        for before in r.get("sizes_not_firing") or []:
+            lines.append(
+                f"* {r['case']} `{' '.join(before.get('args') or [])}`: fired {before.get('fired')}; {_symptoms(before.get('symptoms'))}"
+            )
+        sym = (r.get("planted") or {}).get("symptoms")
+        if sym:
+            lines.append(f"* {r['case']} `{' '.join(r.get('args') or [])}`: {_symptoms(sym)}")
     lines += ["", "## Stragglers found (DIST003 fired, or the straggler case)", ""]
     for r in rows:
         st = (r.get("planted") or {}).get("straggler")
@@ -533,6 +587,13 @@ def markdown(rows: list[dict[str, Any]], s: Settings) -> str:
                 f"(excess {(st.get('excess_share') or 0):.0%} of its step); planted: rank {s.nproc - 1 if r['case'] == 'straggler' else '-'}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _symptoms(values: dict[str, Any] | None) -> str:
+    return (
+        ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted((values or {}).items()))
+        or "-"
+    )
 
 
 def _x(value: float | None) -> str:
@@ -619,7 +680,9 @@ def main() -> None:
             log(f"{case.name}: not started, {s.left():.0f} s of the budget left (call again to go on)")
             continue
         expect = case.rule or ("no " + "/".join(case.quiet) if case.quiet else "a figure, no rule")
-        log(f"{case.name}: {case.kind} of {case.script} {' '.join(s.script_args(case))} (expect {expect})")
+        log(
+            f"{case.name}: {case.kind} of {case.script} {' '.join(s.script_args(case, s.sizes(case)[0]))} (expect {expect})"
+        )
         try:
             row = run_case(case, s)
         except Exception as exc:  # noqa: BLE001 - one broken case must not stop the others

@@ -12,6 +12,11 @@ and each gradient reduce-scatter has little to hide under.
                             last block kept gathered, bf16 reduction, reduce every 4th micro-batch
     --fsdp1                 the same blocks under FSDP1 (FullyShardedDataParallel), no prefetch
                             (expected DIST006)
+    --width, --depth, --batch
+                            the blocks' size, their number, the per-rank batch (default 4096, 12, 8):
+                            on an H100 or H200 the default's collectives are short against the host's
+                            hooks (LAUNCH001 led, docs/distributed.md); --width 8192 makes each gather
+                            four times longer
 
     diagnose run --nproc-per-node 2 examples/fsdp_exposed_comm.py -- --plant all-gather
     diagnose run --nproc-per-node 2 examples/fsdp_exposed_comm.py -- --small    # CPU, gloo
@@ -37,10 +42,15 @@ def main() -> None:
     p.add_argument("--plant", choices=("all-gather", "reduce-scatter"), default="all-gather")
     p.add_argument("--fixed", action="store_true")
     p.add_argument("--fsdp1", action="store_true", help="FullyShardedDataParallel (FSDP1) instead of fully_shard")
+    p.add_argument("--width", type=int, default=None, help="the blocks' width (default 4096, 256 with --small)")
+    p.add_argument("--depth", type=int, default=None, help="the number of blocks (default 12, 6 with --small)")
+    p.add_argument("--batch", type=int, default=None, help="the per-rank batch (default 8)")
     args = p.parse_args()
     dev = init_distributed()
     cuda = dev.type == "cuda"
     width, depth, batch = (256, 6, 8) if args.small else (4096, 12, 8)
+    width, depth, batch = args.width or width, args.depth or depth, args.batch or batch
+    args.batch = batch
     blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth)).to(dev)
     model = nn.Sequential(*blocks, nn.Linear(width, 10)).to(dev)
     if args.fsdp1:
@@ -60,7 +70,10 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     accumulate = 4 if args.fixed else 1
     rank = dist.get_rank()
-    print(f"rank {rank}/{dist.get_world_size()} ({dist.get_backend()}): {depth} blocks of {width}, batch {batch}, plant {args.plant}, fixed {args.fixed}", flush=True)
+    print(
+        f"rank {rank}/{dist.get_world_size()} ({dist.get_backend()}): {depth} blocks of {width}, batch {batch}, plant {args.plant}, fixed {args.fixed}",
+        flush=True,
+    )
     g = torch.Generator(device=dev).manual_seed(rank)
     try:
         for step in range(args.steps * accumulate):
@@ -68,6 +81,8 @@ def main() -> None:
             y = torch.randint(0, 10, (batch,), device=dev, generator=g)
             last = (step + 1) % accumulate == 0
             model.set_requires_gradient_sync(last)
+            if args.fixed:  # accumulating: keep the gathered parameters until the last micro-batch
+                model.set_reshard_after_backward(last)
             nn.functional.cross_entropy(model(x), y).backward()
             if last:
                 opt.step()
@@ -76,7 +91,9 @@ def main() -> None:
         dist.destroy_process_group()
 
 
-def train_fsdp1(args: argparse.Namespace, blocks: nn.ModuleList, model: nn.Module, dev: torch.device, cuda: bool) -> None:
+def train_fsdp1(
+    args: argparse.Namespace, blocks: nn.ModuleList, model: nn.Module, dev: torch.device, cuda: bool
+) -> None:
     """FSDP1: each block its own FullyShardedDataParallel unit inside the root's, no prefetch."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -84,10 +101,13 @@ def train_fsdp1(args: argparse.Namespace, blocks: nn.ModuleList, model: nn.Modul
         blocks[i] = FSDP(blocks[i], device_id=dev, backward_prefetch=None, use_orig_params=True)
     root = FSDP(nn.Sequential(*blocks, model[-1]), device_id=dev, backward_prefetch=None, use_orig_params=True)
     opt = torch.optim.SGD(root.parameters(), lr=0.01)
-    batch = 8
+    batch = args.batch
     width = blocks[0].module[0].in_features
     rank = dist.get_rank()
-    print(f"rank {rank}/{dist.get_world_size()} ({dist.get_backend()}): FSDP1, {len(blocks)} blocks of {width}, batch {batch}", flush=True)
+    print(
+        f"rank {rank}/{dist.get_world_size()} ({dist.get_backend()}): FSDP1, {len(blocks)} blocks of {width}, batch {batch}",
+        flush=True,
+    )
     g = torch.Generator(device=dev).manual_seed(rank)
     try:
         for _ in range(args.steps):
