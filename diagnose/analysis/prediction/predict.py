@@ -143,6 +143,9 @@ class Prediction:
     note: str
     #: why the model is known to predict this change badly on this run (None: no known weakness)
     weak: str | None = None
+    #: the least speedup the weakness allows where it names one (a loader that may set the pace:
+    #: ``loader_ceiling``): the interval's lower edge reaches down to it
+    floor: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -864,7 +867,80 @@ def predict(
         note += f"; host code scaled to the steady step ({host_scale:.2f}x the traced)"
     if gpu_stretch > 1:
         note += f"; GPU time x{gpu_stretch:.2f} (the window held {1 / gpu_stretch:.0%} of a steady step's GPU work)"
-    return Prediction(name, speedup, after / model.steps, note, weakness(model, check, name, facts, params))
+    weak, floor = weakness(model, check, name, facts, params), None
+    ceiling = loader_ceiling(facts, model) if name not in LOADER_PACED else None
+    if ceiling is not None and speedup > ceiling.least:
+        if ceiling.agree(speedup):  # the loader delivers no faster: the step waits for it
+            note += f"; the DataLoader sets the pace ({ceiling.say(speedup)}): {ceiling.bound(speedup):.2f}x at most"
+            after *= speedup / ceiling.bound(speedup)
+            speedup = ceiling.bound(speedup)
+        else:
+            weak = weak or f"the DataLoader may set the pace: {ceiling.say(speedup)}"
+            floor = ceiling.least
+    return Prediction(name, speedup, after / model.steps, note, weak, floor)
+
+
+#: transformations that pace the DataLoader's batches themselves (``paced``)
+LOADER_PACED = ("more_workers", "larger_batch")
+
+
+@dataclass(frozen=True)
+class LoaderCeiling:
+    """The most a change of the step can gain before the DataLoader's workers set the pace: its
+    workers deliver a batch every CPU time per batch over the workers that build at once
+    (``by_cpu``: the step's time over that interval), or, by their sampled busy share, at most
+    ``1 / busy`` times as often (``by_busy``). Either may be None (not measured). Each errs (see
+    ``larger_batch``): the CPU time counts a worker's first, slow batches; the sampled share
+    missed most of an MNIST VAE's work (0.17 where its CPU time said 0.8). Where both say the
+    loader binds, the faster of the two is the ceiling; where they disagree, the prediction is
+    weak and its interval reaches down to the lower one."""
+
+    by_cpu: float | None
+    by_busy: float | None
+
+    @property
+    def least(self) -> float:
+        return min(c for c in (self.by_cpu, self.by_busy) if c is not None)
+
+    def agree(self, speedup: float) -> bool:
+        """Every ceiling measured says the loader binds at ``speedup``."""
+        return all(c < speedup for c in (self.by_cpu, self.by_busy) if c is not None)
+
+    def bound(self, speedup: float) -> float:
+        return min(speedup, max(c for c in (self.by_cpu, self.by_busy) if c is not None))
+
+    def say(self, speedup: float) -> str:
+        parts = []
+        if self.by_cpu is not None:
+            parts.append(f"its workers' CPU time per batch allows {self.by_cpu:.2f}x")
+        if self.by_busy is not None:
+            parts.append(f"their sampled busy share {self.by_busy:.2f}x")
+        return "; ".join(parts)
+
+
+def typical_step_ms(facts: Mapping[str, float], model: StepModel) -> float | None:
+    """A typical training step, what a loader must keep up with: the steady steps' median (their
+    mean also holds what a step paid for an evaluation, while the workers filled their queue),
+    else their mean, else the profiled window's."""
+    return (
+        _fact(facts, "step.median_ms")
+        or _fact(facts, "step.time_ms")
+        or (model.measured_us / model.steps / 1000 if model.steps else None)
+    )
+
+
+def loader_ceiling(facts: Mapping[str, float], model: StepModel) -> LoaderCeiling | None:
+    """How much faster the DataLoader's workers let the step go (``LoaderCeiling``); None where no
+    worker loads (the main process's own loading is in the replayed step) or nothing was measured.
+    A loader that already paces the step allows no gain (1x)."""
+    workers = _fact(facts, "dataloader.num_workers")
+    if not workers:
+        return None
+    step_ms = typical_step_ms(facts, model)
+    per_batch, busy = _fact(facts, "workers.cpu_per_batch_ms"), _fact(facts, "workers.busy")
+    by_cpu = max(1.0, step_ms / (per_batch / parallel_workers(facts, workers))) if per_batch and step_ms else None
+    by_busy = max(1.0, 1 / busy) if busy else None
+    return LoaderCeiling(by_cpu, by_busy) if by_cpu is not None or by_busy is not None else None
 
 
 #: the transformations that compile the model (their predictions miss where graphs break)
@@ -913,7 +989,7 @@ def _loader_weakness(facts: Mapping[str, float], model: StepModel, factor: float
     if not per_batch:
         return "the DataLoader workers' CPU time per batch was not measured: whether they keep up with a larger batch is a guess"
     factor = factor or suggested_batch_factor(facts)
-    step_ms = _fact(facts, "step.time_ms") or (model.measured_us / model.steps / 1000 if model.steps else None)
+    step_ms = typical_step_ms(facts, model)
     if busy is None or not factor or not step_ms:
         return None
     by_cpu = per_batch * factor / parallel_workers(facts, workers) >= step_ms

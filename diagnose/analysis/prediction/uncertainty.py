@@ -135,12 +135,20 @@ def model_error(transformation: str) -> float:
     return max(MODEL_ERROR.get(transformation, 0.0), MODEL_ERROR_MIN)
 
 
-def downside_error(transformation: str, weak: bool) -> float | None:
+def downside_error(
+    transformation: str, weak: bool, floor: float | None = None, speedup: float | None = None
+) -> float | None:
     """The relative error at the interval's lower edge where it is larger than ``model_error``
-    (a weak compile: ``WEAK_DOWNSIDE_ERROR``); None: the interval is symmetric (in log space)."""
-    if not weak or transformation not in WEAK_DOWNSIDE_ERROR:
+    (a weak compile: ``WEAK_DOWNSIDE_ERROR``; a weakness that names the least it allows,
+    ``floor``: down to it from ``speedup``); None: the interval is symmetric (in log space)."""
+    errors = []
+    if weak and transformation in WEAK_DOWNSIDE_ERROR:
+        errors.append(WEAK_DOWNSIDE_ERROR[transformation])
+    if weak and floor and speedup and speedup > floor:
+        errors.append(speedup / floor - 1)
+    if not errors or max(errors) <= model_error(transformation):
         return None
-    return max(WEAK_DOWNSIDE_ERROR[transformation], model_error(transformation))
+    return max(errors)
 
 
 def _np() -> Any:

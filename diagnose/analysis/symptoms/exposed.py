@@ -100,11 +100,26 @@ def host(gpu: Breakdown) -> float:
     return sum(gpu.exposed_share[c] for c in HOST_EXPOSED)
 
 
-@symptom("step.time_ms", "ms", "median step time (steady state where measured, else profiled)")
+@symptom("step.time_ms", "ms", "mean step time (steady state where measured, else the profiled steps' median)")
 def step_time_ms(steps: Breakdown | None = None, record: RunRecord | None = None) -> float | None:
     if record is not None and record.timed_seconds and record.timed_steps:
         return record.timed_seconds / record.timed_steps * 1000
     if steps is not None:
+        return statistics.median(s.duration_us for s in steps.steps) / 1000
+    return None
+
+
+@symptom(
+    "step.median_ms",
+    "ms",
+    "median step time (steady state where measured, else profiled): a typical training step, where step.time_ms, the "
+    "mean, also holds what a step paid for an evaluation or an epoch's end",
+)
+def step_median_ms(steps: Breakdown | None = None, record: RunRecord | None = None) -> float | None:
+    steady = record.steady_durations() if record is not None else []
+    if steady:
+        return statistics.median(steady) * 1000
+    if steps is not None and steps.steps:
         return statistics.median(s.duration_us for s in steps.steps) / 1000
     return None
 

@@ -129,6 +129,8 @@ class Finding:
     predicted_high: float | None = None
     #: why the model is known to predict this fix badly on this run (``predict.weakness``)
     weak: str | None = None
+    #: the least speedup that weakness allows (``Prediction.floor``; None: not named)
+    weak_floor: float | None = None
     #: what a short A/B measured (None: not measured)
     measured: Measurement | None = None
     #: the share of the resamples in which this finding ranks first
@@ -330,6 +332,7 @@ def _predict(finding: Finding, rule: Rule, outcome: Prediction | Exception) -> N
         return
     finding.prediction_note = f"{rule.predict}: {outcome.note}"
     finding.weak = outcome.weak
+    finding.weak_floor = outcome.floor
     if outcome.speedup is not None:
         # not capped at the bound: the bound counts the finding's own share alone, and the
         # change may do more (compile also removes launches; more workers also pin and keep
@@ -378,7 +381,7 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
                 error=U.model_error(name),
                 stream=stream,
                 indices=indices,
-                downside=U.downside_error(name, weak=bool(f.weak)),
+                downside=U.downside_error(name, weak=bool(f.weak), floor=f.weak_floor, speedup=f.predicted),
             )
             f.predicted_low, f.predicted_high = U.interval(values)
         else:
