@@ -222,6 +222,10 @@ def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None
             f"wall {whole.get('wall_s', 0):.1f} s, goodput {whole.get('goodput', 0):.1%}, named {whole.get('named_share', 0):.2%}",
             flush=True,
         )
+        if not ok:  # what a miss leaves to read: where the time went, and what the memory did
+            seconds = whole.get("seconds") or {}
+            print(f"      buckets (s): {', '.join(f'{k} {v:.2f}' for k, v in seconds.items() if v)}", flush=True)
+            print(f"      memory: {json.dumps(whole.get('shifts', {}).get('memory'))[:600]}", flush=True)
         if top is not None:
             bound = top.get("gain_bound")
             print(
