@@ -15,6 +15,9 @@ from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.prediction import uncertainty as U
 from diagnose.analysis.prediction.predict import LoaderCeiling, loader_ceiling, predict
 from diagnose.analysis.prediction.replay import replay_check
+from diagnose.analysis.symptoms.dataloader import balance as BALANCE
+from diagnose.analysis.symptoms.dataloader import workers_load as LOAD
+from diagnose.analysis.symptoms.registry import Known
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
 from tests.test_replay import long_forward_step, model_of
@@ -99,3 +102,33 @@ def test_a_fix_the_corpus_measured_slower_is_flagged_and_its_interval_holds_the_
     assert low < MEASURED[name] < high
     assert low < 1  # "it may make the step slower": the in-run check or verify measures it
     assert any("reaches below 1x" in line for line in top["check"])
+
+
+# --- how busy the workers are: the larger of two measures ----------------------------------------
+
+
+def workers_load(values: dict[str, float]) -> object:
+    return LOAD.compute(known=Known(values, LOAD))
+
+
+def test_the_workers_load_is_the_larger_of_their_busy_share_and_their_cpu_time_over_the_step() -> None:
+    # 4 workers on 16 CPUs, 104 ms of CPU a batch, 16 ms median steps: 104 / 4 / 16 = 1.625
+    timm = {"dataloader.num_workers": 4, "cpu.count": 16, "workers.cpu_per_batch_ms": 104.0, "step.median_ms": 16.0}
+    assert workers_load({**timm, "workers.busy": 0.11}) == 1.625
+    assert workers_load({**timm, "workers.busy": 0.11, "workers.cpu_per_batch_ms": 16.0}) == 0.25
+    assert workers_load({**timm, "workers.busy": 0.9, "workers.cpu_per_batch_ms": 16.0}) == 0.9
+    # on 3 CPUs two workers build at once (one CPU is the main process's): 104 / 2 / 16
+    assert workers_load({**timm, "cpu.count": 3}) == 3.25
+    # the mean step where no median was measured; the busy share alone where no CPU time was
+    no_median = {k: v for k, v in timm.items() if k != "step.median_ms"}
+    assert workers_load({**no_median, "step.time_ms": 32.0}) == 0.8125
+    assert workers_load({"workers.busy": 0.2}) == 0.2
+    assert workers_load({"dataloader.num_workers": 4}) is None
+
+
+def test_the_workers_balance_is_taken_against_the_typical_step() -> None:
+    # 104 ms a batch against a 16 ms median step less its 19% data wait (12.96 ms): 9 workers;
+    # against the 30 ms mean (an epoch's end in it): 5
+    values = {"workers.cpu_per_batch_ms": 104.0, "exposed.data_wait": 0.19, "step.time_ms": 30.0}
+    assert BALANCE.compute(known=Known({**values, "step.median_ms": 16.0}, BALANCE)) == 9
+    assert BALANCE.compute(known=Known(values, BALANCE)) == 5
