@@ -280,6 +280,7 @@ CASES = {
                 "exposed.host": 0.625,
                 "exposed.other_not_sync": 0.125 - 0.03,
                 "step.time_ms": 2.0,
+                "step.median_ms": 2.0,
                 "step.profiled": 2,
                 "exposed.host_code": 0.25 + 0.125 - 0.03,
             },
@@ -301,7 +302,21 @@ CASES = {
             record=_record(timed_seconds=3.0, timed_steps=1000),
             expected={
                 "step.time_ms": 3.0,
+                "step.median_ms": None,  # the timed steps' sum alone: no median, not the profiled one
             },
+        ),
+        Case(
+            "the steady steps' median: an epoch's end in the mean, not in the median",
+            breakdown=GPU,
+            record=_record(
+                plan={"warmup": 1, "steps": 1, "timed": 5},
+                # warm-up 1, profiled 1, the export step, then 5 timed: 3, 3, 4, 3, 30 ms
+                boundaries_s=[0.0, 0.01, 0.02, 0.03, 0.033, 0.036, 0.040, 0.043, 0.073],
+                timed_seconds=0.043,
+                timed_steps=5,
+            ),
+            tolerance=1e-9,
+            expected={"step.time_ms": 8.6, "step.median_ms": 3.0},
         ),
         Case(
             "ranks: the least exposed communication of any rank",
@@ -482,6 +497,7 @@ CASES = {
                 "dataloader.single_process": None,
                 "workers.busy": 0.75,
                 "workers.cpu_per_batch_ms": 12.0,
+                "workers.load": 1.0,  # 12 ms of CPU over 4 workers, against 3 ms steps (busy sampled 0.75)
                 "workers.balance": 5,  # ceil(12 / (3.0 * (1 - 0.125)))
                 "suggest.num_workers": 6,  # the balance plus one
                 # the measured 12 ms per batch is 4 steps of 3 ms; plus the main thread's other work (12.5%),

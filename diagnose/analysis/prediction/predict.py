@@ -871,11 +871,11 @@ def predict(
     ceiling = loader_ceiling(facts, model) if name not in LOADER_PACED else None
     if ceiling is not None and speedup > ceiling.least:
         if ceiling.agree(speedup):  # the loader delivers no faster: the step waits for it
-            note += f"; the DataLoader sets the pace ({ceiling.say(speedup)}): {ceiling.bound(speedup):.2f}x at most"
+            note += f"; the DataLoader sets the pace ({ceiling.say()}): {ceiling.bound(speedup):.2f}x at most"
             after *= speedup / ceiling.bound(speedup)
             speedup = ceiling.bound(speedup)
         else:
-            weak = weak or f"the DataLoader may set the pace: {ceiling.say(speedup)}"
+            weak = weak or f"the DataLoader may set the pace: {ceiling.say()}"
             floor = ceiling.least
     return Prediction(name, speedup, after / model.steps, note, weak, floor)
 
@@ -909,7 +909,7 @@ class LoaderCeiling:
     def bound(self, speedup: float) -> float:
         return min(speedup, max(c for c in (self.by_cpu, self.by_busy) if c is not None))
 
-    def say(self, speedup: float) -> str:
+    def say(self) -> str:
         parts = []
         if self.by_cpu is not None:
             parts.append(f"its workers' CPU time per batch allows {self.by_cpu:.2f}x")

@@ -119,6 +119,8 @@ def step_median_ms(steps: Breakdown | None = None, record: RunRecord | None = No
     steady = record.steady_durations() if record is not None else []
     if steady:
         return statistics.median(steady) * 1000
+    if record is not None and record.timed_seconds and record.timed_steps:
+        return None  # timed steps known by their sum alone: the profiled ones are another basis
     if steps is not None and steps.steps:
         return statistics.median(s.duration_us for s in steps.steps) / 1000
     return None
