@@ -1,0 +1,119 @@
+"""What one torch.profiler window leaves behind: a launch-bound step timed before and after it.
+
+    python benchmarks/profiler_residue.py                      # the device torch sees
+    python benchmarks/profiler_residue.py --repeats 5 --steps 400
+
+diagnose watch's cost on a host-bound load (docs/watch.md) is mostly not its per-step hook but
+what its main profiled window leaves in the process: on an H100 a plain loop with one window ran
+its later steps 25-34% slower, and watch, which tears CUPTI down after its window
+(``TEARDOWN_CUPTI=1``), 6% slower than without a window. This benchmark takes that residue apart.
+Each variant runs in a fresh process: a small MLP's training step (launch-bound on a GPU) is
+timed (best of blocks), then a profiler session of ``--window`` steps runs with the variant's
+settings, then the step is timed again; the variant's residue is after over before, per step.
+
+Variants: ``none`` (no session: the noise), ``cpu`` (CPU activity alone), ``cuda`` (CPU and CUDA
+activities, CUPTI left attached: ``TEARDOWN_CUPTI=0``), ``cuda-teardown`` (CUPTI torn down, as
+diagnose does), ``cuda-stack`` (that, with shapes, stacks and memory, as diagnose records). On
+the CPU the CUDA variants are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+VARIANTS: dict[str, dict[str, str | bool]] = {
+    "none": {},
+    "cpu": {"cuda": False},
+    "cuda": {"cuda": True, "teardown": "0"},
+    "cuda-teardown": {"cuda": True, "teardown": "1"},
+    "cuda-stack": {"cuda": True, "teardown": "1", "detail": True},
+}
+
+
+def child(variant: str, steps: int, window: int, blocks: int) -> dict[str, float]:
+    """One process: the step's time before and after a session of ``variant``."""
+    spec = VARIANTS[variant]
+    if "teardown" in spec:
+        os.environ["TEARDOWN_CUPTI"] = str(spec["teardown"])
+    import time
+
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(16)]).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 64, device=device)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+        opt.step()
+
+    def timed() -> float:
+        best = float("inf")
+        for _ in range(blocks):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(steps):
+                step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t)
+        return best / steps * 1e6
+
+    for _ in range(50):
+        step()
+    before = timed()
+    if spec:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if spec.get("cuda") else [])
+        detail = bool(spec.get("detail"))
+        prof = profile(activities=activities, record_shapes=detail, with_stack=detail, profile_memory=detail)
+        prof.start()
+        for _ in range(window):
+            step()
+        prof.stop()
+    after = timed()
+    return {"before_us": before, "after_us": after}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=3, help="processes per variant")
+    p.add_argument("--steps", type=int, default=300, help="steps per timed block")
+    p.add_argument("--blocks", type=int, default=5, help="timed blocks before and after (the best counts)")
+    p.add_argument("--window", type=int, default=30, help="steps the profiler session records")
+    p.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.steps, args.window, args.blocks)))
+        return
+    import torch
+
+    variants = [v for v in VARIANTS if torch.cuda.is_available() or not VARIANTS[v].get("cuda")]
+    where = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    print(f"profiler residue on {where}, torch {torch.__version__}: {args.repeats} process(es) a variant")
+    results: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(args.repeats):
+        for variant in variants:  # interleaved: a drift of the machine hits every variant alike
+            command = [sys.executable, __file__, "--child", variant, "--steps", str(args.steps)]
+            command += ["--blocks", str(args.blocks), "--window", str(args.window)]
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            row = json.loads(out.strip().splitlines()[-1])
+            results[variant].append(row["after_us"] / row["before_us"] - 1)
+            print(f"  {variant}: {row['before_us']:.1f} -> {row['after_us']:.1f} us/step", flush=True)
+    print("residue per step after the session (median, range):")
+    for variant, values in results.items():
+        print(f"  {variant:14s} {statistics.median(values):+.2%} ({min(values):+.2%} .. {max(values):+.2%})")
+
+
+if __name__ == "__main__":
+    main()
