@@ -182,3 +182,7 @@ def test_a_host_bound_rank_gets_no_fsdp_prefetch_or_reduce_scatter_advice() -> N
     assert host_bound.findings == []
     assert sorted(f.rule_id for f in gpu_bound.findings) == ["DIST006", "DIST007"]
     assert sorted(f.rule_id for f in cpu_run.findings) == ["DIST006", "DIST007"]
+    # 2 gloo ranks on 2 CPUs: the prefetch measured 0.81-0.85x (benchmarks/dist_truth.py --cpu-smoke);
+    # the bf16 reduction halves the bytes whatever the CPUs
+    crowded = diagnose_symptoms(rules, symptoms_from_values({**base, "dist.cpu_cores_per_rank": 1.0}))
+    assert [f.rule_id for f in crowded.findings] == ["DIST007"]

@@ -975,19 +975,22 @@ CASES = {
             expected={
                 "dist.all_reduce_hideable": 0.125,
                 "dist.gpu_idle_for_host": 0.25 + 0.125 - 0.03,
+                "dist.cpu_cores_per_rank": None,  # a GPU run
             },
             tolerance=1e-9,
         ),
         Case(
-            "the same on a CPU run: the main thread's backward (0.25); no GPU to wait",
+            "the same on a CPU run: the main thread's backward (0.25); no GPU to wait; 2 ranks on 3 CPUs",
             breakdown=_breakdown(has_gpu=False),
             record=_record(
                 models=[ModelInfo("DistributedDataParallel", 26_214_400, "float32", 0, False, False, False, True)],
+                environment={"cpu_count": 3},
             ),
             ranks=RankSet.of([_with_collectives(_summary(r, 1.0, 2.0, 16), all_reduce=(2.0, 0.0, 1)) for r in (0, 1)]),
             expected={
                 "dist.all_reduce_hideable": 0.15,
                 "dist.gpu_idle_for_host": None,
+                "dist.cpu_cores_per_rank": 1.5,
             },
         ),
         Case(

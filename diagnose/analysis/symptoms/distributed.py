@@ -189,6 +189,20 @@ def gpu_idle_for_host(known: Known) -> float | None:
 
 
 @symptom(
+    "dist.cpu_cores_per_rank",
+    "count",
+    "on a CPU run of several ranks, the CPUs per rank: under 2, a rank's collectives (gloo's threads) and its compute share "
+    "one CPU, and an all-gather issued early runs in turns with the compute, not beside it; absent on a GPU run",
+    uses=("gpu.present", "cpu.count", "dist.world_size"),
+)
+def cpu_cores_per_rank(known: Known) -> float | None:
+    world, cpus = known.get("dist.world_size"), known.get("cpu.count")
+    if known.get("gpu.present") != 0 or not world or world < 2 or not cpus:
+        return None
+    return round(cpus / world, 4)
+
+
+@symptom(
     "dist.all_reduce_hideable",
     "share",
     "the most of the step that smaller DDP buckets could hide: the exposed all-reduce less its last bucket's share (that one "
