@@ -39,6 +39,7 @@ from diagnose.analysis.prediction.replay import (
     replay,
 )
 from diagnose.analysis.prediction.uncertainty import StepSample
+from diagnose.analysis.symptoms.dataloader import building_workers
 from diagnose.analysis.trace import forking
 from diagnose.analysis.trace import patterns as P
 
@@ -605,7 +606,7 @@ def parallel_workers(facts: Mapping[str, float], workers: float) -> float:
     cores = _fact(facts, "cpu.cores")
     if cores:
         cpus = min(cpus, cores) if cpus else cores
-    return min(workers, cpus - 1) if cpus and cpus > 1 else workers
+    return building_workers(workers, cpus)
 
 
 def paced(
@@ -871,9 +872,10 @@ def predict(
     ceiling = loader_ceiling(facts, model) if name not in LOADER_PACED else None
     if ceiling is not None and speedup > ceiling.least:
         if ceiling.agree(speedup):  # the loader delivers no faster: the step waits for it
-            note += f"; the DataLoader sets the pace ({ceiling.say()}): {ceiling.bound(speedup):.2f}x at most"
-            after *= speedup / ceiling.bound(speedup)
-            speedup = ceiling.bound(speedup)
+            capped = ceiling.bound(speedup)
+            note += f"; the DataLoader sets the pace ({ceiling.say()}): {capped:.2f}x at most"
+            after *= speedup / capped
+            speedup = capped
         else:
             weak = weak or f"the DataLoader may set the pace: {ceiling.say()}"
             floor = ceiling.least

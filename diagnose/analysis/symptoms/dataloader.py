@@ -149,12 +149,10 @@ def workers_load(known: Known) -> float | None:
         known.get("workers.cpu_per_batch_ms"),
         known.get("dataloader.num_workers"),
     )
-    step_ms = known.get("step.median_ms") or known.get("step.time_ms")
+    step_ms = typical_step_ms(known)
     by_cpu = None
     if cpu_ms and workers and step_ms:
-        cpus = worker_cpus(known)
-        building = min(workers, cpus - 1) if cpus and cpus > 1 else workers
-        by_cpu = cpu_ms / building / step_ms
+        by_cpu = cpu_ms / building_workers(workers, worker_cpus(known)) / step_ms
     loads = [v for v in (busy, by_cpu) if v is not None]
     return round(max(loads), 4) if loads else None
 
@@ -166,8 +164,7 @@ def workers_load(known: Known) -> float | None:
     uses=("workers.cpu_per_batch_ms", "step.median_ms", "step.time_ms", "exposed.data_wait"),
 )
 def balance(known: Known) -> int | None:
-    # the typical step: the mean also holds what a step paid for an evaluation or an epoch's end
-    cpu_ms, step_ms = known.get("workers.cpu_per_batch_ms"), known.get("step.median_ms") or known.get("step.time_ms")
+    cpu_ms, step_ms = known.get("workers.cpu_per_batch_ms"), typical_step_ms(known)
     if cpu_ms is None or not step_ms:
         return None
     gpu_ms = step_ms * (1 - (known.get("exposed.data_wait") or 0.0))  # the step as it would be with no data wait
@@ -204,6 +201,18 @@ def suggested_workers(known: Known) -> int | None:
         limit = max(1, int(cpus) - 1) if cpus is not None else NO_CPU_LIMIT
         return int(min(limit, max(balance + 1, workers + 1, 2)))
     return suggest_num_workers(None if cpus is None else int(cpus), int(workers), data_wait, phase_wait)
+
+
+def typical_step_ms(known: Known) -> float | None:
+    """The step a loader must keep up with: the steady steps' median (their mean also holds what
+    a step paid for an evaluation or an epoch's end), else their mean (both declared in ``uses``)."""
+    return known.get("step.median_ms") or known.get("step.time_ms")
+
+
+def building_workers(workers: float, cpus: float | None) -> float:
+    """How many of ``workers`` build batches at once on ``cpus`` usable CPUs (``worker_cpus``):
+    one CPU is the main process's."""
+    return min(workers, cpus - 1) if cpus and cpus > 1 else workers
 
 
 def worker_cpus(known: Known) -> float | None:
