@@ -39,7 +39,6 @@ from diagnose.analysis.prediction.replay import (
     replay,
 )
 from diagnose.analysis.prediction.uncertainty import StepSample
-from diagnose.analysis.symptoms.dataloader import building_workers
 from diagnose.analysis.trace import forking
 from diagnose.analysis.trace import patterns as P
 
@@ -606,7 +605,7 @@ def parallel_workers(facts: Mapping[str, float], workers: float) -> float:
     cores = _fact(facts, "cpu.cores")
     if cores:
         cpus = min(cpus, cores) if cpus else cores
-    return building_workers(workers, cpus)
+    return min(workers, cpus - 1) if cpus and cpus > 1 else workers
 
 
 def paced(

@@ -211,7 +211,8 @@ def typical_step_ms(known: Known) -> float | None:
 
 def building_workers(workers: float, cpus: float | None) -> float:
     """How many of ``workers`` build batches at once on ``cpus`` usable CPUs (``worker_cpus``):
-    one CPU is the main process's."""
+    one CPU is the main process's. ``prediction.predict.parallel_workers`` says the same on the
+    facts it is given: prediction and symptoms sit side by side (tests/test_layout.py)."""
     return min(workers, cpus - 1) if cpus and cpus > 1 else workers
 
 
