@@ -53,6 +53,21 @@ def test_the_shifts() -> None:
     assert host["hours_to_capacity"] == pytest.approx((1e9 - 140e6) / (40e6 / 8) / 3600)
 
 
+def test_memory_freed_after_the_last_step_does_not_hide_the_creep() -> None:
+    """Seen on an H200 (examples/watch_memory_creep.py under watch): GPU memory rose from 0.1 to
+    1.75 GB over the steps, then the script's end freed the list of losses and the last sample,
+    taken there, read 0.07 GB: the growth came out negative and WHOLE004 stayed silent. Only the
+    samples taken while steps ran count."""
+    samples = [
+        {"t": float(t), "steps": t - 1, "data_wait_s": 0.0, "rss_bytes": int(rss * 1e6)}
+        for t, rss in ((2, 100), (4, 110), (6, 120), (8, 130), (10, 140), (15, 20))
+    ]
+    acc = account(whole_record(samples=samples))  # the last step at 14 s, the script's end 15 s
+    assert acc is not None
+    host = acc.shifts["memory"]["host"]
+    assert host["end_bytes"] == 140e6 and host["growth"] == pytest.approx(0.4) and host["rising_share"] == 1.0
+
+
 def test_a_step_that_slows_down_is_measured_against_the_early_pace() -> None:
     # 100 steps: 10 ms each for the first fifth, then each 0.2 ms longer than the one before
     durations = [0.010] * 20 + [0.010 + 0.0002 * i for i in range(1, 81)]
@@ -101,6 +116,26 @@ def test_a_jobs_goodput_is_training_time_over_wall_clock_summed_over_its_ranks()
     assert section["job_goodput"] == pytest.approx(2 * 8.7 / 48, abs=1e-6)
     assert section["wall_s"] == pytest.approx(16.0)  # the first rank's accounting, the ranks beside it
     assert job_section(None, {0: RunRecord()}) is None
+
+
+def test_a_stall_in_a_step_that_saved_is_the_saves() -> None:
+    """The second save moved into step 9 (10 s to 14 s) as 12.0-12.5 s: the step's 3.5 s beyond
+    the save's span exceed 3x the typical step (the median of the residuals, now 0.9 s), and the
+    excess, 2.6 s, is the save's (deleting the last checkpoint's file, building the state dict:
+    seen on an H100, 50 ms a save beyond torch.save), not an unexplained stall."""
+    spans = [
+        {"kind": "eval", "start": 5.0, "end": 5.5, "name": "eval"},
+        {"kind": "checkpoint", "start": 7.2, "end": 7.4, "name": "torch.save"},
+        {"kind": "checkpoint", "start": 12.0, "end": 12.5, "name": "torch.save"},
+    ]
+    acc = account(whole_record(spans=spans))
+    assert acc is not None
+    assert acc.seconds["stalls"] == 0.0
+    assert acc.seconds["checkpoint"] == pytest.approx(0.2 + 0.5 + 2.6)
+    assert sum(acc.seconds.values()) == pytest.approx(WALL_S)
+    saves = acc.events["checkpoint"]
+    assert [e["seconds"] for e in saves] == pytest.approx([0.2, 3.1]) and saves[1]["tied_s"] == pytest.approx(2.6)
+    assert acc.shifts["checkpoint"]["mean_s"] == pytest.approx(1.65)
 
 
 def test_a_stall_while_the_thread_waited_for_a_cpu_is_contention() -> None:

@@ -23,7 +23,9 @@ that sum to it exactly:
   for a step waits on its intra-op threads too): other processes held the cores;
 * ``stalls``: within a step, what no span explains and exceeds ``STALL_FACTOR`` times the
   typical step of its neighbourhood, by ``STALL_MIN_S`` at least (the excess over that typical
-  step; unexplained);
+  step; unexplained), unless the step holds a checkpoint save, a compilation or an evaluation:
+  then the excess is that span's bucket's (``TIED_BUCKETS``: the work around it that its own
+  span does not cover);
 * ``teardown``: after the last step ends (its optimizer step), the script's own end.
 
 Where spans overlap, the first kind in ``SPAN_PRIORITY`` takes the time (a checkpoint saved
@@ -87,6 +89,12 @@ STALL_FACTOR = 3.0
 #: ... when it also exceeds that typical step by this much (seconds): a host's millisecond
 #: jitter on a millisecond step is noise, not a stall worth naming
 STALL_MIN_S = 0.02
+#: a stall in a step that also holds one of these spans is that span's (in this order): the work
+#: around a save that ``torch.save`` does not cover (building the state dict, deleting the last
+#: checkpoint's file), and around a compilation what dynamo's own timing leaves out (the backward
+#: graph compiled at the first backward, kernels loaded, CUDA graphs recorded); an evaluation
+#: step's the same way
+TIED_BUCKETS = ("checkpoint", "compile", "eval")
 #: steps per neighbourhood (the typical step is their median)
 BLOCK_STEPS = 64
 #: the timeline's slices and the step series' points at most
@@ -157,6 +165,7 @@ def account(record: RunRecord) -> Accounting | None:
     warmup_excess = 0.0
     waits = _CpuWaits(whole.get("samples", []))
     train_by_step: list[float] = []
+    tied: list[tuple[str, float, float, float]] = []  # (bucket, step start, step end, seconds)
     for k, r in enumerate(residual):
         excess = r - typical[k] if r > STALL_FACTOR * typical[k] and r - typical[k] >= STALL_MIN_S else 0.0
         if k < warmup:
@@ -164,7 +173,12 @@ def account(record: RunRecord) -> Accounting | None:
         elif excess > 0:
             waited = waits.take(edges[k], edges[k + 1], excess)
             seconds["contention"] += waited
-            stall_s += excess - waited
+            owner = _tied_bucket(edges[k], edges[k + 1], segments)
+            if owner is not None:
+                seconds[owner] += excess - waited
+                tied.append((owner, edges[k], edges[k + 1], excess - waited))
+            else:
+                stall_s += excess - waited
         train_by_step.append(r - excess)
     seconds["stalls"] = stall_s
     seconds["train"] = sum(train_by_step)
@@ -172,6 +186,7 @@ def account(record: RunRecord) -> Accounting | None:
     seconds["teardown"] += _uncovered([steps_end, end], segments)[0] if end > steps_end else 0.0
     wall = end - start
     events = _events(spans)
+    _add_tied(events, tied)
     durations = [edges[i + 1] - edges[i] for i in range(len(edges) - 1)]
     shifts = _shifts(record, whole, events, train_by_step, durations, edges, warmup, wall)
     return Accounting(
@@ -263,6 +278,24 @@ def _cover(spans: list[tuple[float, float, str, dict[str, Any]]]) -> list[tuple[
         else:
             out.append((left, right, bucket))
     return out
+
+
+def _tied_bucket(left: float, right: float, segments: list[tuple[float, float, str]]) -> str | None:
+    """The bucket a step's stall belongs to when the step holds a span of ``TIED_BUCKETS``: the
+    first of them in that order, else None (the stall stays unexplained)."""
+    inside = {b for s, e, b in segments if s < right and e > left}
+    return next((b for b in TIED_BUCKETS if b in inside), None)
+
+
+def _add_tied(events: dict[str, list[dict[str, Any]]], tied: list[tuple[str, float, float, float]]) -> None:
+    """Each tied stall's seconds onto the event of its bucket that lies in the step (the save or
+    compilation whose shift then costs what the step lost to it)."""
+    for bucket, left, right, extra in tied:
+        for e in events.get(bucket, []):
+            if e["start"] < right and e["start"] + e["seconds"] > left:
+                e["seconds"] = round(e["seconds"] + extra, 6)
+                e["tied_s"] = round(e.get("tied_s", 0.0) + extra, 6)
+                break
 
 
 def _uncovered(edges: list[float], segments: list[tuple[float, float, str]]) -> list[float]:
@@ -433,9 +466,14 @@ def _slowdown(train: list[float], durations: list[float], warmup: int) -> dict[s
 
 
 def _memory_growth(whole: dict[str, Any]) -> dict[str, Any] | None:
-    """Host RSS (and GPU allocated) from the first sample after the first step to the last:
-    growth, the share of sample-to-sample changes that grew, and when the trend meets capacity."""
-    samples = [s for s in whole.get("samples", []) if s.get("steps", 0) >= 1]
+    """Host RSS (and GPU allocated) from the first sample after the first step to the last one
+    taken while steps still ran: growth, the share of sample-to-sample changes that grew, and when
+    the trend meets capacity. The sample at the script's end is left out: by then the script may
+    have freed what its steps kept (a list of losses dies with its function), which hides a creep
+    that would have run out of memory in a longer run."""
+    boundaries = whole.get("boundaries_s") or []
+    last_step = float(boundaries[-1]) if boundaries else float("inf")
+    samples = [s for s in whole.get("samples", []) if s.get("steps", 0) >= 1 and s["t"] <= last_step]
     if len(samples) < 4:
         return None
     out: dict[str, Any] = {}
