@@ -228,7 +228,9 @@ def run(
             "--rank-aware needs the variables torchrun or srun set (RANK, WORLD_SIZE)",
             hint="use --nproc-per-node N to launch through torchrun",
         )
-    rank = rank if rank is not None and rank.world_size > 1 else None
+    # a world of one is a plain run, unless --rank-aware says otherwise: a sweep's
+    # nproc_per_node=1 is one torchrun rank whose launching parent holds the run directory
+    rank = rank if rank is not None and (rank.world_size > 1 or rank_aware) else None
     torchrun_options = _torchrun_options(nnodes, node_rank, rdzv_backend, rdzv_endpoint, rdzv_id)
     knobs = Knobs.parse(knob or [])
     if knobs.nproc_per_node() is not None and rank is None:  # the launch's knob (a sweep of it): as --nproc-per-node

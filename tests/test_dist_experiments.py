@@ -95,6 +95,20 @@ def test_sweep_under_torchrun_applies_the_ddp_knob_on_every_rank_and_compares_th
         assert (calls > 1) if cap == "1" else (calls == 1)  # 2 MiB of gradients: several buckets of 1 MiB, else one
 
 
+@pytest.mark.slow
+def test_a_job_of_one_rank_is_diagnosed_like_any_other(tmp_path: Path) -> None:
+    """A scaling sweep's first point (nproc_per_node=1) is one torchrun rank whose launching
+    parent holds the run directory: the rank, a world of one, once took it for a plain run,
+    asked for the directory's lock and failed ("another diagnose run is writing into ...")."""
+    cmd = [sys.executable, "-m", "diagnose", "run", "--nproc-per-node", "1", *WINDOW, "--no-check", "--json"]
+    cmd += ["--out", "one", BUCKETS, "--", "--small", "--steps", "40"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["distributed"]["world_size"] == 1
+    assert [r["rank"] for r in report["distributed"]["ranks"]] == [0]
+
+
 def _both(nodes: list[subprocess.Popen[str]], timeout: float) -> list[tuple[str, str]]:
     """Every "node"'s stdout and stderr once all have ended, each with exit code 0 (killed at the
     timeout, or when another failed)."""
