@@ -19,3 +19,53 @@ def run_in_repo(cmd: list[str], timeout: float, env: dict[str, str] | None = Non
     full = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     full.update(env or {})
     return subprocess.run(cmd, cwd=REPO, env=full, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """``"0-3,8,10-11"`` (the kernel's cpulist format) -> ``[0, 1, 2, 3, 8, 10, 11]``."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def gpu_local_cpus(count: int) -> list[int] | None:
+    """``count`` CPUs on the first visible GPU's NUMA node, a slice of its own (the n-th visible
+    GPU of the host takes the n-th slice, so two benchmarks on two GPUs of one host do not share
+    cores), within this process's affinity; None where there is no GPU or the host does not say.
+
+    Why: a launch-bound loop's pace depends on which cores it lands on (the GPU's socket or the
+    other, a core shared with another process); on a 2-GPU H200 host plain runs of the same
+    script moved by 27% from one process to the next, more than the costs being measured."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    try:
+        bus = subprocess.run(
+            ["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", visible],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+        domain, rest = bus.split(":", 1)
+        local = Path(f"/sys/bus/pci/devices/{domain[-4:]}:{rest}".lower()) / "local_cpulist"
+        allowed = os.sched_getaffinity(0)
+        cpus = [c for c in parse_cpulist(local.read_text()) if c in allowed]
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    slot = int(visible) if visible.isdigit() else 0
+    chosen = cpus[slot * count : (slot + 1) * count]
+    return chosen if len(chosen) == count else cpus[:count] or None
+
+
+def pin_cpus(spec: str) -> list[int] | None:
+    """Pin this process (and so every child it starts) to ``spec``: ``auto`` (4 GPU-local CPUs,
+    nothing on a CPU-only machine), ``none``, or a cpulist. Returns the CPUs pinned to."""
+    if spec == "none":
+        return None
+    cpus = gpu_local_cpus(4) if spec == "auto" else parse_cpulist(spec)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    return cpus

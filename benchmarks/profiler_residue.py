@@ -26,6 +26,8 @@ import statistics
 import subprocess
 import sys
 
+from _bench import pin_cpus
+
 VARIANTS: dict[str, dict[str, str | bool]] = {
     "none": {},
     "cpu": {"cuda": False},
@@ -91,16 +93,22 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300, help="steps per timed block")
     p.add_argument("--blocks", type=int, default=5, help="timed blocks before and after (the best counts)")
     p.add_argument("--window", type=int, default=30, help="steps the profiler session records")
+    p.add_argument(
+        "--cpus", default="auto", help="pin to these CPUs: auto (4 on the GPU's NUMA node), none, or a cpulist"
+    )
     p.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.steps, args.window, args.blocks)))
         return
+    pinned = pin_cpus(args.cpus)
     import torch
 
     variants = [v for v in VARIANTS if torch.cuda.is_available() or not VARIANTS[v].get("cuda")]
     where = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-    print(f"profiler residue on {where}, torch {torch.__version__}: {args.repeats} process(es) a variant")
+    print(
+        f"profiler residue on {where}, torch {torch.__version__}: {args.repeats} process(es) a variant, CPUs {pinned or 'not pinned'}"
+    )
     results: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(args.repeats):
         for variant in variants:  # interleaved: a drift of the machine hits every variant alike

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import PLAIN_RE, run_in_repo
+from _bench import PLAIN_RE, pin_cpus, run_in_repo
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def _cost(base: float | None, other: float | None, rate: bool) -> float | None:
     return base / other - 1 if rate else other / base - 1
 
 
-def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: float) -> None:
+def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: float, window: bool = True) -> None:
     for load in loads:
         args = load.cpu_args if cpu else load.gpu_args
         costs: dict[str, list[float]] = {
@@ -161,9 +161,14 @@ def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: fl
 
         print(f"\n== {load.name}: {load.script} {' '.join(args)}", flush=True)
         for i in range(repeats):
+            # the order alternates (plain first, then watch first): a drift of the machine over
+            # the call (clocks, a neighbour's load) then favours neither
+            if i % 2:
+                stdout, report = run_watch(load.script, args, work / f"{load.name}-{i}", timeout)
             rate_plain, cpu_plain, wall_plain = run_plain(load, args, timeout)
-            windowed = run_plain(load, [*args, *load.window_args], timeout) if load.window_args else None
-            stdout, report = run_watch(load.script, args, work / f"{load.name}-{i}", timeout)
+            windowed = run_plain(load, [*args, *load.window_args], timeout) if load.window_args and window else None
+            if not i % 2:
+                stdout, report = run_watch(load.script, args, work / f"{load.name}-{i}", timeout)
             rate_watch, cpu_watch = plain_rate(stdout), plain_cpu_ms(stdout)
             whole = report.get("whole") or {}
             wall_watch = whole.get("wall_s")
@@ -186,7 +191,7 @@ def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: fl
         print(
             f"  step timer's cost (per step, past the main window): {spread(costs['timer'])}; main thread cpu: {spread(costs['timer_cpu'])}"
         )
-        if load.window_args:
+        if costs["window"]:
             print(
                 f"    of which the profiler's window leaves behind: {spread(costs['window'])}; cpu: {spread(costs['window_cpu'])}"
             )
@@ -251,9 +256,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="pairs of runs (plain, watch) per load")
     parser.add_argument("--timeout", type=float, default=500.0, help="seconds per run at most")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
+    parser.add_argument(
+        "--no-window",
+        action="store_true",
+        help="overhead: no third run with the example's own profiler window (pairs only: more of them a call)",
+    )
+    parser.add_argument(
+        "--cpus",
+        default="auto",
+        help="pin every run to these CPUs: auto (4 on the GPU's NUMA node; none on a CPU-only machine), none, or a cpulist",
+    )
     args = parser.parse_args()
     if args.cpu:
         ENV["OMP_NUM_THREADS"] = "1"
+    pinned = pin_cpus(args.cpus)
+    print(f"runs pinned to CPUs {pinned}" if pinned else "runs not pinned", flush=True)
     work = args.keep or Path(tempfile.mkdtemp(prefix="watch-cost-"))
     work.mkdir(parents=True, exist_ok=True)
     misses = 0
@@ -265,6 +282,7 @@ def main() -> None:
                 args.repeats,
                 work,
                 args.timeout,
+                window=not args.no_window,
             )
         if args.part in ("planted", "both"):
             misses = planted(args.cpu, work, args.timeout, args.planted)
