@@ -145,6 +145,64 @@ def test_spans_are_the_outermost_calls_of_each_kind_and_the_patches_go_away(tmp_
     assert torch.save.__module__ == "torch.serialization" and nn.Module.eval.__qualname__ == "Module.eval"
 
 
+def test_dynamos_callbacks_time_the_compile_work_its_metrics_leave_out(tmp_path: Path) -> None:
+    """torch._dynamo.callback announces each piece of compile work on the training thread; the
+    watch keeps their intervals and its triggers, and unregisters at the end."""
+    from torch._dynamo.callback import CallbackTrigger, callback_handler
+
+    from diagnose.runtime.whole import WholeRun
+
+    watch = WholeRun(RunDir(tmp_path))
+    watch.install()
+    try:
+        with (
+            callback_handler.install_callbacks(CallbackTrigger.LAZY_BACKWARD, "1/2"),
+            callback_handler.install_callbacks(CallbackTrigger.DYNAMO, "1/2"),  # nested: one span
+        ):
+            time.sleep(0.01)
+    finally:
+        watch.remove()
+    work = watch._compile_work
+    assert [(w["trigger"], w["compile_id"]) for w in work] == [("lazy_backward", "1/2")]
+    assert work[0]["end"] - work[0]["start"] >= 0.01
+    with callback_handler.install_callbacks(CallbackTrigger.DYNAMO, "2/0"):
+        pass
+    assert len(watch._compile_work) == 1  # removed with the watch
+
+
+def test_compile_work_is_merged_with_dynamos_metrics_by_compile_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A metric after the first of its compile id is the frame's backward, with the frame's
+    reason; a callback's span a metric covers is dropped; one no metric covers is kept (CUDA
+    graphs recorded)."""
+    from diagnose.runtime import whole
+
+    metrics = [
+        {"start": 1.0, "end": 2.0, "frame": "forward (m.py:3)", "reason": None, "compile_id": "0/0"},
+        {"start": 2.5, "end": 2.6, "frame": " (:)", "reason": None, "compile_id": "0/0"},
+        {"start": 5.0, "end": 5.5, "frame": "forward (m.py:3)", "reason": "size mismatch", "compile_id": "0/1"},
+        {"start": 6.0, "end": 6.2, "frame": " (:)", "reason": None, "compile_id": "0/1"},
+    ]
+    monkeypatch.setattr(whole, "_dynamo_metrics", lambda origin: [dict(m) for m in metrics])
+    work = [
+        {"start": 106.0, "end": 106.2, "trigger": "lazy_backward", "compile_id": "0/1"},  # covered by a metric
+        {"start": 107.0, "end": 107.4, "trigger": "cudagraph_recording", "compile_id": "0/1"},
+    ]
+    spans = whole.compile_spans(100.0, work)
+    assert [(c["frame"], c["reason"], c.get("trigger")) for c in spans] == [
+        ("forward (m.py:3)", None, None),
+        ("the backward graph, compiled at its first backward", None, "lazy_backward"),
+        ("forward (m.py:3)", "size mismatch", None),
+        ("the backward graph, compiled at its first backward", "size mismatch", "lazy_backward"),
+        ("CUDA graphs recorded", "size mismatch", "cudagraph_recording"),
+    ]
+    from diagnose.analysis.measure.wholerun import account
+    from tests.wholebuilder import whole_record
+
+    shift = account(whole_record(compiles=spans)).shifts["compile"]
+    assert shift["count"] == 2 and shift["recompiles"] == 1
+    assert shift["recompile_s"] == pytest.approx(0.5 + 0.2 + 0.4)
+
+
 def test_a_later_windows_span_starts_at_its_boundary_so_the_profilers_start_is_the_windows(tmp_path: Path) -> None:
     """Kineto's set-up in ``prof.start()`` (0.1 s and more) ran before the span was entered: it
     landed in the step, and a short watched run left it as an unexplained stall."""

@@ -19,7 +19,9 @@ What it records, and what each costs the script's training thread:
   (``torch.save``, ``safetensors`` saves, Lightning's ``Trainer.save_checkpoint``, the HF
   ``Trainer._save_checkpoint``, ``Accelerator.save_state``/``save_model``) and diagnose's own
   profiled windows, and garbage collections of 5 ms or more (``gc.callbacks``); DataLoader start-ups (``iter(loader)`` to its first batch) come from the
-  instrumentation's loader records, compilations from dynamo's own metrics, read at the end;
+  instrumentation's loader records, compilations from dynamo's own metrics, read at the end, and
+  the compile work its callbacks announce that the metrics do not time (a backward compiled at its
+  first backward, CUDA graphs recorded);
 * twice a second, on a thread of its own (``Sampler``; nothing of it on the training thread):
   host RSS (``/proc/self/statm``), GPU memory allocated, the DataLoader wait so far, the training
   thread's wait for a CPU and all its threads' waits together (``RunDelays``: each thread's
@@ -38,6 +40,7 @@ Why one module: the hook, its sampler thread and the live line share the run's o
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import shutil
@@ -475,6 +478,9 @@ class WholeRun:
         #: set by the sampler thread, read at the next boundary: a periodic window is due
         self._periodic_due = False
         self._last_sample: tuple[float, int, float] | None = None  # (time, steps, data wait)
+        #: compile work dynamo's callbacks announced (``_time_compiles``): its start, end, trigger
+        self._compile_work: list[dict[str, Any]] = []
+        self._compile_open: tuple[float, str, str] | None = None
 
     # --- runner hook interface ------------------------------------------------------------------
 
@@ -500,7 +506,11 @@ class WholeRun:
         by_module: dict[str, list[Hooked]] = {}
         for h in HOOKED:
             by_module.setdefault(h.module, []).append(h)
-        self._finder = when_imported({n: partial(self._hook_module, hooked=hs) for n, hs in by_module.items()})
+        on_loaded: dict[str, Callable[[Any], None]] = {
+            n: partial(self._hook_module, hooked=hs) for n, hs in by_module.items()
+        }
+        on_loaded["torch._dynamo.callback"] = self._time_compiles
+        self._finder = when_imported(on_loaded)
 
     def remove(self) -> None:
         from diagnose.runtime.frameworkwatch import stop_watching_imports
@@ -535,6 +545,42 @@ class WholeRun:
                 continue
             self._patch_attr(owner, h.attr, self._span_wrapper(h.kind, h.name))
             self._hooked.add(key)
+
+    def _time_compiles(self, module: Any) -> None:
+        """Dynamo's compilation callbacks (``torch._dynamo.callback``), which announce the outermost
+        start and end of each piece of compile work on the training thread: dynamo's frames, and
+        what its metrics do not time, the backward graph compiled at its first backward
+        (``LAZY_BACKWARD``) and CUDA graphs recorded (``CUDAGRAPH_RECORDING``). Registered when
+        the script (or torch.compile) imports dynamo; nothing when this torch has no callbacks."""
+        handler = getattr(module, "callback_handler", None)
+        register_start = getattr(handler, "register_start_callback", None)
+        register_end = getattr(handler, "register_end_callback", None)
+        if register_start is None or register_end is None:
+            return
+
+        def started(args: Any) -> None:
+            trigger = getattr(getattr(args, "callback_trigger", None), "name", "dynamo")
+            self._compile_open = (time.perf_counter(), str(trigger).lower(), str(getattr(args, "compile_id", "")))
+
+        def ended(args: Any) -> None:
+            opened, self._compile_open = self._compile_open, None
+            if opened is not None:
+                start, trigger, compile_id = opened
+                self._compile_work.append(
+                    {"start": start, "end": time.perf_counter(), "trigger": trigger, "compile_id": compile_id}
+                )
+
+        register_start(started)
+        register_end(ended)
+
+        def unregister() -> None:
+            for name, callback in (("remove_start_callback", started), ("remove_end_callback", ended)):
+                remove = getattr(handler, name, None)
+                if remove is not None:
+                    with contextlib.suppress(ValueError):
+                        remove(callback)
+
+        self._undo.append(unregister)
 
     def _span_wrapper(self, kind: str, name: str) -> Callable[[Any], Any]:
         spans = self.spans
@@ -886,7 +932,7 @@ class WholeRun:
             ),
             "spans": [{**s, "start": rel(s["start"]), "end": rel(s["end"])} for s in self.spans.done],
             "loaders": loaders,
-            "compiles": compile_spans(origin),
+            "compiles": compile_spans(origin, self._compile_work),
             "samples": [{**s, "t": rel(s["t"])} for s in self.samples],
             "windows": [{**w, "started": rel(w.get("started")), "ended": rel(w.get("ended"))} for w in self.windows],
             "capacity": capacity,
@@ -895,9 +941,56 @@ class WholeRun:
         }
 
 
-def compile_spans(origin: float) -> list[dict[str, Any]]:
+#: what each kind of compile work that dynamo's metrics do not time is called in a report
+COMPILE_WORK = {
+    "lazy_backward": "the backward graph, compiled at its first backward",
+    "cudagraph_recording": "CUDA graphs recorded",
+    "triton_autotuning": "Triton kernels autotuned",
+}
+
+
+def compile_spans(origin: float, work: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Each compilation dynamo made (its own metrics: start, duration, the frame, the recompile
-    reason), in seconds from ``origin`` (``time.perf_counter()``)."""
+    reason), in seconds from ``origin`` (``time.perf_counter()``), then the compile work its
+    callbacks announced that no metric covers (``work``, from ``WholeRun._time_compiles``).
+
+    A metric or a callback's span after the first of its compile id is a part of that frame's
+    compilation (``trigger``: its backward graph, compiled at the first backward; CUDA graphs
+    recorded), and carries the frame's recompile reason: a recompilation costs its backward's
+    compile too. Where this torch has no metrics, the callbacks' dynamo spans stand in for them."""
+    out = _dynamo_metrics(origin)
+    covered = [(c["start"], c["end"]) for c in out]
+    for w in work or []:
+        start, end = round(w["start"] - origin, 6), round(w["end"] - origin, 6)
+        if any(min(end, b) - max(start, a) > 0.5 * (end - start) for a, b in covered):
+            continue  # a metric times it already
+        trigger = w.get("trigger", "dynamo")
+        out.append(
+            {
+                "start": start,
+                "end": end,
+                "frame": COMPILE_WORK.get(trigger, "a frame (dynamo)"),
+                "reason": None,
+                "trigger": trigger,
+                "compile_id": w.get("compile_id") or None,
+            }
+        )
+    out.sort(key=lambda c: c["start"])
+    frames: dict[str, dict[str, Any]] = {}
+    for c in out:
+        cid = c.get("compile_id")
+        if not cid:
+            continue
+        frame = frames.setdefault(cid, c)
+        if frame is not c:  # a part of the frame's compilation
+            c["trigger"] = c.get("trigger") if c.get("trigger") not in (None, "dynamo") else "lazy_backward"
+            c["reason"] = frame.get("reason")
+            if not c["frame"].strip(" (:)") or c["frame"] == "a frame (dynamo)":
+                c["frame"] = COMPILE_WORK[c["trigger"]] if c["trigger"] in COMPILE_WORK else c["frame"]
+    return out
+
+
+def _dynamo_metrics(origin: float) -> list[dict[str, Any]]:
     utils = sys.modules.get("torch._dynamo.utils")
     get = getattr(utils, "get_compilation_metrics", None) if utils is not None else None
     try:
@@ -914,12 +1007,14 @@ def compile_spans(origin: float) -> list[dict[str, Any]]:
             continue
         start = start_us / 1e6 + epoch_to_perf - origin
         reason = getattr(m, "recompile_reason", None)
+        compile_id = getattr(m, "compile_id", None)
         out.append(
             {
                 "start": round(start, 6),
                 "end": round(start + duration_us / 1e6, 6),
                 "frame": f"{getattr(m, 'co_name', '') or ''} ({os.path.basename(getattr(m, 'co_filename', '') or '')}:{getattr(m, 'co_firstlineno', '') or ''})",
                 "reason": first_line(reason) if reason else None,
+                "compile_id": str(compile_id) if compile_id is not None else None,
             }
         )
     return out

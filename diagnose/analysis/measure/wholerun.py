@@ -233,7 +233,10 @@ def _spans(
                     },
                 )
     for c in whole.get("compiles", []):
-        add(float(c["start"]), float(c["end"]), "compile", {"name": c.get("frame", ""), "reason": c.get("reason")})
+        detail = {"name": c.get("frame", ""), "reason": c.get("reason")}
+        if c.get("trigger") and c["trigger"] != "dynamo":
+            detail["part"] = c["trigger"]  # compile work beside a frame's (a lazily compiled backward)
+        add(float(c["start"]), float(c["end"]), "compile", detail)
     window = _main_window(record)
     if window is not None:
         add(window[0], window[1], "profiling", {"name": "diagnose's profiled window and its trace export"})
@@ -408,16 +411,18 @@ def _shifts(
         }
     compiles = events.get("compile", [])
     if compiles:
-        recompiles = [c for c in compiles if c.get("reason")]
+        frames = [c for c in compiles if "part" not in c]  # a frame's compilation, not the work beside it
+        recompiles = [c for c in frames if c.get("reason")]
         # reasons that differ only in numbers (sizes) are one kind: the first one's words stand for it
         kinds = Counter(re.sub(r"\d+", "N", c["reason"]) for c in recompiles)
         example: dict[str, str] = {}
         for c in recompiles:
             example.setdefault(re.sub(r"\d+", "N", c["reason"]), c["reason"])
         out["compile"] = {
-            "count": len(compiles),
+            "count": len(frames),
             "recompiles": len(recompiles),
-            "recompile_s": sum(c["seconds"] for c in recompiles),
+            # with the backward each recompilation compiled at its first backward (same reason)
+            "recompile_s": sum(c["seconds"] for c in compiles if c.get("reason")),
             "reasons": [{"reason": example[k], "count": n} for k, n in kinds.most_common(3)],
         }
     out["slowdown"] = _slowdown(train, durations, warmup)
