@@ -37,6 +37,7 @@ read.
 
 from __future__ import annotations
 
+import bisect
 import re
 import statistics
 from collections import Counter
@@ -166,6 +167,7 @@ def account(record: RunRecord) -> Accounting | None:
     waits = _CpuWaits(whole.get("samples", []))
     train_by_step: list[float] = []
     tied: list[tuple[str, float, float, float]] = []  # (bucket, step start, step end, seconds)
+    segment_ends = [e for _, e, _ in segments]
     for k, r in enumerate(residual):
         excess = r - typical[k] if r > STALL_FACTOR * typical[k] and r - typical[k] >= STALL_MIN_S else 0.0
         if k < warmup:
@@ -173,7 +175,7 @@ def account(record: RunRecord) -> Accounting | None:
         elif excess > 0:
             waited = waits.take(edges[k], edges[k + 1], excess)
             seconds["contention"] += waited
-            owner = _tied_bucket(edges[k], edges[k + 1], segments)
+            owner = _tied_bucket(edges[k], edges[k + 1], segments, segment_ends)
             if owner is not None:
                 seconds[owner] += excess - waited
                 tied.append((owner, edges[k], edges[k + 1], excess - waited))
@@ -283,10 +285,15 @@ def _cover(spans: list[tuple[float, float, str, dict[str, Any]]]) -> list[tuple[
     return out
 
 
-def _tied_bucket(left: float, right: float, segments: list[tuple[float, float, str]]) -> str | None:
+def _tied_bucket(left: float, right: float, segments: list[tuple[float, float, str]], ends: list[float]) -> str | None:
     """The bucket a step's stall belongs to when the step holds a span of ``TIED_BUCKETS``: the
-    first of them in that order, else None (the stall stays unexplained)."""
-    inside = {b for s, e, b in segments if s < right and e > left}
+    first of them in that order, else None (the stall stays unexplained). ``segments`` are
+    disjoint and sorted (``_cover``); ``ends`` their ends, for a binary search."""
+    inside = set()
+    j = bisect.bisect_right(ends, left)
+    while j < len(segments) and segments[j][0] < right:
+        inside.add(segments[j][2])
+        j += 1
     return next((b for b in TIED_BUCKETS if b in inside), None)
 
 
