@@ -881,3 +881,27 @@ def test_the_size_limit_given_holds_while_a_gzip_inflates(tmp_path: Path) -> Non
     assert "bomb.json.gz inflates to more than 0.00" in error_line(
         proc
     ) and " GB, over the 0.005 GB limit given" in error_line(proc)
+
+
+@pytest.mark.parametrize(("value", "said"), [("1", False), ("0", True), (None, True)])
+def test_cupti_left_attached_after_a_cuda_window_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str | None, said: bool
+) -> None:
+    """TEARDOWN_CUPTI other than "1" after a window with CUDA activity (torch sets "0" for its
+    CUDA graphs): the steps after the window pay for CUPTI's callbacks, and the report says so."""
+    from diagnose.progress import Progress
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+    from diagnose.runtime import capture
+
+    if value is None:
+        monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    else:
+        monkeypatch.setenv("TEARDOWN_CUPTI", value)
+    session = capture.CaptureSession(WindowPlan(), RunDir(tmp_path), Progress(enabled=False), window=None)  # type: ignore[arg-type]
+    session._cuda = True
+    session._note_cupti_attached()
+    assert any("CUPTI stayed attached" in n for n in session.notes) is said
+    session = capture.CaptureSession(WindowPlan(), RunDir(tmp_path), Progress(enabled=False), window=None)  # type: ignore[arg-type]
+    session._note_cupti_attached()  # a CPU window: no CUPTI
+    assert session.notes == []

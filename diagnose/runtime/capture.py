@@ -456,11 +456,26 @@ class CaptureSession:
     def _close_window(self) -> None:
         """The last profiled step just ended (the trace is saved): stop the profiler for good."""
         self._stop_profiler()
+        self._note_cupti_attached()
         self.window_closed = True
         self.window.window_closed()
         # The profiler's results may sit in reference cycles; collect them now, inside the
         # step that is not timed, rather than in a pause during the timed steps.
         gc.collect()
+
+    def _note_cupti_attached(self) -> None:
+        """Where CUPTI stays attached after a window with CUDA activity (``TEARDOWN_CUPTI`` other
+        than "1": torch sets "0" while its CUDA graphs need CUPTI, or the environment did), every
+        later kernel launch pays for CUPTI's callbacks: the steps timed after the window, and the
+        rest of a watched run, are slower than without diagnose. Said, not hidden."""
+        value = os.environ.get("TEARDOWN_CUPTI")
+        if self._cuda and value != "1":
+            self.notes.append(
+                f"CUPTI stayed attached after the profiled window (TEARDOWN_CUPTI={value or 'unset'}"
+                "; torch sets 0 where its CUDA graphs need it): every later kernel launch pays for its "
+                "callbacks, so the steps after the window run slower than without diagnose (a launch-bound "
+                "loop 25-40% on an H100)"
+            )
 
     def _stop_profiler(self) -> None:
         if self._profiler is None:
