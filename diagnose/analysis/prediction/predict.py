@@ -27,6 +27,7 @@ from functools import cached_property, partial
 from itertools import compress, pairwise
 from typing import Any
 
+from diagnose.analysis.measure.workers import building_workers, usable_cpus
 from diagnose.analysis.prediction.replay import (
     STREAM_GAP_US,
     GpuOp,
@@ -598,14 +599,9 @@ def fetch_waits(model: StepModel) -> dict[int, float]:
 
 
 def parallel_workers(facts: Mapping[str, float], workers: float) -> float:
-    """How many of ``workers`` build batches at once: the CPUs less one for the main process,
-    counted as physical cores where the run recorded them (a worker on a core's second
-    hyperthread adds little: symptoms.dataloader.worker_cpus)."""
-    cpus = _fact(facts, "cpu.count")
-    cores = _fact(facts, "cpu.cores")
-    if cores:
-        cpus = min(cpus, cores) if cpus else cores
-    return min(workers, cpus - 1) if cpus and cpus > 1 else workers
+    """How many of ``workers`` build batches at once on the run's CPUs, counted as physical cores
+    where the run recorded them (``measure.workers``, which the symptoms read too)."""
+    return building_workers(workers, usable_cpus(_fact(facts, "cpu.count"), _fact(facts, "cpu.cores")))
 
 
 def paced(

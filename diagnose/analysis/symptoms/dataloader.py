@@ -6,6 +6,7 @@ import math
 import statistics
 
 from diagnose.analysis.measure.breakdown import Breakdown
+from diagnose.analysis.measure.workers import building_workers, usable_cpus
 from diagnose.analysis.symptoms.registry import Known, symptom
 from diagnose.record import DataLoaderInfo, RunRecord
 
@@ -209,22 +210,10 @@ def typical_step_ms(known: Known) -> float | None:
     return known.get("step.median_ms") or known.get("step.time_ms")
 
 
-def building_workers(workers: float, cpus: float | None) -> float:
-    """How many of ``workers`` build batches at once on ``cpus`` usable CPUs (``worker_cpus``):
-    one CPU is the main process's. ``prediction.predict.parallel_workers`` says the same on the
-    facts it is given: prediction and symptoms sit side by side (tests/test_layout.py)."""
-    return min(workers, cpus - 1) if cpus and cpus > 1 else workers
-
-
 def worker_cpus(known: Known) -> float | None:
-    """The CPUs DataLoader workers can use: the physical cores among them where the run recorded
-    them (``lscpu``'s "Thread(s) per core: 2"): a CPU-bound worker (decoding, augmenting) on a
-    core's second hyperthread shares that core's execution units with the first and adds a
-    fraction of a worker, not one. Where every CPU is its own core this is the CPU count."""
-    cpus, cores = known.get("cpu.count"), known.get("cpu.cores")
-    if cpus is None:
-        return cores
-    return min(cpus, cores) if cores else cpus
+    """The CPUs DataLoader workers can use (``measure.workers.usable_cpus``): the physical cores
+    among the CPUs, where the run recorded them."""
+    return usable_cpus(known.get("cpu.count"), known.get("cpu.cores"))
 
 
 def workers_limit(cpus: int, cpu_only: bool) -> int:
