@@ -480,7 +480,6 @@ class WholeRun:
         self._last_sample: tuple[float, int, float] | None = None  # (time, steps, data wait)
         #: compile work dynamo's callbacks announced (``_time_compiles``): its start, end, trigger
         self._compile_work: list[dict[str, Any]] = []
-        self._compile_open: tuple[float, str, str] | None = None
 
     # --- runner hook interface ------------------------------------------------------------------
 
@@ -558,17 +557,18 @@ class WholeRun:
         if register_start is None or register_end is None:
             return
 
+        opened: dict[str, Any] = {}  # the piece of work under way (the callbacks are outermost only)
+
         def started(args: Any) -> None:
             trigger = getattr(getattr(args, "callback_trigger", None), "name", "dynamo")
-            self._compile_open = (time.perf_counter(), str(trigger).lower(), str(getattr(args, "compile_id", "")))
+            opened.update(
+                start=time.perf_counter(), trigger=str(trigger).lower(), compile_id=str(getattr(args, "compile_id", ""))
+            )
 
         def ended(args: Any) -> None:
-            opened, self._compile_open = self._compile_open, None
-            if opened is not None:
-                start, trigger, compile_id = opened
-                self._compile_work.append(
-                    {"start": start, "end": time.perf_counter(), "trigger": trigger, "compile_id": compile_id}
-                )
+            if opened:
+                self._compile_work.append({**opened, "end": time.perf_counter()})
+                opened.clear()
 
         register_start(started)
         register_end(ended)
@@ -941,6 +941,8 @@ class WholeRun:
         }
 
 
+#: a frame's compilation seen by dynamo's callbacks alone (a torch without compilation metrics)
+DYNAMO_FRAME = "a frame (dynamo)"
 #: what each kind of compile work that dynamo's metrics do not time is called in a report
 COMPILE_WORK = {
     "lazy_backward": "the backward graph, compiled at its first backward",
@@ -969,7 +971,7 @@ def compile_spans(origin: float, work: list[dict[str, Any]] | None = None) -> li
             {
                 "start": start,
                 "end": end,
-                "frame": COMPILE_WORK.get(trigger, "a frame (dynamo)"),
+                "frame": COMPILE_WORK.get(trigger, DYNAMO_FRAME),
                 "reason": None,
                 "trigger": trigger,
                 "compile_id": w.get("compile_id") or None,
@@ -978,15 +980,14 @@ def compile_spans(origin: float, work: list[dict[str, Any]] | None = None) -> li
     out.sort(key=lambda c: c["start"])
     frames: dict[str, dict[str, Any]] = {}
     for c in out:
-        cid = c.get("compile_id")
-        if not cid:
+        frame = frames.setdefault(c["compile_id"], c) if c.get("compile_id") else c
+        if frame is c:
             continue
-        frame = frames.setdefault(cid, c)
-        if frame is not c:  # a part of the frame's compilation
-            c["trigger"] = c.get("trigger") if c.get("trigger") not in (None, "dynamo") else "lazy_backward"
-            c["reason"] = frame.get("reason")
-            if not c["frame"].strip(" (:)") or c["frame"] == "a frame (dynamo)":
-                c["frame"] = COMPILE_WORK[c["trigger"]] if c["trigger"] in COMPILE_WORK else c["frame"]
+        # a part of the frame's compilation: a second span of one compile id is its backward
+        part = c["trigger"] if c.get("trigger") not in (None, "dynamo") else "lazy_backward"
+        c["trigger"], c["reason"] = part, frame.get("reason")
+        if c["frame"] == DYNAMO_FRAME or not c["frame"].strip(" (:)"):  # no frame of its own
+            c["frame"] = COMPILE_WORK.get(part, c["frame"])
     return out
 
 
