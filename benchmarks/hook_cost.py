@@ -2,6 +2,7 @@
 
     python benchmarks/hook_cost.py                 # CPU is enough: the hooks are Python
     python benchmarks/hook_cost.py --rounds 20 --block 3000
+    python benchmarks/hook_cost.py --whole --device cuda --width 256 --depth 16   # diagnose watch's, on a GPU
 
 After the profiled window, the only code of diagnose's that runs in the training process is its
 step detection: the global optimizer step hook, the wrapped DataLoader ``__iter__``/``__next__``,
@@ -14,6 +15,12 @@ machine hits both alike), the capture session past its window as during the time
 prints the microseconds per step that the instrumentation adds, and what that is as a share of
 the planted examples' steps on an H200 (docs/truth.md), the bound on diagnose's profiling
 overhead that no noise between processes can blur.
+
+``--whole`` adds what ``diagnose watch`` runs between its windows (``runtime/whole.WholeRun``: its
+per-step hook, its patches, and its sampler thread, which wakes twice a second to read memory,
+NVML and ``/proc``), a fresh one each block. ``--device cuda`` with ``--width``/``--depth`` makes the
+step a launch-bound GPU step (a stack of small linear layers: every kernel shorter than its
+launch), so that the sampler's GPU queries and the GIL it takes weigh against real launches.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -33,6 +41,7 @@ from diagnose.record import WindowPlan
 from diagnose.rundir import RunDir
 from diagnose.runtime.capture import CaptureSession
 from diagnose.runtime.instrument import Instrumentation, StepClock
+from diagnose.runtime.whole import WatchBudget, WholeRun
 
 #: median step of each planted example on an H200 (docs/truth.md, steady state), in ms
 EXAMPLE_STEP_MS = {
@@ -64,11 +73,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=10, help="pairs of blocks (with, without)")
     p.add_argument("--block", type=int, default=2000, help="steps per block")
+    p.add_argument("--whole", action="store_true", help="diagnose watch's runner hook too (hook and sampler thread)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: the model and batches there")
+    p.add_argument("--width", type=int, default=8, help="the linear layers' width")
+    p.add_argument("--depth", type=int, default=1, help="linear layers (more: more launches a step)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    model = torch.nn.Linear(8, 8)
+    device = torch.device(args.device)
+    layers = [torch.nn.Linear(args.width, args.width) for _ in range(args.depth)]
+    model = torch.nn.Sequential(*layers).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = [torch.randn(8) for _ in range(args.block)]
+    data = [torch.randn(args.width) for _ in range(args.block)]
 
     with tempfile.TemporaryDirectory() as run_dir:
         # warm-up 1, profile 1 (a real trace is written), then "timed" for as long as this runs
@@ -76,27 +91,55 @@ def main() -> None:
         session = CaptureSession(plan, RunDir(Path(run_dir)), Progress(enabled=False), window=_NoWindow())
         clock = StepClock(on_boundary=session.on_boundary, on_reset=session.on_reset)
         instrumentation = Instrumentation(clock)
+        # watch's hook: a fresh one a block (its sampler thread starts at its first boundary and
+        # stops at remove), no later windows; the boundary reaches it after the session's
+        whole: list[WholeRun] = []
+
+        def on_boundary(now: float) -> None:
+            session.on_boundary(now)
+            if whole:
+                whole[0].on_step(now)
+
+        clock.on_boundary = on_boundary
+        run = SimpleNamespace(clock=clock, t0=time.perf_counter())
+
+        def install() -> None:
+            instrumentation.install()
+            if args.whole:
+                hook = WholeRun(RunDir(Path(run_dir)), budget=WatchBudget(period_s=0.0))
+                hook.attach(run)
+                hook.install()
+                whole.append(hook)
+
+        def remove() -> None:
+            instrumentation.remove()
+            while whole:
+                whole.pop().remove()
 
         def block() -> float:
             loader = torch.utils.data.DataLoader(data, batch_size=1)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             for x in loader:
-                loss = model(x).sum()
+                loss = model(x.to(device, non_blocking=True)).sum()
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             return (time.perf_counter() - t0) / len(data) * 1e6
 
-        instrumentation.install()
+        install()
         block()  # through the window: the profiler starts, records a step, exports, stops
         assert session.window_closed, "the capture session should be past its window"
-        instrumentation.remove()
+        remove()
         block()
         with_us, without_us = [], []
         for _ in range(args.rounds):
-            instrumentation.install()
+            install()
             with_us.append(block())
-            instrumentation.remove()
+            remove()
             without_us.append(block())
         session.finish()
     added = [w - o for w, o in zip(with_us, without_us, strict=True)]
@@ -104,8 +147,13 @@ def main() -> None:
     print(
         f"step without diagnose: {statistics.median(without_us):.1f} us (median of {args.rounds} blocks of {args.block})"
     )
-    print(f"step with diagnose's hooks, past the window: {statistics.median(with_us):.1f} us")
-    print(f"added per step: {cost:.2f} us (median of paired blocks; range {min(added):.2f} to {max(added):.2f})")
+    what = "diagnose watch's hooks and sampler" if args.whole else "diagnose's hooks"
+    print(f"step with {what}, past the window: {statistics.median(with_us):.1f} us ({device})")
+    share = [a / o for a, o in zip(added, without_us, strict=True)]
+    print(
+        f"added per step: {cost:.2f} us (median of paired blocks; range {min(added):.2f} to {max(added):.2f}); "
+        f"{statistics.median(share):+.2%} of this step (range {min(share):+.2%} .. {max(share):+.2%})"
+    )
     print("as a share of each planted example's step on an H200:")
     for name, ms in sorted(EXAMPLE_STEP_MS.items(), key=lambda kv: kv[1]):
         print(f"  {name:<18} {ms:7.1f} ms  {cost / (ms * 1000) * 100:.4f}%")

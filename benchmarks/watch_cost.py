@@ -201,6 +201,102 @@ def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: fl
         print(f"  whole mode's cost (script wall-clock, main window included): {spread(costs['mode'])}", flush=True)
 
 
+def plain_rates(output: str) -> dict[str, tuple[float, float | None]]:
+    """Every range the plain timer printed: "START-END" to (steps/s, main thread's CPU ms a step)."""
+    rates: dict[str, tuple[float, float | None]] = {}  # in the order printed
+    for line in output.splitlines():
+        match = PLAIN_RE.search(line)
+        if match:
+            rates[f"{match.group(1)}-{match.group(2)}"] = (float(match.group(3)), plain_cpu_ms(line))
+    return rates
+
+
+#: residue: steps timed before the main window and after it, in the same process; the window
+#: (``--warmup`` steps in, ``--steps`` long, then its export) sits between the two ranges
+RESIDUE_BEFORE, RESIDUE_WINDOW, RESIDUE_AFTER = (100, 300), (320, 330), (500, 1100)
+
+
+def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = True) -> None:
+    """What watch leaves in a process after its main window, each process against itself.
+
+    Three runs a repeat (their order rotating): the host-bound load plainly, plainly with a
+    torch.profiler window where watch takes its main window (not with ``--no-window``), and under
+    watch with its main window moved there (``--warmup``; diagnose starts its profiler one step
+    before the window, so the steps before it carry only the per-step hook and the sampler).
+    Each times steps before the window and after it; a run's drift is its after-rate over its
+    before-rate, and what the window leaves behind is the plain run's drift over the other's (the
+    process-to-process spread, +-14% on a shared host, cancels). The steps before the window carry
+    watch's per-step hook and sampler: their cost is the cross-process figure beside it.
+    """
+    load = next(load for load in LOADS if load.name == "host_bound")
+    before, after = f"{RESIDUE_BEFORE[0]}:{RESIDUE_BEFORE[1]}", f"{RESIDUE_AFTER[0]}:{RESIDUE_AFTER[1] - 1}"
+    args = [*(["--small"] if cpu else []), "--steps", str(RESIDUE_AFTER[1]), "--time-steps", f"{before},{after}"]
+    profile_window = ["--profile-window", f"{RESIDUE_WINDOW[0]}:{RESIDUE_WINDOW[1]}"]
+    print(
+        f"\n== residue: {load.script} {' '.join(args)}; window at steps {RESIDUE_WINDOW[0]}-{RESIDUE_WINDOW[1] - 1}",
+        flush=True,
+    )
+    drift: dict[str, list[float]] = {"plain": [], "window": [], "watch": []}
+    drift_cpu: dict[str, list[float]] = {"plain": [], "window": [], "watch": []}
+    hook: list[float] = []
+    for i in range(repeats):
+        kinds = ["plain", "window", "watch"] if window else ["plain", "watch"]
+        kinds = kinds[i % len(kinds) :] + kinds[: i % len(kinds)]  # rotating order: a drift of the machine favours none
+        rates: dict[str, list[tuple[float, float | None]]] = {}  # (before, after) a kind
+        for kind in kinds:
+            if kind == "watch":
+                warm = ["--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0])]
+                done = run_in_repo(
+                    [
+                        sys.executable,
+                        "-m",
+                        "diagnose",
+                        "watch",
+                        load.script,
+                        "-q",
+                        *warm,
+                        "--out",
+                        str(work / f"residue-{i}"),
+                        "--overwrite",
+                        "--",
+                        *args,
+                    ],
+                    timeout,
+                    env=ENV,
+                )
+                if done.returncode != 0:
+                    raise SystemExit(f"diagnose watch {load.script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            else:
+                done = run_in_repo(
+                    [sys.executable, load.script, *args, *(profile_window if kind == "window" else [])],
+                    timeout,
+                    env=ENV,
+                )
+                if done.returncode != 0:
+                    raise SystemExit(f"{load.script} failed plainly:\n{done.stderr[-2000:]}")
+            rates[kind] = list(plain_rates(done.stdout).values())
+            if len(rates[kind]) != 2:
+                raise SystemExit(
+                    f"{kind}: the plain timer printed {len(rates[kind])} ranges, not 2:\n{done.stdout[-2000:]}"
+                )
+        line = []
+        for kind in rates:
+            (r0, c0), (r1, c1) = rates[kind]
+            drift[kind].append(r1 / r0 - 1)
+            if c0 and c1:
+                drift_cpu[kind].append(c1 / c0 - 1)
+            line.append(f"{kind} {r0:.1f} -> {r1:.1f} steps/s ({r1 / r0 - 1:+.1%})")
+        hook.append(rates["plain"][0][0] / rates["watch"][0][0] - 1)
+        print(f"  run {i + 1}: " + " · ".join(line), flush=True)
+    for kind in ("window", "watch") if window else ("watch",):
+        # what the window leaves: the plain run's drift over this one's, pair by pair
+        costs = [(1 + p) / (1 + k) - 1 for p, k in zip(drift["plain"], drift[kind], strict=True)]
+        cpu_costs = [(1 + k) / (1 + p) - 1 for p, k in zip(drift_cpu["plain"], drift_cpu[kind], strict=False)]
+        label = "a plain torch.profiler window" if kind == "window" else "watch's main window"
+        print(f"  after {label}, per step: {spread(costs)}; main thread cpu: {spread(cpu_costs)}", flush=True)
+    print(f"  the per-step hook before the window (watch against plain, across processes): {spread(hook)}", flush=True)
+
+
 def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None) -> int:
     misses = 0
     print("\n== planted whole-run shifts under diagnose watch", flush=True)
@@ -243,7 +339,7 @@ def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="tiny sizes on the CPU (a smoke run of this script)")
-    parser.add_argument("--part", choices=("overhead", "planted", "both"), default="both")
+    parser.add_argument("--part", choices=("overhead", "residue", "planted", "both"), default="both")
     parser.add_argument(
         "--only", choices=[load.name for load in LOADS], action="append", help="overhead: only this load (repeatable)"
     )
@@ -259,7 +355,7 @@ def main() -> None:
     parser.add_argument(
         "--no-window",
         action="store_true",
-        help="overhead: no third run with the example's own profiler window (pairs only: more of them a call)",
+        help="overhead, residue: no run with the example's own profiler window (pairs only: more of them a call)",
     )
     parser.add_argument(
         "--cpus",
@@ -284,6 +380,8 @@ def main() -> None:
                 args.timeout,
                 window=not args.no_window,
             )
+        if args.part == "residue":
+            residue(args.cpu, args.repeats, work, args.timeout, window=not args.no_window)
         if args.part in ("planted", "both"):
             misses = planted(args.cpu, work, args.timeout, args.planted)
     finally:

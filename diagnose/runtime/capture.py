@@ -293,12 +293,15 @@ class CaptureSession:
         return (done, self.boundaries[-1] - self.boundaries[first]) if done > 0 else None
 
     def _starts_profiler(self, k: int) -> bool:
-        """Whether boundary ``k`` starts the profiler: the first, or after a reset that dropped a
-        running one, the first outside the resetting call. Started that late, it may have no
-        warm-up step of its own (it records at once) and the warm-up grows where the window
-        would have begun before it."""
+        """Whether boundary ``k`` starts the profiler: the one before the window (its schedule's
+        warm-up step), or after a reset that dropped a running one, the first outside the
+        resetting call. Started that late, it may have no warm-up step of its own (it records at
+        once) and the warm-up grows where the window would have begun before it. Not earlier:
+        a profiler waiting through its schedule costs every step a ``step()`` and a record
+        function (``diagnose watch --warmup 400`` on a launch-bound loop: steps 10-15% slower
+        before its window)."""
         if not self._restart_pending:
-            return k == 0
+            return k == max(self.plan.warmup - 1, 0)
         if self.in_reset_call():
             return False
         self._restart_pending = False
