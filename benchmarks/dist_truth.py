@@ -506,6 +506,10 @@ def summarize(case: Case, report: dict[str, Any], row: dict[str, Any]) -> None:
             row["fix"] = "not tried: the rule did not fire" if case.rule not in fired else "not tried"
     elif case.kind in ("sweep", "scaling") and rows:
         key = experiments.get("compared_by") or "samples_per_s"
+        if case.work_knob and any(r.get(key) is None and r.get("steps_per_s") for r in rows):
+            # samples unknown (a script without a DataLoader): the sweep leaves points of unlike
+            # work uncompared, but this case knows each point's work a step (``work_knob``)
+            key = "steps_per_s"
 
         def rate(r: dict[str, Any]) -> float | None:
             value = r.get(key)

@@ -51,3 +51,28 @@ def test_a_case_is_run_tabulated_and_not_run_again(tmp_path: Path) -> None:
     assert "| fsdp2-fixed |" in (out / "results.md").read_text()
     again = _truth(out, "--only", "fsdp2-fixed", timeout=60)
     assert "already in results.json, skipped" in again.stdout
+
+
+def test_a_sweep_of_accumulation_without_samples_is_compared_by_steps_times_their_work() -> None:
+    """A script without a DataLoader has no samples/s; the sweep leaves points of unlike work
+    uncompared, and the case, which knows each point's micro-batches (``work_knob``), compares
+    optimizer steps/s times them (the 4-GPU run of 2026-11-28: 154.7 and 44.7 steps/s)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import dist_truth
+
+    case = next(c for c in dist_truth.CASES if c.name == "ddp-comm-bound")
+    rows = [
+        {
+            "label": f"arg.accumulate={n}",
+            "knobs": {"arg.accumulate": str(n)},
+            "status": "ok",
+            "run_dir": None,
+            "steps_per_s": rate,
+            "samples_per_s": None,
+        }
+        for n, rate in ((1, 154.726), (4, 44.674))
+    ]
+    row: dict[str, object] = {}
+    dist_truth.summarize(case, {"experiments": {"compared_by": "samples_per_s", "rows": rows}}, row)
+    assert row["measured"] == pytest.approx(4 * 44.674 / 154.726, abs=1e-4)
+    assert row["fix"] == "arg.accumulate=4"
