@@ -444,6 +444,30 @@ def test_kineto_lines_are_kept_off_stderr_and_the_rest_kept() -> None:
     assert kept_lines(raw) == b"my own warning\n"
 
 
+def test_torchs_spurious_profiler_warning_is_ignored_around_the_profiler_and_no_other() -> None:
+    """torch 2.11 warns "Profiler clears events at the end of each cycle" at diagnose's one-cycle
+    schedule (on every GPU run's terminal, -q or not); any other warning still reaches the user."""
+    import warnings
+
+    from diagnose.runtime.kinetolog import without_kineto_lines
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with without_kineto_lines():
+            warnings.warn(
+                "Warning: Profiler clears events at the end of each cycle.Only events from the current cycle "
+                "will be reported.To keep events across cycles, set acc_events=True.",
+                UserWarning,
+                stacklevel=1,
+            )
+            warnings.warn("the script's own warning", UserWarning, stacklevel=1)
+        warnings.warn("Warning: Profiler clears events at the end of each cycle.", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == [
+        "the script's own warning",
+        "Warning: Profiler clears events at the end of each cycle.",  # outside diagnose's calls: the script's
+    ]
+
+
 def test_a_child_runs_progress_reaches_the_parent_and_no_kineto_line_shows(tmp_path: Path) -> None:
     from diagnose.experiments import Spec, run_experiment
     from diagnose.record import WindowPlan

@@ -8,6 +8,7 @@ them): they land inside diagnose's progress line, and say nothing to a user. For
 descriptor 2 is pointed at a scratch file; afterwards every line of it that is not Kineto's is
 written to the real stderr, in order, so that nothing the script (or torch) said is lost. Where
 the descriptors cannot be moved (no descriptor 2, an odd platform) the block runs as it is.
+Inside the block, torch's own spurious profiler warnings (``SPURIOUS_WARNINGS``) are ignored.
 """
 
 from __future__ import annotations
@@ -17,12 +18,19 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 
 #: ``USDT:`` / ``STAGE:`` / glog letters, a date, a time, pid:tid, a C++ file and line, then ``]``
 KINETO_LINE = re.compile(
     rb"^(?:USDT|STAGE|[IWE]\d{4}|[IWE]):?\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \d+:\d+ [\w./-]+\.(?:cpp|cc|h):\d+\] "
 )
+
+
+#: torch (2.11 and older) warns that the profiler "clears events at the end of each cycle" where
+#: a schedule has one cycle only, as diagnose's has (pytorch/pytorch#180387, fixed since): a line
+#: on every GPU run's terminal that says nothing of the script
+SPURIOUS_WARNINGS = (r"Warning: Profiler clears events at the end of each cycle",)
 
 
 def kept_lines(raw: bytes) -> bytes:
@@ -32,6 +40,15 @@ def kept_lines(raw: bytes) -> bytes:
 
 @contextlib.contextmanager
 def without_kineto_lines() -> Iterator[None]:
+    with warnings.catch_warnings():
+        for message in SPURIOUS_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        with _fd2_filtered():
+            yield
+
+
+@contextlib.contextmanager
+def _fd2_filtered() -> Iterator[None]:
     try:
         sys.stderr.flush()
         saved = os.dup(2)
