@@ -20,7 +20,10 @@ steps) are left out with one line saying so, except a fix for a dominant categor
 within the floor, which is measured or shown first with its interval; those measured not to help are left out the same way.
 Findings whose prediction is unsure (intervals that overlap at the top, a wide interval, a
 transformation the model predicts badly here, no prediction, a dominant category, an unsettled
-ranking) say why (``Finding.check``): ``diagnose run`` measures them.
+ranking) say why (``Finding.check``): ``diagnose run`` measures them. Where the top finding is
+itself unsure (or none is shown), a fix left out within the floor yet predicted to gain at least
+``MIN_GAIN`` is measured too (``ranking.to_check``, after the shown ones): the floor says a
+prediction cannot tell, not that the fix does not help, and a measurement that helps ranks first.
 A rule whose conditions hold is dropped too when a rule that supersedes it fires (one cause, one
 finding); the Diagnosis records which rule spoke instead. "next" rules (what to try when nothing is wrong) are shown only when no problem fired.
 
@@ -431,9 +434,12 @@ def mark_checks(findings: list[Finding], values: dict[str, float]) -> None:
         f.check = why
 
 
-def ranking_summary(findings: list[Finding], floor: float, predictor: Predictor | None) -> dict[str, Any]:
+def ranking_summary(
+    findings: list[Finding], floor: float, predictor: Predictor | None, also: list[Finding] | None = None
+) -> dict[str, Any]:
     """How sure the ranking is, for the report: the resampling, the floor and what it is made of,
-    the top finding's share of first places, and the findings to measure (with their knobs)."""
+    the top finding's share of first places, and the findings to measure (with their knobs): the
+    shown ones that say why, then ``also`` (left out within the floor, measured all the same)."""
     sample = predictor.steps if predictor is not None else U.StepSample(())
     top = findings[0] if findings else None
     return {
@@ -445,7 +451,9 @@ def ranking_summary(findings: list[Finding], floor: float, predictor: Predictor 
         "basis": top.basis if top else None,
         "first_share": None if top is None or top.first_share is None else round(top.first_share, 4),
         "settled": top is None or len(findings) == 1 or (top.first_share or 0.0) >= SETTLED_SHARE,
-        "to_check": [{"rule": f.rule_id, "why": f.check, "knobs": f.knobs} for f in findings if f.check],
+        "to_check": [
+            {"rule": f.rule_id, "why": f.check, "knobs": f.knobs} for f in [*findings, *(also or [])] if f.check
+        ],
     }
 
 
@@ -483,6 +491,9 @@ def diagnose_symptoms(
     superseded = superseded_by(fired)
     fired_ids = {rule.id for rule in fired}
     near_misses = []
+    #: left out within the floor but predicted to gain MIN_GAIN or more, with a knob (and the
+    #: index of its "considered" line): measured where the top finding is unsure
+    within_floor: list[tuple[Finding, int]] = []
     for rule in rules:
         if rule.kind == "problem" and rule.id not in fired_ids:
             try:
@@ -552,6 +563,8 @@ def diagnose_symptoms(
                 else f"under the {MIN_GAIN - 1:.0%} worth a change"
             )
             considered.append(f"considered {rule.id}: predicted {finding.predicted:.2f}x, {why}")
+            if finding.predicted >= MIN_GAIN and finding.knobs and rule.kind == "problem":
+                within_floor.append((finding, len(considered) - 1))
             if near and rule.kind == "problem":
                 near_misses.append(
                     f"borderline: {rule.id} ({rule.texts(cpu_only_run(values)).title}) was left out at a predicted "
@@ -566,6 +579,15 @@ def diagnose_symptoms(
     rank_findings(nexts, transformations, predictor)
     shown = problems or nexts
     mark_checks(shown, values)
+    also = []
+    if not shown or shown[0].check:  # the top is unsure: what the floor left out may be the fix
+        for finding, line in within_floor:
+            finding.check = [
+                f"predicted {finding.predicted:.2f}x, within the ±{floor:.0%} a change must beat: "
+                "only a measurement can tell whether it helps"
+            ]
+            considered[line] += "; diagnose run measures it (--check N)"
+            also.append(finding)
     return Diagnosis(
         findings=problems,
         next_steps=[] if problems else nexts,
@@ -575,5 +597,5 @@ def diagnose_symptoms(
         replay=predictor.to_dict() if predictor is not None else None,
         skipped=skipped,
         borderline=near_misses,
-        ranking=ranking_summary(shown, floor, predictor),
+        ranking=ranking_summary(shown, floor, predictor, also),
     )
