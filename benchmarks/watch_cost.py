@@ -288,13 +288,15 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
             line.append(f"{kind} {r0:.1f} -> {r1:.1f} steps/s ({r1 / r0 - 1:+.1%})")
         hook.append(rates["plain"][0][0] / rates["watch"][0][0] - 1)
         print(f"  run {i + 1}: " + " · ".join(line), flush=True)
-    for kind in ("window", "watch") if window else ("watch",):
-        # what the window leaves: the plain run's drift over this one's, pair by pair
-        costs = [(1 + p) / (1 + k) - 1 for p, k in zip(drift["plain"], drift[kind], strict=True)]
-        cpu_costs = [(1 + k) / (1 + p) - 1 for p, k in zip(drift_cpu["plain"], drift_cpu[kind], strict=False)]
-        label = "a plain torch.profiler window" if kind == "window" else "watch's main window"
-        print(f"  after {label}, per step: {spread(costs)}; main thread cpu: {spread(cpu_costs)}", flush=True)
-    print(f"  the per-step hook before the window (watch against plain, across processes): {spread(hook)}", flush=True)
+        # the summary so far, after every repeat: a call cut short by its time keeps what it measured
+        print(f"  after {i + 1} run(s):", flush=True)
+        for kind in ("window", "watch") if window else ("watch",):
+            # what the window leaves: the plain run's drift over this one's, pair by pair
+            costs = [(1 + p) / (1 + k) - 1 for p, k in zip(drift["plain"], drift[kind], strict=True)]
+            cpu_costs = [(1 + k) / (1 + p) - 1 for p, k in zip(drift_cpu["plain"], drift_cpu[kind], strict=False)]
+            label = "a plain torch.profiler window" if kind == "window" else "watch's main window"
+            print(f"    after {label}, per step: {spread(costs)}; main thread cpu: {spread(cpu_costs)}", flush=True)
+        print(f"    watch's steps before the window against plain (across processes): {spread(hook)}", flush=True)
 
 
 def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None) -> int:
