@@ -66,13 +66,24 @@ def unsure_words(
     if not any(value not in ("", "n/a") for value in (knobs or {}).values()):  # as experiments.check_candidates
         return f"{why}: no knob applies this change; make it and run diagnose again to measure it"
     if world_size is not None and world_size > 1:
-        return f"{why}: diagnose verify --nproc-per-node N --rule {rule} measures it (a distributed run measures nothing in-run)"
+        return f"{why}: {what_measures(rule, world_size)}"
     if tried:
         return (
             f"{why}: diagnose run's check tried it and could not measure it ({tried}); "
             f"--check-budget SECONDS gives it longer, diagnose verify --rule {rule} measures it apart"
         )
-    return f"{why}: diagnose run measures it (--check N)"
+    return f"{why}: {what_measures(rule, world_size)}"
+
+
+def what_measures(rule: str, world_size: int | None = None) -> str:
+    """What measures a finding whose change a knob applies: ``diagnose run``'s check in one
+    process, ``diagnose verify`` under torchrun for a distributed run (its check would be a whole
+    job: it measures nothing in-run)."""
+    if world_size is not None and world_size > 1:
+        return (
+            f"diagnose verify --nproc-per-node N --rule {rule} measures it (a distributed run measures nothing in-run)"
+        )
+    return "diagnose run measures it (--check N)"
 
 
 def ms(value: float) -> str:

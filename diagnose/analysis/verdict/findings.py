@@ -52,7 +52,7 @@ from diagnose.analysis.prediction.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD
 from diagnose.analysis.symptoms import CATALOG, Symptoms
 from diagnose.analysis.verdict.rules import Rule, cpu_only_run, render_template, template_names
 from diagnose.record import DATALOADER_KNOBS, FRAMEWORKS
-from diagnose.units import format_value
+from diagnose.units import format_value, what_measures
 
 #: An exposed category where the GPU idles (data wait, copies, syncs, host code) over this share
 #: of the step: a fix for it is never left out for a small prediction, it is measured or shown
@@ -586,7 +586,8 @@ def diagnose_symptoms(
                 f"predicted {finding.predicted:.2f}x, within the ±{floor:.0%} a change must beat: "
                 "only a measurement can tell whether it helps"
             ]
-            considered[line] += "; diagnose run measures it (--check N)"
+            world = values.get("dist.world_size")
+            considered[line] += f"; {what_measures(finding.rule_id, int(world) if world else None)}"
             also.append(finding)
     return Diagnosis(
         findings=problems,
