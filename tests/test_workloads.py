@@ -24,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from workloads import data as workloads_data  # noqa: E402
 from workloads import make_dataset  # noqa: E402
 from workloads import train as train_script  # noqa: E402
 from workloads.data import (  # noqa: E402
@@ -244,6 +245,21 @@ def test_synthetic_dataset_is_deterministic_jpeg_bytes() -> None:
     assert first.images == second.images and first.targets == [i % 3 for i in range(12)]
     image, label = first[4]
     assert image.format == "JPEG" and image.size == (32, 32) and label == 1
+
+
+def test_a_large_synthetic_set_repeats_a_pool_of_images_and_its_labels_still_cycle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(workloads_data, "UNIQUE_IMAGES", 8)  # 8 -> 6: a multiple of the 3 classes
+    large = SyntheticJPEGDataset(20, 3, 16, seed=5, split="train")
+    assert len(large) == 20 and len(large.images) == 6 and len(set(large.images)) == 6
+    small = SyntheticJPEGDataset(6, 3, 16, seed=5, split="train")
+    assert large.images == small.images  # the same first images, whatever the set's size
+    for index in range(20):
+        image, label = large[index]
+        assert label == index % 3 and image.tobytes() == small[index % 6][0].tobytes()
+    with pytest.raises(IndexError):
+        large[20]
 
 
 # --- train.py -----------------------------------------------------------------------------
