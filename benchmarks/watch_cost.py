@@ -114,18 +114,40 @@ def plain_cpu_ms(output: str) -> float | None:
 ENV: dict[str, str] = {}
 
 
-def run_plain(load: Load, args: list[str], timeout: float) -> tuple[float | None, float | None, float]:
+def plain_output(script: str, args: list[str], timeout: float) -> tuple[str, float]:
+    """The script run plainly: its stdout and its wall-clock."""
     start = time.perf_counter()
-    done = run_in_repo([sys.executable, load.script, *args], timeout, env=ENV)
+    done = run_in_repo([sys.executable, script, *args], timeout, env=ENV)
     wall = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"{load.script} failed plainly:\n{done.stderr[-2000:]}")
-    return plain_rate(done.stdout), plain_cpu_ms(done.stdout), wall
+        raise SystemExit(f"{script} failed plainly:\n{done.stderr[-2000:]}")
+    return done.stdout, wall
 
 
-def run_watch(script: str, args: list[str], out: Path, timeout: float) -> tuple[str, dict]:
+def run_plain(load: Load, args: list[str], timeout: float) -> tuple[float | None, float | None, float]:
+    stdout, wall = plain_output(load.script, args, timeout)
+    return plain_rate(stdout), plain_cpu_ms(stdout), wall
+
+
+def run_watch(
+    script: str, args: list[str], out: Path, timeout: float, options: tuple[str, ...] = ()
+) -> tuple[str, dict]:
+    """The script under ``diagnose watch`` (with watch's own ``options``): its stdout and report."""
     done = run_in_repo(
-        [sys.executable, "-m", "diagnose", "watch", script, "-q", "--out", str(out), "--overwrite", "--", *args],
+        [
+            sys.executable,
+            "-m",
+            "diagnose",
+            "watch",
+            script,
+            "-q",
+            *options,
+            "--out",
+            str(out),
+            "--overwrite",
+            "--",
+            *args,
+        ],
         timeout,
         env=ENV,
     )
@@ -245,40 +267,13 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
         rates: dict[str, list[tuple[float, float | None]]] = {}  # (before, after) a kind
         for kind in kinds:
             if kind == "watch":
-                warm = ["--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0])]
-                done = run_in_repo(
-                    [
-                        sys.executable,
-                        "-m",
-                        "diagnose",
-                        "watch",
-                        load.script,
-                        "-q",
-                        *warm,
-                        "--out",
-                        str(work / f"residue-{i}"),
-                        "--overwrite",
-                        "--",
-                        *args,
-                    ],
-                    timeout,
-                    env=ENV,
-                )
-                if done.returncode != 0:
-                    raise SystemExit(f"diagnose watch {load.script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+                warm = ("--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0]))
+                stdout, _ = run_watch(load.script, args, work / f"residue-{i}", timeout, warm)
             else:
-                done = run_in_repo(
-                    [sys.executable, load.script, *args, *(profile_window if kind == "window" else [])],
-                    timeout,
-                    env=ENV,
-                )
-                if done.returncode != 0:
-                    raise SystemExit(f"{load.script} failed plainly:\n{done.stderr[-2000:]}")
-            rates[kind] = list(plain_rates(done.stdout).values())
+                stdout, _ = plain_output(load.script, [*args, *(profile_window if kind == "window" else [])], timeout)
+            rates[kind] = list(plain_rates(stdout).values())
             if len(rates[kind]) != 2:
-                raise SystemExit(
-                    f"{kind}: the plain timer printed {len(rates[kind])} ranges, not 2:\n{done.stdout[-2000:]}"
-                )
+                raise SystemExit(f"{kind}: the plain timer printed {len(rates[kind])} ranges, not 2:\n{stdout[-2000:]}")
         line = []
         for kind in rates:
             (r0, c0), (r1, c1) = rates[kind]

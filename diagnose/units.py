@@ -65,9 +65,7 @@ def unsure_words(
     why = f"unsure ({'; '.join(reasons)})"
     if not any(value not in ("", "n/a") for value in (knobs or {}).values()):  # as experiments.check_candidates
         return f"{why}: no knob applies this change; make it and run diagnose again to measure it"
-    if world_size is not None and world_size > 1:
-        return f"{why}: {what_measures(rule, world_size)}"
-    if tried:
+    if tried and not (world_size is not None and world_size > 1):  # a distributed run's check tried nothing
         return (
             f"{why}: diagnose run's check tried it and could not measure it ({tried}); "
             f"--check-budget SECONDS gives it longer, diagnose verify --rule {rule} measures it apart"
