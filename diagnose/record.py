@@ -6,6 +6,7 @@ without torch and without running the script again.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import math
@@ -543,9 +544,52 @@ class RunRecord:
         """The first step timed with the profiler off (after the untimed prefetched ones)."""
         return self.window_plan().first_timed + self.timed_skipped if self.plan else 0
 
+    def turn_steps(self) -> set[int]:
+        """The steps (``i``: boundary ``i`` to ``i + 1``) in which a DataLoader iterator began: an
+        epoch's turn (the new epoch's first batch, fresh workers where they are not persistent)
+        or another loader's pass (an evaluation between epochs, its iterator and its batches)."""
+        b = self.boundaries_s
+        starts = (t for d in self.dataloaders for t in d.first_batch_at_s)
+        return {i for i in (bisect.bisect_right(b, t) - 1 for t in starts) if 0 <= i < len(b) - 1}
+
+    def steady_steps(self) -> list[int]:
+        """The timed steps (profiler off) a steady figure is made of: those at an epoch's turn left
+        out (``turn_steps``), where at least half of them and two remain. Fifteen timed steps of a
+        20-batch epoch hold a turn and an evaluation pass (one 1.9 s step among 17 ms ones: a
+        ResNet-18 at twice its batch measured 0.46x by the mean, docs/zoo.md) where the same
+        steps at the old batch (40 batches an epoch) held none: the turn's cost belongs to the
+        epoch (WHOLE001, WHOLE003), not to the training step two runs are compared by."""
+        if not self.timed_steps:
+            return []
+        first = self.first_timed_step()
+        timed = list(range(first, min(first + self.timed_steps, len(self.boundaries_s) - 1)))
+        turns = self.turn_steps()
+        kept = [i for i in timed if i not in turns]
+        return kept if len(kept) >= max(2, (len(timed) + 1) // 2) else timed
+
+    def steady_left_out(self) -> int:
+        """Timed steps left out of the steady figures (``steady_steps``)."""
+        return max(0, self.timed_steps - len(self.steady_steps())) if self.timed_steps else 0
+
     def steady_durations(self) -> list[float]:
-        """The timed steps' durations (profiler off), in seconds."""
-        return self.durations_between(self.first_timed_step(), self.timed_steps) if self.timed_steps else []
+        """The steady steps' durations (profiler off), in seconds (``steady_steps``)."""
+        d = self.step_durations()
+        return [d[i] for i in self.steady_steps() if i < len(d)]
+
+    def steady_samples(self) -> list[int]:
+        """Samples of each steady step (0 where not known), aligned with ``steady_durations``."""
+        n = self.samples_per_step
+        return [n[i] if i < len(n) else 0 for i in self.steady_steps()]
+
+    def steady_mean_s(self) -> float | None:
+        """The mean steady step in seconds: the timed steps' sum (synchronised at both ends) over
+        their count, or, where steps at an epoch's turn were left out, the mean of the rest."""
+        if not self.timed_seconds or not self.timed_steps:
+            return None
+        if not self.steady_left_out():
+            return self.timed_seconds / self.timed_steps
+        kept = self.steady_durations()
+        return sum(kept) / len(kept) if kept else None
 
     def train_loader(self) -> DataLoaderInfo | None:
         """The DataLoader the profiled steps drew from (the most fetches in the window)."""

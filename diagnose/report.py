@@ -265,8 +265,13 @@ class Timing(Section):
     mean_spread: Number | None = None
     steps_per_s: Number | None = None
     samples_per_s: Number | None = None
+    #: timed steps left out of the figures above: an epoch's turn or another DataLoader's pass
+    #: (an evaluation) began in them (``RunRecord.steady_steps``); absent where none was
+    left_out: int | None = None
 
     def _absent(self, name: str) -> bool:
+        if name == "left_out":
+            return self.left_out is None
         return self.steps == 0 and name != "steps"  # a window of no step: ``{"steps": 0}``
 
 

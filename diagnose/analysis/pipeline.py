@@ -429,10 +429,9 @@ def _loads_in_main_thread(record: RunRecord | None, kinds: Mapping[str, int]) ->
 
 
 def _steady_step_us(record: RunRecord | None) -> float | None:
-    """Mean step time with the profiler off, from the timed steps of the run."""
-    if record is None or not record.timed_seconds or not record.timed_steps:
-        return None
-    return record.timed_seconds / record.timed_steps * 1e6
+    """Mean step time with the profiler off, from the timed steps of the run (``steady_mean_s``)."""
+    steady = record.steady_mean_s() if record is not None else None
+    return steady * 1e6 if steady else None
 
 
 def attribute_sync_time(record: RunRecord, timeline: Timeline) -> list[dict[str, Any]]:

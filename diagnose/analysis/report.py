@@ -485,10 +485,11 @@ def _throughput(report: Report, record: RunRecord | None, breakdown: Breakdown |
         durations = record.durations_between(plan_warmup, record.profiled_steps)
         out.profiled = _timing(durations, record.samples_per_step[plan_warmup:])
     if record is not None and record.timed_seconds:
-        first = record.first_timed_step()
-        durations = record.steady_durations()
-        samples = record.samples_per_step[first : first + record.timed_steps]
-        out.steady = _timing(durations, samples, total_s=record.timed_seconds)
+        left_out = record.steady_left_out()
+        durations, samples = record.steady_durations(), record.steady_samples()
+        out.steady = _timing(durations, samples, total_s=None if left_out else record.timed_seconds)
+        if left_out:
+            out.steady.left_out = left_out
     elif record is not None and record.completed_steps():
         out.steady = None
         out.note = "too few steps for the steady-state timing (profiler off); figures are from the profiled window"

@@ -194,6 +194,13 @@ class TerminalRenderer(Renderer):
                     ("Steady state ", "bold"), f"(profiler off, {t.steady.steps} steps): ", _timing_text(t.steady)
                 )
             )
+            if t.steady.left_out:
+                c.print(
+                    Text(
+                        f"  {t.steady.left_out} timed step(s) left out: an epoch's turn or an evaluation pass began in them",
+                        style="dim",
+                    )
+                )
         if t.profiled:
             c.print(
                 Text.assemble(("Profiled window ", "bold"), f"({t.profiled.steps} steps): ", _timing_text(t.profiled))

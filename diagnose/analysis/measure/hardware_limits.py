@@ -86,8 +86,9 @@ def device_name(record: RunRecord | None, meta: TraceMeta | None) -> str | None:
 
 
 def steady_step_s(record: RunRecord | None, breakdown: Breakdown | None) -> float | None:
-    if record is not None and record.timed_seconds and record.timed_steps:
-        return record.timed_seconds / record.timed_steps
+    steady = record.steady_mean_s() if record is not None else None
+    if steady:
+        return steady
     if breakdown is not None and breakdown.steps:
         return statistics.median(s.duration_us for s in breakdown.steps) / 1e6
     return None

@@ -53,7 +53,8 @@ def summarize_rank(
         communication_ms = round(sum(c["ms"] for c in by_kind.values()), 4)
     elif exposed_comm is not None and median_step:
         exposed_ms = round(exposed_comm * median_step / 1000, 4)
-    steady = record.timed_seconds / record.timed_steps * 1000 if record.timed_seconds and record.timed_steps else None
+    mean_s = record.steady_mean_s()
+    steady = mean_s * 1000 if mean_s else None
     return RankSummary(
         rank=rank,
         status=record.status,

@@ -102,8 +102,9 @@ def host(gpu: Breakdown) -> float:
 
 @symptom("step.time_ms", "ms", "mean step time (steady state where measured, else the profiled steps' median)")
 def step_time_ms(steps: Breakdown | None = None, record: RunRecord | None = None) -> float | None:
-    if record is not None and record.timed_seconds and record.timed_steps:
-        return record.timed_seconds / record.timed_steps * 1000
+    steady = record.steady_mean_s() if record is not None else None
+    if steady:
+        return steady * 1000
     if steps is not None:
         return statistics.median(s.duration_us for s in steps.steps) / 1000
     return None

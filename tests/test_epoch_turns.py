@@ -1,0 +1,105 @@
+"""Timed steps at an epoch's turn are left out of the steady figures (RunRecord.steady_steps).
+
+Fifteen timed steps of a 20-batch epoch hold the epoch's end and an evaluation pass where the
+same steps at half the batch hold none: compared by their means, timm's ResNet-18 at twice its
+batch measured 0.46x on an H100 (docs/zoo.md, the third run) while its training steps ran at the
+old pace. Hand-built records, exact expectations."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+
+from diagnose.analysis.report import build_report
+from diagnose.analysis.symptoms import Symptoms
+from diagnose.record import DataLoaderInfo, RunRecord, WindowPlan
+
+#: warm-up 1, profiled 2, the export step, then 8 timed steps (indices 4-11)
+PLAN = WindowPlan(warmup=1, steps=2, timed=8)
+
+
+def _loader(starts: list[float], dataset_len: int = 640) -> DataLoaderInfo:
+    return DataLoaderInfo(
+        loader_id=len(starts),
+        created_at=None,
+        dataset="ImageDataset",
+        dataset_len=dataset_len,
+        batch_size=64,
+        num_workers=4,
+        pin_memory=False,
+        prefetch_factor=2,
+        persistent_workers=True,
+        drop_last=True,
+        first_batch_at_s=starts,
+    )
+
+
+def _record(durations_ms: list[float], loaders: list[DataLoaderInfo]) -> RunRecord:
+    boundaries = [0.0]
+    for d in durations_ms:
+        boundaries.append(round(boundaries[-1] + d / 1000, 9))
+    first = PLAN.first_timed
+    return RunRecord(
+        plan=asdict(PLAN),
+        boundaries_s=boundaries,
+        samples_per_step=[64] * len(durations_ms),
+        profiled_steps=2,
+        timed_steps=8,
+        timed_seconds=boundaries[first + 8] - boundaries[first],
+        dataloaders=loaders,
+    )
+
+
+#: steps 0-3 (warm-up, window, export) then 8 timed steps of 20 ms, one of them (index 7, from
+#: 0.23 s to 1.23 s) 1 s long: the evaluation pass and the new epoch's start
+DURATIONS = [10, 30, 30, 100, 20, 20, 20, 1000, 20, 20, 20, 20]
+
+
+def test_a_step_in_which_an_iterator_began_is_a_turn() -> None:
+    # the training loader's first epoch began before step 0; the evaluation loader at 0.25 s (step
+    # 7: 0.23-1.23 s) and the training loader's second epoch at 1.20 s (step 7 too)
+    record = _record(DURATIONS, [_loader([-0.5, 1.20]), _loader([0.25], dataset_len=320)])
+    assert record.turn_steps() == {7}
+    assert record.steady_steps() == [4, 5, 6, 8, 9, 10, 11]
+    assert record.steady_left_out() == 1
+    assert record.steady_durations() == pytest.approx([0.02] * 7)
+    assert record.steady_mean_s() == pytest.approx(0.02)
+
+
+def test_without_a_turn_the_figures_are_the_timed_steps_sum() -> None:
+    record = _record(DURATIONS, [_loader([-0.5])])
+    assert record.turn_steps() == set()
+    assert record.steady_left_out() == 0
+    assert record.steady_mean_s() == pytest.approx(1.14 / 8)  # the synchronised sum over the count
+
+
+def test_a_loop_that_makes_an_iterator_every_step_keeps_all_its_steps() -> None:
+    # next(iter(loader)) each step: every timed step is a "turn"; fewer than half would remain
+    starts = [sum(DURATIONS[:i]) / 1000 + 0.001 for i in range(len(DURATIONS))]
+    record = _record(DURATIONS, [_loader(starts)])
+    assert len(record.turn_steps()) == len(DURATIONS)
+    assert record.steady_steps() == list(range(4, 12))
+    assert record.steady_left_out() == 0
+
+
+def test_the_report_says_what_was_left_out_and_measures_the_rest() -> None:
+    record = _record(DURATIONS, [_loader([-0.5, 1.20]), _loader([0.25], dataset_len=320)])
+    report = build_report(
+        record=record, meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None
+    )
+    steady = report.throughput["steady"]
+    assert steady["steps"] == 7 and steady["left_out"] == 1
+    assert steady["mean_step_ms"] == pytest.approx(20.0)
+    assert steady["samples_per_s"] == pytest.approx(3200.0)
+    plain = build_report(
+        record=_record(DURATIONS, [_loader([-0.5])]),
+        meta=None,
+        breakdown=None,
+        symptoms=Symptoms({}),
+        diagnosis=None,
+        source={},
+        limit=None,
+    )
+    assert "left_out" not in plain.throughput["steady"]
+    assert plain.throughput["steady"]["mean_step_ms"] == pytest.approx(142.5)
