@@ -32,15 +32,17 @@ def parse_cpulist(text: str) -> list[int]:
     return cpus
 
 
-def gpu_local_cpus(count: int) -> list[int] | None:
+def gpu_local_cpus(count: int, visible: str | None = None) -> list[int] | None:
     """``count`` CPUs on the first visible GPU's NUMA node, a slice of its own (the n-th visible
     GPU of the host takes the n-th slice, so two benchmarks on two GPUs of one host do not share
     cores), within this process's affinity; None where there is no GPU or the host does not say.
 
     Why: a launch-bound loop's pace depends on which cores it lands on (the GPU's socket or the
     other, a core shared with another process); on a 2-GPU H200 host plain runs of the same
-    script moved by 27% from one process to the next, more than the costs being measured."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    script moved by 27% from one process to the next, more than the costs being measured.
+    ``visible``: that GPU's index instead of the first in ``CUDA_VISIBLE_DEVICES``."""
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
     try:
         bus = subprocess.run(
             ["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", visible],

@@ -23,6 +23,10 @@ per pair, then their median and range over the pairs:
   start to script end, the main profiled window and its trace export included) against the
   plain process's wall-clock; it shrinks as the run grows (the window is a fixed cost).
 
+Part ``residue`` (``--forked``: a third run a repeat, the plain script in a child forked as watch
+forks its own) and part ``concurrent`` (plain and watched at once on two GPUs of one host, sides
+swapped each repeat: ``--sides 2,3``): see their functions.
+
 Part ``planted``: each examples/watch_*.py under ``diagnose watch``: the top whole-run finding
 (WHOLE*), where it ranks among all findings, what it says the shift cost, the share of the
 wall-clock in named buckets, and goodput. Each row says whether the expected finding came first
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -44,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import PLAIN_RE, pin_cpus, run_in_repo
+from _bench import PLAIN_RE, REPO, gpu_local_cpus, pin_cpus, run_in_repo
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,36 @@ def plain_output(script: str, args: list[str], timeout: float) -> tuple[str, flo
     if done.returncode != 0:
         raise SystemExit(f"{script} failed plainly:\n{done.stderr[-2000:]}")
     return done.stdout, wall
+
+
+#: the plain script in a child forked from a process that imported diagnose's command line, as
+#: ``diagnose watch`` forks its supervised child (supervise.py), with nothing of diagnose installed:
+#: what a process made that way costs, apart from watch's hooks
+FORKED = """
+import os, runpy, sys
+import diagnose.cli  # noqa: F401 - what watch's parent holds when it forks
+script, *args = sys.argv[1:]
+pid = os.fork()
+if pid == 0:
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))  # as python script.py sets it
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0
+    sys.stdout.flush()
+    os._exit(code)
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def forked_output(script: str, args: list[str], timeout: float) -> str:
+    """The script run as ``FORKED`` runs it: its stdout."""
+    done = run_in_repo([sys.executable, "-c", FORKED, script, *args], timeout, env=ENV)
+    if done.returncode != 0:
+        raise SystemExit(f"{script} failed in a forked child:\n{done.stderr[-2000:]}")
+    return done.stdout
 
 
 def run_plain(load: Load, args: list[str], timeout: float) -> tuple[float | None, float | None, float]:
@@ -238,7 +273,7 @@ def plain_rates(output: str) -> dict[str, tuple[float, float | None]]:
 RESIDUE_BEFORE, RESIDUE_WINDOW, RESIDUE_AFTER = (100, 300), (320, 330), (500, 1100)
 
 
-def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = True) -> None:
+def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = True, forked: bool = False) -> None:
     """What watch leaves in a process after its main window, each process against itself.
 
     Three runs a repeat (their order rotating): the host-bound load plainly, plainly with a
@@ -249,6 +284,8 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
     before-rate, and what the window leaves behind is the plain run's drift over the other's (the
     process-to-process spread, +-14% on a shared host, cancels). The steps before the window carry
     watch's per-step hook and sampler: their cost is the cross-process figure beside it.
+    ``forked`` adds a run of the plain script in a child forked as watch forks its own (``FORKED``):
+    how much of that cross-process figure is the way the process was made, not what runs in it.
     """
     load = next(load for load in LOADS if load.name == "host_bound")
     before, after = f"{RESIDUE_BEFORE[0]}:{RESIDUE_BEFORE[1]}", f"{RESIDUE_AFTER[0]}:{RESIDUE_AFTER[1] - 1}"
@@ -258,17 +295,20 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
         f"\n== residue: {load.script} {' '.join(args)}; window at steps {RESIDUE_WINDOW[0]}-{RESIDUE_WINDOW[1] - 1}",
         flush=True,
     )
-    drift: dict[str, list[float]] = {"plain": [], "window": [], "watch": []}
-    drift_cpu: dict[str, list[float]] = {"plain": [], "window": [], "watch": []}
+    drift: dict[str, list[float]] = {"plain": [], "window": [], "watch": [], "forked": []}
+    drift_cpu: dict[str, list[float]] = {"plain": [], "window": [], "watch": [], "forked": []}
     hook: list[float] = []
+    fork_cost: list[float] = []
     for i in range(repeats):
-        kinds = ["plain", "window", "watch"] if window else ["plain", "watch"]
+        kinds = ["plain", *(["window"] if window else []), "watch", *(["forked"] if forked else [])]
         kinds = kinds[i % len(kinds) :] + kinds[: i % len(kinds)]  # rotating order: a drift of the machine favours none
         rates: dict[str, list[tuple[float, float | None]]] = {}  # (before, after) a kind
         for kind in kinds:
             if kind == "watch":
                 warm = ("--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0]))
                 stdout, _ = run_watch(load.script, args, work / f"residue-{i}", timeout, warm)
+            elif kind == "forked":
+                stdout = forked_output(load.script, args, timeout)
             else:
                 stdout, _ = plain_output(load.script, [*args, *(profile_window if kind == "window" else [])], timeout)
             rates[kind] = list(plain_rates(stdout).values())
@@ -282,6 +322,8 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
                 drift_cpu[kind].append(c1 / c0 - 1)
             line.append(f"{kind} {r0:.1f} -> {r1:.1f} steps/s ({r1 / r0 - 1:+.1%})")
         hook.append(rates["plain"][0][0] / rates["watch"][0][0] - 1)
+        if forked:
+            fork_cost.append(rates["plain"][0][0] / rates["forked"][0][0] - 1)
         print(f"  run {i + 1}: " + " · ".join(line), flush=True)
         # the summary so far, after every repeat: a call cut short by its time keeps what it measured
         print(f"  after {i + 1} run(s):", flush=True)
@@ -292,6 +334,112 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
             label = "a plain torch.profiler window" if kind == "window" else "watch's main window"
             print(f"    after {label}, per step: {spread(costs)}; main thread cpu: {spread(cpu_costs)}", flush=True)
         print(f"    watch's steps before the window against plain (across processes): {spread(hook)}", flush=True)
+        if forked:
+            print(f"    the plain script in a forked child, same steps, against plain: {spread(fork_cost)}", flush=True)
+
+
+def _side_cpus(side: str, cpu: bool, count: int = 4) -> list[int] | None:
+    """The CPUs of one side of a concurrent pair: ``count`` local to GPU ``side``, or on the CPU
+    (``cpu``) one half of this process's CPUs (side "0" the first half, "1" the second)."""
+    if not cpu:
+        return gpu_local_cpus(count, side)
+    mine = sorted(os.sched_getaffinity(0))
+    half = max(1, len(mine) // 2)
+    return mine[:half] if side == "0" else mine[half : 2 * half] or mine[:half]
+
+
+def _start_side(cmd: list[str], side: str, cpu: bool) -> subprocess.Popen[str]:
+    """``cmd`` from the repository root on one side: its GPU alone (``CUDA_VISIBLE_DEVICES``), its
+    CPUs (``taskset``), its output captured."""
+    cpus = _side_cpus(side, cpu)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
+    env.update(ENV)
+    env["CUDA_VISIBLE_DEVICES"] = "" if cpu else side
+    pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus and shutil.which("taskset") else []
+    return subprocess.Popen([*pin, *cmd], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def concurrent(
+    cpu: bool, repeats: int, work: Path, timeout: float, sides: tuple[str, str] = ("0", "1"), moved: bool = True
+) -> None:
+    """Watch against plain, the two run at the same time on twin sides of one host.
+
+    Runs in sequence (``residue``) share the host's moments: a plain run and the next moved by
+    +-13% within one process on an H100 host (the host's load, its clocks), more than the cost
+    measured. Here each repeat starts the plain host-bound load and the same load under watch
+    together, each on a GPU of its own with its own GPU-local cores (``sides``: two GPUs of the
+    host; on the CPU, two halves of the cores), so that whatever the host does in those seconds
+    hits both; the sides swap every repeat, so that a faster GPU or socket favours neither. Per
+    repeat: plain's rate over watch's on the steps before watch's main window (the per-step hook
+    and sampler), on the steps after it (all that runs in a watched process past its window), and
+    the script's wall-clock (the window and its export included). ``moved=False`` leaves watch's
+    main window where a user's run has it (after 5 warm-up steps): both timed ranges then lie
+    past it, and what they measure is what a watched job pays per step for its whole length."""
+    load = next(load for load in LOADS if load.name == "host_bound")
+    before, after = f"{RESIDUE_BEFORE[0]}:{RESIDUE_BEFORE[1]}", f"{RESIDUE_AFTER[0]}:{RESIDUE_AFTER[1] - 1}"
+    args = [*(["--small"] if cpu else []), "--steps", str(RESIDUE_AFTER[1]), "--time-steps", f"{before},{after}"]
+    warm = ("--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0])) if moved else ()
+    first = "before the window (per-step hook, sampler)" if moved else "steps 100-299, past the window"
+    second = "after it (everything a watched process runs past its window)" if moved else "steps 500-1099"
+    print(
+        f"\n== concurrent: {load.script} {' '.join(args)}, plain and watched at once on sides {sides[0]} and {sides[1]} "
+        f"(CPUs {_side_cpus(sides[0], cpu)} and {_side_cpus(sides[1], cpu)}); watch's window "
+        + (f"at steps {RESIDUE_WINDOW[0]}-{RESIDUE_WINDOW[1] - 1}" if moved else "where a user's run has it"),
+        flush=True,
+    )
+    costs: dict[str, list[float]] = {"before": [], "after": [], "wall": []}
+    by_side: dict[str, list[float]] = {}  # a side that favours one process shows here
+    for i in range(repeats):
+        plain_side, watch_side = sides if i % 2 == 0 else sides[::-1]
+        out = work / f"concurrent-{i}"
+        watch_cmd = [sys.executable, "-m", "diagnose", "watch", load.script, "-q", *warm, "--out", str(out)]
+        started = time.perf_counter()
+        procs = {
+            "plain": _start_side([sys.executable, load.script, *args], plain_side, cpu),
+            "watch": _start_side([*watch_cmd, "--overwrite", "--", *args], watch_side, cpu),
+        }
+        rates: dict[str, list[tuple[float, float | None]]] = {}
+        walls: dict[str, float] = {}
+        for kind, proc in procs.items():
+            try:
+                stdout, stderr = proc.communicate(timeout=max(1.0, timeout - (time.perf_counter() - started)))
+            except subprocess.TimeoutExpired:
+                for other in procs.values():
+                    other.kill()
+                raise SystemExit(f"concurrent run {i + 1}: {kind} ran past {timeout:.0f} s") from None
+            walls[kind] = time.perf_counter() - started  # an upper bound for the one waited on first
+            if proc.returncode != 0:
+                raise SystemExit(f"concurrent run {i + 1}: {kind} failed ({proc.returncode}):\n{stderr[-2000:]}")
+            rates[kind] = list(plain_rates(stdout).values())
+            if len(rates[kind]) != 2:
+                raise SystemExit(f"{kind}: the plain timer printed {len(rates[kind])} ranges, not 2:\n{stdout[-2000:]}")
+        report = json.loads((out / "diagnose" / "report.json").read_text())
+        wall_watch = (report.get("whole") or {}).get("wall_s")
+        (p0, _), (p1, _) = rates["plain"]
+        (w0, _), (w1, _) = rates["watch"]
+        costs["before"].append(p0 / w0 - 1)
+        costs["after"].append(p1 / w1 - 1)
+        print(
+            f"  run {i + 1}: plain (side {plain_side}) {p0:.1f} -> {p1:.1f} steps/s · watch (side {watch_side}) "
+            f"{w0:.1f} -> {w1:.1f} steps/s · watch's cost {p0 / w0 - 1:+.2%}, then {p1 / w1 - 1:+.2%}",
+            flush=True,
+        )
+        if wall_watch:  # process start to the script's end, against the plain process's life (waited on first)
+            costs["wall"].append(wall_watch / walls["plain"] - 1)
+        by_side.setdefault(watch_side, []).append(p0 / w0 - 1)
+        print(f"  after {i + 1} run(s):", flush=True)
+        print(f"    {first}: {spread(costs['before'])}", flush=True)
+        print(f"    {second}: {spread(costs['after'])}", flush=True)
+        print(f"    the script's wall-clock (watch's window and export included): {spread(costs['wall'])}", flush=True)
+        for side, values in sorted(by_side.items()):
+            print(f"    the first range, watch on side {side}: {spread(values)}", flush=True)
+        # each swap (watch on one side, then on the other): the geometric mean of its two costs,
+        # in which a side's own speed cancels
+        for key, label in (("before", first), ("after", second)):
+            v = costs[key]
+            swaps = [((1 + v[j]) * (1 + v[j + 1])) ** 0.5 - 1 for j in range(0, len(v) - 1, 2)]
+            if swaps:
+                print(f"    {label}, per swap (both sides): {spread(swaps)}", flush=True)
 
 
 def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None) -> int:
@@ -336,7 +484,7 @@ def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="tiny sizes on the CPU (a smoke run of this script)")
-    parser.add_argument("--part", choices=("overhead", "residue", "planted", "both"), default="both")
+    parser.add_argument("--part", choices=("overhead", "residue", "concurrent", "planted", "both"), default="both")
     parser.add_argument(
         "--only", choices=[load.name for load in LOADS], action="append", help="overhead: only this load (repeatable)"
     )
@@ -355,6 +503,21 @@ def main() -> None:
         help="overhead, residue: no run with the example's own profiler window (pairs only: more of them a call)",
     )
     parser.add_argument(
+        "--forked",
+        action="store_true",
+        help="residue: also the plain script in a child forked as diagnose watch forks its own (nothing installed)",
+    )
+    parser.add_argument(
+        "--sides",
+        default="0,1",
+        help="concurrent: the two GPUs (indices on the host) the plain and the watched run take, swapped each repeat",
+    )
+    parser.add_argument(
+        "--user-window",
+        action="store_true",
+        help="concurrent: watch's main window where a user's run has it (both timed ranges past it), not moved to step 320",
+    )
+    parser.add_argument(
         "--cpus",
         default="auto",
         help="pin every run to these CPUs: auto (4 on the GPU's NUMA node; none on a CPU-only machine), none, or a cpulist",
@@ -362,7 +525,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.cpu:
         ENV["OMP_NUM_THREADS"] = "1"
-    pinned = pin_cpus(args.cpus)
+    pinned = pin_cpus("none" if args.part == "concurrent" else args.cpus)  # concurrent pins each side itself
     print(f"runs pinned to CPUs {pinned}" if pinned else "runs not pinned", flush=True)
     work = args.keep or Path(tempfile.mkdtemp(prefix="watch-cost-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -377,8 +540,11 @@ def main() -> None:
                 args.timeout,
                 window=not args.no_window,
             )
+        if args.part == "concurrent":
+            sides = tuple(args.sides.split(",", 1))
+            concurrent(args.cpu, args.repeats, work, args.timeout, sides, moved=not args.user_window)  # type: ignore[arg-type]
         if args.part == "residue":
-            residue(args.cpu, args.repeats, work, args.timeout, window=not args.no_window)
+            residue(args.cpu, args.repeats, work, args.timeout, window=not args.no_window, forked=args.forked)
         if args.part in ("planted", "both"):
             misses = planted(args.cpu, work, args.timeout, args.planted)
     finally:

@@ -16,6 +16,8 @@
 # at once, lane k on GPU k alone (CUDA_VISIBLE_DEVICES) and on its own share of the CPU cores
 # (taskset), each with its own output folder and rendezvous port; their results are scored
 # together. One lane is one script at a time on a GPU and cores of its own, as on a machine of one.
+# ZOO_CPUS="0-15;16-31" gives lane k the k-th of those cpulists instead of the k-th equal share
+# (the rest of the host left to something else: another benchmark on the other GPUs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="$1"
@@ -67,8 +69,12 @@ else
         [ ${#mine[@]} -eq 0 ] && continue
         first=$((k * per))
         last=$((first + per - 1))
+        cpus="$first-$last"
+        if [ -n "${ZOO_CPUS:-}" ]; then  # the lanes' cpulists, ";"-separated: lane k takes field k
+            cpus=$(echo "$ZOO_CPUS" | cut -d';' -f$((k + 1)))
+        fi
         (
-            export CUDA_VISIBLE_DEVICES="$k" ZOO_MASTER_PORT=$((29517 + 10 * k)) LANE_CPUS="$first-$last"
+            export CUDA_VISIBLE_DEVICES="$k" ZOO_MASTER_PORT=$((29517 + 10 * k)) LANE_CPUS="$cpus"
             run_lane "$work/lane$k" "${mine[@]}" 2>&1 | sed -u "s/^/[lane $k] /"
         ) &
         pids+=($!)
