@@ -559,17 +559,21 @@ class RunRecord:
         ResNet-18 at twice its batch measured 0.46x by the mean, docs/zoo.md) where the same
         steps at the old batch (40 batches an epoch) held none: the turn's cost belongs to the
         epoch (WHOLE001, WHOLE003), not to the training step two runs are compared by."""
-        if not self.timed_steps:
-            return []
-        first = self.first_timed_step()
-        timed = list(range(first, min(first + self.timed_steps, len(self.boundaries_s) - 1)))
-        turns = self.turn_steps()
+        timed = self._timed_steps()
+        turns = self.turn_steps() if timed else set()
         kept = [i for i in timed if i not in turns]
         return kept if len(kept) >= max(2, (len(timed) + 1) // 2) else timed
 
+    def _timed_steps(self) -> list[int]:
+        """The timed steps whose boundaries the record holds."""
+        if not self.timed_steps:
+            return []
+        first = self.first_timed_step()
+        return list(range(first, min(first + self.timed_steps, len(self.boundaries_s) - 1)))
+
     def steady_left_out(self) -> int:
         """Timed steps left out of the steady figures (``steady_steps``)."""
-        return max(0, self.timed_steps - len(self.steady_steps())) if self.timed_steps else 0
+        return len(self._timed_steps()) - len(self.steady_steps())
 
     def steady_durations(self) -> list[float]:
         """The steady steps' durations (profiler off), in seconds (``steady_steps``)."""

@@ -60,10 +60,13 @@ def test_a_fix_of_the_step_gains_no_more_than_the_loader_delivers() -> None:
     assert both.step_us == pytest.approx(1200.0 / 2.5)
     assert both.weak is None and both.floor is None
     assert "the DataLoader sets the pace" in both.note
-    # they disagree (the busy share allows 5x): the prediction stands, weak, its floor the 2x
+    # they disagree (the busy share allows 5x): the lower ceiling, weak (the sampled share errs
+    # low: a worker's sampler gets the GIL more often while the worker waits than while it decodes)
     split = predict(model, check, "compile", {**LOADER, "workers.busy": 0.2})
-    assert split.speedup == pytest.approx(UNCHANGED)
+    assert split.speedup == pytest.approx(2.0)
+    assert split.step_us == pytest.approx(1200.0 / 2.0)
     assert split.floor == 2.0
+    assert split.note.endswith("the DataLoader may set the pace (its workers' CPU time per batch allows 2.00x; their sampled busy share 5.00x): 2.00x, the lower")
     assert split.weak == (
         "the DataLoader may set the pace: its workers' CPU time per batch allows 2.00x; their sampled busy share 5.00x"
     )
@@ -88,22 +91,27 @@ def test_the_interval_of_a_weak_prediction_reaches_down_to_its_floor() -> None:
 # timm_resnet18: timm's train.py, ResNet-18 at 128 px, 4 workers on 16 cores (evaluation half), one
 # H100, 2026-11-27; verify measured LAUNCH001 0.90x: its median step 16.6 ms, the loader's 4
 # workers one batch per 26 ms of CPU (the mean step, 29.9 ms, was the loader's pace).
-MEASURED = {"pe_wlm_lstm": 0.81, "timm_resnet18": 0.90}
-WEAKNESS = {
-    "pe_wlm_lstm": "compiling a model with cuDNN recurrent layers",
-    "timm_resnet18": "the DataLoader may set the pace: its workers' CPU time per batch allows 1.00x",
-}
 
-
-@pytest.mark.parametrize("name", sorted(MEASURED))
-def test_a_fix_the_corpus_measured_slower_is_flagged_and_its_interval_holds_the_measurement(name: str) -> None:
-    report = analyze_run(RunDir(ZOO / name), AnalysisOptions.load())
+def test_a_compile_the_corpus_measured_slower_is_flagged_and_its_interval_holds_the_measurement() -> None:
+    report = analyze_run(RunDir(ZOO / "pe_wlm_lstm"), AnalysisOptions.load())
     top = next(f for f in report.findings if f["rule"] == "LAUNCH001")
-    assert top["model_weakness"].startswith(WEAKNESS[name])
+    assert top["model_weakness"].startswith("compiling a model with cuDNN recurrent layers")
     low, high = top["predicted_interval"]
-    assert low < MEASURED[name] < high
+    assert low < 0.81 < high
     assert low < 1  # "it may make the step slower": the in-run check or verify measures it
     assert any("reaches below 1x" in line for line in top["check"])
+
+
+def test_a_compile_the_loaders_cpu_time_caps_at_1x_is_not_shown() -> None:
+    """timm's ResNet-18: its workers' CPU time allows 1.00x, their sampled busy share 11.5x. The
+    compile had been shown first at 1.86x (0.48x-2.45x); verify measured 0.90x (2026-11-27), and
+    on the third run timm's ViT's compile, 3.18x predicted, measured 0.93x (docs/zoo.md). With the
+    lower ceiling it is predicted 1.00x and only considered; nothing is shown on a prediction."""
+    report = analyze_run(RunDir(ZOO / "timm_resnet18"), AnalysisOptions.load())
+    assert "LAUNCH001" not in [f["rule"] for f in report.findings]
+    (line,) = [c for c in report.considered if c.startswith("considered LAUNCH001")]
+    assert line.startswith("considered LAUNCH001: predicted 1.00x")
+    assert report.verdict.startswith("No change predicted to help beyond the run-to-run spread")
 
 
 # --- how busy the workers are: the larger of two measures ----------------------------------------
@@ -140,16 +148,15 @@ def test_the_workers_balance_is_taken_against_the_typical_step() -> None:
 
 
 def test_a_fix_left_out_within_the_floor_is_measured_where_the_top_finding_is_unsure() -> None:
-    """timm's ResNet-18: LAUNCH001 first (1.86x, weak, its interval reaching 0.48x: measured
-    0.90x) and DATA001 (more workers) left out at 1.23x, inside the ±27% the bursty mean step
-    leaves. The floor says a prediction cannot tell, not that the fix does not help: with the top
-    unsure, DATA001 is on the check's list (after the shown findings: the check measures a
-    compile last, so more workers first) and its "considered" line says so."""
+    """timm's ResNet-18: DATA001 (more workers) left out at 1.23x, inside the ±27% the bursty mean
+    step leaves, and nothing shown on a prediction (the compile capped at 1.00x by the loader; the
+    MFU note first, which no knob applies). The floor says a prediction cannot tell, not that the
+    fix does not help: DATA001 is on the check's list and its "considered" line says so."""
     report = analyze_run(RunDir(ZOO / "timm_resnet18"), AnalysisOptions.load())
-    to_check = report.ranking["to_check"]
-    assert [item["rule"] for item in to_check] == ["LAUNCH001", "DATA001"]
-    assert to_check[1]["knobs"]["num_workers"] == "9"
-    assert to_check[1]["why"][0].startswith("predicted 1.23x, within the ±27% a change must beat")
+    to_check = [item for item in report.ranking["to_check"] if item["knobs"]]  # what the check can apply
+    assert [item["rule"] for item in to_check] == ["DATA001"]
+    assert to_check[0]["knobs"]["num_workers"] == "9"
+    assert to_check[0]["why"][0].startswith("predicted 1.23x, within the ±27% a change must beat")
     (line,) = [c for c in report.considered if c.startswith("considered DATA001")]
     assert line.endswith("diagnose run measures it (--check N)")
     assert "DATA001" not in [f["rule"] for f in report.findings]  # not shown on a prediction that cannot tell
