@@ -66,7 +66,9 @@ def test_a_fix_of_the_step_gains_no_more_than_the_loader_delivers() -> None:
     assert split.speedup == pytest.approx(2.0)
     assert split.step_us == pytest.approx(1200.0 / 2.0)
     assert split.floor == 2.0
-    assert split.note.endswith("the DataLoader may set the pace (its workers' CPU time per batch allows 2.00x; their sampled busy share 5.00x): 2.00x, the lower")
+    assert split.note.endswith(
+        "the DataLoader may set the pace (its workers' CPU time per batch allows 2.00x; their sampled busy share 5.00x): 2.00x, the lower"
+    )
     assert split.weak == (
         "the DataLoader may set the pace: its workers' CPU time per batch allows 2.00x; their sampled busy share 5.00x"
     )
@@ -91,6 +93,7 @@ def test_the_interval_of_a_weak_prediction_reaches_down_to_its_floor() -> None:
 # timm_resnet18: timm's train.py, ResNet-18 at 128 px, 4 workers on 16 cores (evaluation half), one
 # H100, 2026-11-27; verify measured LAUNCH001 0.90x: its median step 16.6 ms, the loader's 4
 # workers one batch per 26 ms of CPU (the mean step, 29.9 ms, was the loader's pace).
+
 
 def test_a_compile_the_corpus_measured_slower_is_flagged_and_its_interval_holds_the_measurement() -> None:
     report = analyze_run(RunDir(ZOO / "pe_wlm_lstm"), AnalysisOptions.load())
