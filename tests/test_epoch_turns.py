@@ -103,3 +103,33 @@ def test_the_report_says_what_was_left_out_and_measures_the_rest() -> None:
     )
     assert "left_out" not in plain.throughput["steady"]
     assert plain.throughput["steady"]["mean_step_ms"] == pytest.approx(142.5)
+
+
+def test_a_persistent_workers_loader_records_each_epochs_first_batch(write_script, tmp_path) -> None:
+    """With persistent workers ``iter(loader)`` hands back the same iterator each epoch: its count
+    of first batches must restart, or the epochs after the first record no start (and no turn)."""
+    from diagnose.progress import Progress
+    from diagnose.rundir import RunDir
+    from diagnose.runtime.runner import resolve_target, run_target
+    from tests.scripts import MLP_TRAIN
+
+    script = write_script(
+        MLP_TRAIN.replace(
+            "DataLoader(ds, batch_size=a.batch_size, shuffle=True)",
+            "DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=2, persistent_workers=True)",
+        )
+    )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    plan = WindowPlan(warmup=2, steps=3, timed=6)  # 12 steps of 4-batch epochs: three epochs begin
+    record = run_target(
+        resolve_target(str(script), None, ["--batch-size", "128"]),
+        plan,
+        RunDir(run_dir),
+        progress=Progress(enabled=False),
+    )
+    (loader,) = record.dataloaders
+    assert loader.iterators_created == 1  # one iterator, its workers kept
+    assert len(loader.first_batch_at_s) >= 3 and len(loader.workers_ready_s) == len(loader.first_batch_at_s)
+    timed = range(record.first_timed_step(), record.first_timed_step() + record.timed_steps)
+    assert record.turn_steps() & set(timed)  # an epoch began inside the timed steps

@@ -398,6 +398,8 @@ class Instrumentation:
             if info is not None:
                 info.iterators_created += iterator.__dict__.pop("_diagnose_new", 0)
                 iterator._diagnose_epoch_start = start
+                # persistent workers: the same iterator again, its count of first batches restarts
+                iterator.__dict__.pop("_diagnose_delivered", None)
                 if info.batches_per_epoch is None:
                     info.batches_per_epoch = _length(loader)
             return iterator
