@@ -553,14 +553,21 @@ class RunRecord:
         return {i for i in (bisect.bisect_right(b, t) - 1 for t in starts) if 0 <= i < len(b) - 1}
 
     def steady_steps(self) -> list[int]:
-        """The timed steps (profiler off) a steady figure is made of: those at an epoch's turn left
-        out (``turn_steps``), where at least half of them and two remain. Fifteen timed steps of a
-        20-batch epoch hold a turn and an evaluation pass (one 1.9 s step among 17 ms ones: a
-        ResNet-18 at twice its batch measured 0.46x by the mean, docs/zoo.md) where the same
-        steps at the old batch (40 batches an epoch) held none: the turn's cost belongs to the
-        epoch (WHOLE001, WHOLE003), not to the training step two runs are compared by."""
+        """The timed steps (profiler off) a steady figure is made of: where the training loader's
+        epoch is longer than the timed steps (or of unknown length), those at an epoch's turn
+        left out (``turn_steps``), where at least half of them and two remain. Such a window holds
+        a turn by chance: fifteen timed steps of a 20-batch epoch held the epoch's end and an
+        evaluation pass (one 1.9 s step among 17 ms ones: a ResNet-18 at twice its batch measured
+        0.46x by the mean, docs/zoo.md) where the same steps at the old batch (40 batches an
+        epoch) held none; the turn's cost belongs to the epoch (WHOLE001, WHOLE003), not to the
+        training step two runs are compared by. Where epochs are no longer than the timed steps,
+        turns recur in the window at their own rate and are part of its steady state (what
+        persistent workers save is in them)."""
         timed = self._timed_steps()
-        turns = self.turn_steps() if timed else set()
+        epoch = self.epoch_batches()
+        if not timed or (epoch is not None and epoch <= len(timed)):
+            return timed
+        turns = self.turn_steps()
         kept = [i for i in timed if i not in turns]
         return kept if len(kept) >= max(2, (len(timed) + 1) // 2) else timed
 

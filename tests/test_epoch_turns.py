@@ -133,3 +133,17 @@ def test_a_persistent_workers_loader_records_each_epochs_first_batch(write_scrip
     assert len(loader.first_batch_at_s) >= 3 and len(loader.workers_ready_s) == len(loader.first_batch_at_s)
     timed = range(record.first_timed_step(), record.first_timed_step() + record.timed_steps)
     assert record.turn_steps() & set(timed)  # an epoch began inside the timed steps
+
+
+def test_where_epochs_are_no_longer_than_the_timed_steps_their_turns_stay() -> None:
+    """Four batches an epoch, eight timed steps: turns recur in the window at their own rate, and
+    what persistent workers save (DATA005) is in them; nothing is left out."""
+    short = _loader([-0.5, 1.20], dataset_len=256)
+    short.fetches_in_window = 2  # the loader that fed the profiled steps: its epoch is the run's
+    record = _record(DURATIONS, [short])
+    assert record.epoch_batches() == 4
+    assert record.turn_steps() == {7}
+    assert record.steady_steps() == list(range(4, 12)) and record.steady_left_out() == 0
+    long = _loader([-0.5, 1.20], dataset_len=640)
+    long.fetches_in_window = 2
+    assert _record(DURATIONS, [long]).steady_left_out() == 1  # ten batches an epoch: left out
