@@ -14,6 +14,8 @@ import pytest
 from diagnose.analysis.report import build_report
 from diagnose.analysis.symptoms import Symptoms
 from diagnose.record import DataLoaderInfo, RunRecord, WindowPlan
+from diagnose.renderers.terminal import TerminalRenderer
+from diagnose.report import Report
 
 #: warm-up 1, profiled 2, the export step, then 8 timed steps (indices 4-11)
 PLAN = WindowPlan(warmup=1, steps=2, timed=8)
@@ -103,6 +105,9 @@ def test_the_report_says_what_was_left_out_and_measures_the_rest() -> None:
     )
     assert "left_out" not in plain.throughput["steady"]
     assert plain.throughput["steady"]["mean_step_ms"] == pytest.approx(142.5)
+    text = TerminalRenderer(color=False, width=200).render(Report.from_dict(report.to_dict()))
+    assert "Steady state (profiler off, 7 steps)" in text
+    assert "1 timed step(s) left out: an epoch's turn or an evaluation pass began in them" in text
 
 
 def test_a_persistent_workers_loader_records_each_epochs_first_batch(write_script, tmp_path) -> None:
