@@ -24,8 +24,9 @@ per pair, then their median and range over the pairs:
   plain process's wall-clock; it shrinks as the run grows (the window is a fixed cost).
 
 Part ``residue`` (``--forked``: a third run a repeat, the plain script in a child forked as watch
-forks its own) and part ``concurrent`` (plain and watched at once on two GPUs of one host, sides
-swapped each repeat: ``--sides 2,3``): see their functions.
+forks its own) and part ``concurrent`` (plain and watched at once on GPUs of one host, the sides
+rotating each repeat: ``--sides 2,3``; ``--variants plain,watch,watch-nogpu,run --sides 0,1,2,3``
+adds watch without its GPU samples and ``diagnose run --no-stop``): see their functions.
 
 Part ``planted``: each examples/watch_*.py under ``diagnose watch``: the top whole-run finding
 (WHOLE*), where it ranks among all findings, what it says the shift cost, the share of the
@@ -339,107 +340,127 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
 
 
 def _side_cpus(side: str, cpu: bool, count: int = 4) -> list[int] | None:
-    """The CPUs of one side of a concurrent pair: ``count`` local to GPU ``side``, or on the CPU
-    (``cpu``) one half of this process's CPUs (side "0" the first half, "1" the second)."""
+    """The CPUs of one side of a concurrent run: ``count`` local to GPU ``side``, or on the CPU
+    (``cpu``, a smoke run) one of this process's CPUs, round robin (sides numbered from 0)."""
     if not cpu:
         return gpu_local_cpus(count, side)
     mine = sorted(os.sched_getaffinity(0))
-    half = max(1, len(mine) // 2)
-    return mine[:half] if side == "0" else mine[half : 2 * half] or mine[:half]
+    return [mine[(int(side) if side.isdigit() else 0) % len(mine)]]
 
 
-def _start_side(cmd: list[str], side: str, cpu: bool) -> subprocess.Popen[str]:
+def _start_side(cmd: list[str], side: str, cpu: bool, log: Path) -> subprocess.Popen[str]:
     """``cmd`` from the repository root on one side: its GPU alone (``CUDA_VISIBLE_DEVICES``), its
-    CPUs (``taskset``), its output captured."""
+    CPUs (``taskset``), its output to ``log`` (a pipe left unread could stall it)."""
     cpus = _side_cpus(side, cpu)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     env.update(ENV)
     env["CUDA_VISIBLE_DEVICES"] = "" if cpu else side
     pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus and shutil.which("taskset") else []
-    return subprocess.Popen([*pin, *cmd], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with log.open("w") as out:
+        return subprocess.Popen([*pin, *cmd], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+#: what runs on a side of ``concurrent``: the plain script, watch, watch without its GPU samples
+#: (NVML and the allocator read twice a second), and ``diagnose run --no-stop`` (run's hooks and
+#: its window, none of watch's own)
+CONCURRENT_VARIANTS = ("plain", "watch", "watch-nogpu", "run")
+
+
+def _variant_cmd(variant: str, script: str, args: list[str], window: tuple[str, ...], out: Path) -> list[str]:
+    if variant == "plain":
+        return [sys.executable, script, *args]
+    tail = ["-q", *window, "--out", str(out), "--overwrite"]
+    if variant == "run":
+        return [sys.executable, "-m", "diagnose", "run", script, *tail, "--no-stop", "--no-check", "--", *args]
+    extra = ["--no-gpu-samples"] if variant == "watch-nogpu" else []
+    return [sys.executable, "-m", "diagnose", "watch", script, *tail, *extra, "--", *args]
 
 
 def concurrent(
-    cpu: bool, repeats: int, work: Path, timeout: float, sides: tuple[str, str] = ("0", "1"), moved: bool = True
+    cpu: bool,
+    repeats: int,
+    work: Path,
+    timeout: float,
+    sides: tuple[str, ...] = ("0", "1"),
+    moved: bool = True,
+    variants: tuple[str, ...] = ("plain", "watch"),
 ) -> None:
-    """Watch against plain, the two run at the same time on twin sides of one host.
+    """Watch (and its variants) against plain, all run at the same time on sides of one host.
 
     Runs in sequence (``residue``) share the host's moments: a plain run and the next moved by
     +-13% within one process on an H100 host (the host's load, its clocks), more than the cost
-    measured. Here each repeat starts the plain host-bound load and the same load under watch
-    together, each on a GPU of its own with its own GPU-local cores (``sides``: two GPUs of the
-    host; on the CPU, two halves of the cores), so that whatever the host does in those seconds
-    hits both; the sides swap every repeat, so that a faster GPU or socket favours neither. Per
-    repeat: plain's rate over watch's on the steps before watch's main window (the per-step hook
-    and sampler), on the steps after it (all that runs in a watched process past its window), and
-    the script's wall-clock (the window and its export included). ``moved=False`` leaves watch's
-    main window where a user's run has it (after 5 warm-up steps): both timed ranges then lie
-    past it, and what they measure is what a watched job pays per step for its whole length."""
+    measured. Here each repeat starts the host-bound load once per variant (``CONCURRENT_VARIANTS``,
+    plain first among them) together, each on a GPU of its own with its own GPU-local cores
+    (``sides``: as many GPUs of the host as variants; on the CPU, shares of the cores), so that
+    whatever the host does in those seconds hits all; the assignment rotates every repeat, so
+    that a faster GPU or socket favours none. Per repeat and variant: plain's rate over the
+    variant's on steps 100-299 and 500-1098, and the process's wall-clock over plain's. Watch's
+    main window sits at steps 320-329 (``moved``) or where a user's run has it (after 5 warm-up
+    steps: both timed ranges then lie past it)."""
+    if variants[0] != "plain" or len(set(variants)) != len(variants) or len(sides) < len(variants):
+        raise SystemExit(
+            f"concurrent: plain first, each variant once, a side each (variants {variants}, sides {sides})"
+        )
     load = next(load for load in LOADS if load.name == "host_bound")
     before, after = f"{RESIDUE_BEFORE[0]}:{RESIDUE_BEFORE[1]}", f"{RESIDUE_AFTER[0]}:{RESIDUE_AFTER[1] - 1}"
     args = [*(["--small"] if cpu else []), "--steps", str(RESIDUE_AFTER[1]), "--time-steps", f"{before},{after}"]
-    warm = ("--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0])) if moved else ()
-    first = "before the window (per-step hook, sampler)" if moved else "steps 100-299, past the window"
-    second = "after it (everything a watched process runs past its window)" if moved else "steps 500-1099"
+    window = (
+        ("--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0])) if moved else ()
+    )
+    first = "before the window" if moved else "steps 100-299"
+    second = "after it" if moved else "steps 500-1098"
+    n = len(variants)
     print(
-        f"\n== concurrent: {load.script} {' '.join(args)}, plain and watched at once on sides {sides[0]} and {sides[1]} "
-        f"(CPUs {_side_cpus(sides[0], cpu)} and {_side_cpus(sides[1], cpu)}); watch's window "
+        f"\n== concurrent: {load.script} {' '.join(args)}; {', '.join(variants)} at once on sides {', '.join(sides[:n])} "
+        f"(CPUs {[_side_cpus(side, cpu) for side in sides[:n]]}), rotating; watch's window "
         + (f"at steps {RESIDUE_WINDOW[0]}-{RESIDUE_WINDOW[1] - 1}" if moved else "where a user's run has it"),
         flush=True,
     )
-    costs: dict[str, list[float]] = {"before": [], "after": [], "wall": []}
-    by_side: dict[str, list[float]] = {}  # a side that favours one process shows here
+    costs: dict[str, dict[str, list[float]]] = {v: {"first": [], "second": [], "wall": []} for v in variants[1:]}
     for i in range(repeats):
-        plain_side, watch_side = sides if i % 2 == 0 else sides[::-1]
-        out = work / f"concurrent-{i}"
-        watch_cmd = [sys.executable, "-m", "diagnose", "watch", load.script, "-q", *warm, "--out", str(out)]
+        placed = {v: sides[(j + i) % n] for j, v in enumerate(variants)}
+        procs: dict[str, subprocess.Popen[str]] = {}
         started = time.perf_counter()
-        procs = {
-            "plain": _start_side([sys.executable, load.script, *args], plain_side, cpu),
-            "watch": _start_side([*watch_cmd, "--overwrite", "--", *args], watch_side, cpu),
-        }
-        rates: dict[str, list[tuple[float, float | None]]] = {}
+        for v in variants:
+            cmd = _variant_cmd(v, load.script, args, window, work / f"concurrent-{i}-{v}")
+            procs[v] = _start_side(cmd, placed[v], cpu, work / f"concurrent-{i}-{v}.log")
         walls: dict[str, float] = {}
-        for kind, proc in procs.items():
-            try:
-                stdout, stderr = proc.communicate(timeout=max(1.0, timeout - (time.perf_counter() - started)))
-            except subprocess.TimeoutExpired:
-                for other in procs.values():
-                    other.kill()
-                raise SystemExit(f"concurrent run {i + 1}: {kind} ran past {timeout:.0f} s") from None
-            walls[kind] = time.perf_counter() - started  # an upper bound for the one waited on first
+        while len(walls) < n:
+            for v, proc in procs.items():
+                if v not in walls and proc.poll() is not None:
+                    walls[v] = time.perf_counter() - started
+            if time.perf_counter() - started > timeout:
+                for proc in procs.values():
+                    proc.kill()
+                raise SystemExit(
+                    f"concurrent run {i + 1}: {sorted(set(variants) - set(walls))} ran past {timeout:.0f} s"
+                )
+            time.sleep(0.05)
+        rates: dict[str, list[tuple[float, float | None]]] = {}
+        for v, proc in procs.items():
+            output = (work / f"concurrent-{i}-{v}.log").read_text()
             if proc.returncode != 0:
-                raise SystemExit(f"concurrent run {i + 1}: {kind} failed ({proc.returncode}):\n{stderr[-2000:]}")
-            rates[kind] = list(plain_rates(stdout).values())
-            if len(rates[kind]) != 2:
-                raise SystemExit(f"{kind}: the plain timer printed {len(rates[kind])} ranges, not 2:\n{stdout[-2000:]}")
-        report = json.loads((out / "diagnose" / "report.json").read_text())
-        wall_watch = (report.get("whole") or {}).get("wall_s")
+                raise SystemExit(f"concurrent run {i + 1}: {v} failed ({proc.returncode}):\n{output[-2000:]}")
+            rates[v] = list(plain_rates(output).values())
+            if len(rates[v]) != 2:
+                raise SystemExit(f"{v}: the plain timer printed {len(rates[v])} ranges, not 2:\n{output[-2000:]}")
         (p0, _), (p1, _) = rates["plain"]
-        (w0, _), (w1, _) = rates["watch"]
-        costs["before"].append(p0 / w0 - 1)
-        costs["after"].append(p1 / w1 - 1)
-        print(
-            f"  run {i + 1}: plain (side {plain_side}) {p0:.1f} -> {p1:.1f} steps/s · watch (side {watch_side}) "
-            f"{w0:.1f} -> {w1:.1f} steps/s · watch's cost {p0 / w0 - 1:+.2%}, then {p1 / w1 - 1:+.2%}",
-            flush=True,
-        )
-        if wall_watch:  # process start to the script's end, against the plain process's life (waited on first)
-            costs["wall"].append(wall_watch / walls["plain"] - 1)
-        by_side.setdefault(watch_side, []).append(p0 / w0 - 1)
-        print(f"  after {i + 1} run(s):", flush=True)
-        print(f"    {first}: {spread(costs['before'])}", flush=True)
-        print(f"    {second}: {spread(costs['after'])}", flush=True)
-        print(f"    the script's wall-clock (watch's window and export included): {spread(costs['wall'])}", flush=True)
-        for side, values in sorted(by_side.items()):
-            print(f"    the first range, watch on side {side}: {spread(values)}", flush=True)
-        # each swap (watch on one side, then on the other): the geometric mean of its two costs,
-        # in which a side's own speed cancels
-        for key, label in (("before", first), ("after", second)):
-            v = costs[key]
-            swaps = [((1 + v[j]) * (1 + v[j + 1])) ** 0.5 - 1 for j in range(0, len(v) - 1, 2)]
-            if swaps:
-                print(f"    {label}, per swap (both sides): {spread(swaps)}", flush=True)
+        line = [f"plain (side {placed['plain']}) {p0:.1f} -> {p1:.1f} steps/s"]
+        for v in variants[1:]:
+            (r0, _), (r1, _) = rates[v]
+            costs[v]["first"].append(p0 / r0 - 1)
+            costs[v]["second"].append(p1 / r1 - 1)
+            costs[v]["wall"].append(walls[v] / walls["plain"] - 1)
+            line.append(f"{v} (side {placed[v]}) {r0:.1f} -> {r1:.1f} ({p0 / r0 - 1:+.2%}, {p1 / r1 - 1:+.2%})")
+        print(f"  run {i + 1}: " + " · ".join(line), flush=True)
+        print(f"  after {i + 1} run(s), against plain at the same moment:", flush=True)
+        for v in variants[1:]:
+            c = costs[v]
+            print(
+                f"    {v}: {first} {spread(c['first'])}; {second} {spread(c['second'])}; "
+                f"process wall-clock {spread(c['wall'])}",
+                flush=True,
+            )
 
 
 def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None) -> int:
@@ -510,7 +531,12 @@ def main() -> None:
     parser.add_argument(
         "--sides",
         default="0,1",
-        help="concurrent: the two GPUs (indices on the host) the plain and the watched run take, swapped each repeat",
+        help="concurrent: the GPUs (indices on the host) the variants take, one each, rotating every repeat",
+    )
+    parser.add_argument(
+        "--variants",
+        default="plain,watch",
+        help=f"concurrent: what runs on the sides, plain first (of {', '.join(CONCURRENT_VARIANTS)})",
     )
     parser.add_argument(
         "--user-window",
@@ -541,8 +567,9 @@ def main() -> None:
                 window=not args.no_window,
             )
         if args.part == "concurrent":
-            sides = tuple(args.sides.split(",", 1))
-            concurrent(args.cpu, args.repeats, work, args.timeout, sides, moved=not args.user_window)  # type: ignore[arg-type]
+            sides = tuple(args.sides.split(","))
+            variants = tuple(args.variants.split(","))
+            concurrent(args.cpu, args.repeats, work, args.timeout, sides, moved=not args.user_window, variants=variants)
         if args.part == "residue":
             residue(args.cpu, args.repeats, work, args.timeout, window=not args.no_window, forked=args.forked)
         if args.part in ("planted", "both"):

@@ -184,6 +184,7 @@ def run(
     window_steps: int = typer.Option(3, "--window-steps", hidden=True, min=1),
     max_windows: int = typer.Option(12, "--max-windows", hidden=True, min=0),
     window_budget: float = typer.Option(0.01, "--window-budget", hidden=True, min=0.0, max=1.0),
+    gpu_samples: bool = typer.Option(True, "--gpu-samples/--no-gpu-samples", hidden=True),
     check: int = typer.Option(
         2,
         "--check",
@@ -272,7 +273,7 @@ def run(
         torchrun_options=torchrun_options,
         check=0 if no_check else check,
         check_budget_s=check_budget,
-        watch=_watch_budget(whole, window_every, window_steps, max_windows, window_budget),
+        watch=_watch_budget(whole, window_every, window_steps, max_windows, window_budget, gpu_samples),
         rerun_on_crash=not no_rerun,
     )
     # the check's budget is the run's own time again, from this process's start
@@ -361,12 +362,14 @@ def _rdzv_id_option() -> str | None:
     )
 
 
-def _watch_budget(whole: bool, every: float, steps: int, windows: int, cost_share: float):
+def _watch_budget(whole: bool, every: float, steps: int, windows: int, cost_share: float, gpu_samples: bool = True):
     if not whole:
         return None
     from diagnose.runtime.whole import WatchBudget
 
-    return WatchBudget(period_s=every, window_steps=steps, max_windows=windows, max_cost_share=cost_share)
+    return WatchBudget(
+        period_s=every, window_steps=steps, max_windows=windows, max_cost_share=cost_share, gpu_samples=gpu_samples
+    )
 
 
 @app.command(cls=ScriptCommand, context_settings=RUN_CONTEXT)
@@ -402,6 +405,11 @@ def watch(
         max=1.0,
         metavar="SHARE",
         help="The later windows' time stays under this share of the wall-clock so far.",
+    ),
+    no_gpu_samples: bool = typer.Option(
+        False,
+        "--no-gpu-samples",
+        help="Do not read the GPU's memory and utilisation (NVML) twice a second: the live line and the memory-creep finding go without them.",
     ),
     out: Path | None = typer.Option(
         None, "--out", "-o", metavar="DIR", help="Run directory (default runs/<script>-<time>/)."
@@ -473,6 +481,7 @@ def watch(
         window_steps=window_steps,
         max_windows=max_windows,
         window_budget=window_budget,
+        gpu_samples=not no_gpu_samples,
         check=0,
         no_check=True,
         check_budget=None,  # a whole run is not run again for an A/B

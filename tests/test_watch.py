@@ -328,6 +328,34 @@ def test_the_training_thread_only_appends_sampling_runs_on_a_thread_of_its_own(
     assert watch._sampler is None  # stopped, and joined
 
 
+def test_without_gpu_samples_the_sampler_reads_no_gpu_figure(tmp_path: Path) -> None:
+    """``--no-gpu-samples``: the sampler leaves the GPU's allocator and NVML alone (what watch's
+    cost benchmark measures it against), and the ranks of ``watch --nproc-per-node`` get it too."""
+    from diagnose.runtime.whole import WatchBudget, WholeRun, budget_argv
+
+    reads: list[str] = []
+
+    class Probe:
+        used = True
+
+        def read(self) -> tuple[int, float]:
+            reads.append("read")
+            return 1 << 20, 0.5
+
+    samples = {}
+    for on in (True, False):
+        watch = WholeRun(RunDir(tmp_path / str(on)), budget=WatchBudget(gpu_samples=on))
+        watch.gpu = Probe()  # type: ignore[assignment]
+        watch.boundaries = [0.0, 0.01]
+        watch._sample(0.02)
+        samples[on] = watch.samples[-1]
+    assert reads == ["read"]
+    assert samples[True]["gpu_allocated_bytes"] == 1 << 20 and samples[True]["gpu_busy"] == 0.5
+    assert "gpu_allocated_bytes" not in samples[False] and "gpu_busy" not in samples[False]
+    assert "--no-gpu-samples" in budget_argv(WatchBudget(gpu_samples=False))
+    assert "--no-gpu-samples" not in budget_argv(WatchBudget())
+
+
 # --- whole runs, end to end ------------------------------------------------------------------------
 
 LOOP = """

@@ -91,6 +91,9 @@ class WatchBudget:
     #: the later windows' time (profiled steps and export) stays under this share of the
     #: wall-clock so far: a window starts only if the one before's length would still fit
     max_cost_share: float = 0.01
+    #: the sampler reads the GPU's memory (the allocator) and utilisation (NVML); off
+    #: (``--no-gpu-samples``): neither, and memory creep is the host's alone
+    gpu_samples: bool = True
 
 
 def budget_argv(budget: WatchBudget) -> list[str]:
@@ -105,6 +108,7 @@ def budget_argv(budget: WatchBudget) -> list[str]:
         str(budget.max_windows),
         "--window-budget",
         f"{budget.max_cost_share:g}",
+        *([] if budget.gpu_samples else ["--no-gpu-samples"]),
     ]
 
 
@@ -763,7 +767,7 @@ class WholeRun:
         clock = self.run.clock if self.run is not None else None
         data_wait = clock.data_wait_s if clock is not None else 0.0
         rss = host_rss_bytes()
-        gpu_bytes, gpu_busy = self.gpu.read()
+        gpu_bytes, gpu_busy = self.gpu.read() if self.budget.gpu_samples else (None, None)
         sample = {
             "t": now,
             "steps": steps,
