@@ -7,8 +7,6 @@ old pace. Hand-built records, exact expectations."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import pytest
 
 from diagnose.analysis.report import build_report
@@ -16,6 +14,7 @@ from diagnose.analysis.symptoms import Symptoms
 from diagnose.record import DataLoaderInfo, RunRecord, WindowPlan
 from diagnose.renderers.terminal import TerminalRenderer
 from diagnose.report import Report
+from tests.recordbuilder import record_from_steps
 
 #: warm-up 1, profiled 2, the export step, then 8 timed steps (indices 4-11)
 PLAN = WindowPlan(warmup=1, steps=2, timed=8)
@@ -38,19 +37,7 @@ def _loader(starts: list[float], dataset_len: int = 640) -> DataLoaderInfo:
 
 
 def _record(durations_ms: list[float], loaders: list[DataLoaderInfo]) -> RunRecord:
-    boundaries = [0.0]
-    for d in durations_ms:
-        boundaries.append(round(boundaries[-1] + d / 1000, 9))
-    first = PLAN.first_timed
-    return RunRecord(
-        plan=asdict(PLAN),
-        boundaries_s=boundaries,
-        samples_per_step=[64] * len(durations_ms),
-        profiled_steps=2,
-        timed_steps=8,
-        timed_seconds=boundaries[first + 8] - boundaries[first],
-        dataloaders=loaders,
-    )
+    return record_from_steps(durations_ms, PLAN, 64, dataloaders=loaders)
 
 
 #: steps 0-3 (warm-up, window, export) then 8 timed steps of 20 ms, one of them (index 7, from

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from diagnose.report import Straggler, Timing
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
 from tests.conftest import DATA
+from tests.recordbuilder import record_from_steps
 
 #: Two GPU steps of 10 and 12 ms; the window's shares are the symptoms' (as schema 2 keeps them).
 EXPOSED_MS = [
@@ -344,20 +344,7 @@ def test_each_table_row_is_one_statistic_and_every_renderer_shows_the_same() -> 
 
 def _record_with_steps(durations_ms: list[float], timed_skipped: int) -> RunRecord:
     """A record of warm-up 1, profiled 2, timed 4 steps, the given step times."""
-    boundaries = [0.0]
-    for d in durations_ms:
-        boundaries.append(boundaries[-1] + d / 1000)
-    plan = WindowPlan(warmup=1, steps=2, timed=4)
-    first = plan.first_timed + timed_skipped
-    return RunRecord(
-        plan=asdict(plan),
-        boundaries_s=boundaries,
-        samples_per_step=[8] * len(durations_ms),
-        profiled_steps=2,
-        timed_steps=4,
-        timed_skipped=timed_skipped,
-        timed_seconds=(boundaries[first + 4] - boundaries[first]),
-    )
+    return record_from_steps(durations_ms, WindowPlan(warmup=1, steps=2, timed=4), 8, timed_skipped)
 
 
 def test_the_steady_state_leaves_out_the_batches_the_workers_queued() -> None:
