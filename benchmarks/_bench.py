@@ -14,11 +14,18 @@ REPO = Path(__file__).resolve().parents[1]
 PLAIN_RE = re.compile(r"plain timer: steps (\d+)-(\d+): ([\d.]+) steps/s")
 
 
-def run_in_repo(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd`` from the repository root, its output captured; raises TimeoutExpired."""
+def repo_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with the repository importable, output unbuffered, then ``env``."""
     full = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     full.update(env or {})
-    return subprocess.run(cmd, cwd=REPO, env=full, capture_output=True, text=True, timeout=timeout, check=False)
+    return full
+
+
+def run_in_repo(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` from the repository root, its output captured; raises TimeoutExpired."""
+    return subprocess.run(
+        cmd, cwd=REPO, env=repo_env(env), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def parse_cpulist(text: str) -> list[int]:

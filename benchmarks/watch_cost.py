@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import PLAIN_RE, REPO, gpu_local_cpus, pin_cpus, run_in_repo
+from _bench import PLAIN_RE, REPO, gpu_local_cpus, pin_cpus, repo_env, run_in_repo
 
 
 @dataclass(frozen=True)
@@ -272,6 +272,16 @@ def plain_rates(output: str) -> dict[str, tuple[float, float | None]]:
 #: residue: steps timed before the main window and after it, in the same process; the window
 #: (``--warmup`` steps in, ``--steps`` long, then its export) sits between the two ranges
 RESIDUE_BEFORE, RESIDUE_WINDOW, RESIDUE_AFTER = (100, 300), (320, 330), (500, 1100)
+#: watch's options that move its main window to ``RESIDUE_WINDOW`` (the profiler starts one step before)
+MOVED_WINDOW = ("--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0]))
+
+
+def _residue_load(cpu: bool) -> tuple[Load, list[str]]:
+    """The host-bound load and its arguments for ``residue`` and ``concurrent``: steps 100-299 and
+    500-1098 timed, ``RESIDUE_AFTER[1]`` steps in all."""
+    load = next(load for load in LOADS if load.name == "host_bound")
+    before, after = f"{RESIDUE_BEFORE[0]}:{RESIDUE_BEFORE[1]}", f"{RESIDUE_AFTER[0]}:{RESIDUE_AFTER[1] - 1}"
+    return load, [*(["--small"] if cpu else []), "--steps", str(RESIDUE_AFTER[1]), "--time-steps", f"{before},{after}"]
 
 
 def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = True, forked: bool = False) -> None:
@@ -288,9 +298,7 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
     ``forked`` adds a run of the plain script in a child forked as watch forks its own (``FORKED``):
     how much of that cross-process figure is the way the process was made, not what runs in it.
     """
-    load = next(load for load in LOADS if load.name == "host_bound")
-    before, after = f"{RESIDUE_BEFORE[0]}:{RESIDUE_BEFORE[1]}", f"{RESIDUE_AFTER[0]}:{RESIDUE_AFTER[1] - 1}"
-    args = [*(["--small"] if cpu else []), "--steps", str(RESIDUE_AFTER[1]), "--time-steps", f"{before},{after}"]
+    load, args = _residue_load(cpu)
     profile_window = ["--profile-window", f"{RESIDUE_WINDOW[0]}:{RESIDUE_WINDOW[1]}"]
     print(
         f"\n== residue: {load.script} {' '.join(args)}; window at steps {RESIDUE_WINDOW[0]}-{RESIDUE_WINDOW[1] - 1}",
@@ -306,8 +314,7 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
         rates: dict[str, list[tuple[float, float | None]]] = {}  # (before, after) a kind
         for kind in kinds:
             if kind == "watch":
-                warm = ("--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0]))
-                stdout, _ = run_watch(load.script, args, work / f"residue-{i}", timeout, warm)
+                stdout, _ = run_watch(load.script, args, work / f"residue-{i}", timeout, MOVED_WINDOW)
             elif kind == "forked":
                 stdout = forked_output(load.script, args, timeout)
             else:
@@ -352,9 +359,7 @@ def _start_side(cmd: list[str], side: str, cpu: bool, log: Path) -> subprocess.P
     """``cmd`` from the repository root on one side: its GPU alone (``CUDA_VISIBLE_DEVICES``), its
     CPUs (``taskset``), its output to ``log`` (a pipe left unread could stall it)."""
     cpus = _side_cpus(side, cpu)
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
-    env.update(ENV)
-    env["CUDA_VISIBLE_DEVICES"] = "" if cpu else side
+    env = repo_env({**ENV, "CUDA_VISIBLE_DEVICES": "" if cpu else side})
     pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus and shutil.which("taskset") else []
     with log.open("w") as out:
         return subprocess.Popen([*pin, *cmd], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -401,12 +406,8 @@ def concurrent(
         raise SystemExit(
             f"concurrent: plain first, each variant once, a side each (variants {variants}, sides {sides})"
         )
-    load = next(load for load in LOADS if load.name == "host_bound")
-    before, after = f"{RESIDUE_BEFORE[0]}:{RESIDUE_BEFORE[1]}", f"{RESIDUE_AFTER[0]}:{RESIDUE_AFTER[1] - 1}"
-    args = [*(["--small"] if cpu else []), "--steps", str(RESIDUE_AFTER[1]), "--time-steps", f"{before},{after}"]
-    window = (
-        ("--warmup", str(RESIDUE_WINDOW[0]), "--steps", str(RESIDUE_WINDOW[1] - RESIDUE_WINDOW[0])) if moved else ()
-    )
+    load, args = _residue_load(cpu)
+    window = MOVED_WINDOW if moved else ()
     first = "before the window" if moved else "steps 100-299"
     second = "after it" if moved else "steps 500-1098"
     n = len(variants)
