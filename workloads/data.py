@@ -111,18 +111,17 @@ class SyntheticJPEGDataset(torch.utils.data.Dataset):
         self.classes = class_names(n_classes)
         self.class_to_idx = {name: index for index, name in enumerate(self.classes)}
         self.targets = [index % n_classes for index in range(n_samples)]
-        self.n_samples = n_samples
         unique = min(n_samples, max(n_classes, UNIQUE_IMAGES // n_classes * n_classes))
         self.images = [
             render_jpeg(seed, split, index % n_classes, index // n_classes, size, quality) for index in range(unique)
         ]
 
     def __len__(self) -> int:
-        return self.n_samples
+        return len(self.targets)
 
     def __getitem__(self, index: int) -> Sample:
-        if not -self.n_samples <= index < self.n_samples:
-            raise IndexError(f"sample {index} of {self.n_samples}")
+        if not -len(self.targets) <= index < len(self.targets):
+            raise IndexError(f"sample {index} of {len(self.targets)}")
         return Image.open(io.BytesIO(self.images[index % len(self.images)])), self.targets[index]
 
 
