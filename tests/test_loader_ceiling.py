@@ -38,7 +38,6 @@ def test_the_ceiling_is_the_step_over_the_loaders_interval_and_one_over_the_busy
     assert ceiling == LoaderCeiling(by_cpu=2.0, by_busy=2.5)
     assert ceiling.least == 2.0
     assert ceiling.agree(3.0) and not ceiling.agree(2.2)
-    assert ceiling.bound(3.0) == 2.5  # where both bind, the faster of the two
     # a loader that already paces the step allows nothing more (never below 1x)
     slow = loader_ceiling({**LOADER, "workers.cpu_per_batch_ms": 9.6}, model)
     assert slow == LoaderCeiling(by_cpu=1.0, by_busy=None)
@@ -54,12 +53,17 @@ def test_a_fix_of_the_step_gains_no_more_than_the_loader_delivers() -> None:
     model = model_of(long_forward_step())
     check = replay_check(model)
     assert predict(model, check, "compile", {}).speedup == pytest.approx(UNCHANGED)
-    # both measures say the workers bind below 3.17x: capped at the faster (2.5x), and sure
+    # both measures say the workers bind below 3.17x: capped at the lower (2.0x; each measure errs
+    # high: a worker's wall time per batch is at least its CPU time, the sampled share errs low),
+    # and sure (timm's ViT in verify's baseline: both bound, the faster ceiling 3.28x where the CPU
+    # time allowed 1.33x; measured 0.98x and 1.19x)
     both = predict(model, check, "compile", {**LOADER, "workers.busy": 0.4})
-    assert both.speedup == pytest.approx(2.5)
-    assert both.step_us == pytest.approx(1200.0 / 2.5)
+    assert both.speedup == pytest.approx(2.0)
+    assert both.step_us == pytest.approx(1200.0 / 2.0)
     assert both.weak is None and both.floor is None
-    assert "the DataLoader sets the pace" in both.note
+    assert both.note.endswith(
+        "the DataLoader sets the pace (its workers' CPU time per batch allows 2.00x; their sampled busy share 2.50x): 2.00x at most"
+    )
     # they disagree (the busy share allows 5x): the lower ceiling, weak (the sampled share errs
     # low: a worker's sampler gets the GIL more often while the worker waits than while it decodes)
     split = predict(model, check, "compile", {**LOADER, "workers.busy": 0.2})

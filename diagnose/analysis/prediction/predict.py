@@ -866,9 +866,8 @@ def predict(
     weak, floor = weakness(model, check, name, facts, params), None
     ceiling = loader_ceiling(facts, model) if name not in LOADER_PACED else None
     if ceiling is not None and speedup > ceiling.least:
-        agree = ceiling.agree(speedup)
-        capped = ceiling.bound(speedup) if agree else ceiling.least
-        if agree:  # the loader delivers no faster: the step waits for it
+        capped = ceiling.least  # each measure errs high (see LoaderCeiling): the lower one
+        if ceiling.agree(speedup):  # the loader delivers no faster: the step waits for it
             note += f"; the DataLoader sets the pace ({ceiling.say()}): {capped:.2f}x at most"
         else:  # one measure says it binds: the lower ceiling, as workers.load takes the higher load
             weak = weak or f"the DataLoader may set the pace: {ceiling.say()}"
@@ -890,13 +889,16 @@ class LoaderCeiling:
     (``by_cpu``: the step's time over that interval), or, by their sampled busy share, at most
     ``1 / busy`` times as often (``by_busy``). Either may be None (not measured). Each errs (see
     ``larger_batch``): the CPU time counts a worker's first, slow batches; the sampled share
-    missed most of an MNIST VAE's work (0.17 where its CPU time said 0.8). Where both say the
-    loader binds, the faster of the two is the ceiling. Where they disagree, the lower one, and
-    the prediction is weak: the sampled share errs low by construction (a worker's sampler thread
-    takes its sample when it gets the GIL, more often while the worker waits for work than while
-    it decodes), so a loader is taken to keep up only where both say so, as ``workers.load``
-    takes the larger load (timm's JPEG workers: busy 11% and 29% sampled, CPU time allowing
-    1.00x and 1.24x; compiles predicted 1.84x-3.18x measured 0.90x-0.93x, docs/zoo.md)."""
+    missed most of an MNIST VAE's work (0.17 where its CPU time said 0.8). The ceiling is the
+    lower of the two, whether or not both say the loader binds: each errs high (a worker's wall
+    time per batch is at least its CPU time, and the sampled share errs low by construction: a
+    worker's sampler thread takes its sample when it gets the GIL, more often while the worker
+    waits for work than while it decodes). Where they disagree on whether it binds the
+    prediction is weak, and a loader is taken to keep up only where both say so, as
+    ``workers.load`` takes the larger load (timm's JPEG workers: busy 11% and 29% sampled, CPU
+    time allowing 1.00x and 1.24x; compiles predicted 1.84x-3.18x measured 0.90x-0.93x; with
+    both binding, the faster ceiling 3.28x where the CPU time allowed 1.33x, measured 0.98x and
+    1.19x, docs/zoo.md)."""
 
     by_cpu: float | None
     by_busy: float | None
@@ -908,9 +910,6 @@ class LoaderCeiling:
     def agree(self, speedup: float) -> bool:
         """Every ceiling measured says the loader binds at ``speedup``."""
         return all(c < speedup for c in (self.by_cpu, self.by_busy) if c is not None)
-
-    def bound(self, speedup: float) -> float:
-        return min(speedup, max(c for c in (self.by_cpu, self.by_busy) if c is not None))
 
     def say(self) -> str:
         parts = []
