@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -193,6 +194,13 @@ def run_watch(
     return done.stdout, report
 
 
+def _plus(values: list[float]) -> str:
+    """A median and range of differences (not shares): "+1.23 (-0.50 .. +2.00)"."""
+    if not values:
+        return "-"
+    return f"{statistics.median(values):+.2f} ({min(values):+.2f} .. {max(values):+.2f})"
+
+
 def spread(values: list[float]) -> str:
     if not values:
         return "n/a"
@@ -257,6 +265,30 @@ def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: fl
                 f"    watch beyond a plain run with that window: {spread(costs['beyond'])}; cpu: {spread(costs['beyond_cpu'])}"
             )
         print(f"  whole mode's cost (script wall-clock, main window included): {spread(costs['mode'])}", flush=True)
+
+
+#: the plain timer's figures beyond the rate (examples/_common.py), by name
+TIMER_FIGURES = {
+    "cpu": re.compile(r"main thread cpu ([\d.]+) ms/step"),
+    "process": re.compile(r"process cpu ([\d.]+) ms/step"),
+    "waits": re.compile(r"switches ([\d.]+) waits"),
+    "preempted": re.compile(r"waits ([\d.]+) preempted"),
+}
+
+
+def timer_figures(output: str) -> list[dict[str, float]]:
+    """Per range the plain timer printed, in order: its rate and every figure of ``TIMER_FIGURES`` it gave."""
+    ranges = []
+    for line in output.splitlines():
+        match = PLAIN_RE.search(line)
+        if match:
+            figures = {"rate": float(match.group(3))}
+            for name, pattern in TIMER_FIGURES.items():
+                found = pattern.search(line)
+                if found:
+                    figures[name] = float(found.group(1))
+            ranges.append(figures)
+    return ranges
 
 
 def plain_rates(output: str) -> dict[str, tuple[float, float | None]]:
@@ -366,14 +398,27 @@ def _start_side(cmd: list[str], side: str, cpu: bool, log: Path) -> subprocess.P
 
 
 #: what runs on a side of ``concurrent``: the plain script, watch, watch without its GPU samples
-#: (NVML and the allocator read twice a second), and ``diagnose run --no-stop`` (run's hooks and
-#: its window, none of watch's own)
-CONCURRENT_VARIANTS = ("plain", "watch", "watch-nogpu", "run")
+#: (NVML and the allocator read twice a second), ``diagnose run --no-stop`` (run's hooks and its
+#: window, none of watch's own), the plain script once more (``plain-again``: a control, what the
+#: method itself says of two identical processes) and the plain script in a forked child
+#: (``forked``: ``FORKED``, made as watch makes its child, nothing of diagnose installed), and the
+#: plain script with its own torch.profiler window over the steps of watch's main window, CUPTI
+#: torn down after it as diagnose has it (``plain-window``: what the profiler leaves, apart from
+#: diagnose)
+CONCURRENT_VARIANTS = ("plain", "watch", "watch-nogpu", "run", "plain-again", "forked", "plain-window")
+#: ``plain-window``'s profiler window: the steps watch's main window takes where a user's run has it
+USER_WINDOW = "4:15"
 
 
 def _variant_cmd(variant: str, script: str, args: list[str], window: tuple[str, ...], out: Path) -> list[str]:
-    if variant == "plain":
+    if variant in ("plain", "plain-again"):
         return [sys.executable, script, *args]
+    if variant == "plain-window":
+        start, end = RESIDUE_WINDOW if window else map(int, USER_WINDOW.split(":"))
+        cuda_teardown = ["env", "TEARDOWN_CUPTI=1"]
+        return [*cuda_teardown, sys.executable, script, *args, "--profile-window", f"{start}:{end}"]
+    if variant == "forked":
+        return [sys.executable, "-c", FORKED, script, *args]
     tail = ["-q", *window, "--out", str(out), "--overwrite"]
     if variant == "run":
         return [sys.executable, "-m", "diagnose", "run", script, *tail, "--no-stop", "--no-check", "--", *args]
@@ -417,7 +462,11 @@ def concurrent(
         + (f"at steps {RESIDUE_WINDOW[0]}-{RESIDUE_WINDOW[1] - 1}" if moved else "where a user's run has it"),
         flush=True,
     )
-    costs: dict[str, dict[str, list[float]]] = {v: {"first": [], "second": [], "wall": []} for v in variants[1:]}
+    costs: dict[str, dict[str, list[float]]] = {
+        v: {"first": [], "second": [], "wall": [], "first_both": [], "second_both": []} for v in variants[1:]
+    }
+    #: per variant, what its steps 500-1098 (or after the window) cost beyond the rate, against plain's
+    beside: dict[str, dict[str, list[float]]] = {v: {name: [] for name in TIMER_FIGURES} for v in variants[1:]}
     for i in range(repeats):
         placed = {v: sides[(j + i) % n] for j, v in enumerate(variants)}
         procs: dict[str, subprocess.Popen[str]] = {}
@@ -437,31 +486,62 @@ def concurrent(
                     f"concurrent run {i + 1}: {sorted(set(variants) - set(walls))} ran past {timeout:.0f} s"
                 )
             time.sleep(0.05)
-        rates: dict[str, list[tuple[float, float | None]]] = {}
+        figures: dict[str, list[dict[str, float]]] = {}
         for v, proc in procs.items():
             output = (work / f"concurrent-{i}-{v}.log").read_text()
             if proc.returncode != 0:
                 raise SystemExit(f"concurrent run {i + 1}: {v} failed ({proc.returncode}):\n{output[-2000:]}")
-            rates[v] = list(plain_rates(output).values())
-            if len(rates[v]) != 2:
-                raise SystemExit(f"{v}: the plain timer printed {len(rates[v])} ranges, not 2:\n{output[-2000:]}")
-        (p0, _), (p1, _) = rates["plain"]
+            figures[v] = timer_figures(output)
+            if len(figures[v]) != 2:
+                raise SystemExit(f"{v}: the plain timer printed {len(figures[v])} ranges, not 2:\n{output[-2000:]}")
+        p0, p1 = (r["rate"] for r in figures["plain"])
+        # with the control: the two plain runs' geometric mean, a reference with half the spread of one
+        both = (
+            [math.sqrt(r["rate"] * a["rate"]) for r, a in zip(figures["plain"], figures["plain-again"], strict=True)]
+            if "plain-again" in figures
+            else None
+        )
         line = [f"plain (side {placed['plain']}) {p0:.1f} -> {p1:.1f} steps/s"]
         for v in variants[1:]:
-            (r0, _), (r1, _) = rates[v]
+            r0, r1 = (r["rate"] for r in figures[v])
             costs[v]["first"].append(p0 / r0 - 1)
             costs[v]["second"].append(p1 / r1 - 1)
+            if both is not None and v != "plain-again":
+                costs[v]["first_both"].append(both[0] / r0 - 1)
+                costs[v]["second_both"].append(both[1] / r1 - 1)
             costs[v]["wall"].append(walls[v] / walls["plain"] - 1)
+            late, plain_late = figures[v][1], figures["plain"][1]
+            for name in TIMER_FIGURES:
+                if name in late and name in plain_late:
+                    # CPU: the variant's over plain's, a share; switches: the variant's minus plain's, a step
+                    ratio = name in ("cpu", "process")
+                    if not ratio or plain_late[name] > 0:
+                        beside[v][name].append(
+                            late[name] / plain_late[name] - 1 if ratio else late[name] - plain_late[name]
+                        )
             line.append(f"{v} (side {placed[v]}) {r0:.1f} -> {r1:.1f} ({p0 / r0 - 1:+.2%}, {p1 / r1 - 1:+.2%})")
         print(f"  run {i + 1}: " + " · ".join(line), flush=True)
         print(f"  after {i + 1} run(s), against plain at the same moment:", flush=True)
         for v in variants[1:]:
-            c = costs[v]
+            c, b = costs[v], beside[v]
             print(
                 f"    {v}: {first} {spread(c['first'])}; {second} {spread(c['second'])}; "
                 f"process wall-clock {spread(c['wall'])}",
                 flush=True,
             )
+            if c["first_both"]:
+                print(
+                    f"      against both plain runs (their geometric mean): {first} {spread(c['first_both'])}; "
+                    f"{second} {spread(c['second_both'])}",
+                    flush=True,
+                )
+            if b["cpu"]:
+                print(
+                    f"      {second}, against plain: main thread cpu a step {spread(b['cpu'])}; the process's cpu a step "
+                    f"{spread(b['process'])}; main thread's waits a step {_plus(b['waits'])}, preemptions a step "
+                    f"{_plus(b['preempted'])}",
+                    flush=True,
+                )
 
 
 def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None) -> int:

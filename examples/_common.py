@@ -9,6 +9,7 @@ cause (docs/truth.md records what the GPU runs said).
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 import torch
@@ -52,6 +53,8 @@ class PlainTimer:
         self.samples = samples_per_step
         self._t0: dict[int, float] = {}
         self._cpu0: dict[int, float] = {}  # the main thread's CPU time: less moved by other processes
+        self._process0: dict[int, float] = {}  # every thread's CPU time (the process's)
+        self._switches0: dict[int, tuple[int, int]] = {}  # the main thread's context switches
 
     def step(self, index: int) -> None:
         """Call at the top of every step with its index (0-based)."""
@@ -61,12 +64,24 @@ class PlainTimer:
             return
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        now, cpu = time.perf_counter(), time.thread_time()
+        now, cpu, process = time.perf_counter(), time.thread_time(), time.process_time()
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+        switches = (usage.ru_nvcsw, usage.ru_nivcsw)
         for start, end in ends:
-            rate = (end - start) / (now - self._t0[start])
+            n = end - start
+            rate = n / (now - self._t0[start])
             extra = f" · {rate * self.samples:.1f} samples/s" if self.samples else ""
-            cpu_ms = (cpu - self._cpu0[start]) / (end - start) * 1000
-            print(f"plain timer: steps {start}-{end - 1}: {rate:.3f} steps/s{extra} · main thread cpu {cpu_ms:.4f} ms/step", flush=True)
+            cpu_ms = (cpu - self._cpu0[start]) / n * 1000
+            process_ms = (process - self._process0[start]) / n * 1000
+            waits, preempted = (now_ - was for now_, was in zip(switches, self._switches0[start], strict=True))
+            print(
+                f"plain timer: steps {start}-{end - 1}: {rate:.3f} steps/s{extra} · main thread cpu {cpu_ms:.4f} ms/step"
+                f" · process cpu {process_ms:.4f} ms/step · main thread switches {waits / n:.2f} waits"
+                f" {preempted / n:.2f} preempted a step",
+                flush=True,
+            )
         for start, _ in starts:
             self._t0[start] = now
             self._cpu0[start] = cpu
+            self._process0[start] = process
+            self._switches0[start] = switches
