@@ -103,9 +103,22 @@ class Outcome:
     verdict: str | None = None  # "helped", "no effect", "slower", "failed", "oom"
     #: knob -> how it reached the script (run.json's ``knobs_via``)
     via: dict[str, str] = field(default_factory=dict)
+    #: its speedup compares both sides' steady steps without those at an epoch's turn (it changes
+    #: the batch, and the steady figures of one side or the other kept turns: ``judge``)
+    without_turns: bool = False
 
     def rate(self, by_samples: bool) -> float | None:
         return self.samples_per_s if by_samples else self.steps_per_s
+
+    def turn_free_rate(self, by_samples: bool) -> float | None:
+        """The steady rate without the timed steps at an epoch's turn (the report's
+        ``throughput.turn_free``, else its steady figures, which then kept none); None where the
+        rates compared are not the steady ones."""
+        if self.basis != "steady":
+            return None
+        figures = self.figures.get("turn_free") or self.figures.get("steady") or {}
+        value = figures.get("samples_per_s" if by_samples else "steps_per_s")
+        return float(value) if value else None
 
     def __post_init__(self) -> None:
         if not self.figures and (self.steps_per_s or self.samples_per_s):  # built from its rates alone: steady ones
@@ -298,6 +311,8 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
     figures = {
         basis: throughput.get(basis) if (throughput.get(basis) or {}).get("steps_per_s") else None for basis in BASES
     }
+    if figures["steady"] and (throughput.get("turn_free") or {}).get("steps_per_s"):
+        figures["turn_free"] = throughput["turn_free"]  # a run of another batch is compared by these
     job = (report.get("distributed") or {}).get("job_samples_per_s")
     if job and figures["steady"]:
         # a torchrun job: the job's samples/s (every rank's added up), not the lead rank's own
@@ -393,6 +408,13 @@ class Baseline:
     def rate(self) -> float | None:
         rates = [rate for r in self.ok if (rate := r.rate(self.by_samples)) is not None]
         return statistics.mean(rates) if rates else None
+
+    @property
+    def turn_free_rate(self) -> float | None:
+        """The runs' mean rate without their steps at an epoch's turn (``Outcome.turn_free_rate``);
+        None unless every run has one."""
+        rates = [rate for r in self.ok if (rate := r.turn_free_rate(self.by_samples))]
+        return statistics.mean(rates) if rates and len(rates) == len(self.ok) else None
 
     @property
     def spread_from(self) -> str | None:
@@ -521,6 +543,13 @@ def judge(outcome: Outcome, baseline: Baseline) -> Outcome:
         baseline = Baseline(baseline.runs, by_samples=False)
     base = baseline.rate
     rate = outcome.rate(baseline.by_samples)
+    if rate and base and changes_batch(outcome.knobs):
+        # another batch turns its epochs at another rate, and a turn (the workers' start, an
+        # evaluation pass) costs the same per sample: both sides without their turns' steps
+        turn_rate, turn_base = outcome.turn_free_rate(baseline.by_samples), baseline.turn_free_rate
+        if turn_rate and turn_base and (turn_rate, turn_base) != (rate, base):
+            rate, base = turn_rate, turn_base
+            outcome.without_turns = True
     if not rate:
         outcome.verdict = "not compared"  # measured, but not the way the others were
         return outcome
@@ -700,6 +729,11 @@ def _conclusion(o: Outcome, bound: float | None, baseline: Baseline, predicted: 
         lines = [f"{change} could not be measured: {o.error or o.verdict}"]
     if o.status == "ok" and o.error:
         lines.append(f"  note: {o.error}")
+    if o.without_turns and o.speedup is not None:
+        lines.append(
+            "  compared without the timed steps at an epoch's turn on either side: the batch changes how often "
+            "epochs turn, not what a turn costs per sample"
+        )
     if predicted is not None and o.speedup is not None:
         lines.append(
             f"  predicted {predicted:.2f}x, measured {o.speedup:.2f}x ({(predicted - o.speedup) / o.speedup:+.0%})"

@@ -552,20 +552,22 @@ class RunRecord:
         starts = (t for d in self.dataloaders for t in d.first_batch_at_s)
         return {i for i in (bisect.bisect_right(b, t) - 1 for t in starts) if 0 <= i < len(b) - 1}
 
-    def steady_steps(self) -> list[int]:
+    def steady_steps(self, every_turn: bool = False) -> list[int]:
         """The timed steps (profiler off) a steady figure is made of: where the training loader's
-        epoch is longer than the timed steps (or of unknown length), those at an epoch's turn
-        left out (``turn_steps``), where at least half of them and two remain. Such a window holds
+        epoch is longer than the timed steps (or of unknown length), or ``every_turn``, those at
+        an epoch's turn left out (``turn_steps``), where at least half of them and two remain. Such a window holds
         a turn by chance: fifteen timed steps of a 20-batch epoch held the epoch's end and an
         evaluation pass (one 1.9 s step among 17 ms ones: a ResNet-18 at twice its batch measured
         0.46x by the mean, docs/zoo.md) where the same steps at the old batch (40 batches an
         epoch) held none; the turn's cost belongs to the epoch (WHOLE001, WHOLE003), not to the
         training step two runs are compared by. Where epochs are no longer than the timed steps,
         turns recur in the window at their own rate and are part of its steady state (what
-        persistent workers save is in them)."""
+        persistent workers save is in them); ``every_turn`` leaves them out there too, for a run
+        compared with one of another batch, whose epochs turn at another rate (the turn's cost per
+        sample is the same: ``Throughput.turn_free``)."""
         timed = self._timed_steps()
         epoch = self.epoch_batches()
-        if not timed or (epoch is not None and epoch <= len(timed)):
+        if not timed or (not every_turn and epoch is not None and epoch <= len(timed)):
             return timed
         turns = self.turn_steps()
         kept = [i for i in timed if i not in turns]
@@ -578,19 +580,19 @@ class RunRecord:
         first = self.first_timed_step()
         return list(range(first, min(first + self.timed_steps, len(self.boundaries_s) - 1)))
 
-    def steady_left_out(self) -> int:
+    def steady_left_out(self, every_turn: bool = False) -> int:
         """Timed steps left out of the steady figures (``steady_steps``)."""
-        return len(self._timed_steps()) - len(self.steady_steps())
+        return len(self._timed_steps()) - len(self.steady_steps(every_turn))
 
-    def steady_durations(self) -> list[float]:
+    def steady_durations(self, every_turn: bool = False) -> list[float]:
         """The steady steps' durations (profiler off), in seconds (``steady_steps``)."""
         d = self.step_durations()
-        return [d[i] for i in self.steady_steps() if i < len(d)]
+        return [d[i] for i in self.steady_steps(every_turn) if i < len(d)]
 
-    def steady_samples(self) -> list[int]:
+    def steady_samples(self, every_turn: bool = False) -> list[int]:
         """Samples of each steady step (0 where not known), aligned with ``steady_durations``."""
         n = self.samples_per_step
-        return [n[i] if i < len(n) else 0 for i in self.steady_steps()]
+        return [n[i] if i < len(n) else 0 for i in self.steady_steps(every_turn)]
 
     def steady_mean_s(self) -> float | None:
         """The mean steady step in seconds: the timed steps' sum (synchronised at both ends) over

@@ -276,11 +276,17 @@ class Timing(Section):
 
 
 class Throughput(Section):
-    _optional = frozenset({"profiled", "note"})
+    _optional = frozenset({"profiled", "note", "turn_free"})
 
     batch_size: Number | None = None
     profiled: Timing | None = None
     steady: Timing | None = None
+    #: the steady figures with every timed step at an epoch's turn left out, where the steady ones
+    #: kept some (epochs no longer than the timed steps: ``RunRecord.steady_steps``): what a run of
+    #: another batch is compared by, whose epochs turn at another rate while a turn costs the same
+    #: per sample (a ResNet-18 at twice its batch: 20 batches an epoch and one evaluation pass in
+    #: 20 timed steps measured 0.51-0.55x in the run's check, 1.20-1.76x under verify, docs/zoo.md)
+    turn_free: Timing | None = None
     note: str | None = None
 
     def _absent(self, name: str) -> bool:

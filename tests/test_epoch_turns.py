@@ -139,3 +139,37 @@ def test_where_epochs_are_no_longer_than_the_timed_steps_their_turns_stay() -> N
     long = _loader([-0.5, 1.20], dataset_len=640)
     long.fetches_in_window = 2
     assert _record(DURATIONS, [long]).steady_left_out() == 1  # ten batches an epoch: left out
+
+
+def test_a_short_epochs_turns_stay_in_the_steady_figures_and_leave_the_turn_free_ones() -> None:
+    """Four batches an epoch: the steady figures keep the 1 s turn (142.5 ms a step); the report
+    also gives them without it (20 ms a step), what a run of another batch is compared by."""
+    short = _loader([-0.5, 1.20], dataset_len=256)
+    short.fetches_in_window = 2
+    record = _record(DURATIONS, [short])
+    assert record.steady_steps(every_turn=True) == [4, 5, 6, 8, 9, 10, 11]
+    assert record.steady_left_out(every_turn=True) == 1
+    report = build_report(
+        record=record, meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None
+    )
+    throughput = report.throughput
+    assert "left_out" not in throughput["steady"]
+    assert throughput["steady"]["mean_step_ms"] == pytest.approx(142.5)
+    turn_free = throughput["turn_free"]
+    assert turn_free["steps"] == 7 and turn_free["left_out"] == 1
+    assert turn_free["mean_step_ms"] == pytest.approx(20.0)
+    assert turn_free["samples_per_s"] == pytest.approx(3200.0)
+    # where the steady figures left the turn out already, or no turn fell in them: no second set
+    long = _loader([-0.5, 1.20], dataset_len=640)
+    long.fetches_in_window = 2
+    for loaders in ([long], [_loader([-0.5])]):
+        built = build_report(
+            record=_record(DURATIONS, loaders),
+            meta=None,
+            breakdown=None,
+            symptoms=Symptoms({}),
+            diagnosis=None,
+            source={},
+            limit=None,
+        )
+        assert "turn_free" not in built.throughput

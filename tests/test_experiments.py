@@ -692,3 +692,28 @@ def test_a_run_stopped_at_its_time_limit_is_judged_on_the_timed_steps_it_finishe
         judge(outcome, Baseline([ok("baseline-1", 45.0, 2880.0)], by_samples=True))
         assert outcome.verdict == "helped" and outcome.speedup == pytest.approx(8946.0 / 2880.0)
     assert timed_out(outcome_from_report(spec, {}, tmp_path, -9), 25.0, False).error == "timed out after 25 s"
+
+
+def test_a_larger_batch_is_compared_without_either_sides_epoch_turns() -> None:
+    """timm's ResNet-18 at twice its batch: 20 batches an epoch, so its timed steps held an
+    evaluation pass the baseline's (40 an epoch) did not; its check measured 0.51-0.55x, verify
+    1.20-1.76x (docs/zoo.md). A run that changes the batch is compared by both sides' turn-free
+    rates; any other change keeps the steady ones (what persistent workers save is in turns)."""
+
+    def measured(knobs: dict[str, str], steady: float, turn_free: float | None, batch: int = 64) -> Outcome:
+        figures: dict = {"steady": {"steps_per_s": steady, "samples_per_s": steady * batch}, "profiled": None}
+        if turn_free is not None:
+            figures["turn_free"] = {"steps_per_s": turn_free, "samples_per_s": turn_free * batch}
+        out = Outcome("x", knobs, "ok", "", figures=figures)
+        out.use("steady")
+        return out
+
+    baseline = Baseline([measured({}, 50.0, None)], by_samples=True)
+    assert baseline.turn_free_rate == pytest.approx(3200.0)  # no turn kept: its steady figures
+    # twice the batch: 10 steps/s with the evaluation pass in them (0.40x), 40 without (1.60x)
+    bigger = judge(measured({"batch_size": "128"}, 10.0, 40.0, batch=128), baseline)
+    assert bigger.speedup == pytest.approx(40 * 128 / 3200)
+    assert bigger.without_turns and bigger.verdict == "helped"
+    # the same figures for a change that leaves the batch alone: the steady ones
+    workers = judge(measured({"persistent_workers": "true"}, 10.0, 40.0), baseline)
+    assert workers.speedup == pytest.approx(640 / 3200) and not workers.without_turns

@@ -490,6 +490,10 @@ def _throughput(report: Report, record: RunRecord | None, breakdown: Breakdown |
         out.steady = _timing(durations, samples, total_s=None if left_out else record.timed_seconds)
         if left_out:
             out.steady.left_out = left_out
+        every = record.steady_left_out(every_turn=True)
+        if every > left_out:  # turns the steady figures kept (short epochs): the figures without them
+            out.turn_free = _timing(record.steady_durations(every_turn=True), record.steady_samples(every_turn=True))
+            out.turn_free.left_out = every
     elif record is not None and record.completed_steps():
         out.steady = None
         out.note = "too few steps for the steady-state timing (profiler off); figures are from the profiled window"
