@@ -273,3 +273,25 @@ def test_the_teardown_after_the_last_step_is_no_line_of_the_loop(write_script, t
     host = record.host_samples
     assert host.get("window_s", 0.0) < 0.4
     assert not [x for x in host.get("lines", []) if x["function"] == "teardown"]
+
+
+def test_each_workers_first_batch_is_left_out_of_the_cpu_time_per_batch(tmp_path: Path) -> None:
+    """A worker's first batch carries its lazy imports and cold caches (a tiny batch's workers
+    took it for the pace of every later one): the CPU time per batch is that of the batches after
+    it, where a worker built more than one; a file without the first batch's time (an older
+    diagnose) counts whole."""
+    import json
+
+    workers = tmp_path / "workers"
+    workers.mkdir()
+    files = {
+        "worker-1.json": {"batches": 5, "cpu_s": 0.5, "first_cpu_s": 0.3, "samples": 10},  # 4 after: 0.2 s
+        "worker-2.json": {"batches": 1, "cpu_s": 0.3, "first_cpu_s": 0.3, "samples": 2},  # only one: counts
+        "worker-3.json": {"batches": 3, "cpu_s": 0.15, "samples": 5},  # older file: whole
+    }
+    for name, data in files.items():
+        (workers / name).write_text(json.dumps(data))
+    merged = LineAttribution(workers)._worker_hotspots()
+    assert merged["batches"] == 9
+    assert merged["cpu_s_per_batch"] == pytest.approx((0.2 + 0.3 + 0.15) / (4 + 1 + 3))
+    assert merged["cpu_s_per_batch_with_first"] == pytest.approx(0.95 / 9)

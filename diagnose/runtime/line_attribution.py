@@ -216,6 +216,9 @@ class WorkerProbe:
         self.library = library
         self.cpu_s = 0.0
         self.batches = 0
+        #: the CPU time of this worker's first batch (its lazy imports, cold caches): left out of
+        #: the time per batch where the worker built more (``_worker_hotspots``)
+        self.first_cpu_s: float | None = None
         self._last_flush = time.monotonic()
         self.sampler = Sampler(
             threading.get_ident(),
@@ -230,6 +233,7 @@ class WorkerProbe:
             "pid": os.getpid(),
             "batches": self.batches,
             "cpu_s": self.cpu_s,
+            "first_cpu_s": self.first_cpu_s,
             "samples": self.sampler.samples,
             "interval_s": WORKER_INTERVAL_S,
             "counts": [[where, site, fn, n] for (where, site, fn), n in self.sampler.counts.items()],
@@ -244,8 +248,11 @@ class WorkerProbe:
             try:
                 return fetch(*args, **kwargs)
             finally:
-                self.cpu_s += time.thread_time() - start
+                spent = time.thread_time() - start
+                self.cpu_s += spent
                 self.batches += 1
+                if self.first_cpu_s is None:
+                    self.first_cpu_s = spent
                 if time.monotonic() - self._last_flush > FLUSH_S:
                     self.flush()  # workers end in os._exit: no atexit, so save as we go
 
@@ -462,14 +469,20 @@ class LineAttribution:
         files = sorted(self.workers_dir.glob("worker-*.json")) if self.workers_dir.is_dir() else []
         counts: Counter[tuple[str, str, str]] = Counter()
         batches, cpu_s, samples = 0, 0.0, 0
+        steady_batches, steady_cpu_s = 0, 0.0  # each worker's first batch left out where it built more
         activity: Counter[str] = Counter()
         for f in files:
             try:
                 data = json.loads(f.read_text())
             except (OSError, ValueError):
                 continue
-            batches += data.get("batches", 0)
-            cpu_s += data.get("cpu_s", 0.0)
+            built, spent, first = data.get("batches", 0), data.get("cpu_s", 0.0), data.get("first_cpu_s")
+            batches += built
+            cpu_s += spent
+            if built >= 2 and first is not None:
+                steady_batches, steady_cpu_s = steady_batches + built - 1, steady_cpu_s + spent - first
+            else:
+                steady_batches, steady_cpu_s = steady_batches + built, steady_cpu_s + spent
             samples += data.get("samples", 0)
             for where, site, fn, n in data.get("counts", []):
                 counts[(where, site, fn)] += n
@@ -481,7 +494,10 @@ class LineAttribution:
         return {
             "workers": len(files),
             "batches": batches,
-            "cpu_s_per_batch": cpu_s / batches if batches else None,
+            # past each worker's first batch (its imports and cold caches: a tiny batch's workers
+            # took their first for the pace of every later one, docs/zoo.md "The fourth GPU run")
+            "cpu_s_per_batch": steady_cpu_s / steady_batches if steady_batches else None,
+            "cpu_s_per_batch_with_first": cpu_s / batches if batches else None,
             "by_activity": {k: v / sampled for k, v in activity.most_common()},
             "lines": [
                 {"activity": where, "site": site, "function": fn, "code": source_line(site), "share": n / total}
