@@ -311,9 +311,11 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
     figures = {
         basis: throughput.get(basis) if (throughput.get(basis) or {}).get("steps_per_s") else None for basis in BASES
     }
-    if figures["steady"] and (throughput.get("turn_free") or {}).get("steps_per_s"):
-        figures["turn_free"] = throughput["turn_free"]  # a run of another batch is compared by these
     job = (report.get("distributed") or {}).get("job_samples_per_s")
+    if figures["steady"] and not job and (throughput.get("turn_free") or {}).get("steps_per_s"):
+        # a run of another batch is compared by these (a torchrun job has no turn-free figure of
+        # the whole job: its steady one, the job's samples/s, stands)
+        figures["turn_free"] = throughput["turn_free"]
     if job and figures["steady"]:
         # a torchrun job: the job's samples/s (every rank's added up), not the lead rank's own
         figures["steady"] = {**figures["steady"], "samples_per_s": job}
