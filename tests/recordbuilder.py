@@ -2,14 +2,18 @@
 
 ``record_from_steps([10, 30, 30, 500, 20, ...], WindowPlan(warmup=1, steps=2, timed=4), 8)``: the
 boundaries from 0 s at the given step times (ms), the plan's profiled and timed steps, and the
-timed steps' synchronised sum as the runner records it (after ``timed_skipped`` untimed ones)."""
+timed steps' synchronised sum as the runner records it (after ``timed_skipped`` untimed ones).
+``report_of_record(record)``: the report of such a record alone (no trace, no symptoms)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnose.record import RunRecord, WindowPlan
+
+if TYPE_CHECKING:
+    from diagnose.analysis.report import Report
 
 
 def record_from_steps(
@@ -28,4 +32,14 @@ def record_from_steps(
         timed_skipped=timed_skipped,
         timed_seconds=boundaries[first + plan.timed] - boundaries[first],
         **fields,
+    )
+
+
+def report_of_record(record: RunRecord) -> Report:
+    """The report of ``record`` alone: no trace, no symptoms, no diagnosis (its throughput, warnings)."""
+    from diagnose.analysis.report import build_report
+    from diagnose.analysis.symptoms import Symptoms
+
+    return build_report(
+        record=record, meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None
     )

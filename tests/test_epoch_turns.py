@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analysis.report import build_report
-from diagnose.analysis.symptoms import Symptoms
 from diagnose.record import DataLoaderInfo, RunRecord, WindowPlan
 from diagnose.renderers.terminal import TerminalRenderer
 from diagnose.report import Report
-from tests.recordbuilder import record_from_steps
+from tests.recordbuilder import record_from_steps, report_of_record
 
 #: warm-up 1, profiled 2, the export step, then 8 timed steps (indices 4-11)
 PLAN = WindowPlan(warmup=1, steps=2, timed=8)
@@ -74,22 +72,12 @@ def test_a_loop_that_makes_an_iterator_every_step_keeps_all_its_steps() -> None:
 
 def test_the_report_says_what_was_left_out_and_measures_the_rest() -> None:
     record = _record(DURATIONS, [_loader([-0.5, 1.20]), _loader([0.25], dataset_len=320)])
-    report = build_report(
-        record=record, meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None
-    )
+    report = report_of_record(record)
     steady = report.throughput["steady"]
     assert steady["steps"] == 7 and steady["left_out"] == 1
     assert steady["mean_step_ms"] == pytest.approx(20.0)
     assert steady["samples_per_s"] == pytest.approx(3200.0)
-    plain = build_report(
-        record=_record(DURATIONS, [_loader([-0.5])]),
-        meta=None,
-        breakdown=None,
-        symptoms=Symptoms({}),
-        diagnosis=None,
-        source={},
-        limit=None,
-    )
+    plain = report_of_record(_record(DURATIONS, [_loader([-0.5])]))
     assert "left_out" not in plain.throughput["steady"]
     assert plain.throughput["steady"]["mean_step_ms"] == pytest.approx(142.5)
     text = TerminalRenderer(color=False, width=200).render(Report.from_dict(report.to_dict()))
@@ -149,9 +137,7 @@ def test_a_short_epochs_turns_stay_in_the_steady_figures_and_leave_the_turn_free
     record = _record(DURATIONS, [short])
     assert record.steady_steps(every_turn=True) == [4, 5, 6, 8, 9, 10, 11]
     assert record.steady_left_out(every_turn=True) == 1
-    report = build_report(
-        record=record, meta=None, breakdown=None, symptoms=Symptoms({}), diagnosis=None, source={}, limit=None
-    )
+    report = report_of_record(record)
     throughput = report.throughput
     assert "left_out" not in throughput["steady"]
     assert throughput["steady"]["mean_step_ms"] == pytest.approx(142.5)
@@ -163,13 +149,5 @@ def test_a_short_epochs_turns_stay_in_the_steady_figures_and_leave_the_turn_free
     long = _loader([-0.5, 1.20], dataset_len=640)
     long.fetches_in_window = 2
     for loaders in ([long], [_loader([-0.5])]):
-        built = build_report(
-            record=_record(DURATIONS, loaders),
-            meta=None,
-            breakdown=None,
-            symptoms=Symptoms({}),
-            diagnosis=None,
-            source={},
-            limit=None,
-        )
+        built = report_of_record(_record(DURATIONS, loaders))
         assert "turn_free" not in built.throughput

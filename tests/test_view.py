@@ -11,8 +11,7 @@ import pytest
 
 from diagnose.analysis.measure.categories import EXPOSED, PHASES
 from diagnose.analysis.pipeline import AnalysisOptions
-from diagnose.analysis.report import REPORT_SCHEMA, Report, build_report
-from diagnose.analysis.symptoms import Symptoms
+from diagnose.analysis.report import REPORT_SCHEMA, Report
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.renderers.markdown import MarkdownRenderer
 from diagnose.renderers.terminal import TerminalRenderer
@@ -28,7 +27,7 @@ from diagnose.report import Straggler, Timing
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
 from tests.conftest import DATA
-from tests.recordbuilder import record_from_steps
+from tests.recordbuilder import record_from_steps, report_of_record
 
 #: Two GPU steps of 10 and 12 ms; the window's shares are the symptoms' (as schema 2 keeps them).
 EXPOSED_MS = [
@@ -350,39 +349,15 @@ def _record_with_steps(durations_ms: list[float], timed_skipped: int) -> RunReco
 def test_the_steady_state_leaves_out_the_batches_the_workers_queued() -> None:
     # warm-up 10, profiled 30 30, export 500, then 4 fast steps on queued batches, then the real 20s
     durations = [10, 30, 30, 500, 2, 2, 2, 2, 20, 20, 20, 20]
-    skipped = build_report(
-        record=_record_with_steps(durations, 4),
-        meta=None,
-        breakdown=None,
-        symptoms=Symptoms({}),
-        diagnosis=None,
-        source={},
-        limit=None,
-    )
+    skipped = report_of_record(_record_with_steps(durations, 4))
     assert skipped.throughput["steady"]["mean_step_ms"] == pytest.approx(20.0)
     assert skipped.throughput["steady"]["samples_per_s"] == pytest.approx(400.0)
-    naive = build_report(
-        record=_record_with_steps(durations, 0),
-        meta=None,
-        breakdown=None,
-        symptoms=Symptoms({}),
-        diagnosis=None,
-        source={},
-        limit=None,
-    )
+    naive = report_of_record(_record_with_steps(durations, 0))
     assert naive.throughput["steady"]["mean_step_ms"] == pytest.approx(2.0)  # what the queued batches made it look
 
 
 def test_a_noisy_window_is_reported_as_such() -> None:
     durations = [10, 30, 30, 500, 20, 20, 20, 60]  # p90 over 1.5x the median
-    report = build_report(
-        record=_record_with_steps(durations, 0),
-        meta=None,
-        breakdown=None,
-        symptoms=Symptoms({}),
-        diagnosis=None,
-        source={},
-        limit=None,
-    )
+    report = report_of_record(_record_with_steps(durations, 0))
     assert report.throughput["steady"]["noisy"]
     assert any(w.startswith("noisy steady state") for w in report.warnings)
