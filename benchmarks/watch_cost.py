@@ -269,7 +269,7 @@ def overhead(loads: list[Load], cpu: bool, repeats: int, work: Path, timeout: fl
 
 #: the plain timer's figures beyond the rate (examples/_common.py), by name
 TIMER_FIGURES = {
-    "cpu": re.compile(r"main thread cpu ([\d.]+) ms/step"),
+    "cpu": CPU_RE,
     "process": re.compile(r"process cpu ([\d.]+) ms/step"),
     "waits": re.compile(r"switches ([\d.]+) waits"),
     "preempted": re.compile(r"waits ([\d.]+) preempted"),
@@ -289,16 +289,6 @@ def timer_figures(output: str) -> list[dict[str, float]]:
                     figures[name] = float(found.group(1))
             ranges.append(figures)
     return ranges
-
-
-def plain_rates(output: str) -> dict[str, tuple[float, float | None]]:
-    """Every range the plain timer printed: "START-END" to (steps/s, main thread's CPU ms a step)."""
-    rates: dict[str, tuple[float, float | None]] = {}  # in the order printed
-    for line in output.splitlines():
-        match = PLAIN_RE.search(line)
-        if match:
-            rates[f"{match.group(1)}-{match.group(2)}"] = (float(match.group(3)), plain_cpu_ms(line))
-    return rates
 
 
 #: residue: steps timed before the main window and after it, in the same process; the window
@@ -351,7 +341,7 @@ def residue(cpu: bool, repeats: int, work: Path, timeout: float, window: bool = 
                 stdout = forked_output(load.script, args, timeout)
             else:
                 stdout, _ = plain_output(load.script, [*args, *(profile_window if kind == "window" else [])], timeout)
-            rates[kind] = list(plain_rates(stdout).values())
+            rates[kind] = [(r["rate"], r.get("cpu")) for r in timer_figures(stdout)]
             if len(rates[kind]) != 2:
                 raise SystemExit(f"{kind}: the plain timer printed {len(rates[kind])} ranges, not 2:\n{stdout[-2000:]}")
         line = []
