@@ -152,6 +152,7 @@ def test_the_verdict_of_a_cpu_run_names_no_gpu() -> None:
     values = {
         "gpu.present": 0,
         "exposed.data_wait": 0.5,
+        "data.wait": 0.5,
         "phase.data_wait": 0.5,
         "dataloader.num_workers": 0,
         "cpu.count": 16,

@@ -219,6 +219,7 @@ def test_framework_switches_per_knob() -> None:
 
 DATA_BOUND = {
     "exposed.data_wait": 0.6,
+    "data.wait": 0.6,
     "phase.data_wait": 0.6,
     "dataloader.num_workers": 0,
     "cpu.count": 16,

@@ -14,15 +14,24 @@ import pytest
 
 from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.prediction import uncertainty as U
-from diagnose.analysis.prediction.predict import LoaderCeiling, loader_ceiling, predict
-from diagnose.analysis.prediction.replay import replay_check
+from diagnose.analysis.prediction.predict import (
+    LoaderCeiling,
+    larger_batch,
+    loader_ceiling,
+    loader_paced_now,
+    predict,
+    worker_cpu_per_batch_ms,
+)
+from diagnose.analysis.prediction.replay import replay, replay_check
 from diagnose.analysis.symptoms.dataloader import balance as BALANCE
+from diagnose.analysis.symptoms.dataloader import data_wait as DATA_WAIT
+from diagnose.analysis.symptoms.dataloader import steady_wait as STEADY_WAIT
 from diagnose.analysis.symptoms.dataloader import workers_load as LOAD
 from diagnose.analysis.symptoms.registry import Known
 from diagnose.analysis.verdict.findings import Measurement
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
-from tests.test_replay import long_forward_step, model_of
+from tests.test_replay import long_forward_step, model_of, worker_steps
 
 ZOO = Path(__file__).parent / "data" / "zoo_gpu"
 UNCHANGED = 1200.0 / 378.0
@@ -180,3 +189,87 @@ def test_measured_more_workers_rank_first_and_a_sure_top_measures_nothing_left_o
     assert "DATA001" not in [item["rule"] for item in top_measured.ranking["to_check"]]
     (line,) = [c for c in top_measured.considered if c.startswith("considered DATA001")]
     assert "measures it" not in line
+
+
+# --- a window that took the batches the workers had queued ---------------------------------------
+
+
+def steady_wait(values: dict[str, float]) -> object:
+    return STEADY_WAIT.compute(known=Known(values, STEADY_WAIT))
+
+
+def test_the_steady_wait_is_what_the_workers_cpu_time_leaves_the_step_waiting() -> None:
+    """4 workers on 16 CPUs at 100 ms of CPU a batch hand over one every 25 ms; the step's own
+    work is its 12.5 ms median less the window's 10% data wait, 11.25 ms: a steady step waits
+    1 - 11.25 / 25 = 55% of the time. Steady steps of 20 ms on average say the workers hand over
+    one every 20 ms at the most (their CPU time counts more than the loader's pace): 1 - 11.25 / 20.
+    Workers that keep up leave no wait; nothing is said where their CPU time was not measured."""
+    values = {
+        "dataloader.num_workers": 4,
+        "cpu.count": 16,
+        "workers.cpu_per_batch_ms": 100.0,
+        "step.median_ms": 12.5,
+        "exposed.data_wait": 0.1,
+    }
+    assert steady_wait(values) == 0.55
+    assert steady_wait({**values, "step.steady_mean_ms": 20.0}) == pytest.approx(1 - 11.25 / 20, abs=1e-4)
+    assert steady_wait({**values, "workers.cpu_per_batch_ms": 40.0}) == 0.0
+    assert steady_wait({**values, "workers.cpu_per_batch_ms": None}) is None
+    # the data wait a rule reads: the larger of the window's and the steady one
+    assert DATA_WAIT.compute(known=Known({"exposed.data_wait": 0.1, "workers.steady_wait": 0.55}, DATA_WAIT)) == 0.55
+    assert DATA_WAIT.compute(known=Known({"exposed.data_wait": 0.3, "workers.steady_wait": 0.0}, DATA_WAIT)) == 0.3
+    assert DATA_WAIT.compute(known=Known({"exposed.data_wait": 0.3}, DATA_WAIT)) == 0.3
+
+
+def test_more_workers_are_measured_against_the_step_the_loader_allows() -> None:
+    """Two steps of 100 µs whose 2 µs fetches took batches at hand (tests/test_replay.py). One
+    worker at 300 µs of CPU a batch hands over one every 300 µs: with every batch at hand a step's
+    work is 100 µs, so the first is ready at 200 µs (taking it ends there) and the steps end at
+    298 and 598 µs. Six workers (one every 50 µs) keep up: 200 µs, 2.99x, where against the
+    window's 200 µs it would be 1x. Steady steps of 200 µs say the workers hand over one every
+    200 µs at the most: the steps end at 198 and 398 µs, 1.99x."""
+    model = model_of(worker_steps())
+    facts = {"dataloader.num_workers": 1, "workers.cpu_per_batch_ms": 0.3, "cpu.count": 16}
+    now = loader_paced_now(model, facts)
+    assert now is not None and now.window_us == pytest.approx(598.0)
+    more = predict(model, replay_check(model), "more_workers", facts, {"num_workers": 6})
+    assert more.speedup == pytest.approx(598 / 200)
+    assert "allow a step of 0.30 ms where the window, taking batches they had queued, replays 0.10 ms" in more.note
+    assert worker_cpu_per_batch_ms({**facts, "step.steady_mean_ms": 0.2}) == pytest.approx(0.2)
+    bounded = predict(
+        model, replay_check(model), "more_workers", {**facts, "step.steady_mean_ms": 0.2}, {"num_workers": 6}
+    )
+    assert bounded.speedup == pytest.approx(398 / 200)
+    # workers that keep up leave the window's step as it was: nothing to gain
+    fast = {**facts, "workers.cpu_per_batch_ms": 0.05}
+    assert predict(model, replay_check(model), "more_workers", fast, {"num_workers": 6}).speedup == pytest.approx(1.0)
+
+
+def test_a_larger_batch_of_workers_that_cannot_keep_up_now_is_paced_whatever_their_sampled_share() -> None:
+    """Two workers at 100 µs a batch, sampled busy 1%: at 4x the batch the sampled share says they
+    keep up (the fetch as it was, tests/test_replay.py). Where their CPU time says they cannot keep
+    up with the step already (``workers.steady_wait``), 4x the batch is paced by it: 392 µs."""
+    model = model_of(worker_steps())
+    sampled = {"dataloader.num_workers": 2, "workers.cpu_per_batch_ms": 0.1, "cpu.count": 8, "workers.busy": 0.01}
+    assert replay(larger_batch(model, sampled, factor=4)).window_us == 200.0
+    behind = {**sampled, "workers.steady_wait": 0.3}
+    assert replay(larger_batch(model, behind, factor=4)).window_us == pytest.approx(392.0)
+
+
+def test_a_window_that_took_queued_batches_names_the_loader_and_not_a_larger_batch() -> None:
+    """timm's ResNet-18 on an H200 (2026-11-28, the fifth corpus run): its window waited 9% of the
+    step for data, after the 8 batches its 4 workers had queued; their CPU time (103 ms a batch,
+    one every 26 ms) against 12.5 ms median steps says a steady step waits 56% (its steady steps'
+    mean, 31.6 ms, was 2.5x their median). Twice the batch (MEM001) had been first at 1.90x and
+    measured 0.62x under verify; now the loader is named (DATA001 first, against the step the
+    workers allow) and the larger batch, paced by the same workers, predicts 1.01x."""
+    report = analyze_run(RunDir(ZOO / "timm_resnet18_queued"), AnalysisOptions.load())
+    assert report.symptoms["exposed.data_wait"]["value"] < 0.1
+    assert report.symptoms["data.wait"]["value"] == pytest.approx(0.56, abs=0.01)
+    top = report.findings[0]
+    assert top["rule"] == "DATA001"
+    assert top["says"].startswith("The step waits 56% of its time for the next batch")
+    assert 1.3 < top["predicted_speedup"] < 1.8
+    assert "where the window, taking batches they had queued" in top["prediction_note"]
+    (line,) = [c for c in report.considered if c.startswith("considered MEM001")]
+    assert line.startswith("considered MEM001: predicted 1.01x")

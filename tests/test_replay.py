@@ -614,7 +614,7 @@ def test_a_larger_batch_is_loaded_at_the_workers_measured_cpu_per_sample() -> No
         predict(model, replay_check(model), "larger_batch", {"dataloader.num_workers": 0}, {"factor": 4}).weak is None
     )
     # the workers' sampled stacks say they idle 99% of the time: they keep up (a CPU time per batch
-    # inflated by their first, slow batches is not taken for the pace), and the two disagree
+    # holds what no batch size changes: it is not scaled), and the two disagree
     sampled = {**facts, "workers.busy": 0.01}
     assert replay(larger_batch(model, sampled, factor=4)).window_us == 200.0  # the fetch as it was
     disagree = predict(model, replay_check(model), "larger_batch", sampled, {"factor": 4}).weak

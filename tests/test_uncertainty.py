@@ -152,6 +152,7 @@ def test_the_predictor_resamples_the_profiled_steps_breakdown() -> None:
 
 DATA_FACTS = {
     "exposed.data_wait": 0.9,
+    "data.wait": 0.9,
     "phase.data_wait": 0.9,
     "dataloader.num_workers": 0,
     "dataloader.single_process": 1,

@@ -145,17 +145,72 @@ def workers_load(known: Known) -> float | None:
     where its CPU time said 0.8) and of timm's JPEG workers (0.11, where 4 workers at 105 ms of CPU
     a batch could not keep up with 17 ms steps, docs/zoo.md); the CPU time counts a worker's
     first, slow batches. Taking the larger, a loader is called idle only where both say so."""
-    busy, cpu_ms, workers = (
-        known.get("workers.busy"),
-        known.get("workers.cpu_per_batch_ms"),
-        known.get("dataloader.num_workers"),
-    )
+    busy = known.get("workers.busy")
     step_ms = typical_step_ms(known)
-    by_cpu = None
-    if cpu_ms and workers and step_ms:
-        by_cpu = cpu_ms / building_workers(workers, worker_cpus(known)) / step_ms
+    interval = worker_interval_ms(known)
+    by_cpu = interval / step_ms if interval and step_ms else None
     loads = [v for v in (busy, by_cpu) if v is not None]
     return round(max(loads), 4) if loads else None
+
+
+def worker_interval_ms(known: Known) -> float | None:
+    """How often the DataLoader's workers can hand over a batch, by their CPU time: the CPU time
+    per batch over the workers that build at once. A worker's wall time per batch is at least
+    its CPU time, so the real interval is no shorter."""
+    cpu_ms, workers = known.get("workers.cpu_per_batch_ms"), known.get("dataloader.num_workers")
+    if not cpu_ms or not workers:
+        return None
+    return cpu_ms / building_workers(workers, worker_cpus(known))
+
+
+@symptom(
+    "workers.steady_wait",
+    "share",
+    "share of a steady step the GPU waits for the DataLoader's workers by their CPU time per batch: where they hand over "
+    "a batch less often than the step consumes one, 1 - the step's own work over their interval (0 where they keep up)",
+    uses=(
+        "workers.cpu_per_batch_ms",
+        "dataloader.num_workers",
+        "cpu.count",
+        "cpu.cores",
+        "step.median_ms",
+        "step.time_ms",
+        "step.steady_mean_ms",
+        "exposed.data_wait",
+    ),
+)
+def steady_wait(known: Known) -> float | None:
+    """A short window can hide a loader that cannot keep up: the batches the workers queued
+    before it (``prefetch_factor`` a worker, built while the model was set up or an evaluation
+    ran) are taken at once, and only once the queue is empty does each step wait. timm's
+    ResNet-18 with 4 JPEG workers at 103 ms of CPU a batch (one every 26 ms) and 12.5 ms steps
+    waited 9% of its profiled window; its steady steps' mean was 2.5 times their median (three
+    quick steps, then one that waited for the next burst of batches). The step's own work is the
+    typical step less the window's share of data wait. The steady steps bound it: a loader that
+    sets the pace makes the mean steady step its interval, so an interval longer than that (a
+    worker's CPU time counting threads that decode side by side) is not the loader's."""
+    interval, step_ms = worker_interval_ms(known), typical_step_ms(known)
+    if not interval or not step_ms:
+        return None
+    steady = known.get("step.steady_mean_ms")
+    if steady:
+        interval = min(interval, steady)
+    work = step_ms * (1 - (known.get("exposed.data_wait") or 0.0))
+    return round(max(0.0, 1 - work / interval), 4)
+
+
+@symptom(
+    "data.wait",
+    "share",
+    "share of the step the GPU waits for data: the profiled window's, or the steady wait the DataLoader workers' CPU "
+    "time per batch implies where that is larger (workers.steady_wait)",
+    uses=("exposed.data_wait", "workers.steady_wait"),
+)
+def data_wait(known: Known) -> float | None:
+    exposed = known.get("exposed.data_wait")
+    if exposed is None:
+        return None
+    return max(exposed, known.get("workers.steady_wait") or 0.0)
 
 
 @symptom(

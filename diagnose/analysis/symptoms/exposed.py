@@ -111,6 +111,14 @@ def step_time_ms(steps: Breakdown | None = None, record: RunRecord | None = None
 
 
 @symptom(
+    "step.steady_mean_ms", "ms", "mean step time of the steady steps, timed with the profiler off (none: not measured)"
+)
+def steady_mean_ms(record: RunRecord) -> float | None:
+    steady = record.steady_mean_s()
+    return steady * 1000 if steady else None
+
+
+@symptom(
     "step.median_ms",
     "ms",
     "median step time (steady state where measured, else profiled): a typical training step, where step.time_ms, the "
