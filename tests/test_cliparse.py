@@ -110,7 +110,7 @@ def test_rules_and_knobs_print_json() -> None:
     rules = json.loads(runner.invoke(app, ["rules", "--json"]).output)
     assert {"DATA001", "SYNC001"} <= {r["id"] for r in rules}
     data001 = next(r for r in rules if r["id"] == "DATA001")
-    assert data001["kind"] == "problem" and "exposed.data_wait >= 0.10" in data001["when"]["all"]
+    assert data001["kind"] == "problem" and "data.wait >= 0.10" in data001["when"]["all"]
     assert "num_workers" in data001["do"] and data001["says"] and data001["why"]
     # the words other kinds of run get: MEM001's for a script no DataLoader feeds
     mem001 = next(r for r in rules if r["id"] == "MEM001")
