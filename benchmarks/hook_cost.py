@@ -89,10 +89,9 @@ def main() -> None:
         # warm-up 1, profile 1 (a real trace is written), then "timed" for as long as this runs
         plan = WindowPlan(warmup=1, steps=1, timed=10**9, stop=False)
         session = CaptureSession(plan, RunDir(Path(run_dir)), Progress(enabled=False), window=_NoWindow())
-        clock = StepClock(on_boundary=session.on_boundary, on_reset=session.on_reset)
-        instrumentation = Instrumentation(clock)
         # watch's hook: a fresh one a block (its sampler thread starts at its first boundary and
-        # stops at remove), no later windows; the boundary reaches it after the session's
+        # stops at remove), no later windows; the boundary reaches it after the session's (the
+        # clock is built with this callback: it keeps the one it is given)
         whole: list[WholeRun] = []
 
         def on_boundary(now: float) -> None:
@@ -100,13 +99,15 @@ def main() -> None:
             if whole:
                 whole[0].on_step(now)
 
-        clock.on_boundary = on_boundary
-        run = SimpleNamespace(clock=clock, t0=time.perf_counter())
+        clock = StepClock(on_boundary=on_boundary, on_reset=session.on_reset)
+        instrumentation = Instrumentation(clock)
+        run = SimpleNamespace(clock=clock, t0=time.perf_counter(), session=session)
 
         def install() -> None:
             instrumentation.install()
             if args.whole:
-                hook = WholeRun(RunDir(Path(run_dir)), budget=WatchBudget(period_s=0.0))
+                # no later windows: what runs between them is what is measured
+                hook = WholeRun(RunDir(Path(run_dir)), budget=WatchBudget(period_s=0.0, max_windows=0))
                 hook.attach(run)
                 hook.install()
                 whole.append(hook)
