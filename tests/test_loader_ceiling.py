@@ -262,7 +262,8 @@ def test_a_window_that_took_queued_batches_names_the_loader_and_not_a_larger_bat
     one every 26 ms) against 12.5 ms median steps says a steady step waits 56% (its steady steps'
     mean, 31.6 ms, was 2.5x their median). Twice the batch (MEM001) had been first at 1.90x and
     measured 0.62x under verify; now the loader is named (DATA001 first, against the step the
-    workers allow) and the larger batch, paced by the same workers, predicts 1.01x."""
+    workers allow, its category dominant by the steady wait) and the larger batch, paced by the
+    same workers, predicts 1.01x."""
     report = analyze_run(RunDir(ZOO / "timm_resnet18_queued"), AnalysisOptions.load())
     assert report.symptoms["exposed.data_wait"]["value"] < 0.1
     assert report.symptoms["data.wait"]["value"] == pytest.approx(0.56, abs=0.01)
@@ -271,5 +272,8 @@ def test_a_window_that_took_queued_batches_names_the_loader_and_not_a_larger_bat
     assert top["says"].startswith("The step waits 56% of its time for the next batch")
     assert 1.3 < top["predicted_speedup"] < 1.8
     assert "where the window, taking batches they had queued" in top["prediction_note"]
+    # what it fixes holds most of a steady step: shown first and measured, never left out
+    assert top["dominant"] == "data_wait"
+    assert top["check"][0] == "waiting for data (dataloader) holds 56% of the step"
     (line,) = [c for c in report.considered if c.startswith("considered MEM001")]
     assert line.startswith("considered MEM001: predicted 1.01x")

@@ -348,13 +348,17 @@ def _predict(finding: Finding, rule: Rule, outcome: Prediction | Exception) -> N
 def dominant_category(rule: Rule, values: dict[str, float]) -> str | None:
     """The exposed category where the GPU idles over ``DOMINANT_SHARE`` of the step that this
     rule's fix relieves (its transformation's ``uncertainty.TARGET_CATEGORIES``), or None."""
-    shares = {
-        c: values.get(f"exposed.{c}") or 0.0
-        for c in U.TARGET_CATEGORIES.get(rule.predict or "", ())
-        if c in HOST_EXPOSED
-    }
+    shares = {c: idle_share(values, c) for c in U.TARGET_CATEGORIES.get(rule.predict or "", ()) if c in HOST_EXPOSED}
     over = [c for c, share in shares.items() if share > DOMINANT_SHARE]
     return max(over, key=shares.__getitem__) if over else None
+
+
+def idle_share(values: dict[str, float], category: str) -> float:
+    """The share of the step the GPU idles for ``category``: the window's exposed share, and for
+    the data wait the steady one where the workers' CPU time says it is larger (``data.wait``:
+    a window can take the batches they queued before it)."""
+    share = values.get(f"exposed.{category}") or 0.0
+    return max(share, values.get("data.wait") or 0.0) if category == "data_wait" else share
 
 
 def rank_findings(findings: list[Finding], transformations: dict[str, str | None], predictor: Predictor | None) -> None:
@@ -414,7 +418,7 @@ def mark_checks(findings: list[Finding], values: dict[str, float]) -> None:
         why = []
         if f.dominant:
             why.append(
-                f"{EXPOSED_LABELS[f.dominant].lower()} holds {values.get(f'exposed.{f.dominant}', 0.0):.0%} of the step"
+                f"{EXPOSED_LABELS[f.dominant].lower()} holds {idle_share(values, f.dominant):.0%} of the step"
             )
         if f.predicted is None:
             why.append("no prediction: the model cannot replay this change here")
