@@ -417,9 +417,7 @@ def mark_checks(findings: list[Finding], values: dict[str, float]) -> None:
             continue
         why = []
         if f.dominant:
-            why.append(
-                f"{EXPOSED_LABELS[f.dominant].lower()} holds {idle_share(values, f.dominant):.0%} of the step"
-            )
+            why.append(f"{EXPOSED_LABELS[f.dominant].lower()} holds {idle_share(values, f.dominant):.0%} of the step")
         if f.predicted is None:
             why.append("no prediction: the model cannot replay this change here")
         else:
