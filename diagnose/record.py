@@ -463,6 +463,10 @@ class RunRecord:
     script_end_s: float | None = None
     #: ``time.perf_counter()`` at each step boundary: step k runs from boundary k to k+1
     boundaries_s: list[float] = field(default_factory=list)
+    #: seconds the training thread had waited inside DataLoader ``__next__`` at each boundary (a
+    #: running sum, aligned with ``boundaries_s``; empty where not recorded): step k waited
+    #: ``data_wait_s[k + 1] - data_wait_s[k]``, profiled or not
+    data_wait_s: list[float] = field(default_factory=list)
     samples_per_step: list[int] = field(default_factory=list)
     profiled_steps: int = 0
     timed_steps: int = 0
@@ -603,6 +607,19 @@ class RunRecord:
             return self.timed_seconds / self.timed_steps
         kept = self.steady_durations()
         return sum(kept) / len(kept) if kept else None
+
+    def steady_data_wait_share(self) -> float | None:
+        """The share of the steady steps (``steady_steps``, profiler off) the training thread spent
+        waiting inside DataLoader ``__next__``: measured, where the profiled window may have
+        drawn batches the workers queued before it. None where the record holds no waits."""
+        w, b = self.data_wait_s, self.boundaries_s
+        if len(w) != len(b):
+            return None
+        steps = [i for i in self.steady_steps() if i + 1 < len(b)]
+        total = sum(b[i + 1] - b[i] for i in steps)
+        if not steps or total <= 0:
+            return None
+        return min(1.0, max(0.0, sum(w[i + 1] - w[i] for i in steps) / total))
 
     def train_loader(self) -> DataLoaderInfo | None:
         """The DataLoader the profiled steps drew from (the most fetches in the window)."""

@@ -84,6 +84,7 @@ class CaptureSession:
         rank: int | None = None,
         prefetched: Callable[[], int] | None = None,
         length: Callable[[], RunLength | None] | None = None,
+        data_wait: Callable[[], float] | None = None,
     ) -> None:
         #: the plan as asked; ``planned`` is it cut to the steps the script has (``fitted``)
         self.asked = plan
@@ -103,6 +104,10 @@ class CaptureSession:
         self.window = window
         self.rank = rank
         self.boundaries: list[float] = []
+        #: seconds the training thread had waited inside DataLoader ``__next__`` at each boundary
+        #: (``data_wait``: the step clock's running sum), aligned with ``boundaries``
+        self.data_waits: list[float] = []
+        self.data_wait = data_wait
         self.trace_files: list[str] = []
         self.timed_start: float | None = None
         self.timed_end: float | None = None
@@ -187,6 +192,7 @@ class CaptureSession:
         self._restart_pending = self._restart_pending or self._profiler is not None
         self._drop_profiler()
         self.boundaries = []
+        self.data_waits = []
         self.timed_start = self.timed_end = None
         self.timed_skip = 0
         self.window_closed = False
@@ -198,10 +204,10 @@ class CaptureSession:
     def on_boundary(self, now: float) -> None:
         if self.finished:
             if not self.plan.stop:  # --no-stop: the script runs on, and its steps still count
-                self.boundaries.append(now)
+                self._add_boundary(now)
             return
         k = len(self.boundaries)
-        self.boundaries.append(now)
+        self._add_boundary(now)
         if k == 0:
             self._fit_to_script()
         starts = self._starts_profiler(k)
@@ -255,6 +261,11 @@ class CaptureSession:
             return
         self._report(k)
 
+    def _add_boundary(self, now: float) -> None:
+        self.boundaries.append(now)
+        if self.data_wait is not None:
+            self.data_waits.append(self.data_wait())
+
     def _fit_to_script(self) -> None:
         """At the first step, once the script has parsed its options and built its loader:
         cut the plan to the steps it will make (``WindowPlan.fitted``), so that a short script
@@ -276,7 +287,7 @@ class CaptureSession:
         (its optimizer step). Only counted (the profiler, if still on, is stopped by
         ``finish``); it completes the timing when it is the last timed step's end."""
         k = len(self.boundaries)
-        self.boundaries.append(at)
+        self._add_boundary(at)
         if self.finished or self.timed_start is None:
             return
         if k == self.plan.last_boundary + self.timed_skip:

@@ -214,6 +214,7 @@ class _ScriptRun:
             rank=rank,
             prefetched=self._prefetched_batches,
             length=self._run_length,
+            data_wait=lambda: self.clock.data_wait_s,
         )
         self.clock = StepClock(on_boundary=self._on_boundary, on_reset=self.session.on_reset)
         self.session.in_reset_call = lambda: self.clock.in_reset_call
@@ -401,6 +402,7 @@ class _ScriptRun:
         }
         record.step_mode = self.clock.mode
         record.boundaries_s = list(self.session.boundaries)
+        record.data_wait_s = list(self.session.data_waits)
         record.samples_per_step = self.clock.samples_per_step[1:]
         record.profiled_steps = self.session.profiled_steps()
         record.trace_files = list(self.session.trace_files)
@@ -470,6 +472,7 @@ class _ScriptRun:
         if not record.memory:
             record.memory = _safely(describe_memory, {})
         record.boundaries_s = list(session.boundaries)  # the hooks cut what came after the last step
+        record.data_wait_s = list(session.data_waits)
         for hook in self.hooks:
             _safely(partial(hook.finish, record))
         record.environment = _safely(describe_environment, {})

@@ -200,17 +200,36 @@ def steady_wait(known: Known) -> float | None:
 
 
 @symptom(
+    "data.steady_wait",
+    "share",
+    "share of the steady steps (profiler off) the training thread waited inside DataLoader __next__, measured (none: "
+    "not recorded)",
+)
+def measured_steady_wait(record: RunRecord) -> float | None:
+    share = record.steady_data_wait_share()
+    return round(share, 4) if share is not None else None
+
+
+@symptom(
     "data.wait",
     "share",
-    "share of the step the GPU waits for data: the profiled window's, or the steady wait the DataLoader workers' CPU "
-    "time per batch implies where that is larger (workers.steady_wait)",
-    uses=("exposed.data_wait", "workers.steady_wait"),
+    "share of the step the GPU waits for data: the profiled window's, or where larger the steady steps' (measured: "
+    "data.steady_wait; where not recorded, what the DataLoader workers' CPU time per batch implies: workers.steady_wait)",
+    uses=("exposed.data_wait", "data.steady_wait", "workers.steady_wait"),
 )
 def data_wait(known: Known) -> float | None:
+    """The steady steps' wait, measured, where the record holds it: a window can draw the batches
+    the workers queued before it, and the steps after the untimed ones that drew what they queued
+    during it are the loader's steady state. A wait while the GPU still runs the step before is
+    not exposed; a steady step that waits for its batch has little queued on the GPU, so the
+    measured wait stands for the exposed one. Where it was not recorded (a run of an older
+    version, a bare trace), the workers' CPU time per batch says what the steady step waits."""
     exposed = known.get("exposed.data_wait")
     if exposed is None:
         return None
-    return max(exposed, known.get("workers.steady_wait") or 0.0)
+    measured = known.get("data.steady_wait")
+    steady = measured if measured is not None else known.get("workers.steady_wait")
+    return max(exposed, steady or 0.0)
 
 
 @symptom(

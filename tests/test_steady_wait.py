@@ -1,0 +1,97 @@
+"""The steady steps' data wait, measured: the running sum of the training thread's waits inside
+DataLoader ``__next__`` at each step boundary (``RunRecord.data_wait_s``), its share over the
+steady steps (``RunRecord.steady_data_wait_share``, symptom ``data.steady_wait``), and the data
+wait the rules read (``data.wait``): the window's, or the steady steps' where larger.
+
+A profiled window right after the warm-up can draw the batches the workers queued before it:
+timm's ResNet-18 waited 9% of its window and half of its steady steps (docs/zoo.md, the fifth
+run). The steady steps are timed with the profiler off after the untimed ones that drew what
+the workers queued during the window."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from diagnose.analysis.symptoms.dataloader import data_wait as DATA_WAIT
+from diagnose.analysis.symptoms.registry import Known
+from diagnose.record import RunRecord, WindowPlan
+from tests.conftest import REPO
+from tests.recordbuilder import record_from_steps
+
+SHORT = ["--warmup", "3", "--steps", "4", "--max-steps", "4", "--timed-steps", "12", "--no-check", "--json"]
+SLOW_WORKERS = ["--", "--small", "--batch-ms", "300"]
+#: warm-up 1, profiled 2 (boundaries 1-3), the export's step 3, timed 4: steps 4-7
+PLAN = WindowPlan(warmup=1, steps=2, timed=4)
+
+
+def waits_of(per_step_ms: list[float]) -> list[float]:
+    """The running sum at each boundary of steps that waited ``per_step_ms`` each."""
+    sums = [0.0]
+    for w in per_step_ms:
+        sums.append(sums[-1] + w / 1000)
+    return sums
+
+
+def test_the_steady_wait_is_the_timed_steps_waits_over_their_time() -> None:
+    """Eight 20 ms steps: the profiled ones waited 1 ms each, the timed ones (4-7) 12, 0, 10 and
+    8 ms: 30 ms of their 80 ms."""
+    waits = [0, 1, 1, 5, 12, 0, 10, 8]
+    record = record_from_steps([20.0] * 8, PLAN, 32, data_wait_s=waits_of(waits))
+    assert record.steady_data_wait_share() == pytest.approx(30 / 80)
+    # steps after the window that drew the workers' queue are not steady: one untimed step moves the timing
+    skipped = record_from_steps([20.0] * 9, PLAN, 32, timed_skipped=1, data_wait_s=waits_of([*waits, 20]))
+    assert skipped.steady_data_wait_share() == pytest.approx(38 / 80)
+
+
+def test_no_steady_wait_is_made_up_where_the_record_holds_none_or_holds_it_misaligned() -> None:
+    assert record_from_steps([20.0] * 8, PLAN, 32).steady_data_wait_share() is None
+    short = record_from_steps([20.0] * 8, PLAN, 32, data_wait_s=[0.0, 0.001])
+    assert short.steady_data_wait_share() is None
+    assert RunRecord.from_dict(RunRecord(data_wait_s=[0.0, 0.5]).to_dict()).data_wait_s == [0.0, 0.5]
+
+
+def data_wait(values: dict[str, float]) -> object:
+    return DATA_WAIT.compute(known=Known(values, DATA_WAIT))
+
+
+def test_the_rules_read_the_measured_steady_wait_before_what_the_cpu_time_implies() -> None:
+    # measured: it stands, larger or smaller than what the CPU time implies
+    assert data_wait({"exposed.data_wait": 0.09, "data.steady_wait": 0.5, "workers.steady_wait": 0.3}) == 0.5
+    assert data_wait({"exposed.data_wait": 0.09, "data.steady_wait": 0.02, "workers.steady_wait": 0.56}) == 0.09
+    # not recorded (an older run): the CPU time's; the window's where larger; nothing without a window
+    assert data_wait({"exposed.data_wait": 0.09, "workers.steady_wait": 0.56}) == 0.56
+    assert data_wait({"exposed.data_wait": 0.4, "data.steady_wait": 0.1}) == 0.4
+    assert data_wait({"data.steady_wait": 0.5}) is None
+
+
+def test_a_run_records_each_steps_wait_and_a_loader_that_cannot_keep_up_shows_in_its_steady_steps(
+    tmp_path: Path,
+) -> None:
+    """examples/prefetch_loader.py: two workers that sleep 300 ms a batch (no CPU time to measure)
+    behind a tiny model: one batch every 150 ms, which the steady steps wait for most of (on a
+    busy 2-core machine the tiny model's CPU step took 40-100 ms)."""
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "diagnose", "run", "--out", str(out), *SHORT, "prefetch_loader.py", *SLOW_WORKERS],
+        cwd=REPO / "examples",
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((out / "diagnose" / "run.json").read_text())
+    waits, boundaries = record["data_wait_s"], record["boundaries_s"]
+    assert len(waits) == len(boundaries) > 20
+    assert all(b >= a for a, b in pairwise(waits))  # a running sum
+    symptoms = json.loads(done.stdout)["symptoms"]
+    assert symptoms["data.steady_wait"]["value"] > 0.3
+    assert symptoms["data.wait"]["value"] >= symptoms["data.steady_wait"]["value"]
