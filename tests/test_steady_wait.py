@@ -19,11 +19,20 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.analysis.prediction.predict import (
+    LOADER_PACED_WAIT,
+    loader_paced_now,
+    loader_paced_steady,
+    predict,
+    worker_cpu_per_batch_ms,
+)
+from diagnose.analysis.prediction.replay import replay_check
 from diagnose.analysis.symptoms.dataloader import data_wait as DATA_WAIT
 from diagnose.analysis.symptoms.registry import Known
 from diagnose.record import RunRecord, WindowPlan
 from tests.conftest import REPO
 from tests.recordbuilder import record_from_steps
+from tests.test_replay import model_of, worker_steps
 
 SHORT = ["--warmup", "3", "--steps", "4", "--max-steps", "4", "--timed-steps", "12", "--no-check", "--json"]
 SLOW_WORKERS = ["--", "--small", "--batch-ms", "300"]
@@ -95,3 +104,24 @@ def test_a_run_records_each_steps_wait_and_a_loader_that_cannot_keep_up_shows_in
     symptoms = json.loads(done.stdout)["symptoms"]
     assert symptoms["data.steady_wait"]["value"] > 0.3
     assert symptoms["data.wait"]["value"] >= symptoms["data.steady_wait"]["value"]
+
+
+def test_where_the_steady_steps_waited_the_loaders_pace_is_their_mean_step() -> None:
+    """Two 100 µs steps whose fetches took batches at hand (tests/test_replay.py); one worker, no
+    CPU time measured (it sleeps), steady steps of 300 µs that waited 40% of the time: the loader
+    hands over a batch every 300 µs. Paced so, the window replays 598 µs (the first batch ready
+    at 200 µs), and six workers (one every 50 µs) keep up: 200 µs, 2.99x. A steady wait under
+    ``LOADER_PACED_WAIT`` says nothing of the loader's pace."""
+    model = model_of(worker_steps())
+    facts = {"dataloader.num_workers": 1, "cpu.count": 16, "step.steady_mean_ms": 0.3, "data.steady_wait": 0.4}
+    assert worker_cpu_per_batch_ms(facts) == pytest.approx(0.3)
+    assert loader_paced_steady(facts)
+    now = loader_paced_now(model, facts)
+    assert now is not None and now.window_us == pytest.approx(598.0)
+    more = predict(model, replay_check(model), "more_workers", facts, {"num_workers": 6})
+    assert more.speedup == pytest.approx(598 / 200)
+    calm = {**facts, "data.steady_wait": LOADER_PACED_WAIT / 2}
+    assert worker_cpu_per_batch_ms(calm) is None and not loader_paced_steady(calm)
+    # measured, it stands over the CPU time's figure either way
+    assert not loader_paced_steady({**calm, "workers.steady_wait": 0.5})
+    assert loader_paced_steady({"workers.steady_wait": 0.5})

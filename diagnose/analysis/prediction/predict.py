@@ -606,14 +606,32 @@ def loader_paced_now(model: StepModel, facts: Mapping[str, float], host_scale: f
     return replay(paced(model, fetches, interval, min(fetches.values()), host_scale), host_scale)
 
 
+#: a steady wait for data (measured, ``data.steady_wait``) from which on the loader sets the pace
+LOADER_PACED_WAIT = 0.1
+
+
+def loader_paced_steady(facts: Mapping[str, float]) -> bool:
+    """The steady steps waited for their batches (measured), or the workers' CPU time says they
+    would (``workers.steady_wait``): the DataLoader sets the steady pace."""
+    measured = _fact(facts, "data.steady_wait")
+    if measured is not None:
+        return measured >= LOADER_PACED_WAIT
+    return (_fact(facts, "workers.steady_wait") or 0.0) > 0
+
+
 def worker_cpu_per_batch_ms(facts: Mapping[str, float]) -> float | None:
-    """The DataLoader workers' CPU time per batch (``workers.cpu_per_batch_ms``), at most what
-    the steady steps allow: a loader that sets the pace makes the mean steady step its interval
-    (the CPU time per batch over the workers that build at once), so a longer interval (a
-    worker's CPU time counting threads that decode side by side) is not the loader's. The
-    workers.steady_wait symptom takes the same bound."""
+    """What a DataLoader worker takes to build a batch, as far as the steady steps tell: a loader
+    that sets the pace makes the mean steady step its interval (the time per batch over the
+    workers that build at once). So where the steady steps waited for data (measured:
+    ``data.steady_wait`` at least ``LOADER_PACED_WAIT``), that is the time per batch, whatever
+    the CPU time says (a worker that sleeps or waits on I/O spends little); elsewhere the
+    workers' CPU time per batch (``workers.cpu_per_batch_ms``), at most what the steady steps
+    allow (a longer interval, a worker's CPU time counting threads that decode side by side, is
+    not the loader's; the workers.steady_wait symptom takes the same bound)."""
     per_batch, workers = _fact(facts, "workers.cpu_per_batch_ms"), _fact(facts, "dataloader.num_workers")
-    steady = _fact(facts, "step.steady_mean_ms")
+    steady, waited = _fact(facts, "step.steady_mean_ms"), _fact(facts, "data.steady_wait")
+    if workers and steady and waited is not None and waited >= LOADER_PACED_WAIT:
+        return steady * parallel_workers(facts, workers)
     if per_batch and workers and steady:
         return min(per_batch, steady * parallel_workers(facts, workers))
     return per_batch
@@ -804,9 +822,9 @@ def larger_batch(
     workers, busy = _fact(facts, "dataloader.num_workers"), _fact(facts, "workers.busy")
     per_batch, fetches = worker_cpu_per_batch_ms(facts), fetch_waits(model)
     sampled_keep_up = busy is not None and busy * factor < 1
-    # workers that cannot keep up with the step already (``workers.steady_wait``) set the pace of a
-    # larger batch too, whatever their sampled share says
-    paced_now = (_fact(facts, "workers.steady_wait") or 0.0) > 0
+    # workers that cannot keep up with the step already (``loader_paced_steady``) set the pace of
+    # a larger batch too, whatever their sampled share says
+    paced_now = loader_paced_steady(facts)
     if workers and per_batch and fetches and (not sampled_keep_up or paced_now):
         # the workers build batches ``factor`` times larger at the CPU time per batch they showed
         interval = per_batch * 1000 * factor / parallel_workers(facts, workers)
