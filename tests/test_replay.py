@@ -617,7 +617,11 @@ def test_a_larger_batch_is_loaded_at_the_workers_measured_cpu_per_sample() -> No
     # holds what no batch size changes: it is not scaled), and the two disagree
     sampled = {**facts, "workers.busy": 0.01}
     assert replay(larger_batch(model, sampled, factor=4)).window_us == 200.0  # the fetch as it was
-    disagree = predict(model, replay_check(model), "larger_batch", sampled, {"factor": 4}).weak
+    weak_one = predict(model, replay_check(model), "larger_batch", sampled, {"factor": 4})
+    # 4x the samples in the same 200 µs on the sampled share; paced by the CPU time, 392 µs: the
+    # interval reaches down to that
+    assert weak_one.speedup == pytest.approx(4.0) and weak_one.floor == pytest.approx(4 * 200 / 392)
+    disagree = weak_one.weak
     assert disagree == (
         "the DataLoader workers' CPU time per batch (0.10 ms) and their sampled busy share (1%) "
         "disagree on whether they keep up with 4x the batch"
