@@ -302,6 +302,7 @@ CASES = {
             record=_record(timed_seconds=3.0, timed_steps=1000),
             expected={
                 "step.time_ms": 3.0,
+                "step.steady_mean_ms": 3.0,
                 "step.median_ms": None,  # the timed steps' sum alone: no median, not the profiled one
             },
         ),
@@ -316,7 +317,7 @@ CASES = {
                 timed_steps=5,
             ),
             tolerance=1e-9,
-            expected={"step.time_ms": 8.6, "step.median_ms": 3.0},
+            expected={"step.time_ms": 8.6, "step.steady_mean_ms": 8.6, "step.median_ms": 3.0},
         ),
         Case(
             "ranks: the least exposed communication of any rank",
@@ -334,7 +335,15 @@ CASES = {
                 "exposed.communication_own": 0.0625,
             },
         ),
-        Case("nothing measured", expected={"exposed.data_wait": None, "step.time_ms": None, "step.profiled": None}),
+        Case(
+            "nothing measured",
+            expected={
+                "exposed.data_wait": None,
+                "step.time_ms": None,
+                "step.profiled": None,
+                "step.steady_mean_ms": None,
+            },
+        ),
     ],
     "gpu": [
         Case(
@@ -498,6 +507,10 @@ CASES = {
                 "workers.busy": 0.75,
                 "workers.cpu_per_batch_ms": 12.0,
                 "workers.load": 1.0,  # 12 ms of CPU over 4 workers, against 3 ms steps (busy sampled 0.75)
+                # one batch every 3 ms against the step's own 3 x (1 - 0.125) ms: 12.5% waiting
+                "workers.steady_wait": 0.125,
+                "data.steady_wait": None,  # not recorded: the CPU time's figure
+                "data.wait": 0.125,
                 "workers.balance": 5,  # ceil(12 / (3.0 * (1 - 0.125)))
                 "suggest.num_workers": 6,  # the balance plus one
                 # the measured 12 ms per batch is 4 steps of 3 ms; plus the main thread's other work (12.5%),
@@ -505,6 +518,20 @@ CASES = {
                 "suggest.preprocess_workers": 7,
                 "suggest.workers_basis": "16 CPUs: at most 15 workers beside the main process",
             },
+        ),
+        Case(
+            "the steady steps' waits, recorded: measured, before any CPU time",
+            breakdown=GPU,
+            record=_record(
+                plan={"warmup": 1, "steps": 1, "timed": 5},
+                # timed steps of 3, 3, 4, 3 and 30 ms that waited 1, 1, 2, 1 and 20 ms for data
+                boundaries_s=[0.0, 0.01, 0.02, 0.03, 0.033, 0.036, 0.040, 0.043, 0.073],
+                data_wait_s=[0.0, 0.0, 0.0, 0.0, 0.001, 0.002, 0.004, 0.005, 0.025],
+                timed_seconds=0.043,
+                timed_steps=5,
+            ),
+            tolerance=1e-4,
+            expected={"data.steady_wait": 25 / 43, "data.wait": 25 / 43},  # the window's: 0.125
         ),
         Case(
             "drop_last: whole batches only",

@@ -166,8 +166,9 @@ def worker_interval_ms(known: Known) -> float | None:
 @symptom(
     "workers.steady_wait",
     "share",
-    "share of a steady step the GPU waits for the DataLoader's workers by their CPU time per batch: where they hand over "
-    "a batch less often than the step consumes one, 1 - the step's own work over their interval (0 where they keep up)",
+    "share of a steady step spent waiting for the DataLoader's workers by their CPU time per batch: where they hand "
+    "over a batch less often than the step consumes one, 1 - the step's own work over their interval (0 where they "
+    "keep up)",
     uses=(
         "workers.cpu_per_batch_ms",
         "dataloader.num_workers",
@@ -213,8 +214,9 @@ def measured_steady_wait(record: RunRecord) -> float | None:
 @symptom(
     "data.wait",
     "share",
-    "share of the step the GPU waits for data: the profiled window's, or where larger the steady steps' (measured: "
-    "data.steady_wait; where not recorded, what the DataLoader workers' CPU time per batch implies: workers.steady_wait)",
+    "share of the step spent waiting for data with nothing else running: the profiled window's, or where larger the "
+    "steady steps' (measured: data.steady_wait; where not recorded, what the DataLoader workers' CPU time per batch "
+    "implies: workers.steady_wait)",
     uses=("exposed.data_wait", "data.steady_wait", "workers.steady_wait"),
 )
 def data_wait(known: Known) -> float | None:
