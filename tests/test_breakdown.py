@@ -295,6 +295,29 @@ def test_calibration_scales_host_time_to_the_steady_step() -> None:
     assert calibrate_to_steady_state(raw, steady_step_us=120).exposed_share == raw.exposed_share
 
 
+def test_a_slower_steady_step_is_put_down_to_its_data_wait_where_that_was_measured() -> None:
+    """Profiled steps of 100 µs that waited 10 µs for data; steady steps of 200 µs that waited
+    50% of their time (the window drew batches the workers had queued before it): the note says
+    so. A steady wait no larger than the window's explains nothing: the note says what it may be."""
+    from diagnose.analysis.measure.breakdown import calibrate_to_steady_state
+
+    raw = analyse(_waiting_steps([10, 10, 10]))
+    queued = calibrate_to_steady_state(raw, steady_step_us=200, steady_data_wait=0.5)
+    assert queued.notes[-1].endswith(
+        "(its steps waited 50% of their time for data, the profiled ones 10%: the window drew batches the "
+        "DataLoader workers had queued before it)"
+    )
+    assert queued.exposed_share == raw.exposed_share  # the shares stay the profiled step's
+    for unexplained in (
+        calibrate_to_steady_state(raw, 200, steady_data_wait=0.12),
+        calibrate_to_steady_state(raw, 200),
+    ):
+        assert unexplained.notes[-1].endswith(
+            "(the script changed pace after the window: evaluation, checkpoints, "
+            "a slower stretch of data, a busier machine)"
+        )
+
+
 def test_median_step_timeline_in_time_order(monkeypatch) -> None:
     import diagnose.analysis.measure.breakdown as breakdown_module
 

@@ -326,7 +326,8 @@ def _window(
             predictor = predictor.with_sample(step_sample(breakdown))
         steady = _steady_step_us(record)
         if steady is not None:
-            breakdown = calibrate_to_steady_state(breakdown, steady)
+            steady_wait = record.steady_data_wait_share() if record is not None else None
+            breakdown = calibrate_to_steady_state(breakdown, steady, steady_data_wait=steady_wait)
         elif breakdown.has_gpu:  # no step timed with the profiler off: estimate what profiling cost
             breakdown = correct_profiler_cost(breakdown, estimate_cost_per_event(timeline).per_event_us)
         if record is not None and record.sync_sites:

@@ -804,9 +804,13 @@ def _strip(segments: list[tuple[float, float, str, str]], step: Any, bins: int) 
 #: a steady (profiler-off) step this many times the profiled one is said in a note: the shares,
 #: which stay the profiled step's, would otherwise switch basis without a word
 STEADY_SLOWER = 1.10
+#: the steady steps' measured data wait this much over the profiled ones' explains a slower steady step
+STEADY_WAIT_GAP = 0.10
 
 
-def calibrate_to_steady_state(bd: Breakdown, steady_step_us: float, tolerance: float = 0.02) -> Breakdown:
+def calibrate_to_steady_state(
+    bd: Breakdown, steady_step_us: float, tolerance: float = 0.02, steady_data_wait: float | None = None
+) -> Breakdown:
     """Correct the exposed view for the profiler's own host overhead.
 
     Profiling records every operator and kernel launch, which slows the host: a loop that
@@ -815,7 +819,9 @@ def calibrate_to_steady_state(bd: Breakdown, steady_step_us: float, tolerance: f
     categories are scaled by ``k = (t_steady - g) / (t_profiled - g)`` (``g``: GPU-side time per
     step) and the shares re-expressed over the steady step; they still sum to one. When the
     profiled steps are not slower (data-bound loops), nothing changes; when the steady steps are
-    much slower (``STEADY_SLOWER``), nothing changes either, and a note says so.
+    much slower (``STEADY_SLOWER``), nothing changes either, and a note says so, naming the
+    steady steps' measured data wait (``steady_data_wait``) where it explains the difference: a
+    window right after the warm-up can draw the batches the DataLoader workers queued before it.
     """
     n = len(bd.steps)
     if not n or steady_step_us <= 0:
@@ -823,11 +829,18 @@ def calibrate_to_steady_state(bd: Breakdown, steady_step_us: float, tolerance: f
     t_profiled = bd.total_us / n
     inflation = t_profiled / steady_step_us
     if inflation * STEADY_SLOWER <= 1:  # said, as the opposite case is: the shares stay the trace's
+        window_wait = bd.phase_share.get("data_wait", 0.0)
+        why = (
+            f"its steps waited {steady_data_wait:.0%} of their time for data, the profiled ones {window_wait:.0%}: "
+            "the window drew batches the DataLoader workers had queued before it"
+            if steady_data_wait is not None and steady_data_wait >= window_wait + STEADY_WAIT_GAP
+            else "the script changed pace after the window: evaluation, checkpoints, a slower stretch of data, a "
+            "busier machine"
+        )
         note = (
             f"the profiler-off window was {100 * (1 / inflation - 1):.0f}% slower than the profiled one "
             f"({steady_step_us / 1e3:.1f} vs {t_profiled / 1e3:.1f} ms/step): the shares are of the profiled step, "
-            "not corrected to the steady one (the script changed pace after the window: evaluation, "
-            "checkpoints, a slower stretch of data, a busier machine)"
+            f"not corrected to the steady one ({why})"
         )
         return replace(bd, profiler_inflation=inflation, notes=[*bd.notes, note])
     if inflation <= 1 + tolerance:
