@@ -27,6 +27,7 @@ from diagnose.analysis.prediction.predict import (
     worker_cpu_per_batch_ms,
 )
 from diagnose.analysis.prediction.replay import replay_check
+from diagnose.analysis.symptoms.dataloader import balance as BALANCE
 from diagnose.analysis.symptoms.dataloader import data_wait as DATA_WAIT
 from diagnose.analysis.symptoms.registry import Known
 from diagnose.record import RunRecord, WindowPlan
@@ -125,3 +126,20 @@ def test_where_the_steady_steps_waited_the_loaders_pace_is_their_mean_step() -> 
     # measured, it stands over the CPU time's figure either way
     assert not loader_paced_steady({**calm, "workers.steady_wait": 0.5})
     assert loader_paced_steady({"workers.steady_wait": 0.5})
+
+
+def test_the_workers_balance_reads_the_steady_pace_of_workers_that_spend_little_cpu() -> None:
+    """Two workers that sleep 40 ms a batch (1 ms of CPU), 2 ms steps whose steady mean is 20 ms,
+    90% of it waiting: a worker takes 20 x 2 = 40 ms a batch, and 20 of them keep up with 2 ms
+    steps. By the CPU time alone one would."""
+    values = {
+        "workers.cpu_per_batch_ms": 1.0,
+        "dataloader.num_workers": 2,
+        "cpu.count": 16,
+        "step.median_ms": 2.0,
+        "exposed.data_wait": 0.0,
+        "step.steady_mean_ms": 20.0,
+        "data.steady_wait": 0.9,
+    }
+    assert BALANCE.compute(known=Known(values, BALANCE)) == 20
+    assert BALANCE.compute(known=Known({**values, "data.steady_wait": None}, BALANCE)) == 1

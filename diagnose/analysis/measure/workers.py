@@ -1,7 +1,7 @@
 """How many DataLoader workers can build batches at once on the CPUs a run recorded.
 
-Contract: ``usable_cpus(cpus, cores)`` and ``building_workers(workers, cpus)``: pure arithmetic,
-no torch. The symptoms (``workers.load``, the suggested worker count) and the prediction (the
+Contract: ``usable_cpus(cpus, cores)``, ``building_workers(workers, cpus)`` and
+``per_batch_ms(...)``: pure arithmetic, no torch. The symptoms (``workers.load``, the suggested worker count) and the prediction (the
 loader's ceiling, more workers) both read it, from their own mappings of the run's facts: they
 sit side by side in one layer and never import each other (tests/test_layout.py).
 """
@@ -23,3 +23,29 @@ def building_workers(workers: float, cpus: float | None) -> float:
     """How many of ``workers`` build batches at once on ``cpus`` usable CPUs (``usable_cpus``):
     one CPU is the main process's."""
     return min(workers, cpus - 1) if cpus and cpus > 1 else workers
+
+
+#: a steady wait for data (measured: the share of the steady steps spent inside DataLoader
+#: ``__next__``) from which on the loader is taken to set the steady pace
+LOADER_PACED_WAIT = 0.1
+
+
+def per_batch_ms(
+    cpu_ms: float | None,
+    workers: float | None,
+    cpus: float | None,
+    steady_mean_ms: float | None,
+    steady_wait: float | None,
+) -> float | None:
+    """What a worker takes to build a batch, as far as the run tells: a loader that sets the pace
+    makes the mean steady step its interval (the time per batch over the workers that build at
+    once). Where the steady steps waited for data (``steady_wait``, measured, at least
+    ``LOADER_PACED_WAIT``) that is the time per batch, whatever the CPU time says (a worker that
+    sleeps or waits on I/O spends little CPU); elsewhere the workers' CPU time per batch
+    (``cpu_ms``), at most what the steady steps allow (a longer interval, a worker's CPU time
+    counting threads that decode side by side, is not the loader's). None where neither says."""
+    if workers and steady_mean_ms and steady_wait is not None and steady_wait >= LOADER_PACED_WAIT:
+        return steady_mean_ms * building_workers(workers, cpus)
+    if cpu_ms and workers and steady_mean_ms:
+        return min(cpu_ms, steady_mean_ms * building_workers(workers, cpus))
+    return cpu_ms

@@ -27,7 +27,7 @@ from functools import cached_property, partial
 from itertools import compress, pairwise
 from typing import Any
 
-from diagnose.analysis.measure.workers import building_workers, usable_cpus
+from diagnose.analysis.measure.workers import LOADER_PACED_WAIT, building_workers, per_batch_ms, usable_cpus
 from diagnose.analysis.prediction.replay import (
     STREAM_GAP_US,
     GpuOp,
@@ -606,13 +606,10 @@ def loader_paced_now(model: StepModel, facts: Mapping[str, float], host_scale: f
     return replay(paced(model, fetches, interval, min(fetches.values()), host_scale), host_scale)
 
 
-#: a steady wait for data (measured, ``data.steady_wait``) from which on the loader sets the pace
-LOADER_PACED_WAIT = 0.1
-
-
 def loader_paced_steady(facts: Mapping[str, float]) -> bool:
-    """The steady steps waited for their batches (measured), or the workers' CPU time says they
-    would (``workers.steady_wait``): the DataLoader sets the steady pace."""
+    """The steady steps waited for their batches (measured: ``data.steady_wait`` at least
+    ``LOADER_PACED_WAIT``), or the workers' CPU time says they would (``workers.steady_wait``):
+    the DataLoader sets the steady pace."""
     measured = _fact(facts, "data.steady_wait")
     if measured is not None:
         return measured >= LOADER_PACED_WAIT
@@ -620,21 +617,17 @@ def loader_paced_steady(facts: Mapping[str, float]) -> bool:
 
 
 def worker_cpu_per_batch_ms(facts: Mapping[str, float]) -> float | None:
-    """What a DataLoader worker takes to build a batch, as far as the steady steps tell: a loader
-    that sets the pace makes the mean steady step its interval (the time per batch over the
-    workers that build at once). So where the steady steps waited for data (measured:
-    ``data.steady_wait`` at least ``LOADER_PACED_WAIT``), that is the time per batch, whatever
-    the CPU time says (a worker that sleeps or waits on I/O spends little); elsewhere the
-    workers' CPU time per batch (``workers.cpu_per_batch_ms``), at most what the steady steps
-    allow (a longer interval, a worker's CPU time counting threads that decode side by side, is
-    not the loader's; the workers.steady_wait symptom takes the same bound)."""
-    per_batch, workers = _fact(facts, "workers.cpu_per_batch_ms"), _fact(facts, "dataloader.num_workers")
-    steady, waited = _fact(facts, "step.steady_mean_ms"), _fact(facts, "data.steady_wait")
-    if workers and steady and waited is not None and waited >= LOADER_PACED_WAIT:
-        return steady * parallel_workers(facts, workers)
-    if per_batch and workers and steady:
-        return min(per_batch, steady * parallel_workers(facts, workers))
-    return per_batch
+    """What a DataLoader worker takes to build a batch, as far as the run tells
+    (``measure.workers.per_batch_ms``: the steady pace where the steady steps waited for data,
+    else the workers' CPU time per batch bounded by it); the workers.balance symptom reads the
+    same."""
+    return per_batch_ms(
+        _fact(facts, "workers.cpu_per_batch_ms"),
+        _fact(facts, "dataloader.num_workers"),
+        usable_cpus(_fact(facts, "cpu.count"), _fact(facts, "cpu.cores")),
+        _fact(facts, "step.steady_mean_ms"),
+        _fact(facts, "data.steady_wait"),
+    )
 
 
 def fetch_waits(model: StepModel) -> dict[int, float]:

@@ -6,7 +6,7 @@ import math
 import statistics
 
 from diagnose.analysis.measure.breakdown import Breakdown
-from diagnose.analysis.measure.workers import building_workers, usable_cpus
+from diagnose.analysis.measure.workers import building_workers, per_batch_ms, usable_cpus
 from diagnose.analysis.symptoms.registry import Known, symptom
 from diagnose.record import DataLoaderInfo, RunRecord
 
@@ -238,10 +238,30 @@ def data_wait(known: Known) -> float | None:
     "workers.balance",
     "count",
     "DataLoader workers whose combined output matches the step rate without the data wait",
-    uses=("workers.cpu_per_batch_ms", "step.median_ms", "step.time_ms", "exposed.data_wait"),
+    uses=(
+        "workers.cpu_per_batch_ms",
+        "step.median_ms",
+        "step.time_ms",
+        "exposed.data_wait",
+        "dataloader.num_workers",
+        "cpu.count",
+        "cpu.cores",
+        "step.steady_mean_ms",
+        "data.steady_wait",
+    ),
 )
 def balance(known: Known) -> int | None:
-    cpu_ms, step_ms = known.get("workers.cpu_per_batch_ms"), typical_step_ms(known)
+    """A worker's time per batch (``measure.workers.per_batch_ms``: the steady pace where the
+    steady steps waited for data, whose workers may spend little CPU, else their CPU time) over
+    the step without its data wait."""
+    cpu_ms = per_batch_ms(
+        known.get("workers.cpu_per_batch_ms"),
+        known.get("dataloader.num_workers"),
+        worker_cpus(known),
+        known.get("step.steady_mean_ms"),
+        known.get("data.steady_wait"),
+    )
+    step_ms = typical_step_ms(known)
     if cpu_ms is None or not step_ms:
         return None
     gpu_ms = step_ms * (1 - (known.get("exposed.data_wait") or 0.0))  # the step as it would be with no data wait
