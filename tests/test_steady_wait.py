@@ -36,7 +36,7 @@ from tests.recordbuilder import record_from_steps
 from tests.test_replay import model_of, worker_steps
 
 SHORT = ["--warmup", "3", "--steps", "4", "--max-steps", "4", "--timed-steps", "12", "--no-check", "--json"]
-SLOW_WORKERS = ["--", "--small", "--batch-ms", "300"]
+SLOW_WORKERS = ["--", "--small", "--batch-ms", "600"]
 #: warm-up 1, profiled 2 (boundaries 1-3), the export's step 3, timed 4: steps 4-7
 PLAN = WindowPlan(warmup=1, steps=2, timed=4)
 
@@ -84,8 +84,8 @@ def test_the_rules_read_the_measured_steady_wait_before_what_the_cpu_time_implie
 def test_a_run_records_each_steps_wait_and_a_loader_that_cannot_keep_up_shows_in_its_steady_steps(
     tmp_path: Path,
 ) -> None:
-    """examples/prefetch_loader.py: two workers that sleep 300 ms a batch (no CPU time to measure)
-    behind a tiny model: one batch every 150 ms, which the steady steps wait for most of (on a
+    """examples/prefetch_loader.py: two workers that sleep 600 ms a batch (no CPU time to measure)
+    behind a tiny model: one batch every 300 ms, which the steady steps wait for most of (on a
     busy 2-core machine the tiny model's CPU step took 40-100 ms)."""
     out = tmp_path / "run"
     done = subprocess.run(
