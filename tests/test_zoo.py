@@ -38,7 +38,7 @@ def test_the_manifest_holds_what_issue_32_asks() -> None:
         assert corpus.COMMIT_RE.match(s.commit), s.name
         assert s.licence in SPDX, s.name
         assert s.path.endswith(".py") and s.domain and s.kind in corpus.KINDS, s.name
-        assert s.half in corpus.HALVES, s.name
+        assert s.half in corpus.GROUPS, s.name
         assert s.cpu_args is not None or s.cpu_skip, s.name
         assert s.gpu_s > 0, s.name
     halves_of_repo: dict[str, set[str]] = {}
@@ -46,7 +46,83 @@ def test_the_manifest_holds_what_issue_32_asks() -> None:
         halves_of_repo.setdefault(s.repo.name, set()).add(s.half)
     assert all(len(h) == 1 for h in halves_of_repo.values()), halves_of_repo
     assert manifest.half("calibration") and manifest.half("evaluation")
-    assert len(manifest.half("calibration")) + len(manifest.half("evaluation")) == len(manifest.scripts)
+    assert sum(len(manifest.half(g)) for g in corpus.GROUPS) == len(manifest.scripts)
+    # the holdout group: its own repositories, none of the split's
+    holdout = {s.repo.name for s in manifest.half(corpus.HOLDOUT)}
+    assert holdout == set(manifest.holdout_repos)
+    assert not holdout & {s.repo.name for h in corpus.HALVES for s in manifest.half(h)}
+
+
+def test_the_holdout_group_stands_outside_the_split(tmp_path: Path) -> None:
+    """A repository added after the split is counted by no half's rule (the split of the other
+    repositories stays as it was); its scripts are holdout, and a holdout script's repository must
+    be listed in [holdout]."""
+    manifest = _manifest(
+        tmp_path,
+        """
+        [holdout]
+        repos = ["h/new"]
+
+        [repos."o/r"]
+        commit = "0123456789012345678901234567890123456789"
+        licence = "MIT"
+        include = ["t.py"]
+
+        [repos."h/new"]
+        commit = "0123456789012345678901234567890123456789"
+        licence = "MIT"
+        include = ["t.py"]
+
+        [repos."x/late"]
+        commit = "0123456789012345678901234567890123456789"
+        licence = "MIT"
+        include = ["t.py"]
+
+        [[script]]
+        name = "one"
+        repo = "o/r"
+        path = "t.py"
+        domain = "vision"
+        kind = "plain"
+        cpu_args = []
+        half = "calibration"
+
+        [[script]]
+        name = "two"
+        repo = "h/new"
+        path = "t.py"
+        domain = "vision"
+        kind = "plain"
+        cpu_args = []
+        half = "holdout"
+
+        [[script]]
+        name = "three"
+        repo = "h/new"
+        path = "t.py"
+        domain = "vision"
+        kind = "plain"
+        cpu_args = []
+        half = "evaluation"
+
+        [[script]]
+        name = "four"
+        repo = "x/late"
+        path = "t.py"
+        domain = "vision"
+        kind = "plain"
+        cpu_args = []
+        half = "holdout"
+        """,
+    )
+    assert manifest.holdout_repos == ("h/new",)
+    assert [s.name for s in manifest.half("holdout")] == ["two", "four"]
+    assert corpus.problems(manifest) == [
+        "script three: half evaluation, but h/new is in the holdout group",
+        "script four: half holdout, but [holdout] does not list x/late",
+    ]
+    # the split counts o/r alone: its one script, calibration, is what the rule gives
+    assert not any("split rule" in line for line in corpus.problems(manifest))
 
 
 def test_the_split_rule_largest_repository_first_then_the_smaller_half() -> None:
@@ -544,3 +620,22 @@ def test_resume_skips_only_the_scripts_whose_last_record_is_whole(tmp_path: Path
     )
     assert zoo_run.finished(results) == {"a", "d"}
     assert zoo_run.finished(tmp_path / "none.jsonl") == set()
+
+
+def test_the_holdout_group_is_scored_in_a_column_of_its_own_where_a_run_holds_it() -> None:
+    plain = score.markdown(score.score(RESULTS))
+    assert plain.splitlines()[0] == "| goal | calibration | evaluation | target |"
+    held = _record(
+        "h",
+        "holdout",
+        ["DATA001"] * 3,
+        "DATA001",
+        0.05,
+        [{"rule": "DATA001", "measured": 1.5, "predicted": 1.6, "interval": [1.3, 1.9]}],
+    )
+    result = score.score([*RESULTS, held])
+    assert list(result["halves"]) == ["calibration", "evaluation", "holdout"]
+    assert result["halves"]["holdout"]["helps_count"] == 1
+    lines = score.markdown(result).splitlines()
+    assert lines[0] == "| goal | calibration | evaluation | holdout | target |"
+    assert lines[1] == "|---|---|---|---|---|"

@@ -22,6 +22,10 @@ else:  # diagnose depends on tomli there
 
 MANIFEST = Path(__file__).with_name("manifest.toml")
 HALVES = ("calibration", "evaluation")
+#: the group of repositories added after the split (``[holdout]``): run once, for their score,
+#: with nothing changed for them before it (docs/zoo.md)
+HOLDOUT = "holdout"
+GROUPS = (*HALVES, HOLDOUT)
 KINDS = ("plain", "lightning", "fabric", "hf-trainer", "accelerate", "compiled", "ddp", "fsdp")
 PREPARE_KINDS = ("mnist", "text", "tokens", "images", "cifar-pt", "timm-hub-weights", "folder")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -72,6 +76,8 @@ class Corpus:
     repos: dict[str, Repo]
     scripts: list[Script]
     split_rule: str
+    #: the repositories of the holdout group, outside the split
+    holdout_repos: tuple[str, ...] = ()
 
     def half(self, which: str) -> list[Script]:
         return [s for s in self.scripts if which == "all" or s.half == which]
@@ -105,7 +111,8 @@ def load(path: Path = MANIFEST) -> Corpus:
                 gpu_s=float(s.get("gpu_s", 0)),
             )
         )
-    return Corpus(repos, scripts, data.get("split", {}).get("rule", ""))
+    holdout = tuple(data.get("holdout", {}).get("repos", ()))
+    return Corpus(repos, scripts, data.get("split", {}).get("rule", ""), holdout)
 
 
 def split_halves(counts: dict[str, int]) -> dict[str, str]:
@@ -150,8 +157,12 @@ def problems(corpus: Corpus) -> list[str]:
                 out.append(f"{where}: no {label}")
         if s.kind and s.kind not in KINDS:
             out.append(f"{where}: kind {s.kind!r} not one of {', '.join(KINDS)}")
-        if s.half not in HALVES:
-            out.append(f"{where}: half {s.half!r} not one of {', '.join(HALVES)}")
+        if s.half not in GROUPS:
+            out.append(f"{where}: half {s.half!r} not one of {', '.join(GROUPS)}")
+        elif s.half == HOLDOUT and s.repo.name not in corpus.holdout_repos:
+            out.append(f"{where}: half holdout, but [holdout] does not list {s.repo.name}")
+        elif s.half != HOLDOUT and s.repo.name in corpus.holdout_repos:
+            out.append(f"{where}: half {s.half}, but {s.repo.name} is in the holdout group")
         if s.cpu_args is None and not s.cpu_skip:
             out.append(f"{where}: neither cpu_args nor cpu_skip")
         if s.launcher not in ("python", "torchrun"):
@@ -162,11 +173,12 @@ def problems(corpus: Corpus) -> list[str]:
             if not str(step.get("dest", "")).startswith("{src}"):
                 out.append(f"{where}: prepare dest {step.get('dest')!r} outside the fetched repository")
     counts: dict[str, int] = {}
-    for s in corpus.scripts:
+    split = [s for s in corpus.scripts if s.half in HALVES and s.repo.name not in corpus.holdout_repos]
+    for s in split:  # the holdout group is outside the split, made before it came
         counts[s.repo.name] = counts.get(s.repo.name, 0) + 1
     rule = split_halves(counts)
-    for s in corpus.scripts:
-        if s.half in HALVES and rule.get(s.repo.name) != s.half:
+    for s in split:
+        if rule.get(s.repo.name) != s.half:
             out.append(f"script {s.name}: half {s.half}, the split rule gives {rule.get(s.repo.name)}")
     for half in HALVES:
         if not corpus.half(half):
