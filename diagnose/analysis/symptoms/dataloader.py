@@ -14,6 +14,8 @@ from diagnose.record import DataLoaderInfo, RunRecord
 MIN_REST_SHARE = 0.05
 #: "no limit" on workers when the CPU count is unknown
 NO_CPU_LIMIT = 1 << 16
+#: what the workers' pace by their CPU time reads (``worker_interval_ms``, ``per_batch_ms``)
+INTERVAL_USES = ("workers.cpu_per_batch_ms", "dataloader.num_workers", "cpu.count", "cpu.cores")
 
 
 @symptom("dataloader.present", "bool", "the steps draw batches from a torch DataLoader")
@@ -130,15 +132,7 @@ def cpu_per_batch_ms(record: RunRecord) -> float | None:
     "how busy the DataLoader workers are, the larger of two measures: their sampled busy share, and their CPU time per "
     "batch over the time they have for it (the workers that build at once times the median step); 1 or more: they "
     "cannot keep up",
-    uses=(
-        "workers.busy",
-        "workers.cpu_per_batch_ms",
-        "dataloader.num_workers",
-        "cpu.count",
-        "cpu.cores",
-        "step.median_ms",
-        "step.time_ms",
-    ),
+    uses=("workers.busy", *INTERVAL_USES, "step.median_ms", "step.time_ms"),
 )
 def workers_load(known: Known) -> float | None:
     """Each measure errs the other way: the sampled share missed most of an MNIST VAE's work (0.17
@@ -153,14 +147,17 @@ def workers_load(known: Known) -> float | None:
     return round(max(loads), 4) if loads else None
 
 
-def worker_interval_ms(known: Known) -> float | None:
+def worker_interval_ms(known: Known, steady_mean_ms: float | None = None) -> float | None:
     """How often the DataLoader's workers can hand over a batch, by their CPU time: the CPU time
-    per batch over the workers that build at once. A worker's wall time per batch is at least
-    its CPU time, so the real interval is no shorter."""
+    per batch over the workers that build at once (``INTERVAL_USES``). A worker's wall time per
+    batch is at least its CPU time, so the real interval is no shorter; with ``steady_mean_ms``,
+    at most that (``measure.workers.per_batch_ms``'s bound)."""
     cpu_ms, workers = known.get("workers.cpu_per_batch_ms"), known.get("dataloader.num_workers")
     if not cpu_ms or not workers:
         return None
-    return cpu_ms / building_workers(workers, worker_cpus(known))
+    cpus = worker_cpus(known)
+    per_batch = per_batch_ms(cpu_ms, workers, cpus, steady_mean_ms, None)
+    return per_batch / building_workers(workers, cpus) if per_batch else None
 
 
 @symptom(
@@ -169,16 +166,7 @@ def worker_interval_ms(known: Known) -> float | None:
     "share of a steady step spent waiting for the DataLoader's workers by their CPU time per batch: where they hand "
     "over a batch less often than the step consumes one, 1 - the step's own work over their interval (0 where they "
     "keep up)",
-    uses=(
-        "workers.cpu_per_batch_ms",
-        "dataloader.num_workers",
-        "cpu.count",
-        "cpu.cores",
-        "step.median_ms",
-        "step.time_ms",
-        "step.steady_mean_ms",
-        "exposed.data_wait",
-    ),
+    uses=(*INTERVAL_USES, "step.median_ms", "step.time_ms", "step.steady_mean_ms", "exposed.data_wait"),
 )
 def steady_wait(known: Known) -> float | None:
     """A short window can hide a loader that cannot keep up: the batches the workers queued
@@ -190,12 +178,10 @@ def steady_wait(known: Known) -> float | None:
     typical step less the window's share of data wait. The steady steps bound it: a loader that
     sets the pace makes the mean steady step its interval, so an interval longer than that (a
     worker's CPU time counting threads that decode side by side) is not the loader's."""
-    interval, step_ms = worker_interval_ms(known), typical_step_ms(known)
+    interval = worker_interval_ms(known, known.get("step.steady_mean_ms"))
+    step_ms = typical_step_ms(known)
     if not interval or not step_ms:
         return None
-    steady = known.get("step.steady_mean_ms")
-    if steady:
-        interval = min(interval, steady)
     work = step_ms * (1 - (known.get("exposed.data_wait") or 0.0))
     return round(max(0.0, 1 - work / interval), 4)
 
@@ -239,13 +225,10 @@ def data_wait(known: Known) -> float | None:
     "count",
     "DataLoader workers whose combined output matches the step rate without the data wait",
     uses=(
-        "workers.cpu_per_batch_ms",
+        *INTERVAL_USES,
         "step.median_ms",
         "step.time_ms",
         "exposed.data_wait",
-        "dataloader.num_workers",
-        "cpu.count",
-        "cpu.cores",
         "step.steady_mean_ms",
         "data.steady_wait",
     ),
