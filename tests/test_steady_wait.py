@@ -11,9 +11,6 @@ the workers queued during the window."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from itertools import pairwise
 from pathlib import Path
 
@@ -33,6 +30,7 @@ from diagnose.analysis.symptoms.registry import Known
 from diagnose.record import RunRecord, WindowPlan
 from tests.conftest import REPO
 from tests.recordbuilder import record_from_steps
+from tests.test_cli import diagnose
 from tests.test_replay import model_of, worker_steps
 
 SHORT = ["--warmup", "3", "--steps", "4", "--max-steps", "4", "--timed-steps", "12", "--no-check", "--json"]
@@ -88,15 +86,7 @@ def test_a_run_records_each_steps_wait_and_a_loader_that_cannot_keep_up_shows_in
     behind a tiny model: one batch every 300 ms, which the steady steps wait for most of (on a
     busy 2-core machine the tiny model's CPU step took 40-100 ms)."""
     out = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "diagnose", "run", "--out", str(out), *SHORT, "prefetch_loader.py", *SLOW_WORKERS],
-        cwd=REPO / "examples",
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = diagnose("run", "--out", str(out), *SHORT, "prefetch_loader.py", *SLOW_WORKERS, cwd=REPO / "examples")
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads((out / "diagnose" / "run.json").read_text())
     waits, boundaries = record["data_wait_s"], record["boundaries_s"]

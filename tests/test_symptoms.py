@@ -265,6 +265,14 @@ HOST_LINES = [
     {"site": "/a/train.py:30", "code": "opt.step()", "where": "optimizer", "share": 0.0625},
 ]
 
+#: warm-up 1, profiled 1, the export step, then 5 timed steps: 3, 3, 4, 3 and 30 ms
+FIVE_TIMED = {
+    "plan": {"warmup": 1, "steps": 1, "timed": 5},
+    "boundaries_s": [0.0, 0.01, 0.02, 0.03, 0.033, 0.036, 0.040, 0.043, 0.073],
+    "timed_seconds": 0.043,
+    "timed_steps": 5,
+}
+
 CASES = {
     "exposed": [
         Case(
@@ -309,13 +317,7 @@ CASES = {
         Case(
             "the steady steps' median: an epoch's end in the mean, not in the median",
             breakdown=GPU,
-            record=_record(
-                plan={"warmup": 1, "steps": 1, "timed": 5},
-                # warm-up 1, profiled 1, the export step, then 5 timed: 3, 3, 4, 3, 30 ms
-                boundaries_s=[0.0, 0.01, 0.02, 0.03, 0.033, 0.036, 0.040, 0.043, 0.073],
-                timed_seconds=0.043,
-                timed_steps=5,
-            ),
+            record=_record(**FIVE_TIMED),
             tolerance=1e-9,
             expected={"step.time_ms": 8.6, "step.steady_mean_ms": 8.6, "step.median_ms": 3.0},
         ),
@@ -522,14 +524,8 @@ CASES = {
         Case(
             "the steady steps' waits, recorded: measured, before any CPU time",
             breakdown=GPU,
-            record=_record(
-                plan={"warmup": 1, "steps": 1, "timed": 5},
-                # timed steps of 3, 3, 4, 3 and 30 ms that waited 1, 1, 2, 1 and 20 ms for data
-                boundaries_s=[0.0, 0.01, 0.02, 0.03, 0.033, 0.036, 0.040, 0.043, 0.073],
-                data_wait_s=[0.0, 0.0, 0.0, 0.0, 0.001, 0.002, 0.004, 0.005, 0.025],
-                timed_seconds=0.043,
-                timed_steps=5,
-            ),
+            # the timed steps of 3, 3, 4, 3 and 30 ms waited 1, 1, 2, 1 and 20 ms for data
+            record=_record(**FIVE_TIMED, data_wait_s=[0.0, 0.0, 0.0, 0.0, 0.001, 0.002, 0.004, 0.005, 0.025]),
             tolerance=1e-4,
             expected={"data.steady_wait": 25 / 43, "data.wait": 25 / 43},  # the window's: 0.125
         ),
