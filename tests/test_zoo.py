@@ -53,78 +53,6 @@ def test_the_manifest_holds_what_issue_32_asks() -> None:
     assert not holdout & {s.repo.name for h in corpus.HALVES for s in manifest.half(h)}
 
 
-def test_the_holdout_group_stands_outside_the_split(tmp_path: Path) -> None:
-    """A repository added after the split is counted by no half's rule (the split of the other
-    repositories stays as it was); its scripts are holdout, and a holdout script's repository must
-    be listed in [holdout]."""
-    manifest = _manifest(
-        tmp_path,
-        """
-        [holdout]
-        repos = ["h/new"]
-
-        [repos."o/r"]
-        commit = "0123456789012345678901234567890123456789"
-        licence = "MIT"
-        include = ["t.py"]
-
-        [repos."h/new"]
-        commit = "0123456789012345678901234567890123456789"
-        licence = "MIT"
-        include = ["t.py"]
-
-        [repos."x/late"]
-        commit = "0123456789012345678901234567890123456789"
-        licence = "MIT"
-        include = ["t.py"]
-
-        [[script]]
-        name = "one"
-        repo = "o/r"
-        path = "t.py"
-        domain = "vision"
-        kind = "plain"
-        cpu_args = []
-        half = "calibration"
-
-        [[script]]
-        name = "two"
-        repo = "h/new"
-        path = "t.py"
-        domain = "vision"
-        kind = "plain"
-        cpu_args = []
-        half = "holdout"
-
-        [[script]]
-        name = "three"
-        repo = "h/new"
-        path = "t.py"
-        domain = "vision"
-        kind = "plain"
-        cpu_args = []
-        half = "evaluation"
-
-        [[script]]
-        name = "four"
-        repo = "x/late"
-        path = "t.py"
-        domain = "vision"
-        kind = "plain"
-        cpu_args = []
-        half = "holdout"
-        """,
-    )
-    assert manifest.holdout_repos == ("h/new",)
-    assert [s.name for s in manifest.half("holdout")] == ["two", "four"]
-    assert corpus.problems(manifest) == [
-        "script three: half evaluation, but h/new is in the holdout group",
-        "script four: half holdout, but [holdout] does not list x/late",
-    ]
-    # the split counts o/r alone: its one script, calibration, is what the rule gives
-    assert not any("split rule" in line for line in corpus.problems(manifest))
-
-
 def test_the_split_rule_largest_repository_first_then_the_smaller_half() -> None:
     # sha256("b/two") starts a3f7, sha256("c/three") d357: b/two comes first of the two-script ones
     counts = {"big/five": 5, "a/one": 1, "b/two": 2, "c/three": 2}
@@ -150,38 +78,54 @@ def _manifest(tmp_path: Path, body: str) -> corpus.Corpus:
     return corpus.load(path)
 
 
+def _repo(name: str, commit: str = "0123456789" * 4) -> str:
+    """A [repos] entry of a manifest, one file to fetch."""
+    return f'\n[repos."{name}"]\ncommit = "{commit}"\nlicence = "MIT"\ninclude = ["t.py"]\n'
+
+
+def _script(name: str, repo: str, half: str, domain: str | None = "vision", cpu: str = "cpu_args = []") -> str:
+    """A [[script]] entry of a manifest (``domain`` None: without one)."""
+    lines = [f'name = "{name}"', f'repo = "{repo}"', 'path = "t.py"']
+    lines += [f'domain = "{domain}"'] if domain else []
+    lines += ['kind = "plain"', cpu, f'half = "{half}"']
+    return "\n[[script]]\n" + "\n".join(lines) + "\n"
+
+
 def test_problems_names_a_short_commit_a_missing_field_and_a_repository_split_across_halves(tmp_path: Path) -> None:
     manifest = _manifest(
         tmp_path,
-        """
-        [repos."o/r"]
-        commit = "abc123"
-        licence = "MIT"
-        include = ["t.py"]
-
-        [[script]]
-        name = "one"
-        repo = "o/r"
-        path = "t.py"
-        domain = "vision"
-        kind = "plain"
-        cpu_args = []
-        half = "calibration"
-
-        [[script]]
-        name = "two"
-        repo = "o/r"
-        path = "t.py"
-        kind = "plain"
-        cpu_skip = "gpu"
-        half = "evaluation"
-        """,
+        _repo("o/r", commit="abc123")
+        + _script("one", "o/r", "calibration")
+        + _script("two", "o/r", "evaluation", domain=None, cpu='cpu_skip = "gpu"'),
     )
     assert corpus.problems(manifest) == [
         "repository o/r: commit 'abc123' is not 40 hex digits",
         "script two: no domain",
         "script two: half evaluation, the split rule gives calibration",
     ]
+
+
+def test_the_holdout_group_stands_outside_the_split(tmp_path: Path) -> None:
+    """A repository added after the split is counted by no half's rule (the split of the other
+    repositories stays as it was); its scripts are holdout, and a holdout script's repository must
+    be listed in [holdout]."""
+    manifest = _manifest(
+        tmp_path,
+        '[holdout]\nrepos = ["h/new"]\n'
+        + "".join(_repo(name) for name in ("o/r", "h/new", "x/late"))
+        + _script("one", "o/r", "calibration")
+        + _script("two", "h/new", "holdout")
+        + _script("three", "h/new", "evaluation")
+        + _script("four", "x/late", "holdout"),
+    )
+    assert manifest.holdout_repos == ("h/new",)
+    assert [s.name for s in manifest.half("holdout")] == ["two", "four"]
+    assert corpus.problems(manifest) == [
+        "script three: half evaluation, but h/new is in the holdout group",
+        "script four: half holdout, but [holdout] does not list x/late",
+    ]
+    # the split counts o/r alone: its one script, calibration, is what the rule gives
+    assert not any("split rule" in line for line in corpus.problems(manifest))
 
 
 # ------------------------------------------------------------------ fetch
