@@ -590,9 +590,9 @@ def more_workers(
 
 
 def loader_paced_now(model: StepModel, facts: Mapping[str, float], host_scale: float = 1.0) -> Replay | None:
-    """The unchanged step as the DataLoader's workers pace it by their CPU time per batch (one
-    batch each ``workers.cpu_per_batch_ms`` over the workers that build at once), replayed; None
-    where that was not measured or the trace shows no fetch. Where it replays slower than the
+    """The unchanged step as the DataLoader's workers pace it (one batch each
+    ``worker_cpu_per_batch_ms`` over the workers that build at once), replayed; None where that
+    is not known or the trace shows no fetch. Where it replays slower than the
     window, the window took batches the workers had queued before it (``workers.steady_wait``),
     and a change that paces the loader itself (more workers, a larger batch) is measured against
     the step the loader allows: otherwise more workers would be predicted to gain nothing over
@@ -779,10 +779,9 @@ def larger_batch(
     a loader that kept up may set the pace (an MNIST VAE with one worker: 11x predicted at 64x
     the batch without this, 0.69x measured, its steps waiting 98% of the time for data), and so
     do workers whose CPU time says they cannot keep up with the step already
-    (``workers.steady_wait``; timm's ResNet-18: twice the batch predicted 1.90x, measured 0.62x).
-    The CPU time is not scaled where the sampled share says they keep up: a batch's CPU time
-    holds a part no batch size changes (collating, handing the batch over; tiny_batch's 2.25 ms
-    per 16 samples kept up with 32x the batch at 2.1 ms a step). Both
+    (``loader_paced_steady``; timm's ResNet-18: twice the batch predicted 1.90x, measured 0.62x).
+    Elsewhere the CPU time is not scaled where the sampled share says they keep up: a batch's
+    CPU time holds a part no batch size changes (collating, handing the batch over). Both
     are asked because each errs: the CPU time includes a worker's first, slow batches (4 workers
     at 2.25 ms a batch of 16 kept up with 32x the batch at 2.1 ms a step), and the sampled share
     missed most of the VAE's (0.17 where its CPU time says 0.8); where they disagree the
@@ -910,7 +909,7 @@ def predict(
     note = f"replayed step {before / model.steps / 1000:.2f} ms -> {after / model.steps / 1000:.2f} ms"
     if first.window_us > window_us:
         note += (
-            f" (the DataLoader's workers, by their CPU time per batch, allow a step of {first.window_us / model.steps / 1000:.2f} ms "
+            f" (the DataLoader's workers allow a step of {first.window_us / model.steps / 1000:.2f} ms "
             f"where the window, taking batches they had queued, replays {window_us / model.steps / 1000:.2f} ms)"
         )
     if check.mode == "host ahead" and host_scale <= 0:
