@@ -355,8 +355,8 @@ def dominant_category(rule: Rule, values: dict[str, float]) -> str | None:
 
 def idle_share(values: dict[str, float], category: str) -> float:
     """The share of the step the GPU idles for ``category``: the window's exposed share, and for
-    the data wait the steady one where the workers' CPU time says it is larger (``data.wait``:
-    a window can take the batches they queued before it)."""
+    the data wait the steady steps' where larger (``data.wait``: measured, or what the workers'
+    CPU time implies; a window can take the batches they queued before it)."""
     share = values.get(f"exposed.{category}") or 0.0
     return max(share, values.get("data.wait") or 0.0) if category == "data_wait" else share
 
