@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.analysis.measure.workers import LOADER_PACED_WAIT
 from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.prediction import uncertainty as U
 from diagnose.analysis.prediction.predict import (
@@ -130,7 +131,7 @@ def test_a_compile_the_loaders_cpu_time_caps_at_1x_is_not_shown() -> None:
     assert report.verdict.startswith("No change predicted to help beyond the run-to-run spread")
 
 
-# --- how busy the workers are: the larger of two measures ----------------------------------------
+# --- how busy the workers are: the largest of its measures ------------------------------------
 
 
 def workers_load(values: dict[str, float]) -> object:
@@ -150,6 +151,21 @@ def test_the_workers_load_is_the_larger_of_their_busy_share_and_their_cpu_time_o
     assert workers_load({**no_median, "step.time_ms": 32.0}) == 0.8125
     assert workers_load({"workers.busy": 0.2}) == 0.2
     assert workers_load({"dataloader.num_workers": 4}) is None
+
+
+def test_a_measured_steady_wait_loads_the_workers_whatever_their_cpu_time_and_samples_say() -> None:
+    """Two workers that sleep for their batches (prefetch_loader on an H200: 2.1 ms of CPU a
+    batch, 23 ms steps, a sampled busy share under 60% on one run of two) whose steady steps were
+    measured waiting 91% of their time: the step's own work is 9% of the loader's interval, a
+    load of 1 / 0.09. A steady wait under ``LOADER_PACED_WAIT`` adds no measure; the largest of
+    the three stands."""
+    sleepy = {"dataloader.num_workers": 2, "cpu.count": 16, "workers.cpu_per_batch_ms": 2.1, "step.median_ms": 23.0}
+    assert workers_load({**sleepy, "workers.busy": 0.3}) == 0.3
+    assert workers_load({**sleepy, "workers.busy": 0.3, "data.steady_wait": 0.91}) == pytest.approx(1 / 0.09, abs=1e-4)
+    assert workers_load({**sleepy, "workers.busy": 0.3, "data.steady_wait": LOADER_PACED_WAIT / 2}) == 0.3
+    assert workers_load({**sleepy, "workers.busy": 0.3, "data.steady_wait": 0.25}) == pytest.approx(1 / 0.75, abs=1e-4)
+    # a wait of the whole step keeps the step's own work at MIN_REST_SHARE: a load of 20, not infinite
+    assert workers_load({"data.steady_wait": 1.0}) == 20.0
 
 
 def test_the_workers_balance_is_taken_against_the_typical_step() -> None:

@@ -6,7 +6,7 @@ import math
 import statistics
 
 from diagnose.analysis.measure.breakdown import Breakdown
-from diagnose.analysis.measure.workers import building_workers, per_batch_ms, usable_cpus
+from diagnose.analysis.measure.workers import LOADER_PACED_WAIT, building_workers, per_batch_ms, usable_cpus
 from diagnose.analysis.symptoms.registry import Known, symptom
 from diagnose.record import DataLoaderInfo, RunRecord
 
@@ -129,21 +129,29 @@ def cpu_per_batch_ms(record: RunRecord) -> float | None:
 @symptom(
     "workers.load",
     "share",
-    "how busy the DataLoader workers are, the larger of two measures: their sampled busy share, and their CPU time per "
-    "batch over the time they have for it (the workers that build at once times the median step); 1 or more: they "
+    "how busy the DataLoader workers are, the largest of three measures: their sampled busy share, their CPU time per "
+    "batch over the time they have for it (the workers that build at once times the median step), and where the "
+    "steady steps measurably waited for data (data.steady_wait), the steady step over its own work; 1 or more: they "
     "cannot keep up",
-    uses=("workers.busy", *INTERVAL_USES, "step.median_ms", "step.time_ms"),
+    uses=("workers.busy", *INTERVAL_USES, "step.median_ms", "step.time_ms", "data.steady_wait"),
 )
 def workers_load(known: Known) -> float | None:
-    """Each measure errs the other way: the sampled share missed most of an MNIST VAE's work (0.17
+    """Each measure errs its own way: the sampled share missed most of an MNIST VAE's work (0.17
     where its CPU time said 0.8) and of timm's JPEG workers (0.11, where 4 workers at 105 ms of CPU
     a batch could not keep up with 17 ms steps, docs/zoo.md); the CPU time counts a worker's
-    first, slow batches. Taking the larger, a loader is called idle only where both say so."""
+    first, slow batches, and misses a worker that waits on storage or sleeps (the planted
+    prefetch_loader: 2 ms of CPU a batch, 91% of its steady steps measured waiting, and its
+    sampled share below 60% on one run of two). A steady wait of ``w`` (at least
+    ``LOADER_PACED_WAIT``) makes the loader's interval the steady step and the step's own work
+    ``1 - w`` of it: a load of ``1 / (1 - w)``. Taking the largest, a loader is called idle only
+    where every measure says so."""
     busy = known.get("workers.busy")
     step_ms = typical_step_ms(known)
     interval = worker_interval_ms(known)
     by_cpu = interval / step_ms if interval and step_ms else None
-    loads = [v for v in (busy, by_cpu) if v is not None]
+    waited = known.get("data.steady_wait")
+    by_wait = 1 / max(1 - waited, MIN_REST_SHARE) if waited is not None and waited >= LOADER_PACED_WAIT else None
+    loads = [v for v in (busy, by_cpu, by_wait) if v is not None]
     return round(max(loads), 4) if loads else None
 
 
