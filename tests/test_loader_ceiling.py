@@ -293,3 +293,23 @@ def test_a_window_that_took_queued_batches_names_the_loader_and_not_a_larger_bat
     assert top["check"][0] == "waiting for data (dataloader) holds 56% of the step"
     (line,) = [c for c in report.considered if c.startswith("considered MEM001")]
     assert line.startswith("considered MEM001: predicted 1.01x")
+
+
+def test_more_workers_whose_replay_the_measured_steady_wait_contradicts_are_shown_unsure() -> None:
+    """timm's ResNet-18 on an H200 (2026-11-28, the sixth corpus run), the first run recording the
+    steady steps' data waits: 35% of them measured waiting, the window 8% (it took queued
+    batches). More workers replay 1.09x, inside the ±27% the bursty steps leave; removing the
+    measured wait says 1.53x. The two disagree beyond the transformation's 29%: the prediction is
+    weak, its interval reaches the second figure, and it is shown (to be measured) rather than
+    left out within the floor. Verify measured 12 workers 2.61x on its own baseline."""
+    report = analyze_run(RunDir(ZOO / "timm_resnet18_steady"), AnalysisOptions.load())
+    assert report.symptoms["data.steady_wait"]["value"] == pytest.approx(0.35, abs=0.01)
+    assert report.symptoms["exposed.data_wait"]["value"] < 0.1
+    top = report.findings[0]
+    assert top["rule"] == "DATA001"
+    assert top["predicted_speedup"] < 1.27  # within the floor on its own
+    assert top["model_weakness"].startswith("the window and the steady steps disagree")
+    low, high = top["predicted_interval"]
+    assert low < top["predicted_speedup"] < 1 / (1 - 0.35) <= high
+    assert any("predicts this change badly" in line for line in top["check"])
+    assert not any(c.startswith("considered DATA001") for c in report.considered)

@@ -21,6 +21,7 @@ from diagnose.analysis.prediction.predict import (
     loader_paced_now,
     loader_paced_steady,
     predict,
+    steady_wait_gain,
     worker_cpu_per_batch_ms,
 )
 from diagnose.analysis.prediction.replay import replay_check
@@ -116,6 +117,31 @@ def test_where_the_steady_steps_waited_the_loaders_pace_is_their_mean_step() -> 
     # measured, it stands over the CPU time's figure either way
     assert not loader_paced_steady({**calm, "workers.steady_wait": 0.5})
     assert loader_paced_steady({"workers.steady_wait": 0.5})
+
+
+def test_more_workers_whose_replay_and_steady_wait_disagree_are_weak_and_their_interval_reaches_the_other() -> None:
+    """The paced replay above says 2.99x (the window's own step without its wait: 200 µs). The
+    steady steps' measured wait says what removing it gains: 40% -> 1.67x (their own work 180 µs
+    of 300), 90% -> 10x. Either disagrees beyond more workers' 29% error: the prediction is weak,
+    says both, and its interval reaches down (a floor) or up (a reach) to the other figure. A
+    steady wait the replay agrees with leaves it sure; one under ``LOADER_PACED_WAIT`` says nothing."""
+    model = model_of(worker_steps())
+    facts = {"dataloader.num_workers": 1, "cpu.count": 16, "step.steady_mean_ms": 0.3, "data.steady_wait": 0.4}
+    check = replay_check(model)
+    low = predict(model, check, "more_workers", facts, {"num_workers": 6})
+    assert low.speedup == pytest.approx(598 / 200)
+    assert low.floor == pytest.approx(1 / 0.6) and low.reach is None
+    assert low.weak is not None and "2.99x" in low.weak and "(40%) 1.67x" in low.weak
+    high = predict(model, check, "more_workers", {**facts, "data.steady_wait": 0.9}, {"num_workers": 6})
+    assert high.speedup == pytest.approx(598 / 200)
+    assert high.reach == pytest.approx(10.0) and high.floor is None and high.weak is not None
+    agree = predict(model, check, "more_workers", {**facts, "data.steady_wait": 0.65}, {"num_workers": 6})
+    assert steady_wait_gain({**facts, "data.steady_wait": 0.65}) == pytest.approx(
+        1 / 0.35
+    )  # 2.86x: within 29% of 2.99x
+    assert agree.weak is None and agree.floor is None and agree.reach is None
+    assert steady_wait_gain({**facts, "data.steady_wait": LOADER_PACED_WAIT / 2}) is None
+    assert steady_wait_gain({}) is None
 
 
 def test_the_workers_balance_reads_the_steady_pace_of_workers_that_spend_little_cpu() -> None:

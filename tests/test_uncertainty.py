@@ -113,6 +113,26 @@ def test_a_weak_compile_has_an_interval_that_reaches_below_one() -> None:
     assert weak[1] == pytest.approx(sure[1], rel=0.05)
 
 
+def test_a_second_figure_above_the_prediction_widens_only_the_upper_edge() -> None:
+    """More workers replayed 1.65x where the steady steps' measured wait (58%) says 2.41x: the
+    interval's upper edge reaches about the second figure (the run-to-run term beside it), its
+    lower edge stays the transformation's own. A second figure within the model's error, or below
+    the prediction, adds no upside."""
+    sample = U.StepSample(tuple(10_000.0 + 100.0 * (i % 3) for i in range(30)), {"data_wait": (5_000.0,) * 30})
+    kw = {"categories": ("data_wait",), "error": U.model_error("more_workers")}
+    upside = U.upside_error("more_workers", reach=2.41, speedup=1.65)
+    assert upside == pytest.approx(2.41 / 1.65 - 1)
+    sure = U.interval(U.resampled_speedups(sample, 1.65, **kw))
+    wide = U.interval(U.resampled_speedups(sample, 1.65, upside=upside, **kw))
+    assert sure[1] < 2.41 * 0.95 and 2.41 * 0.98 < wide[1] < 2.41 * 1.1
+    assert wide[0] == pytest.approx(sure[0])
+    assert U.upside_error("more_workers", reach=1.65 * 1.2, speedup=1.65) is None  # within its 29%
+    assert U.upside_error("more_workers", reach=1.2, speedup=1.65) is None
+    assert U.within_model_error("more_workers", 1.65 * 1.28, 1.65)
+    assert U.within_model_error("more_workers", 1.65 / 1.28, 1.65)
+    assert not U.within_model_error("more_workers", 1.65 * 1.3, 1.65)
+
+
 def test_the_ranking_share_counts_first_places_tier_first() -> None:
     a, b = np.array([1.0, 3.0, 2.0]), np.array([2.0, 1.0, 1.0])
     assert U.ranking_shares([a, b], [1, 1]) == pytest.approx([2 / 3, 1 / 3])

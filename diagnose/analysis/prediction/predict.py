@@ -39,7 +39,7 @@ from diagnose.analysis.prediction.replay import (
     changer,
     replay,
 )
-from diagnose.analysis.prediction.uncertainty import StepSample
+from diagnose.analysis.prediction.uncertainty import StepSample, within_model_error
 from diagnose.analysis.trace import forking
 from diagnose.analysis.trace import patterns as P
 
@@ -147,6 +147,9 @@ class Prediction:
     #: the least speedup the weakness allows where it names one (a loader that may set the pace:
     #: ``loader_ceiling``): the interval's lower edge reaches down to it
     floor: float | None = None
+    #: the most it allows where another measure of the run says more (``steady_wait_gain``): the
+    #: interval's upper edge reaches up to it
+    reach: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -920,9 +923,16 @@ def predict(
         note += f"; host code scaled to the steady step ({host_scale:.2f}x the traced)"
     if gpu_stretch > 1:
         note += f"; GPU time x{gpu_stretch:.2f} (the window held {1 / gpu_stretch:.0%} of a steady step's GPU work)"
-    weak, floor = weakness(model, check, name, facts, params), None
+    weak, floor, reach = weakness(model, check, name, facts, params), None, None
     if name == "larger_batch" and weak and _fact(facts, "workers.busy") is not None:
         floor = _paced_alternative(model, check, facts, params, host_scale, gpu_stretch, baseline, speedup)
+    steady_gain = steady_wait_gain(facts) if name == "more_workers" else None
+    if steady_gain is not None and not within_model_error(name, steady_gain, speedup):
+        weak = weak or (
+            f"the window and the steady steps disagree on the step without its data wait: the replay says "
+            f"{speedup:.2f}x, the steady steps' measured wait ({facts['data.steady_wait']:.0%}) {steady_gain:.2f}x"
+        )
+        floor, reach = (steady_gain, None) if steady_gain < speedup else (None, steady_gain)
     ceiling = loader_ceiling(facts, model) if name not in LOADER_PACED else None
     if ceiling is not None and speedup > ceiling.least:
         capped = ceiling.least  # each measure errs high (see LoaderCeiling): the lower one
@@ -934,11 +944,25 @@ def predict(
             floor = capped
         after *= speedup / capped
         speedup = capped
-    return Prediction(name, speedup, after / model.steps, note, weak, floor)
+    return Prediction(name, speedup, after / model.steps, note, weak, floor, reach)
 
 
 #: transformations that pace the DataLoader's batches themselves (``paced``)
 LOADER_PACED = ("more_workers", "larger_batch")
+
+
+def steady_wait_gain(facts: Mapping[str, float]) -> float | None:
+    """What removing the steady steps' measured data wait gains (``1 / (1 - data.steady_wait)``),
+    where it was measured and the loader set the pace (at least ``LOADER_PACED_WAIT``): a second
+    figure for more workers beside the replay of the window. The replay keeps the window's own
+    step without its wait, which the steady steps need not share: a window that took batches the
+    workers had queued, steps slowed by the profiler, an epoch's turn in either (the corpus's
+    loader fixes missed by 22-53% both ways, docs/zoo.md "The sixth GPU run"). Where the two
+    disagree beyond the model's error the prediction's interval reaches the other figure."""
+    waited = _fact(facts, "data.steady_wait")
+    if waited is None or waited < LOADER_PACED_WAIT:
+        return None
+    return 1 / max(1 - waited, 0.05)
 
 
 def _paced_alternative(

@@ -135,6 +135,21 @@ def model_error(transformation: str) -> float:
     return max(MODEL_ERROR.get(transformation, 0.0), MODEL_ERROR_MIN)
 
 
+def within_model_error(transformation: str, other: float, speedup: float) -> bool:
+    """A second figure for the same change lies within the prediction's own error (``model_error``
+    either way, in log space): the two do not disagree."""
+    return abs(math.log(other / speedup)) <= math.log1p(model_error(transformation))
+
+
+def upside_error(transformation: str, reach: float | None = None, speedup: float | None = None) -> float | None:
+    """The relative error at the interval's upper edge where another measure of the run reaches
+    above the prediction (``Prediction.reach``) further than ``model_error``; None: it does not."""
+    if not reach or not speedup or reach <= speedup:
+        return None
+    error = reach / speedup - 1
+    return error if error > model_error(transformation) else None
+
+
 def downside_error(
     transformation: str, weak: bool, floor: float | None = None, speedup: float | None = None
 ) -> float | None:
@@ -254,13 +269,15 @@ def resampled_speedups(
     stream: int = 0,
     indices: np.ndarray | None = None,
     downside: float | None = None,
+    upside: float | None = None,
 ) -> np.ndarray:
     """One prediction on each resample of the steps (see the module's docstring), times a
     lognormal draw of the model's error (``error`` at the interval's edge) and of the run-to-run
     term (a measurement compares two runs: ``RUN_TO_RUN_SPREAD`` times the square root of 2).
-    ``downside``: the model's error at the lower edge where it is larger (the draws below the
-    prediction use it: a split lognormal, its median the prediction). ``stream`` picks the
-    finding's own draws (the same finding draws the same numbers)."""
+    ``downside`` and ``upside``: the model's error at the lower or the upper edge where it is
+    larger (the draws below or above the prediction use it: a split lognormal, its median the
+    prediction). ``stream`` picks the finding's own draws (the same finding draws the same
+    numbers)."""
     np = _np()
     d = np.asarray(sample.durations_us, dtype=float)
     total = float(d.sum())
@@ -285,11 +302,11 @@ def resampled_speedups(
         values = d[idx].sum(axis=1) / kept[idx].sum(axis=1) * batch_factor
     sigma = math.hypot(math.log1p(error) / Z_INTERVAL, math.sqrt(2) * RUN_TO_RUN_SPREAD)
     z = np.random.default_rng([sample.seed, stream]).normal(0.0, 1.0, len(values))
-    if downside is not None:
-        low = math.hypot(math.log1p(downside) / Z_INTERVAL, math.sqrt(2) * RUN_TO_RUN_SPREAD)
-        draws: numpy.ndarray = values * np.exp(np.where(z < 0, z * low, z * sigma))
-    else:
-        draws = values * np.exp(z * sigma)
+    low, high = (
+        math.hypot(math.log1p(e) / Z_INTERVAL, math.sqrt(2) * RUN_TO_RUN_SPREAD) if e is not None else sigma
+        for e in (downside, upside)
+    )
+    draws: numpy.ndarray = values * np.exp(np.where(z < 0, z * low, z * high))
     return draws
 
 

@@ -134,6 +134,8 @@ class Finding:
     weak: str | None = None
     #: the least speedup that weakness allows (``Prediction.floor``; None: not named)
     weak_floor: float | None = None
+    #: the most another measure of the run allows (``Prediction.reach``; None: not named)
+    weak_reach: float | None = None
     #: what a short A/B measured (None: not measured)
     measured: Measurement | None = None
     #: the share of the resamples in which this finding ranks first
@@ -336,6 +338,7 @@ def _predict(finding: Finding, rule: Rule, outcome: Prediction | Exception) -> N
     finding.prediction_note = f"{rule.predict}: {outcome.note}"
     finding.weak = outcome.weak
     finding.weak_floor = outcome.floor
+    finding.weak_reach = outcome.reach
     if outcome.speedup is not None:
         # not capped at the bound: the bound counts the finding's own share alone, and the
         # change may do more (compile also removes launches; more workers also pin and keep
@@ -389,6 +392,7 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
                 stream=stream,
                 indices=indices,
                 downside=U.downside_error(name, weak=bool(f.weak), floor=f.weak_floor, speedup=f.predicted),
+                upside=U.upside_error(name, reach=f.weak_reach, speedup=f.predicted),
             )
             f.predicted_low, f.predicted_high = U.interval(values)
         else:
@@ -553,8 +557,13 @@ def diagnose_symptoms(
             and floor / PREDICTION_BAND <= finding.predicted - 1 <= floor * PREDICTION_BAND
         )
         # a dominant category's fix predicted within the floor stays (to be measured); one
-        # predicted slower than the step as it is does not
-        within = finding.dominant is not None and finding.predicted is not None and finding.predicted >= 1 / (1 + floor)
+        # predicted slower than the step as it is does not. So does a fix whose replay another
+        # measure of the run contradicts, reaching past the floor (``Prediction.reach``: more
+        # workers replayed 1.09x where the steady steps' measured wait said 1.53x, measured 2.61x)
+        within = finding.predicted is not None and (
+            (finding.dominant is not None and finding.predicted >= 1 / (1 + floor))
+            or (finding.weak_reach is not None and finding.weak_reach >= 1 + floor)
+        )
         if finding.predicted is not None and finding.predicted < 1 + floor and not within:
             uncertainty = predictor.mean_uncertainty if predictor is not None else 0.0
             why = (
