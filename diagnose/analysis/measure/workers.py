@@ -1,7 +1,7 @@
 """How many DataLoader workers can build batches at once on the CPUs a run recorded.
 
 Contract: ``usable_cpus(cpus, cores)``, ``building_workers(workers, cpus)`` and
-``per_batch_ms(...)``: pure arithmetic, no torch. The symptoms (``workers.load``, the suggested worker count) and the prediction (the
+``per_batch_ms(...)``, ``wait_ratio(steady_wait)``: pure arithmetic, no torch. The symptoms (``workers.load``, the suggested worker count) and the prediction (the
 loader's ceiling, more workers) both read it, from their own mappings of the run's facts: they
 sit side by side in one layer and never import each other (tests/test_layout.py).
 """
@@ -28,6 +28,19 @@ def building_workers(workers: float, cpus: float | None) -> float:
 #: a steady wait for data (measured: the share of the steady steps spent inside DataLoader
 #: ``__next__``) from which on the loader is taken to set the steady pace
 LOADER_PACED_WAIT = 0.1
+
+
+#: no step is all waiting: the wait's ratio keeps at least this share of the step for its own work
+MIN_OWN_SHARE = 0.05
+
+
+def wait_ratio(steady_wait: float | None) -> float | None:
+    """The steady step over its own work, ``1 / (1 - w)``, where its measured data wait ``w`` says
+    the loader set the pace (at least ``LOADER_PACED_WAIT``), else None: what removing the wait
+    gains, and how far the workers fall behind the step (``workers.load``)."""
+    if steady_wait is None or steady_wait < LOADER_PACED_WAIT:
+        return None
+    return 1 / max(1 - steady_wait, MIN_OWN_SHARE)
 
 
 def per_batch_ms(

@@ -27,7 +27,7 @@ from functools import cached_property, partial
 from itertools import compress, pairwise
 from typing import Any
 
-from diagnose.analysis.measure.workers import LOADER_PACED_WAIT, building_workers, per_batch_ms, usable_cpus
+from diagnose.analysis.measure.workers import LOADER_PACED_WAIT, building_workers, per_batch_ms, usable_cpus, wait_ratio
 from diagnose.analysis.prediction.replay import (
     STREAM_GAP_US,
     GpuOp,
@@ -959,10 +959,7 @@ def steady_wait_gain(facts: Mapping[str, float]) -> float | None:
     workers had queued, steps slowed by the profiler, an epoch's turn in either (the corpus's
     loader fixes missed by 22-53% both ways, docs/zoo.md "The sixth GPU run"). Where the two
     disagree beyond the model's error the prediction's interval reaches the other figure."""
-    waited = _fact(facts, "data.steady_wait")
-    if waited is None or waited < LOADER_PACED_WAIT:
-        return None
-    return 1 / max(1 - waited, 0.05)
+    return wait_ratio(_fact(facts, "data.steady_wait"))
 
 
 def _paced_alternative(

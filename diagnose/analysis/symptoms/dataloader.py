@@ -6,7 +6,7 @@ import math
 import statistics
 
 from diagnose.analysis.measure.breakdown import Breakdown
-from diagnose.analysis.measure.workers import LOADER_PACED_WAIT, building_workers, per_batch_ms, usable_cpus
+from diagnose.analysis.measure.workers import building_workers, per_batch_ms, usable_cpus, wait_ratio
 from diagnose.analysis.symptoms.registry import Known, symptom
 from diagnose.record import DataLoaderInfo, RunRecord
 
@@ -149,9 +149,7 @@ def workers_load(known: Known) -> float | None:
     step_ms = typical_step_ms(known)
     interval = worker_interval_ms(known)
     by_cpu = interval / step_ms if interval and step_ms else None
-    waited = known.get("data.steady_wait")
-    by_wait = 1 / max(1 - waited, MIN_REST_SHARE) if waited is not None and waited >= LOADER_PACED_WAIT else None
-    loads = [v for v in (busy, by_cpu, by_wait) if v is not None]
+    loads = [v for v in (busy, by_cpu, wait_ratio(known.get("data.steady_wait"))) if v is not None]
     return round(max(loads), 4) if loads else None
 
 
