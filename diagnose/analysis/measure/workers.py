@@ -30,8 +30,9 @@ def building_workers(workers: float, cpus: float | None) -> float:
 LOADER_PACED_WAIT = 0.1
 
 
-#: no step is all waiting: the wait's ratio keeps at least this share of the step for its own work
-MIN_OWN_SHARE = 0.05
+#: no step is ever all loading or waiting: the estimates keep at least this share of the step for
+#: its own work (the wait's ratio here, the suggested worker count in the symptoms)
+MIN_REST_SHARE = 0.05
 
 
 def wait_ratio(steady_wait: float | None) -> float | None:
@@ -40,7 +41,7 @@ def wait_ratio(steady_wait: float | None) -> float | None:
     gains, and how far the workers fall behind the step (``workers.load``)."""
     if steady_wait is None or steady_wait < LOADER_PACED_WAIT:
         return None
-    return 1 / max(1 - steady_wait, MIN_OWN_SHARE)
+    return 1 / max(1 - steady_wait, MIN_REST_SHARE)
 
 
 def per_batch_ms(

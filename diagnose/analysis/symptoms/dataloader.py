@@ -6,12 +6,10 @@ import math
 import statistics
 
 from diagnose.analysis.measure.breakdown import Breakdown
-from diagnose.analysis.measure.workers import building_workers, per_batch_ms, usable_cpus, wait_ratio
+from diagnose.analysis.measure.workers import MIN_REST_SHARE, building_workers, per_batch_ms, usable_cpus, wait_ratio
 from diagnose.analysis.symptoms.registry import Known, symptom
 from diagnose.record import DataLoaderInfo, RunRecord
 
-#: no step is ever all loading: the estimate keeps at least this share of the step for the rest
-MIN_REST_SHARE = 0.05
 #: "no limit" on workers when the CPU count is unknown
 NO_CPU_LIMIT = 1 << 16
 #: what the workers' pace by their CPU time reads (``worker_interval_ms``, ``per_batch_ms``)
