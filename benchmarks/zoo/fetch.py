@@ -158,7 +158,7 @@ def main() -> int:
     p.add_argument("--dest", type=Path, required=True, help="the (ignored) folder to fetch into")
     p.add_argument("--mirror", type=Path, help="a folder of git mirrors, <owner>+<name>/repo")
     p.add_argument("--only", nargs="*", help="script names (default: all)")
-    p.add_argument("--half", choices=["calibration", "evaluation", "holdout", "all"], default="all")
+    p.add_argument("--half", choices=[*corpus.GROUPS, "all"], default="all")
     p.add_argument("--manifest", type=Path, default=corpus.MANIFEST)
     group = p.add_mutually_exclusive_group()
     group.add_argument("--no-prepare", action="store_true", help="fetch the sources only")

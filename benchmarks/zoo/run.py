@@ -356,7 +356,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scripts", type=Path, required=True, help="the folder fetch.py filled")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--half", choices=["calibration", "evaluation", "holdout", "all"], required=True)
+    p.add_argument("--half", choices=[*corpus.GROUPS, "all"], required=True)
     p.add_argument("--reruns", type=int, default=2, help="diagnose runs after the first (default 2: three runs)")
     p.add_argument(
         "--verify-top", type=int, default=1, choices=[0, 1, 2, 3], help="recommendations verify measures (0: no verify)"
