@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 ZOO = REPO / "benchmarks" / "zoo"
 sys.path.insert(0, str(ZOO))
 
+import calibrate  # noqa: E402
 import corpus  # noqa: E402
 import fetch  # noqa: E402
 import prepare  # noqa: E402
@@ -241,7 +242,7 @@ def test_verify_summary_takes_each_recommendation_row_with_its_findings_interval
     report = {
         "findings": [
             {"rule": "DATA001", "predicted_speedup": 1.53, "predicted_interval": [1.3, 1.9]},
-            {"rule": "PREC001", "predicted_speedup": 1.2},
+            {"rule": "PREC001", "predicted_speedup": 1.2, "model_weakness": "the host runs ahead"},
         ],
         "experiments": {
             "baseline_spread": 0.04,
@@ -277,6 +278,7 @@ def test_verify_summary_takes_each_recommendation_row_with_its_findings_interval
             "measured": 2.02,
             "predicted": 1.53,
             "interval": [1.3, 1.9],
+            "weak": None,
             "via": None,
         },
         {
@@ -287,6 +289,7 @@ def test_verify_summary_takes_each_recommendation_row_with_its_findings_interval
             "measured": 1.01,
             "predicted": 1.2,
             "interval": None,
+            "weak": "the host runs ahead",
             "via": None,
         },
     ]
@@ -583,3 +586,78 @@ def test_the_holdout_group_is_scored_in_a_column_of_its_own_where_a_run_holds_it
     lines = score.markdown(result).splitlines()
     assert lines[0] == "| goal | calibration | evaluation | holdout | target |"
     assert lines[1] == "|---|---|---|---|---|"
+
+
+# ------------------------------------------------------------------ calibrate.py
+
+
+def _calibration_record(name: str, half: str, rows: list[dict]) -> dict:
+    return {"name": name, "half": half, "verify": {"rows": rows}}
+
+
+PREDICTS = {"DATA001": "more_workers", "MEM001": "larger_batch", "LAUNCH001": "cuda_graphs"}
+
+
+def test_a_rows_error_is_log_symmetric() -> None:
+    assert calibrate.row_error(2.0, 1.0) == pytest.approx(1.0)  # 2x too high
+    assert calibrate.row_error(1.0, 2.0) == pytest.approx(1.0)  # 2x too low
+    assert calibrate.row_error(1.8, 1.5) == pytest.approx(0.2)
+
+
+def test_the_conformal_edge_is_the_largest_under_nine_rows_and_a_rank_beyond() -> None:
+    assert calibrate.conformal_edge([0.3, 0.1, 0.2]) == 0.3
+    # n = 19: rank ceil(20 * 0.9) = 18 of 19
+    errors = [i / 100 for i in range(1, 20)]
+    assert calibrate.conformal_edge(errors) == pytest.approx(0.18)
+
+
+def test_fit_reads_only_the_calibration_half_and_never_lowers_the_examples_error() -> None:
+    from diagnose.analysis.prediction.uncertainty import MODEL_ERROR
+
+    records = [
+        _calibration_record(
+            "a",
+            "calibration",
+            [
+                {"rule": "DATA001", "predicted": 2.0, "measured": 2.5},  # 25%
+                {"rule": "MEM001", "predicted": 1.1, "measured": 1.0},  # 10%, under the examples' 19%
+                {"rule": "DATA005", "predicted": None, "measured": 1.2},  # nothing predicted
+                {"rule": "LAUNCH001", "predicted": 3.0, "measured": None},  # not measured
+                {"rule": "LAUNCH001", "predicted": 3.0, "measured": 1.0, "weak": "graph breaks"},
+            ],
+        ),
+        _calibration_record("b", "calibration", [{"rule": "DATA001", "predicted": 1.5, "measured": 1.0}]),  # 50%
+        _calibration_record("c", "evaluation", [{"rule": "DATA001", "predicted": 9.0, "measured": 1.0}]),
+        _calibration_record("d", "holdout", [{"rule": "MEM001", "predicted": 9.0, "measured": 1.0}]),
+    ]
+    result = calibrate.fit(records, PREDICTS)
+    assert set(result) == {"more_workers", "larger_batch", "cuda_graphs"}
+    workers = result["more_workers"]
+    assert [r["script"] for r in workers["rows"]] == ["a", "b"]
+    assert workers["edge"] == pytest.approx(0.5) and workers["largest_rank"]
+    assert workers["fitted"] == pytest.approx(max(0.5, MODEL_ERROR["more_workers"]))
+    batch = result["larger_batch"]
+    assert batch["edge"] == pytest.approx(0.1)
+    assert batch["fitted"] == MODEL_ERROR["larger_batch"]  # never below the examples'
+    graphs = result["cuda_graphs"]  # a weak compile's row has its own downside
+    assert graphs["rows"] == [] and graphs["left_weak"] == 1 and graphs["edge"] is None
+    assert graphs["fitted"] == MODEL_ERROR["cuda_graphs"]
+    assert "| more_workers | a DATA001: 2.00x -> 2.50x, 25%; b DATA001: 1.50x -> 1.00x, 50% | 50% (the largest)" in (
+        calibrate.markdown(result)
+    )
+
+
+def test_calibrate_cli_takes_the_last_record_of_each_script_per_file(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    runs_only = {"name": "a", "half": "calibration", "phase": "runs"}
+    whole = _calibration_record("a", "calibration", [{"rule": "DATA001", "predicted": 2.0, "measured": 2.5}])
+    results.write_text(json.dumps(runs_only) + "\n" + json.dumps(whole) + "\n")
+    out = subprocess.run(
+        [sys.executable, str(ZOO / "calibrate.py"), str(results), "--json", str(tmp_path / "fit.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "| more_workers | a DATA001: 2.00x -> 2.50x, 25%" in out.stdout
+    assert json.loads((tmp_path / "fit.json").read_text())["more_workers"]["edge"] == pytest.approx(0.25)

@@ -90,6 +90,9 @@ def finding_summary(finding: dict) -> dict:
         "interval": _interval(finding),
         "measured": _measured(finding),
         "basis": finding.get("basis"),
+        # why the model knew it predicts this change badly on the run (None: no known weakness);
+        # calibrate.py leaves a weak compile's rows out of the model error it fits
+        "weak": finding.get("model_weakness"),
         "first_share": finding.get("first_share"),
         "gain_bound": finding.get("gain_bound"),
     }
@@ -127,6 +130,7 @@ def verify_summary(report: dict) -> dict:
                 "measured": row.get("speedup"),
                 "predicted": row.get("predicted_speedup", finding.get("predicted")),
                 "interval": _interval(row) or finding.get("interval"),
+                "weak": finding.get("weak"),
                 "via": row.get("via"),
             }
         )

@@ -1,0 +1,164 @@
+"""Fit each transformation's model error on the calibration half (issue 32: the one half the models
+may be fitted on), from the rows verify measured there.
+
+    python benchmarks/zoo/calibrate.py benchmarks/zoo/results/2026-11-28-calibration.jsonl   # markdown
+    python benchmarks/zoo/calibrate.py RESULTS.jsonl ... --json fit.json
+
+Contract: ``fit(records, rules) -> dict`` is pure. Only records of the calibration half count (a
+row of the evaluation half or the holdout group is never read: what is scored there must not
+have been fitted there); of each file, the last record of each script (run.py appends one after
+the runs and one after verify). A row counts where verify measured it (a speedup > 0) and the
+baseline's finding predicted it; its transformation is its rule's ``predict`` (rules/*.toml).
+Rows of a compile the model knew it predicts badly on the run (``weak``, where the record has
+it, for a transformation of ``uncertainty.WEAK_DOWNSIDE_ERROR``) are left out: their interval
+has its own downside.
+
+Each row's error is the one the interval is drawn in: log-symmetric, ``exp(|ln(predicted /
+measured)|) - 1`` (a prediction 2x too high and one 2x too low both miss by 100%). A
+transformation's **edge** is the split-conformal quantile of its rows' errors for the
+interval's coverage (``INTERVAL``, 90%): the ``ceil((n + 1) * 0.9)``-th smallest, which is the
+largest of them while there are fewer than nine. Its **fitted** model error is the larger of that
+edge and what the project's own examples already showed (``MODEL_ERROR``, never lowered by a
+few lucky rows); ``diagnose/analysis/prediction/uncertainty.py`` carries the result, with the
+rows it came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from corpus import HALVES  # noqa: E402
+
+from diagnose.analysis.prediction.uncertainty import (  # noqa: E402
+    INTERVAL,
+    MODEL_ERROR,
+    WEAK_DOWNSIDE_ERROR,
+    model_error,
+)
+
+CALIBRATION = HALVES[0]
+
+
+def row_error(predicted: float, measured: float) -> float:
+    """The relative error at the interval's edge that would just cover ``measured``: the
+    prediction's log-distance from it, as a ratio less one."""
+    return math.exp(abs(math.log(predicted / measured))) - 1
+
+
+def conformal_edge(errors: list[float], coverage: float = INTERVAL) -> float:
+    """The split-conformal quantile: the ``ceil((n + 1) * coverage)``-th smallest error (the
+    largest where that rank passes n)."""
+    xs = sorted(errors)
+    rank = math.ceil((len(xs) + 1) * coverage)
+    return xs[min(rank, len(xs)) - 1]
+
+
+def latest(records: Iterable[dict]) -> list[dict]:
+    """The last record of each script name (one file's)."""
+    out: dict[str, dict] = {}
+    for record in records:
+        out[record["name"]] = record
+    return list(out.values())
+
+
+def calibration_rows(records: Iterable[dict], predicts: Mapping[str, str]) -> list[dict]:
+    """The measured and predicted verify rows of the calibration half's records, each with its
+    transformation and error; what is left out, with why, under ``"left"``."""
+    rows = []
+    for record in records:
+        if record.get("half") != CALIBRATION:
+            continue
+        for row in (record.get("verify") or {}).get("rows") or []:
+            predicted, measured = row.get("predicted"), row.get("measured")
+            if not isinstance(measured, (int, float)) or measured <= 0:
+                continue
+            if not isinstance(predicted, (int, float)) or predicted <= 0:
+                continue
+            transformation = predicts.get(row.get("rule") or "")
+            if transformation is None:
+                continue
+            entry = {
+                "script": record["name"],
+                "rule": row["rule"],
+                "transformation": transformation,
+                "predicted": float(predicted),
+                "measured": float(measured),
+                "error": row_error(float(predicted), float(measured)),
+                "weak": bool(row.get("weak")),
+            }
+            rows.append(entry)
+    return rows
+
+
+def fit(records: Iterable[dict], predicts: Mapping[str, str]) -> dict:
+    """Per transformation: its calibration rows, their conformal edge, the examples' model error
+    and the fitted one (the larger)."""
+    rows = calibration_rows(records, predicts)
+    out: dict[str, dict] = {}
+    for transformation in sorted({r["transformation"] for r in rows}):
+        mine = [r for r in rows if r["transformation"] == transformation]
+        used = [r for r in mine if not (r["weak"] and transformation in WEAK_DOWNSIDE_ERROR)]
+        examples = model_error(transformation)
+        edge = conformal_edge([r["error"] for r in used]) if used else None
+        out[transformation] = {
+            "rows": used,
+            "left_weak": len(mine) - len(used),
+            "edge": edge,
+            "largest_rank": bool(used) and math.ceil((len(used) + 1) * INTERVAL) >= len(used),
+            "examples": examples,
+            "in_model_error": transformation in MODEL_ERROR,
+            "fitted": max(examples, edge) if edge is not None else examples,
+        }
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "| transformation | rows (script rule: predicted -> measured, error) | edge | examples' | fitted |",
+        "|---|---|---|---|---|",
+    ]
+    for name, entry in result.items():
+        rows = "; ".join(
+            f"{r['script']} {r['rule']}: {r['predicted']:.2f}x -> {r['measured']:.2f}x, {r['error']:.0%}"
+            for r in entry["rows"]
+        )
+        if entry["left_weak"]:
+            rows += f" ({entry['left_weak']} weak compile rows left out)"
+        edge = (
+            "-"
+            if entry["edge"] is None
+            else f"{entry['edge']:.0%}" + (" (the largest)" if entry["largest_rank"] else "")
+        )
+        lines.append(f"| {name} | {rows or '-'} | {edge} | {entry['examples']:.0%} | **{entry['fitted']:.0%}** |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", type=Path, nargs="+", help="run.py's results.jsonl files")
+    p.add_argument("--json", type=Path, help="write the fit here too")
+    args = p.parse_args()
+    from diagnose.analysis.verdict.rules import load_rules
+
+    predicts = {rule.id: rule.predict for rule in load_rules() if rule.predict}
+    records: list[dict] = []
+    for path in args.results:
+        records += latest(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    result = fit(records, predicts)
+    print(markdown(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
