@@ -395,6 +395,12 @@ class Measured(Section):
     spread: Number = 0.0
     verdict: Literal["helped", "no effect", "slower"] = "helped"
     change: str = ""
+    interval: Annotated[
+        list[Number] | None,
+        Meta(
+            description="what a rerun of the A/B reads, 90% (low, high): its baseline's spread and the run-to-run term of its two runs"
+        ),
+    ] = None
 
 
 Basis = Literal["measured", "predicted", "bound"]
@@ -456,7 +462,8 @@ class Finding(Section):
         its interval, else the bound."""
         if self.measured is not None:
             m = self.measured
-            return f"measured {m.speedup:.2f}x by a short A/B (±{m.spread:.1%}; {m.change or 'its knobs'})"
+            rerun = f"; a rerun {m.interval[0]:.2f}x-{m.interval[1]:.2f}x" if m.interval else ""
+            return f"measured {m.speedup:.2f}x by a short A/B (±{m.spread:.1%}{rerun}; {m.change or 'its knobs'})"
         words = gain_words(self.predicted_speedup, self.gain_bound)
         if self.predicted_interval:
             low, high = self.predicted_interval
@@ -482,9 +489,18 @@ class Ranking(Section):
     seed: int | None = None
     block: int | None = None
     interval: Number | None = None
+    host_share: Annotated[
+        Number | None, Meta(description="share of the profiled steps' time the GPU idles (host-side exposed)")
+    ] = None
     floor: Number | None = None
     mean_uncertainty: Number | None = None
-    run_to_run: Number | None = None
+    run_to_run: Annotated[
+        Number | None, Meta(description="the run-to-run term of the floor: whether a change moved the mean step")
+    ] = None
+    rerun_spread: Annotated[
+        Number | None,
+        Meta(description="what the intervals take a rerun to move the steady step by, from host_share"),
+    ] = None
     top: str | None = None
     basis: str | None = None
     first_share: Number | None = None

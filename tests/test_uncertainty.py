@@ -5,6 +5,8 @@ traces and values, with the fixed seed."""
 
 from __future__ import annotations
 
+import math
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +65,7 @@ def test_a_prediction_is_resampled_by_the_steps_of_its_category(monkeypatch: pyt
     """Two steps of 100 and 200 µs, the second waiting 100 µs for data: a fix of the data wait
     predicted 1.5x (300 -> 200 µs) saves its 100 µs in the second step: at most 90% of its wait
     there (``MAX_REMOVED``), 100 and 110 µs kept, both scaled by 200 / 210 to the replay's 200."""
-    monkeypatch.setattr(U, "RUN_TO_RUN_SPREAD", 0.0)
+    monkeypatch.setattr(U, "run_to_run", lambda host_share: 0.0)
     sample = U.StepSample((100.0, 200.0), {"data_wait": (0.0, 100.0)})
     idx = np.array([[0, 0], [1, 1], [0, 1]])
     values = U.resampled_speedups(sample, 1.5, categories=("data_wait",), error=0.0, indices=idx)
@@ -280,12 +282,16 @@ def test_measured_ranks_above_predicted_and_a_bound_alone_never_first(tmp_path: 
     )
     assert [(f.rule_id, f.basis) for f in helped.findings] == [("TEST901", "measured"), ("SYNC001", "predicted")]
     assert helped.findings[0].expected == 1.4 and helped.findings[0].check == []
-    assert helped.findings[0].to_dict()["measured"] == {
-        "speedup": 1.4,
-        "spread": 0.03,
-        "verdict": "helped",
-        "change": "num_workers=4",
-    }
+    measured = helped.findings[0].to_dict()["measured"]
+    rerun = measured.pop("interval")
+    assert measured == {"speedup": 1.4, "spread": 0.03, "verdict": "helped", "change": "num_workers=4"}
+    # what a rerun reads: the A/B's spread and each of its two runs' run-to-run term (the steps'
+    # exposed times unknown to this predictor: the examples' median)
+    assert predictor.steps.host_share is None
+    expected = U.interval(U.measured_draws(1.4, 0.03, stream=zlib.crc32(b"TEST901"), rerun=U.RUN_TO_RUN_SPREAD))
+    assert rerun == pytest.approx(list(expected), abs=1e-4) and rerun[0] < 1.4 < rerun[1]
+    assert helped.findings[0].measured is not None
+    assert "a rerun" in helped.findings[0].measured.words
     # measured not to help: left out, saying so
     none = diagnose_symptoms(
         pair, symptoms, predictor, {"TEST901": Measurement(1.01, 0.03, "no effect", "num_workers=4")}
@@ -688,3 +694,29 @@ def test_a_dominant_categorys_fix_predicted_slower_is_still_left_out() -> None:
     assert slower.findings == [] and slower.considered == [
         "considered SYNC001: predicted 0.50x, slower than the step as it is"
     ]
+
+
+def test_a_rerun_moves_a_host_paced_step_more_than_a_gpu_paced_one() -> None:
+    """The run-to-run term of the intervals: the GPU-paced value where the GPU never idles, the
+    host-paced one where it always does, linear between; the examples' median where the steps'
+    exposed times are unknown."""
+    assert U.run_to_run(0.0) == U.RUN_TO_RUN_GPU
+    assert U.run_to_run(1.0) == U.RUN_TO_RUN_HOST
+    assert U.run_to_run(0.5) == pytest.approx((U.RUN_TO_RUN_GPU + U.RUN_TO_RUN_HOST) / 2)
+    assert U.run_to_run(1.7) == U.RUN_TO_RUN_HOST and U.run_to_run(None) == U.RUN_TO_RUN_SPREAD
+    # two steps of 100 and 300 µs: 60 µs of data wait and 40 of host code, the rest GPU kernels
+    sample = U.StepSample(
+        (100.0, 300.0),
+        {"data_wait": (60.0, 0.0), "host_forward": (0.0, 40.0), "gpu_forward": (40.0, 260.0)},
+    )
+    assert sample.host_share == pytest.approx(100 / 400)
+    assert sample.to_dict()["host_share"] == 0.25
+    assert U.StepSample((100.0,)).host_share is None
+    # a host-paced window's interval is wider than a GPU-paced one's for the same prediction
+    host = U.StepSample((100.0,) * 30, {"host_forward": (100.0,) * 30}, resamples=20000)
+    gpu = U.StepSample((100.0,) * 30, {"gpu_forward": (100.0,) * 30}, resamples=20000)
+    wide, narrow = (U.interval(U.resampled_speedups(s, 2.0, error=0.1)) for s in (host, gpu))
+    assert wide[0] < narrow[0] < 2.0 < narrow[1] < wide[1]
+    assert narrow[1] == pytest.approx(
+        2.0 * math.exp(1.645 * math.hypot(math.log1p(0.1) / 1.645, math.sqrt(2) * 0.01)), rel=0.03
+    )

@@ -660,4 +660,56 @@ def test_calibrate_cli_takes_the_last_record_of_each_script_per_file(tmp_path: P
     )
     assert out.returncode == 0, out.stderr
     assert "| more_workers | a DATA001: 2.00x -> 2.50x, 25%" in out.stdout
-    assert json.loads((tmp_path / "fit.json").read_text())["more_workers"]["edge"] == pytest.approx(0.25)
+    saved = json.loads((tmp_path / "fit.json").read_text())
+    assert saved["model_error"]["more_workers"]["edge"] == pytest.approx(0.25)
+    assert saved["run_to_run"] == {"host": None, "scripts": []}  # one run: no spread to fit
+
+
+def test_the_run_to_run_fit_is_the_pooled_spread_where_every_script_is_host_paced() -> None:
+    """Two host-paced scripts (host share 1): log steps/s spreads of 10% over 3 runs and 20% over
+    2; the likeliest host-paced CV is the pooled one, sqrt((2 * 0.01 + 1 * 0.04) / 3) = 14.1%.
+    A script of one run says nothing."""
+    import math
+
+    scripts = {
+        "a": [(math.exp(v), 1.0) for v in (0.0, 0.1, 0.2)],
+        "b": [(math.exp(v), 1.0) for v in (0.0, 0.2 * math.sqrt(2))],
+        "c": [(5.0, 1.0)],
+    }
+    rerun = calibrate.fit_run_to_run(scripts)
+    assert [r["script"] for r in rerun["scripts"]] == ["a", "b"]
+    assert rerun["scripts"][0]["cv"] == pytest.approx(0.1) and rerun["scripts"][1]["cv"] == pytest.approx(0.2)
+    assert rerun["host"] == pytest.approx(0.141)
+    # a GPU-paced script that moved 1% says the host-paced value is whatever the others say
+    with_gpu = calibrate.fit_run_to_run({**scripts, "d": [(100.0, 0.0), (101.0, 0.0)]})
+    assert with_gpu["host"] == pytest.approx(0.141)
+    assert calibrate.fit_run_to_run({"c": [(5.0, 1.0)]})["host"] is None
+
+
+def test_steady_runs_take_each_run_and_verifys_baseline_from_the_record_or_its_reports(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    record = {
+        "name": "s",
+        "half": "calibration",
+        "runs": [
+            {"run_dir": "/tmp/x/runs/s/run0", "steps_per_s": 10.0, "host_share": 0.9},
+            {"run_dir": "/tmp/x/runs/s/run1"},  # an older record: its figures in the reports
+            {"error": "timed out"},
+        ],
+        "verify": {"rows": []},
+    }
+    assert calibrate.steady_runs(record) == [(10.0, 0.9)]
+    tgz = tmp_path / "reports.tgz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        for run, rate, share in (("run1", 12.0, 0.8), ("verify", 11.0, 0.85)):
+            data = json.dumps(
+                {"throughput": {"steady": {"steps_per_s": rate}}, "symptoms": {"exposed.host": {"value": share}}}
+            ).encode()
+            info = tarfile.TarInfo(f"./runs/s/{run}/diagnose/report.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    assert calibrate.steady_runs(record, calibrate.Reports(tgz)) == [(10.0, 0.9), (12.0, 0.8), (11.0, 0.85)]
+    assert zoo_run.host_share({"symptoms": {"exposed.host": {"value": 0.5}}}) == 0.5
+    assert zoo_run.host_share({}) is None

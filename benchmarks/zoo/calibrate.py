@@ -13,6 +13,16 @@ Rows of a compile the model knew it predicts badly on the run (``weak``, where t
 it, for a transformation of ``uncertainty.WEAK_DOWNSIDE_ERROR``) are left out: their interval
 has its own downside.
 
+The **run-to-run term** (``uncertainty.RUN_TO_RUN_HOST``): each calibration script's steady
+steps/s over its runs (the diagnose runs and verify's baseline, each a fresh process on one
+machine) and each run's host share (the share of its profiled steps the GPU idled). The model
+is ``uncertainty.run_to_run``: a coefficient of variation of ``RUN_TO_RUN_GPU`` where the GPU
+paces every step, rising linearly with the host share to ``RUN_TO_RUN_HOST``; the fitted value is
+the one of greatest likelihood for the scripts' log steps/s variances (each ``(n - 1) s^2 /
+sigma^2`` a chi-square of n - 1 degrees), on a grid of 0.001. Where a record lacks a run's steps/s
+or host share (run.py before it kept them), a ``reports.tgz`` beside the results file (what
+gpu.sh brings back) supplies them from each run's report.json.
+
 Each row's error is the one the interval is drawn in: log-symmetric, ``exp(|ln(predicted /
 measured)|) - 1`` (a prediction 2x too high and one 2x too low both miss by 100%). A
 transformation's **edge** is the split-conformal quantile of its rows' errors for the
@@ -28,7 +38,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
+import tarfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -41,6 +53,7 @@ from corpus import HALVES  # noqa: E402
 from diagnose.analysis.prediction.uncertainty import (  # noqa: E402
     INTERVAL,
     MODEL_ERROR,
+    RUN_TO_RUN_GPU,
     WEAK_DOWNSIDE_ERROR,
     model_error,
 )
@@ -121,6 +134,83 @@ def fit(records: Iterable[dict], predicts: Mapping[str, str]) -> dict:
     return out
 
 
+def _report_figures(report: dict) -> tuple[float | None, float | None]:
+    steady = (report.get("throughput") or {}).get("steady") or {}
+    symptom = (report.get("symptoms") or {}).get("exposed.host")
+    share = symptom.get("value") if isinstance(symptom, dict) else symptom
+    return steady.get("steps_per_s"), share if isinstance(share, (int, float)) else None
+
+
+class Reports:
+    """The report.json files of a ``reports.tgz`` (gpu.sh's), by their path in it."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.reports: dict[str, dict] = {}
+        if path is not None and path.is_file():
+            with tarfile.open(path) as tar:
+                for member in tar.getmembers():
+                    if member.isfile() and member.name.endswith("diagnose/report.json"):
+                        f = tar.extractfile(member)
+                        if f is not None:
+                            self.reports[member.name.removeprefix("./")] = json.loads(f.read())
+
+    def figures(self, name: str, run: str) -> tuple[float | None, float | None]:
+        """A run's steady steps/s and host share (``run``: run0, run1, ..., verify)."""
+        report = self.reports.get(f"runs/{name}/{run}/diagnose/report.json")
+        return _report_figures(report) if report else (None, None)
+
+
+def steady_runs(record: dict, reports: Reports | None = None) -> list[tuple[float, float]]:
+    """A script's runs as (steady steps/s, host share): its diagnose runs and verify's baseline,
+    each where both are known (from the record, else its reports)."""
+    out = []
+    entries = [(run, Path(run.get("run_dir") or f"run{i}").name) for i, run in enumerate(record.get("runs") or [])]
+    if record.get("verify"):
+        entries.append((record["verify"], "verify"))
+    for entry, label in entries:
+        if "error" in entry:
+            continue
+        rate, share = entry.get("steps_per_s"), entry.get("host_share")
+        if (rate is None or share is None) and reports is not None:
+            found = reports.figures(record["name"], label)
+            rate, share = rate if rate is not None else found[0], share if share is not None else found[1]
+        if isinstance(rate, (int, float)) and rate > 0 and isinstance(share, (int, float)):
+            out.append((float(rate), float(share)))
+    return out
+
+
+def fit_run_to_run(scripts: Mapping[str, list[tuple[float, float]]], gpu: float = RUN_TO_RUN_GPU) -> dict:
+    """The host-paced coefficient of variation of greatest likelihood (see the module's
+    docstring), with each script's figures; None where no script has two runs."""
+    rows = []
+    for name, runs in scripts.items():
+        if len(runs) < 2:
+            continue
+        logs = [math.log(rate) for rate, _ in runs]
+        rows.append(
+            {
+                "script": name,
+                "runs": len(runs),
+                "cv": statistics.stdev(logs),
+                "host_share": statistics.fmean(share for _, share in runs),
+                "steps_per_s": [round(rate, 2) for rate, _ in runs],
+            }
+        )
+    if not rows:
+        return {"host": None, "scripts": rows}
+
+    def loglik(host: float) -> float:
+        total = 0.0
+        for r in rows:
+            sigma = gpu + (host - gpu) * min(max(r["host_share"], 0.0), 1.0)
+            dof = r["runs"] - 1
+            total += -dof * math.log(sigma) - dof * r["cv"] ** 2 / (2 * sigma**2)
+        return total
+
+    grid = [gpu + i / 1000 for i in range(round((1 - gpu) * 1000) + 1)]
+    return {"host": max(grid, key=loglik), "scripts": rows}
+
+
 def markdown(result: dict) -> str:
     lines = [
         "| transformation | rows (script rule: predicted -> measured, error) | edge | examples' | fitted |",
@@ -142,6 +232,16 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def rerun_markdown(rerun: dict) -> str:
+    lines = ["| script | runs | steps/s | host share | run-to-run CV |", "|---|---|---|---|---|"]
+    for r in rerun["scripts"]:
+        steps = ", ".join(f"{v:g}" for v in r["steps_per_s"])
+        lines.append(f"| {r['script']} | {r['runs']} | {steps} | {r['host_share']:.0%} | {r['cv']:.1%} |")
+    host = "-" if rerun["host"] is None else f"{rerun['host']:.1%}"
+    lines.append(f"\nRUN_TO_RUN_HOST of greatest likelihood: **{host}** (RUN_TO_RUN_GPU {RUN_TO_RUN_GPU:.0%})")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, nargs="+", help="run.py's results.jsonl files")
@@ -151,12 +251,21 @@ def main() -> int:
 
     predicts = {rule.id: rule.predict for rule in load_rules() if rule.predict}
     records: list[dict] = []
+    scripts: dict[str, list[tuple[float, float]]] = {}
     for path in args.results:
-        records += latest(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        mine = latest(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        records += mine
+        reports = Reports(path.with_name("reports.tgz"))
+        for record in mine:
+            if record.get("half") == CALIBRATION:
+                scripts[f"{record['name']} ({path.name})"] = steady_runs(record, reports)
     result = fit(records, predicts)
+    rerun = fit_run_to_run(scripts)
     print(markdown(result))
+    print()
+    print(rerun_markdown(rerun))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        args.json.write_text(json.dumps({"model_error": result, "run_to_run": rerun}, indent=1) + "\n")
     return 0
 
 

@@ -98,6 +98,13 @@ def finding_summary(finding: dict) -> dict:
     }
 
 
+def host_share(report: dict) -> float | None:
+    """The share of the profiled steps' time the GPU idled (the ``exposed.host`` symptom)."""
+    symptom = (report.get("symptoms") or {}).get("exposed.host")
+    value = symptom.get("value") if isinstance(symptom, dict) else symptom
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def run_summary(report: dict) -> dict:
     findings = report.get("findings") or []
     top = finding_summary(findings[0]) if findings else None
@@ -110,6 +117,8 @@ def run_summary(report: dict) -> dict:
         "verdict": report.get("verdict"),
         "healthy": report.get("healthy"),
         "steps_per_s": steady.get("steps_per_s"),
+        # with steps_per_s, what calibrate.py fits the run-to-run term on
+        "host_share": host_share(report),
     }
 
 
@@ -141,6 +150,9 @@ def verify_summary(report: dict) -> dict:
         "baseline_spread": experiments.get("baseline_spread"),
         "baseline_spread_from": experiments.get("baseline_spread_from"),
         "rows": rows,
+        # the baseline's own steady figure: one more run of the script (calibrate.py)
+        "steps_per_s": summary["steps_per_s"],
+        "host_share": summary["host_share"],
     }
 
 

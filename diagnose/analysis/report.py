@@ -587,7 +587,7 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
     if diagnosis.findings:
         top = diagnosis.findings[0]
         if top.measured is not None:
-            words = f"measured {top.measured.speedup:.2f}x by a short A/B (±{top.measured.spread:.1%})"
+            words = top.measured.words
         else:
             words = gain_words(top.predicted, top.gain)
             if top.predicted_low is not None and top.predicted_high is not None:

@@ -15,6 +15,9 @@ Contract (pure; numpy, imported where it is used):
   with the window plan, in the run record: the runtime reads it, and never the analysis);
 * ``change_floor(mean_uncertainty) -> float``: the relative gain a change must beat: the mean's
   uncertainty and the run-to-run term together, at least ``MIN_GAIN``;
+* ``run_to_run(host_share) -> float``: what a rerun of the script moves its steady step by, from
+  the share of the step the GPU idles (a GPU-paced step barely moves, a host-paced one does);
+  what a prediction's or a measurement's interval says the next run reads (never the floor);
 * ``StepSample`` (each profiled step's duration and its exposed time per category) and
   ``resampled_speedups(sample, speedup, categories=..., error=model_error(name), ...)``: one
   finding's predicted speedup on each resample of the steps, times a draw of what the model
@@ -43,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 # the z of INTERVAL, and the capture's estimate of the mean step's uncertainty (which uses it), live
 # with the window plan that grows on it: the run record sits below the analysis
+from diagnose.analysis.measure.categories import HOST_EXPOSED
 from diagnose.record import Z_INTERVAL
 
 if TYPE_CHECKING:
@@ -56,6 +60,16 @@ MIN_GAIN = 1.03
 #: and framework examples, 5 runs each, on an H200 (benchmarks/flip_rate.py, 2026-11-23; GPU-bound
 #: loops under 1%, host-bound ones 4-20%).
 RUN_TO_RUN_SPREAD = 0.04
+#: What a rerun reads, as opposed to whether the mean moved (the floor above): the coefficient of
+#: variation of the steady step from one run of a script to the next, where the GPU sets the pace
+#: of every step (the examples' GPU-bound loops: under 1%) and where the host does (GPU idle the
+#: whole step). The second is fitted on the outside corpus's calibration half (benchmarks/zoo/
+#: calibrate.py: each script's runs and verify's baseline, against their host share; docs/zoo.md),
+#: where host-bound scripts moved 4-20% between runs on one machine, and the examples' 4% left
+#: the intervals of their fixes too narrow. ``run_to_run`` interpolates between the two by the
+#: share of the step the GPU idles.
+RUN_TO_RUN_GPU = 0.01
+RUN_TO_RUN_HOST = 0.15
 #: Resamples of the steps; 400 keep a 90% interval's ends within about a percent of where more
 #: would put them, and cost a millisecond on 30 steps.
 RESAMPLES = 400
@@ -228,6 +242,16 @@ def change_floor(mean_uncertainty: float) -> float:
     return max(MIN_GAIN - 1, math.hypot(mean_uncertainty, RUN_TO_RUN_SPREAD))
 
 
+def run_to_run(host_share: float | None) -> float:
+    """The run-to-run coefficient of variation of the steady step where the GPU idles
+    ``host_share`` of it (``RUN_TO_RUN_GPU`` at 0, ``RUN_TO_RUN_HOST`` at 1, linear between);
+    ``RUN_TO_RUN_SPREAD`` where the share is unknown."""
+    if host_share is None or math.isnan(host_share):
+        return RUN_TO_RUN_SPREAD
+    share = min(max(host_share, 0.0), 1.0)
+    return RUN_TO_RUN_GPU + (RUN_TO_RUN_HOST - RUN_TO_RUN_GPU) * share
+
+
 @dataclass(frozen=True)
 class StepSample:
     """The profiled steps as the bootstrap resamples them: each step's duration and its exposed
@@ -250,6 +274,16 @@ class StepSample:
     def indices(self) -> np.ndarray:
         return resample_indices(self.steps, self.resamples, self.block, self.seed)
 
+    @property
+    def host_share(self) -> float | None:
+        """The share of the steps' time the GPU idles (the host-side exposed categories); None
+        without steps or their exposed times."""
+        total = sum(self.durations_us)
+        if total <= 0 or not self.exposed_us:
+            return None
+        host = sum(sum(self.exposed_us.get(name, ())) for name in HOST_EXPOSED)
+        return min(host / total, 1.0)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "steps": self.steps,
@@ -257,6 +291,7 @@ class StepSample:
             "seed": self.seed,
             "block": self.block,
             "interval": INTERVAL,
+            "host_share": None if self.host_share is None else round(self.host_share, 4),
         }
 
 
@@ -273,7 +308,8 @@ def resampled_speedups(
 ) -> np.ndarray:
     """One prediction on each resample of the steps (see the module's docstring), times a
     lognormal draw of the model's error (``error`` at the interval's edge) and of the run-to-run
-    term (a measurement compares two runs: ``RUN_TO_RUN_SPREAD`` times the square root of 2).
+    term (a measurement compares two runs: ``run_to_run`` of the steps' host share times the
+    square root of 2).
     ``downside`` and ``upside``: the model's error at the lower or the upper edge where it is
     larger (the draws below or above the prediction use it: a split lognormal, its median the
     prediction). ``stream`` picks the finding's own draws (the same finding draws the same
@@ -300,23 +336,27 @@ def resampled_speedups(
         kept = d - k * c
         kept *= (total - saved) / float(kept.sum())
         values = d[idx].sum(axis=1) / kept[idx].sum(axis=1) * batch_factor
-    sigma = math.hypot(math.log1p(error) / Z_INTERVAL, math.sqrt(2) * RUN_TO_RUN_SPREAD)
+    rerun = math.sqrt(2) * run_to_run(sample.host_share)
+    sigma = math.hypot(math.log1p(error) / Z_INTERVAL, rerun)
     z = np.random.default_rng([sample.seed, stream]).normal(0.0, 1.0, len(values))
-    low, high = (
-        math.hypot(math.log1p(e) / Z_INTERVAL, math.sqrt(2) * RUN_TO_RUN_SPREAD) if e is not None else sigma
-        for e in (downside, upside)
-    )
+    low, high = (math.hypot(math.log1p(e) / Z_INTERVAL, rerun) if e is not None else sigma for e in (downside, upside))
     draws: numpy.ndarray = values * np.exp(np.where(z < 0, z * low, z * high))
     return draws
 
 
 def measured_draws(
-    speedup: float, spread: float, resamples: int = RESAMPLES, stream: int = 0, seed: int = SEED
+    speedup: float,
+    spread: float,
+    resamples: int = RESAMPLES,
+    stream: int = 0,
+    seed: int = SEED,
+    rerun: float = 0.0,
 ) -> np.ndarray:
     """A measured speedup on each resample: lognormal, its relative ``spread`` (the A/B's
-    baseline spread, half a range) taken as the interval's edge."""
+    baseline spread, half a range) taken as the interval's edge, and ``rerun`` (the run-to-run
+    coefficient of variation, ``run_to_run``) for each of the two runs it compared."""
     np = _np()
-    sigma = math.log1p(max(spread, 0.0)) / Z_INTERVAL
+    sigma = math.hypot(math.log1p(max(spread, 0.0)) / Z_INTERVAL, math.sqrt(2) * rerun)
     draws: numpy.ndarray = speedup * np.exp(np.random.default_rng([seed, stream]).normal(0.0, sigma, resamples))
     return draws
 

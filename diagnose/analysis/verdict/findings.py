@@ -42,7 +42,7 @@ script gives the same verdict twice; inside it, a rerun may differ, and the repo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from diagnose.analysis.measure.categories import EXPOSED_LABELS, HOST_EXPOSED
@@ -87,6 +87,9 @@ class Measurement:
     spread: float
     verdict: str
     change: str = ""
+    #: what a rerun of the A/B reads (``uncertainty.INTERVAL``): its spread and the run-to-run
+    #: term of each of its two runs (``uncertainty.run_to_run``); set where the findings are ranked
+    interval: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,7 +97,14 @@ class Measurement:
             "spread": round(self.spread, 4),
             "verdict": self.verdict,
             "change": self.change,
+            "interval": None if self.interval is None else [round(v, 4) for v in self.interval],
         }
+
+    @property
+    def words(self) -> str:
+        """The measurement as the verdict and the renderers word it."""
+        rerun = f"; a rerun {self.interval[0]:.2f}x-{self.interval[1]:.2f}x" if self.interval else ""
+        return f"measured {self.speedup:.2f}x by a short A/B (±{self.spread:.1%}{rerun})"
 
 
 @dataclass
@@ -381,7 +391,15 @@ def rank_findings(findings: list[Finding], transformations: dict[str, str | None
     for f in findings:  # the intervals first: whether one reaches below 1x orders the findings
         stream = zlib.crc32(f.rule_id.encode())  # a finding's own draws, whatever else fired
         if f.measured is not None:
-            values = U.measured_draws(f.measured.speedup, f.measured.spread, sample.resamples, stream, sample.seed)
+            values = U.measured_draws(
+                f.measured.speedup,
+                f.measured.spread,
+                sample.resamples,
+                stream,
+                sample.seed,
+                rerun=U.run_to_run(sample.host_share),
+            )
+            f.measured = replace(f.measured, interval=U.interval(values))
         elif f.predicted is not None:
             name = transformations.get(f.rule_id) or ""
             values = U.resampled_speedups(
@@ -453,6 +471,8 @@ def ranking_summary(
         "floor": round(floor, 4),
         "mean_uncertainty": None if predictor is None else round(predictor.mean_uncertainty, 4),
         "run_to_run": RUN_TO_RUN_SPREAD,
+        # what the intervals take a rerun to move the steady step by, from the steps' host share
+        "rerun_spread": round(U.run_to_run(sample.host_share), 4),
         "top": top.rule_id if top else None,
         "basis": top.basis if top else None,
         "first_share": None if top is None or top.first_share is None else round(top.first_share, 4),
