@@ -713,3 +713,45 @@ def test_steady_runs_take_each_run_and_verifys_baseline_from_the_record_or_its_r
     assert calibrate.steady_runs(record, calibrate.Reports(tgz)) == [(10.0, 0.9), (12.0, 0.8), (11.0, 0.85)]
     assert zoo_run.host_share({"symptoms": {"exposed.host": {"value": 0.5}}}) == 0.5
     assert zoo_run.host_share({}) is None
+
+
+def test_the_runs_stated_figure_is_their_checks_measurement_where_they_measured() -> None:
+    """Three runs of one script whose top verify measured 2.0x: one measured it in-run at 2.4x
+    (a rerun 1.8-3.0x: holds 2.0), one predicted 1.5x (1.2-1.8x: misses), one named another top."""
+    record = {
+        "name": "s",
+        "half": "evaluation",
+        "status": "ok",
+        "runs": [
+            {
+                "top": "DATA001",
+                "top_finding": {
+                    "rule": "DATA001",
+                    "basis": "measured",
+                    "measured": 2.4,
+                    "predicted": 1.5,
+                    "measured_interval": [1.8, 3.0],
+                },
+            },
+            {
+                "top": "DATA001",
+                "top_finding": {"rule": "DATA001", "basis": "predicted", "predicted": 1.5, "interval": [1.2, 1.8]},
+            },
+            {"top": "MEM001", "top_finding": {"rule": "MEM001", "basis": "predicted", "predicted": 3.0}},
+        ],
+        "verify": {
+            "top": "DATA001",
+            "baseline_spread": 0.05,
+            "rows": [{"rule": "DATA001", "measured": 2.0, "predicted": 1.5}],
+        },
+    }
+    o = score.outcome(record)
+    assert o["stated"] == [
+        {"measured_in_run": True, "error": pytest.approx(0.2), "inside": True},
+        {"measured_in_run": False, "error": pytest.approx(0.25), "inside": False},
+    ]
+    s = score.summarize([o])
+    assert (s["stated_runs"], s["stated_measured"], s["stated_inside_count"], s["stated_interval_runs"]) == (2, 1, 1, 2)
+    assert s["stated_median_error"] == pytest.approx(0.225)
+    row = "| as the runs state it: verify's figure inside the run's interval | 0/0 (-) | 1/2 (50%) | (no goal) |"
+    assert row in score.markdown(score.score([record]))

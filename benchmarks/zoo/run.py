@@ -89,6 +89,10 @@ def finding_summary(finding: dict) -> dict:
         "predicted": finding.get("predicted_speedup"),
         "interval": _interval(finding),
         "measured": _measured(finding),
+        # what a rerun of the in-run A/B reads (the report's measured.interval; None before it)
+        "measured_interval": _interval(finding.get("measured") or {})
+        if isinstance(finding.get("measured"), dict)
+        else None,
         "basis": finding.get("basis"),
         # why the model knew it predicts this change badly on the run (None: no known weakness);
         # calibrate.py leaves a weak compile's rows out of the model error it fits

@@ -17,6 +17,11 @@ appends one after the runs and one after verify). Per half:
   speedup lies inside it, ends included (goal: at least 80%).
 * **stable**: of the scripts with at least two successful diagnose runs, the share whose runs
   all named the same top finding ("none" counts as a finding; goal: at least 90%).
+
+Beside the goals, **as the runs state it**: for each diagnose run whose top finding verify
+measured, the figure the run itself gave (what its in-run check measured where it measured it,
+else its prediction) against verify's, and whether its interval (a measured one's: what a rerun
+of the A/B reads) held it: the accuracy a user reads off ``diagnose run``, checks included.
 """
 
 from __future__ import annotations
@@ -79,6 +84,23 @@ def outcome(record: dict) -> dict:
     intervals = [r for r in rows if r.get("interval")]
     inside = [r["interval"][0] <= r["measured"] <= r["interval"][1] for r in intervals]
     tops = [run.get("top") or "none" for run in record.get("runs") or [] if "error" not in run]
+    by_rule = {r.get("rule"): r["measured"] for r in rows}
+    stated = []
+    for run in record.get("runs") or []:
+        top_finding = run.get("top_finding") or {}
+        truth = by_rule.get(top_finding.get("rule"))
+        checked = top_finding.get("basis") == "measured" and isinstance(top_finding.get("measured"), (int, float))
+        value = top_finding.get("measured") if checked else top_finding.get("predicted")
+        if "error" in run or truth is None or not isinstance(value, (int, float)):
+            continue
+        band = top_finding.get("measured_interval") if checked else top_finding.get("interval")
+        stated.append(
+            {
+                "measured_in_run": checked,
+                "error": abs(value - truth) / truth,
+                "inside": None if not band else band[0] <= truth <= band[1],
+            }
+        )
     return {
         "name": record["name"],
         "half": record.get("half"),
@@ -93,6 +115,7 @@ def outcome(record: dict) -> dict:
         "top_verdict": top_verdict,
         "errors": errors,
         "inside": inside,
+        "stated": stated,
     }
 
 
@@ -102,6 +125,8 @@ def summarize(outcomes: list[dict]) -> dict:
     errors = [e for o in outcomes for e in o["errors"]]
     inside = [i for o in outcomes for i in o["inside"]]
     stable = [o["stable"] for o in outcomes if o["stable"] is not None]
+    stated = [s for o in outcomes for s in o.get("stated") or []]
+    stated_bands = [s for s in stated if s["inside"] is not None]
 
     def share(hits: int, total: int) -> float | None:
         return hits / total if total else None
@@ -127,6 +152,12 @@ def summarize(outcomes: list[dict]) -> dict:
         "rerun_scripts": len(stable),
         "stable_count": sum(stable),
         "stable": share(sum(stable), len(stable)),
+        "stated_runs": len(stated),
+        "stated_measured": sum(s["measured_in_run"] for s in stated),
+        "stated_median_error": statistics.median(s["error"] for s in stated) if stated else None,
+        "stated_inside_count": sum(bool(s["inside"]) for s in stated_bands),
+        "stated_interval_runs": len(stated_bands),
+        "stated_inside": share(sum(bool(s["inside"]) for s in stated_bands), len(stated_bands)),
     }
 
 
@@ -207,6 +238,19 @@ def markdown(result: dict) -> str:
     for label, key, fn, target in rows:
         values = " | ".join(fn(h[half]) + _mark(h[half]["met"][key]) for half in groups)
         lines.append(f"| {label} | {values} | {target} |")
+    for label, fn in (
+        (
+            "as the runs state it: their top's figure (measured in-run where it was) against verify's, median error",
+            lambda s: (
+                f"{_pct(s['stated_median_error'])} (n={s['stated_runs']}, {s['stated_measured']} measured in-run)"
+            ),
+        ),
+        (
+            "as the runs state it: verify's figure inside the run's interval",
+            lambda s: f"{s['stated_inside_count']}/{s['stated_interval_runs']} ({_pct(s['stated_inside'])})",
+        ),
+    ):
+        lines.append(f"| {label} | {' | '.join(fn(h[half]) for half in groups)} | (no goal) |")
     counts = " | ".join(
         f"{s['scripts']} scripts: {s['failed']} failed, {s['skipped']} skipped, {s['no_finding']} no finding, "
         f"{s['not_measured']} top not measurable, {s['not_verified']} not verified, {s['no_effect']} no effect"
