@@ -48,10 +48,15 @@ def test_the_manifest_holds_what_issue_32_asks() -> None:
     assert all(len(h) == 1 for h in halves_of_repo.values()), halves_of_repo
     assert manifest.half("calibration") and manifest.half("evaluation")
     assert sum(len(manifest.half(g)) for g in corpus.GROUPS) == len(manifest.scripts)
-    # the holdout group: its own repositories, none of the split's
-    holdout = {s.repo.name for s in manifest.half(corpus.HOLDOUT)}
-    assert holdout == set(manifest.holdout_repos)
-    assert not holdout & {s.repo.name for h in corpus.HALVES for s in manifest.half(h)}
+    # the holdout groups: each its own repositories, none of the split's nor another group's
+    split = {s.repo.name for h in corpus.HALVES for s in manifest.half(h)}
+    seen: set[str] = set()
+    for group in corpus.HOLDOUTS:
+        held = {s.repo.name for s in manifest.half(group)}
+        assert held == set(manifest.holdout_groups[group]), group
+        assert not held & split and not held & seen, group
+        seen |= held
+    assert seen == set(manifest.holdout_repos)
 
 
 def test_the_split_rule_largest_repository_first_then_the_smaller_half() -> None:
@@ -127,6 +132,21 @@ def test_the_holdout_group_stands_outside_the_split(tmp_path: Path) -> None:
     ]
     # the split counts o/r alone: its one script, calibration, is what the rule gives
     assert not any("split rule" in line for line in corpus.problems(manifest))
+    # a second group, added after the first ran: its own table, its own repositories
+    second = _manifest(
+        tmp_path,
+        '[holdout]\nrepos = ["h/new"]\n[holdout2]\nrepos = ["h/newer"]\n'
+        + "".join(_repo(name) for name in ("o/r", "h/new", "h/newer"))
+        + _script("one", "o/r", "calibration")
+        + _script("two", "h/new", "holdout")
+        + _script("five", "h/newer", "holdout2")
+        + _script("six", "h/newer", "holdout"),
+    )
+    assert second.holdout_groups == {"holdout": ("h/new",), "holdout2": ("h/newer",)}
+    assert [s.name for s in second.half("holdout2")] == ["five"]
+    assert [line for line in corpus.problems(second) if line.startswith("script")] == [
+        "script six: half holdout, but [holdout] does not list h/newer"
+    ]
 
 
 # ------------------------------------------------------------------ fetch
@@ -202,6 +222,11 @@ def test_generated_text_tokens_and_images(tmp_path: Path) -> None:
     assert len(train) == 1000
     assert len(set(train)) <= 50
     assert len([w for w in (tmp_path / "t" / "valid.txt").read_text().split() if w not in ".!?,"]) == 100
+
+    prepare.prepare({"kind": "lines", "dest": "{src}/n", "file": "names.txt", "lines": 300}, tmp_path)
+    names = (tmp_path / "n" / "names.txt").read_text().splitlines()
+    assert len(names) == len(set(names)) == 300
+    assert all(name.isalpha() and name.islower() and 2 <= len(name) <= 9 for name in names)
 
     prepare.prepare({"kind": "tokens", "dest": "{src}/d", "tokens": 5000, "vocab": 65}, tmp_path)
     assert (tmp_path / "d" / "train.bin").stat().st_size == 2 * 5000

@@ -22,12 +22,15 @@ else:  # diagnose depends on tomli there
 
 MANIFEST = Path(__file__).with_name("manifest.toml")
 HALVES = ("calibration", "evaluation")
-#: the group of repositories added after the split (``[holdout]``): run once, for their score,
-#: with nothing changed for them before it (docs/zoo.md)
+#: the groups of repositories added after the split, each a table of the manifest of its name
+#: (``[holdout]``, ``[holdout2]``), in the order they came: each run once, for its score, with
+#: nothing changed for it before it (docs/zoo.md). A group run once is in sample for whatever
+#: changed after it: the next one measures that.
 HOLDOUT = "holdout"
-GROUPS = (*HALVES, HOLDOUT)
+HOLDOUTS = (HOLDOUT, "holdout2")
+GROUPS = (*HALVES, *HOLDOUTS)
 KINDS = ("plain", "lightning", "fabric", "hf-trainer", "accelerate", "compiled", "ddp", "fsdp")
-PREPARE_KINDS = ("mnist", "text", "tokens", "images", "cifar-pt", "timm-hub-weights", "folder")
+PREPARE_KINDS = ("mnist", "text", "lines", "tokens", "images", "cifar-pt", "timm-hub-weights", "folder")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
@@ -76,8 +79,10 @@ class Corpus:
     repos: dict[str, Repo]
     scripts: list[Script]
     split_rule: str
-    #: the repositories of the holdout group, outside the split
+    #: the repositories of every holdout group, outside the split
     holdout_repos: tuple[str, ...] = ()
+    #: each holdout group's repositories
+    holdout_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def half(self, which: str) -> list[Script]:
         return [s for s in self.scripts if which == "all" or s.half == which]
@@ -111,8 +116,9 @@ def load(path: Path = MANIFEST) -> Corpus:
                 gpu_s=float(s.get("gpu_s", 0)),
             )
         )
-    holdout = tuple(data.get("holdout", {}).get("repos", ()))
-    return Corpus(repos, scripts, data.get("split", {}).get("rule", ""), holdout)
+    groups = {group: tuple(data.get(group, {}).get("repos", ())) for group in HOLDOUTS if group in data}
+    holdout = tuple(repo for repos_of in groups.values() for repo in repos_of)
+    return Corpus(repos, scripts, data.get("split", {}).get("rule", ""), holdout, groups)
 
 
 def split_halves(counts: dict[str, int]) -> dict[str, str]:
@@ -159,10 +165,10 @@ def problems(corpus: Corpus) -> list[str]:
             out.append(f"{where}: kind {s.kind!r} not one of {', '.join(KINDS)}")
         if s.half not in GROUPS:
             out.append(f"{where}: half {s.half!r} not one of {', '.join(GROUPS)}")
-        elif s.half == HOLDOUT and s.repo.name not in corpus.holdout_repos:
-            out.append(f"{where}: half holdout, but [holdout] does not list {s.repo.name}")
-        elif s.half != HOLDOUT and s.repo.name in corpus.holdout_repos:
-            out.append(f"{where}: half {s.half}, but {s.repo.name} is in the holdout group")
+        elif s.half in HOLDOUTS and s.repo.name not in corpus.holdout_groups.get(s.half, ()):
+            out.append(f"{where}: half {s.half}, but [{s.half}] does not list {s.repo.name}")
+        elif group := next((g for g, r in corpus.holdout_groups.items() if s.repo.name in r and g != s.half), None):
+            out.append(f"{where}: half {s.half}, but {s.repo.name} is in the {group} group")
         if s.cpu_args is None and not s.cpu_skip:
             out.append(f"{where}: neither cpu_args nor cpu_skip")
         if s.launcher not in ("python", "torchrun"):

@@ -97,6 +97,17 @@ def text(dest: Path, step: dict) -> str:
     return f"{dest} ({', '.join(files)})"
 
 
+def lines(dest: Path, step: dict) -> str:
+    """One made-up lower-case word a line (2-9 letters), ``lines`` of them (32,000 by default)
+    in ``file``: what a character-level model of names reads."""
+    rng = np.random.default_rng(SEED)
+    words = _vocabulary(rng, int(step.get("lines", 32000)))
+    order = rng.permutation(len(words))
+    path = dest / str(step.get("file", "names.txt"))
+    path.write_text("\n".join(words[i] for i in order) + "\n")
+    return f"{path} ({len(words)} lines)"
+
+
 def tokens(dest: Path, step: dict) -> str:
     """nanoGPT's data layout: train.bin and val.bin (uint16 token ids) and meta.pkl."""
     rng = np.random.default_rng(SEED)
@@ -192,6 +203,7 @@ GENERATORS = {
     "text": text,
     "tokens": tokens,
     "images": images,
+    "lines": lines,
     "cifar-pt": cifar_pt,
     "timm-hub-weights": timm_hub_weights,
     "folder": folder,

@@ -34,9 +34,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-# the halves, and the holdout group (run once for its score and never tuned on): a column each,
-# the holdout's where a run holds any
-from corpus import HALVES, HOLDOUT
+# the halves, and the holdout groups (each run once for its score and never tuned on): a column
+# each, a holdout group's where a run holds any
+from corpus import HALVES, HOLDOUTS
 
 GOALS = {"helps": 0.90, "slower": 0, "median_error": 0.15, "p90_error": 0.35, "inside": 0.80, "stable": 0.90}
 
@@ -183,7 +183,7 @@ def met(summary: dict) -> dict[str, bool | None]:
 def score(records: list[dict]) -> dict:
     outcomes = [outcome(r) for r in latest(records).values()]
     halves = {}
-    groups = [*HALVES, HOLDOUT] if any(o["half"] == HOLDOUT for o in outcomes) else HALVES
+    groups = [*HALVES, *(g for g in HOLDOUTS if any(o["half"] == g for o in outcomes))]
     for half in groups:
         summary = summarize([o for o in outcomes if o["half"] == half])
         halves[half] = dict(summary, met=met(summary))
