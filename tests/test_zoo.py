@@ -627,6 +627,13 @@ def test_a_rows_error_is_log_symmetric() -> None:
     assert calibrate.row_error(2.0, 1.0) == pytest.approx(1.0)  # 2x too high
     assert calibrate.row_error(1.0, 2.0) == pytest.approx(1.0)  # 2x too low
     assert calibrate.row_error(1.8, 1.5) == pytest.approx(0.2)
+    # what the run-to-run term covers at the edge is taken off in quadrature: 2x off with a
+    # rerun CV whose edge (1.645 * sqrt(2) * cv) is ln 2 * 0.6 leaves ln 2 * 0.8 to the model
+    import math
+
+    cv = math.log(2) * 0.6 / (1.645 * math.sqrt(2))
+    assert calibrate.row_error(2.0, 1.0, cv) == pytest.approx(2 ** 0.8 - 1)
+    assert calibrate.row_error(1.1, 1.0, cv) == 0.0  # the rerun alone covers it
 
 
 def test_the_conformal_edge_is_the_largest_under_nine_rows_and_a_rank_beyond() -> None:

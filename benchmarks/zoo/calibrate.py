@@ -24,7 +24,9 @@ or host share (run.py before it kept them), a ``reports.tgz`` beside the results
 gpu.sh brings back) supplies them from each run's report.json.
 
 Each row's error is the one the interval is drawn in: log-symmetric, ``exp(|ln(predicted /
-measured)|) - 1`` (a prediction 2x too high and one 2x too low both miss by 100%). A
+measured)|) - 1`` (a prediction 2x too high and one 2x too low both miss by 100%), less in
+quadrature what the run-to-run term (at the fitted value, for verify's baseline's host share)
+already covers at the interval's edge: the model error is what is left for the model. A
 transformation's **edge** is the split-conformal quantile of its rows' errors for the
 interval's coverage (``INTERVAL``, 90%): the ``ceil((n + 1) * 0.9)``-th smallest, which is the
 largest of them while there are fewer than nine. Its **fitted** model error is the larger of that
@@ -41,7 +43,7 @@ import math
 import statistics
 import sys
 import tarfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,14 +59,19 @@ from diagnose.analysis.prediction.uncertainty import (  # noqa: E402
     WEAK_DOWNSIDE_ERROR,
     model_error,
 )
+from diagnose.record import Z_INTERVAL  # noqa: E402
 
 CALIBRATION = HALVES[0]
 
 
-def row_error(predicted: float, measured: float) -> float:
-    """The relative error at the interval's edge that would just cover ``measured``: the
-    prediction's log-distance from it, as a ratio less one."""
-    return math.exp(abs(math.log(predicted / measured))) - 1
+def row_error(predicted: float, measured: float, rerun: float = 0.0) -> float:
+    """The model error at the interval's edge that would just cover ``measured``: the
+    prediction's log-distance from it, less (in quadrature) what the run-to-run term of the two
+    runs verify compared already covers at the edge (``rerun``: their coefficient of variation),
+    as a ratio less one."""
+    distance = abs(math.log(predicted / measured))
+    covered = Z_INTERVAL * math.sqrt(2) * rerun
+    return math.exp(math.sqrt(max(distance**2 - covered**2, 0.0))) - 1
 
 
 def conformal_edge(errors: list[float], coverage: float = INTERVAL) -> float:
@@ -83,13 +90,16 @@ def latest(records: Iterable[dict]) -> list[dict]:
     return list(out.values())
 
 
-def calibration_rows(records: Iterable[dict], predicts: Mapping[str, str]) -> list[dict]:
+def calibration_rows(
+    records: Iterable[dict], predicts: Mapping[str, str], rerun: Callable[[dict], float] = lambda record: 0.0
+) -> list[dict]:
     """The measured and predicted verify rows of the calibration half's records, each with its
-    transformation and error; what is left out, with why, under ``"left"``."""
+    transformation and error (``row_error``, ``rerun`` giving the record's run-to-run term)."""
     rows = []
     for record in records:
         if record.get("half") != CALIBRATION:
             continue
+        term = rerun(record)
         for row in (record.get("verify") or {}).get("rows") or []:
             predicted, measured = row.get("predicted"), row.get("measured")
             if not isinstance(measured, (int, float)) or measured <= 0:
@@ -105,17 +115,20 @@ def calibration_rows(records: Iterable[dict], predicts: Mapping[str, str]) -> li
                 "transformation": transformation,
                 "predicted": float(predicted),
                 "measured": float(measured),
-                "error": row_error(float(predicted), float(measured)),
+                "error": row_error(float(predicted), float(measured), term),
+                "rerun": term,
                 "weak": bool(row.get("weak")),
             }
             rows.append(entry)
     return rows
 
 
-def fit(records: Iterable[dict], predicts: Mapping[str, str]) -> dict:
+def fit(
+    records: Iterable[dict], predicts: Mapping[str, str], rerun: Callable[[dict], float] = lambda record: 0.0
+) -> dict:
     """Per transformation: its calibration rows, their conformal edge, the examples' model error
     and the fitted one (the larger)."""
-    rows = calibration_rows(records, predicts)
+    rows = calibration_rows(records, predicts, rerun)
     out: dict[str, dict] = {}
     for transformation in sorted({r["transformation"] for r in rows}):
         mine = [r for r in rows if r["transformation"] == transformation]
@@ -252,6 +265,7 @@ def main() -> int:
     predicts = {rule.id: rule.predict for rule in load_rules() if rule.predict}
     records: list[dict] = []
     scripts: dict[str, list[tuple[float, float]]] = {}
+    baseline_shares: dict[int, float | None] = {}
     for path in args.results:
         mine = latest(json.loads(line) for line in path.read_text().splitlines() if line.strip())
         records += mine
@@ -259,8 +273,20 @@ def main() -> int:
         for record in mine:
             if record.get("half") == CALIBRATION:
                 scripts[f"{record['name']} ({path.name})"] = steady_runs(record, reports)
-    result = fit(records, predicts)
+                baseline_shares[id(record)] = reports.figures(record["name"], "verify")[1]
     rerun = fit_run_to_run(scripts)
+
+    def term(record: dict) -> float:
+        """The record's run-to-run term at the fitted value: verify's baseline's host share (0
+        where unknown: the model error then takes it all)."""
+        share = (record.get("verify") or {}).get("host_share")
+        if share is None:
+            share = baseline_shares.get(id(record))
+        if share is None or rerun["host"] is None:
+            return 0.0
+        return RUN_TO_RUN_GPU + (rerun["host"] - RUN_TO_RUN_GPU) * min(max(share, 0.0), 1.0)
+
+    result = fit(records, predicts, term)
     print(markdown(result))
     print()
     print(rerun_markdown(rerun))
