@@ -115,11 +115,14 @@ def test_a_weak_compile_has_an_interval_that_reaches_below_one() -> None:
     assert weak[1] == pytest.approx(sure[1], rel=0.05)
 
 
-def test_a_second_figure_above_the_prediction_widens_only_the_upper_edge() -> None:
+def test_a_second_figure_above_the_prediction_widens_only_the_upper_edge(monkeypatch: pytest.MonkeyPatch) -> None:
     """More workers replayed 1.65x where the steady steps' measured wait (58%) says 2.41x: the
     interval's upper edge reaches about the second figure (the run-to-run term beside it), its
     lower edge stays the transformation's own. A second figure within the model's error, or below
-    the prediction, adds no upside."""
+    the prediction, adds no upside (the calibration half's own upside aside, and the run-to-run
+    term held at the examples' 4%)."""
+    monkeypatch.setattr(U, "CALIBRATED_UPSIDE", {})
+    monkeypatch.setattr(U, "run_to_run", lambda host_share: U.RUN_TO_RUN_SPREAD)
     sample = U.StepSample(tuple(10_000.0 + 100.0 * (i % 3) for i in range(30)), {"data_wait": (5_000.0,) * 30})
     kw = {"categories": ("data_wait",), "error": U.model_error("more_workers")}
     upside = U.upside_error("more_workers", reach=2.41, speedup=1.65)
@@ -133,6 +136,21 @@ def test_a_second_figure_above_the_prediction_widens_only_the_upper_edge() -> No
     assert U.within_model_error("more_workers", 1.65 * 1.28, 1.65)
     assert U.within_model_error("more_workers", 1.65 / 1.28, 1.65)
     assert not U.within_model_error("more_workers", 1.65 * 1.3, 1.65)
+
+
+def test_a_side_the_calibration_half_missed_further_widens_that_side_alone() -> None:
+    """More workers' upper edge is the calibration half's (151% past the prediction, at 95% one
+    side), its lower edge the examples' 29%; a second figure reaching further still wins; a
+    transformation without a calibrated side keeps its symmetric interval."""
+    assert U.upside_error("more_workers") == U.CALIBRATED_UPSIDE["more_workers"] == 1.51
+    assert U.upside_error("more_workers", reach=1.65 * 3, speedup=1.65) == pytest.approx(2.0)
+    assert U.downside_error("more_workers", weak=False) is None
+    assert U.upside_error("larger_batch") is None
+    sample = U.StepSample((10_000.0,) * 30, {"data_wait": (5_000.0,) * 30}, resamples=20000)
+    kw = {"categories": ("data_wait",), "error": U.model_error("more_workers")}
+    sure = U.interval(U.resampled_speedups(sample, 2.0, **kw))
+    wide = U.interval(U.resampled_speedups(sample, 2.0, upside=U.upside_error("more_workers"), **kw))
+    assert wide[0] == pytest.approx(sure[0]) and wide[1] > 2.0 * 2.3 > sure[1]
 
 
 def test_the_ranking_share_counts_first_places_tier_first() -> None:

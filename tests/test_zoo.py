@@ -632,7 +632,7 @@ def test_a_rows_error_is_log_symmetric() -> None:
     import math
 
     cv = math.log(2) * 0.6 / (1.645 * math.sqrt(2))
-    assert calibrate.row_error(2.0, 1.0, cv) == pytest.approx(2 ** 0.8 - 1)
+    assert calibrate.row_error(2.0, 1.0, cv) == pytest.approx(2**0.8 - 1)
     assert calibrate.row_error(1.1, 1.0, cv) == 0.0  # the rerun alone covers it
 
 
@@ -643,7 +643,7 @@ def test_the_conformal_edge_is_the_largest_under_nine_rows_and_a_rank_beyond() -
     assert calibrate.conformal_edge(errors) == pytest.approx(0.18)
 
 
-def test_fit_reads_only_the_calibration_half_and_never_lowers_the_examples_error() -> None:
+def test_fit_reads_only_the_calibration_half_and_fits_each_side_past_the_examples() -> None:
     from diagnose.analysis.prediction.uncertainty import MODEL_ERROR
 
     records = [
@@ -651,32 +651,37 @@ def test_fit_reads_only_the_calibration_half_and_never_lowers_the_examples_error
             "a",
             "calibration",
             [
-                {"rule": "DATA001", "predicted": 2.0, "measured": 2.5},  # 25%
-                {"rule": "MEM001", "predicted": 1.1, "measured": 1.0},  # 10%, under the examples' 19%
+                {"rule": "DATA001", "predicted": 2.0, "measured": 2.5},  # 25% up
+                {"rule": "MEM001", "predicted": 1.1, "measured": 1.0},  # 10% down, under the examples' 19%
                 {"rule": "DATA005", "predicted": None, "measured": 1.2},  # nothing predicted
                 {"rule": "LAUNCH001", "predicted": 3.0, "measured": None},  # not measured
                 {"rule": "LAUNCH001", "predicted": 3.0, "measured": 1.0, "weak": "graph breaks"},
             ],
         ),
-        _calibration_record("b", "calibration", [{"rule": "DATA001", "predicted": 1.5, "measured": 1.0}]),  # 50%
+        _calibration_record("b", "calibration", [{"rule": "DATA001", "predicted": 1.0, "measured": 2.0}]),  # 100% up
+        _calibration_record("e", "calibration", [{"rule": "DATA001", "predicted": 1.5, "measured": 1.0}]),  # 50% down
         _calibration_record("c", "evaluation", [{"rule": "DATA001", "predicted": 9.0, "measured": 1.0}]),
         _calibration_record("d", "holdout", [{"rule": "MEM001", "predicted": 9.0, "measured": 1.0}]),
     ]
     result = calibrate.fit(records, PREDICTS)
     assert set(result) == {"more_workers", "larger_batch", "cuda_graphs"}
     workers = result["more_workers"]
-    assert [r["script"] for r in workers["rows"]] == ["a", "b"]
-    assert workers["edge"] == pytest.approx(0.5) and workers["largest_rank"]
-    assert workers["fitted"] == pytest.approx(max(0.5, MODEL_ERROR["more_workers"]))
+    assert [r["script"] for r in workers["rows"]] == ["a", "b", "e"]
+    # each side: the largest of its own misses (fewer than 19 rows), the other side's rows at 0
+    assert workers["upside_edge"] == pytest.approx(1.0) and workers["downside_edge"] == pytest.approx(0.5)
+    assert workers["upside"] == pytest.approx(1.0) and workers["downside"] == pytest.approx(0.5)
+    assert workers["largest_rank"] and workers["examples"] == MODEL_ERROR["more_workers"]
     batch = result["larger_batch"]
-    assert batch["edge"] == pytest.approx(0.1)
-    assert batch["fitted"] == MODEL_ERROR["larger_batch"]  # never below the examples'
+    assert batch["downside_edge"] == pytest.approx(0.1) and batch["upside_edge"] == 0.0
+    assert batch["upside"] is None and batch["downside"] is None  # never below the examples'
     graphs = result["cuda_graphs"]  # a weak compile's row has its own downside
-    assert graphs["rows"] == [] and graphs["left_weak"] == 1 and graphs["edge"] is None
-    assert graphs["fitted"] == MODEL_ERROR["cuda_graphs"]
-    assert "| more_workers | a DATA001: 2.00x -> 2.50x, 25%; b DATA001: 1.50x -> 1.00x, 50% | 50% (the largest)" in (
+    assert graphs["rows"] == [] and graphs["left_weak"] == 1 and graphs["upside_edge"] is None
+    assert "| more_workers | a DATA001: 2.00x -> 2.50x, 25%; b DATA001: 1.00x -> 2.00x, 100%; e DATA001" in (
         calibrate.markdown(result)
     )
+    # a run-to-run term takes its share of each miss first
+    rerun = calibrate.fit(records, PREDICTS, lambda record: 0.1)["more_workers"]
+    assert rerun["upside_edge"] == pytest.approx(calibrate.row_error(1.0, 2.0, 0.1))
 
 
 def test_calibrate_cli_takes_the_last_record_of_each_script_per_file(tmp_path: Path) -> None:
@@ -693,7 +698,7 @@ def test_calibrate_cli_takes_the_last_record_of_each_script_per_file(tmp_path: P
     assert out.returncode == 0, out.stderr
     assert "| more_workers | a DATA001: 2.00x -> 2.50x, 25%" in out.stdout
     saved = json.loads((tmp_path / "fit.json").read_text())
-    assert saved["model_error"]["more_workers"]["edge"] == pytest.approx(0.25)
+    assert saved["model_error"]["more_workers"]["upside_edge"] == pytest.approx(0.25)
     assert saved["run_to_run"] == {"host": None, "scripts": []}  # one run: no spread to fit
 
 
@@ -718,7 +723,9 @@ def test_the_run_to_run_fit_is_the_pooled_spread_where_every_script_is_host_pace
     assert calibrate.fit_run_to_run({"c": [(5.0, 1.0)]})["host"] is None
 
 
-def test_steady_runs_take_each_run_and_verifys_baseline_from_the_record_or_its_reports(tmp_path: Path) -> None:
+def test_an_older_record_is_upgraded_from_its_reports_and_steady_runs_are_its_diagnose_runs(
+    tmp_path: Path,
+) -> None:
     import io
     import tarfile
 
@@ -730,19 +737,26 @@ def test_steady_runs_take_each_run_and_verifys_baseline_from_the_record_or_its_r
             {"run_dir": "/tmp/x/runs/s/run1"},  # an older record: its figures in the reports
             {"error": "timed out"},
         ],
-        "verify": {"rows": []},
+        "verify": {"rows": [{"rule": "LAUNCH001", "predicted": 2.0, "measured": 0.8}]},
     }
     assert calibrate.steady_runs(record) == [(10.0, 0.9)]
     tgz = tmp_path / "reports.tgz"
     with tarfile.open(tgz, "w:gz") as tar:
         for run, rate, share in (("run1", 12.0, 0.8), ("verify", 11.0, 0.85)):
-            data = json.dumps(
-                {"throughput": {"steady": {"steps_per_s": rate}}, "symptoms": {"exposed.host": {"value": share}}}
-            ).encode()
-            info = tarfile.TarInfo(f"./runs/s/{run}/diagnose/report.json")
+            report = {"throughput": {"steady": {"steps_per_s": rate}}, "symptoms": {"exposed.host": {"value": share}}}
+            if run == "verify":
+                report["findings"] = [{"rule": "LAUNCH001", "model_weakness": "graph breaks"}]
+            data = json.dumps(report).encode()
+            info = tarfile.TarInfo(f"./lane1/runs/s/{run}/diagnose/report.json")  # a lane's folder
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    assert calibrate.steady_runs(record, calibrate.Reports(tgz)) == [(10.0, 0.9), (12.0, 0.8), (11.0, 0.85)]
+    upgraded = calibrate.upgrade(record, calibrate.Reports(tgz))
+    assert record["runs"][1] == {"run_dir": "/tmp/x/runs/s/run1"}  # the record read is left as it was
+    assert calibrate.steady_runs(upgraded) == [(10.0, 0.9), (12.0, 0.8)]  # verify's baseline is no rerun
+    assert (upgraded["verify"]["steps_per_s"], upgraded["verify"]["host_share"]) == (11.0, 0.85)
+    assert upgraded["verify"]["rows"][0]["weak"] == "graph breaks"
+    assert calibrate.rerun_term(upgraded, 0.2) == pytest.approx(0.01 + 0.19 * 0.85)
+    assert calibrate.rerun_term(record, 0.2) == 0.0 and calibrate.rerun_term(upgraded, None) == 0.0
     assert zoo_run.host_share({"symptoms": {"exposed.host": {"value": 0.5}}}) == 0.5
     assert zoo_run.host_share({}) is None
 

@@ -14,25 +14,27 @@ it, for a transformation of ``uncertainty.WEAK_DOWNSIDE_ERROR``) are left out: t
 has its own downside.
 
 The **run-to-run term** (``uncertainty.RUN_TO_RUN_HOST``): each calibration script's steady
-steps/s over its runs (the diagnose runs and verify's baseline, each a fresh process on one
-machine) and each run's host share (the share of its profiled steps the GPU idled). The model
+steps/s over its diagnose runs (fresh processes of one plan on one machine; verify's baseline,
+a shorter window timed earlier in the script, is not a rerun of them) and each run's host share (the share of its profiled steps the GPU idled). The model
 is ``uncertainty.run_to_run``: a coefficient of variation of ``RUN_TO_RUN_GPU`` where the GPU
 paces every step, rising linearly with the host share to ``RUN_TO_RUN_HOST``; the fitted value is
 the one of greatest likelihood for the scripts' log steps/s variances (each ``(n - 1) s^2 /
-sigma^2`` a chi-square of n - 1 degrees), on a grid of 0.001. Where a record lacks a run's steps/s
-or host share (run.py before it kept them), a ``reports.tgz`` beside the results file (what
-gpu.sh brings back) supplies them from each run's report.json.
+sigma^2`` a chi-square of n - 1 degrees), on a grid of 0.001. Where a record lacks what run.py
+keeps since (each run's steps/s and host share, verify's baseline's, each verify row's
+``weak``), a ``reports.tgz`` beside the results file (what gpu.sh brings back) supplies them from
+the reports (``upgrade``; ``--upgrade OUT`` writes the records so filled, to commit).
 
 Each row's error is the one the interval is drawn in: log-symmetric, ``exp(|ln(predicted /
 measured)|) - 1`` (a prediction 2x too high and one 2x too low both miss by 100%), less in
 quadrature what the run-to-run term (at the fitted value, for verify's baseline's host share)
 already covers at the interval's edge: the model error is what is left for the model. A
 transformation's **edge** is the split-conformal quantile of its rows' errors for the
-interval's coverage (``INTERVAL``, 90%): the ``ceil((n + 1) * 0.9)``-th smallest, which is the
-largest of them while there are fewer than nine. Its **fitted** model error is the larger of that
-edge and what the project's own examples already showed (``MODEL_ERROR``, never lowered by a
-few lucky rows); ``diagnose/analysis/prediction/uncertainty.py`` carries the result, with the
-rows it came from.
+interval's coverage, per side: the interval leaves 5% out above and 5% below, so each side's
+edge is the ``ceil((n + 1) * 0.95)``-th smallest of the rows' errors on that side (a row missed the
+other way counts 0 there), the largest of them while there are fewer than nineteen. A side's
+**fitted** error is its edge where that passes what the project's own examples showed
+(``MODEL_ERROR``, never lowered by a few lucky rows); ``uncertainty.CALIBRATED_UPSIDE`` and
+``CALIBRATED_DOWNSIDE`` carry them, with the rows they came from.
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ from corpus import HALVES  # noqa: E402
 
 from diagnose.analysis.prediction.uncertainty import (  # noqa: E402
     INTERVAL,
-    MODEL_ERROR,
     RUN_TO_RUN_GPU,
     WEAK_DOWNSIDE_ERROR,
     model_error,
@@ -91,7 +92,9 @@ def latest(records: Iterable[dict]) -> list[dict]:
 
 
 def calibration_rows(
-    records: Iterable[dict], predicts: Mapping[str, str], rerun: Callable[[dict], float] = lambda record: 0.0
+    records: Iterable[dict],
+    predicts: Mapping[str, str],
+    rerun: Callable[[dict], float] = lambda record: 0.0,
 ) -> list[dict]:
     """The measured and predicted verify rows of the calibration half's records, each with its
     transformation and error (``row_error``, ``rerun`` giving the record's run-to-run term)."""
@@ -123,27 +126,32 @@ def calibration_rows(
     return rows
 
 
+#: each side of the interval holds half of what it leaves out: its edge is a one-sided quantile
+SIDE_COVERAGE = (1 + INTERVAL) / 2
+
+
 def fit(
-    records: Iterable[dict], predicts: Mapping[str, str], rerun: Callable[[dict], float] = lambda record: 0.0
+    records: Iterable[dict],
+    predicts: Mapping[str, str],
+    rerun: Callable[[dict], float] = lambda record: 0.0,
 ) -> dict:
-    """Per transformation: its calibration rows, their conformal edge, the examples' model error
-    and the fitted one (the larger)."""
+    """Per transformation: its calibration rows, the conformal edge of each side (a row missed
+    upwards counts 0 on the lower side, and the other way round), the examples' model error, and
+    each side's fitted error where its edge passes the examples' (None: the examples' stands)."""
     rows = calibration_rows(records, predicts, rerun)
     out: dict[str, dict] = {}
     for transformation in sorted({r["transformation"] for r in rows}):
         mine = [r for r in rows if r["transformation"] == transformation]
         used = [r for r in mine if not (r["weak"] and transformation in WEAK_DOWNSIDE_ERROR)]
         examples = model_error(transformation)
-        edge = conformal_edge([r["error"] for r in used]) if used else None
-        out[transformation] = {
-            "rows": used,
-            "left_weak": len(mine) - len(used),
-            "edge": edge,
-            "largest_rank": bool(used) and math.ceil((len(used) + 1) * INTERVAL) >= len(used),
-            "examples": examples,
-            "in_model_error": transformation in MODEL_ERROR,
-            "fitted": max(examples, edge) if edge is not None else examples,
-        }
+        entry: dict = {"rows": used, "left_weak": len(mine) - len(used), "examples": examples}
+        for side, above in (("upside", True), ("downside", False)):
+            errors = [r["error"] if (r["measured"] > r["predicted"]) == above else 0.0 for r in used]
+            edge = conformal_edge(errors, SIDE_COVERAGE) if errors else None
+            entry[f"{side}_edge"] = edge
+            entry[side] = edge if edge is not None and edge > examples else None
+        entry["largest_rank"] = bool(used) and math.ceil((len(used) + 1) * SIDE_COVERAGE) >= len(used)
+        out[transformation] = entry
     return out
 
 
@@ -162,34 +170,81 @@ class Reports:
         if path is not None and path.is_file():
             with tarfile.open(path) as tar:
                 for member in tar.getmembers():
-                    if member.isfile() and member.name.endswith("diagnose/report.json"):
+                    # runs/<name>/<run>/diagnose/report.json, under a lane's folder where gpu.sh ran lanes
+                    parts = member.name.split("/")
+                    if member.isfile() and parts[-2:] == ["diagnose", "report.json"] and "runs" in parts:
                         f = tar.extractfile(member)
                         if f is not None:
-                            self.reports[member.name.removeprefix("./")] = json.loads(f.read())
+                            at = len(parts) - 1 - parts[::-1].index("runs")
+                            self.reports["/".join(parts[at:])] = json.loads(f.read())
+
+    def _report(self, name: str, run: str) -> dict | None:
+        return self.reports.get(f"runs/{name}/{run}/diagnose/report.json")
 
     def figures(self, name: str, run: str) -> tuple[float | None, float | None]:
         """A run's steady steps/s and host share (``run``: run0, run1, ..., verify)."""
-        report = self.reports.get(f"runs/{name}/{run}/diagnose/report.json")
+        report = self._report(name, run)
         return _report_figures(report) if report else (None, None)
 
+    def weakness(self, name: str, rule: str) -> str | None:
+        """Why verify's baseline knew it predicts ``rule``'s change badly (its finding's
+        ``model_weakness``; None: it did not, or no report says)."""
+        report = self._report(name, "verify") or {}
+        return next(
+            (
+                f["model_weakness"]
+                for f in report.get("findings") or []
+                if f.get("rule") == rule and f.get("model_weakness")
+            ),
+            None,
+        )
 
-def steady_runs(record: dict, reports: Reports | None = None) -> list[tuple[float, float]]:
-    """A script's runs as (steady steps/s, host share): its diagnose runs and verify's baseline,
-    each where both are known (from the record, else its reports)."""
-    out = []
-    entries = [(run, Path(run.get("run_dir") or f"run{i}").name) for i, run in enumerate(record.get("runs") or [])]
-    if record.get("verify"):
-        entries.append((record["verify"], "verify"))
-    for entry, label in entries:
-        if "error" in entry:
+
+def upgrade(record: dict, reports: Reports) -> dict:
+    """The record with what run.py keeps since (each run's and verify's baseline's steady
+    steps/s and host share, each verify row's ``weak``) read off its reports where it lacks
+    them; the rest as it was."""
+    out = json.loads(json.dumps(record))
+    name = out["name"]
+    for i, run in enumerate(out.get("runs") or []):
+        if "error" in run:
             continue
-        rate, share = entry.get("steps_per_s"), entry.get("host_share")
-        if (rate is None or share is None) and reports is not None:
-            found = reports.figures(record["name"], label)
-            rate, share = rate if rate is not None else found[0], share if share is not None else found[1]
-        if isinstance(rate, (int, float)) and rate > 0 and isinstance(share, (int, float)):
+        found = reports.figures(name, Path(run.get("run_dir") or f"run{i}").name)
+        run.setdefault("steps_per_s", found[0])
+        if run.get("host_share") is None:
+            run["host_share"] = found[1]
+    verify = out.get("verify")
+    if verify and "error" not in verify:
+        found = reports.figures(name, "verify")
+        if verify.get("steps_per_s") is None:
+            verify["steps_per_s"] = found[0]
+        if verify.get("host_share") is None:
+            verify["host_share"] = found[1]
+        for row in verify.get("rows") or []:
+            if "weak" not in row:
+                row["weak"] = reports.weakness(name, row.get("rule") or "")
+    return out
+
+
+def steady_runs(record: dict) -> list[tuple[float, float]]:
+    """A script's diagnose runs as (steady steps/s, host share), each where both are known: runs
+    of one plan, so that what differs between them is the rerun (verify's baseline, a shorter
+    window timed earlier in the run, is not one of them)."""
+    out = []
+    for run in record.get("runs") or []:
+        rate, share = run.get("steps_per_s"), run.get("host_share")
+        if "error" not in run and isinstance(rate, (int, float)) and rate > 0 and isinstance(share, (int, float)):
             out.append((float(rate), float(share)))
     return out
+
+
+def rerun_term(record: dict, host: float | None) -> float:
+    """A record's run-to-run term at a host-paced value ``host``: for verify's baseline's host
+    share (0 where either is unknown: the model error then takes it all)."""
+    share = (record.get("verify") or {}).get("host_share")
+    if share is None or host is None:
+        return 0.0
+    return RUN_TO_RUN_GPU + (host - RUN_TO_RUN_GPU) * min(max(share, 0.0), 1.0)
 
 
 def fit_run_to_run(scripts: Mapping[str, list[tuple[float, float]]], gpu: float = RUN_TO_RUN_GPU) -> dict:
@@ -226,9 +281,13 @@ def fit_run_to_run(scripts: Mapping[str, list[tuple[float, float]]], gpu: float 
 
 def markdown(result: dict) -> str:
     lines = [
-        "| transformation | rows (script rule: predicted -> measured, error) | edge | examples' | fitted |",
-        "|---|---|---|---|---|",
+        "| transformation | rows (script rule: predicted -> measured, error left to the model) | upside edge | downside edge | examples' | fitted upside | fitted downside |",
+        "|---|---|---|---|---|---|---|",
     ]
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
     for name, entry in result.items():
         rows = "; ".join(
             f"{r['script']} {r['rule']}: {r['predicted']:.2f}x -> {r['measured']:.2f}x, {r['error']:.0%}"
@@ -236,12 +295,14 @@ def markdown(result: dict) -> str:
         )
         if entry["left_weak"]:
             rows += f" ({entry['left_weak']} weak compile rows left out)"
-        edge = (
-            "-"
-            if entry["edge"] is None
-            else f"{entry['edge']:.0%}" + (" (the largest)" if entry["largest_rank"] else "")
+        largest = " (the largest)" if entry["largest_rank"] else ""
+        edges = [
+            pct(entry[f"{side}_edge"]) + (largest if entry[f"{side}_edge"] else "") for side in ("upside", "downside")
+        ]
+        lines.append(
+            f"| {name} | {rows or '-'} | {edges[0]} | {edges[1]} | {entry['examples']:.0%} "
+            f"| **{pct(entry['upside'])}** | **{pct(entry['downside'])}** |"
         )
-        lines.append(f"| {name} | {rows or '-'} | {edge} | {entry['examples']:.0%} | **{entry['fitted']:.0%}** |")
     return "\n".join(lines)
 
 
@@ -259,39 +320,32 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, nargs="+", help="run.py's results.jsonl files")
     p.add_argument("--json", type=Path, help="write the fit here too")
+    p.add_argument(
+        "--upgrade",
+        type=Path,
+        help="write the records read (each file's last per script), their missing fields filled from reports.tgz, here",
+    )
     args = p.parse_args()
     from diagnose.analysis.verdict.rules import load_rules
 
     predicts = {rule.id: rule.predict for rule in load_rules() if rule.predict}
     records: list[dict] = []
-    scripts: dict[str, list[tuple[float, float]]] = {}
-    baseline_shares: dict[int, float | None] = {}
     for path in args.results:
-        mine = latest(json.loads(line) for line in path.read_text().splitlines() if line.strip())
-        records += mine
         reports = Reports(path.with_name("reports.tgz"))
-        for record in mine:
-            if record.get("half") == CALIBRATION:
-                scripts[f"{record['name']} ({path.name})"] = steady_runs(record, reports)
-                baseline_shares[id(record)] = reports.figures(record["name"], "verify")[1]
-    rerun = fit_run_to_run(scripts)
-
-    def term(record: dict) -> float:
-        """The record's run-to-run term at the fitted value: verify's baseline's host share (0
-        where unknown: the model error then takes it all)."""
-        share = (record.get("verify") or {}).get("host_share")
-        if share is None:
-            share = baseline_shares.get(id(record))
-        if share is None or rerun["host"] is None:
-            return 0.0
-        return RUN_TO_RUN_GPU + (rerun["host"] - RUN_TO_RUN_GPU) * min(max(share, 0.0), 1.0)
-
-    result = fit(records, predicts, term)
+        records += [
+            upgrade(record, reports)
+            for record in latest(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        ]
+    calibration = [r for r in records if r.get("half") == CALIBRATION]
+    rerun = fit_run_to_run({f"{r['name']} #{i}": steady_runs(r) for i, r in enumerate(calibration)})
+    result = fit(records, predicts, lambda record: rerun_term(record, rerun["host"]))
     print(markdown(result))
     print()
     print(rerun_markdown(rerun))
     if args.json:
         args.json.write_text(json.dumps({"model_error": result, "run_to_run": rerun}, indent=1) + "\n")
+    if args.upgrade:
+        args.upgrade.write_text("".join(json.dumps(r) + "\n" for r in records))
     return 0
 
 

@@ -69,7 +69,10 @@ RUN_TO_RUN_SPREAD = 0.04
 #: the intervals of their fixes too narrow. ``run_to_run`` interpolates between the two by the
 #: share of the step the GPU idles.
 RUN_TO_RUN_GPU = 0.01
-RUN_TO_RUN_HOST = 0.15
+#: calibrate.py on the calibration half, 2026-11-28 (docs/zoo.md "The calibration fit"): three
+#: loader-bound scripts of three runs each on an H200 (pe-mnist 15%, pe-vae 20%, pe-dcgan 20%,
+#: host shares 91-97%)
+RUN_TO_RUN_HOST = 0.197
 #: Resamples of the steps; 400 keep a 90% interval's ends within about a percent of where more
 #: would put them, and cost a millisecond on 30 steps.
 RESAMPLES = 400
@@ -142,6 +145,17 @@ TARGET_CATEGORIES: dict[str, tuple[str, ...]] = {
 WEAK_DOWNSIDE_ERROR: dict[str, float] = {"compile": 2.72, "cuda_graphs": 2.72, "graphs_of_compiled": 2.72}
 
 
+#: One side of a transformation's interval where the outside corpus's calibration half missed it
+#: further than the examples' ``MODEL_ERROR`` (benchmarks/zoo/calibrate.py: each side's
+#: split-conformal edge, at 95% one-sided, of what the rows' misses leave after the run-to-run
+#: term; docs/zoo.md "The calibration fit"). More workers, eleven rows on H200s, 2026-11-28:
+#: measured above the prediction by up to 151% after the run-to-run term (pytorch/examples'
+#: DCGAN, 2.98x predicted, 8.20x measured: its folder of JPEGs decoded in the main process), below
+#: it by 22% at most (facebookresearch/dlrm, 7.51x and 4.56x), under the examples' 29%.
+CALIBRATED_UPSIDE: dict[str, float] = {"more_workers": 1.51}
+CALIBRATED_DOWNSIDE: dict[str, float] = {}
+
+
 def model_error(transformation: str) -> float:
     """The relative error of a transformation's prediction at the interval's edge."""
     if transformation not in MODEL_ERROR and transformation not in ("pinned_copies", "fused_optimizer"):
@@ -156,21 +170,23 @@ def within_model_error(transformation: str, other: float, speedup: float) -> boo
 
 
 def upside_error(transformation: str, reach: float | None = None, speedup: float | None = None) -> float | None:
-    """The relative error at the interval's upper edge where another measure of the run reaches
-    above the prediction (``Prediction.reach``) further than ``model_error``; None: it does not."""
-    if not reach or not speedup or reach <= speedup:
-        return None
-    error = reach / speedup - 1
-    return error if error > model_error(transformation) else None
+    """The relative error at the interval's upper edge where it is larger than ``model_error``:
+    the calibration half's (``CALIBRATED_UPSIDE``), or up to where another measure of the run
+    reaches above the prediction (``Prediction.reach``); None: neither passes it."""
+    errors = [CALIBRATED_UPSIDE.get(transformation, 0.0)]
+    if reach and speedup and reach > speedup:
+        errors.append(reach / speedup - 1)
+    return max(errors) if max(errors) > model_error(transformation) else None
 
 
 def downside_error(
     transformation: str, weak: bool, floor: float | None = None, speedup: float | None = None
 ) -> float | None:
     """The relative error at the interval's lower edge where it is larger than ``model_error``
-    (a weak compile: ``WEAK_DOWNSIDE_ERROR``; a weakness that names the least it allows,
-    ``floor``: down to it from ``speedup``); None: the interval is symmetric (in log space)."""
-    errors = []
+    (the calibration half's, ``CALIBRATED_DOWNSIDE``; a weak compile: ``WEAK_DOWNSIDE_ERROR``; a
+    weakness that names the least it allows, ``floor``: down to it from ``speedup``); None: the
+    lower edge is the transformation's own."""
+    errors = [CALIBRATED_DOWNSIDE[transformation]] if transformation in CALIBRATED_DOWNSIDE else []
     if weak and transformation in WEAK_DOWNSIDE_ERROR:
         errors.append(WEAK_DOWNSIDE_ERROR[transformation])
     if weak and floor and speedup and speedup > floor:
