@@ -790,14 +790,22 @@ CHECK_GRACE = 1.25
 CHECK_PROFILED_STEPS = 1
 
 
-def check_plan(plan: WindowPlan, timed: bool = True) -> WindowPlan:
-    """The plan of each A/B run: the run's warm-up and timed steps, one profiled step, a fixed
-    window, stopped after its timed steps. A run without timed steps (a script too short for
-    them) is compared by its profiled window, as verify does (``align_basis``): each A/B run then
-    gets the run's own plan, fixed, which the script's length cuts as it cut the run's."""
+def check_plan(plan: WindowPlan, timed: bool = True, profiled: int | None = None) -> WindowPlan:
+    """The plan of each A/B run: one profiled step, a fixed window, the run's timed steps, and
+    warm-up enough that its timed steps are the same steps of the script as the run's own (its
+    window ends where the run's ended, after ``profiled`` steps, the window as it grew: a loader
+    whose queue drains over the first fifty steps, or a cache that warms, is compared at one point
+    of the script, not at two; the outside corpus's calibration half read 1.5-1.9x apart between
+    a run timed after 30 profiled steps and one timed after 5). Stopped after its timed steps. A
+    run without timed steps (a script too short for them) is compared by its profiled window, as
+    verify does (``align_basis``): each A/B run then gets the run's own plan, fixed, which the
+    script's length cuts as it cut the run's."""
     if not timed:
         return replace(plan, max_steps=None, stop=True)
-    return WindowPlan(warmup=plan.warmup, steps=CHECK_PROFILED_STEPS, timed=plan.timed, stop=True)
+    steps = max(profiled or plan.steps, CHECK_PROFILED_STEPS)
+    return WindowPlan(
+        warmup=plan.warmup + steps - CHECK_PROFILED_STEPS, steps=CHECK_PROFILED_STEPS, timed=plan.timed, stop=True
+    )
 
 
 @dataclass
@@ -860,7 +868,9 @@ def check(
     specs.sort(key=lambda spec: "compile" in spec.knobs)
     baseline = Baseline([outcome_from_report(Spec("baseline"), report, run_dir.path, 0)], False)
     budget = CheckBudget(budget_s)
-    short = check_plan(plan, timed=bool(baseline.runs[0].figures.get("steady")))
+    run = report.get("run") or {}
+    grown = (run.get("window_growth") or {}).get("steps") or run.get("profiled_steps")
+    short = check_plan(plan, timed=bool(baseline.runs[0].figures.get("steady")), profiled=grown)
     outcomes: list[Outcome] = []
     for spec in specs:
         timeout = budget.timeout()

@@ -425,6 +425,7 @@ def test_the_check_runs_within_its_budget_and_judges_against_the_run(
     def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):
         started.append((spec.rule, timeout, list(options or [])))
         assert plan.steps == E.CHECK_PROFILED_STEPS and plan.timed == 20
+        assert plan.warmup == 5 + 24 - E.CHECK_PROFILED_STEPS  # timed where the run's 24-step window left off
         clock[0] += 90.0  # each experiment takes 90 s
         return E.Outcome(
             spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=20.0, samples_per_s=640.0
@@ -433,6 +434,7 @@ def test_the_check_runs_within_its_budget_and_judges_against_the_run(
     monkeypatch.setattr(E, "run_experiment", fake_run)
     report = {
         "status": {"state": "stopped"},
+        "run": {"window_growth": {"planned_steps": 10, "max_steps": 30, "steps": 24}},
         "throughput": {
             "steady": {"steps_per_s": 10.0, "samples_per_s": 320.0, "mean_step_ms": 100.0, "mean_spread": 0.02}
         },
@@ -525,8 +527,14 @@ def test_the_check_of_a_short_script_compares_by_the_profiled_window_like_verify
     assert summary["basis"] == "profiled" and summary["statistic"] == E.STATISTICS["profiled"]
     assert summary["experiments"][0]["speedup"] == 1.5 and summary["experiments"][0]["basis"] == "profiled"
     assert measured["DATA001"].speedup == 1.5
-    # a run with its timed steps: one profiled step each, compared by the timed steps
-    assert E.check_plan(asked) == WindowPlan(warmup=5, steps=E.CHECK_PROFILED_STEPS, timed=20, stop=True)
+    # a run with its timed steps: one profiled step each, compared by the timed steps, which are
+    # the same steps of the script as the run's: its window ends where the run's did (10 steps
+    # as planned; 30 where the run's window grew to 30)
+    assert E.check_plan(asked) == WindowPlan(warmup=14, steps=E.CHECK_PROFILED_STEPS, timed=20, stop=True)
+    assert E.check_plan(asked, profiled=30) == WindowPlan(warmup=34, steps=1, timed=20, stop=True)
+    assert E.check_plan(asked).first_timed == asked.first_timed
+    grown = WindowPlan(warmup=5, steps=30, timed=20)
+    assert E.check_plan(asked, profiled=30).first_timed == grown.first_timed
 
 
 def test_a_distributed_run_says_why_it_measured_nothing(tmp_path: Path) -> None:
