@@ -40,7 +40,7 @@ import msgspec
 from msgspec import Meta
 
 from diagnose.jupyter import notebook_frame
-from diagnose.units import gain_words
+from diagnose.units import gain_words, measured_words
 from diagnose.version import __version__
 
 REPORT_SCHEMA: Final = "diagnose.report/2"
@@ -462,8 +462,7 @@ class Finding(Section):
         its interval, else the bound."""
         if self.measured is not None:
             m = self.measured
-            rerun = f"; a rerun {m.interval[0]:.2f}x-{m.interval[1]:.2f}x" if m.interval else ""
-            return f"measured {m.speedup:.2f}x by a short A/B (±{m.spread:.1%}{rerun}; {m.change or 'its knobs'})"
+            return measured_words(m.speedup, m.spread, m.interval, m.change or "its knobs")
         words = gain_words(self.predicted_speedup, self.gain_bound)
         if self.predicted_interval:
             low, high = self.predicted_interval

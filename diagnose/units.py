@@ -36,6 +36,19 @@ def speedup(factor: float) -> str:
     return f"{factor:.2f}x"
 
 
+def measured_words(
+    speedup: float, spread: float, interval: Sequence[float] | None = None, change: str | None = None
+) -> str:
+    """A short A/B's measurement as every renderer words it: the speedup, the spread it was judged
+    against, what a rerun reads where that is known, and the change where given."""
+    parts = [f"±{spread:.1%}"]
+    if interval:
+        parts.append(f"a rerun {interval[0]:.2f}x-{interval[1]:.2f}x")
+    if change is not None:
+        parts.append(change)
+    return f"measured {speedup:.2f}x by a short A/B ({'; '.join(parts)})"
+
+
 def gain_words(predicted: float | None, bound: float | None) -> str:
     """A finding's gain, one way everywhere: ``predicted 1.31x, at most 1.53x``; ``up to 1.53x``
     without a prediction; and where the replay predicts more than the bound (the bound counts

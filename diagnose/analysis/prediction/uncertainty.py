@@ -64,12 +64,12 @@ RUN_TO_RUN_SPREAD = 0.04
 #: variation of the steady step from one run of a script to the next, where the GPU sets the pace
 #: of every step (the examples' GPU-bound loops: under 1%) and where the host does (GPU idle the
 #: whole step). The second is fitted on the outside corpus's calibration half (benchmarks/zoo/
-#: calibrate.py: each script's runs and verify's baseline, against their host share; docs/zoo.md),
+#: calibrate.py: each script's diagnose runs, against their host share; docs/zoo.md),
 #: where host-bound scripts moved 4-20% between runs on one machine, and the examples' 4% left
 #: the intervals of their fixes too narrow. ``run_to_run`` interpolates between the two by the
 #: share of the step the GPU idles.
 RUN_TO_RUN_GPU = 0.01
-#: calibrate.py on the calibration half, 2026-11-28 (docs/zoo.md "The calibration fit"): three
+#: calibrate.py on the calibration half, 2026-11-28 (docs/zoo.md "The seventh GPU run"): three
 #: loader-bound scripts of three runs each on an H200 (pe-mnist 15%, pe-vae 20%, pe-dcgan 20%,
 #: host shares 91-97%)
 RUN_TO_RUN_HOST = 0.197
@@ -148,7 +148,7 @@ WEAK_DOWNSIDE_ERROR: dict[str, float] = {"compile": 2.72, "cuda_graphs": 2.72, "
 #: One side of a transformation's interval where the outside corpus's calibration half missed it
 #: further than the examples' ``MODEL_ERROR`` (benchmarks/zoo/calibrate.py: each side's
 #: split-conformal edge, at 95% one-sided, of what the rows' misses leave after the run-to-run
-#: term; docs/zoo.md "The calibration fit"). More workers, eleven rows on H200s, 2026-11-28:
+#: term; docs/zoo.md "The seventh GPU run"). More workers, eleven rows on H200s, 2026-11-28:
 #: measured above the prediction by up to 151% after the run-to-run term (pytorch/examples'
 #: DCGAN, 2.98x predicted, 8.20x measured: its folder of JPEGs decoded in the main process), below
 #: it by 22% at most (facebookresearch/dlrm, 7.51x and 4.56x), under the examples' 29%.

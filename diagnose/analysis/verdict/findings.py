@@ -52,7 +52,7 @@ from diagnose.analysis.prediction.uncertainty import MIN_GAIN, RUN_TO_RUN_SPREAD
 from diagnose.analysis.symptoms import CATALOG, Symptoms
 from diagnose.analysis.verdict.rules import Rule, cpu_only_run, render_template, template_names
 from diagnose.record import DATALOADER_KNOBS, FRAMEWORKS
-from diagnose.units import format_value, what_measures
+from diagnose.units import format_value, measured_words, what_measures
 
 #: An exposed category where the GPU idles (data wait, copies, syncs, host code) over this share
 #: of the step: a fix for it is never left out for a small prediction, it is measured or shown
@@ -103,8 +103,7 @@ class Measurement:
     @property
     def words(self) -> str:
         """The measurement as the verdict and the renderers word it."""
-        rerun = f"; a rerun {self.interval[0]:.2f}x-{self.interval[1]:.2f}x" if self.interval else ""
-        return f"measured {self.speedup:.2f}x by a short A/B (±{self.spread:.1%}{rerun})"
+        return measured_words(self.speedup, self.spread, self.interval)
 
 
 @dataclass
