@@ -85,3 +85,14 @@ def test_counts_never_in_exponent(value: float, text: str) -> None:
 
 def test_a_huge_whole_setting_is_written_with_separators() -> None:
     assert plain(1.19451e9) == "1,194,510,000" and plain(0.1) == "0.1"
+
+
+def test_a_measurement_is_worded_one_way_with_what_a_rerun_reads_where_known() -> None:
+    from diagnose.units import measured_words
+
+    assert measured_words(2.4, 0.031) == "measured 2.40x by a short A/B (±3.1%)"
+    assert measured_words(2.4, 0.031, (1.8, 3.05)) == "measured 2.40x by a short A/B (±3.1%; a rerun 1.80x-3.05x)"
+    assert (
+        measured_words(2.4, 0.031, [1.8, 3.05], "num_workers=4")
+        == "measured 2.40x by a short A/B (±3.1%; a rerun 1.80x-3.05x; num_workers=4)"
+    )
