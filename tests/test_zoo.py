@@ -111,18 +111,28 @@ def test_problems_names_a_short_commit_a_missing_field_and_a_repository_split_ac
     ]
 
 
+def _manifest_of(tmp_path: Path, header: str, scripts: list[tuple[str, str, str]]) -> corpus.Corpus:
+    """A manifest of ``header``, each script (name, repository, half), and a [repos] entry for
+    each repository in the order they first come."""
+    repos = dict.fromkeys(repo for _, repo, _ in scripts)
+    return _manifest(
+        tmp_path, header + "".join(_repo(name) for name in repos) + "".join(_script(*script) for script in scripts)
+    )
+
+
 def test_the_holdout_group_stands_outside_the_split(tmp_path: Path) -> None:
     """A repository added after the split is counted by no half's rule (the split of the other
     repositories stays as it was); its scripts are holdout, and a holdout script's repository must
     be listed in [holdout]."""
-    manifest = _manifest(
+    manifest = _manifest_of(
         tmp_path,
-        '[holdout]\nrepos = ["h/new"]\n'
-        + "".join(_repo(name) for name in ("o/r", "h/new", "x/late"))
-        + _script("one", "o/r", "calibration")
-        + _script("two", "h/new", "holdout")
-        + _script("three", "h/new", "evaluation")
-        + _script("four", "x/late", "holdout"),
+        '[holdout]\nrepos = ["h/new"]\n',
+        [
+            ("one", "o/r", "calibration"),
+            ("two", "h/new", "holdout"),
+            ("three", "h/new", "evaluation"),
+            ("four", "x/late", "holdout"),
+        ],
     )
     assert manifest.holdout_repos == ("h/new",)
     assert [s.name for s in manifest.half("holdout")] == ["two", "four"]
@@ -133,14 +143,15 @@ def test_the_holdout_group_stands_outside_the_split(tmp_path: Path) -> None:
     # the split counts o/r alone: its one script, calibration, is what the rule gives
     assert not any("split rule" in line for line in corpus.problems(manifest))
     # a second group, added after the first ran: its own table, its own repositories
-    second = _manifest(
+    second = _manifest_of(
         tmp_path,
-        '[holdout]\nrepos = ["h/new"]\n[holdout2]\nrepos = ["h/newer"]\n'
-        + "".join(_repo(name) for name in ("o/r", "h/new", "h/newer"))
-        + _script("one", "o/r", "calibration")
-        + _script("two", "h/new", "holdout")
-        + _script("five", "h/newer", "holdout2")
-        + _script("six", "h/newer", "holdout"),
+        '[holdout]\nrepos = ["h/new"]\n[holdout2]\nrepos = ["h/newer"]\n',
+        [
+            ("one", "o/r", "calibration"),
+            ("two", "h/new", "holdout"),
+            ("five", "h/newer", "holdout2"),
+            ("six", "h/newer", "holdout"),
+        ],
     )
     assert second.holdout_groups == {"holdout": ("h/new",), "holdout2": ("h/newer",)}
     assert [s.name for s in second.half("holdout2")] == ["five"]
