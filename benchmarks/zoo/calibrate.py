@@ -47,12 +47,14 @@ import sys
 import tarfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
 from corpus import HALVES  # noqa: E402
+from score import latest  # noqa: E402
 
 from diagnose.analysis.prediction.uncertainty import (  # noqa: E402
     INTERVAL,
@@ -81,14 +83,6 @@ def conformal_edge(errors: list[float], coverage: float = INTERVAL) -> float:
     xs = sorted(errors)
     rank = math.ceil((len(xs) + 1) * coverage)
     return xs[min(rank, len(xs)) - 1]
-
-
-def latest(records: Iterable[dict]) -> list[dict]:
-    """The last record of each script name (one file's)."""
-    out: dict[str, dict] = {}
-    for record in records:
-        out[record["name"]] = record
-    return list(out.values())
 
 
 def calibration_rows(
@@ -250,7 +244,7 @@ def rerun_term(record: dict, host: float | None) -> float:
 def fit_run_to_run(scripts: Mapping[str, list[tuple[float, float]]], gpu: float = RUN_TO_RUN_GPU) -> dict:
     """The host-paced coefficient of variation of greatest likelihood (see the module's
     docstring), with each script's figures; None where no script has two runs."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, runs in scripts.items():
         if len(runs) < 2:
             continue
@@ -334,7 +328,7 @@ def main() -> int:
         reports = Reports(path.with_name("reports.tgz"))
         records += [
             upgrade(record, reports)
-            for record in latest(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+            for record in latest([json.loads(line) for line in path.read_text().splitlines() if line.strip()]).values()
         ]
     calibration = [r for r in records if r.get("half") == CALIBRATION]
     rerun = fit_run_to_run({f"{r['name']} #{i}": steady_runs(r) for i, r in enumerate(calibration)})
