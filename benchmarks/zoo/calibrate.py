@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
 from corpus import HALVES  # noqa: E402
+from run import run_summary  # noqa: E402
 from score import latest  # noqa: E402
 
 from diagnose.analysis.prediction.uncertainty import (  # noqa: E402
@@ -61,6 +62,7 @@ from diagnose.analysis.prediction.uncertainty import (  # noqa: E402
     RUN_TO_RUN_GPU,
     WEAK_DOWNSIDE_ERROR,
     model_error,
+    run_to_run,
 )
 from diagnose.record import Z_INTERVAL  # noqa: E402
 
@@ -149,13 +151,6 @@ def fit(
     return out
 
 
-def _report_figures(report: dict) -> tuple[float | None, float | None]:
-    steady = (report.get("throughput") or {}).get("steady") or {}
-    symptom = (report.get("symptoms") or {}).get("exposed.host")
-    share = symptom.get("value") if isinstance(symptom, dict) else symptom
-    return steady.get("steps_per_s"), share if isinstance(share, (int, float)) else None
-
-
 class Reports:
     """The report.json files of a ``reports.tgz`` (gpu.sh's), by their path in it."""
 
@@ -178,7 +173,10 @@ class Reports:
     def figures(self, name: str, run: str) -> tuple[float | None, float | None]:
         """A run's steady steps/s and host share (``run``: run0, run1, ..., verify)."""
         report = self._report(name, run)
-        return _report_figures(report) if report else (None, None)
+        if not report:
+            return None, None
+        summary = run_summary(report)
+        return summary["steps_per_s"], summary["host_share"]
 
     def weakness(self, name: str, rule: str) -> str | None:
         """Why verify's baseline knew it predicts ``rule``'s change badly (its finding's
@@ -236,12 +234,10 @@ def rerun_term(record: dict, host: float | None) -> float:
     """A record's run-to-run term at a host-paced value ``host``: for verify's baseline's host
     share (0 where either is unknown: the model error then takes it all)."""
     share = (record.get("verify") or {}).get("host_share")
-    if share is None or host is None:
-        return 0.0
-    return RUN_TO_RUN_GPU + (host - RUN_TO_RUN_GPU) * min(max(share, 0.0), 1.0)
+    return 0.0 if share is None or host is None else run_to_run(share, host)
 
 
-def fit_run_to_run(scripts: Mapping[str, list[tuple[float, float]]], gpu: float = RUN_TO_RUN_GPU) -> dict:
+def fit_run_to_run(scripts: Mapping[str, list[tuple[float, float]]]) -> dict:
     """The host-paced coefficient of variation of greatest likelihood (see the module's
     docstring), with each script's figures; None where no script has two runs."""
     rows: list[dict[str, Any]] = []
@@ -264,12 +260,12 @@ def fit_run_to_run(scripts: Mapping[str, list[tuple[float, float]]], gpu: float 
     def loglik(host: float) -> float:
         total = 0.0
         for r in rows:
-            sigma = gpu + (host - gpu) * min(max(r["host_share"], 0.0), 1.0)
+            sigma = run_to_run(r["host_share"], host)
             dof = r["runs"] - 1
             total += -dof * math.log(sigma) - dof * r["cv"] ** 2 / (2 * sigma**2)
         return total
 
-    grid = [gpu + i / 1000 for i in range(round((1 - gpu) * 1000) + 1)]
+    grid = [RUN_TO_RUN_GPU + i / 1000 for i in range(round((1 - RUN_TO_RUN_GPU) * 1000) + 1)]
     return {"host": max(grid, key=loglik), "scripts": rows}
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 # the z of INTERVAL, and the capture's estimate of the mean step's uncertainty (which uses it), live
@@ -258,14 +259,14 @@ def change_floor(mean_uncertainty: float) -> float:
     return max(MIN_GAIN - 1, math.hypot(mean_uncertainty, RUN_TO_RUN_SPREAD))
 
 
-def run_to_run(host_share: float | None) -> float:
+def run_to_run(host_share: float | None, host: float = RUN_TO_RUN_HOST) -> float:
     """The run-to-run coefficient of variation of the steady step where the GPU idles
-    ``host_share`` of it (``RUN_TO_RUN_GPU`` at 0, ``RUN_TO_RUN_HOST`` at 1, linear between);
-    ``RUN_TO_RUN_SPREAD`` where the share is unknown."""
+    ``host_share`` of it (``RUN_TO_RUN_GPU`` at 0, ``host`` at 1, linear between; calibrate.py
+    tries other values of ``host``); ``RUN_TO_RUN_SPREAD`` where the share is unknown."""
     if host_share is None or math.isnan(host_share):
         return RUN_TO_RUN_SPREAD
     share = min(max(host_share, 0.0), 1.0)
-    return RUN_TO_RUN_GPU + (RUN_TO_RUN_HOST - RUN_TO_RUN_GPU) * share
+    return RUN_TO_RUN_GPU + (host - RUN_TO_RUN_GPU) * share
 
 
 @dataclass(frozen=True)
@@ -290,10 +291,10 @@ class StepSample:
     def indices(self) -> np.ndarray:
         return resample_indices(self.steps, self.resamples, self.block, self.seed)
 
-    @property
+    @cached_property
     def host_share(self) -> float | None:
         """The share of the steps' time the GPU idles (the host-side exposed categories); None
-        without steps or their exposed times."""
+        without steps or their exposed times. Summed once: every finding's draws read it."""
         total = sum(self.durations_us)
         if total <= 0 or not self.exposed_us:
             return None
