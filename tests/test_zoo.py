@@ -708,6 +708,13 @@ def test_calibrate_cli_takes_the_last_record_of_each_script_per_file(tmp_path: P
     )
     assert out.returncode == 0, out.stderr
     assert "| more_workers | a DATA001: 2.00x -> 2.50x, 25%" in out.stdout
+    gone = subprocess.run(
+        [sys.executable, str(ZOO / "calibrate.py"), str(tmp_path / "nothing.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gone.returncode == 2 and gone.stderr.strip() == f"error: {tmp_path / 'nothing.jsonl'}: no such file"
     saved = json.loads((tmp_path / "fit.json").read_text())
     assert saved["model_error"]["more_workers"]["upside_edge"] == pytest.approx(0.25)
     assert saved["run_to_run"] == {"host": None, "scripts": []}  # one run: no spread to fit

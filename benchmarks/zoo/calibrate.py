@@ -316,6 +316,10 @@ def main() -> int:
         help="write the records read (each file's last per script), their missing fields filled from reports.tgz, here",
     )
     args = p.parse_args()
+    missing = [str(path) for path in args.results if not path.is_file()]
+    if missing:
+        print(f"error: {', '.join(missing)}: no such file", file=sys.stderr)
+        return 2
     from diagnose.analysis.verdict.rules import load_rules
 
     predicts = {rule.id: rule.predict for rule in load_rules() if rule.predict}
