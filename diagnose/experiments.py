@@ -49,7 +49,7 @@ from typing import Any
 from diagnose.analysis.verdict.findings import Measurement
 from diagnose.errors import UsageError
 from diagnose.progress import PREFIX as PROGRESS_PREFIX
-from diagnose.record import WindowPlan
+from diagnose.record import WindowPlan, is_batch_dest
 from diagnose.report import Report
 from diagnose.rundir import RunDir
 from diagnose.runtime.knobs import NOT_APPLIED, Knobs, option_key, split_assignment
@@ -466,11 +466,6 @@ def _step_spread(o: Outcome) -> float | None:
     return None
 
 
-#: script flags and variables (``arg.<name>``, ``env.<NAME>``, as ``option_key`` spells them)
-#: that set the batch; any name ending in ``batch_size`` does too (HF's ``per_device_train_batch_size``)
-BATCH_NAMES = ("batch_size", "batch", "bs")
-
-
 def _knob_key(name: str) -> str:
     """A knob's name without its ``arg.``/``env.`` prefix, as ``option_key`` spells options."""
     return option_key(name.split(".", 1)[1] if name.startswith(("arg.", "env.")) else name)
@@ -479,8 +474,7 @@ def _knob_key(name: str) -> str:
 def is_batch_knob(name: str) -> bool:
     """Whether the knob ``name`` sets the batch: ``batch_size``, or a script flag or variable
     named for it (``arg.batch-size``, ``arg.bs``, ``arg.per_device_train_batch_size``)."""
-    key = _knob_key(name)
-    return key in BATCH_NAMES or key.endswith("batch_size")
+    return is_batch_dest(_knob_key(name))
 
 
 def changes_batch(knobs: dict[str, str]) -> bool:

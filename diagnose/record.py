@@ -92,6 +92,22 @@ LENGTH_OPTIONS: dict[str, str] = {
 }
 
 
+#: option destinations (lower case) that name the training batch; any ending in ``batch_size``
+#: does too (``train_batch_size``, ``per_device_train_batch_size``) unless it names another
+#: split's (``EVAL_PREFIXES``)
+BATCH_DESTS = ("batch_size", "batchsize", "bs", "batch", "bsz", "train_bs")
+EVAL_PREFIXES = ("eval", "test", "val", "valid", "predict", "infer")
+
+
+def is_batch_dest(dest: str) -> bool:
+    """Whether an option's destination names the training batch (``batch_size``, ``bs``,
+    ``train_batch_size``), not an evaluation one (``eval_batch_size``, ``test_bs``)."""
+    key = dest.lower().replace("-", "_")
+    if key.startswith(EVAL_PREFIXES):
+        return False
+    return key in BATCH_DESTS or key.endswith("batch_size")
+
+
 @dataclass(frozen=True)
 class RunLength:
     """How many steps the script will make, as far as its settings say, and which say it."""
@@ -456,6 +472,12 @@ class RunRecord:
     #: the script's own options that set how long it trains: ``flag`` (as the script spells
     #: it), ``dest``, ``kind`` ("steps" or "epochs") and the ``value`` it parsed
     length_options: list[dict[str, Any]] = field(default_factory=list)
+    #: the script's own option that sets its training batch (``flag``, ``dest``, ``value``), where
+    #: its parsers had exactly one (``scriptargs.ScriptArgs.batch_option``); None otherwise
+    batch_option: dict[str, Any] | None = None
+    #: where ``samples_per_step`` came from when no DataLoader fed the steps: the batch option's
+    #: flag ("--batch_size", each step counted at its value); None: the DataLoaders' batches
+    samples_from: str | None = None
     step_mode: str | None = None
     #: ``time.perf_counter()`` when the script started (before its first step: imports, set-up)
     script_start_s: float | None = None

@@ -276,9 +276,12 @@ class Timing(Section):
 
 
 class Throughput(Section):
-    _optional = frozenset({"profiled", "note", "turn_free"})
+    _optional = frozenset({"profiled", "note", "turn_free", "batch_from"})
 
     batch_size: Number | None = None
+    #: where ``batch_size`` came from when no DataLoader fed the steps: the script's own option
+    #: ("--batch_size"), each step counted at its value (absent: the DataLoaders' batches)
+    batch_from: str | None = None
     profiled: Timing | None = None
     steady: Timing | None = None
     #: the steady figures with every timed step at an epoch's turn left out, where the steady ones

@@ -508,6 +508,15 @@ def test_dataloader_knobs_are_offered_only_where_a_dataloader_fed_the_profiled_s
         }
         assert knobs == {1: fed, 0: own_loader}, rule_id
         assert make_finding(rules[rule_id], symptoms_from_values(values)).knobs == fed, rule_id
+    # the script's own batch option counted its samples: the larger batch goes through it, as
+    # the script spells it, and the words quote it
+    from diagnose.analysis.symptoms.registry import Symptoms
+
+    own = symptoms_from_values({**mem004, "dataloader.present": 0, "batch.option": 1})
+    own = Symptoms(dict(own), {"batch.flag": "--batch-size"})
+    finding = make_finding(rules["MEM004"], own)
+    assert finding.knobs == {"arg.batch-size": "512"}
+    assert "python train.py ... --batch-size 512   # was 16" in finding.do
 
 
 def test_advice_code_fits_the_fsdp_the_run_used() -> None:

@@ -359,3 +359,64 @@ def test_a_script_that_raises_inside_the_window_reports_one_count_of_profiled_st
     assert "3 of the 10 planned steps were profiled" in report.status["message"]
     assert report.throughput["profiled"]["p90_step_ms"] < 200  # the 0.3 s is in no step
     assert report.run["after_last_step_s"] >= 0.3
+
+
+#: a loop that builds its batches by hand (no DataLoader), their size from its own option
+BY_HAND = """
+import argparse, torch
+p = argparse.ArgumentParser()
+p.add_argument("--batch-size", type=int, default=8)
+p.add_argument("--eval_batch_size", type=int, default=100)
+p.add_argument("--max_iters", type=int, default=14)
+a = p.parse_args()
+m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+x = torch.randn(64, 4)
+for i in range(a.max_iters):
+    m(x[: a.batch_size]).mean().backward(); opt.step(); opt.zero_grad()
+"""
+
+
+def test_a_script_that_batches_by_hand_is_counted_by_its_batch_option(write_script) -> None:
+    # no DataLoader: each step holds the script's --batch-size samples (the evaluation batch is
+    # not the training one), so its samples/s exists and a larger batch can be compared by it
+    plan = WindowPlan(warmup=2, steps=3, timed=4)
+    record = run(write_script(BY_HAND), [], plan)
+    assert record.batch_option == {"flag": "--batch-size", "dest": "batch_size", "value": 8}
+    assert record.samples_from == "--batch-size"
+    assert record.samples_per_step and set(record.samples_per_step) == {8}
+    assert record.timed_samples == 8 * record.timed_steps
+    assert [o["flag"] for o in record.length_options] == ["--max_iters"]
+
+
+def test_an_arg_knob_is_read_as_the_script_parsed_it(write_script) -> None:
+    # --set arg.batch_size=16 reaches the script's --batch-size (respelled by the knobs); the
+    # script's options are still read after that respelling: its run length and its new batch
+    from diagnose.runtime.knobs import Knobs
+
+    script = write_script(BY_HAND)
+    knobs = Knobs.parse(["arg.batch_size=16"])
+    target = resolve_target(str(script), None, knobs.apply_to_args([]))
+    run_dir = script.parent / "run"
+    run_dir.mkdir(exist_ok=True)
+    plan = WindowPlan(warmup=2, steps=3, timed=4)
+    record = run_target(target, plan, RunDir(run_dir), knobs=knobs, progress=Progress(enabled=False))
+    assert record.batch_option is not None and record.batch_option["value"] == 16
+    assert set(record.samples_per_step) == {16}
+    assert [o["flag"] for o in record.length_options] == ["--max_iters"]
+
+
+def test_a_batch_is_not_counted_from_an_option_that_cannot_be_told_apart(write_script) -> None:
+    # two options that could each be the step's batch (a micro and a global one): neither counts
+    script = write_script(BY_HAND.replace('p.add_argument("--eval_batch_size"', 'p.add_argument("--global_batch_size"'))
+    record = run(script, [], WindowPlan(warmup=2, steps=3, timed=4))
+    assert record.batch_option is None and record.samples_from is None
+    assert not any(record.samples_per_step)
+    # a DataLoader fed the steps: its batches count, whatever options the script has
+    loader = write_script(
+        EPOCHS.replace(
+            'p.add_argument("--teardown"',
+            'p.add_argument("--batch_size", type=int, default=99)\np.add_argument("--teardown"',
+        )
+    )
+    record = run(loader, ["--epochs", "1"], WindowPlan(warmup=1, steps=1, timed=1))
+    assert record.samples_from is None and record.samples_per_step == [4, 4, 2]

@@ -613,7 +613,16 @@ CASES = {
                 memory={"capacity_bytes": 80e9, "peak_allocated_bytes": 0.6e9, "peak_reserved_bytes": 0.8e9},
                 samples_per_step=[32, 32],
             ),
-            expected={"batch.size": 32, "suggest.batch_size": 256},
+            expected={"batch.size": 32, "suggest.batch_size": 256, "batch.option": None, "batch.flag": None},
+        ),
+        Case(
+            "no DataLoader: the samples counted from the script's --batch-size, which is the knob",
+            record=_record(
+                memory={"capacity_bytes": 80e9, "peak_allocated_bytes": 0.6e9, "peak_reserved_bytes": 0.8e9},
+                samples_per_step=[32, 32],
+                samples_from="--batch-size",
+            ),
+            expected={"batch.size": 32, "suggest.batch_size": 256, "batch.option": 1, "batch.flag": "--batch-size"},
         ),
         Case(
             "a data set of 40 batches: at most 2x, so that an epoch keeps 16 batches",

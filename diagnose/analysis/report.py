@@ -473,7 +473,9 @@ def _from_meta(report: Report, meta: TraceMeta) -> None:
 
 
 def _throughput(report: Report, record: RunRecord | None, breakdown: Breakdown | None) -> None:
-    out = Throughput(batch_size=record.batch_size() if record else None)
+    out = Throughput(
+        batch_size=record.batch_size() if record else None, batch_from=record.samples_from if record else None
+    )
     plan_warmup = record.plan.get("warmup", 0) if record else 0
     if breakdown is not None and breakdown.steps and breakdown.has_step_marks:
         durations = [s.duration_us / 1e6 for s in breakdown.steps]

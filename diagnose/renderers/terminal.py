@@ -19,7 +19,7 @@ from rich.text import Text
 
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.fit import Column, FittedTable, fit_table
-from diagnose.renderers.view import ReportView, exposed_caption, phase_caption, spread_words
+from diagnose.renderers.view import ReportView, batch_words, exposed_caption, phase_caption, spread_words
 from diagnose.report import Finding, RankSummary, Timing
 from diagnose.units import count, human_bytes, percent, spread_ms
 
@@ -206,7 +206,7 @@ class TerminalRenderer(Renderer):
                 Text.assemble(("Profiled window ", "bold"), f"({t.profiled.steps} steps): ", _timing_text(t.profiled))
             )
         if t.batch_size:
-            c.print(Text(f"batch: {count(t.batch_size)} samples per step (found from the data)", style="dim"))
+            c.print(Text(f"batch: {batch_words(t)}", style="dim"))
         if t.note:
             c.print(Text(t.note, style="yellow"))
         if t.steady or t.profiled or t.batch_size or t.note:

@@ -48,7 +48,7 @@ from diagnose.report import (
     Timing,
 )
 from diagnose.stats import quantile
-from diagnose.units import format_value, unsure_words
+from diagnose.units import count, format_value, unsure_words
 
 #: An exposed category is listed in the tables when it holds at least this share of the window.
 MIN_SHARE_LISTED = 0.0005
@@ -437,6 +437,12 @@ def _status(report: Report) -> StatusView:
     )
 
 
+def batch_words(t: Throughput) -> str:
+    """The batch as both renderers say it: its samples per step, and where they were counted."""
+    source = f"the script's {t.batch_from}, no DataLoader" if t.batch_from else "found from the data"
+    return f"{count(t.batch_size or 0)} samples per step ({source})"
+
+
 def _throughput(throughput: Throughput) -> Throughput:
     """The report's throughput, a window of no step as None."""
 
@@ -445,6 +451,7 @@ def _throughput(throughput: Throughput) -> Throughput:
 
     return Throughput(
         batch_size=throughput.batch_size,
+        batch_from=throughput.batch_from,
         profiled=measured(throughput.profiled),
         steady=measured(throughput.steady),
         note=throughput.note,

@@ -354,10 +354,12 @@ class _ScriptRun:
         """What every run installs: the instrumentation, the foreign-profiler guard, the knobs
         and the extra hooks (a script run adds its process-wide changes; a block does not)."""
         self.instrumentation.install()
-        self.script_args.install()
         self.session.guard_foreign_profilers()
         if self.knobs is not None:
             self.knobs.install()
+        # after the knobs: it wraps their respelling of the arg. options (a parse they pass on
+        # is a list, not the script's command line) and reads the values the script parsed
+        self.script_args.install()
         for hook in self.hooks:
             hook.install()
 
@@ -376,9 +378,9 @@ class _ScriptRun:
         _safely(self.step_count.close)
         for hook in reversed(self.hooks):
             _safely(hook.remove)
+        self.script_args.remove()
         if self.knobs is not None:
             _safely(self.knobs.remove)
-        self.script_args.remove()
         self.instrumentation.remove()
         self.child_signals.remove()
         if self in _ACTIVE:
@@ -489,6 +491,8 @@ class _ScriptRun:
         record.plan_fit = dict(session.fit)
         record.length_options = self.script_args.found()
         record.samples_per_step = even_out_epoch_turns(self.clock.samples_per_step[1:], self.clock.batches_per_step[1:])
+        record.batch_option = self.script_args.batch_option()
+        self._samples_from_batch_option(record)
         record.profiled_steps = session.profiled_steps()
         # the warm-up as it ran: longer than planned where a reset restarted the profiler
         record.plan["warmup"] = session.plan.warmup
@@ -531,6 +535,22 @@ class _ScriptRun:
             if self.rank is None:
                 self.run_dir.record_path().unlink(missing_ok=True)
             raise
+
+    def _samples_from_batch_option(self, record: RunRecord) -> None:
+        """A script that builds its batches by hand (no DataLoader batch reached a step) is
+        counted at its batch option's value a step, so that its samples/s (and a change of its
+        batch) can be measured; not where the step's model input, measured on the GPU, held
+        another number of samples (a global batch split by hand, an input that is not batch-first)."""
+        option = record.batch_option
+        loaders = self.instrumentation.dataloaders.values()
+        if option is None or any(record.samples_per_step) or any(d.fetches_in_window for d in loaders):
+            return
+        split = record.memory_split
+        if split is not None and split.samples and split.samples != option["value"]:
+            return
+        steps = len(record.samples_per_step) or max(len(record.boundaries_s) - 1, 0)
+        record.samples_per_step = [int(option["value"])] * steps
+        record.samples_from = option["flag"]
 
     def _run_length(self) -> RunLength | None:
         """How many steps the script will make, as its options, its DataLoader and its

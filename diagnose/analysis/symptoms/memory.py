@@ -43,6 +43,21 @@ def batch_size(record: RunRecord) -> float | None:
 
 
 @symptom(
+    "batch.flag",
+    "text",
+    "the script's own option that sets its batch, where it counted the samples of steps no DataLoader fed",
+)
+def batch_flag(record: RunRecord) -> str | None:
+    return record.samples_from or None
+
+
+@symptom("batch.option", "bool", "the steps' samples were counted from the script's own batch option (no DataLoader)")
+def batch_option(record: RunRecord) -> bool | None:
+    # absent (not 0) where the DataLoaders or nothing counted them: the usual case says nothing
+    return True if record.samples_from is not None else None
+
+
+@symptom(
     "suggest.batch_size",
     "count",
     "a larger batch that fits the measured memory headroom (at most 8x the batch, 16 batches an epoch)",

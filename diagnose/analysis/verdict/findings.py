@@ -287,11 +287,15 @@ def rule_knobs(rule: Rule, values: dict[str, float], texts: dict[str, str]) -> d
     this run did not record (``{lines.sync_sites}`` in a bare trace) is left out, and so is a
     DataLoader knob where no DataLoader fed the profiled steps (``dataloader.present`` 0: the
     script feeds them from its own loader): verify would set it on a loader the steps never
-    read and measure the unchanged script."""
+    read and measure the unchanged script. The batch there goes through the script's own batch
+    option where its samples were counted by it (``batch.flag``: ``arg.batch_size``)."""
     out = {}
     no_loader = values.get("dataloader.present") == 0
     for name, template in rule.knobs.items():
-        if no_loader and name in DATALOADER_KNOBS:
+        if no_loader and name == "batch_size" and texts.get("batch.flag"):
+            # the script's own batch option counted the steps' samples: the knob reaches it
+            name = f"arg.{texts['batch.flag'].lstrip('-')}"
+        elif no_loader and name in DATALOADER_KNOBS:
             continue
         if any(CATALOG.get(n, ("",))[0] == "text" and not texts.get(n) for n in template_names(template)):
             continue

@@ -7,7 +7,7 @@ from typing import Any
 
 from diagnose.renderers.html.charts import SweepMetric, bar_chart, roofline_chart, steps_chart, strip
 from diagnose.renderers.html.markup import Markup, el, kv_table, records_table, reference, section, swatch
-from diagnose.renderers.view import EvidenceRow, ReportView, exposed_caption, phase_caption, spread_words
+from diagnose.renderers.view import EvidenceRow, ReportView, batch_words, exposed_caption, phase_caption, spread_words
 from diagnose.report import ExperimentRow, Experiments, Finding, Timing
 from diagnose.units import count, human_bytes, ms, percent, plain, rate, spread_ms
 
@@ -74,7 +74,7 @@ def throughput_and_memory(view: ReportView) -> Markup:
     cards = [card for card in cards if card]
     notes = [] if cards else [el("p", "No step was timed.", class_="muted")]
     if t.batch_size:
-        notes.append(el("p", f"Batch: {count(t.batch_size)} samples per step (found from the data).", class_="muted"))
+        notes.append(el("p", f"Batch: {batch_words(t)}.", class_="muted"))
     if t.note:
         notes.append(el("p", t.note, class_="note"))
     return section("Throughput and memory", el("div", cards, class_="cards"), notes, anchor="throughput")
