@@ -9,6 +9,7 @@ fast step, so a fast step 50 ms late would grow it one step more (seen with 50 m
 
 from __future__ import annotations
 
+import shutil
 import statistics
 from pathlib import Path
 
@@ -198,7 +199,16 @@ def test_the_window_stops_growing_at_its_bound(write_script) -> None:
 
 
 def test_the_window_does_not_grow_when_the_steps_are_steady(write_script) -> None:
-    record, run_dir = run(write_script, slow=[])
+    # steps of 0.1 s each: steady, unless the machine is so loaded that they are not. A window
+    # that grew must have seen its planned steps vary (what it grows on); then a second try
+    for _attempt in range(3):
+        record, run_dir = run(write_script, slow=[])
+        if record.profiled_steps == 4:
+            break
+        warmup = record.plan["warmup"]
+        planned = record.step_durations()[warmup : warmup + 4]
+        assert window_unsettled(planned), (planned, record.window_growth)
+        shutil.rmtree(run_dir)
     assert record.profiled_steps == 4 and traced_steps(run_dir, record) == 4
     assert record.window_growth["steps"] == 4 and record.window_growth["ended_by"] == "steady"
     assert record.first_timed_step() == 2 + 4 + 1
