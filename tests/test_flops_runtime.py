@@ -201,3 +201,15 @@ def test_a_compiled_model_stays_compiled_after_the_counted_step() -> None:
     assert calls["compiled"] == 4  # compiled again after the counted step
     assert torch._dynamo.eval_frame._stance.stance == "default"
     torch._dynamo.reset()
+
+
+def test_memory_probe_keeps_the_inputs_first_two_dimensions() -> None:
+    # a sequence-first input (35 positions of a batch of 20, as an LSTM language model takes it):
+    # the leading dimension is not the batch; the runner asks the script's batch option which is
+    model = torch.nn.Embedding(100, 8)
+    figures = _figures()
+    probe = MemoryProbe(stats=lambda: next(figures), device_type="cpu", reset_peak=lambda: None)
+    probe.start()
+    model(torch.randint(0, 100, (35, 20)))
+    assert probe.input_dims == (35, 20) and probe.input_batch == 35
+    assert probe.stop(samples=20).samples == 20

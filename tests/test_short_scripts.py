@@ -420,3 +420,25 @@ def test_a_batch_is_not_counted_from_an_option_that_cannot_be_told_apart(write_s
     )
     record = run(loader, ["--epochs", "1"], WindowPlan(warmup=1, steps=1, timed=1))
     assert record.samples_from is None and record.samples_per_step == [4, 4, 2]
+
+
+def test_the_batch_option_counts_a_step_whose_input_holds_it_first_or_second(write_script) -> None:
+    # on the GPU the counted step's model input is measured: the option's value counts the step
+    # where it is the input's first dimension (batch-first) or second (sequence-first, as an
+    # LSTM language model's (35, 20)), and not where neither holds it (a batch split by hand)
+    from diagnose.runtime.runner import _ScriptRun
+    from diagnose.signals import SignalHold
+
+    script = write_script(BY_HAND)
+    run_dir = script.parent / "run"
+    run_dir.mkdir(exist_ok=True)
+    plan = WindowPlan(warmup=2, steps=3, timed=4)
+    target = resolve_target(str(script), None, [])
+    runner = _ScriptRun(target, plan, RunDir(run_dir), None, None, Progress(enabled=False), [], None, SignalHold())
+    runner.script_args.batches = {"batch_size": {"flag": "--batch_size", "dest": "batch_size", "value": 20}}
+    for dims, counted in (((20, 35), 20), ((35, 20), 20), ((35, 10), None), ((), None)):
+        runner.memory_probe.input_dims = dims
+        assert runner._option_batch() == counted, dims
+    runner.script_args.batches = {}
+    runner.memory_probe.input_dims = (20, 35)
+    assert runner._option_batch() is None

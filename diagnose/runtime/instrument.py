@@ -178,17 +178,26 @@ def warnings_keep_their_origin() -> Iterator[None]:
         )
 
 
-def leading_dim(batch: Any, depth: int = 0) -> int:
-    """Samples in a batch: the first dimension of the first tensor found in it."""
+def first_shape(batch: Any, depth: int = 0) -> tuple[int, ...] | None:
+    """The shape of the first tensor found in a batch (a tensor, or lists, tuples and dicts of
+    them, three levels deep); None where there is none."""
     shape = getattr(batch, "shape", None)
     if shape is not None:
-        return int(shape[0]) if len(shape) else 1
+        return tuple(int(n) for n in shape)
     if depth < 3:
         if isinstance(batch, (list, tuple)) and batch:
-            return leading_dim(batch[0], depth + 1)
+            return first_shape(batch[0], depth + 1)
         if isinstance(batch, dict) and batch:
-            return leading_dim(next(iter(batch.values())), depth + 1)
-    return 0
+            return first_shape(next(iter(batch.values())), depth + 1)
+    return None
+
+
+def leading_dim(batch: Any) -> int:
+    """Samples in a batch: the first dimension of the first tensor found in it."""
+    shape = first_shape(batch)
+    if shape is None:
+        return 0
+    return shape[0] if shape else 1
 
 
 class Instrumentation:

@@ -131,6 +131,9 @@ class MemoryProbe:
         self._input_hook: Any = None
         #: the leading dimension of the model's input in the measured step (0: not seen yet)
         self.input_batch = 0
+        #: its first two dimensions (batch-first or sequence-first: which one holds the samples
+        #: is the script's to say, ``runner`` asks its batch option)
+        self.input_dims: tuple[int, ...] = ()
         self.result: MemorySplit | None = None
 
     def start(self) -> None:
@@ -176,14 +179,16 @@ class MemoryProbe:
         tensor's leading dimension (one global pre-hook, removed once it has seen one)."""
         from torch.nn.modules.module import register_module_forward_pre_hook
 
-        from diagnose.runtime.instrument import leading_dim
+        from diagnose.runtime.instrument import first_shape
 
         def first_input(module: Any, args: Any) -> None:
             if self.input_batch or next(module.parameters(), None) is None:
                 return
-            self.input_batch = leading_dim(args)
-            if self.input_batch:
-                self._unwatch_input()
+            shape = first_shape(args)
+            if shape is None:
+                return
+            self.input_batch, self.input_dims = (shape[0] if shape else 1), shape[:2]
+            self._unwatch_input()
 
         self._input_hook = register_module_forward_pre_hook(first_input)
 

@@ -288,6 +288,8 @@ class _ScriptRun:
 
     def _finish_counted_step(self) -> None:
         samples = self.clock.samples_per_step[-1] if self.clock.samples_per_step else None
+        if not samples:  # no DataLoader counted the step: the script's batch option, where the input shows it
+            samples = self._option_batch()
         self.record.flops = _safely(lambda: self.step_count.stop(samples), None)
         self.record.memory_split = _safely(lambda: self.memory_probe.stop(samples), None)
 
@@ -536,11 +538,19 @@ class _ScriptRun:
                 self.run_dir.record_path().unlink(missing_ok=True)
             raise
 
+    def _option_batch(self) -> int | None:
+        """The script's batch option's value where the model's input in the counted step holds
+        it in its first or second dimension (batch-first, or sequence-first as an RNN's input)."""
+        option = self.script_args.batch_option()
+        if option is None or option["value"] not in self.memory_probe.input_dims:
+            return None
+        return int(option["value"])
+
     def _samples_from_batch_option(self, record: RunRecord) -> None:
         """A script that builds its batches by hand (no DataLoader batch reached a step) is
         counted at its batch option's value a step, so that its samples/s (and a change of its
         batch) can be measured; not where the step's model input, measured on the GPU, held
-        another number of samples (a global batch split by hand, an input that is not batch-first)."""
+        another number of samples (``_option_batch``: a global batch split by hand)."""
         option = record.batch_option
         loaders = self.instrumentation.dataloaders.values()
         if option is None or any(record.samples_per_step) or any(d.fetches_in_window for d in loaders):
