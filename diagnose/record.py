@@ -472,8 +472,10 @@ class RunRecord:
     #: the script's own options that set how long it trains: ``flag`` (as the script spells
     #: it), ``dest``, ``kind`` ("steps" or "epochs") and the ``value`` it parsed
     length_options: list[dict[str, Any]] = field(default_factory=list)
-    #: the script's own option that sets its training batch (``flag``, ``dest``, ``value``), where
-    #: its parsers had exactly one (``scriptargs.ScriptArgs.batch_option``); None otherwise
+    #: the script's own option that sets its training batch (``flag``, ``dest``, ``value``, and
+    #: ``accumulation`` where an option set the micro-batches a step accumulates), where its
+    #: parsers (or its ``--key=value`` arguments) had exactly one
+    #: (``scriptargs.ScriptArgs.batch_option``); None otherwise
     batch_option: dict[str, Any] | None = None
     #: where ``samples_per_step`` came from when no DataLoader fed the steps: the batch option's
     #: flag ("--batch_size", each step counted at its value); None: the DataLoaders' batches

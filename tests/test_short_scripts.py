@@ -442,3 +442,55 @@ def test_the_batch_option_counts_a_step_whose_input_holds_it_first_or_second(wri
     runner.script_args.batches = {}
     runner.memory_probe.input_dims = (20, 35)
     assert runner._option_batch() is None
+
+
+#: nanoGPT's way: no argparse; ``--key=value`` arguments set module globals (its configurator)
+CONFIGURATOR = """
+import sys, torch
+batch_size = 8
+gradient_accumulation_steps = 1
+max_iters = 14
+for arg in sys.argv[1:]:
+    assert arg.startswith("--") and "=" in arg, arg
+    key, value = arg[2:].split("=")
+    globals()[key] = int(value)
+m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+x = torch.randn(256, 4)
+for i in range(max_iters):
+    for _ in range(gradient_accumulation_steps):
+        m(x[:batch_size]).mean().backward()
+    opt.step(); opt.zero_grad()
+"""
+
+
+def test_a_script_that_reads_its_own_key_value_arguments_is_counted_by_them(write_script) -> None:
+    # no parser: the --key=value arguments name the batch and the accumulation; a step of two
+    # micro-batches of 16 holds 32 samples. The arg. knob goes in the script's own form
+    # (--batch_size=32: the configurator asserts on a bare --batch_size)
+    from diagnose.runtime.knobs import Knobs
+
+    script = write_script(CONFIGURATOR)
+    knobs = Knobs.parse(["arg.batch_size=16"])
+    args = knobs.apply_to_args(["--gradient_accumulation_steps=2"])
+    assert args == ["--gradient_accumulation_steps=2", "--batch_size=16"]
+    record = run(script, args, WindowPlan(warmup=2, steps=3, timed=4))
+    assert record.status in ("stopped", "completed"), record.error
+    assert record.batch_option == {"flag": "--batch_size", "dest": "batch_size", "value": 16, "accumulation": 2}
+    assert record.samples_from == "--batch_size" and set(record.samples_per_step) == {32}
+    # without the option on its command line the script's batch is a global no one can read
+    assert run(script, [], WindowPlan(warmup=2, steps=3, timed=4)).samples_from is None
+
+
+def test_arg_knobs_follow_the_scripts_own_way_of_writing_options() -> None:
+    from diagnose.runtime.knobs import Knobs
+
+    knobs = Knobs.parse(["arg.batch_size=64", "arg.compile=flag", "arg.betas=0.9 0.95"])
+    # --key value arguments: the knob's value follows its option, as before
+    assert knobs.apply_to_args(["--epochs", "3", "--batch_size", "8"]) == [
+        "--epochs", "3", "--batch_size", "64", "--compile", "--betas", "0.9", "0.95",
+    ]  # fmt: skip
+    # --key=value arguments, or none: joined (a list of values cannot be)
+    assert knobs.apply_to_args(["--batch_size=8", "--eval_only=0"]) == [
+        "--eval_only=0", "--batch_size=64", "--compile", "--betas", "0.9", "0.95",
+    ]  # fmt: skip
+    assert knobs.apply_to_args(["config.py"])[:2] == ["config.py", "--batch_size=64"]

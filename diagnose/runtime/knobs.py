@@ -285,14 +285,24 @@ class Knobs:
     def apply_to_args(self, args: list[str]) -> list[str]:
         """Set each ``arg.flag`` knob in the script's arguments: ``arg.flag=V`` makes it
         ``--flag V`` (replacing any value it had), ``arg.flag=flag`` a bare ``--flag``, and
-        ``arg.flag=none`` removes it (``--set arg.mixed_precision=none,fp16,bf16``)."""
+        ``arg.flag=none`` removes it (``--set arg.mixed_precision=none,fp16,bf16``). A single
+        value goes as ``--flag=V`` where the script's arguments are written so (``--key=value``:
+        nanoGPT's configurator takes no other form) or hold no long option at all (argparse,
+        click, absl and fire all read ``--flag=V``)."""
         out = list(args)
+        joined = _joined_style(args)
         for flag, value in self.script_args.items():
             option = flag if flag.startswith("-") else f"--{flag}"
             out = _without_option(out, option)
             if value == "none":
                 continue
-            out += [option] if value == "flag" else [option, *value.split()]
+            values = value.split()
+            if value == "flag":
+                out.append(option)
+            elif joined and len(values) == 1 and option.startswith("--"):
+                out.append(f"{option}={values[0]}")
+            else:
+                out += [option, *values]
         return out
 
     def script_options(self) -> list[str]:
@@ -315,7 +325,8 @@ class Knobs:
             respelled, unknown = respell_options(given, options, known)
             has_subcommands = any(isinstance(action, argparse._SubParsersAction) for action in parser._actions)
             for option in unknown:
-                if option in respelled and option not in warned and not has_subcommands:
+                given_here = any(a == option or a.startswith(option + "=") for a in respelled)
+                if given_here and option not in warned and not has_subcommands:
                     warned.add(option)
                     print(
                         f"diagnose: warning: --set arg.{option.lstrip('-')}: the script's parser has no option {option}"
@@ -973,6 +984,13 @@ def respell_options(args: list[str], options: list[str], known: list[str]) -> tu
             for a in out
         ]
     return out, unknown
+
+
+def _joined_style(args: list[str]) -> bool:
+    """Whether the script's arguments give long options as ``--key=value``: some do, or none is
+    a long option (then the joined form, which every parser of long options reads)."""
+    long = [a for a in args if a.startswith("--") and len(a) > 2]
+    return not long or any("=" in a for a in long)
 
 
 def _without_option(args: list[str], option: str) -> list[str]:

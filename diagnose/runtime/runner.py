@@ -559,7 +559,7 @@ class _ScriptRun:
         if split is not None and split.samples and split.samples != option["value"]:
             return
         steps = len(record.samples_per_step) or max(len(record.boundaries_s) - 1, 0)
-        record.samples_per_step = [int(option["value"])] * steps
+        record.samples_per_step = [int(option["value"]) * int(option.get("accumulation", 1))] * steps
         record.samples_from = option["flag"]
 
     def _run_length(self) -> RunLength | None:

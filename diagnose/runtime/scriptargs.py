@@ -9,8 +9,11 @@ steps those promise (``record.run_length``), and the report names the flag that 
 
 It also records the option that names the training batch (``batch_option``: ``--batch_size``,
 ``--batch-size``, ``--bs``, ``--train_batch_size``, ...; never an evaluation batch), where the
-script's parsers have exactly one: a script that builds its batches by hand (no DataLoader) is
-counted in samples by it, and a larger batch reaches it as an ``arg.`` knob.
+script's parsers have exactly one, with the gradient accumulation an option sets beside it
+(``accumulation``: micro-batches an optimizer step): a script that builds its batches by hand
+(no DataLoader) is counted in samples by them, and a larger batch reaches it as an ``arg.``
+knob. A script that parses no command line with argparse (nanoGPT's configurator reads
+``--key=value`` itself) is read from its ``--key=value`` arguments the same way.
 
 Installed after the knobs (``runner``), so that it wraps their respelling of ``arg.`` options
 and reads the values the script really parsed.
@@ -19,6 +22,7 @@ and reads the values the script really parsed.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from diagnose.record import LENGTH_OPTIONS, is_batch_dest
@@ -30,6 +34,10 @@ class ScriptArgs:
         self.options: dict[str, dict[str, Any]] = {}
         #: dest -> {"flag", "dest", "value"}: the options that name the training batch
         self.batches: dict[str, dict[str, Any]] = {}
+        #: dest -> value: the options that set the gradient accumulation
+        self.accumulations: dict[str, int] = {}
+        #: an argparse parser read the script's command line
+        self.parsed = False
         self._original: Any = None
 
     def install(self) -> None:
@@ -40,6 +48,7 @@ class ScriptArgs:
         def parse_known_args(parser: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
             result = original(parser, args, namespace)
             if args is None:  # the script's own command line, not a list it built
+                watcher.parsed = True
                 try:
                     watcher.saw(parser, result[0])
                 except Exception:  # noqa: BLE001 - reading the options must never break the script's parse
@@ -64,12 +73,53 @@ class ScriptArgs:
                 self.options[action.dest] = {"flag": flags[0], "dest": action.dest, "kind": kind, "value": value}
             elif is_batch_dest(action.dest) and isinstance(value, int) and value > 0:
                 self.batches[action.dest] = {"flag": flags[0], "dest": action.dest, "value": value}
+            elif is_accumulation_dest(action.dest) and isinstance(value, int) and value > 0:
+                self.accumulations[action.dest] = value
 
     def found(self) -> list[dict[str, Any]]:
         return list(self.options.values())
 
     def batch_option(self) -> dict[str, Any] | None:
-        """The option that sets the training batch, as the script spelled and parsed it; None
-        where its parsers had none, or several (a micro and a global batch: which one a step
-        holds cannot be told from the names)."""
-        return next(iter(self.batches.values())) if len(self.batches) == 1 else None
+        """The option that sets the training batch, as the script spelled and parsed it (with
+        ``accumulation`` where one option set it); None where its parsers had none, or several
+        (a micro and a global batch: which one a step holds cannot be told from the names).
+        Where no argparse parser read the command line: its ``--key=value`` arguments."""
+        batches, accumulations = self.batches, self.accumulations
+        if not self.parsed and not batches:
+            batches, accumulations = joined_options(sys.argv[1:])
+        if len(batches) != 1:
+            return None
+        option = dict(next(iter(batches.values())))
+        if len(accumulations) == 1:
+            option["accumulation"] = next(iter(accumulations.values()))
+        return option
+
+
+def is_accumulation_dest(dest: str) -> bool:
+    """Whether an option's destination sets the micro-batches an optimizer step accumulates
+    (``gradient_accumulation_steps``, ``accumulation_steps``, ``grad_accum``)."""
+    key = dest.lower().replace("-", "_")
+    return "accum" in key and not key.startswith(("eval", "test", "val"))
+
+
+def joined_options(args: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """The batch and accumulation options of arguments written ``--key=value`` (a script that
+    reads its own command line), as ``ScriptArgs.saw`` keeps them from a parser."""
+    batches: dict[str, dict[str, Any]] = {}
+    accumulations: dict[str, int] = {}
+    for arg in args:
+        if not arg.startswith("--") or "=" not in arg:
+            continue
+        flag, _, text = arg.partition("=")
+        dest = flag[2:]
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        if value <= 0:
+            continue
+        if is_batch_dest(dest):
+            batches[dest] = {"flag": flag, "dest": dest, "value": value}
+        elif is_accumulation_dest(dest):
+            accumulations[dest] = value
+    return batches, accumulations
