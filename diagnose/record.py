@@ -99,6 +99,12 @@ BATCH_DESTS = ("batch_size", "batchsize", "bs", "batch", "bsz", "train_bs")
 EVAL_PREFIXES = ("eval", "test", "val", "valid", "predict", "infer")
 
 
+def option_words(option: dict[str, Any], value: object) -> str:
+    """A script option set to ``value`` as the script writes it: ``--max_iters 36``, or
+    ``--max_iters=36`` for one read from ``--key=value`` arguments (``joined``)."""
+    return f"{option['flag']}={value}" if option.get("joined") else f"{option['flag']} {value}"
+
+
 def is_batch_dest(dest: str) -> bool:
     """Whether an option's destination names the training batch (``batch_size``, ``bs``,
     ``train_batch_size``), not an evaluation one (``eval_batch_size``, ``test_bs``)."""
@@ -138,13 +144,14 @@ def run_length(
             )
     for option in options:
         if option.get("kind") == "steps" and isinstance(option.get("value"), int) and option["value"] > 0:
-            return RunLength(option["value"], f"{option['flag']} {option['value']}")
+            return RunLength(option["value"], option_words(option, option["value"]))
     if loader_batches:
         for option in options:
             epochs = option.get("value")
             if option.get("kind") == "epochs" and isinstance(epochs, (int, float)) and epochs > 0:
                 return RunLength(
-                    max(1, round(epochs * loader_batches)), f"{option['flag']} {epochs:g} x {loader_batches} batches"
+                    max(1, round(epochs * loader_batches)),
+                    f"{option_words(option, f'{epochs:g}')} x {loader_batches} batches",
                 )
     return None
 

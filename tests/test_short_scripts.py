@@ -477,6 +477,13 @@ def test_a_script_that_reads_its_own_key_value_arguments_is_counted_by_them(writ
     assert record.status in ("stopped", "completed"), record.error
     assert record.batch_option == {"flag": "--batch_size", "dest": "batch_size", "value": 16, "accumulation": 2}
     assert record.samples_from == "--batch_size" and set(record.samples_per_step) == {32}
+    assert record.length_options == []  # its length is a global: max_iters not on the command line
+    longer = run(script, [*args, "--max_iters=9"], WindowPlan(warmup=2, steps=3, timed=4))
+    (option,) = longer.length_options
+    assert option == {"flag": "--max_iters", "dest": "max_iters", "kind": "steps", "value": 9, "joined": True}
+    # said as the script takes it: --max_iters=9, and the advice for more steps the same way
+    assert longer.plan_fit["steps"] == 9 and longer.plan_fit["source"] == "--max_iters=9"
+    assert more_steps([option], 36, None, 9) == "--max_iters=36"
     # without the option on its command line the script's batch is a global no one can read
     assert run(script, [], WindowPlan(warmup=2, steps=3, timed=4)).samples_from is None
 

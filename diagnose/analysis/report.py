@@ -36,7 +36,7 @@ from diagnose.analysis.symptoms import Symptoms
 from diagnose.analysis.trace.timeline import TraceMeta
 from diagnose.analysis.verdict.findings import Diagnosis
 from diagnose.jupyter import html_frame
-from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan
+from diagnose.record import NOISY_P90_OVER_MEDIAN, FrameworkInfo, RunRecord, WindowPlan, option_words
 from diagnose.report import (
     REPORT_SCHEMA,
     WINDOW_FIGURES_AS_SYMPTOMS,
@@ -366,10 +366,10 @@ def more_steps(
     for option in options:
         value = option.get("value")
         if option.get("kind") == "steps" and isinstance(value, (int, float)) and 0 < value <= made + 1:
-            return f"{option['flag']} {needed}"
+            return option_words(option, needed)
     for option in options:
         if option.get("kind") == "epochs" and loader_batches:
-            return f"{option['flag']} {-(-needed // loader_batches)}"
+            return option_words(option, -(-needed // loader_batches))
     for f in frameworks:
         steps, epochs = f.settings.get("max_steps"), f.settings.get("num_train_epochs", f.settings.get("max_epochs"))
         name = "num_train_epochs" if "num_train_epochs" in f.settings else "max_epochs"

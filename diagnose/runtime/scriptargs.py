@@ -13,7 +13,8 @@ script's parsers have exactly one, with the gradient accumulation an option sets
 (``accumulation``: micro-batches an optimizer step): a script that builds its batches by hand
 (no DataLoader) is counted in samples by them, and a larger batch reaches it as an ``arg.``
 knob. A script that parses no command line with argparse (nanoGPT's configurator reads
-``--key=value`` itself) is read from its ``--key=value`` arguments the same way.
+``--key=value`` itself) is read from its ``--key=value`` arguments the same way, run-length
+options included.
 
 Installed after the knobs (``runner``), so that it wraps their respelling of ``arg.`` options
 and reads the values the script really parsed.
@@ -77,6 +78,10 @@ class ScriptArgs:
                 self.accumulations[action.dest] = value
 
     def found(self) -> list[dict[str, Any]]:
+        """The run-length options; where no argparse parser read the command line, those of its
+        ``--key=value`` arguments (nanoGPT's ``--max_iters=5000``)."""
+        if not self.parsed and not self.options:
+            return joined_lengths(sys.argv[1:])
         return list(self.options.values())
 
     def batch_option(self) -> dict[str, Any] | None:
@@ -102,24 +107,41 @@ def is_accumulation_dest(dest: str) -> bool:
     return "accum" in key and not key.startswith(("eval", "test", "val"))
 
 
+def _joined_ints(args: list[str]) -> list[tuple[str, str, int]]:
+    """(flag, dest, value) of each ``--key=N`` argument with N a positive integer."""
+    out = []
+    for arg in args:
+        if not arg.startswith("--") or "=" not in arg:
+            continue
+        flag, _, text = arg.partition("=")
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        if value > 0:
+            out.append((flag, flag[2:], value))
+    return out
+
+
 def joined_options(args: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
     """The batch and accumulation options of arguments written ``--key=value`` (a script that
     reads its own command line), as ``ScriptArgs.saw`` keeps them from a parser."""
     batches: dict[str, dict[str, Any]] = {}
     accumulations: dict[str, int] = {}
-    for arg in args:
-        if not arg.startswith("--") or "=" not in arg:
-            continue
-        flag, _, text = arg.partition("=")
-        dest = flag[2:]
-        try:
-            value = int(text)
-        except ValueError:
-            continue
-        if value <= 0:
-            continue
+    for flag, dest, value in _joined_ints(args):
         if is_batch_dest(dest):
             batches[dest] = {"flag": flag, "dest": dest, "value": value}
         elif is_accumulation_dest(dest):
             accumulations[dest] = value
     return batches, accumulations
+
+
+def joined_lengths(args: list[str]) -> list[dict[str, Any]]:
+    """The run-length options of arguments written ``--key=value``, as ``ScriptArgs.saw`` keeps
+    them from a parser."""
+    out = {}
+    for flag, dest, value in _joined_ints(args):
+        kind = LENGTH_OPTIONS.get(dest.lower())
+        if kind is not None:
+            out[dest] = {"flag": flag, "dest": dest, "kind": kind, "value": value, "joined": True}
+    return list(out.values())
