@@ -439,8 +439,16 @@ def test_the_batch_option_counts_a_step_whose_input_holds_it_first_or_second(wri
     for dims, counted in (((20, 35), 20), ((35, 20), 20), ((35, 10), None), ((), None)):
         runner.memory_probe.input_dims = dims
         assert runner._option_batch() == counted, dims
-    runner.script_args.batches = {}
+    # the counted step: its FLOPs per sample count every micro-batch of an accumulated step,
+    # its memory the samples one forward pass held
+    seen: dict[str, object] = {}
+    runner.step_count.stop = lambda samples: seen.setdefault("flops", samples)  # type: ignore[method-assign]
+    runner.memory_probe.stop = lambda samples: seen.setdefault("memory", samples)  # type: ignore[method-assign]
+    runner.script_args.accumulations = {"gradient_accumulation_steps": 4}
     runner.memory_probe.input_dims = (20, 35)
+    runner._finish_counted_step()
+    assert seen == {"flops": 80, "memory": 20}
+    runner.script_args.batches = {}
     assert runner._option_batch() is None
 
 

@@ -288,10 +288,13 @@ class _ScriptRun:
 
     def _finish_counted_step(self) -> None:
         samples = self.clock.samples_per_step[-1] if self.clock.samples_per_step else None
+        held = samples  # what one forward pass held (the memory's samples)
         if not samples:  # no DataLoader counted the step: the script's batch option, where the input shows it
-            samples = self._option_batch()
+            held = self._option_batch()
+            option = self.script_args.batch_option() or {}
+            samples = held * int(option.get("accumulation", 1)) if held else None
         self.record.flops = _safely(lambda: self.step_count.stop(samples), None)
-        self.record.memory_split = _safely(lambda: self.memory_probe.stop(samples), None)
+        self.record.memory_split = _safely(lambda: self.memory_probe.stop(held), None)
 
     def _on_oom(self, message: str) -> None:
         """The first CUDA out-of-memory error is being made: what filled the memory, now."""
