@@ -38,6 +38,7 @@ from diagnose.record import RunLength, RunRecord, WindowPlan, even_out_epoch_tur
 from diagnose.rundir import RunDir
 from diagnose.runtime.capture import CaptureSession, StopScript
 from diagnose.runtime.knobs import NOT_APPLIED
+from diagnose.runtime.scriptargs import step_samples
 from diagnose.signals import SignalHold
 
 #: the fewest timed steps a script that ended during the timing leaves as its steady figure
@@ -289,10 +290,9 @@ class _ScriptRun:
     def _finish_counted_step(self) -> None:
         samples = self.clock.samples_per_step[-1] if self.clock.samples_per_step else None
         held = samples  # what one forward pass held (the memory's samples)
-        if not samples:  # no DataLoader counted the step: the script's batch option, where the input shows it
-            held = self._option_batch()
-            option = self.script_args.batch_option() or {}
-            samples = held * int(option.get("accumulation", 1)) if held else None
+        if not samples and (held := self._option_batch()):
+            # no DataLoader counted the step: the script's batch option, where the input shows it
+            samples = step_samples(self.script_args.batch_option() or {"value": held})
         self.record.flops = _safely(lambda: self.step_count.stop(samples), None)
         self.record.memory_split = _safely(lambda: self.memory_probe.stop(held), None)
 
@@ -562,7 +562,7 @@ class _ScriptRun:
         if split is not None and split.samples and split.samples != option["value"]:
             return
         steps = len(record.samples_per_step) or max(len(record.boundaries_s) - 1, 0)
-        record.samples_per_step = [int(option["value"]) * int(option.get("accumulation", 1))] * steps
+        record.samples_per_step = [step_samples(option)] * steps
         record.samples_from = option["flag"]
 
     def _run_length(self) -> RunLength | None:

@@ -66,38 +66,65 @@ class ScriptArgs:
     def saw(self, parser: argparse.ArgumentParser, namespace: Any) -> None:
         for action in parser._actions:
             flags = [f for f in action.option_strings if f.startswith("--")] or list(action.option_strings)
-            value = getattr(namespace, action.dest, None)
-            if not flags or isinstance(value, bool) or not isinstance(value, (int, float)):
+            if flags:
+                self.keep(flags[0], action.dest, getattr(namespace, action.dest, None))
+
+    def keep(self, flag: str, dest: str, value: Any, joined: bool = False) -> None:
+        """One option as the script parsed it, kept where it sets a run length (any number), the
+        training batch or the gradient accumulation (a positive integer); ``joined``: read from
+        a ``--key=value`` argument, and so said back."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return
+        kind = LENGTH_OPTIONS.get(dest.lower())
+        if kind is not None:
+            self.options[dest] = {"flag": flag, "dest": dest, "kind": kind, "value": value}
+            if joined:
+                self.options[dest]["joined"] = True
+        elif isinstance(value, int) and value > 0:
+            if is_batch_dest(dest):
+                self.batches[dest] = {"flag": flag, "dest": dest, "value": value}
+            elif is_accumulation_dest(dest):
+                self.accumulations[dest] = value
+
+    def _read(self) -> ScriptArgs:
+        """What the script parsed: its parsers' options; where no argparse parser read its
+        command line, its ``--key=value`` arguments (nanoGPT's configurator reads them itself)."""
+        if self.parsed or self.options or self.batches or self.accumulations:
+            return self
+        joined = ScriptArgs()
+        for arg in sys.argv[1:]:
+            flag, equals, text = arg.partition("=")
+            if not flag.startswith("--") or not equals:
                 continue
-            kind = LENGTH_OPTIONS.get(action.dest.lower())
-            if kind is not None:
-                self.options[action.dest] = {"flag": flags[0], "dest": action.dest, "kind": kind, "value": value}
-            elif is_batch_dest(action.dest) and isinstance(value, int) and value > 0:
-                self.batches[action.dest] = {"flag": flags[0], "dest": action.dest, "value": value}
-            elif is_accumulation_dest(action.dest) and isinstance(value, int) and value > 0:
-                self.accumulations[action.dest] = value
+            try:
+                value = int(text)
+            except ValueError:
+                continue
+            if value > 0:
+                joined.keep(flag, flag[2:], value, joined=True)
+        return joined
 
     def found(self) -> list[dict[str, Any]]:
-        """The run-length options; where no argparse parser read the command line, those of its
-        ``--key=value`` arguments (nanoGPT's ``--max_iters=5000``)."""
-        if not self.parsed and not self.options:
-            return joined_lengths(sys.argv[1:])
-        return list(self.options.values())
+        """The run-length options (nanoGPT's ``--max_iters=5000`` too, ``_read``)."""
+        return list(self._read().options.values())
 
     def batch_option(self) -> dict[str, Any] | None:
         """The option that sets the training batch, as the script spelled and parsed it (with
         ``accumulation`` where one option set it); None where its parsers had none, or several
         (a micro and a global batch: which one a step holds cannot be told from the names).
         Where no argparse parser read the command line: its ``--key=value`` arguments."""
-        batches, accumulations = self.batches, self.accumulations
-        if not self.parsed and not batches:
-            batches, accumulations = joined_options(sys.argv[1:])
-        if len(batches) != 1:
+        read = self._read()
+        if len(read.batches) != 1:
             return None
-        option = dict(next(iter(batches.values())))
-        if len(accumulations) == 1:
-            option["accumulation"] = next(iter(accumulations.values()))
+        option = dict(next(iter(read.batches.values())))
+        if len(read.accumulations) == 1:
+            option["accumulation"] = next(iter(read.accumulations.values()))
         return option
+
+
+def step_samples(option: dict[str, Any]) -> int:
+    """The samples an optimizer step holds by the batch option: its value times its accumulation."""
+    return int(option["value"]) * int(option.get("accumulation", 1))
 
 
 def is_accumulation_dest(dest: str) -> bool:
@@ -105,43 +132,3 @@ def is_accumulation_dest(dest: str) -> bool:
     (``gradient_accumulation_steps``, ``accumulation_steps``, ``grad_accum``)."""
     key = dest.lower().replace("-", "_")
     return "accum" in key and not key.startswith(("eval", "test", "val"))
-
-
-def _joined_ints(args: list[str]) -> list[tuple[str, str, int]]:
-    """(flag, dest, value) of each ``--key=N`` argument with N a positive integer."""
-    out = []
-    for arg in args:
-        if not arg.startswith("--") or "=" not in arg:
-            continue
-        flag, _, text = arg.partition("=")
-        try:
-            value = int(text)
-        except ValueError:
-            continue
-        if value > 0:
-            out.append((flag, flag[2:], value))
-    return out
-
-
-def joined_options(args: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
-    """The batch and accumulation options of arguments written ``--key=value`` (a script that
-    reads its own command line), as ``ScriptArgs.saw`` keeps them from a parser."""
-    batches: dict[str, dict[str, Any]] = {}
-    accumulations: dict[str, int] = {}
-    for flag, dest, value in _joined_ints(args):
-        if is_batch_dest(dest):
-            batches[dest] = {"flag": flag, "dest": dest, "value": value}
-        elif is_accumulation_dest(dest):
-            accumulations[dest] = value
-    return batches, accumulations
-
-
-def joined_lengths(args: list[str]) -> list[dict[str, Any]]:
-    """The run-length options of arguments written ``--key=value``, as ``ScriptArgs.saw`` keeps
-    them from a parser."""
-    out = {}
-    for flag, dest, value in _joined_ints(args):
-        kind = LENGTH_OPTIONS.get(dest.lower())
-        if kind is not None:
-            out[dest] = {"flag": flag, "dest": dest, "kind": kind, "value": value, "joined": True}
-    return list(out.values())
