@@ -3,6 +3,7 @@ running a command the way a user would (the repository importable, output unbuff
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -78,3 +79,61 @@ def pin_cpus(spec: str) -> list[int] | None:
     if cpus:
         os.sched_setaffinity(0, cpus)
     return cpus
+
+
+def additive_effects(
+    rows: list[tuple[str, str, str, float]], reference: str = "plain"
+) -> tuple[dict[str, tuple[float, float]], float, int]:
+    """Least squares of ``value = moment + side + variant + noise`` over ``rows`` (moment, side,
+    variant, value): each variant's effect against ``reference``'s, with its standard error, the
+    residual standard deviation and its degrees of freedom.
+
+    For runs made at the same moments on sides of one host, the sides rotating (a Latin square
+    where the repeats are a multiple of the variants): the moment's load and the side's GPU and
+    cores are fitted out, so what is left of the spread is each process's own. With the values
+    the logarithms of rates, an effect is a log ratio: ``exp(-effect) - 1`` the variant's cost.
+    The standard error is 0 where the data fit exactly, nan where no degree of freedom is left."""
+    import numpy as np
+
+    moments = sorted({r[0] for r in rows})
+    sides = sorted({r[1] for r in rows})
+    variants = [reference, *sorted({r[2] for r in rows} - {reference})]
+    if reference not in {r[2] for r in rows}:
+        raise ValueError(f"no row of the reference variant {reference!r}")
+    columns = (
+        [("intercept", None)]
+        + [("moment", m) for m in moments[1:]]
+        + [("side", s) for s in sides[1:]]
+        + [("variant", v) for v in variants[1:]]
+    )
+    x = np.zeros((len(rows), len(columns)))
+    for i, (moment, side, variant, _) in enumerate(rows):
+        for j, (kind, level) in enumerate(columns):
+            x[i, j] = (
+                kind == "intercept"
+                or (kind == "moment" and level == moment)
+                or (kind == "side" and level == side)
+                or (kind == "variant" and level == variant)
+            )
+    # a side seen at one call's moments only (sides named per call, calls pooled) repeats what the
+    # moments say: such nuisance columns are dropped; a variant's column never may be
+    kept: list[int] = []
+    for j in range(len(columns)):
+        if np.linalg.matrix_rank(x[:, [*kept, j]]) == len(kept) + 1:
+            kept.append(j)
+        elif columns[j][0] == "variant":
+            raise ValueError("the moments, sides and variants cannot be told apart (each variant on each side once?)")
+    columns = [columns[j] for j in kept]
+    x = x[:, kept]
+    y = np.array([r[3] for r in rows])
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    dof = len(rows) - len(columns)
+    residual = y - x @ beta
+    sigma2 = float(residual @ residual) / dof if dof > 0 else float("nan")
+    cov = sigma2 * np.linalg.inv(x.T @ x)
+    first = len(columns) - len(variants) + 1
+    effects = {
+        v: (float(beta[first + k]), math.sqrt(max(float(cov[first + k, first + k]), 0.0)) if dof > 0 else float("nan"))
+        for k, v in enumerate(variants[1:])
+    }
+    return effects, math.sqrt(sigma2) if dof > 0 else float("nan"), dof

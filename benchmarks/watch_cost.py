@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import PLAIN_RE, REPO, gpu_local_cpus, pin_cpus, repo_env, run_in_repo
+from _bench import PLAIN_RE, REPO, additive_effects, gpu_local_cpus, pin_cpus, repo_env, run_in_repo
 
 
 @dataclass(frozen=True)
@@ -384,7 +384,15 @@ def _start_side(cmd: list[str], side: str, cpu: bool, log: Path) -> subprocess.P
     env = repo_env({**ENV, "CUDA_VISIBLE_DEVICES": "" if cpu else side})
     pin = ["taskset", "-c", ",".join(map(str, cpus))] if cpus and shutil.which("taskset") else []
     with log.open("w") as out:
-        return subprocess.Popen([*pin, *cmd], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            [*pin, *LAYOUT, *cmd], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+
+
+#: what starts every run of ``concurrent`` before its command: with ``--fixed-layout``, address
+#: space layout randomisation off (``setarch -R``) and ``PYTHONHASHSEED`` fixed in ``ENV``, so
+#: that processes differ by what runs in them, not by where their memory landed
+LAYOUT: list[str] = []
 
 
 #: what runs on a side of ``concurrent``: the plain script, watch, watch without its GPU samples
@@ -395,7 +403,9 @@ def _start_side(cmd: list[str], side: str, cpu: bool, log: Path) -> subprocess.P
 #: plain script with its own torch.profiler window over the steps of watch's main window, CUPTI
 #: torn down after it as diagnose has it (``plain-window``: what the profiler leaves, apart from
 #: diagnose)
-CONCURRENT_VARIANTS = ("plain", "watch", "watch-nogpu", "run", "plain-again", "forked", "plain-window")
+#: ``watch-again`` is watch once more: with ``plain-again``, two runs of each at every moment, the
+#: pair's mean against the pair's mean (``additive_effects`` pools a variant with its ``-again``)
+CONCURRENT_VARIANTS = ("plain", "watch", "watch-nogpu", "run", "plain-again", "forked", "plain-window", "watch-again")
 #: ``plain-window``'s profiler window: the steps watch's main window takes where a user's run has it
 USER_WINDOW = "4:15"
 
@@ -412,7 +422,7 @@ def _variant_cmd(variant: str, script: str, args: list[str], window: tuple[str, 
     tail = ["-q", *window, "--out", str(out), "--overwrite"]
     if variant == "run":
         return [sys.executable, "-m", "diagnose", "run", script, *tail, "--no-stop", "--no-check", "--", *args]
-    extra = ["--no-gpu-samples"] if variant == "watch-nogpu" else []
+    extra = ["--no-gpu-samples"] if variant == "watch-nogpu" else []  # watch and watch-again alike
     return [sys.executable, "-m", "diagnose", "watch", script, *tail, *extra, "--", *args]
 
 
@@ -424,6 +434,8 @@ def concurrent(
     sides: tuple[str, ...] = ("0", "1"),
     moved: bool = True,
     variants: tuple[str, ...] = ("plain", "watch"),
+    rows_out: Path | None = None,
+    call: str = "",
 ) -> None:
     """Watch (and its variants) against plain, all run at the same time on sides of one host.
 
@@ -457,6 +469,8 @@ def concurrent(
     }
     #: per variant, what its steps 500-1098 (or after the window) cost beyond the rate, against plain's
     beside: dict[str, dict[str, list[float]]] = {v: {name: [] for name in TIMER_FIGURES} for v in variants[1:]}
+    #: per timed range, (repeat, side, variant, log rate): the additive model's rows
+    rows: tuple[list[tuple[str, str, str, float]], list[tuple[str, str, str, float]]] = ([], [])
     for i in range(repeats):
         placed = {v: sides[(j + i) % n] for j, v in enumerate(variants)}
         procs: dict[str, subprocess.Popen[str]] = {}
@@ -485,6 +499,20 @@ def concurrent(
             if len(figures[v]) != 2:
                 raise SystemExit(f"{v}: the plain timer printed {len(figures[v])} ranges, not 2:\n{output[-2000:]}")
         p0, p1 = (r["rate"] for r in figures["plain"])
+        for v in variants:
+            for k, r in enumerate(figures[v]):
+                rows[k].append((str(i), placed[v], v, math.log(r["rate"])))
+                if rows_out is not None:
+                    record = {
+                        "call": call,
+                        "repeat": i + 1,
+                        "side": placed[v],
+                        "variant": v,
+                        "range": k,
+                        "rate": r["rate"],
+                    }
+                    with rows_out.open("a") as out:
+                        out.write(json.dumps(record) + "\n")
         # with the control: the two plain runs' geometric mean, a reference with half the spread of one
         both = (
             [math.sqrt(r["rate"] * a["rate"]) for r, a in zip(figures["plain"], figures["plain-again"], strict=True)]
@@ -532,6 +560,60 @@ def concurrent(
                     f"{_plus(b['preempted'])}",
                     flush=True,
                 )
+        if i + 1 >= 2:
+            print(
+                f"  after {i + 1} run(s), the moment and the side fitted out (additive model of log rates):", flush=True
+            )
+            for label, range_rows in zip((first, second), rows, strict=True):
+                print(f"    {label}: {fitted_costs(range_rows)}", flush=True)
+
+
+def pool(paths: list[Path]) -> None:
+    """The additive model over the rows of several calls (``--rows`` files of ``concurrent``):
+    each call's moments and sides its own (another host, another hour), the variants common."""
+    ranges: dict[int, list[tuple[str, str, str, float]]] = {}
+    calls: set[str] = set()
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            call = f"{path.name}:{r['call']}"
+            calls.add(call)
+            ranges.setdefault(int(r["range"]), []).append(
+                (f"{call}:{r['repeat']}", f"{call}:{r['side']}", r["variant"], math.log(r["rate"]))
+            )
+    print(f"\n== pooled: {len(calls)} call(s) from {len(paths)} file(s)", flush=True)
+    for k in sorted(ranges):
+        repeats = len({m for m, _, _, _ in ranges[k]})
+        print(f"  timed range {k + 1} ({repeats} repeats): {fitted_costs(ranges[k])}", flush=True)
+
+
+def fitted_costs(rows: list[tuple[str, str, str, float]]) -> str:
+    """Each variant's cost against plain from ``additive_effects`` (a cost +-its standard error),
+    then a variant and its ``-again`` pooled against plain and ``plain-again`` pooled, and the
+    residual spread of one process (what a repeat's pair of processes differs by, apart from
+    the moment and the side)."""
+    try:
+        effects, sigma, dof = additive_effects(rows)
+    except ValueError as exc:
+        return f"not fitted ({exc})"
+
+    def cost(effect: float, se: float) -> str:
+        # exp(-effect) - 1, and the standard error carried through the exponential
+        error = "(no error: no degree of freedom left)" if math.isnan(se) else f"+-{math.exp(-effect) * se:.2%}"
+        return f"{math.exp(-effect) - 1:+.2%} {error}"
+
+    parts = [f"{v} {cost(*e)}" for v, e in effects.items()]
+    pooled_rows = [(m, s, v.removesuffix("-again"), y) for m, s, v, y in rows]
+    if pooled_rows != rows:
+        try:
+            pooled, _, _ = additive_effects(pooled_rows)
+            parts.append("pooled with their -again runs: " + ", ".join(f"{v} {cost(*e)}" for v, e in pooled.items()))
+        except ValueError as exc:
+            parts.append(f"pooled: not fitted ({exc})")
+    own = "not known yet" if math.isnan(sigma) else f"{sigma:.2%}"
+    return "; ".join(parts) + f"; one process's own spread {own} ({dof} degrees of freedom)"
 
 
 def planted(cpu: bool, work: Path, timeout: float, only: list[str] | None = None) -> int:
@@ -619,7 +701,34 @@ def main() -> None:
         default="auto",
         help="pin every run to these CPUs: auto (4 on the GPU's NUMA node; none on a CPU-only machine), none, or a cpulist",
     )
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        default=None,
+        help="concurrent: append each run's rates here (JSON lines: call, repeat, side, variant, range, rate)",
+    )
+    parser.add_argument("--call", default="", help="concurrent: this call's name in the --rows file")
+    parser.add_argument(
+        "--pool",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="fit the additive model over these --rows files (several calls together) and exit",
+    )
+    parser.add_argument(
+        "--fixed-layout",
+        action="store_true",
+        help="concurrent: every run with address space randomisation off (setarch -R) and PYTHONHASHSEED=0",
+    )
     args = parser.parse_args()
+    if args.pool:
+        pool(args.pool)
+        return
+    if args.fixed_layout:
+        ENV["PYTHONHASHSEED"] = "0"
+        if shutil.which("setarch"):
+            LAYOUT[:] = ["setarch", os.uname().machine, "-R"]
+        print(f"layout fixed: PYTHONHASHSEED=0, {' '.join(LAYOUT) or 'setarch not found: ASLR left on'}", flush=True)
     if args.cpu:
         ENV["OMP_NUM_THREADS"] = "1"
     pinned = pin_cpus("none" if args.part == "concurrent" else args.cpus)  # concurrent pins each side itself
@@ -640,7 +749,17 @@ def main() -> None:
         if args.part == "concurrent":
             sides = tuple(args.sides.split(","))
             variants = tuple(args.variants.split(","))
-            concurrent(args.cpu, args.repeats, work, args.timeout, sides, moved=not args.user_window, variants=variants)
+            concurrent(
+                args.cpu,
+                args.repeats,
+                work,
+                args.timeout,
+                sides,
+                moved=not args.user_window,
+                variants=variants,
+                rows_out=args.rows,
+                call=args.call,
+            )
         if args.part == "residue":
             residue(args.cpu, args.repeats, work, args.timeout, window=not args.no_window, forked=args.forked)
         if args.part in ("planted", "both"):
