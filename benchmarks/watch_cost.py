@@ -26,7 +26,11 @@ per pair, then their median and range over the pairs:
 Part ``residue`` (``--forked``: a third run a repeat, the plain script in a child forked as watch
 forks its own) and part ``concurrent`` (plain and watched at once on GPUs of one host, the sides
 rotating each repeat: ``--sides 2,3``; ``--variants plain,watch,watch-nogpu,run --sides 0,1,2,3``
-adds watch without its GPU samples and ``diagnose run --no-stop``): see their functions.
+adds watch without its GPU samples and ``diagnose run --no-stop``): see their functions. With
+``--variants plain,plain-again,watch,watch-again --sides 0,1,2,3`` each repeat runs two processes
+of each at once, and the cost comes from a least-squares fit of ``log rate = moment + GPU +
+variant`` with its standard error (``_bench.additive_effects``); ``--rows FILE`` keeps each run's
+rates and ``--pool FILE...`` fits several calls together.
 
 Part ``planted``: each examples/watch_*.py under ``diagnose watch``: the top whole-run finding
 (WHOLE*), where it ranks among all findings, what it says the shift cost, the share of the
