@@ -26,6 +26,7 @@ from diagnose.analysis.prediction.predict import (
     fused_optimizer,
     graph_breaks,
     graphs_of_compiled,
+    grow_batch_building,
     kernel_floor_us,
     larger_batch,
     more_workers,
@@ -568,6 +569,41 @@ def test_a_larger_batch_keeps_each_kernels_floor_and_idle_workers_keep_up() -> N
     # workers busy 5% would be busy all the time at 32x: the wait grows with the batch
     busy = larger_batch(model, {**facts, "workers.busy": 0.05}, factor=32)
     assert [it.duration_us for it in busy.items if it.fetch is not None] == [32.0]
+
+
+def hand_built_steps(copy: bool = True) -> TraceBuilder:
+    """Two 100 µs steps of a script that builds its batch itself (no DataLoader): a 4 KB pinned
+    copy launched 2 µs in, then 90 µs of forward with one 10 µs kernel. The host sets the pace."""
+    b = TraceBuilder()
+    for start in (0, 100):
+        b.step(start // 100, start, 100)
+        b.op("aten::to", start + 1, 4)
+        if copy:
+            b.memcpy("Memcpy HtoD (Pinned -> Device)", start + 3, 3, 4096, launch_ts=start + 2, launch_dur=2)
+        b.op("aten::linear", start + 5, 90, forward=True)
+        b.kernel(ELEMENTWISE, start + 20, 10, launch_ts=start + 10)
+    return b
+
+
+def test_a_batch_built_by_hand_grows_its_building_with_the_batch() -> None:
+    """A tenth of each step builds the batch a sample at a time (``host.batch_build_share``):
+    at 4x the batch it takes 4x as long, 30 µs more each step, added before the step's copy to
+    the GPU. The host still sets the pace, so each step is 30 µs longer than the larger batch
+    without it: 4x the samples in 1.3x the time. Without a copy from the host nothing is added
+    (the batch is sliced on the GPU), nor without the share."""
+    model = model_of(hand_built_steps())
+    without = larger_batch(model, {}, factor=4)
+    bigger = larger_batch(model, {"host.batch_build_share": 0.1}, factor=4)
+    added = [it for it in bigger.items if it.kind == "work" and it not in without.items]
+    assert [it.duration_us for it in added] == [30.0, 30.0]
+    assert replay(bigger).window_us == pytest.approx(replay(without).window_us + 60.0)
+    assert replay(without).window_us == pytest.approx(200.0, abs=1.0)
+    assert predict(
+        model, replay_check(model), "larger_batch", {"host.batch_build_share": 0.1}, {"factor": 4}
+    ).speedup == (pytest.approx(4 * replay(model).window_us / replay(bigger).window_us))
+    sliced = model_of(hand_built_steps(copy=False))
+    assert grow_batch_building(sliced, 0.1, 4) is sliced
+    assert grow_batch_building(model, None, 4) is model and grow_batch_building(model, 0.1, 1) is model
 
 
 def worker_steps() -> TraceBuilder:

@@ -265,6 +265,76 @@ HOST_LINES = [
     {"site": "/a/train.py:30", "code": "opt.step()", "where": "optimizer", "share": 0.0625},
 ]
 
+#: nanoGPT's shape: the loop at module level calls backward and step; its get_batch stacks one
+#: sample at a time (two looping lines, counted), opens a memory map and copies to the GPU (once a
+#: batch, not counted); the loop's own looping line and the model's are not the batch's building
+BATCH_BUILDING_LINES = [
+    {
+        "site": "/a/train.py:305",
+        "function": "<module>",
+        "code": "loss.backward()",
+        "where": "backward",
+        "samples": 52,
+        "share": 0.52,
+    },
+    {
+        "site": "/a/train.py:311",
+        "function": "<module>",
+        "code": "optimizer.step()",
+        "where": "optimizer",
+        "samples": 2,
+        "share": 0.02,
+    },
+    {
+        "site": "/a/model.py:90",
+        "function": "forward",
+        "code": "for block in self.h: x = block(x)",
+        "where": "model",
+        "samples": 9,
+        "share": 0.09,
+    },
+    {
+        "site": "/a/train.py:124",
+        "function": "get_batch",
+        "code": "x = torch.stack([torch.from_numpy(d[i:i+T]) for i in ix])",
+        "where": "other",
+        "samples": 5,
+        "share": 0.05,
+    },
+    {
+        "site": "/a/train.py:125",
+        "function": "get_batch",
+        "code": "y = torch.stack([torch.from_numpy(d[i+1:i+1+T]) for i in ix])",
+        "where": "other",
+        "samples": 3,
+        "share": 0.03,
+    },
+    {
+        "site": "/a/train.py:120",
+        "function": "get_batch",
+        "code": "d = np.memmap(path, dtype=np.uint16, mode='r')",
+        "where": "other",
+        "samples": 2,
+        "share": 0.02,
+    },
+    {
+        "site": "/a/train.py:128",
+        "function": "get_batch",
+        "code": "x = x.pin_memory().to(device, non_blocking=True)",
+        "where": "other",
+        "samples": 1,
+        "share": 0.01,
+    },
+    {
+        "site": "/a/train.py:298",
+        "function": "<module>",
+        "code": "for micro_step in range(accum):",
+        "where": "other",
+        "samples": 2,
+        "share": 0.02,
+    },
+]
+
 #: warm-up 1, profiled 1, the export step, then 5 timed steps: 3, 3, 4, 3 and 30 ms
 FIVE_TIMED = {
     "plan": {"warmup": 1, "steps": 1, "timed": 5},
@@ -1070,6 +1140,29 @@ CASES = {
                 "lines.sync_sites": None,
                 "host.other_user_share": None,
             },
+        ),
+        Case(
+            "a batch built by hand a sample at a time: the helper's looping lines, not the loop's own",
+            breakdown=GPU,
+            record=_record(samples_from="--batch_size", host_samples={"lines": BATCH_BUILDING_LINES}),
+            expected={"host.batch_build_share": 0.05 + 0.03},
+        ),
+        Case(
+            "the same lines where a DataLoader fed the steps: nothing counted",
+            breakdown=GPU,
+            record=_record(host_samples={"lines": BATCH_BUILDING_LINES}),
+            expected={"host.batch_build_share": None},
+        ),
+        Case(
+            "no line sampled in backward or the optimizer: the loop's function is unknown",
+            breakdown=GPU,
+            record=_record(
+                samples_from="--batch_size",
+                host_samples={
+                    "lines": [x for x in BATCH_BUILDING_LINES if x["where"] not in ("backward", "optimizer")]
+                },
+            ),
+            expected={"host.batch_build_share": None},
         ),
     ],
     "frameworks": [

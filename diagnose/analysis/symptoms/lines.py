@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from diagnose.analysis.measure.breakdown import Breakdown
-from diagnose.analysis.symptoms.registry import symptom
+from diagnose.analysis.symptoms.registry import Known, symptom
 from diagnose.record import RunRecord
 
 
@@ -123,3 +124,44 @@ def data_lines(record: RunRecord) -> str:
     return "; ".join(
         f"{_short(x['site'])} `{x['code']}` ({x['share'] * 100:.0f}% of the step)" for x in _sampled(record, "data")[:3]
     )
+
+
+#: a line that loops over something in Python: a comprehension or a ``for`` statement
+_ITERATES = re.compile(r"\bfor\b.+\bin\b")
+
+
+@symptom(
+    "host.batch_build_share",
+    "share",
+    "share of the profiled steps the main thread spent on lines of the script's own functions (outside the "
+    "training loop's, the model, backward and optimizer) that loop in Python, where it builds each batch "
+    "by hand, a sample at a time, and copies it from the host: host work that a larger batch multiplies",
+    uses=("batch.option", "h2d.bytes_per_step"),
+)
+def batch_build_share(record: RunRecord, known: Known) -> float | None:
+    """Where no DataLoader fed the steps (``batch.option``: the samples were counted from the
+    script's batch option) and each step copies its inputs from the host (``h2d.bytes_per_step``):
+    the sampled lines of the main thread that loop (``_ITERATES``) in a function of the script
+    other than the training loop's, outside the model, backward and optimizer. nanoGPT's
+    ``get_batch`` builds its batch so: ``torch.stack([torch.from_numpy(data[i:i+block_size]
+    .astype(np.int64)) for i in ix])``; its other lines (opening the memory map, the copy to the
+    GPU) cost the same at any batch and are not counted. The loop's function is that of the line
+    sampled most in backward and of the one sampled most in the optimizer (the sampler's innermost
+    line of the script there: the calls of backward and step). None where nothing says which
+    function is the loop's, or no such line was sampled."""
+    if not known.get("batch.option") or not known.get("h2d.bytes_per_step"):
+        return None
+    lines = _sampled(record)
+    loop = {
+        max(at, key=lambda x: x.get("samples", x["share"])).get("function")
+        for where in ("backward", "optimizer")
+        if (at := [x for x in lines if x["where"] == where])
+    }
+    if not loop:
+        return None
+    share = sum(
+        x["share"]
+        for x in lines
+        if x["where"] == "other" and x.get("function") not in loop and _ITERATES.search(x.get("code") or "")
+    )
+    return share or None
