@@ -837,14 +837,16 @@ def larger_batch(
 
 
 def grow_batch_building(model: StepModel, share: float | None, factor: float) -> StepModel:
-    """The host work of building a batch by hand (``host.batch_build_share`` of the steps: the
-    script's own functions outside the model, backward and optimizer, in a script that copies its
-    inputs from the host and has no DataLoader) grown ``factor`` times: ``factor - 1`` times that
-    work is added to the host's sequence just before each step's host-to-device copies, where the
-    batch is handed to the GPU, shared among them. Every sample costs what one cost; the part of
-    the work no batch size changes (calling the function, the copy's set-up) is counted as if
-    it grew too: the work added is the most a larger batch adds there (nanoGPT's ``get_batch``
-    took 5.6 times as long at 8 times the batch).
+    """The host work of building a batch by hand, a sample at a time (``host.batch_build_share``
+    of the steps: the lines of the script's own helpers that loop in Python, in a script that
+    copies its inputs from the host and has no DataLoader) grown ``factor`` times: ``factor - 1``
+    times that work is added to the host's sequence just before each step's host-to-device
+    copies, where the batch is handed to the GPU, shared among them. Every sample costs what one
+    cost, and what those lines spend once a batch (entering the loop, the stack of its results)
+    is counted as if it grew too: the work added is the most a larger batch adds there (nanoGPT's
+    ``get_batch`` took 5.6 times as long at 8 times the batch). Like all host work it is replayed
+    at the profiler-free pace (``host_scale``), though a Python loop with few operators in it is
+    slowed less by the profiler than the rest.
     Unchanged without the share or without a host-to-device copy in the modelled steps."""
     if not share or share <= 0 or factor <= 1 or not model.steps:
         return model
