@@ -387,6 +387,41 @@ def test_planted_oom_example_ends_as_oom_on_cpu(tmp_path: Path) -> None:
     assert record.memory_at_oom is None
 
 
+def test_an_oom_in_a_script_that_batches_by_hand_takes_the_batch_from_its_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No DataLoader counted the step that ran out of memory: its samples are the batch option's
+    value where the counted step's input held it or was not measured yet; not where the input
+    held another number (a global batch split by hand), and not without an option."""
+    from types import SimpleNamespace
+
+    from diagnose.runtime import runner as R
+
+    taken: list[int | None] = []
+    monkeypatch.setattr(R, "_cuda_in_use", lambda: True)
+    monkeypatch.setattr(
+        "diagnose.runtime.memory_probe.snapshot_at_oom", lambda message, samples: taken.append(samples) or "split"
+    )
+
+    def oom(option: dict | None, dims: tuple[int, ...], counted: list[int]) -> int | None:
+        fake = SimpleNamespace(
+            record=SimpleNamespace(memory_at_oom=None),
+            clock=SimpleNamespace(samples_this_step=0, samples_per_step=counted),
+            script_args=SimpleNamespace(batch_option=lambda: option),
+            memory_probe=SimpleNamespace(input_dims=dims),
+        )
+        fake._oom_option_batch = lambda: R._ScriptRun._oom_option_batch(fake)
+        R._ScriptRun._on_oom(fake, "CUDA out of memory")
+        return taken.pop()
+
+    option = {"flag": "--batch_size", "dest": "batch_size", "value": 128}
+    assert oom(option, (), []) == 128  # at the first step: nothing measured yet
+    assert oom(option, (128, 256), [0]) == 128  # the input holds it
+    assert oom(option, (16, 256), [0]) is None  # the input holds another number
+    assert oom(None, (), []) is None
+    assert oom(option, (), [64]) == 64  # a DataLoader counted the step: its count
+
+
 # --- the script's traceback leaves out the diagnose frames an error only passed through ----------
 
 WRAPPER = """

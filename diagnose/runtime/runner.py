@@ -303,7 +303,18 @@ class _ScriptRun:
         if self.record.memory_at_oom is None and _cuda_in_use():
             clock = self.clock
             samples = clock.samples_this_step or (clock.samples_per_step[-1] if clock.samples_per_step else None)
-            self.record.memory_at_oom = snapshot_at_oom(message, samples)
+            self.record.memory_at_oom = snapshot_at_oom(message, samples or self._oom_option_batch())
+
+    def _oom_option_batch(self) -> int | None:
+        """Where no DataLoader counted the samples of the step that ran out of memory: the
+        script's batch option's value, where the counted step's model input held it (as
+        ``_option_batch``) or where the memory ran out before that step was measured (a batch
+        too large fails at its first step, verify's larger batch among them)."""
+        option = self.script_args.batch_option()
+        if option is None:
+            return None
+        dims = self.memory_probe.input_dims
+        return int(option["value"]) if not dims or option["value"] in dims else None
 
     # --- the run ------------------------------------------------------------------------------
 
