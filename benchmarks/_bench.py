@@ -29,6 +29,33 @@ def run_in_repo(cmd: list[str], timeout: float, env: dict[str, str] | None = Non
     )
 
 
+#: clock ticks a second, the unit of ``/proc``'s CPU times
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def proc_stat(path: str | Path) -> tuple[str, float]:
+    """A ``/proc/<pid>/stat`` (or a thread's ``/proc/<pid>/task/<tid>/stat``) file's name and
+    its user + system CPU seconds; raises OSError where it is gone."""
+    text = Path(path).read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return text[text.index("(") + 1 : text.rindex(")")], (int(fields[11]) + int(fields[12])) / TICK
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (Linux: each thread's ``children`` file), those that
+    ended meanwhile left out."""
+    out, pending = [], [pid]
+    while pending:
+        p = pending.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                pending.extend(int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def parse_cpulist(text: str) -> list[int]:
     """``"0-3,8,10-11"`` (the kernel's cpulist format) -> ``[0, 1, 2, 3, 8, 10, 11]``."""
     cpus: list[int] = []

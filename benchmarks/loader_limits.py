@@ -26,13 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "examples"))
 from data_bound import JpegImages  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import proc_stat  # noqa: E402
 
 
 def cpu_s(pid: int) -> float:
     """user + system CPU seconds of one process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return proc_stat(f"/proc/{pid}/stat")[1]
 
 
 def measure(data: JpegImages, batch: int, workers: int, pin: bool, batches: int, by_hand: bool) -> dict:

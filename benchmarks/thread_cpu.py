@@ -17,32 +17,14 @@ import argparse
 import collections
 import os
 import subprocess
+import sys
 import time
+from pathlib import Path
 
-TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import descendants, proc_stat
+
 BUCKET_S = 2
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = collections.defaultdict(list)
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                stat = open(f"/proc/{name}/stat").read()  # noqa: SIM115 - a short read
-            except OSError:
-                continue
-            kids[int(stat[stat.rindex(")") + 2 :].split()[1])].append(int(name))
-    return kids
-
-
-def descendants(root: int) -> list[int]:
-    """``root`` and every process below it."""
-    kids, out, todo = _children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, []))
-    return out
 
 
 def thread_cpu(pids: list[int]) -> dict[tuple[int, int, str], float]:
@@ -55,12 +37,10 @@ def thread_cpu(pids: list[int]) -> dict[tuple[int, int, str], float]:
             continue
         for tid in tids:
             try:
-                stat = open(f"/proc/{pid}/task/{tid}/stat").read()  # noqa: SIM115 - a short read
-            except OSError:
+                name, cpu = proc_stat(f"/proc/{pid}/task/{tid}/stat")
+            except (OSError, ValueError):
                 continue
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2 :].split()
-            seen[(pid, int(tid), name)] = (int(fields[11]) + int(fields[12])) / TICK
+            seen[(pid, int(tid), name)] = cpu
     return seen
 
 

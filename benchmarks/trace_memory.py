@@ -52,6 +52,8 @@ import orjson
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import descendants  # noqa: E402
 
 FIXTURE = REPO / "tests" / "data" / "forloop_optimizer"
 #: correlation and flow ids of copy k are shifted by k * ID_STRIDE (the fixture's stay below it)
@@ -128,15 +130,9 @@ class Measured:
 def _tree_rss(pid: int) -> int:
     """Resident bytes of ``pid`` and every descendant (worker processes count too)."""
     total = 0
-    pending = [pid]
-    while pending:
-        p = pending.pop()
+    for p in descendants(pid):
         try:
-            with open(f"/proc/{p}/statm") as fh:
-                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as fh:
-                    pending.extend(int(c) for c in fh.read().split())
+            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError):
             continue
     return total
