@@ -410,7 +410,7 @@ def test_an_oom_in_a_script_that_batches_by_hand_takes_the_batch_from_its_option
             script_args=SimpleNamespace(batch_option=lambda: option),
             memory_probe=SimpleNamespace(input_dims=dims),
         )
-        fake._oom_option_batch = lambda: R._ScriptRun._oom_option_batch(fake)
+        fake._option_batch = lambda unmeasured=False: R._ScriptRun._option_batch(fake, unmeasured)
         R._ScriptRun._on_oom(fake, "CUDA out of memory")
         return taken.pop()
 

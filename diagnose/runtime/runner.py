@@ -303,18 +303,7 @@ class _ScriptRun:
         if self.record.memory_at_oom is None and _cuda_in_use():
             clock = self.clock
             samples = clock.samples_this_step or (clock.samples_per_step[-1] if clock.samples_per_step else None)
-            self.record.memory_at_oom = snapshot_at_oom(message, samples or self._oom_option_batch())
-
-    def _oom_option_batch(self) -> int | None:
-        """Where no DataLoader counted the samples of the step that ran out of memory: the
-        script's batch option's value, where the counted step's model input held it (as
-        ``_option_batch``) or where the memory ran out before that step was measured (a batch
-        too large fails at its first step, verify's larger batch among them)."""
-        option = self.script_args.batch_option()
-        if option is None:
-            return None
-        dims = self.memory_probe.input_dims
-        return int(option["value"]) if not dims or option["value"] in dims else None
+            self.record.memory_at_oom = snapshot_at_oom(message, samples or self._option_batch(unmeasured=True))
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -552,11 +541,15 @@ class _ScriptRun:
                 self.run_dir.record_path().unlink(missing_ok=True)
             raise
 
-    def _option_batch(self) -> int | None:
+    def _option_batch(self, unmeasured: bool = False) -> int | None:
         """The script's batch option's value where the model's input in the counted step holds
-        it in its first or second dimension (batch-first, or sequence-first as an RNN's input)."""
+        it in its first or second dimension (batch-first, or sequence-first as an RNN's input);
+        with ``unmeasured``, also where no input was measured yet (an out-of-memory error before
+        the counted step: a batch too large fails at its first step, verify's larger batch among
+        them)."""
         option = self.script_args.batch_option()
-        if option is None or option["value"] not in self.memory_probe.input_dims:
+        dims = self.memory_probe.input_dims
+        if option is None or (option["value"] not in dims and not (unmeasured and not dims)):
             return None
         return int(option["value"])
 
