@@ -105,13 +105,18 @@ def option_words(option: dict[str, Any], value: object) -> str:
     return f"{option['flag']}={value}" if option.get("joined") else f"{option['flag']} {value}"
 
 
+def training_key(dest: str) -> str | None:
+    """An option's destination in lower case with ``_`` for ``-``; None where it names another
+    split's setting (``EVAL_PREFIXES``: ``eval_batch_size``, ``test_bs``)."""
+    key = dest.lower().replace("-", "_")
+    return None if key.startswith(EVAL_PREFIXES) else key
+
+
 def is_batch_dest(dest: str) -> bool:
     """Whether an option's destination names the training batch (``batch_size``, ``bs``,
     ``train_batch_size``), not an evaluation one (``eval_batch_size``, ``test_bs``)."""
-    key = dest.lower().replace("-", "_")
-    if key.startswith(EVAL_PREFIXES):
-        return False
-    return key in BATCH_DESTS or key.endswith("batch_size")
+    key = training_key(dest)
+    return key is not None and (key in BATCH_DESTS or key.endswith("batch_size"))
 
 
 @dataclass(frozen=True)

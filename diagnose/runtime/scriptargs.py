@@ -26,7 +26,7 @@ import argparse
 import sys
 from typing import Any
 
-from diagnose.record import LENGTH_OPTIONS, is_batch_dest
+from diagnose.record import LENGTH_OPTIONS, is_batch_dest, training_key
 
 
 class ScriptArgs:
@@ -130,5 +130,5 @@ def step_samples(option: dict[str, Any]) -> int:
 def is_accumulation_dest(dest: str) -> bool:
     """Whether an option's destination sets the micro-batches an optimizer step accumulates
     (``gradient_accumulation_steps``, ``accumulation_steps``, ``grad_accum``)."""
-    key = dest.lower().replace("-", "_")
-    return "accum" in key and not key.startswith(("eval", "test", "val"))
+    key = training_key(dest)
+    return key is not None and "accum" in key
