@@ -859,8 +859,8 @@ def grow_batch_building(model: StepModel, share: float | None, factor: float) ->
     ]
     if not copies:
         return model
-    per_step_us = share * sum(model.step_durations_us) / model.steps * (factor - 1)
-    added_us = per_step_us * model.steps / len(copies)
+    # the modelled steps' building, (factor - 1) times over, shared among their copies
+    added_us = share * sum(model.step_durations_us) * (factor - 1) / len(copies)
     at = set(copies)
     items: list[HostItem] = []
     for i, it in enumerate(model.items):
