@@ -406,10 +406,11 @@ LAYOUT: list[str] = []
 #: (``forked``: ``FORKED``, made as watch makes its child, nothing of diagnose installed), and the
 #: plain script with its own torch.profiler window over the steps of watch's main window, CUPTI
 #: torn down after it as diagnose has it (``plain-window``: what the profiler leaves, apart from
-#: diagnose)
+#: diagnose), the same window with CPU activity only (``plain-window-cpu``: no CUPTI at all, so
+#: what the window leaves apart from CUPTI's attachment and teardown)
 #: ``watch-again`` is watch once more: with ``plain-again``, two runs of each at every moment, the
 #: pair's mean against the pair's mean (``additive_effects`` pools a variant with its ``-again``)
-CONCURRENT_VARIANTS = ("plain", "watch", "watch-nogpu", "run", "plain-again", "forked", "plain-window", "watch-again")
+CONCURRENT_VARIANTS = ("plain", "watch", "watch-nogpu", "run", "plain-again", "forked", "plain-window", "watch-again", "plain-window-cpu")
 #: ``plain-window``'s profiler window: the steps watch's main window takes where a user's run has it
 USER_WINDOW = "4:15"
 
@@ -417,10 +418,11 @@ USER_WINDOW = "4:15"
 def _variant_cmd(variant: str, script: str, args: list[str], window: tuple[str, ...], out: Path) -> list[str]:
     if variant in ("plain", "plain-again"):
         return [sys.executable, script, *args]
-    if variant == "plain-window":
+    if variant in ("plain-window", "plain-window-cpu"):
         start, end = RESIDUE_WINDOW if window else map(int, USER_WINDOW.split(":"))
         cuda_teardown = ["env", "TEARDOWN_CUPTI=1"]
-        return [*cuda_teardown, sys.executable, script, *args, "--profile-window", f"{start}:{end}"]
+        cpu_only = ["--profile-cpu-only"] if variant == "plain-window-cpu" else []
+        return [*cuda_teardown, sys.executable, script, *args, "--profile-window", f"{start}:{end}", *cpu_only]
     if variant == "forked":
         return [sys.executable, "-c", FORKED, script, *args]
     tail = ["-q", *window, "--out", str(out), "--overwrite"]

@@ -21,6 +21,8 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--profile-window", default=None, metavar="START:END",
                    help="torch.profiler over these steps, as diagnose's main window (benchmarks/watch_cost.py: what it leaves behind)")
+    p.add_argument("--profile-cpu-only", action="store_true",
+                   help="that window without CUDA activity (no CUPTI): what it leaves apart from CUPTI's")
     args = p.parse_args()
     window = tuple(int(x) for x in args.profile_window.split(":")) if args.profile_window else None
     prof = None
@@ -34,7 +36,7 @@ def main() -> None:
     for step in range(args.steps):
         timer.step(step)
         if window and step == window[0]:
-            activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+            activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev.type == "cuda" and not args.profile_cpu_only else [])
             prof = torch.profiler.profile(activities=activities)
             prof.start()
         elif prof is not None and step == window[1]:
