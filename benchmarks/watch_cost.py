@@ -410,7 +410,17 @@ LAYOUT: list[str] = []
 #: what the window leaves apart from CUPTI's attachment and teardown)
 #: ``watch-again`` is watch once more: with ``plain-again``, two runs of each at every moment, the
 #: pair's mean against the pair's mean (``additive_effects`` pools a variant with its ``-again``)
-CONCURRENT_VARIANTS = ("plain", "watch", "watch-nogpu", "run", "plain-again", "forked", "plain-window", "watch-again", "plain-window-cpu")
+CONCURRENT_VARIANTS = (
+    "plain",
+    "watch",
+    "watch-nogpu",
+    "run",
+    "plain-again",
+    "forked",
+    "plain-window",
+    "watch-again",
+    "plain-window-cpu",
+)
 #: ``plain-window``'s profiler window: the steps watch's main window takes where a user's run has it
 USER_WINDOW = "4:15"
 
