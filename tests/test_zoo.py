@@ -262,6 +262,22 @@ def test_generated_text_tokens_and_images(tmp_path: Path) -> None:
     ]
 
 
+def test_a_generated_citation_graph_is_in_coras_layout_pygcn_reads(tmp_path: Path) -> None:
+    step = {"kind": "citation-graph", "dest": "{src}/data/cora", "nodes": 60, "features": 20, "classes": 3, "edges": 90}
+    prepare.prepare(step, tmp_path)
+    content = [line.split("\t") for line in (tmp_path / "data" / "cora" / "cora.content").read_text().splitlines()]
+    assert len(content) == 60 and {len(row) for row in content} == {1 + 20 + 1}
+    assert all(set(row[1:-1]) <= {"0", "1"} for row in content)
+    assert {row[-1] for row in content} <= {"class_0", "class_1", "class_2"}
+    ids = {row[0] for row in content}
+    assert len(ids) == 60
+    cites = [tuple(line.split("\t")) for line in (tmp_path / "data" / "cora" / "cora.cites").read_text().splitlines()]
+    assert len(cites) == len(set(cites)) == 90
+    assert all(a in ids and b in ids and a != b for a, b in cites)
+    assert not {(b, a) for a, b in cites} & set(cites)
+    assert "already there" in prepare.prepare(step, tmp_path)
+
+
 # ------------------------------------------------------------------ what run.py reads of a report
 
 

@@ -193,6 +193,38 @@ def timm_hub_weights(dest: Path, step: dict) -> str:
     return f"{snapshot / filename} (random weights for {repo_id})"
 
 
+def citation_graph(dest: Path, step: dict) -> str:
+    """A citation graph in Cora's text layout, as pygcn reads it: ``{name}.content``, one node a
+    line (its id, ``features`` binary word features, its class name, tab-separated), and
+    ``{name}.cites`` (``cited citing`` ids, one edge a line, every id a node's). Defaults are
+    Cora's sizes: 2,708 nodes, 1,433 features, 7 classes, 5,429 edges. Each class draws its
+    words from its own share of the vocabulary more often, and most edges join nodes of one
+    class (a graph a GCN can learn from); no edge twice, none from a node to itself."""
+    rng = np.random.default_rng(SEED)
+    name = str(step.get("name", "cora"))
+    nodes, width = int(step.get("nodes", 2708)), int(step.get("features", 1433))
+    classes, edges = int(step.get("classes", 7)), int(step.get("edges", 5429))
+    ids = np.sort(rng.choice(np.arange(1, 50 * nodes), nodes, replace=False))
+    labels = rng.integers(0, classes, nodes)
+    p = np.full((classes, width), 0.01)
+    for k in range(classes):
+        p[k, k * width // classes : (k + 1) * width // classes] = 0.05
+    features = (rng.random((nodes, width)) < p[labels]).astype(np.uint8)
+    with open(dest / f"{name}.content", "w") as f:
+        for i in range(nodes):
+            f.write(f"{ids[i]}\t" + "\t".join(map(str, features[i])) + f"\tclass_{labels[i]}\n")
+    by_class = [np.flatnonzero(labels == k) for k in range(classes)]
+    seen: set[tuple[int, int]] = set()
+    while len(seen) < edges:
+        a = int(rng.integers(0, nodes))
+        b = int(rng.choice(by_class[labels[a]])) if rng.random() < 0.8 else int(rng.integers(0, nodes))
+        if a != b and (a, b) not in seen and (b, a) not in seen:
+            seen.add((a, b))
+    with open(dest / f"{name}.cites", "w") as f:
+        f.writelines(f"{ids[a]}\t{ids[b]}\n" for a, b in sorted(seen))
+    return f"{dest} ({name}.content, {name}.cites: {nodes} nodes, {edges} edges, {classes} classes)"
+
+
 def folder(dest: Path, step: dict) -> str:
     """An empty folder the script writes into but does not create."""
     return f"{dest} (folder)"
@@ -207,6 +239,7 @@ GENERATORS = {
     "cifar-pt": cifar_pt,
     "timm-hub-weights": timm_hub_weights,
     "folder": folder,
+    "citation-graph": citation_graph,
 }
 
 
