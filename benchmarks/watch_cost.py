@@ -407,7 +407,8 @@ LAYOUT: list[str] = []
 #: plain script with its own torch.profiler window over the steps of watch's main window, CUPTI
 #: torn down after it as diagnose has it (``plain-window``: what the profiler leaves, apart from
 #: diagnose), the same window with CPU activity only (``plain-window-cpu``: no CUPTI at all, so
-#: what the window leaves apart from CUPTI's attachment and teardown)
+#: what the window leaves apart from CUPTI's attachment and teardown), and the window exported
+#: and gzipped in the process as diagnose does (``plain-window-export``: what writing the trace leaves)
 #: ``watch-again`` is watch once more: with ``plain-again``, two runs of each at every moment, the
 #: pair's mean against the pair's mean (``additive_effects`` pools a variant with its ``-again``)
 CONCURRENT_VARIANTS = (
@@ -420,6 +421,7 @@ CONCURRENT_VARIANTS = (
     "plain-window",
     "watch-again",
     "plain-window-cpu",
+    "plain-window-export",
 )
 #: ``plain-window``'s profiler window: the steps watch's main window takes where a user's run has it
 USER_WINDOW = "4:15"
@@ -428,11 +430,22 @@ USER_WINDOW = "4:15"
 def _variant_cmd(variant: str, script: str, args: list[str], window: tuple[str, ...], out: Path) -> list[str]:
     if variant in ("plain", "plain-again"):
         return [sys.executable, script, *args]
-    if variant in ("plain-window", "plain-window-cpu"):
+    if variant.startswith("plain-window"):
         start, end = RESIDUE_WINDOW if window else map(int, USER_WINDOW.split(":"))
         cuda_teardown = ["env", "TEARDOWN_CUPTI=1"]
-        cpu_only = ["--profile-cpu-only"] if variant == "plain-window-cpu" else []
-        return [*cuda_teardown, sys.executable, script, *args, "--profile-window", f"{start}:{end}", *cpu_only]
+        extra = {
+            "plain-window-cpu": ["--profile-cpu-only"],
+            "plain-window-export": ["--profile-export", str(out.parent)],
+        }
+        return [
+            *cuda_teardown,
+            sys.executable,
+            script,
+            *args,
+            "--profile-window",
+            f"{start}:{end}",
+            *extra.get(variant, []),
+        ]
     if variant == "forked":
         return [sys.executable, "-c", FORKED, script, *args]
     tail = ["-q", *window, "--out", str(out), "--overwrite"]
