@@ -156,6 +156,26 @@ if pid == 0:
 sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 """
 
+#: ``plain-imports``: the plain script in its own process after importing what a watched training
+#: process holds at its steps (diagnose's runtime, analysis and CLI modules and what they import),
+#: nothing installed: what the modules' footprint (memory, the heap's layout) costs the steps
+IMPORTED = """
+import importlib, runpy, sys
+for name in ("diagnose.cli", "diagnose.session", "diagnose.api", "diagnose.jupyter", "diagnose.analysis.pipeline",
+             "diagnose.analysis.compare", "diagnose.analysis.gate", "diagnose.runtime.runner", "diagnose.runtime.whole",
+             "diagnose.runtime.instrument", "diagnose.runtime.line_attribution", "diagnose.runtime.compilewatch",
+             "diagnose.runtime.flops", "diagnose.runtime.frameworkwatch", "diagnose.runtime.marks",
+             "diagnose.runtime.memory_probe", "diagnose.runtime.environment", "torch.utils.flop_counter", "pydantic"):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+script, *args = sys.argv[1:]
+sys.argv = [script, *args]
+sys.path[0] = __import__("os").path.dirname(__import__("os").path.abspath(script))
+runpy.run_path(script, run_name="__main__")
+"""
+
 
 def forked_output(script: str, args: list[str], timeout: float) -> str:
     """The script run as ``FORKED`` runs it: its stdout."""
@@ -408,7 +428,8 @@ LAYOUT: list[str] = []
 #: torn down after it as diagnose has it (``plain-window``: what the profiler leaves, apart from
 #: diagnose), the same window with CPU activity only (``plain-window-cpu``: no CUPTI at all, so
 #: what the window leaves apart from CUPTI's attachment and teardown), and the window exported
-#: and gzipped in the process as diagnose does (``plain-window-export``: what writing the trace leaves)
+#: and gzipped in the process as diagnose does (``plain-window-export``: what writing the trace leaves),
+#: and the plain script after importing what watch's training process holds (``plain-imports``)
 #: ``watch-again`` is watch once more: with ``plain-again``, two runs of each at every moment, the
 #: pair's mean against the pair's mean (``additive_effects`` pools a variant with its ``-again``)
 CONCURRENT_VARIANTS = (
@@ -422,6 +443,7 @@ CONCURRENT_VARIANTS = (
     "watch-again",
     "plain-window-cpu",
     "plain-window-export",
+    "plain-imports",
 )
 #: ``plain-window``'s profiler window: the steps watch's main window takes where a user's run has it
 USER_WINDOW = "4:15"
@@ -448,6 +470,8 @@ def _variant_cmd(variant: str, script: str, args: list[str], window: tuple[str, 
         ]
     if variant == "forked":
         return [sys.executable, "-c", FORKED, script, *args]
+    if variant == "plain-imports":
+        return [sys.executable, "-c", IMPORTED, script, *args]
     tail = ["-q", *window, "--out", str(out), "--overwrite"]
     if variant == "run":
         return [sys.executable, "-m", "diagnose", "run", script, *tail, "--no-stop", "--no-check", "--", *args]
