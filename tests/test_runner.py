@@ -159,6 +159,35 @@ def test_loop_without_optimizer_or_dataloader_counts_model_calls(write_script) -
     assert record.profiled_steps == 3
 
 
+INNER_CALLS = """
+import torch
+cell, head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+opt = torch.optim.SGD([*cell.parameters(), *head.parameters()], lr=0.01)
+for _ in range({steps}):
+    h = torch.zeros(2, 4)
+    for _ in range(30):  # a cell stepped in Python, as an RNN encoder or an ODE solver's function
+        h = torch.tanh(cell(h))
+    loss = head(h).pow(2).mean()
+    opt.zero_grad(){step}
+"""
+
+
+def test_a_module_called_many_times_before_the_first_optimizer_step_is_no_step(write_script) -> None:
+    # each of the cell's 30 calls had been a step: the window ended inside the first training step
+    record = run(write_script(INNER_CALLS.format(steps=12, step="; loss.backward(); opt.step()")))
+    assert record.step_mode == "optimizer"
+    assert record.status == "stopped" and record.profiled_steps == 3
+
+
+def test_an_optimizer_never_stepped_leaves_model_calls_counted_once_the_hold_is_over(write_script, monkeypatch) -> None:
+    import diagnose.runtime.instrument as instrument
+
+    monkeypatch.setattr(instrument, "FORWARD_HOLD_S", 0.0)
+    record = run(write_script(INNER_CALLS.format(steps=3, step="")))
+    assert record.step_mode == "forward"
+    assert record.status == "stopped" and record.profiled_steps == 3
+
+
 def test_script_that_ends_inside_the_window_is_analysed(write_script) -> None:
     script = write_script(MLP_TRAIN)
     record = run(script, ["--batch-size", "128", "--epochs", "1"], plan=WindowPlan(warmup=1, steps=10, timed=4))

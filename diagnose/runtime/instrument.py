@@ -29,6 +29,14 @@ from diagnose.record import DataLoaderInfo, ModelInfo, OptimizerInfo
 from diagnose.runtime.usercode import first_user_frame, is_generated, library_prefixes, user_frame
 
 MODES = ("forward", "dataloader", "optimizer")  # weakest to strongest
+#: how long after the script builds an optimizer its model's calls are not counted as steps while
+#: the optimizer has not stepped: a loop that builds one steps it, and what it calls before the
+#: first step can be a module called many times a step (torchdiffeq's latent ODE steps an RNN
+#: cell 100 times in Python, and an adaptive solver calls its ODE function dozens of times,
+#: before the first optimizer step: each call had been counted as a step, and the window ended
+#: inside the first training step). Past it, a script that built an optimizer it never steps is
+#: counted by its model's calls as before.
+FORWARD_HOLD_S = 60.0
 
 BoundaryCallback = Callable[[float], None]
 ResetCallback = Callable[[str], None]
@@ -65,13 +73,23 @@ class StepClock:
         #: ``time.perf_counter()`` when the last optimizer step ended (the last step of an epoch
         #: ends there, not at the next epoch's first batch)
         self.last_optimizer_step_at: float | None = None
+        #: when the script built its first optimizer (``FORWARD_HOLD_S``), and the lead module's
+        #: first call while its calls were held back: where the first step began, should the
+        #: optimizer's first step end it
+        self._optimizer_built_at: float | None = None
+        self._held_call_at: float | None = None
+
+    def optimizer_built(self) -> None:
+        """The script built an optimizer: until it steps (for ``FORWARD_HOLD_S``), model calls are no steps."""
+        if self._optimizer_built_at is None:
+            self._optimizer_built_at = time.perf_counter()
 
     def _use_mode(self, mode: str) -> bool:
         """Switch to ``mode`` if it is stronger; return whether signals of ``mode`` count."""
         if self.mode == mode:
             return True
         if self.mode is None or MODES.index(mode) > MODES.index(self.mode):
-            step_started = self._last_boundary_at
+            step_started = self._last_boundary_at if self._last_boundary_at is not None else self._held_call_at
             self.mode = mode
             self.samples_per_step = []
             self.batches_per_step = []
@@ -151,7 +169,16 @@ class StepClock:
             return
         if self._lead_module is None:
             self._lead_module = module_id
-        if module_id == self._lead_module and self._use_mode("forward"):
+        if module_id != self._lead_module:
+            return
+        built = self._optimizer_built_at
+        if built is not None and self.last_optimizer_step_at is None:
+            now = time.perf_counter()
+            if now - built < FORWARD_HOLD_S:
+                if self._held_call_at is None and self._last_boundary_at is None:
+                    self._held_call_at = now
+                return
+        if self._use_mode("forward"):
             self._boundary()
 
 
@@ -339,6 +366,8 @@ class Instrumentation:
             with warnings_keep_their_origin():
                 original(optimizer, *args, **kwargs)
             instrumentation._optimizer_sites.setdefault(id(optimizer), user_frame(instrumentation._prefixes))
+            if os.getpid() == instrumentation._pid:  # one built in a DataLoader worker steps no loop of ours
+                instrumentation.clock.optimizer_built()
 
         return __init__
 
