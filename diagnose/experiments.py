@@ -106,6 +106,9 @@ class Outcome:
     #: its speedup compares both sides' steady steps without those at an epoch's turn (it changes
     #: the batch, and the steady figures of one side or the other kept turns: ``judge``)
     without_turns: bool = False
+    #: what its steps were counted by (run.json's ``step_mode``: optimizer steps, DataLoader
+    #: batches or model calls): a run whose steps are another kind than the baseline's is not compared
+    step_mode: str | None = None
 
     def rate(self, by_samples: bool) -> float | None:
         return self.samples_per_s if by_samples else self.steps_per_s
@@ -351,6 +354,7 @@ def outcome_from_report(spec: Spec, report: dict[str, Any], run_dir: Path, exit_
     findings = report.get("findings") or []
     out.top_finding = findings[0]["rule"] if findings else None
     out.startup_s = (report.get("run") or {}).get("startup_s")
+    out.step_mode = (report.get("run") or {}).get("step_mode")
     out.via = knobs_via(run_dir)
     return out
 
@@ -410,6 +414,11 @@ class Baseline:
     def rate(self) -> float | None:
         rates = [rate for r in self.ok if (rate := r.rate(self.by_samples)) is not None]
         return statistics.mean(rates) if rates else None
+
+    @property
+    def step_modes(self) -> frozenset[str]:
+        """What the measured runs counted their steps by (``Outcome.step_mode``)."""
+        return frozenset(r.step_mode for r in self.ok if r.step_mode)
 
     @property
     def turn_free_rate(self) -> float | None:
@@ -494,8 +503,14 @@ def compare_by_samples(outcomes: list[Outcome]) -> bool:
     return bool(ok) and (any(changes_batch(o.knobs) for o in ok) or all(o.samples_per_s for o in ok))
 
 
-def not_compared_reason(outcome: Outcome, by_samples: bool) -> str:
+def not_compared_reason(outcome: Outcome, by_samples: bool, baseline_modes: frozenset[str] = frozenset()) -> str:
     """Why a measured run has no rate to compare (its verdict "not compared"), in words."""
+    if other_steps(outcome, baseline_modes):
+        return (
+            f"its steps were counted by {STEP_MODE_WORDS.get(outcome.step_mode or '', outcome.step_mode)}, the "
+            f"baseline's by {' and '.join(STEP_MODE_WORDS.get(m, m) for m in sorted(baseline_modes))}: "
+            "its steps/s measure other steps"
+        )
     if by_samples and outcome.steps_per_s and not outcome.samples_per_s:  # measured, by steps alone
         return (
             "it measured no samples/s (the samples of its steps are unknown), and a run changes the batch: "
@@ -504,6 +519,18 @@ def not_compared_reason(outcome: Outcome, by_samples: bool) -> str:
     return (
         f"measured, but not as the others were (no {'timed' if outcome.figures.get('profiled') else 'profiled'} steps)"
     )
+
+
+#: run.json's ``step_mode`` in words
+STEP_MODE_WORDS = {"optimizer": "optimizer steps", "dataloader": "DataLoader batches", "forward": "model calls"}
+
+
+def other_steps(outcome: Outcome, baseline_modes: frozenset[str]) -> bool:
+    """The run counted its steps by another signal than the baseline did (a compiled variant
+    whose first optimizer step came after its model calls were taken for steps: a torchdiffeq
+    flow's check measured 11.7x on "steps" of one ODE evaluation against the baseline's
+    optimizer steps): its rate and the baseline's measure different things."""
+    return bool(outcome.step_mode and baseline_modes and outcome.step_mode not in baseline_modes)
 
 
 def not_applied(outcome: Outcome) -> dict[str, str]:
@@ -537,6 +564,9 @@ def judge(outcome: Outcome, baseline: Baseline) -> Outcome:
         # the batch left alone: steps/s compares like with like (the same ratio as samples/s),
         # where samples/s is unknown on either side because another run changes the batch
         baseline = Baseline(baseline.runs, by_samples=False)
+    if other_steps(outcome, baseline.step_modes):
+        outcome.verdict = "not compared"
+        return outcome
     base = baseline.rate
     rate = outcome.rate(baseline.by_samples)
     if rate and base and changes_batch(outcome.knobs):
@@ -755,7 +785,7 @@ def uncompared_words(o: Outcome, baseline: Baseline) -> str | None:
     if o.verdict == "not applied":
         return f"not applied ({_missed_words(o)}): not compared"
     if o.verdict == "not compared":
-        return f"{not_compared_reason(o, baseline.by_samples)}: not compared"
+        return f"{not_compared_reason(o, baseline.by_samples, baseline.step_modes)}: not compared"
     if o.verdict == "no baseline" and changes_batch(o.knobs) and any(r.status == "ok" for r in baseline.runs):
         return "the baseline measured no samples/s, and the run changes the batch: not compared"
     return None

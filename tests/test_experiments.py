@@ -26,6 +26,7 @@ from diagnose.experiments import (
     parse_sweep,
     summarize_sweep,
     summarize_verify,
+    uncompared_words,
 )
 from diagnose.progress import Progress
 from diagnose.record import WindowPlan
@@ -54,6 +55,21 @@ def test_spread_and_no_effect_calls() -> None:
     assert (helped.verdict, helped.speedup) == ("helped", pytest.approx(2.0))
     assert judge(ok("x", 5.1), baseline).verdict == "slower"
     assert judge(Outcome("x", {}, "oom", ""), baseline).verdict == "oom"
+
+
+def test_a_run_whose_steps_are_another_kind_than_the_baselines_is_not_compared() -> None:
+    # a compiled torchdiffeq flow's check counted one ODE evaluation a "step" (model calls) against
+    # the baseline's optimizer steps, and read 11.7x
+    baseline = Baseline([ok("b", 2.3, step_mode="optimizer")], by_samples=False)
+    variant = judge(ok("x", 47.0, step_mode="forward"), baseline)
+    assert (variant.verdict, variant.speedup) == ("not compared", None)
+    assert uncompared_words(variant, baseline) == (
+        "its steps were counted by model calls, the baseline's by optimizer steps: its steps/s measure other steps: "
+        "not compared"
+    )
+    # the same kind, or a side that did not say: compared as before
+    assert judge(ok("x", 4.6, step_mode="optimizer"), baseline).speedup == pytest.approx(2.0)
+    assert judge(ok("x", 4.6), baseline).speedup == pytest.approx(2.0)
 
 
 def test_small_changes_are_no_effect_even_with_a_tight_baseline() -> None:
