@@ -502,21 +502,22 @@ def test_the_scripts_traceback_hides_pass_through_frames_but_not_our_own_errors(
     assert ours.count("own_wrapper.py") == 2 and "KeyError: 'missing'" in ours  # raised in diagnose: kept
 
 
-# An evaluation before training: the model's calls are the first step signal, so the profiler
-# starts on them; the first optimizer step (a stronger signal) drops it from inside
+# An evaluation before training, before the optimizer is built (once one is built, model calls
+# wait for its first step: ``FORWARD_HOLD_S``): the model's calls are the first step signal, so
+# the profiler starts on them; the first optimizer step (a stronger signal) drops it from inside
 # ``optimizer.step``, within record_functions begun under it (torch's, the script's own).
 EVALUATE_THEN_TRAIN = """
 import contextlib
 import torch
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64))
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 x = torch.randn(32, 64)
 model.eval()
 with torch.no_grad():
     for _ in range(3):
         model(x)
 model.train()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 for it in range(40):
     with contextlib.ExitStack() as marks:
         for depth in range(32):  # many open annotations: many stale end times to write
