@@ -176,6 +176,18 @@ sys.path[0] = __import__("os").path.dirname(__import__("os").path.abspath(script
 runpy.run_path(script, run_name="__main__")
 """
 
+#: ``watch-nosampler``: watch with its sampler thread never started (host RSS, GPU memory and
+#: utilisation, the run-queue wait, the slow-step limit and the periodic windows' flag all go
+#: unread): what that thread costs the training threads, apart from the rest of watch
+NO_SAMPLER = """
+import sys
+import diagnose.runtime.whole as whole
+whole.Sampler.start = lambda self: None
+from diagnose.cli import main
+sys.argv = ["diagnose", *sys.argv[1:]]
+main()
+"""
+
 
 def forked_output(script: str, args: list[str], timeout: float) -> str:
     """The script run as ``FORKED`` runs it: its stdout."""
@@ -429,7 +441,8 @@ LAYOUT: list[str] = []
 #: diagnose), the same window with CPU activity only (``plain-window-cpu``: no CUPTI at all, so
 #: what the window leaves apart from CUPTI's attachment and teardown), and the window exported
 #: and gzipped in the process as diagnose does (``plain-window-export``: what writing the trace leaves),
-#: and the plain script after importing what watch's training process holds (``plain-imports``)
+#: and the plain script after importing what watch's training process holds (``plain-imports``);
+#: ``watch-nosampler`` is watch without its sampler thread (``NO_SAMPLER``)
 #: ``watch-again`` is watch once more: with ``plain-again``, two runs of each at every moment, the
 #: pair's mean against the pair's mean (``additive_effects`` pools a variant with its ``-again``)
 CONCURRENT_VARIANTS = (
@@ -444,6 +457,7 @@ CONCURRENT_VARIANTS = (
     "plain-window-cpu",
     "plain-window-export",
     "plain-imports",
+    "watch-nosampler",
 )
 #: ``plain-window``'s profiler window: the steps watch's main window takes where a user's run has it
 USER_WINDOW = "4:15"
@@ -476,7 +490,8 @@ def _variant_cmd(variant: str, script: str, args: list[str], window: tuple[str, 
     if variant == "run":
         return [sys.executable, "-m", "diagnose", "run", script, *tail, "--no-stop", "--no-check", "--", *args]
     extra = ["--no-gpu-samples"] if variant == "watch-nogpu" else []  # watch and watch-again alike
-    return [sys.executable, "-m", "diagnose", "watch", script, *tail, *extra, "--", *args]
+    launcher = ["-c", NO_SAMPLER] if variant == "watch-nosampler" else ["-m", "diagnose"]
+    return [sys.executable, *launcher, "watch", script, *tail, *extra, "--", *args]
 
 
 def concurrent(
