@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from diagnose.analysis.measure.categories import STEP_MODE_LABELS
 from diagnose.analysis.verdict.findings import Measurement
 from diagnose.errors import UsageError
 from diagnose.progress import PREFIX as PROGRESS_PREFIX
@@ -505,11 +506,11 @@ def compare_by_samples(outcomes: list[Outcome]) -> bool:
 
 def not_compared_reason(outcome: Outcome, by_samples: bool, baseline_modes: frozenset[str] = frozenset()) -> str:
     """Why a measured run has no rate to compare (its verdict "not compared"), in words."""
-    if other_steps(outcome, baseline_modes):
+    if outcome.step_mode and other_steps(outcome, baseline_modes):
+        theirs = " and ".join(STEP_MODE_LABELS.get(m, m) for m in sorted(baseline_modes))
         return (
-            f"its steps were counted by {STEP_MODE_WORDS.get(outcome.step_mode or '', outcome.step_mode)}, the "
-            f"baseline's by {' and '.join(STEP_MODE_WORDS.get(m, m) for m in sorted(baseline_modes))}: "
-            "its steps/s measure other steps"
+            f"its steps were counted at each {STEP_MODE_LABELS.get(outcome.step_mode, outcome.step_mode)}, "
+            f"the baseline's at each {theirs}: its steps/s measure other steps"
         )
     if by_samples and outcome.steps_per_s and not outcome.samples_per_s:  # measured, by steps alone
         return (
@@ -519,10 +520,6 @@ def not_compared_reason(outcome: Outcome, by_samples: bool, baseline_modes: froz
     return (
         f"measured, but not as the others were (no {'timed' if outcome.figures.get('profiled') else 'profiled'} steps)"
     )
-
-
-#: run.json's ``step_mode`` in words
-STEP_MODE_WORDS = {"optimizer": "optimizer steps", "dataloader": "DataLoader batches", "forward": "model calls"}
 
 
 def other_steps(outcome: Outcome, baseline_modes: frozenset[str]) -> bool:

@@ -64,8 +64,8 @@ def test_a_run_whose_steps_are_another_kind_than_the_baselines_is_not_compared()
     variant = judge(ok("x", 47.0, step_mode="forward"), baseline)
     assert (variant.verdict, variant.speedup) == ("not compared", None)
     assert uncompared_words(variant, baseline) == (
-        "its steps were counted by model calls, the baseline's by optimizer steps: its steps/s measure other steps: "
-        "not compared"
+        "its steps were counted at each call of the model (no optimizer step, no DataLoader seen), the baseline's at "
+        "each optimizer step: its steps/s measure other steps: not compared"
     )
     # the same kind, or a side that did not say: compared as before
     assert judge(ok("x", 4.6, step_mode="optimizer"), baseline).speedup == pytest.approx(2.0)

@@ -64,8 +64,9 @@ PHASE_LABELS = {
 #: How the runner counted steps (``run.step_mode``), in words.
 STEP_MODE_LABELS = {
     "optimizer": "optimizer step",
-    "dataloader": "DataLoader batch (no optimizer seen)",
-    "forward": "call of the model (no optimizer, no DataLoader seen)",
+    "dataloader": "DataLoader batch (no optimizer step seen)",
+    # an optimizer built and never stepped counts model calls after ``FORWARD_HOLD_S``
+    "forward": "call of the model (no optimizer step, no DataLoader seen)",
 }
 
 
