@@ -138,29 +138,40 @@ def plain_output(script: str, args: list[str], timeout: float) -> tuple[str, flo
 #: the plain script in a child forked from a process that imported diagnose's command line, as
 #: ``diagnose watch`` forks its supervised child (supervise.py), with nothing of diagnose installed:
 #: what a process made that way costs, apart from watch's hooks
-FORKED = """
-import os, runpy, sys
-import diagnose.cli  # noqa: F401 - what watch's parent holds when it forks
-script, *args = sys.argv[1:]
-pid = os.fork()
-if pid == 0:
+#: the script of ``sys.argv[1:]`` run in this process as ``python script.py args`` runs it
+RUN_SCRIPT = """
+def run_script():
+    import os, runpy, sys
+    script, *args = sys.argv[1:]
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as python script.py sets it
+    runpy.run_path(script, run_name="__main__")
+"""
+FORKED = (
+    RUN_SCRIPT
+    + """
+import os, sys
+import diagnose.cli  # noqa: F401 - what watch's parent holds when it forks
+pid = os.fork()
+if pid == 0:
     code = 0
     try:
-        runpy.run_path(script, run_name="__main__")
+        run_script()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0
     sys.stdout.flush()
     os._exit(code)
 sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 """
+)
 
 #: ``plain-imports``: the plain script in its own process after importing what a watched training
 #: process holds at its steps (diagnose's runtime, analysis and CLI modules and what they import),
 #: nothing installed: what the modules' footprint (memory, the heap's layout) costs the steps
-IMPORTED = """
-import importlib, runpy, sys
+IMPORTED = (
+    RUN_SCRIPT
+    + """
+import importlib
 for name in ("diagnose.cli", "diagnose.session", "diagnose.api", "diagnose.jupyter", "diagnose.analysis.pipeline",
              "diagnose.analysis.compare", "diagnose.analysis.gate", "diagnose.runtime.runner", "diagnose.runtime.whole",
              "diagnose.runtime.instrument", "diagnose.runtime.line_attribution", "diagnose.runtime.compilewatch",
@@ -170,11 +181,9 @@ for name in ("diagnose.cli", "diagnose.session", "diagnose.api", "diagnose.jupyt
         importlib.import_module(name)
     except ImportError:
         pass
-script, *args = sys.argv[1:]
-sys.argv = [script, *args]
-sys.path[0] = __import__("os").path.dirname(__import__("os").path.abspath(script))
-runpy.run_path(script, run_name="__main__")
+run_script()
 """
+)
 
 #: ``watch-nosampler``: watch with its sampler thread never started (host RSS, GPU memory and
 #: utilisation, the run-queue wait, the slow-step limit and the periodic windows' flag all go
