@@ -185,13 +185,28 @@ run_script()
 """
 )
 
-#: ``watch-nosampler``: watch with its sampler thread never started (host RSS, GPU memory and
+#: watch with one piece of a diagnose run left out, by a patch made before ``diagnose``'s command
+#: line runs (``PATCHED_WATCH``): what that piece costs the training threads, apart from the rest.
+#: ``watch-nosampler``: watch's sampler thread never started (host RSS, GPU memory and
 #: utilisation, the run-queue wait, the slow-step limit and the periodic windows' flag all go
-#: unread): what that thread costs the training threads, apart from the rest of watch
-NO_SAMPLER = """
+#: unread); ``watch-nowindow``: no main profiler window (the session goes on as where the
+#: script's own profiler holds Kineto: step times only, no CUPTI, no trace, no export);
+#: ``watch-nocount``: no counted step after the window (the FLOP-counting dispatch mode over one
+#: step and the memory probe)
+WATCH_PATCHES = {
+    "watch-nosampler": "import diagnose.runtime.whole as m\nm.Sampler.start = lambda self: None\n",
+    "watch-nowindow": (
+        "import diagnose.runtime.capture as m\n"
+        "m.CaptureSession._start_profiler = lambda self: self._profiler_failed(RuntimeError('left out by the benchmark'))\n"
+    ),
+    "watch-nocount": (
+        "import diagnose.runtime.flops as f, diagnose.runtime.memory_probe as p\n"
+        "f.StepCounter.start = lambda self, step: None\np.MemoryProbe.start = lambda self: None\n"
+    ),
+}
+PATCHED_WATCH = """
 import sys
-import diagnose.runtime.whole as whole
-whole.Sampler.start = lambda self: None
+{patch}
 from diagnose.cli import main
 sys.argv = ["diagnose", *sys.argv[1:]]
 main()
@@ -451,7 +466,7 @@ LAYOUT: list[str] = []
 #: what the window leaves apart from CUPTI's attachment and teardown), and the window exported
 #: and gzipped in the process as diagnose does (``plain-window-export``: what writing the trace leaves),
 #: and the plain script after importing what watch's training process holds (``plain-imports``);
-#: ``watch-nosampler`` is watch without its sampler thread (``NO_SAMPLER``)
+#: ``watch-nosampler``, ``watch-nowindow`` and ``watch-nocount`` are watch with a piece left out (``WATCH_PATCHES``)
 #: ``watch-again`` is watch once more: with ``plain-again``, two runs of each at every moment, the
 #: pair's mean against the pair's mean (``additive_effects`` pools a variant with its ``-again``)
 CONCURRENT_VARIANTS = (
@@ -467,6 +482,8 @@ CONCURRENT_VARIANTS = (
     "plain-window-export",
     "plain-imports",
     "watch-nosampler",
+    "watch-nowindow",
+    "watch-nocount",
 )
 #: ``plain-window``'s profiler window: the steps watch's main window takes where a user's run has it
 USER_WINDOW = "4:15"
@@ -499,7 +516,8 @@ def _variant_cmd(variant: str, script: str, args: list[str], window: tuple[str, 
     if variant == "run":
         return [sys.executable, "-m", "diagnose", "run", script, *tail, "--no-stop", "--no-check", "--", *args]
     extra = ["--no-gpu-samples"] if variant == "watch-nogpu" else []  # watch and watch-again alike
-    launcher = ["-c", NO_SAMPLER] if variant == "watch-nosampler" else ["-m", "diagnose"]
+    patch = WATCH_PATCHES.get(variant)
+    launcher = ["-c", PATCHED_WATCH.format(patch=patch)] if patch else ["-m", "diagnose"]
     return [sys.executable, *launcher, "watch", script, *tail, *extra, "--", *args]
 
 
