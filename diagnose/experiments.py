@@ -50,7 +50,7 @@ from diagnose.analysis.measure.categories import STEP_MODE_LABELS
 from diagnose.analysis.verdict.findings import Measurement
 from diagnose.errors import UsageError
 from diagnose.progress import PREFIX as PROGRESS_PREFIX
-from diagnose.record import WindowPlan, is_batch_dest
+from diagnose.record import WindowPlan, is_accumulation_dest, is_batch_dest
 from diagnose.report import Report
 from diagnose.rundir import RunDir
 from diagnose.runtime.knobs import NOT_APPLIED, Knobs, option_key, split_assignment
@@ -490,8 +490,9 @@ def is_batch_knob(name: str) -> bool:
 def changes_batch(knobs: dict[str, str]) -> bool:
     """Whether ``knobs`` change the samples of a step: the batch (``is_batch_knob``), or the
     gradient accumulation (``arg.gradient_accumulation_steps``, ``arg.accumulate_grad_batches``:
-    a step is an optimizer step, and more micro-batches put more samples in it)."""
-    return any(is_batch_knob(name) or "accum" in _knob_key(name) for name in knobs)
+    a step is an optimizer step, and more micro-batches put more samples in it); an evaluation's
+    setting (``eval_accumulation_steps``, ``eval_batch_size``) changes no training step."""
+    return any(is_batch_knob(name) or is_accumulation_dest(_knob_key(name)) for name in knobs)
 
 
 def compare_by_samples(outcomes: list[Outcome]) -> bool:

@@ -119,6 +119,13 @@ def is_batch_dest(dest: str) -> bool:
     return key is not None and (key in BATCH_DESTS or key.endswith("batch_size"))
 
 
+def is_accumulation_dest(dest: str) -> bool:
+    """Whether an option's destination sets the micro-batches an optimizer step accumulates
+    (``gradient_accumulation_steps``, ``accumulation_steps``, ``grad_accum``)."""
+    key = training_key(dest)
+    return key is not None and "accum" in key
+
+
 @dataclass(frozen=True)
 class RunLength:
     """How many steps the script will make, as far as its settings say, and which say it."""

@@ -171,7 +171,8 @@ def test_a_batch_change_is_compared_by_samples_never_by_steps() -> None:
         assert compare_by_samples([base, big]), knob
     for knob in ("env.BATCH_SIZE", "arg.gradient_accumulation_steps", "arg.accumulate_grad_batches"):
         assert compare_by_samples([base, Outcome("x", {knob: "4"}, "ok", "", steps_per_s=9.0)]), knob
-    for knob in ("num_workers", "arg.lr", "autocast"):  # the batch left alone: steps/s, as before
+    # the batch left alone: steps/s, as before; an evaluation's batch or accumulation is no step's
+    for knob in ("num_workers", "arg.lr", "autocast", "arg.eval_accumulation_steps", "arg.eval_batch_size"):
         assert not compare_by_samples([base, Outcome("x", {knob: "4"}, "ok", "", steps_per_s=40.0)]), knob
     # a batch change that ran out of memory measured nothing: the others compare by steps/s
     assert not compare_by_samples([base, Outcome("b", {"batch_size": "4096"}, "oom", "")])

@@ -26,7 +26,7 @@ import argparse
 import sys
 from typing import Any
 
-from diagnose.record import LENGTH_OPTIONS, is_batch_dest, training_key
+from diagnose.record import LENGTH_OPTIONS, is_accumulation_dest, is_batch_dest
 
 
 class ScriptArgs:
@@ -125,10 +125,3 @@ class ScriptArgs:
 def step_samples(option: dict[str, Any]) -> int:
     """The samples an optimizer step holds by the batch option: its value times its accumulation."""
     return int(option["value"]) * int(option.get("accumulation", 1))
-
-
-def is_accumulation_dest(dest: str) -> bool:
-    """Whether an option's destination sets the micro-batches an optimizer step accumulates
-    (``gradient_accumulation_steps``, ``accumulation_steps``, ``grad_accum``)."""
-    key = training_key(dest)
-    return key is not None and "accum" in key
