@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from diagnose.analysis.prediction.predict import (
     Predictor,
     autocast_bf16,
     compile_model,
+    counted_share_edges,
     cuda_graphs,
     fused_optimizer,
     graph_breaks,
@@ -44,6 +46,7 @@ from diagnose.analysis.prediction.replay import (
     replay,
     replay_check,
 )
+from diagnose.analysis.prediction.uncertainty import downside_error
 from diagnose.analysis.symptoms import compute_symptoms, symptoms_from_values
 from diagnose.analysis.trace.timeline import build_timeline, load_timeline
 from diagnose.analysis.verdict.findings import MIN_GAIN, Diagnosis, diagnose_symptoms
@@ -604,6 +607,43 @@ def test_a_batch_built_by_hand_grows_its_building_with_the_batch() -> None:
     sliced = model_of(hand_built_steps(copy=False))
     assert grow_batch_building(sliced, 0.1, 4) is sliced
     assert grow_batch_building(model, None, 4) is model and grow_batch_building(model, 0.1, 1) is model
+
+
+def test_a_sampled_building_share_widens_the_prediction_by_its_counting_error() -> None:
+    """The share of the step that builds the batch is read off the line sampler: 10% of 100
+    samples is 10% +- 1.645 * 3% at the interval's edges (5.07% .. 14.93%). The larger batch is
+    predicted again at both edges; the interval reaches down to the larger share's figure and up to
+    the smaller's, and the note says so. Without the count, nothing is widened."""
+    model = model_of(hand_built_steps())
+    facts = {"host.batch_build_share": 0.1, "host.samples": 100.0}
+    low_share, high_share = counted_share_edges(facts)
+    assert low_share == pytest.approx(0.05065)  # Z_INTERVAL 1.645
+    assert high_share == pytest.approx(0.14935)
+
+    def at(share: float) -> float:
+        speedup = predict(
+            model, replay_check(model), "larger_batch", {"host.batch_build_share": share}, {"factor": 4}
+        ).speedup
+        assert speedup is not None
+        return speedup
+
+    p = predict(model, replay_check(model), "larger_batch", facts, {"factor": 4})
+    assert p.speedup == pytest.approx(at(0.1))
+    assert p.floor == pytest.approx(at(high_share)) and p.floor < p.speedup
+    assert p.reach == pytest.approx(at(low_share)) and p.reach > p.speedup
+    assert "of 100 samples" in p.note
+    uncounted = predict(model, replay_check(model), "larger_batch", {"host.batch_build_share": 0.1}, {"factor": 4})
+    assert (uncounted.floor, uncounted.reach) == (None, None)
+    assert counted_share_edges({"host.batch_build_share": 0.1}) is None
+    # 100 samples: both edges within the transformation's own 19%, the interval as it was
+    assert downside_error("larger_batch", weak=False, floor=p.floor, speedup=p.speedup) is None
+    # 10 samples: 0% .. 25.6% of the step; the lower edge reaches the larger share's figure
+    few = predict(model, replay_check(model), "larger_batch", {**facts, "host.samples": 10.0}, {"factor": 4})
+    assert few.floor == pytest.approx(at(0.1 + 1.645 * math.sqrt(0.09 / 10)))
+    assert downside_error("larger_batch", weak=False, floor=few.floor, speedup=few.speedup) == pytest.approx(
+        few.speedup / few.floor - 1
+    )
+    assert few.speedup / few.floor - 1 > 0.19
 
 
 def worker_steps() -> TraceBuilder:

@@ -42,6 +42,7 @@ from diagnose.analysis.prediction.replay import (
 from diagnose.analysis.prediction.uncertainty import StepSample, within_model_error
 from diagnose.analysis.trace import forking
 from diagnose.analysis.trace import patterns as P
+from diagnose.record import Z_INTERVAL
 
 # --- tabled rates ---------------------------------------------------------------------------------
 
@@ -921,7 +922,67 @@ def predict(
     window. A window whose host ran ahead holds only the GPU work that starts inside it (its
     first steps often find the queue drained: fp32_transformer's held 78% of a steady step's);
     both replays' GPU-bound time is stretched by it, so that a change that leaves the step
-    host-bound is measured against the whole step it replaces."""
+    host-bound is measured against the whole step it replaces.
+
+    A prediction that rests on a share read off the line sampler (a larger batch's
+    ``host.batch_build_share``) is predicted again at that share's edges (``counted_share_edges``:
+    its counting error over ``host.samples``), and its interval reaches down and up to those."""
+    prediction = _predict(model, check, name, facts, params, host_scale, gpu_stretch, baseline)
+    edges = counted_share_edges(facts) if name == "larger_batch" and prediction.ok else None
+    if edges is None:
+        return prediction
+    low, high = (
+        _predict(model, check, name, {**facts, SAMPLED_SHARE: share}, params, host_scale, gpu_stretch, baseline).speedup
+        for share in edges[::-1]  # the larger share builds more: the lower speedup
+    )
+    return _widened(prediction, low, high, facts)
+
+
+#: the sampled share a larger batch's prediction rests on
+SAMPLED_SHARE = "host.batch_build_share"
+
+
+def counted_share_edges(facts: Mapping[str, float]) -> tuple[float, float] | None:
+    """``host.batch_build_share`` plus and minus its counting error at the interval's edge: p of
+    n samples (``host.samples``) +- ``Z_INTERVAL`` sqrt(p (1 - p) / n), clipped to [0, 1]. A
+    binomial error is the least it may be: the sampler's samples of one line come in runs.
+    None where the share or the count is unknown."""
+    share, n = _fact(facts, SAMPLED_SHARE), _fact(facts, "host.samples")
+    if not share or not n or n <= 0:
+        return None
+    error = Z_INTERVAL * math.sqrt(share * (1 - share) / n)
+    return max(share - error, 0.0), min(share + error, 1.0)
+
+
+def _widened(prediction: Prediction, low: float | None, high: float | None, facts: Mapping[str, float]) -> Prediction:
+    """``prediction`` whose interval reaches ``low`` and ``high`` (the predictions at the sampled
+    share's edges), beside any floor or reach it has."""
+    speedup = prediction.speedup
+    assert speedup is not None
+    floor, reach = prediction.floor, prediction.reach
+    if low is not None and low < speedup:
+        floor = min(floor, low) if floor is not None else low
+    if high is not None and high > speedup:
+        reach = max(reach, high) if reach is not None else high
+    if (floor, reach) == (prediction.floor, prediction.reach):
+        return prediction
+    note = (
+        f"{prediction.note}; the batch building's share, {facts[SAMPLED_SHARE]:.1%} of "
+        f"{facts['host.samples']:.0f} samples, allows {low or speedup:.2f}-{high or speedup:.2f}x"
+    )
+    return replace(prediction, note=note, floor=floor, reach=reach)
+
+
+def _predict(
+    model: StepModel,
+    check: ReplayCheck,
+    name: str,
+    facts: Mapping[str, float],
+    params: Mapping[str, float] | None,
+    host_scale: float,
+    gpu_stretch: float,
+    baseline: Replay | None,
+) -> Prediction:
     if name not in TRANSFORMATIONS:
         return Prediction(name, None, None, f"cannot predict: no transformation called {name!r}")
     if not check.reproduces:

@@ -185,12 +185,12 @@ def downside_error(
 ) -> float | None:
     """The relative error at the interval's lower edge where it is larger than ``model_error``
     (the calibration half's, ``CALIBRATED_DOWNSIDE``; a weak compile: ``WEAK_DOWNSIDE_ERROR``; a
-    weakness that names the least it allows, ``floor``: down to it from ``speedup``); None: the
-    lower edge is the transformation's own."""
+    weakness that names the least it allows, or a sampled input's counting error, ``floor``: down
+    to it from ``speedup``); None: the lower edge is the transformation's own."""
     errors = [CALIBRATED_DOWNSIDE[transformation]] if transformation in CALIBRATED_DOWNSIDE else []
     if weak and transformation in WEAK_DOWNSIDE_ERROR:
         errors.append(WEAK_DOWNSIDE_ERROR[transformation])
-    if weak and floor and speedup and speedup > floor:
+    if floor and speedup and speedup > floor:
         errors.append(speedup / floor - 1)
     if not errors or max(errors) <= model_error(transformation):
         return None

@@ -102,6 +102,17 @@ def host_other_lines(record: RunRecord) -> str:
 
 
 @symptom(
+    "host.samples",
+    "count",
+    "samples the line sampler took of the main thread over the profiled window: what a share read off "
+    "its lines rests on (a share p of n samples is uncertain by about sqrt(p (1 - p) / n))",
+)
+def host_samples(record: RunRecord) -> float | None:
+    n = (record.host_samples or {}).get("samples")
+    return float(n) if n else None
+
+
+@symptom(
     "host.other_user_share",
     "share",
     "share of step time the main thread spends in the user's own code outside DataLoader, model and optimizer",
