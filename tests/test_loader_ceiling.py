@@ -96,9 +96,12 @@ def test_the_interval_of_a_weak_prediction_reaches_down_to_its_floor() -> None:
     assert U.downside_error("autocast_bf16", weak=True, floor=1.0, speedup=4.0) == pytest.approx(3.0)
     # a weak compile's own downside (272%) is the larger where the floor is near the prediction
     assert U.downside_error("compile", weak=True, floor=3.0, speedup=4.0) == U.WEAK_DOWNSIDE_ERROR["compile"]
-    # no weakness, or a floor within the transformation's own error: symmetric
-    assert U.downside_error("autocast_bf16", weak=False, floor=1.0, speedup=4.0) is None
+    # a floor without a weakness (a sampled share's counting error, ``predict.counted_share_edges``)
+    # reaches as far; a floor within the transformation's own error, or none: symmetric
+    assert U.downside_error("autocast_bf16", weak=False, floor=1.0, speedup=4.0) == pytest.approx(3.0)
     assert U.downside_error("autocast_bf16", weak=True, floor=4.0, speedup=4.0) is None
+    assert U.downside_error("autocast_bf16", weak=False, floor=3.9, speedup=4.0) is None
+    assert U.downside_error("autocast_bf16", weak=False) is None
 
 
 # --- recorded runs of the outside corpus -----------------------------------------------------------

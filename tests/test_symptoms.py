@@ -1136,6 +1136,7 @@ CASES = {
             ),
             expected={
                 "lines.data": "data.py:40 `decode(f)` (cpu, 75% of worker time)",
+                "host.samples": None,  # no count of the main thread's samples: no share rests on it
                 "lines.sync": None,
                 "lines.sync_sites": None,
                 "host.other_user_share": None,
@@ -1144,8 +1145,8 @@ CASES = {
         Case(
             "a batch built by hand a sample at a time: the helper's looping lines, not the loop's own",
             breakdown=GPU,
-            record=_record(samples_from="--batch_size", host_samples={"lines": BATCH_BUILDING_LINES}),
-            expected={"host.batch_build_share": 0.05 + 0.03},
+            record=_record(samples_from="--batch_size", host_samples={"lines": BATCH_BUILDING_LINES, "samples": 99}),
+            expected={"host.batch_build_share": 0.05 + 0.03, "host.samples": 99.0},
         ),
         Case(
             "the same lines where a DataLoader fed the steps: nothing counted",
