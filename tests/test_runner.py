@@ -107,6 +107,43 @@ def test_two_optimizers_per_iteration_make_one_step(write_script) -> None:
     assert record.samples_per_step[: record.completed_steps()] == [4] * record.completed_steps()
 
 
+@pytest.mark.parametrize(
+    ("penalty", "calls"),
+    [
+        # a gradient penalty: autograd.grad(create_graph=True) inside the step, then backward
+        ("(g,) = torch.autograd.grad(out.sum(), x, create_graph=True); loss = loss + g.pow(2).mean()", True),
+        # Tensor.backward passes create_graph to torch.autograd.backward by position
+        ("loss.backward(create_graph=True); opt.zero_grad()", True),
+        ("(g,) = torch.autograd.grad(out.sum(), x, retain_graph=True); loss = loss + g.pow(2).mean()", False),
+    ],
+)
+def test_a_gradient_differentiated_again_is_recorded(write_script, penalty: str, calls: bool) -> None:
+    """A step that builds a graph of a gradient makes its backward a double backward (which
+    torch.compile cannot run): ``flags["create_graph_calls"]`` counts such calls, and the
+    ``autograd.create_graph`` symptom says so; torch.autograd's functions are put back after."""
+    import torch
+
+    from diagnose.analysis.symptoms.environment import create_graph
+
+    grad, backward = torch.autograd.grad, torch.autograd.backward
+    script = write_script(
+        f"""
+        import torch
+        m = torch.nn.Linear(4, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(20):
+            x = torch.randn(8, 4, requires_grad=True)
+            out = m(x); loss = out.mean()
+            {penalty}
+            loss.backward(); opt.step(); opt.zero_grad()
+        """
+    )
+    record = run(script)
+    assert record.status == "stopped"
+    assert (record.flags["create_graph_calls"] > 0) is calls
+    assert create_graph.compute(record) is calls
+    assert (torch.autograd.grad, torch.autograd.backward) == (grad, backward)
+
+
 def test_gradient_accumulation_is_one_step_per_optimizer_step(write_script) -> None:
     script = write_script(
         """

@@ -826,7 +826,12 @@ CASES = {
             "flags and two models",
             record=_record(
                 environment={"cpu_count": 16, "cpu_cores": 8, "loader_receive_ms_per_mb": 0.33},
-                flags={"cudnn_benchmark": True, "matmul_allow_tf32": False, "float32_matmul_precision": "high"},
+                flags={
+                    "cudnn_benchmark": True,
+                    "matmul_allow_tf32": False,
+                    "float32_matmul_precision": "high",
+                    "create_graph_calls": 3,
+                },
                 models=[
                     ModelInfo("m", 10, "float32", 3, True, False, False, True),
                     ModelInfo("n", 5, "float32", 2, False, True, True, False),
@@ -838,6 +843,7 @@ CASES = {
                 "host.loader_receive_ms_per_mb": 0.33,
                 "cudnn.benchmark": 1,
                 "matmul.tf32": 1,
+                "autograd.create_graph": 1,
                 "model.conv_layers": 5,
                 "model.channels_last": 1,
                 "model.compiled": 1,
@@ -854,6 +860,7 @@ CASES = {
                 "host.loader_receive_ms_per_mb": None,
                 "cudnn.benchmark": None,
                 "matmul.tf32": None,
+                "autograd.create_graph": None,  # flags from before it was counted say nothing of it
                 "model.compiled": None,
                 "model.data_parallel_devices": None,
                 "fsdp.prefetch_set": None,

@@ -18,6 +18,7 @@ A stronger signal restarts the count: warm-up steps are counted in the final mod
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -239,6 +240,8 @@ class Instrumentation:
         self.in_window = False
         #: a CUDA out-of-memory error was raised, even if the script caught it and exited
         self.oom_message: str | None = None
+        #: calls of ``torch.autograd.grad`` / ``backward`` with ``create_graph=True`` (a double backward)
+        self.create_graph_calls = 0
         #: called once with the message when the first out-of-memory error is made
         self.on_oom: Callable[[str], None] | None = None
         self._undo: list[Callable[[], None]] = []
@@ -268,6 +271,9 @@ class Instrumentation:
         self._patch(dl_module._BaseDataLoaderIter, "__init__", self._wrap_iter_init)
         self._patch(dl_module._BaseDataLoaderIter, "__next__", self._wrap_next)
         self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._forward_pre_hook)
+        # create_graph is their fifth and fourth parameter (Tensor.backward passes it by position)
+        self._patch(torch.autograd, "grad", functools.partial(self._wrap_differentiation, position=4))
+        self._patch(torch.autograd, "backward", functools.partial(self._wrap_differentiation, position=3))
         oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
         self._patch(oom, "__init__", self._wrap_oom_init)
         # torch.compile warns once that a global hook exists; it is ours and harmless.
@@ -370,6 +376,27 @@ class Instrumentation:
                 instrumentation.clock.optimizer_built()
 
         return __init__
+
+    def _wrap_differentiation(self, original: Callable[..., Any], position: int) -> Callable[..., Any]:
+        """``torch.autograd.grad`` / ``backward`` (``Tensor.backward`` calls the latter): counts the
+        calls that build a graph of the gradient (``create_graph=True``: a gradient penalty, a
+        divergence, a meta-learning step), whose backward is a double backward, which
+        torch.compile's aot_autograd cannot run (``create_graph_calls``)."""
+        import torch
+
+        instrumentation = self
+        is_compiling = torch.compiler.is_compiling
+
+        @functools.wraps(original)
+        def differentiate(*args: Any, **kwargs: Any) -> Any:
+            create_graph = (
+                kwargs["create_graph"] if "create_graph" in kwargs else len(args) > position and args[position]
+            )
+            if create_graph and not is_compiling():
+                instrumentation.create_graph_calls += 1
+            return original(*args, **kwargs)
+
+        return differentiate
 
     def _wrap_oom_init(self, original: Callable[..., None]) -> Callable[..., None]:
         instrumentation = self

@@ -33,6 +33,18 @@ def cudnn_benchmark(record: RunRecord) -> bool | None:
     return record.flags.get("cudnn_benchmark", False) if record.flags else None
 
 
+@symptom(
+    "autograd.create_graph",
+    "bool",
+    "the script differentiates a gradient (torch.autograd.grad or backward with create_graph=True: a gradient "
+    "penalty, a divergence, a meta-learning step): its backward is a double backward, which torch.compile's "
+    "aot_autograd cannot run",
+)
+def create_graph(record: RunRecord) -> bool | None:
+    calls = record.flags.get("create_graph_calls") if record.flags else None
+    return calls > 0 if isinstance(calls, int) else None
+
+
 @symptom("matmul.tf32", "bool", "TF32 matmuls allowed (allow_tf32 or float32_matmul_precision high/medium)")
 def matmul_tf32(record: RunRecord) -> bool | None:
     if not record.flags:
