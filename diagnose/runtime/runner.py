@@ -260,7 +260,7 @@ class _ScriptRun:
 
         record = self.record
         record.memory = describe_memory()
-        record.flags = {**describe_flags(), "create_graph_calls": self.instrumentation.create_graph_calls}
+        record.flags = describe_flags()
         record.distributed = _safely(describe_distributed, {})
         record.models = _safely(describe_models, [])
         if self.instrumentation.compile_watch is not None:
@@ -476,7 +476,7 @@ class _ScriptRun:
         _safely(session.finish)
         if not record.flags:
             record.flags = _safely(describe_flags, {})
-        if record.flags:
+        if record.flags:  # counted to the script's end, not to the window's
             record.flags["create_graph_calls"] = self.instrumentation.create_graph_calls
         if not record.memory:
             record.memory = _safely(describe_memory, {})
