@@ -18,7 +18,9 @@ overhead that no noise between processes can blur.
 
 ``--whole`` adds what ``diagnose watch`` runs between its windows (``runtime/whole.WholeRun``: its
 per-step hook, its patches, and its sampler thread, which wakes twice a second to read memory,
-NVML and ``/proc``), a fresh one each block. ``--device cuda`` with ``--width``/``--depth`` makes the
+NVML and ``/proc``), a fresh one each block. ``--sampler-reads both`` runs two of it each round, its
+sampler reading ``/proc`` with the GIL held (``procfs.ProcReader``, what watch does) and through
+``os.open`` (which hands the GIL over at every system call): each against the blocks without. ``--device cuda`` with ``--width``/``--depth`` makes the
 step a launch-bound GPU step (a stack of small linear layers: every kernel shorter than its
 launch), so that the sampler's GPU queries and the GIL it takes weigh against real launches.
 """
@@ -41,6 +43,7 @@ from diagnose.record import WindowPlan
 from diagnose.rundir import RunDir
 from diagnose.runtime.capture import CaptureSession
 from diagnose.runtime.instrument import Instrumentation, StepClock
+from diagnose.runtime.procfs import ProcReader
 from diagnose.runtime.whole import WatchBudget, WholeRun
 
 #: median step of each planted example on an H200 (docs/truth.md, steady state), in ms
@@ -75,6 +78,12 @@ def main() -> None:
     p.add_argument("--block", type=int, default=2000, help="steps per block")
     p.add_argument("--whole", action="store_true", help="diagnose watch's runner hook too (hook and sampler thread)")
     p.add_argument("--device", default="cpu", help="cpu, or cuda: the model and batches there")
+    p.add_argument(
+        "--sampler-reads",
+        choices=("held", "released", "both"),
+        default="held",
+        help="--whole: the sampler's /proc reads with the GIL held (watch's), through os.open, or both in each round",
+    )
     p.add_argument("--width", type=int, default=8, help="the linear layers' width")
     p.add_argument("--depth", type=int, default=1, help="linear layers (more: more launches a step)")
     args = p.parse_args()
@@ -103,11 +112,13 @@ def main() -> None:
         instrumentation = Instrumentation(clock)
         run = SimpleNamespace(clock=clock, t0=time.perf_counter(), session=session)
 
-        def install() -> None:
+        def install(reads: str = "held") -> None:
             instrumentation.install()
             if args.whole:
                 # no later windows: what runs between them is what is measured
                 hook = WholeRun(RunDir(Path(run_dir)), budget=WatchBudget(period_s=0.0, max_windows=0))
+                if reads == "released":
+                    hook._proc = hook._delays.reader = ProcReader(hold_gil=False)
                 hook.attach(run)
                 hook.install()
                 whole.append(hook)
@@ -136,26 +147,33 @@ def main() -> None:
         assert session.window_closed, "the capture session should be past its window"
         remove()
         block()
-        with_us, without_us = [], []
-        for _ in range(args.rounds):
-            install()
-            with_us.append(block())
-            remove()
+        modes = ["held", "released"] if args.whole and args.sampler_reads == "both" else [args.sampler_reads]
+        with_us: dict[str, list[float]] = {mode: [] for mode in modes}
+        without_us: list[float] = []
+        for i in range(args.rounds):
+            # each round: every mode once, then the block without; the modes' order rotates
+            for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
+                install(mode)
+                with_us[mode].append(block())
+                remove()
             without_us.append(block())
         session.finish()
-    added = [w - o for w, o in zip(with_us, without_us, strict=True)]
-    cost = statistics.median(added)
     print(
         f"step without diagnose: {statistics.median(without_us):.1f} us (median of {args.rounds} blocks of {args.block})"
     )
     what = "diagnose watch's hooks and sampler" if args.whole else "diagnose's hooks"
-    print(f"step with {what}, past the window: {statistics.median(with_us):.1f} us ({device})")
-    share = [a / o for a, o in zip(added, without_us, strict=True)]
-    print(
-        f"added per step: {cost:.2f} us (median of paired blocks; range {min(added):.2f} to {max(added):.2f}); "
-        f"{statistics.median(share):+.2%} of this step (range {min(share):+.2%} .. {max(share):+.2%})"
-    )
-    print("as a share of each planted example's step on an H200:")
+    cost = 0.0
+    for mode in modes:
+        added = [w - o for w, o in zip(with_us[mode], without_us, strict=True)]
+        share = [a / o for a, o in zip(added, without_us, strict=True)]
+        reads = f", /proc read with the GIL {mode}" if args.whole else ""
+        print(f"step with {what}{reads}, past the window: {statistics.median(with_us[mode]):.1f} us ({device})")
+        print(
+            f"  added per step: {statistics.median(added):.2f} us (median of paired blocks; range {min(added):.2f} to "
+            f"{max(added):.2f}); {statistics.median(share):+.2%} of this step (range {min(share):+.2%} .. {max(share):+.2%})"
+        )
+        cost = statistics.median(added) if mode == modes[0] else cost
+    print(f"as a share of each planted example's step on an H200 ({modes[0]}):")
     for name, ms in sorted(EXAMPLE_STEP_MS.items(), key=lambda kv: kv[1]):
         print(f"  {name:<18} {ms:7.1f} ms  {cost / (ms * 1000) * 100:.4f}%")
 

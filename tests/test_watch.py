@@ -301,7 +301,7 @@ def test_the_training_thread_only_appends_sampling_runs_on_a_thread_of_its_own(
     monkeypatch.setattr(whole, "SAMPLE_EVERY_S", 0.01)
     sampled_on: list[int] = []
     real_rss = whole.host_rss_bytes
-    monkeypatch.setattr(whole, "host_rss_bytes", lambda: sampled_on.append(threading.get_ident()) or real_rss())
+    monkeypatch.setattr(whole, "host_rss_bytes", lambda *a: sampled_on.append(threading.get_ident()) or real_rss(*a))
     watch = WholeRun(RunDir(tmp_path), budget=WatchBudget(period_s=0.05))
     windows: list[tuple[int, str]] = []
     watch._start_window = lambda k, reason, now: windows.append((threading.get_ident(), reason))  # type: ignore[method-assign]

@@ -167,7 +167,7 @@ def test_the_waits_of_all_the_threads_explain_a_stall_the_main_threads_own_do_no
 
 
 def test_run_delays_add_up_every_threads_wait_since_the_last_read(tmp_path: Path) -> None:
-    from diagnose.runtime.whole import RunDelays
+    from diagnose.runtime.procfs import RunDelays
 
     def threads(**waits_ns: int) -> None:
         for tid in [p.name for p in tmp_path.iterdir()]:

@@ -25,7 +25,8 @@ What it records, and what each costs the script's training thread:
 * twice a second, on a thread of its own (``Sampler``; nothing of it on the training thread):
   host RSS (``/proc/self/statm``), GPU memory allocated, the DataLoader wait so far, the training
   thread's wait for a CPU and all its threads' waits together (``RunDelays``: each thread's
-  ``/proc/self/task/<tid>/schedstat``), GPU utilisation where NVML
+  ``/proc/self/task/<tid>/schedstat``; the ``/proc`` files read with the GIL held, ``procfs``:
+  one hand-off a sample, not three a thread), GPU utilisation where NVML
   answers (its handle opened once), the recent steps' median (the slow-step limit), whether a
   periodic window is due (a flag the next boundary reads: a profiler starts on the training
   thread), and the live line. On an H100 the sampling ran at the boundaries, on the training
@@ -54,6 +55,7 @@ from functools import partial
 from typing import Any, TextIO
 
 from diagnose.rundir import RunDir
+from diagnose.runtime.procfs import ProcReader, RunDelays, host_rss_bytes
 
 #: the layout version of ``record.whole``
 WHOLE_VERSION = 1
@@ -251,63 +253,6 @@ def process_start_perf() -> float | None:
     return time.perf_counter() - max(0.0, age)
 
 
-def host_rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class RunDelays:
-    """The process's threads' waits for a CPU, as one running sum over its threads
-    (``schedstat``; the sampler's own thread left out). The training thread's own wait misses a
-    stall where it waits on torch's intra-op threads (a matmul split across cores) while they
-    wait for a CPU, and their waits alternate (one runs, reaches the barrier, and waits for the
-    other): on two cores with bursts of other work, the training thread's wait alone left 1-4% of
-    a watched run's wall-clock unexplained, the most any one thread waited 2-5%, the sum under
-    1%. The sum can exceed what a step lost where threads wait at once; the accounting hands a
-    stall no more than its excess."""
-
-    def __init__(self, tasks: str = "/proc/self/task") -> None:
-        self.tasks = tasks
-        self._last: dict[str, float] = {}
-        self._read: dict[str, float] = {}  # this read's, by thread (empty where it failed)
-        self.total = 0.0
-
-    def waited(self, thread_id: int | None) -> float | None:
-        """Seconds the thread of native id ``thread_id`` had waited for a CPU at the last read
-        (None: not read): the training thread's own, from the same read as the sum."""
-        return self._read.get(str(thread_id)) if thread_id is not None else None
-
-    def read(self, skip: int | None = None) -> float | None:
-        """The running sum (seconds) after this read; None where ``schedstat`` cannot be read.
-        A thread seen for the first time adds nothing (its wait before is not in the interval)."""
-        now: dict[str, float] = {}
-        self._read = now
-        try:
-            tids = os.listdir(self.tasks)
-        except OSError:
-            return None
-        for tid in tids:
-            if skip is not None and tid == str(skip):
-                continue
-            try:  # os.open/os.read: a third of open()'s cost, for 64 threads 0.5 ms a read
-                fd = os.open(os.path.join(self.tasks, tid, "schedstat"), os.O_RDONLY)
-                try:
-                    now[tid] = int(os.read(fd, 128).split()[1]) / 1e9
-                finally:
-                    os.close(fd)
-            except (OSError, ValueError, IndexError):
-                continue  # a thread that ended between the listing and the read
-        if not now:
-            return None
-        if self._last:
-            self.total += sum(v - self._last.get(t, v) for t, v in now.items())
-        self._last = now
-        return self.total
-
-
 class GpuProbe:
     """GPU memory allocated and utilisation, read from any thread: the device is the training
     thread's (``attach_device``, called there; another thread's current device is device 0), and
@@ -478,7 +423,9 @@ class WholeRun:
         self.gpu = GpuProbe()
         self._sampler: Sampler | None = None
         self._training_thread: int | None = None
-        self._delays = RunDelays()
+        #: the sampler's /proc reads, made with the GIL held (procfs: no hand-off a file)
+        self._proc = ProcReader()
+        self._delays = RunDelays(reader=self._proc)
         #: set by the sampler thread, read at the next boundary: a periodic window is due
         self._periodic_due = False
         self._last_sample: tuple[float, int, float] | None = None  # (time, steps, data wait)
@@ -766,7 +713,7 @@ class WholeRun:
             self._periodic_due = True  # started by the training thread at its next boundary
         clock = self.run.clock if self.run is not None else None
         data_wait = clock.data_wait_s if clock is not None else 0.0
-        rss = host_rss_bytes()
+        rss = host_rss_bytes(self._proc)
         gpu_bytes, gpu_busy = self.gpu.read() if self.budget.gpu_samples else (None, None)
         sample = {
             "t": now,
