@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -276,6 +277,64 @@ def test_a_generated_citation_graph_is_in_coras_layout_pygcn_reads(tmp_path: Pat
     assert all(a in ids and b in ids and a != b for a, b in cites)
     assert not {(b, a) for a, b in cites} & set(cites)
     assert "already there" in prepare.prepare(step, tmp_path)
+
+
+def test_generated_point_clouds_are_in_modelnet40s_resampled_layout(tmp_path: Path) -> None:
+    step = {"kind": "point-clouds", "dest": "{src}/m", "classes": 3, "train": 2, "test": 1, "points": 50}
+    prepare.prepare(step, tmp_path)
+    root = tmp_path / "m"
+    names = (root / "modelnet40_shape_names.txt").read_text().split()
+    assert names == ["shape00", "shape01", "shape02"]
+    train = (root / "modelnet40_train.txt").read_text().split()
+    test = (root / "modelnet40_test.txt").read_text().split()
+    assert train[:2] == ["shape00_0001", "shape00_0002"] and len(train) == 6
+    assert test == ["shape00_0003", "shape01_0003", "shape02_0003"]
+    # the loader's own reading: the class is the id less its last part, the file <class>/<id>.txt
+    for shape in train + test:
+        points = np.loadtxt(root / "_".join(shape.split("_")[:-1]) / f"{shape}.txt", delimiter=",")
+        assert points.shape == (50, 6)
+        assert np.allclose(np.linalg.norm(points[:, 3:], axis=1), 1.0, atol=1e-4)
+    assert "already there" in prepare.prepare(step, tmp_path)
+
+
+def test_generated_interactions_are_user_item_lines_each_users_together(tmp_path: Path) -> None:
+    step = {"kind": "interactions", "dest": "{src}/data", "file": "x.txt", "users": 30, "items": 40, "mean": 8}
+    prepare.prepare(step, tmp_path)
+    pairs = [tuple(map(int, line.split(" "))) for line in (tmp_path / "data" / "x.txt").read_text().splitlines()]
+    users = [u for u, _ in pairs]
+    assert users == sorted(users) and set(users) == set(range(1, 31))
+    assert all(1 <= i <= 40 for _, i in pairs)
+    for user in range(1, 31):
+        history = [i for u, i in pairs if u == user]
+        assert 5 <= len(history) <= 20 and len(history) == len(set(history))
+    first = (tmp_path / "data" / "x.txt").read_text()
+    prepare.prepare(dict(step, dest="{src}/again"), tmp_path)
+    assert (tmp_path / "again" / "x.txt").read_text() == first  # seeded: the same on every machine
+
+
+def test_a_scripts_arguments_get_its_folder_and_the_gpus_it_is_given(tmp_path: Path) -> None:
+    repo = corpus.Repo("o/r", "0" * 40, "MIT", ("t.py",))
+    script = corpus.Script(
+        name="s",
+        repo=repo,
+        path="t.py",
+        domain="vision",
+        kind="plain",
+        half="holdout4",
+        args=("--gpu", "{cuda_visible_devices}", "--data", "{src}/d"),
+        cpu_args=("--data", "{src}/d", "--gpu", "{cuda_visible_devices}"),
+        cpu_skip=None,
+        cwd=".",
+    )
+    assert zoo_run.script_arguments(script, tmp_path, False, {"CUDA_VISIBLE_DEVICES": "2"}) == [
+        "--gpu",
+        "2",
+        "--data",
+        f"{tmp_path}/d",
+    ]
+    assert zoo_run.script_arguments(script, tmp_path, False, {})[:2] == ["--gpu", "0"]
+    # the smoke check hides CUDA (an empty variable): the script is still named a device it can set
+    assert zoo_run.script_arguments(script, tmp_path, True, {"CUDA_VISIBLE_DEVICES": ""})[-1] == "0"
 
 
 # ------------------------------------------------------------------ what run.py reads of a report

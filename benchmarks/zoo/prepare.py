@@ -225,6 +225,57 @@ def citation_graph(dest: Path, step: dict) -> str:
     return f"{dest} ({name}.content, {name}.cites: {nodes} nodes, {edges} edges, {classes} classes)"
 
 
+def point_clouds(dest: Path, step: dict) -> str:
+    """ModelNet40's resampled text layout, as Pointnet_Pointnet2_pytorch reads it:
+    ``modelnet40_shape_names.txt`` (one class a line), ``modelnet40_train.txt`` and
+    ``modelnet40_test.txt`` (shape ids, ``<class>_<4 digits>``) and one ``<class>/<id>.txt`` a
+    shape, ``points`` lines of ``x,y,z,nx,ny,nz``. ``classes`` made-up classes (``shape00``...),
+    ``train`` and ``test`` shapes of each. Each class is a noisy ellipsoid of its own axes, its
+    normals the unit vectors out of it (a class a model can learn). Real files hold 10,000 points;
+    the script reads the first ``--num_point`` (1,024 by default), so ``points`` must be as many."""
+    rng = np.random.default_rng(SEED)
+    classes, points = int(step.get("classes", 40)), int(step.get("points", 2048))
+    per = {"train": int(step.get("train", 18)), "test": int(step.get("test", 4))}
+    names = [f"shape{k:02d}" for k in range(classes)]
+    (dest / "modelnet40_shape_names.txt").write_text("".join(f"{n}\n" for n in names))
+    axes = rng.uniform(0.3, 1.0, (classes, 3))
+    ids: dict[str, list[str]] = {"train": [], "test": []}
+    for k, name in enumerate(names):
+        (dest / name).mkdir(exist_ok=True)
+        for i in range(per["train"] + per["test"]):
+            shape = f"{name}_{i + 1:04d}"
+            ids["train" if i < per["train"] else "test"].append(shape)
+            unit = rng.normal(size=(points, 3))
+            unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+            xyz = unit * axes[k] * rng.uniform(0.9, 1.1) + rng.normal(0, 0.01, (points, 3))
+            np.savetxt(dest / name / f"{shape}.txt", np.hstack([xyz, unit]), fmt="%.6f", delimiter=",")
+    for split in ("train", "test"):
+        (dest / f"modelnet40_{split}.txt").write_text("".join(f"{s}\n" for s in ids[split]))
+    total = classes * (per["train"] + per["test"])
+    return f"{dest} (ModelNet40 layout: {total} shapes of {points} points, {classes} classes)"
+
+
+def interactions(dest: Path, step: dict) -> str:
+    """User-item interactions as SASRec reads them: ``file``, one ``user item`` pair a line
+    (ids from 1), each user's lines together and in the order they happened. ``users`` users
+    (6,040 by default, MovieLens-1M's count) over ``items`` items (3,416), each with a history of
+    at least 5 interactions (lognormal lengths, about ``mean`` of them), items drawn by a Zipf
+    popularity, no item twice in one history."""
+    rng = np.random.default_rng(SEED)
+    users, items = int(step.get("users", 6040)), int(step.get("items", 3416))
+    mean = float(step.get("mean", 165))
+    p = 1.0 / np.arange(1, items + 1) ** 0.8
+    p /= p.sum()
+    order = rng.permutation(items) + 1  # popularity is not the id order
+    lengths = np.clip(rng.lognormal(np.log(mean) - 0.5, 1.0, users).astype(int), 5, items // 2)
+    path = dest / str(step.get("file", "interactions.txt"))
+    with open(path, "w") as f:
+        for user, length in enumerate(lengths, 1):
+            history = order[rng.choice(items, int(length), replace=False, p=p)]
+            f.write("".join(f"{user} {item}\n" for item in history))
+    return f"{path} ({users} users, {items} items, {int(lengths.sum())} interactions)"
+
+
 def folder(dest: Path, step: dict) -> str:
     """An empty folder the script writes into but does not create."""
     return f"{dest} (folder)"
@@ -240,6 +291,8 @@ GENERATORS = {
     "timm-hub-weights": timm_hub_weights,
     "folder": folder,
     "citation-graph": citation_graph,
+    "point-clouds": point_clouds,
+    "interactions": interactions,
 }
 
 

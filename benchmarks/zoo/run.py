@@ -208,6 +208,16 @@ def script_env(script: corpus.Script, src: Path, cpu: bool) -> dict[str, str]:
     return env
 
 
+def script_arguments(script: corpus.Script, src: Path, cpu: bool, env: dict[str, str]) -> list[str]:
+    """The script's arguments (``cpu_args`` for the smoke check) with the manifest's placeholders
+    filled: ``{src}``, its fetched folder, and ``{cuda_visible_devices}``, the GPUs the run is
+    given (its CUDA_VISIBLE_DEVICES, "0" where none is set), for a script that sets that variable
+    itself from an option: in a lane of gpu.sh it must name the lane's GPU, not the host's first."""
+    visible = env.get("CUDA_VISIBLE_DEVICES") or "0"
+    chosen = (script.cpu_args or ()) if cpu else script.args
+    return [a.replace("{src}", str(src)).replace("{cuda_visible_devices}", visible) for a in chosen]
+
+
 def _tail(text: str, lines: int = 6) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
@@ -263,11 +273,11 @@ def run_script(
             record.update(status="failed", error=f"prepare {step.get('kind')}: {type(e).__name__}: {e}")
             return record
     cpu = args.cpu_smoke
-    script_args = list(script.cpu_args or ()) if cpu else list(script.args)
     if cpu and script.cpu_args is None:
         record.update(status="skipped", error=f"no CPU variant: {script.cpu_skip}")
         return record
     env = script_env(script, src, cpu)
+    script_args = script_arguments(script, src, cpu, env)
     target = str(src / script.path)
     extra = shlex.split(args.diagnose_args or "")
     runs_dir = out / "runs" / script.name
