@@ -56,6 +56,28 @@ for x in DataLoader(Slow(), batch_size=8, num_workers=2):
 """
 
 
+OWN_PRODUCERS = """
+import queue, threading, time
+import torch
+
+def produce(q):
+    while True:
+        time.sleep(0.02)  # a producer slower than the step: the loop waits for it
+        q.put(torch.randn(64, 8))
+
+q = queue.Queue(maxsize=4)
+threading.Thread(target=produce, args=(q,), daemon=True).start()
+
+def next_batch():
+    return q.get()  # WAITS: the script's own producer's queue
+
+m = torch.nn.Linear(8, 1); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(40):
+    x = next_batch()
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+"""
+
+
 def _line_of(path: Path, marker: str) -> int:
     for i, text in enumerate(path.read_text().splitlines(), 1):
         if marker in text:
@@ -107,6 +129,20 @@ def test_worker_hot_line_and_cpu_per_batch(write_script, tmp_path: Path) -> None
     report = analyze_run(RunDir(run_dir), AnalysisOptions.load())
     assert report.symptoms["workers.cpu_per_batch_ms"]["value"] > 0
     assert report.symptoms["workers.balance"]["value"] >= 1
+
+
+def test_a_wait_on_the_scripts_own_producers_queue_is_counted_at_its_line(write_script, tmp_path: Path) -> None:
+    """The loop takes each batch from a queue a slower thread fills: the samples of the line that
+    gets from it waited in the standard library for another thread (``waits``), and the symptom
+    reads the share of the main thread's samples that did."""
+    script = write_script(OWN_PRODUCERS)
+    record, run_dir = _run(script, tmp_path)
+    site = f"{script}:{_line_of(script, 'WAITS')}"
+    (line,) = [x for x in record.host_samples["lines"] if x["site"] == site]
+    assert line["where"] == "other" and line["waits"] >= 0.9 * line["samples"] > 0
+    assert not any(x.get("waits") for x in record.host_samples["lines"] if x["site"] != site)
+    report = analyze_run(RunDir(run_dir), AnalysisOptions.load())
+    assert report.symptoms["host.queue_wait_share"]["value"] > 0.5
 
 
 def test_no_lines_means_no_sampling(write_script, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from diagnose.analysis.prediction.predict import (
     LOADER_RECEIVE_BATCH_MS,
     LOADER_RECEIVE_CONTENTION,
     LOADER_RECEIVE_MS_PER_MB,
+    QUEUE_PACED_MIN_SHARE,
     TRANSFORMATIONS,
     Predictor,
     autocast_bf16,
@@ -32,6 +33,7 @@ from diagnose.analysis.prediction.predict import (
     kernel_floor_us,
     larger_batch,
     more_workers,
+    paced_by_own_producers,
     pinned_copies,
     predict,
     remove_syncs,
@@ -607,6 +609,26 @@ def test_a_batch_built_by_hand_grows_its_building_with_the_batch() -> None:
     sliced = model_of(hand_built_steps(copy=False))
     assert grow_batch_building(sliced, 0.1, 4) is sliced
     assert grow_batch_building(model, None, 4) is model and grow_batch_building(model, 0.1, 1) is model
+
+
+def test_a_batch_from_the_scripts_own_producers_comes_no_faster_per_sample() -> None:
+    """The main thread waited a quarter of its samples on a queue its own producers fill
+    (``host.queue_wait_share``): they deliver a batch a step. At 4x the batch they take 4x as
+    long, so each step takes four of now (a wait added before its copy to the GPU): 4x the samples
+    in 4x the time, 1.00x. Below the least share that says they pace, or at a batch no larger,
+    the larger batch is predicted as before."""
+    model = model_of(hand_built_steps())
+    without = larger_batch(model, {}, factor=4)
+    paced = larger_batch(model, {"host.queue_wait_share": 0.25}, factor=4)
+    assert replay(without).window_us < 2 * replay(model).window_us  # the host's 100 µs steps barely grow
+    assert replay(paced).window_us == pytest.approx(4 * replay(model).window_us)
+    added = [it for it in paced.items if it not in without.items]
+    assert [it.phase for it in added] == ["data_wait", "data_wait"]
+    assert predict(
+        model, replay_check(model), "larger_batch", {"host.queue_wait_share": 0.25}, {"factor": 4}
+    ).speedup == pytest.approx(1.0)
+    assert larger_batch(model, {"host.queue_wait_share": QUEUE_PACED_MIN_SHARE / 2}, factor=4) == without
+    assert paced_by_own_producers(model, model, 0.25, 1.0) is model
 
 
 def test_a_sampled_building_share_widens_the_prediction_by_its_counting_error() -> None:

@@ -1156,6 +1156,50 @@ CASES = {
             expected={"host.batch_build_share": 0.05 + 0.03, "host.samples": 99.0},
         ),
         Case(
+            "the main thread waiting on the script's own producers' queue: the waiting samples of other code",
+            breakdown=GPU,
+            record=_record(
+                host_samples={
+                    "samples": 400,
+                    "lines": [
+                        {
+                            "where": "other",
+                            "site": "/x/utils.py:87",
+                            "function": "next_batch",
+                            "code": "return q.get()",
+                            "samples": 100,
+                            "share": 0.25,
+                            "waits": 96,
+                        },
+                        {
+                            "where": "other",
+                            "site": "/x/train.py:20",
+                            "function": "<module>",
+                            "code": "x = prep(b)",
+                            "samples": 40,
+                            "share": 0.1,
+                        },
+                        {
+                            "where": "data",
+                            "site": "/x/train.py:8",
+                            "function": "<module>",
+                            "code": "next(it)",
+                            "samples": 40,
+                            "share": 0.1,
+                            "waits": 40,
+                        },
+                    ],
+                }
+            ),
+            expected={"host.queue_wait_share": 96 / 400},
+        ),
+        Case(
+            "no sampled line waited for another thread or process",
+            breakdown=GPU,
+            record=_record(host_samples={"lines": BATCH_BUILDING_LINES, "samples": 99}),
+            expected={"host.queue_wait_share": None},
+        ),
+        Case(
             "the same lines where a DataLoader fed the steps: nothing counted",
             breakdown=GPU,
             record=_record(host_samples={"lines": BATCH_BUILDING_LINES}),

@@ -61,6 +61,27 @@ _WORKER_ACTIVITIES = (
 )
 
 
+#: the standard library's files where a thread blocks until another thread or process hands it
+#: something (a queue's get, a pipe's recv, a condition or event's wait)
+_WAITS_FOR_ANOTHER = (
+    "/multiprocessing/queues.py",
+    "/multiprocessing/connection.py",
+    "/multiprocessing/synchronize.py",
+    "/queue.py",
+    "/threading.py",
+)
+
+
+def waits_for_another(frame: FrameType, user: FrameType | None) -> bool:
+    """Whether the stack between its innermost frame and the user's line passes through a wait
+    for another thread or process (``_WAITS_FOR_ANOTHER``): a script's own producers' queue."""
+    while frame is not None and frame is not user:
+        if frame.f_code.co_filename.replace(os.sep, "/").endswith(_WAITS_FOR_ANOTHER):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _site(frame: FrameType) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
@@ -82,11 +103,13 @@ class Sampler:
         self.classify = classify
         self.user_frame = user_frame or (lambda f: first_user_frame(f, library))
         self.counts: Counter[tuple[str, str, str]] = Counter()  # (where, site, function)
+        #: of ``counts``, the samples whose stack waited for another thread or process there
+        self.waits: Counter[tuple[str, str, str]] = Counter()
         self.where_counts: Counter[str] = Counter()
         self.samples = 0
         #: each sample's time and what it counted, so that the samples after a moment (the
         #: script's teardown after its last step) can be taken back (``drop_after``)
-        self.taken: list[tuple[float, str, tuple[str, str, str] | None]] = []
+        self.taken: list[tuple[float, str, tuple[str, str, str] | None, bool]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -116,25 +139,32 @@ class Sampler:
         self.samples += 1
         where = self.classify(frame)
         if where == "diagnose":
-            self.taken.append((time.perf_counter(), where, None))
+            self.taken.append((time.perf_counter(), where, None, False))
             return
         self.where_counts[where] += 1
         user = self.user_frame(frame)
         key = (where, _site(user), user.f_code.co_name) if user is not None else None
+        waited = False
         if key is not None:
             self.counts[key] += 1
-        self.taken.append((time.perf_counter(), where, key))
+            waited = waits_for_another(frame, user)
+            if waited:
+                self.waits[key] += 1
+        self.taken.append((time.perf_counter(), where, key, waited))
 
     def drop_after(self, moment: float) -> None:
         """Take back the samples taken after ``moment``: they are no step's."""
         while self.taken and self.taken[-1][0] > moment:
-            _, where, key = self.taken.pop()
+            _, where, key, waited = self.taken.pop()
             self.samples -= 1
             if where != "diagnose":
                 self.where_counts[where] -= 1
             if key is not None:
                 self.counts[key] -= 1
+                if waited:
+                    self.waits[key] -= 1
         self.counts = +self.counts  # drop the zeros
+        self.waits = +self.waits
         self.where_counts = +self.where_counts
 
 
@@ -445,17 +475,19 @@ class LineAttribution:
             return {}
         per_sample = self.window_s / sampler.samples if sampler.samples else 0.0
         lines = []
-        for (where, site, function), n in sampler.counts.most_common(TOP * 3):
-            lines.append(
-                {
-                    "where": where,
-                    "site": site,
-                    "function": function,
-                    "code": source_line(site),
-                    "samples": n,
-                    "share": n / sampler.samples,
-                }
-            )
+        for key, n in sampler.counts.most_common(TOP * 3):
+            where, site, function = key
+            line = {
+                "where": where,
+                "site": site,
+                "function": function,
+                "code": source_line(site),
+                "samples": n,
+                "share": n / sampler.samples,
+            }
+            if sampler.waits.get(key):
+                line["waits"] = sampler.waits[key]  # of its samples, those waiting for another thread or process
+            lines.append(line)
         by_where = sampler.where_counts
         return {
             "samples": sampler.samples,

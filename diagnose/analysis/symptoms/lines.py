@@ -137,6 +137,24 @@ def data_lines(record: RunRecord) -> str:
     )
 
 
+@symptom(
+    "host.queue_wait_share",
+    "share",
+    "share of the main thread's samples spent on the script's own lines outside DataLoader, model and "
+    "optimizer waiting on a queue, pipe or event of another thread or process: the script's own producers "
+    "of batches not keeping up with the step",
+)
+def queue_wait_share(record: RunRecord) -> float | None:
+    """The sampled lines in other code (where the script's loop, not torch, runs) whose samples
+    waited in the standard library for another thread or process (``waits``, counted by the line
+    sampler from the stack below the line: ``multiprocessing``'s queues and pipes, ``queue``,
+    ``threading``'s conditions). SASRec's three sampler processes: ``return
+    self.result_queue.get()``, 26% of the main thread's samples. None where nothing waited so."""
+    samples = (record.host_samples or {}).get("samples")
+    waited = sum(x.get("waits", 0) for x in _sampled(record, "other"))
+    return waited / samples if samples and waited else None
+
+
 #: a line that loops over something in Python: a comprehension or a ``for`` statement
 _ITERATES = re.compile(r"\bfor\b.+\bin\b")
 
