@@ -75,10 +75,11 @@ _WAITS_FOR_ANOTHER = (
 def waits_for_another(frame: FrameType, user: FrameType | None) -> bool:
     """Whether the stack between its innermost frame and the user's line passes through a wait
     for another thread or process (``_WAITS_FOR_ANOTHER``): a script's own producers' queue."""
-    while frame is not None and frame is not user:
-        if frame.f_code.co_filename.replace(os.sep, "/").endswith(_WAITS_FOR_ANOTHER):
+    at: FrameType | None = frame
+    while at is not None and at is not user:
+        if at.f_code.co_filename.replace(os.sep, "/").endswith(_WAITS_FOR_ANOTHER):
             return True
-        frame = frame.f_back
+        at = at.f_back
     return False
 
 
