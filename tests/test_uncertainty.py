@@ -465,6 +465,47 @@ def test_the_check_runs_within_its_budget_and_judges_against_the_run(
     assert summary["experiments"][0]["speedup"] == 2.0 and summary["compared_by"] == "samples_per_s"
 
 
+@pytest.mark.parametrize(
+    ("rerun_spread", "runs", "speedup", "verdict"),
+    [(0.17, ["baseline", "SYNC001"], 8.8 / 9.0, "no effect"), (0.05, ["SYNC001"], 0.88, "slower")],
+)
+def test_where_a_rerun_moves_the_step_the_check_times_the_script_again_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rerun_spread: float, runs: list[str], speedup: float, verdict: str
+) -> None:
+    """A host-paced run (a rerun moves its step by 17%): before its A/B, the check runs the script
+    once more as it is, a process like the A/B's, and judges against both baselines: the run's own
+    10 steps/s and the new run's 8 give 9 and a spread of half their range (11%), so 8.8 steps/s
+    is no effect, where against the run alone (its blocks' 2%) it read slower. Under the
+    threshold, no second baseline."""
+    from diagnose import experiments as E
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+
+    order: list[str] = []
+
+    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):
+        order.append(spec.rule or spec.label)
+        rate = 8.0 if spec.label == "baseline" else 8.8
+        assert run_dir.path.name == f"check-{spec.rule or spec.label}"
+        return E.Outcome(spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=rate)
+
+    monkeypatch.setattr(E, "run_experiment", fake_run)
+    report = {
+        "status": {"state": "stopped"},
+        "throughput": {"steady": {"steps_per_s": 10.0, "mean_step_ms": 100.0, "mean_spread": 0.02}},
+        "ranking": {
+            "rerun_spread": rerun_spread,
+            "to_check": [{"rule": "SYNC001", "why": ["within the floor"], "knobs": {"unsync": "train.py:9"}}],
+        },
+    }
+    measured, summary = E.check(["train.py"], RunDir(tmp_path), WindowPlan(), report, 2, 1000.0, clock=lambda: 0.0)
+    assert order == runs
+    assert measured["SYNC001"].speedup == pytest.approx(speedup, abs=1e-4)
+    assert measured["SYNC001"].verdict == verdict
+    assert [row["role"] for row in summary["experiments"]] == ["baseline" if r == "baseline" else "check" for r in runs]
+    assert summary["baseline_spread_from"] == ("repeats" if len(runs) == 2 else "blocks")
+
+
 def test_the_check_measures_a_compile_last(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A compile ranked first would spend a budget of the run's own time on its start-up alone:
     the other candidates go first, the compile gets what is left."""
