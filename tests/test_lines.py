@@ -145,6 +145,42 @@ def test_a_wait_on_the_scripts_own_producers_queue_is_counted_at_its_line(write_
     assert report.symptoms["host.queue_wait_share"]["value"] > 0.5
 
 
+def test_a_get_from_a_queue_waits_for_another_and_a_put_into_a_full_one_does_not() -> None:
+    """The stack below the user's line, read off two threads blocked in a queue: the one getting
+    from an empty queue waits for a producer; the one putting into a full queue waits for a
+    consumer, which paces nothing of its own steps' batches."""
+    import queue
+    import threading
+    import time
+
+    from diagnose.runtime.line_attribution import waits_for_another
+
+    empty, full = queue.Queue(), queue.Queue(maxsize=1)
+    full.put(0)
+
+    def getter() -> None:
+        empty.get()
+
+    def putter() -> None:
+        full.put(1)
+
+    threads = {fn.__name__: threading.Thread(target=fn, daemon=True) for fn in (getter, putter)}
+    for t in threads.values():
+        t.start()
+    time.sleep(0.2)  # both blocked by now
+    try:
+        frames = sys._current_frames()
+        for name, expected in (("getter", True), ("putter", False)):
+            leaf = frames[threads[name].ident]
+            user = leaf
+            while user is not None and user.f_code.co_name != name:
+                user = user.f_back
+            assert user is not None and waits_for_another(leaf, user) is expected, name
+    finally:
+        empty.put(None)
+        full.get()
+
+
 def test_no_lines_means_no_sampling(write_script, tmp_path: Path) -> None:
     script = write_script(HOT_MAIN)
     run_dir = tmp_path / "run"

@@ -74,13 +74,17 @@ _WAITS_FOR_ANOTHER = (
 
 def waits_for_another(frame: FrameType, user: FrameType | None) -> bool:
     """Whether the stack between its innermost frame and the user's line passes through a wait
-    for another thread or process (``_WAITS_FOR_ANOTHER``): a script's own producers' queue."""
+    for another thread or process (``_WAITS_FOR_ANOTHER``) to hand it something: a script's own
+    producers' queue. A ``put`` into a full queue waits for a consumer instead: not counted."""
     at: FrameType | None = frame
+    waits = False
     while at is not None and at is not user:
         if at.f_code.co_filename.replace(os.sep, "/").endswith(_WAITS_FOR_ANOTHER):
-            return True
+            if at.f_code.co_name in ("put", "put_nowait"):
+                return False
+            waits = True
         at = at.f_back
-    return False
+    return waits
 
 
 def _site(frame: FrameType) -> str:
