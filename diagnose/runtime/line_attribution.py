@@ -101,12 +101,16 @@ class Sampler:
         library: tuple[str, ...],
         classify: Callable[[FrameType], str],
         user_frame: Callable[[FrameType], FrameType | None] | None = None,
+        count_waits: bool = False,
     ) -> None:
         self.thread_id = thread_id
         self.interval = interval
         self.library = library
         self.classify = classify
         self.user_frame = user_frame or (lambda f: first_user_frame(f, library))
+        #: whether each sample's stack is walked for a wait on another thread or process: the
+        #: main thread's only (a worker's counts are written without them)
+        self.count_waits = count_waits
         self.counts: Counter[tuple[str, str, str]] = Counter()  # (where, site, function)
         #: of ``counts``, the samples whose stack waited for another thread or process there
         self.waits: Counter[tuple[str, str, str]] = Counter()
@@ -152,7 +156,7 @@ class Sampler:
         waited = False
         if key is not None:
             self.counts[key] += 1
-            waited = waits_for_another(frame, user)
+            waited = self.count_waits and waits_for_another(frame, user)
             if waited:
                 self.waits[key] += 1
         self.taken.append((time.perf_counter(), where, key, waited))
@@ -391,7 +395,11 @@ class LineAttribution:
         sys.setswitchinterval(SAMPLING_SWITCH_INTERVAL_S)
         library = self.library
         self.main_sampler = Sampler(
-            threading.main_thread().ident or 0, MAIN_INTERVAL_S, library, lambda f: classify_main(f, library)
+            threading.main_thread().ident or 0,
+            MAIN_INTERVAL_S,
+            library,
+            lambda f: classify_main(f, library),
+            count_waits=True,
         )
         self.main_sampler.start()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
