@@ -118,7 +118,7 @@ def main() -> None:
                 # no later windows: what runs between them is what is measured
                 hook = WholeRun(RunDir(Path(run_dir)), budget=WatchBudget(period_s=0.0, max_windows=0))
                 if reads == "released":
-                    hook._proc = hook._delays.reader = ProcReader(hold_gil=False)
+                    hook._delays.reader = ProcReader(hold_gil=False)  # RSS and run-queue waits alike
                 hook.attach(run)
                 hook.install()
                 whole.append(hook)
@@ -162,9 +162,8 @@ def main() -> None:
         f"step without diagnose: {statistics.median(without_us):.1f} us (median of {args.rounds} blocks of {args.block})"
     )
     what = "diagnose watch's hooks and sampler" if args.whole else "diagnose's hooks"
-    cost = 0.0
-    for mode in modes:
-        added = [w - o for w, o in zip(with_us[mode], without_us, strict=True)]
+    added_us = {mode: [w - o for w, o in zip(with_us[mode], without_us, strict=True)] for mode in modes}
+    for mode, added in added_us.items():
         share = [a / o for a, o in zip(added, without_us, strict=True)]
         reads = f", /proc read with the GIL {mode}" if args.whole else ""
         print(f"step with {what}{reads}, past the window: {statistics.median(with_us[mode]):.1f} us ({device})")
@@ -172,7 +171,7 @@ def main() -> None:
             f"  added per step: {statistics.median(added):.2f} us (median of paired blocks; range {min(added):.2f} to "
             f"{max(added):.2f}); {statistics.median(share):+.2%} of this step (range {min(share):+.2%} .. {max(share):+.2%})"
         )
-        cost = statistics.median(added) if mode == modes[0] else cost
+    cost = statistics.median(added_us[modes[0]])
     print(f"as a share of each planted example's step on an H200 ({modes[0]}):")
     for name, ms in sorted(EXAMPLE_STEP_MS.items(), key=lambda kv: kv[1]):
         print(f"  {name:<18} {ms:7.1f} ms  {cost / (ms * 1000) * 100:.4f}%")

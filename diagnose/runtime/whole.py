@@ -423,9 +423,8 @@ class WholeRun:
         self.gpu = GpuProbe()
         self._sampler: Sampler | None = None
         self._training_thread: int | None = None
-        #: the sampler's /proc reads, made with the GIL held (procfs: no hand-off a file)
-        self._proc = ProcReader()
-        self._delays = RunDelays(reader=self._proc)
+        #: every thread's run-queue wait; its reader (the GIL held: procfs) reads RSS too
+        self._delays = RunDelays(reader=ProcReader())
         #: set by the sampler thread, read at the next boundary: a periodic window is due
         self._periodic_due = False
         self._last_sample: tuple[float, int, float] | None = None  # (time, steps, data wait)
@@ -713,7 +712,7 @@ class WholeRun:
             self._periodic_due = True  # started by the training thread at its next boundary
         clock = self.run.clock if self.run is not None else None
         data_wait = clock.data_wait_s if clock is not None else 0.0
-        rss = host_rss_bytes(self._proc)
+        rss = host_rss_bytes(self._delays.reader)
         gpu_bytes, gpu_busy = self.gpu.read() if self.budget.gpu_samples else (None, None)
         sample = {
             "t": now,
