@@ -467,12 +467,12 @@ def test_the_check_runs_within_its_budget_and_judges_against_the_run(
 
 @pytest.mark.parametrize(
     ("rerun_spread", "runs", "speedup", "verdict"),
-    [(0.17, ["baseline", "SYNC001"], 8.8 / 9.0, "no effect"), (0.05, ["SYNC001"], 0.88, "slower")],
+    [(0.17, ["SYNC001", "baseline"], 8.8 / 9.0, "no effect"), (0.05, ["SYNC001"], 0.88, "slower")],
 )
-def test_where_a_rerun_moves_the_step_the_check_times_the_script_again_first(
+def test_where_a_rerun_moves_the_step_the_check_times_the_script_again(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rerun_spread: float, runs: list[str], speedup: float, verdict: str
 ) -> None:
-    """A host-paced run (a rerun moves its step by 17%): before its A/B, the check runs the script
+    """A host-paced run (a rerun moves its step by 17%): after its A/B, the check runs the script
     once more as it is, a process like the A/B's, and judges against both baselines: the run's own
     10 steps/s and the new run's 8 give 9 and a spread of half their range (11%), so 8.8 steps/s
     is no effect, where against the run alone (its blocks' 2%) it read slower. Under the
@@ -504,6 +504,46 @@ def test_where_a_rerun_moves_the_step_the_check_times_the_script_again_first(
     assert measured["SYNC001"].verdict == verdict
     assert [row["role"] for row in summary["experiments"]] == ["baseline" if r == "baseline" else "check" for r in runs]
     assert summary["baseline_spread_from"] == ("repeats" if len(runs) == 2 else "blocks")
+
+
+@pytest.mark.parametrize(("rate", "verdict"), [(8.8, "no effect"), (8.0, "slower")])
+def test_where_the_budget_holds_no_second_baseline_a_change_must_beat_a_rerun(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rate: float, verdict: str
+) -> None:
+    """The budget (100 s) holds the change (80 s) but not the script once more: the change is
+    measured first and judged against the run alone, with the 17% a rerun may move the step as
+    its least spread: 8.8 steps/s against 10 (0.88x) is no effect, where the run's blocks (2%)
+    read it slower; 0.80x is slower beyond it. Before the changes, the second baseline had spent
+    the whole budget of a run's own time and left every change unmeasured (PointNet, SASRec)."""
+    from diagnose import experiments as E
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+
+    clock = [0.0]
+    order: list[str] = []
+
+    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):
+        order.append(spec.rule or spec.label)
+        clock[0] += 80.0
+        return E.Outcome(spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=rate)
+
+    monkeypatch.setattr(E, "run_experiment", fake_run)
+    report = {
+        "status": {"state": "stopped"},
+        "throughput": {"steady": {"steps_per_s": 10.0, "mean_step_ms": 100.0, "mean_spread": 0.02}},
+        "ranking": {
+            "rerun_spread": 0.17,
+            "to_check": [{"rule": "SYNC001", "why": ["within the floor"], "knobs": {"unsync": "train.py:9"}}],
+        },
+    }
+    measured, summary = E.check(["train.py"], RunDir(tmp_path), WindowPlan(), report, 2, 100.0, clock=lambda: clock[0])
+    assert order == ["SYNC001"]
+    assert measured["SYNC001"] == E.Measurement(pytest.approx(rate / 10.0), 0.17, verdict, "unsync=train.py:9")
+    assert summary["baseline_spread"] == 0.17 and summary["baseline_spread_from"] == "rerun"
+    assert summary["not_measured"] == [
+        "a second baseline: the budget (100 s) is spent; the changes are judged against the run alone, "
+        "beyond the 17% a rerun may move its step"
+    ]
 
 
 def test_the_check_measures_a_compile_last(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
