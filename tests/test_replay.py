@@ -631,6 +631,21 @@ def test_a_batch_from_the_scripts_own_producers_comes_no_faster_per_sample() -> 
     assert paced_by_own_producers(model, model, 0.25, 1.0) is model
 
 
+def test_a_few_waits_on_the_scripts_own_producers_make_a_larger_batch_a_guess_reaching_down_to_paced() -> None:
+    """The main thread waited on its own producers' queue in 2% of its samples: under the share
+    that says they pace, the larger batch is predicted as before, but the prediction is weak (so
+    ``diagnose run`` measures it) and its interval reaches down to the batch as the producers
+    would pace it, 1.00x. Without a wait, neither."""
+    model = model_of(hand_built_steps())
+    check = replay_check(model)
+    free = predict(model, check, "larger_batch", {"host.queue_wait_share": 0.0}, {"factor": 4})
+    some = predict(model, check, "larger_batch", {"host.queue_wait_share": 0.02}, {"factor": 4})
+    assert some.speedup == pytest.approx(free.speedup) and free.speedup > 2
+    assert free.weak is None and free.floor is None
+    assert some.weak is not None and "2.0% of its samples" in some.weak
+    assert some.floor == pytest.approx(1.0)
+
+
 def test_a_sampled_building_share_widens_the_prediction_by_its_counting_error() -> None:
     """The share of the step that builds the batch is read off the line sampler: 10% of 100
     samples is 10% +- 1.645 * 3% at the interval's edges (5.07% .. 14.93%). The larger batch is
