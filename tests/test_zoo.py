@@ -349,6 +349,22 @@ def test_a_findings_interval_and_measurement_are_read_in_any_shape() -> None:
     assert zoo_run._measured({"measured": None}) is None
 
 
+def test_verify_measures_the_top_the_runs_named_then_the_first_runs_next_findings() -> None:
+    """The corpus scores the top a user is told: the rule most runs led with (of a tie, the
+    earliest run's), then the first run's next findings up to ``--verify-top``; nothing asked
+    where no run named a top (verify then ranks for itself)."""
+    runs = [
+        {"top": "LAUNCH001", "findings": [{"rule": "LAUNCH001"}, {"rule": "DATA005"}, {"rule": "SYNC001"}]},
+        {"top": "DATA005", "findings": [{"rule": "DATA005"}]},
+        {"top": "DATA005", "findings": [{"rule": "DATA005"}, {"rule": "LAUNCH001"}]},
+    ]
+    assert zoo_run.runs_top_rules(runs, 1) == ["DATA005"]
+    assert zoo_run.runs_top_rules(runs, 3) == ["DATA005", "LAUNCH001", "SYNC001"]
+    assert zoo_run.runs_top_rules(runs[:2], 1) == ["LAUNCH001"]  # a tie: the earlier run's
+    assert zoo_run.runs_top_rules([{"top": None}, {"top": None}], 2) == []
+    assert zoo_run.runs_top_rules(runs, 0) == []
+
+
 def test_verify_summary_takes_each_recommendation_row_with_its_findings_interval() -> None:
     report = {
         "findings": [
