@@ -689,6 +689,8 @@ def verify(
     everything = baselines + tried + ([combined] if combined else [])
     align_basis(everything)
     baseline = Baseline(baselines, compare_by_samples(everything))
+    if len(baseline.ok) == 1:  # one process of the script: a change must beat what a rerun moves
+        baseline.rerun_floor = float((report.get("ranking") or {}).get("rerun_spread") or 0.0)
     for o in tried + ([combined] if combined else []):
         judge(o, baseline)
     for b in baselines:
@@ -730,6 +732,11 @@ def summarize_verify(result: VerifyResult, report: dict[str, Any]) -> dict[str, 
     basis = _basis_of(result.baseline.runs + result.tried + ([result.combined] if result.combined else []))
     if basis == "profiled":
         lines.insert(0, "compared by the profiled windows: a run was too short for the timed steps (profiler off)")
+    if result.baseline.spread_from == "rerun":
+        lines.append(
+            f"one baseline run: a change must beat the ±{result.baseline.rerun_floor:.0%} a rerun may move the step "
+            "(the diagnosis's estimate; --repeats 2 or more measures it)"
+        )
     return {
         "kind": "verify",
         "parameters": [],

@@ -736,8 +736,8 @@ class Experiments(Section):
     statistic: str | None = None
     baseline_rate: Number | None = None
     baseline_spread: Number | None = None
-    #: "repeats", "blocks" or "steps": where a verify baseline's spread comes from
-    baseline_spread_from: Literal["repeats", "blocks", "steps"] | None = None
+    #: "repeats", "blocks", "steps" or "rerun": where a verify baseline's spread comes from
+    baseline_spread_from: Literal["repeats", "blocks", "steps", "rerun"] | None = None
     rows: list[ExperimentRow] = msgspec.field(default_factory=list)
     conclusions: list[str] = msgspec.field(default_factory=list)
     plot: str | None = None

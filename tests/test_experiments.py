@@ -734,3 +734,44 @@ def test_a_larger_batch_is_compared_without_either_sides_epoch_turns() -> None:
     # the same figures for a change that leaves the batch alone: the steady ones
     workers = judge(measured({"persistent_workers": "true"}, 10.0, 40.0), baseline)
     assert workers.speedup == pytest.approx(640 / 3200) and not workers.without_turns
+
+
+def test_verify_with_one_baseline_run_judges_a_change_against_how_far_a_rerun_moves_the_step(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One baseline run (``--repeats 1``) of a host-paced script whose diagnosis says a rerun
+    moves the step by 16%: its blocks' 2% would call 0.85x slower, but another process of the
+    unchanged script may run that much slower too (PointNet's persistent workers, a change that
+    does nothing past an epoch's turn, read 0.80x so): the change must beat the 16%, and the
+    conclusions say where the spread came from. With two baseline runs, their own range."""
+    from diagnose import experiments as E
+
+    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None, launch=None, on_line=None):
+        if spec.label == "baseline" and run_dir.path.name == "baseline-1":
+            run_dir.path.mkdir(parents=True, exist_ok=True)
+            report = {
+                "findings": [{"rule": "DATA005", "knobs": {"persistent_workers": "true"}}],
+                "ranking": {"rerun_spread": 0.16},
+            }
+            run_dir.report_path.parent.mkdir(parents=True, exist_ok=True)
+            run_dir.report_path.write_text(json.dumps(report))
+        rate = 10.0 if spec.label == "baseline" else 8.5
+        return E.Outcome(
+            spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=rate, mean_spread=0.02
+        )
+
+    monkeypatch.setattr(E, "run_experiment", fake_run)
+    monkeypatch.setattr(
+        E.RunDir, "load_report", lambda self: Report.from_dict(json.loads(self.report_path.read_text()))
+    )
+    result, report = E.verify(["train.py"], RunDir(tmp_path), WindowPlan(), top=1, repeats=1)
+    (tried,) = result.tried
+    assert (tried.speedup, tried.verdict) == (pytest.approx(0.85), "no effect")
+    summary = summarize_verify(result, report)
+    assert (summary["baseline_spread"], summary["baseline_spread_from"]) == (0.16, "rerun")
+    assert summary["conclusions"][-1] == (
+        "one baseline run: a change must beat the ±16% a rerun may move the step "
+        "(the diagnosis's estimate; --repeats 2 or more measures it)"
+    )
+    two, _ = E.verify(["train.py"], RunDir(tmp_path / "two"), WindowPlan(), top=1, repeats=2)
+    assert two.baseline.spread_from == "repeats" and two.tried[0].verdict == "slower"

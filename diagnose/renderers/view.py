@@ -224,6 +224,7 @@ def spread_words(source: str | None) -> str:
         "repeats": "half the range of the baseline runs' means",
         "blocks": "one baseline run: half the range of the means of 3 blocks of its timed steps",
         "steps": "one baseline run: half the p10-p90 range of its timed steps",
+        "rerun": "one baseline run: how far a rerun of the script may move its step (the diagnosis's estimate)",
     }.get(source or "", "")
 
 
