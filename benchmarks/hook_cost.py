@@ -16,7 +16,10 @@ prints the microseconds per step that the instrumentation adds, and what that is
 the planted examples' steps on an H200 (docs/truth.md), the bound on diagnose's profiling
 overhead that no noise between processes can blur.
 
-``--whole`` adds what ``diagnose watch`` runs between its windows (``runtime/whole.WholeRun``: its
+``--modes hook,held`` measures each listed mode against the same blocks without (``hook``: run's
+instrumentation alone; ``held``/``released``: watch's too, see below), the modes' order rotating
+each round; ``--skip N`` leaves each block's first N steps untimed (a fresh ``WholeRun`` a block
+pays its first sample and NVML's start there, which a real run pays once). ``--whole`` adds what ``diagnose watch`` runs between its windows (``runtime/whole.WholeRun``: its
 per-step hook, its patches, and its sampler thread, which wakes twice a second to read memory,
 NVML and ``/proc``), a fresh one each block. ``--sampler-reads both`` runs two of it each round, its
 sampler reading ``/proc`` with the GIL held (``procfs.ProcReader``, what watch does) and through
@@ -84,6 +87,18 @@ def main() -> None:
         default="held",
         help="--whole: the sampler's /proc reads with the GIL held (watch's), through os.open, or both in each round",
     )
+    p.add_argument(
+        "--modes",
+        default=None,
+        help="comma list, each against the blocks without: hook (run's instrumentation alone), held and "
+        "released (watch's, its /proc reads so); default: hook, or with --whole the --sampler-reads",
+    )
+    p.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        help="steps of each block left untimed (a fresh WholeRun's first sample and NVML start are once a run)",
+    )
     p.add_argument("--width", type=int, default=8, help="the linear layers' width")
     p.add_argument("--depth", type=int, default=1, help="linear layers (more: more launches a step)")
     args = p.parse_args()
@@ -114,7 +129,7 @@ def main() -> None:
 
         def install(reads: str = "held") -> None:
             instrumentation.install()
-            if args.whole:
+            if reads != "hook":
                 # no later windows: what runs between them is what is measured
                 hook = WholeRun(RunDir(Path(run_dir)), budget=WatchBudget(period_s=0.0, max_windows=0))
                 if reads == "released":
@@ -133,21 +148,34 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            for x in loader:
+            for i, x in enumerate(loader):
+                if i == args.skip and i:
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
                 loss = model(x.to(device, non_blocking=True)).sum()
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            return (time.perf_counter() - t0) / len(data) * 1e6
+            return (time.perf_counter() - t0) / (len(data) - args.skip) * 1e6
 
-        install()
+        install("hook")
         block()  # through the window: the profiler starts, records a step, exports, stops
         assert session.window_closed, "the capture session should be past its window"
         remove()
         block()
-        modes = ["held", "released"] if args.whole and args.sampler_reads == "both" else [args.sampler_reads]
+        if args.modes:
+            modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+            if not modes or set(modes) - {"hook", "held", "released"} or len(set(modes)) != len(modes):
+                p.error(f"--modes: each of hook, held, released at most once (got {args.modes!r})")
+        elif not args.whole:
+            modes = ["hook"]
+        else:
+            modes = ["held", "released"] if args.sampler_reads == "both" else [args.sampler_reads]
+        if not 0 <= args.skip < args.block:
+            p.error("--skip: fewer steps than a block")
         with_us: dict[str, list[float]] = {mode: [] for mode in modes}
         without_us: list[float] = []
         for i in range(args.rounds):
@@ -161,15 +189,20 @@ def main() -> None:
     print(
         f"step without diagnose: {statistics.median(without_us):.1f} us (median of {args.rounds} blocks of {args.block})"
     )
-    what = "diagnose watch's hooks and sampler" if args.whole else "diagnose's hooks"
     added_us = {mode: [w - o for w, o in zip(with_us[mode], without_us, strict=True)] for mode in modes}
     for mode, added in added_us.items():
         share = [a / o for a, o in zip(added, without_us, strict=True)]
-        reads = f", /proc read with the GIL {mode}" if args.whole else ""
-        print(f"step with {what}{reads}, past the window: {statistics.median(with_us[mode]):.1f} us ({device})")
+        what = (
+            "diagnose's hooks"
+            if mode == "hook"
+            else f"diagnose watch's hooks and sampler, /proc read with the GIL {mode}"
+        )
+        print(f"step with {what}, past the window: {statistics.median(with_us[mode]):.1f} us ({device})")
+        error = statistics.stdev(share) / len(share) ** 0.5 if len(share) > 1 else float("nan")
         print(
             f"  added per step: {statistics.median(added):.2f} us (median of paired blocks; range {min(added):.2f} to "
-            f"{max(added):.2f}); {statistics.median(share):+.2%} of this step (range {min(share):+.2%} .. {max(share):+.2%})"
+            f"{max(added):.2f}); {statistics.median(share):+.2%} of this step (range {min(share):+.2%} .. {max(share):+.2%}; "
+            f"mean {statistics.mean(share):+.2%} +- {error:.2%}, its standard error)"
         )
     cost = statistics.median(added_us[modes[0]])
     print(f"as a share of each planted example's step on an H200 ({modes[0]}):")
