@@ -312,6 +312,43 @@ def test_generated_interactions_are_user_item_lines_each_users_together(tmp_path
     assert (tmp_path / "again" / "x.txt").read_text() == first  # seeded: the same on every machine
 
 
+def test_generated_json_lines_hold_one_text_each(tmp_path: Path) -> None:
+    step = {
+        "kind": "jsonl-text",
+        "dest": "{src}/dataset",
+        "file": "p.jsonl",
+        "lines": 40,
+        "min_words": 3,
+        "max_words": 9,
+    }
+    prepare.prepare(step, tmp_path)
+    first = (tmp_path / "dataset" / "p.jsonl").read_text()
+    rows = [json.loads(line) for line in first.splitlines()]
+    assert len(rows) == 40 and all(list(row) == ["text"] for row in rows)
+    assert all(3 <= len(row["text"].split()) <= 9 and row["text"].endswith(".") for row in rows)
+    assert all(row["text"][0].isupper() for row in rows)
+    prepare.prepare(dict(step, dest="{src}/again"), tmp_path)
+    assert (tmp_path / "again" / "p.jsonl").read_text() == first  # seeded: the same on every machine
+
+
+def test_generated_segmentation_is_in_pascal_vocs_layout(tmp_path: Path) -> None:
+    from PIL import Image
+
+    step = {"kind": "voc-segmentation", "dest": "{src}/voc", "train": 3, "val": 2, "width": 120, "height": 90}
+    prepare.prepare(step, tmp_path)
+    root = tmp_path / "voc" / "VOC2012"
+    splits = {s: (root / "ImageSets" / "Segmentation" / f"{s}.txt").read_text().split() for s in ("train", "val")}
+    assert len(splits["train"]) == 3 and len(splits["val"]) == 2 and not set(splits["train"]) & set(splits["val"])
+    for name in splits["train"] + splits["val"]:
+        image = Image.open(root / "JPEGImages" / f"{name}.jpg")
+        mask = Image.open(root / "SegmentationClass" / f"{name}.png")
+        assert image.size == mask.size == (120, 90) and image.mode == "RGB" and mask.mode == "P"
+        labels = set(np.unique(np.array(mask)).tolist())
+        # the background, at least one object's class, its border marked 255 as VOC's are
+        assert {0, 255} <= labels and labels - {0, 255} and max(labels - {255}) < 21
+    assert "already there" in prepare.prepare(step, tmp_path)
+
+
 def test_a_scripts_arguments_get_its_folder_and_the_gpus_it_is_given(tmp_path: Path) -> None:
     repo = corpus.Repo("o/r", "0" * 40, "MIT", ("t.py",))
     script = corpus.Script(

@@ -23,13 +23,13 @@ else:  # diagnose depends on tomli there
 MANIFEST = Path(__file__).with_name("manifest.toml")
 HALVES = ("calibration", "evaluation")
 #: the groups of repositories added after the split, each a table of the manifest of its name
-#: (``[holdout]``, ``[holdout2]``, ``[holdout3]``, ``[holdout4]``), in the order they came: each run once, for its score, with
+#: (``[holdout]``, ``[holdout2]``, ... ``[holdout5]``), in the order they came: each run once, for its score, with
 #: nothing changed for it before it (docs/zoo.md). A group run once is in sample for whatever
 #: changed after it: the next one measures that.
 HOLDOUT = "holdout"
-HOLDOUTS = (HOLDOUT, "holdout2", "holdout3", "holdout4")
+HOLDOUTS = (HOLDOUT, "holdout2", "holdout3", "holdout4", "holdout5")
 GROUPS = (*HALVES, *HOLDOUTS)
-KINDS = ("plain", "lightning", "fabric", "hf-trainer", "accelerate", "compiled", "ddp", "fsdp")
+KINDS = ("plain", "lightning", "fabric", "hf-trainer", "accelerate", "ignite", "compiled", "ddp", "fsdp")
 PREPARE_KINDS = (
     "mnist",
     "text",
@@ -42,6 +42,8 @@ PREPARE_KINDS = (
     "citation-graph",
     "point-clouds",
     "interactions",
+    "jsonl-text",
+    "voc-segmentation",
 )
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")

@@ -276,6 +276,78 @@ def interactions(dest: Path, step: dict) -> str:
     return f"{path} ({users} users, {items} items, {int(lengths.sum())} interactions)"
 
 
+def jsonl_text(dest: Path, step: dict) -> str:
+    """JSON lines, one ``{"text": ...}`` object a line, as MiniMind's pretraining dataset reads
+    them: ``lines`` lines (64,000 by default) in ``file``, each ``min_words``-``max_words`` words
+    (20-200) of Zipf-distributed made-up words (the ``text`` kind's vocabulary), sentences ended
+    by a full stop."""
+    rng = np.random.default_rng(SEED)
+    vocab = _vocabulary(rng, int(step.get("vocab", 5000)))
+    p = 1.0 / np.arange(1, len(vocab) + 1)
+    p /= p.sum()
+    count = int(step.get("lines", 64000))
+    low, high = int(step.get("min_words", 20)), int(step.get("max_words", 200))
+    lengths = rng.integers(low, high + 1, count)
+    ids = rng.choice(len(vocab), int(lengths.sum()), p=p)
+    path = dest / str(step.get("file", "train.jsonl"))
+    at = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for n in lengths:
+            words = [vocab[j] for j in ids[at : at + n]]
+            at += n
+            words[0] = words[0].capitalize()
+            f.write(json.dumps({"text": " ".join(words) + "."}) + "\n")
+    return f"{path} ({count} lines of {low}-{high} words)"
+
+
+def voc_segmentation(dest: Path, step: dict) -> str:
+    """Pascal VOC 2012's segmentation layout under ``dest`` (a ``VOC2012`` folder):
+    ``JPEGImages/<id>.jpg``, ``SegmentationClass/<id>.png`` (a palette PNG of class indices,
+    ``classes`` of them counting the background 0, 255 on the objects' borders, as VOC marks
+    them) and ``ImageSets/Segmentation/train.txt`` and ``val.txt`` (``train`` and ``val`` ids).
+    Each image is ``width`` x ``height`` (VOC's usual 500 x 375): a smooth gradient with a few
+    rectangles, each of one class, tinted by it, so that a model can learn the masks."""
+    from PIL import Image
+
+    rng = np.random.default_rng(SEED)
+    width, height = int(step.get("width", 500)), int(step.get("height", 375))
+    classes = int(step.get("classes", 21))
+    per = {"train": int(step.get("train", 2000)), "val": int(step.get("val", 200))}
+    root = dest / "VOC2012"
+    folders = {name: root / name for name in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation")}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    palette = rng.integers(0, 256, (256, 3), dtype=np.uint8)
+    palette[0] = 0
+    palette[255] = 224
+    tints = rng.integers(-60, 61, (classes, 3))
+    n = 0
+    for split, count in per.items():
+        ids = []
+        for _ in range(count):
+            name = f"2026_{n:06d}"
+            n += 1
+            ids.append(name)
+            image = _image(rng, max(width, height))[:height, :width].astype(np.int16)
+            mask = np.zeros((height, width), np.uint8)
+            for _ in range(int(rng.integers(1, 5))):
+                label = int(rng.integers(1, classes))
+                x0, y0 = int(rng.integers(0, width - 40)), int(rng.integers(0, height - 40))
+                x1, y1 = x0 + int(rng.integers(30, width // 2)), y0 + int(rng.integers(30, height // 2))
+                mask[y0:y1, x0:x1] = label
+                image[y0:y1, x0:x1] += tints[label]
+                mask[y0:y1, max(x0 - 2, 0) : x0 + 2] = mask[y0:y1, max(x1 - 2, 0) : x1 + 2] = 255
+                mask[max(y0 - 2, 0) : y0 + 2, x0:x1] = mask[max(y1 - 2, 0) : y1 + 2, x0:x1] = 255
+            Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(
+                folders["JPEGImages"] / f"{name}.jpg", quality=90
+            )
+            png = Image.fromarray(mask, mode="P")
+            png.putpalette(palette.tobytes())
+            png.save(folders["SegmentationClass"] / f"{name}.png")
+        (folders["ImageSets/Segmentation"] / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
+    return f"{root} (VOC layout: {per['train']} training and {per['val']} validation images of {width}x{height}, {classes} classes)"
+
+
 def folder(dest: Path, step: dict) -> str:
     """An empty folder the script writes into but does not create."""
     return f"{dest} (folder)"
@@ -293,6 +365,8 @@ GENERATORS = {
     "citation-graph": citation_graph,
     "point-clouds": point_clouds,
     "interactions": interactions,
+    "jsonl-text": jsonl_text,
+    "voc-segmentation": voc_segmentation,
 }
 
 
