@@ -517,6 +517,20 @@ def test_dataloader_knobs_are_offered_only_where_a_dataloader_fed_the_profiled_s
     finding = make_finding(rules["MEM004"], own)
     assert finding.knobs == {"arg.batch-size": "512"}
     assert "python train.py ... --batch-size 512   # was 16" in finding.do
+    # a DataLoader over the script's batch sampler refuses a batch_size: the script's option, or no knob
+    sampler = symptoms_from_values({**mem004, "dataloader.present": 1, "dataloader.batch_sampler": 1})
+    assert make_finding(rules["MEM004"], sampler).knobs == {}
+    flagged = Symptoms(
+        dict(
+            symptoms_from_values(
+                {**mem004, "dataloader.present": 1, "dataloader.batch_sampler": 1, "batch.script_option": 1}
+            )
+        ),
+        {"batch.script_flag": "--batch-size"},
+    )
+    finding = make_finding(rules["MEM004"], flagged)
+    assert finding.knobs == {"arg.batch-size": "512"}
+    assert "python train.py ... --batch-size 512   # was 16" in finding.do
 
 
 def test_advice_code_fits_the_fsdp_the_run_used() -> None:

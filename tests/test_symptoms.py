@@ -695,6 +695,36 @@ CASES = {
             expected={"batch.size": 32, "suggest.batch_size": 256, "batch.option": 1, "batch.flag": "--batch-size"},
         ),
         Case(
+            "a DataLoader over the script's batch sampler (batch_size unset), built with its --batch-size 4",
+            record=_record(
+                memory={"capacity_bytes": 80e9, "peak_allocated_bytes": 0.6e9, "peak_reserved_bytes": 0.8e9},
+                samples_per_step=[4, 4],
+                dataloaders=[_loader(batch_size=None, fetches_in_window=2)],
+                batch_option={"flag": "--batch-size", "dest": "batch_size", "value": 4},
+            ),
+            expected={
+                "dataloader.batch_sampler": 1,
+                "batch.script_option": 1,
+                "batch.script_flag": "--batch-size",
+                "batch.flag": None,
+            },
+        ),
+        Case(
+            "the script's --batch_size 32 accumulated 8 times is the step's 256 samples; a loader's batch_size set",
+            record=_record(
+                memory={"capacity_bytes": 80e9, "peak_allocated_bytes": 0.6e9, "peak_reserved_bytes": 0.8e9},
+                samples_per_step=[256, 256],
+                dataloaders=[_loader(batch_size=32, fetches_in_window=16)],
+                batch_option={"flag": "--batch_size", "dest": "batch_size", "value": 32, "accumulation": 8},
+            ),
+            expected={"dataloader.batch_sampler": 0, "batch.script_flag": "--batch_size"},
+        ),
+        Case(
+            "an option whose value is not the steps' batch names nothing",
+            record=_record(samples_per_step=[64, 64], batch_option={"flag": "--bs", "dest": "bs", "value": 16}),
+            expected={"dataloader.batch_sampler": None, "batch.script_option": None, "batch.script_flag": None},
+        ),
+        Case(
             "a data set of 40 batches: at most 2x, so that an epoch keeps 16 batches",
             record=_record(
                 memory={"capacity_bytes": 80e9, "peak_allocated_bytes": 0.6e9, "peak_reserved_bytes": 0.8e9},

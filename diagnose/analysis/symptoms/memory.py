@@ -51,6 +51,45 @@ def batch_flag(record: RunRecord) -> str | None:
     return record.samples_from or None
 
 
+@symptom(
+    "dataloader.batch_sampler",
+    "bool",
+    "the DataLoader that fed the profiled steps takes whole batches from a batch sampler (its batch_size unset)",
+)
+def batch_sampler(record: RunRecord) -> bool | None:
+    # a batch_size knob cannot reach such a loader: DataLoader(batch_sampler=...) refuses a batch_size
+    loader = record.train_loader()
+    if loader is None or not loader.fetches_in_window:
+        return None
+    return loader.batch_size is None
+
+
+def _script_batch_flag(record: RunRecord) -> str | None:
+    """The script's own batch option where, times its accumulation, it holds the steps' samples."""
+    option, batch = record.batch_option, record.batch_size()
+    if option is None or not batch:
+        return None
+    try:
+        samples = int(option["value"]) * int(option.get("accumulation", 1))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return str(option["flag"]) if samples == batch else None
+
+
+@symptom(
+    "batch.script_flag",
+    "text",
+    "the script's own option that sets its batch, where its value is the steps' batch (a DataLoader may have fed them)",
+)
+def script_batch_flag(record: RunRecord) -> str | None:
+    return _script_batch_flag(record)
+
+
+@symptom("batch.script_option", "bool", "the script has its own option that sets the steps' batch (batch.script_flag)")
+def script_batch_option(record: RunRecord) -> bool | None:
+    return True if _script_batch_flag(record) is not None else None
+
+
 @symptom("batch.option", "bool", "the steps' samples were counted from the script's own batch option (no DataLoader)")
 def batch_option(record: RunRecord) -> bool | None:
     # absent (not 0) where the DataLoaders or nothing counted them: the usual case says nothing

@@ -288,13 +288,22 @@ def rule_knobs(rule: Rule, values: dict[str, float], texts: dict[str, str]) -> d
     DataLoader knob where no DataLoader fed the profiled steps (``dataloader.present`` 0: the
     script feeds them from its own loader): verify would set it on a loader the steps never
     read and measure the unchanged script. The batch there goes through the script's own batch
-    option where its samples were counted by it (``batch.flag``: ``arg.batch_size``)."""
+    option where its samples were counted by it (``batch.flag``: ``arg.batch_size``). A loader
+    that takes whole batches from a batch sampler (``dataloader.batch_sampler``) refuses a
+    batch_size: the batch goes through the script's own option where its value is the steps'
+    batch (``batch.script_flag``), else there is no knob for it (ENet's segmentation script: its
+    larger batch read "not applied" in every check and verify)."""
     out = {}
     no_loader = values.get("dataloader.present") == 0
+    fixed = values.get("dataloader.batch_sampler") == 1
     for name, template in rule.knobs.items():
         if no_loader and name == "batch_size" and texts.get("batch.flag"):
             # the script's own batch option counted the steps' samples: the knob reaches it
             name = f"arg.{texts['batch.flag'].lstrip('-')}"
+        elif fixed and name == "batch_size":
+            if not texts.get("batch.script_flag"):
+                continue
+            name = f"arg.{texts['batch.script_flag'].lstrip('-')}"
         elif no_loader and name in DATALOADER_KNOBS:
             continue
         if any(CATALOG.get(n, ("",))[0] == "text" and not texts.get(n) for n in template_names(template)):
