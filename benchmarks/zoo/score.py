@@ -6,7 +6,8 @@
 Contract: ``score(records) -> dict`` is pure: the last record of each script name counts (run.py
 appends one after the runs and one after verify). Per half:
 
-* **helps**: of the scripts whose top finding (verify's, on its own baseline) verify measured,
+* **helps**: of the scripts whose top finding (the runs', which run.py asks verify for since
+  the eleventh run; verify's own before it) verify measured on its own baseline,
   the share whose speedup beats 1 + the baseline's spread (goal: at least 90%); **slower**: how
   many measured below 1 - the spread (goal: none). Scripts with no finding, or whose top
   finding verify could not apply, are counted apart, never as a success.
