@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import signal
 import statistics
@@ -877,6 +878,35 @@ class CheckBudget:
         self.last_s = seconds
 
 
+#: the fewest timed steps of a check's A/B run whose batch grows (``batch_plan``)
+CHECK_MIN_TIMED = 5
+
+
+def batch_growth(knobs: dict[str, str], report: dict[str, Any]) -> float | None:
+    """How many times the run's batch (its ``batch.size`` symptom) a change's batch knob asks
+    for; None where the knobs leave the batch alone or either number is unknown."""
+    batch = ((report.get("symptoms") or {}).get("batch.size") or {}).get("value")
+    for name, value in knobs.items():
+        if is_batch_knob(name):
+            try:
+                asked = float(value)
+            except (TypeError, ValueError):
+                return None
+            return asked / batch if batch and asked > 0 else None
+    return None
+
+
+def batch_plan(plan: WindowPlan, growth: float | None) -> WindowPlan:
+    """A check's A/B plan for a batch ``growth`` times the run's: as many timed samples as the
+    run timed, in ``growth`` times fewer steps (at least ``CHECK_MIN_TIMED``): each step takes
+    longer, and a plan of the run's steps had SASRec's 8x batch time out of the check's budget
+    before its timed steps ended (the eleventh GPU run). Compared by samples/s, as every batch
+    change is."""
+    if not growth or growth <= 1 or not plan.timed:
+        return plan
+    return replace(plan, timed=max(CHECK_MIN_TIMED, math.ceil(plan.timed / growth)))
+
+
 def check_candidates(report: dict[str, Any], count: int) -> tuple[list[Spec], list[str]]:
     """The findings the report's ranking says to measure (``ranking.to_check``, in rank order)
     that carry a knob, the first ``count``; and one line for each of the others it names."""
@@ -932,9 +962,10 @@ def check(
             continue
         on_progress(f"checking {spec.rule} ({describe_change(spec.knobs, {})}) by a short A/B")
         started = clock()
+        plan_of = batch_plan(short, batch_growth(spec.knobs, report))
         outcomes.append(
             run_experiment(
-                script, spec, run_dir.check_run(spec.rule or spec.label), short, base_knobs, timeout, options
+                script, spec, run_dir.check_run(spec.rule or spec.label), plan_of, base_knobs, timeout, options
             )
         )
         budget.spend(clock() - started)

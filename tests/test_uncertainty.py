@@ -829,3 +829,39 @@ def test_a_rerun_moves_a_host_paced_step_more_than_a_gpu_paced_one() -> None:
     assert narrow[1] == pytest.approx(
         2.0 * math.exp(1.645 * math.hypot(math.log1p(0.1) / 1.645, math.sqrt(2) * 0.01)), rel=0.03
     )
+
+
+def test_the_check_times_a_larger_batch_in_fewer_steps_of_as_many_samples(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A batch 8x the run's (128 -> 1024) is timed over 20 / 8 -> 3, at least 5, steps: as many
+    samples as the run timed or more, in steps that each take longer (SASRec's 8x batch timed
+    out of the check's budget before its 20 timed steps ended). A change that leaves the batch
+    alone keeps the run's 20, and so does a batch knob whose value is not a number."""
+    from diagnose import experiments as E
+    from diagnose.record import WindowPlan
+    from diagnose.rundir import RunDir
+
+    timed: dict[str, int] = {}
+
+    def fake_run(script, spec, run_dir, plan, base_knobs=None, timeout=None, options=None):
+        timed[spec.rule] = plan.timed
+        return E.Outcome(spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=10.0)
+
+    monkeypatch.setattr(E, "run_experiment", fake_run)
+    report = {
+        "status": {"state": "stopped"},
+        "symptoms": {"batch.size": {"value": 128.0}},
+        "throughput": {"steady": {"steps_per_s": 10.0, "samples_per_s": 1280.0, "mean_step_ms": 100.0}},
+        "ranking": {
+            "to_check": [
+                {"rule": "MEM001", "why": ["wide"], "knobs": {"arg.batch_size": "1024"}},
+                {"rule": "DATA002", "why": ["floor"], "knobs": {"non_blocking": "true"}},
+                {"rule": "MEM004", "why": ["wide"], "knobs": {"batch_size": "many"}},
+            ]
+        },
+    }
+    E.check(["train.py"], RunDir(tmp_path), WindowPlan(timed=20), report, 3, 1000.0, clock=lambda: 0.0)
+    assert timed == {"MEM001": E.CHECK_MIN_TIMED, "DATA002": 20, "MEM004": 20}
+    assert E.batch_plan(WindowPlan(timed=100), 4.0).timed == 25
+    assert E.batch_plan(WindowPlan(timed=20), 0.5) == WindowPlan(timed=20)
