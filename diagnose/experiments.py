@@ -408,8 +408,9 @@ class Baseline:
     runs: list[Outcome]
     by_samples: bool
     #: the least spread a change must beat where one run of the script measured the baseline but
-    #: a rerun may move its step more than that run's own blocks say (the check's ``rerun_spread``,
-    #: where the budget left no second baseline); 0: the baseline's own spread alone
+    #: a rerun may move its step more than that run's own blocks say (the diagnosis's
+    #: ``ranking.rerun_spread``: verify with one baseline run, the check without a second one);
+    #: 0: the baseline's own spread alone
     rerun_floor: float = 0.0
 
     @property
@@ -981,12 +982,13 @@ def check(
             budget.spend(clock() - started)
             if again.status == "ok":
                 baseline.runs.append(again)
-        if len(baseline.ok) < 2:  # one process measured the baseline: a change must beat a rerun's move
-            baseline.rerun_floor = rerun
+        if len(baseline.ok) < 2:
             left.append(
                 f"a second baseline: the budget ({budget_s:.0f} s) is spent; the changes are judged against "
                 f"the run alone, beyond the {rerun:.0%} a rerun may move its step"
             )
+    if len(baseline.ok) < 2:  # one process measured the baseline: a change must beat a rerun's move
+        baseline.rerun_floor = rerun
     basis = align_basis([*baseline.runs, *outcomes])
     baseline.by_samples = compare_by_samples([*baseline.runs, *outcomes])
     for o in outcomes:
