@@ -386,6 +386,13 @@ def test_a_findings_interval_and_measurement_are_read_in_any_shape() -> None:
     assert zoo_run._measured({"measured": None}) is None
 
 
+def test_only_runs_the_scripts_named_in_the_order_named() -> None:
+    half = corpus.load().half("holdout5")
+    names = [s.name for s in half]
+    assert [s.name for s in zoo_run.select_scripts(half, [names[-1], names[0]])] == [names[-1], names[0]]
+    assert [s.name for s in zoo_run.select_scripts(half, None)] == names
+
+
 def test_verify_measures_the_top_the_runs_named_then_the_first_runs_next_findings() -> None:
     """The corpus scores the top a user is told: the rule most runs led with (of a tie, the
     earliest run's), then the first run's next findings up to ``--verify-top``; nothing asked
