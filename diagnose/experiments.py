@@ -443,13 +443,21 @@ class Baseline:
         ok = self.ok
         if len(ok) >= 2:
             return "repeats"
-        if len(ok) == 1 and self.rerun_floor > (ok[0].mean_spread or _step_spread(ok[0]) or 0.0):
+        own = self._one_run_spread()
+        if len(ok) == 1 and self.rerun_floor > (own[1] if own else 0.0):
             return "rerun"
-        if len(ok) == 1 and ok[0].mean_spread is not None:
-            return "blocks"
-        if len(ok) == 1 and _step_spread(ok[0]) is not None:
-            return "steps"
-        return None
+        return own[0] if own else None
+
+    def _one_run_spread(self) -> tuple[str, float] | None:
+        """One measured run's own spread and where it comes from: its blocks' ("blocks"), else
+        its steps' p10-p90 ("steps"); None with another number of runs or neither known."""
+        if len(self.ok) != 1:
+            return None
+        run = self.ok[0]
+        if run.mean_spread is not None:
+            return "blocks", run.mean_spread
+        steps = _step_spread(run)
+        return ("steps", steps) if steps is not None else None
 
     @property
     def spread(self) -> float:
@@ -463,11 +471,8 @@ class Baseline:
         if source == "repeats":
             rates = [r.rate(self.by_samples) for r in self.ok]
             return (max(rates) - min(rates)) / 2 / self.rate if self.rate else 0.0  # type: ignore[type-var,operator]
-        if source == "blocks":
-            return self.ok[0].mean_spread or 0.0
-        if source == "steps":
-            return _step_spread(self.ok[0]) or 0.0
-        return 0.0
+        own = self._one_run_spread()
+        return own[1] if own else 0.0
 
     def spread_words(self) -> str:
         """What the spread is, for the tables: "half the range of 3 baseline runs' means"."""
@@ -971,24 +976,23 @@ def check(
         )
         budget.spend(clock() - started)
     again: Outcome | None = None
-    if outcomes and rerun >= CHECK_REBASE_SPREAD:
-        # after the changes (the budget measures them first), the script once more as it is
-        if (timeout := budget.timeout()) is not None:
-            on_progress(f"timing the script again as it is (a rerun may move its step by {rerun:.0%})")
-            started = clock()
-            again = run_experiment(
-                script, Spec("baseline"), run_dir.check_run("baseline"), short, base_knobs, timeout, options
-            )
-            budget.spend(clock() - started)
-            if again.status == "ok":
-                baseline.runs.append(again)
-        if len(baseline.ok) < 2:
+    # after the changes (the budget measures them first), the script once more as it is
+    if outcomes and rerun >= CHECK_REBASE_SPREAD and (timeout := budget.timeout()) is not None:
+        on_progress(f"timing the script again as it is (a rerun may move its step by {rerun:.0%})")
+        started = clock()
+        again = run_experiment(
+            script, Spec("baseline"), run_dir.check_run("baseline"), short, base_knobs, timeout, options
+        )
+        budget.spend(clock() - started)
+        if again.status == "ok":
+            baseline.runs.append(again)
+    if len(baseline.ok) < 2:  # one process measured the baseline: a change must beat a rerun's move
+        baseline.rerun_floor = rerun
+        if outcomes and rerun >= CHECK_REBASE_SPREAD:
             left.append(
                 f"a second baseline: the budget ({budget_s:.0f} s) is spent; the changes are judged against "
                 f"the run alone, beyond the {rerun:.0%} a rerun may move its step"
             )
-    if len(baseline.ok) < 2:  # one process measured the baseline: a change must beat a rerun's move
-        baseline.rerun_floor = rerun
     basis = align_basis([*baseline.runs, *outcomes])
     baseline.by_samples = compare_by_samples([*baseline.runs, *outcomes])
     for o in outcomes:

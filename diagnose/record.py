@@ -119,6 +119,12 @@ def is_batch_dest(dest: str) -> bool:
     return key is not None and (key in BATCH_DESTS or key.endswith("batch_size"))
 
 
+def step_samples(option: dict[str, Any]) -> int:
+    """The samples an optimizer step holds by the script's batch option (``RunRecord.batch_option``):
+    its value times its accumulation."""
+    return int(option["value"]) * int(option.get("accumulation", 1))
+
+
 def is_accumulation_dest(dest: str) -> bool:
     """Whether an option's destination sets the micro-batches an optimizer step accumulates
     (``gradient_accumulation_steps``, ``accumulation_steps``, ``grad_accum``)."""

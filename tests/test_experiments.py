@@ -652,6 +652,13 @@ def test_one_baseline_run_uses_how_far_its_mean_moves_not_how_its_steps_differ()
     assert judge(ok("x", 18.5 * 1.2), one).verdict == "helped"  # the p10-p90 (±89%) would say no effect
     older = Baseline([ok("b", 18.5, mean_step_ms=54.0, p10_step_ms=6.0, p90_step_ms=102.0)], by_samples=False)
     assert (older.spread_from, older.spread) == ("steps", pytest.approx(48 / 54))  # a report without it
+    # a rerun's move wider than the blocks' spread (0 here, however wide the p10-p90) governs
+    still = Baseline(
+        [ok("b", 18.5, mean_step_ms=54.0, p10_step_ms=6.0, p90_step_ms=102.0, mean_spread=0.0)],
+        by_samples=False,
+        rerun_floor=0.16,
+    )
+    assert (still.spread_from, still.spread) == ("rerun", 0.16)
 
 
 def test_verify_of_a_short_script_judges_every_run_by_its_profiled_window() -> None:

@@ -34,11 +34,10 @@ from typing import Any
 from diagnose import errors
 from diagnose.errors import UsageError
 from diagnose.progress import Progress
-from diagnose.record import RunLength, RunRecord, WindowPlan, even_out_epoch_turns, run_length
+from diagnose.record import RunLength, RunRecord, WindowPlan, even_out_epoch_turns, run_length, step_samples
 from diagnose.rundir import RunDir
 from diagnose.runtime.capture import CaptureSession, StopScript
 from diagnose.runtime.knobs import NOT_APPLIED
-from diagnose.runtime.scriptargs import step_samples
 from diagnose.signals import SignalHold
 
 #: the fewest timed steps a script that ended during the timing leaves as its steady figure

@@ -120,8 +120,3 @@ class ScriptArgs:
         if len(read.accumulations) == 1:
             option["accumulation"] = next(iter(read.accumulations.values()))
         return option
-
-
-def step_samples(option: dict[str, Any]) -> int:
-    """The samples an optimizer step holds by the batch option: its value times its accumulation."""
-    return int(option["value"]) * int(option.get("accumulation", 1))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from diagnose.analysis.measure.memory_breakdown import batch_factor_limit
 from diagnose.analysis.symptoms.registry import Known, symptom
-from diagnose.record import RunRecord
+from diagnose.record import RunRecord, step_samples
 
 #: a suggested batch keeps the memory it would need under this share of the device
 BATCH_MEMORY_TARGET = 0.8
@@ -70,7 +70,7 @@ def _script_batch_flag(record: RunRecord) -> str | None:
     if option is None or not batch:
         return None
     try:
-        samples = int(option["value"]) * int(option.get("accumulation", 1))
+        samples = step_samples(option)
     except (KeyError, TypeError, ValueError):
         return None
     return str(option["flag"]) if samples == batch else None
