@@ -465,6 +465,19 @@ def test_the_check_runs_within_its_budget_and_judges_against_the_run(
     assert summary["experiments"][0]["speedup"] == 2.0 and summary["compared_by"] == "samples_per_s"
 
 
+def _sync_check_report(rerun_spread: float) -> dict:
+    """A stopped run of 10 steps/s (its blocks' spread 2%) whose ranking says to check SYNC001,
+    a rerun moving its step by ``rerun_spread``."""
+    return {
+        "status": {"state": "stopped"},
+        "throughput": {"steady": {"steps_per_s": 10.0, "mean_step_ms": 100.0, "mean_spread": 0.02}},
+        "ranking": {
+            "rerun_spread": rerun_spread,
+            "to_check": [{"rule": "SYNC001", "why": ["within the floor"], "knobs": {"unsync": "train.py:9"}}],
+        },
+    }
+
+
 @pytest.mark.parametrize(
     ("rerun_spread", "runs", "speedup", "verdict"),
     [(0.17, ["SYNC001", "baseline"], 8.8 / 9.0, "no effect"), (0.05, ["SYNC001"], 0.88, "slower")],
@@ -490,14 +503,7 @@ def test_where_a_rerun_moves_the_step_the_check_times_the_script_again(
         return E.Outcome(spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=rate)
 
     monkeypatch.setattr(E, "run_experiment", fake_run)
-    report = {
-        "status": {"state": "stopped"},
-        "throughput": {"steady": {"steps_per_s": 10.0, "mean_step_ms": 100.0, "mean_spread": 0.02}},
-        "ranking": {
-            "rerun_spread": rerun_spread,
-            "to_check": [{"rule": "SYNC001", "why": ["within the floor"], "knobs": {"unsync": "train.py:9"}}],
-        },
-    }
+    report = _sync_check_report(rerun_spread)
     measured, summary = E.check(["train.py"], RunDir(tmp_path), WindowPlan(), report, 2, 1000.0, clock=lambda: 0.0)
     assert order == runs
     assert measured["SYNC001"].speedup == pytest.approx(speedup, abs=1e-4)
@@ -529,14 +535,7 @@ def test_where_the_budget_holds_no_second_baseline_a_change_must_beat_a_rerun(
         return E.Outcome(spec.label, spec.knobs, "ok", str(run_dir.path), rule=spec.rule, steps_per_s=rate)
 
     monkeypatch.setattr(E, "run_experiment", fake_run)
-    report = {
-        "status": {"state": "stopped"},
-        "throughput": {"steady": {"steps_per_s": 10.0, "mean_step_ms": 100.0, "mean_spread": 0.02}},
-        "ranking": {
-            "rerun_spread": 0.17,
-            "to_check": [{"rule": "SYNC001", "why": ["within the floor"], "knobs": {"unsync": "train.py:9"}}],
-        },
-    }
+    report = _sync_check_report(0.17)
     measured, summary = E.check(["train.py"], RunDir(tmp_path), WindowPlan(), report, 2, 100.0, clock=lambda: clock[0])
     assert order == ["SYNC001"]
     assert measured["SYNC001"] == E.Measurement(pytest.approx(rate / 10.0), 0.17, verdict, "unsync=train.py:9")

@@ -349,19 +349,28 @@ def test_generated_segmentation_is_in_pascal_vocs_layout(tmp_path: Path) -> None
     assert "already there" in prepare.prepare(step, tmp_path)
 
 
+def _script_entry(**fields: object) -> corpus.Script:
+    """A manifest entry of one file ``t.py`` in a repository ``o/r``, its ``fields`` as given."""
+    defaults: dict = {
+        "name": "t",
+        "repo": corpus.Repo("o/r", "a" * 40, "MIT", ("t.py",)),
+        "path": "t.py",
+        "domain": "x",
+        "kind": "plain",
+        "half": "calibration",
+        "args": (),
+        "cpu_args": None,
+        "cpu_skip": None,
+        "cwd": ".",
+    }
+    return corpus.Script(**{**defaults, **fields})
+
+
 def test_a_scripts_arguments_get_its_folder_and_the_gpus_it_is_given(tmp_path: Path) -> None:
-    repo = corpus.Repo("o/r", "0" * 40, "MIT", ("t.py",))
-    script = corpus.Script(
-        name="s",
-        repo=repo,
-        path="t.py",
-        domain="vision",
-        kind="plain",
+    script = _script_entry(
         half="holdout4",
         args=("--gpu", "{cuda_visible_devices}", "--data", "{src}/d"),
         cpu_args=("--data", "{src}/d", "--gpu", "{cuda_visible_devices}"),
-        cpu_skip=None,
-        cwd=".",
     )
     assert zoo_run.script_arguments(script, tmp_path, False, {"CUDA_VISIBLE_DEVICES": "2"}) == [
         "--gpu",
@@ -467,21 +476,7 @@ def test_verify_summary_takes_each_recommendation_row_with_its_findings_interval
 
 
 def test_a_torchrun_script_gets_one_process_of_torchruns_variables(tmp_path: Path) -> None:
-    repo = corpus.Repo("o/r", "a" * 40, "MIT", ("t.py",))
-    script = corpus.Script(
-        name="t",
-        repo=repo,
-        path="t.py",
-        domain="x",
-        kind="ddp",
-        half="calibration",
-        args=(),
-        cpu_args=None,
-        cpu_skip="gpu",
-        cwd=".",
-        env={"PYTHONPATH": "{src}/lib"},
-        launcher="torchrun",
-    )
+    script = _script_entry(kind="ddp", cpu_skip="gpu", env={"PYTHONPATH": "{src}/lib"}, launcher="torchrun")
     env = zoo_run.script_env(script, tmp_path, cpu=True)
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("0", "0", "1")
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(REPO), f"{tmp_path}/lib"]
