@@ -19,8 +19,8 @@ overhead that no noise between processes can blur.
 ``--modes hook,held`` measures each listed mode against the same blocks without (``hook``: run's
 instrumentation alone; ``held``/``released``: watch's too, see below), the modes' order rotating
 each round; ``--skip N`` leaves each block's first N steps untimed (a fresh ``WholeRun`` a block
-pays its first sample and NVML's start there, which a real run pays once). ``--whole`` adds what ``diagnose watch`` runs between its windows (``runtime/whole.WholeRun``: its
-per-step hook, its patches, and its sampler thread, which wakes twice a second to read memory,
+pays its first sample and NVML's start there, which a real run pays once). ``--whole`` adds
+what ``diagnose watch`` runs between its windows (``runtime/whole.WholeRun``: its per-step hook, its patches, and its sampler thread, which wakes twice a second to read memory,
 NVML and ``/proc``), a fresh one each block. ``--sampler-reads both`` runs two of it each round, its
 sampler reading ``/proc`` with the GIL held (``procfs.ProcReader``, what watch does) and through
 ``os.open`` (which hands the GIL over at every system call): each against the blocks without. ``--device cuda`` with ``--width``/``--depth`` makes the
@@ -102,6 +102,16 @@ def main() -> None:
     p.add_argument("--width", type=int, default=8, help="the linear layers' width")
     p.add_argument("--depth", type=int, default=1, help="linear layers (more: more launches a step)")
     args = p.parse_args()
+    if args.modes:
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        if not modes or set(modes) - {"hook", "held", "released"} or len(set(modes)) != len(modes):
+            p.error(f"--modes: each of hook, held, released at most once (got {args.modes!r})")
+    elif not args.whole:
+        modes = ["hook"]
+    else:
+        modes = ["held", "released"] if args.sampler_reads == "both" else [args.sampler_reads]
+    if not 0 <= args.skip < args.block:
+        p.error("--skip: fewer steps than a block")
     torch.set_num_threads(1)
     device = torch.device(args.device)
     layers = [torch.nn.Linear(args.width, args.width) for _ in range(args.depth)]
@@ -166,16 +176,6 @@ def main() -> None:
         assert session.window_closed, "the capture session should be past its window"
         remove()
         block()
-        if args.modes:
-            modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-            if not modes or set(modes) - {"hook", "held", "released"} or len(set(modes)) != len(modes):
-                p.error(f"--modes: each of hook, held, released at most once (got {args.modes!r})")
-        elif not args.whole:
-            modes = ["hook"]
-        else:
-            modes = ["held", "released"] if args.sampler_reads == "both" else [args.sampler_reads]
-        if not 0 <= args.skip < args.block:
-            p.error("--skip: fewer steps than a block")
         with_us: dict[str, list[float]] = {mode: [] for mode in modes}
         without_us: list[float] = []
         for i in range(args.rounds):

@@ -10,8 +10,8 @@ diagnose run`` runs it 1 + --reruns times (each into OUT/runs/<name>/run<i>), re
 finding of each with its predicted speedup, interval and whether it was measured in the run;
 then ``python -m diagnose verify --top K`` measures, against its own baseline and in the runs'
 window, the top the runs named (``--rule``: the one most of them led with, then the first run's
-next findings; ``runs_top_rules``), or where no run named one, verify's own top K. OUT/results.jsonl gets one line per script after its runs and another after verify
-(the last line of a name is its record), so a run cut short still counts; score.py reads it.
+next findings; ``runs_top_rules``), or where no run named one, verify's own top K.
+OUT/results.jsonl gets one line per script after its runs and another after verify (the last line of a name is its record), so a run cut short still counts; score.py reads it.
 One failing or hanging script (--timeout-s per command) never stops the others; --budget-s
 stops starting new scripts once the estimated time would pass it.
 
