@@ -61,6 +61,10 @@ RUN_JSON = "run.json"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+#: the file each process writes and removes at once to learn that it can write into a run
+#: directory; never the folder's content: the nodes of a multi-node job create their shared
+#: folder at the same instant, and one node's probe once made the other's folder "not empty"
+WRITE_PROBE = ".diagnose-write-test-"
 _RANK_RECORD = re.compile(r"^rank(\d+)\.run\.json$")
 _RANK_SUMMARY = re.compile(r"^rank(\d+)\.summary\.json$")
 RANK_SUMMARY = "summary.json"
@@ -110,7 +114,7 @@ class RunDir:
         if path.exists():
             if not path.is_dir():
                 raise OutputError(f"the output path {path} exists and is not a folder")
-            if any(path.iterdir()) and not overwrite:
+            if not overwrite and any(not p.name.startswith(WRITE_PROBE) for p in path.iterdir()):
                 raise OutputError(
                     f"the run directory {path} already exists and is not empty",
                     hint="choose another --out, leave --out away for a fresh runs/<script>-<time>/, or pass --overwrite",
@@ -123,7 +127,7 @@ class RunDir:
             ) from exc
         if not os.access(path, os.W_OK):
             raise OutputError(f"the run directory {path} is not writable", hint="choose a writable --out")
-        probe = path / f".diagnose-write-test-{os.getpid()}"  # per process: ranks share the folder
+        probe = path / f"{WRITE_PROBE}{os.getpid()}"  # per process: ranks share the folder
         try:
             probe.write_text("")
             probe.unlink()

@@ -4,6 +4,7 @@ compared figure, the report a node that does not merge waits for."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import socket
@@ -110,18 +111,26 @@ def test_a_job_of_one_rank_is_diagnosed_like_any_other(tmp_path: Path) -> None:
 
 
 def _both(nodes: list[subprocess.Popen[str]], timeout: float) -> list[tuple[str, str]]:
-    """Every "node"'s stdout and stderr once all have ended, each with exit code 0 (killed at the
-    timeout, or when another failed)."""
-    outputs = []
-    try:
-        for proc in nodes:
-            outputs.append(proc.communicate(timeout=timeout))
-    finally:
+    """Every "node"'s stdout and stderr once all have ended, each with exit code 0. Read side by
+    side: a node that fails ends the wait at once, the others killed (one that ended before the
+    rendezvous leaves the other waiting there for torchrun's 600 s), and every node's stderr is
+    shown; so is a hang's, at the timeout."""
+    with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
+        futures = [pool.submit(proc.communicate) for proc in nodes]
+        deadline = time.monotonic() + timeout
+        while not all(f.done() for f in futures) and time.monotonic() < deadline:
+            if any(proc.poll() not in (None, 0) for proc in nodes):
+                break
+            time.sleep(0.2)
         for proc in nodes:
             if proc.poll() is None:
                 proc.kill()
-    for proc, (_, err) in zip(nodes, outputs, strict=True):
-        assert proc.returncode == 0, err[-3000:]
+        outputs = [f.result() for f in futures]
+    codes = [proc.wait() for proc in nodes]
+    said = "\n".join(
+        f"node {i} (exit {code}):\n{err[-2000:]}" for i, (code, (_, err)) in enumerate(zip(codes, outputs, strict=True))
+    )
+    assert codes == [0] * len(nodes), said
     return outputs
 
 

@@ -15,7 +15,7 @@ from diagnose.analysis.report import Report
 from diagnose.cli import app
 from diagnose.errors import OutputError, UsageError
 from diagnose.record import RunRecord, WindowPlan
-from diagnose.rundir import RunDir, default_location, shared_location
+from diagnose.rundir import WRITE_PROBE, RunDir, default_location, shared_location
 from diagnose.session import analyze_and_save, analyze_run
 from tests.tracebuilder import TraceBuilder
 
@@ -130,6 +130,19 @@ def test_create_makes_the_folder_and_refuses_a_used_one(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(OutputError, match="is not a folder"):
         RunDir.create(tmp_path / "file")
+
+
+def test_another_process_write_probe_is_not_content(tmp_path: Path) -> None:
+    """The nodes of a multi-node job create their shared --out at the same instant: the write
+    probe one node had not yet removed made the other's folder "not empty", that node ended and
+    the first waited at torchrun's rendezvous for a node that never came (a CI run, 400 s)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / f"{WRITE_PROBE}4242").write_text("")
+    assert RunDir.create_for("train", shared, shared=True).path == shared
+    (shared / "rank0.run.json").write_text("{}")
+    with pytest.raises(OutputError, match="already exists and is not empty"):
+        RunDir.create_for("train", shared, shared=True)
 
 
 def test_create_for_takes_out_or_a_fresh_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
