@@ -137,6 +137,9 @@ class CaptureSession:
         self.in_reset_call: Callable[[], bool] = lambda: False
         #: the boundary that started the profiler (its schedule counts from there)
         self._start_at = 0
+        #: the boundaries before this one, from the first timed step on, only count
+        #: (``on_boundary``'s short path); 0 until the timing starts
+        self._quiet_until = 0
 
     # --- the script's own torch.profiler ----------------------------------------------------------
 
@@ -195,6 +198,7 @@ class CaptureSession:
         self.data_waits = []
         self.timed_start = self.timed_end = None
         self.timed_skip = 0
+        self._quiet_until = 0
         self.window_closed = False
         self.plan = self.planned = self.asked
         self.may_grow = self.asked.grows() and self.rank is None
@@ -207,6 +211,13 @@ class CaptureSession:
                 self._add_boundary(now)
             return
         k = len(self.boundaries)
+        if k < self._quiet_until:  # inside the timed steps: counted, noted, drawn; nothing starts or ends
+            self._add_boundary(now)
+            plan = self.plan
+            supervise.note_step(k, now, plan.warmup, plan.window_end, False, self.mode)
+            if self.progress.interactive:
+                self._report(k)
+            return
         self._add_boundary(now)
         if k == 0:
             self._fit_to_script()
@@ -250,6 +261,10 @@ class CaptureSession:
         if plan.timed and k == plan.first_timed + self.timed_skip:
             self._synchronize()
             self.timed_start = time.perf_counter()
+            if self._profiler is None:
+                # until the last timed boundary only the count goes on: the hooks' cost is in
+                # every timed step, and the timed steps are the steady state reported
+                self._quiet_until = plan.last_boundary + self.timed_skip
         if plan.timed and k == plan.last_boundary + self.timed_skip:
             self._synchronize()
             self.timed_end = time.perf_counter()

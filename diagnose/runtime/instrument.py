@@ -221,11 +221,14 @@ def first_shape(batch: Any, depth: int = 0) -> tuple[int, ...] | None:
 
 
 def leading_dim(batch: Any) -> int:
-    """Samples in a batch: the first dimension of the first tensor found in it."""
-    shape = first_shape(batch)
+    """Samples in a batch: the first dimension of the first tensor found in it (at every batch:
+    a tensor's first dimension read alone, not its whole shape)."""
+    shape = getattr(batch, "shape", None)
     if shape is None:
-        return 0
-    return shape[0] if shape else 1
+        shape = first_shape(batch)
+        if shape is None:
+            return 0
+    return int(shape[0]) if len(shape) else 1
 
 
 class Instrumentation:

@@ -19,7 +19,10 @@ inside the step), nor gradient clipping, GradScaler's ``unscale_``/``step``/``up
   autograd engine), never other host work.
 
 Nothing else changes: every wrapper calls the original with the same arguments and returns its
-result. Inside code that torch.compile traces the annotation is left out (no graph break).
+result. Inside code that torch.compile traces the annotation is left out (no graph break), and
+so it is while no profiler records on the calling thread (a ``record_function`` with none costs
+about 6 µs, two operator calls: with GradScaler, clipping and ``model.zero_grad()`` five of them
+a step, 30 µs of every step past the window, where nothing reads them).
 """
 
 from __future__ import annotations
@@ -37,16 +40,27 @@ def _annotated(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     record_function = torch.profiler.record_function
     is_compiling = torch.compiler.is_compiling
+    recording = _profiler_on_this_thread()
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if is_compiling() or not recording():
             return fn(*args, **kwargs)
         with record_function(name):
             return fn(*args, **kwargs)
 
     wrapper.__diagnose_original__ = fn  # type: ignore[attr-defined]
     return wrapper
+
+
+def _profiler_on_this_thread() -> Callable[[], bool]:
+    """Whether a profiler records this thread's annotations now (torch's profilers enable their
+    callbacks per thread: a ``record_function`` on another thread is in no trace). Where torch
+    has no such query, always: the annotation is then made as before."""
+    import torch
+
+    enabled = getattr(getattr(torch._C, "_autograd", None), "_profiler_enabled", None)
+    return enabled if callable(enabled) else (lambda: True)
 
 
 def backward_mark(fn: Callable[..., Any]) -> Callable[..., Any]:
