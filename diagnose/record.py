@@ -516,6 +516,10 @@ class RunRecord:
     #: running sum, aligned with ``boundaries_s``; empty where not recorded): step k waited
     #: ``data_wait_s[k + 1] - data_wait_s[k]``, profiled or not
     data_wait_s: list[float] = field(default_factory=list)
+    #: the evaluation passes inside the profiled window (``runtime/evalspans.py``): a module's
+    #: ``eval()`` to its ``train()`` with no backward or optimizer step between, as
+    #: ``[start, end]`` pairs of ``time.perf_counter()`` (the clock of ``boundaries_s``)
+    eval_spans_s: list[list[float]] = field(default_factory=list)
     samples_per_step: list[int] = field(default_factory=list)
     profiled_steps: int = 0
     timed_steps: int = 0

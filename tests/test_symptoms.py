@@ -343,6 +343,14 @@ FIVE_TIMED = {
     "timed_steps": 5,
 }
 
+# profiled steps 1-5 (warm-up 1): evaluation passes of 0.1 s in steps 1 and 2, one before the window
+EVAL_RECORD = _record(
+    plan={"warmup": 1, "steps": 4, "timed": 0},
+    profiled_steps=4,
+    boundaries_s=[0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+    eval_spans_s=[[0.2, 0.9], [1.5, 1.6], [2.5, 2.6]],
+)
+
 CASES = {
     "exposed": [
         Case(
@@ -1340,6 +1348,26 @@ CASES = {
             },
         ),
         Case("a bare trace: nothing known", expected={"framework.hf_trainer": None, "framework.mixed_precision": None}),
+    ],
+    "evaluation": [
+        Case(
+            "passes in two of four profiled steps",
+            record=EVAL_RECORD,
+            expected={"step.eval_share": 0.2 / 4, "step.eval_steps": 0.5, "step.eval_passes": 2},
+            tolerance=1e-9,
+        ),
+        Case(
+            "a GPU trace with evaluation passes: the other host work is net of them",
+            breakdown=GPU,
+            record=EVAL_RECORD,
+            expected={"exposed.other_not_sync": 0.125 - 0.03 - 0.05},
+            tolerance=1e-9,
+        ),
+        Case(
+            "no pass in the window: not measured",
+            record=_record(plan={"warmup": 1, "steps": 4, "timed": 0}, profiled_steps=4, boundaries_s=[0.0, 1.0, 2.0]),
+            expected={"step.eval_share": None, "step.eval_steps": None, "step.eval_passes": None},
+        ),
     ],
     "wholerun": [
         Case(

@@ -245,6 +245,9 @@ class Instrumentation:
         self.oom_message: str | None = None
         #: calls of ``torch.autograd.grad`` / ``backward`` with ``create_graph=True`` (a double backward)
         self.create_graph_calls = 0
+        #: every backward (``torch.autograd.backward``/``grad``) and optimizer step, counted: an
+        #: evaluation pass is a stretch in eval mode in which neither grew (``evalspans``)
+        self.trained = 0
         #: called once with the message when the first out-of-memory error is made
         self.on_oom: Callable[[str], None] | None = None
         self._undo: list[Callable[[], None]] = []
@@ -350,6 +353,7 @@ class Instrumentation:
     # --- hooks ----------------------------------------------------------------------------------
 
     def _optimizer_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.trained += 1
         key = id(optimizer)
         if key not in self.optimizers:
             self.optimizers[key] = describe_optimizer(optimizer)
@@ -395,6 +399,7 @@ class Instrumentation:
             create_graph = (
                 kwargs["create_graph"] if "create_graph" in kwargs else len(args) > position and args[position]
             )
+            instrumentation.trained += 1
             if create_graph and not is_compiling():
                 instrumentation.create_graph_calls += 1
             return original(*args, **kwargs)

@@ -37,6 +37,7 @@ from diagnose.progress import Progress
 from diagnose.record import RunLength, RunRecord, WindowPlan, even_out_epoch_turns, run_length, step_samples
 from diagnose.rundir import RunDir
 from diagnose.runtime.capture import CaptureSession, StopScript
+from diagnose.runtime.evalspans import EvalSpans
 from diagnose.runtime.knobs import NOT_APPLIED
 from diagnose.signals import SignalHold
 
@@ -220,6 +221,8 @@ class _ScriptRun:
         self.session.in_reset_call = lambda: self.clock.in_reset_call
         self.instrumentation = Instrumentation(self.clock, knobs=knobs)
         self.instrumentation.on_oom = self._on_oom
+        #: the evaluation passes inside the profiled window (``model.eval()`` ... ``.train()``)
+        self.eval_spans = EvalSpans(lambda: self.instrumentation.trained)
         #: the FLOPs and memory owners of the step after the window (the one never timed)
         self.step_count = StepCounter()
         self.memory_probe = MemoryProbe()
@@ -239,6 +242,7 @@ class _ScriptRun:
 
     def window_opened(self) -> None:
         self.instrumentation.in_window = True
+        _safely(self.eval_spans.start)
         watch = self.instrumentation.compile_watch
         if watch is not None:  # compilations from here on are after the warm-up
             watch.window_opened()
@@ -250,6 +254,9 @@ class _ScriptRun:
 
     def window_closing(self) -> None:
         self.instrumentation.in_window = False
+        spans = _safely(self.eval_spans.stop, [])
+        if spans:
+            self.record.eval_spans_s = [[start, end] for start, end in spans]
         for hook in self.hooks:  # stop sampling before the trace export
             hook.window_closed(self.record)
 
@@ -385,6 +392,7 @@ class _ScriptRun:
         self.script_args.remove()
         if self.knobs is not None:
             _safely(self.knobs.remove)
+        _safely(self.eval_spans.stop)
         self.instrumentation.remove()
         self.child_signals.remove()
         if self in _ACTIVE:

@@ -27,6 +27,7 @@ from diagnose.analysis.symptoms import (
     dataloader,
     distributed,
     environment,
+    evaluation,
     exposed,
     frameworks,
     gpu,
@@ -53,6 +54,7 @@ from diagnose.record import RunRecord
 #: the subject modules, in the order their symptoms are listed
 MODULES = (
     exposed,
+    evaluation,
     gpu,
     copies,
     syncs,

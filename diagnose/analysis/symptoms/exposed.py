@@ -86,13 +86,15 @@ def launch_model(gpu: Breakdown) -> float:
 @symptom(
     "exposed.other_not_sync",
     "share",
-    "share of the step in which the host runs other code and nothing else runs beside it, not counting the idle that follows syncs",
-    uses=("sync.idle_after_share",),
+    "share of the step in which the host runs other code and nothing else runs beside it, not counting the idle that "
+    "follows syncs, nor evaluation passes (their forward starts no backward: the trace calls it other host work)",
+    uses=("sync.idle_after_share", "step.eval_share"),
 )
 def other_not_sync(steps: Breakdown, known: Known) -> float:
+    evaluation = known.get("step.eval_share") or 0.0
     if not steps.has_gpu:  # every instant is host time; there are no syncs to set apart
-        return steps.exposed_share["host_other"]
-    return max(0.0, steps.exposed_share["host_other"] - (known.get("sync.idle_after_share") or 0.0))
+        return max(0.0, steps.exposed_share["host_other"] - evaluation)
+    return max(0.0, steps.exposed_share["host_other"] - (known.get("sync.idle_after_share") or 0.0) - evaluation)
 
 
 @symptom("exposed.host", "share", "GPU idle for any host reason (sum of the host-side exposed shares)")
