@@ -62,6 +62,16 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         except (AttributeError, TypeError):  # not an object, or an unhashable category
             continue
         bucket.append(e)
+    # torch < 1.10 wrote its annotations as operators ("Operator"): annotations by name
+    legacy = [
+        e
+        for e in cpu_ops
+        if e.get("cat") in P.LEGACY_HOST_CATEGORIES and str(e.get("name", "")).startswith(P.LEGACY_ANNOTATION_PREFIXES)
+    ]
+    if legacy:
+        marks = {id(e) for e in legacy}
+        cpu_ops[:] = [e for e in cpu_ops if id(e) not in marks]
+        annotations.extend(legacy)
     thread_names = {
         e.get("tid"): (e.get("args") or {}).get("name")
         for e in ignored

@@ -46,6 +46,19 @@ COLLECTIVE_CALL_PREFIX = "c10d::"
 #: the data-parallel wrappers' own annotations; a sync inside one waits for their communication
 #: (DDP's forward blocks until the previous step's gradient all-reduce has finished)
 DATA_PARALLEL_PREFIXES = ("DistributedDataParallel.", "FullyShardedDataParallel.")
+#: Before torch 1.10 every host event, ``record_function`` annotations included, was written in the
+#: category "Operator" (tb_plugin's resnet50 samples, torch 1.8): these names are annotations
+#: there, as they are in category user_annotation today (the step marks, the DataLoader's fetch,
+#: the optimizer's step and zero_grad, CPU collectives, the wrappers' and diagnose's own marks).
+LEGACY_ANNOTATION_PREFIXES = (
+    PROFILER_STEP_PREFIX,
+    DATALOADER_PREFIX,
+    OPTIMIZER_STEP_PREFIX,
+    OPTIMIZER_ZERO_GRAD_PREFIX,
+    "diagnose#",
+    *CPU_COLLECTIVE_PREFIXES,
+    *DATA_PARALLEL_PREFIXES,
+)
 
 # --- CUDA runtime / driver calls ------------------------------------------------------------------
 
@@ -99,7 +112,9 @@ GPU_KERNEL_CATEGORIES = frozenset({"kernel"})
 GPU_MEMCPY_CATEGORIES = frozenset({"gpu_memcpy"})
 GPU_MEMSET_CATEGORIES = frozenset({"gpu_memset"})
 
-#: Older torch versions (< 1.10) used other category names; map them onto today's.
+#: Older torch versions (< 1.10) used other category names; map them onto today's. Their host
+#: events ("Operator") are operators or annotations by name (``LEGACY_ANNOTATION_PREFIXES``).
+LEGACY_HOST_CATEGORIES = frozenset({"Operator", "operator"})
 LEGACY_CATEGORIES: dict[str, str] = {
     "Operator": "cpu_op",
     "operator": "cpu_op",

@@ -531,8 +531,9 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
 
 
 # what each category is to the reader (one dict lookup per event)
-# (the last three, which the hot loop tests at once with ``kind >= _FLOW``, come last)
-_CPU_OP, _ANNOTATION, _RUNTIME, _KERNEL, _MEMCPY, _MEMSET, _FLOW, _IGNORED, _UNKNOWN = range(9)
+# (the last three, which the hot loop tests at once with ``kind >= _FLOW``, come last; the two
+# kinds of operator first, tested at once with ``kind <= _LEGACY_OP``)
+_CPU_OP, _LEGACY_OP, _ANNOTATION, _RUNTIME, _KERNEL, _MEMCPY, _MEMSET, _FLOW, _IGNORED, _UNKNOWN = range(10)
 
 
 def _category_kinds() -> dict[Any, int]:
@@ -552,6 +553,8 @@ def _category_kinds() -> dict[Any, int]:
     kinds[UNSET] = _IGNORED
     for cat, mapped in P.LEGACY_CATEGORIES.items():
         kinds.setdefault(cat, kinds.get(mapped, _IGNORED))
+    for cat in P.LEGACY_HOST_CATEGORIES:
+        kinds[cat] = _LEGACY_OP
     return kinds
 
 
@@ -654,6 +657,7 @@ class _Columns:
         kind_of = _KINDS.get
         names = self.names
         bw_prefix = P.BACKWARD_OP_PREFIX
+        legacy_annotations = P.LEGACY_ANNOTATION_PREFIXES
         sync_names = P.SYNC_CALLS
         long_call = LONG_RUNTIME_CALL_US
         thread_ops: dict[Any, list[tuple[float, float, str]]] = {}
@@ -718,7 +722,10 @@ class _Columns:
             if type(dur) is not float or dur - dur != 0.0 or dur < 0.0:
                 dur = _num(dur, e, events, first, "dur", minimum=0.0)
             end = ts + dur
-            if kind == _CPU_OP:
+            if kind <= _LEGACY_OP:
+                if kind and name.startswith(legacy_annotations):  # torch < 1.10 wrote annotations as operators
+                    self.annotations.append((name, _key(e.tid, e, events, first, "tid"), ts, end))
+                    continue
                 tid = e.tid
                 if type(tid) is not int:
                     tid = _key(tid, e, events, first, "tid")
