@@ -49,3 +49,27 @@ def test_torch_1_8_annotations_in_the_operator_category_are_steps_data_waits_and
     breakdown = compute_breakdown(build_timeline(b.to_dict()))
     assert [step.phases["data_wait"] for step in breakdown.steps] == [40.0, 40.0]
     assert [step.phases["optimizer"] for step in breakdown.steps] == [20.0, 20.0]
+
+
+TENSILE_GEMM = "Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0_ISA90a_WG64_4_1"
+
+
+def test_a_rocm_trace_has_its_syncs_and_its_tensile_matmuls() -> None:
+    """ROCm's torch writes HIP calls under cuda_runtime: hipDeviceSynchronize blocks the host as
+    cudaDeviceSynchronize does, and rocBLAS/hipBLASLt run Tensile's ``Cijk_...`` kernels, which name
+    no gemm. Before: no sync seen, the matmul counted as "other" kernels."""
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.op("aten::mm", 0, 10, forward=True)
+    b.kernel(TENSILE_GEMM, 10, 50, launch_ts=5)
+    b.sync(20, 45, name="hipDeviceSynchronize")
+    b.op("aten::item", 70, 20)
+    b.sync(75, 10, name="hipMemcpyWithStream")
+    timeline = build_timeline(b.to_dict())
+    assert [(s.start, s.end, s.name) for s in timeline.syncs] == [
+        (20.0, 65.0, "hipDeviceSynchronize"),
+        (75.0, 85.0, "hipMemcpyWithStream"),
+    ]
+    (step,) = compute_breakdown(timeline).steps
+    assert step.sync_count == 2
+    assert step.matmul_us == {"unknown": 50.0}

@@ -74,6 +74,13 @@ SYNC_CALLS = frozenset(
         "cuEventSynchronize",
         "cuMemcpyDtoH_v2",
         "cuMemcpyHtoD_v2",
+        # ROCm (HIP) under the same category, cuda_runtime: torch's blocking copies there are
+        # hipMemcpyWithStream (HTA's MI250 trace)
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
     }
 )
 
@@ -195,12 +202,13 @@ def _p(name: str, pattern: str, why: str) -> KernelPattern:
 #: Communication kernels (NCCL collectives): time spent here is communication, not compute.
 COMMUNICATION = _p("communication", r"nccl|ncclDevKernel|ncclKernel", "NCCL collective kernels")
 
-#: Matrix-multiply and convolution kernels (cuBLAS, cuBLASLt nvjet, CUTLASS, cuDNN, attention).
+#: Matrix-multiply and convolution kernels (cuBLAS, cuBLASLt nvjet, CUTLASS, cuDNN, attention; on
+#: ROCm Tensile's and hipBLASLt's ``Cijk_...`` kernels, which name no gemm).
 MATMUL = _p(
     "matmul",
     r"gemm|gemv|xmma|nvjet|cutlass|sgemm|hgemm|Gemm|wgrad|dgrad|fprop|implicit_gemm|fmha|flash|sdpa"
-    r"|conv2d|convolve|wgrad_alg|winograd|cudnn_generated",
-    "cuBLAS/cuBLASLt/CUTLASS/cuDNN matrix and convolution kernels",
+    r"|conv2d|convolve|wgrad_alg|winograd|cudnn_generated|^Cijk_",
+    "cuBLAS/cuBLASLt/CUTLASS/cuDNN (rocBLAS/hipBLASLt Tensile) matrix and convolution kernels",
 )
 
 #: The convolution subset of MATMUL.
