@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.analysis.measure.breakdown import compute_breakdown
+from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.trace.timeline import build_timeline, load_timeline
+from diagnose.rundir import RunDir
+from diagnose.session import analyze_run
 from tests import reference_timeline
 from tests.tracebuilder import ELEMENTWISE, MAIN, TraceBuilder
 
@@ -73,3 +76,26 @@ def test_a_rocm_trace_has_its_syncs_and_its_tensile_matmuls() -> None:
     (step,) = compute_breakdown(timeline).steps
     assert step.sync_count == 2
     assert step.matmul_us == {"unknown": 50.0}
+
+
+def test_a_folder_of_traces_named_as_their_user_chose_is_read(tmp_path: Path) -> None:
+    """HTA's trace folders hold ``rank-0.json.gz`` and the like. Before: "holds neither run.json
+    nor a trace" (only ``*.pt.trace.json(.gz)`` was looked for)."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    _legacy_steps().write(folder / "rank-0.json.gz", gz=True)
+    _legacy_steps().write(folder / "rank-1.json", gz=False)
+    (folder / "notes.txt").write_text("not a trace")
+    (folder / "report.json").write_text("{}")  # diagnose's own (the older layout): never a trace
+    run_dir = RunDir(folder)
+    assert [p.name for p in run_dir.traces()] == ["rank-0.json.gz", "rank-1.json"]
+    assert run_dir.trace_for(None) == (folder / "rank-1.json", ["2 traces in the run directory; analysed rank-1.json"])
+    report = analyze_run(run_dir, AnalysisOptions.load()).to_dict()
+    assert len(report["breakdown"]["steps"]) == 2
+
+
+def test_a_run_directory_keeps_to_its_pt_trace_files(tmp_path: Path) -> None:
+    """Where a ``*.pt.trace.json(.gz)`` is present, another JSON file beside it is not a trace."""
+    _legacy_steps().write(tmp_path / "host_1.1.pt.trace.json.gz", gz=True)
+    (tmp_path / "settings.json").write_text("{}")
+    assert [p.name for p in RunDir(tmp_path).traces()] == ["host_1.1.pt.trace.json.gz"]
