@@ -78,6 +78,7 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         if e.get("ph") == "M" and e.get("name") == "thread_name"
     }
     thread_names = {tid: name for tid, name in thread_names.items() if isinstance(name, str)}
+    meta.other_device_events = dict(Counter(e.get("cat") for e in ignored if e.get("cat") in P.OTHER_DEVICE_CATEGORIES))
     ignored.clear()
     unknown: Counter[str] = Counter(str(e.get("cat")) for e in unsorted)
     forward_flow_starts = {(e.get("tid"), e.get("ts")) for e in flows if e.get("ph") == "s"}

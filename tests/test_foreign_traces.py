@@ -99,3 +99,42 @@ def test_a_run_directory_keeps_to_its_pt_trace_files(tmp_path: Path) -> None:
     _legacy_steps().write(tmp_path / "host_1.1.pt.trace.json.gz", gz=True)
     (tmp_path / "settings.json").write_text("{}")
     assert [p.name for p in RunDir(tmp_path).traces()] == ["host_1.1.pt.trace.json.gz"]
+
+
+def _host_only_step() -> TraceBuilder:
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.op("aten::mm", 0, 80, forward=True)
+    return b
+
+
+def test_another_accelerators_events_are_named_not_taken_for_a_cpu_only_run() -> None:
+    """HTA's MTIA traces: mtia_runtime calls and mtia_ccp_events beside the host's operators.
+    Before: a "CPU-only run", and mtia_ccp_events an unknown category."""
+    b = _host_only_step()
+    b.x("mtia_runtime", "runFunction", 10, 5)
+    b.x("mtia_ccp_events", "kernel", 12, 30, pid=0, tid=3)
+    timeline = build_timeline(b.to_dict())
+    assert timeline.meta.other_device_events == {"mtia_runtime": 1, "mtia_ccp_events": 1}
+    assert timeline.meta.unknown_categories == {}
+    breakdown = compute_breakdown(timeline)
+    assert breakdown.untraced_device == "an accelerator"
+    assert breakdown.notes == [
+        "the trace holds another accelerator's events this version does not analyse "
+        "(mtia_ccp_events (1), mtia_runtime (1)): its device time is in no category, and the step reads as host time"
+    ]
+
+
+def test_cuda_calls_without_gpu_activity_are_said_so() -> None:
+    """CUPTI's range profiler (HTA's cupti_profiler trace) writes the runtime calls and no kernel."""
+    b = _host_only_step()
+    b.runtime("cudaLaunchKernel", 20, 5)
+    b.runtime("cudaLaunchKernel", 40, 5)
+    breakdown = compute_breakdown(build_timeline(b.to_dict()))
+    assert not breakdown.has_gpu
+    assert breakdown.untraced_device == "the GPU"
+    assert breakdown.notes == [
+        "the trace records 2 CUDA runtime call(s) but no GPU kernel, copy or memset (was the GPU's activity "
+        "traced?): the step reads as host time, the GPU's side is not analysed"
+    ]
+    assert compute_breakdown(build_timeline(_host_only_step().to_dict())).untraced_device is None

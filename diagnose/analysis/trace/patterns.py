@@ -135,6 +135,20 @@ LEGACY_CATEGORIES: dict[str, str] = {
     "gpu_user_annotation": "gpu_user_annotation",
 }
 
+#: Another accelerator's runtime calls and activity (MTIA, Intel XPU, a PrivateUse1 backend):
+#: counted, not analysed (HTA's MTIA traces); a step on such a device is not a CPU-only run's.
+OTHER_DEVICE_CATEGORIES = frozenset(
+    {
+        "privateuse1_runtime",
+        "privateuse1_driver",
+        "mtia_runtime",
+        "Mtia_runtime",
+        "mtia_ccp_events",
+        "xpu_runtime",
+        "xpu_driver",
+    }
+)
+
 #: Categories the analysis reads or knowingly skips; anything else is counted as unknown.
 KNOWN_CATEGORIES = frozenset(
     {
@@ -153,12 +167,13 @@ KNOWN_CATEGORIES = frozenset(
         "python_function",
         "Trace",
         "cuda_profiler_range",
-        "privateuse1_runtime",
-        "privateuse1_driver",
-        "mtia_runtime",
-        "xpu_runtime",
-        "xpu_driver",
-        "Mtia_runtime",
+        # Kineto's CUDA sync events on the GPU's rows (the host's waits are its cuda_runtime calls)
+        "cuda_sync",
+        # launch flows of older Kineto versions (today's ac2g): torch 1.8 wrote "async"
+        "async",
+        "async_gpu",
+        "async_cpu_to_gpu",
+        *OTHER_DEVICE_CATEGORIES,
     }
 )
 

@@ -134,6 +134,9 @@ class TraceMeta:
     cuda_driver_version: int | None = None
     cuda_runtime_version: int | None = None
     unknown_categories: dict[str, int] = field(default_factory=dict)
+    #: events of another accelerator (``patterns.OTHER_DEVICE_CATEGORIES``), by category:
+    #: counted, not analysed
+    other_device_events: dict[str, int] = field(default_factory=dict)
     event_count: int = 0
     # What the trace itself says about the loop (a bare trace has nothing else):
     #: optimizer classes the trace names (``Optimizer.step#Adam.step`` -> "Adam"), per step call
@@ -533,7 +536,9 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
 # what each category is to the reader (one dict lookup per event)
 # (the last three, which the hot loop tests at once with ``kind >= _FLOW``, come last; the two
 # kinds of operator first, tested at once with ``kind <= _LEGACY_OP``)
-_CPU_OP, _LEGACY_OP, _ANNOTATION, _RUNTIME, _KERNEL, _MEMCPY, _MEMSET, _FLOW, _IGNORED, _UNKNOWN = range(10)
+_CPU_OP, _LEGACY_OP, _ANNOTATION, _RUNTIME, _KERNEL, _MEMCPY, _MEMSET, _FLOW, _IGNORED, _UNKNOWN, _OTHER_DEVICE = range(
+    11
+)
 
 
 def _category_kinds() -> dict[Any, int]:
@@ -555,6 +560,8 @@ def _category_kinds() -> dict[Any, int]:
         kinds.setdefault(cat, kinds.get(mapped, _IGNORED))
     for cat in P.LEGACY_HOST_CATEGORIES:
         kinds[cat] = _LEGACY_OP
+    for cat in P.OTHER_DEVICE_CATEGORIES:
+        kinds[cat] = _OTHER_DEVICE
     return kinds
 
 
@@ -641,6 +648,7 @@ class _Columns:
         self.memsets: list[C.Column] = [C.float_column(), C.float_column(), C.int_column(), C.int_column()]
         self.memset_devices: list[Any] = []
         self.unknown: Counter[str] = Counter()
+        self.other_device: Counter[str] = Counter()
         self.names: dict[str, str] = {}
         #: start of every CUDA runtime/driver call, per thread
         self.runtime_starts: dict[Any, array[float]] = {}
@@ -695,6 +703,8 @@ class _Columns:
                         self.thread_names[_key(e.tid, e, events, first, "tid")] = e.args.name
                 elif kind == _UNKNOWN:
                     self.unknown[str(e.cat)] += 1
+                elif kind == _OTHER_DEVICE:
+                    self.other_device[e.cat] += 1
                 elif e.ph == "s":  # a forward flow's start (one per forward operator): inline where plain
                     tid = e.tid
                     if type(tid) is not int:
@@ -844,6 +854,7 @@ class _Columns:
         _extend_columns(self.memsets, other.memsets)
         self.memset_devices.extend(other.memset_devices)
         self.unknown.update(other.unknown)
+        self.other_device.update(other.other_device)
         for tid, starts in other.runtime_starts.items():
             self.runtime_starts.setdefault(tid, C.float_column()).extend(starts)
         self.thread_names.update(other.thread_names)
@@ -851,6 +862,7 @@ class _Columns:
     def finish(self, meta: TraceMeta) -> Timeline:
         meta.event_count = self.event_count
         meta.unknown_categories = dict(self.unknown)
+        meta.other_device_events = dict(self.other_device)
         duplicates = _Duplicates()
         self.annotations = duplicates.unique(sorted(self.annotations, key=itemgetter(2)), start=itemgetter(2))
         main_tid = self._main_thread()
