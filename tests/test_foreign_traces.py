@@ -13,6 +13,7 @@ from diagnose.analysis.pipeline import AnalysisOptions
 from diagnose.analysis.trace.timeline import build_timeline, load_timeline
 from diagnose.rundir import RunDir
 from diagnose.session import analyze_run
+from diagnose.units import gain_words
 from tests import reference_timeline
 from tests.tracebuilder import ELEMENTWISE, MAIN, TraceBuilder
 
@@ -138,3 +139,13 @@ def test_cuda_calls_without_gpu_activity_are_said_so() -> None:
         "traced?): the step reads as host time, the GPU's side is not analysed"
     ]
     assert compute_breakdown(build_timeline(_host_only_step().to_dict())).untraced_device is None
+
+
+def test_a_bound_near_infinity_is_shown_as_over_100x() -> None:
+    """HTA's triton_example: one 13 s step holding a 1.8 µs kernel, 1 / (1 - s) of s = 99.99999%.
+    Before: "up to 7578461.37x"."""
+    assert gain_words(None, 7578461.37) == "up to >100x"
+    assert gain_words(None, 44.52) == "up to 44.52x"
+    assert gain_words(None, 100.0) == "up to 100.00x"
+    assert gain_words(1.31, 7578461.37) == "predicted 1.31x, at most >100x"
+    assert gain_words(300.0, 120.0) == "predicted 300.00x (its share alone: >100x)"
