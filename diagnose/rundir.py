@@ -61,12 +61,16 @@ RUN_JSON = "run.json"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+#: what a folder of the user's own traces may hold where none is named ``*.pt.trace.json``: HTA
+#: reads every JSON file of a trace folder as a trace (``rank-0.json.gz``, ``trace.json``)
+ANY_JSON_SUFFIXES = (".json", ".json.gz")
 #: the file each process writes and removes at once to learn that it can write into a run
 #: directory; never the folder's content: the nodes of a multi-node job create their shared
 #: folder at the same instant, and one node's probe once made the other's folder "not empty"
 WRITE_PROBE = ".diagnose-write-test-"
 _RANK_RECORD = re.compile(r"^rank(\d+)\.run\.json$")
 _RANK_SUMMARY = re.compile(r"^rank(\d+)\.summary\.json$")
+_RANK_OWN_FILE = re.compile(r"^rank\d+\.(?:run|summary|report)\.json$")
 RANK_SUMMARY = "summary.json"
 RANK_REPORT = "report.json"
 
@@ -95,6 +99,11 @@ def shared_location(name: str, environ: Mapping[str, str] = os.environ) -> Path:
     if run_id in ("", "none"):
         run_id = environ.get("SLURM_JOB_ID") or f"port{environ.get('MASTER_PORT', '0')}"
     return Path("runs") / f"{name}-{run_id}"
+
+
+def _own_file(name: str) -> bool:
+    """A file diagnose writes at a run directory's top in the older layout, never a trace."""
+    return name in (RUN_JSON, REPORT_JSON) or bool(_RANK_OWN_FILE.match(name))
 
 
 def _rank_prefix(rank: int) -> str:
@@ -231,15 +240,16 @@ class RunDir:
         return sorted({int(m.group(1)) for m in map(_RANK_RECORD.match, names) if m})
 
     def traces(self, rank: int | None = None) -> list[Path]:
-        """Trace files in the folder (one rank's with ``rank``), sorted by name. Never an empty
+        """Trace files in the folder (one rank's with ``rank``), sorted by name; in a folder of the
+        user's own traces with no ``*.pt.trace.json(.gz)``, its other JSON files. Never an empty
         file, nor a ``.gz`` beside its own uncompressed trace: that is a compression cut short
         (diagnose removes the raw trace only once the ``.gz`` is complete)."""
         prefix = "" if rank is None else f"{_rank_prefix(rank)}_"
-        found = [
-            p
-            for p in self.path.iterdir()
-            if p.is_file() and p.name.startswith(prefix) and p.name.endswith(TRACE_SUFFIXES) and p.stat().st_size > 0
-        ]
+        files = [p for p in self.path.iterdir() if p.is_file() and p.name.startswith(prefix) and p.stat().st_size > 0]
+        found = [p for p in files if p.name.endswith(TRACE_SUFFIXES)]
+        if not found and rank is None and not self.holds_run():
+            # a folder of the user's own traces, named as they chose: every JSON file but ours
+            found = [p for p in files if p.name.endswith(ANY_JSON_SUFFIXES) and not _own_file(p.name)]
         names = {p.name for p in found}
         found = [p for p in found if not (p.name.endswith(".gz") and p.name[: -len(".gz")] in names)]
         return sorted(found, key=lambda p: p.name)

@@ -49,16 +49,28 @@ def measured_words(
     return f"measured {speedup:.2f}x by a short A/B ({'; '.join(parts)})"
 
 
+#: a bound above this is shown as ``>100x``: it is 1 / (1 - s) of a share s near 1 (a trace whose
+#: window is nearly all host time, HTA's triton_example: 7578461.37x), which no digits make clearer
+LARGEST_SHOWN_BOUND = 100.0
+
+
+def bound_text(bound: float) -> str:
+    """A finding's gain bound: ``2.50x``, or ``>100x`` above ``LARGEST_SHOWN_BOUND``."""
+    return speedup(bound) if bound <= LARGEST_SHOWN_BOUND else f">{LARGEST_SHOWN_BOUND:g}x"
+
+
 def gain_words(predicted: float | None, bound: float | None) -> str:
     """A finding's gain, one way everywhere: ``predicted 1.31x, at most 1.53x``; ``up to 1.53x``
     without a prediction; and where the replay predicts more than the bound (the bound counts
     the finding's own share alone, the change may do more: compile fuses and removes launches),
     ``predicted 2.98x (its share alone: 2.53x)``. Empty when there is neither."""
     if predicted is None:
-        return f"up to {speedup(bound)}" if bound else ""
+        return f"up to {bound_text(bound)}" if bound else ""
     if bound and predicted > bound:
-        return f"predicted {speedup(predicted)} (its share alone: {speedup(bound)})"
-    return f"predicted {speedup(predicted)}, at most {speedup(bound)}" if bound else f"predicted {speedup(predicted)}"
+        return f"predicted {speedup(predicted)} (its share alone: {bound_text(bound)})"
+    return (
+        f"predicted {speedup(predicted)}, at most {bound_text(bound)}" if bound else f"predicted {speedup(predicted)}"
+    )
 
 
 def unsure_words(

@@ -62,12 +62,23 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
         except (AttributeError, TypeError):  # not an object, or an unhashable category
             continue
         bucket.append(e)
+    # torch < 1.10 wrote its annotations as operators ("Operator"): annotations by name
+    legacy = [
+        e
+        for e in cpu_ops
+        if e.get("cat") in P.LEGACY_HOST_CATEGORIES and str(e.get("name", "")).startswith(P.LEGACY_ANNOTATION_PREFIXES)
+    ]
+    if legacy:
+        marks = {id(e) for e in legacy}
+        cpu_ops[:] = [e for e in cpu_ops if id(e) not in marks]
+        annotations.extend(legacy)
     thread_names = {
         e.get("tid"): (e.get("args") or {}).get("name")
         for e in ignored
         if e.get("ph") == "M" and e.get("name") == "thread_name"
     }
     thread_names = {tid: name for tid, name in thread_names.items() if isinstance(name, str)}
+    meta.other_device_events = dict(Counter(e.get("cat") for e in ignored if e.get("cat") in P.OTHER_DEVICE_CATEGORIES))
     ignored.clear()
     unknown: Counter[str] = Counter(str(e.get("cat")) for e in unsorted)
     forward_flow_starts = {(e.get("tid"), e.get("ts")) for e in flows if e.get("ph") == "s"}

@@ -607,9 +607,12 @@ def _verdict(report: Report, diagnosis: Diagnosis, breakdown: Breakdown | None) 
         shares = breakdown.exposed_share
         largest = max(EXPOSED, key=lambda cat: shares[cat])
         label = exposed_labels(on_gpu=False)[largest]
-        return (
-            f"No rule fired on this CPU-only run; the largest part of a step: {label} ({percent(shares[largest], 0)})."
+        run = (
+            "CPU-only run"
+            if breakdown.untraced_device is None
+            else f"trace without {breakdown.untraced_device}'s activity"
         )
+        return f"No rule fired on this {run}; the largest part of a step: {label} ({percent(shares[largest], 0)})."
     dominant = dominant_idle(breakdown)
     if dominant is not None:
         # a share this large is named even when no change is predicted to relieve it

@@ -11,7 +11,7 @@ from typing import Any
 
 from diagnose.renderers.base import Renderer
 from diagnose.renderers.view import ReportView, exposed_caption, phase_caption
-from diagnose.units import count, human_bytes, percent, spread_ms
+from diagnose.units import bound_text, count, human_bytes, percent, spread_ms
 
 TRUST_NOTE = """\
 **Which numbers to trust.** The `exposed/*` and `phase/*` scalars and this text come from diagnose's
@@ -85,7 +85,7 @@ def _findings(view: ReportView) -> str:
             f"`{f.rule}`",
             f"**{f.title}**: {f.says}",
             " · ".join(f"{e.symptom} {e.text}" for e in view.evidence(f)),
-            f"up to {f.gain_bound:.2f}x" if f.gain_bound else "-",
+            f"up to {bound_text(f.gain_bound)}" if f.gain_bound else "-",
         ]
         for i, f in enumerate(view.findings, 1)
     ]

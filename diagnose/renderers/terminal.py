@@ -21,7 +21,7 @@ from diagnose.renderers.base import Renderer
 from diagnose.renderers.fit import Column, FittedTable, fit_table
 from diagnose.renderers.view import ReportView, batch_words, exposed_caption, phase_caption, spread_words
 from diagnose.report import Finding, RankSummary, Timing
-from diagnose.units import count, human_bytes, percent, spread_ms
+from diagnose.units import bound_text, count, human_bytes, percent, spread_ms
 
 #: colour and plain-text glyph per exposed category: idle causes warm, GPU work green/blue
 STYLES: dict[str, tuple[str, str]] = {
@@ -555,7 +555,7 @@ class TerminalRenderer(Renderer):
                     row.step_text() or "-",
                     "reference" if row.reference else f"{row.speedup:.2f}x" if row.speedup else "-",
                     f"{row.predicted_speedup:.2f}x" if row.predicted_speedup else "",
-                    f"{row.gain_bound:.2f}x" if row.gain_bound else "",
+                    bound_text(row.gain_bound) if row.gain_bound else "",
                     *([percent(row.gpu_busy, 0) if row.gpu_busy is not None else "-"] if e.shows_gpu_busy else []),
                     *(
                         [human_bytes(row.peak_reserved_bytes) if row.peak_reserved_bytes else "-"]

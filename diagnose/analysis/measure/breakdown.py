@@ -142,6 +142,9 @@ class Breakdown:
     #: kernel name -> (GPU time in us, calls) over the profiled steps: the kernel table and the
     #: roofline (analysis/measure/kernels.py) read it; kept out of report.json (the report keeps the top rows)
     kernels_by_name: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: the device the trace shows the host driving but not its activity (None: none such): an
+    #: accelerator this version does not analyse, or CUDA calls without a kernel or copy
+    untraced_device: str | None = None
 
     @property
     def total_us(self) -> float:
@@ -448,6 +451,9 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
     if timeline.meta.unknown_categories:
         cats = ", ".join(f"{k} ({v})" for k, v in sorted(timeline.meta.unknown_categories.items()))
         notes.append(f"ignored event categories this version does not know: {cats}")
+    untraced_device = _untraced_device(timeline)
+    if untraced_device is not None:
+        notes.append(untraced_device[1])
     if timeline.meta.detail is not None:
         notes.append(timeline.meta.detail.note())
     if timeline.meta.duplicate_events:
@@ -466,7 +472,30 @@ def compute_breakdown(timeline: Timeline) -> Breakdown:
         dataloader_kinds=dict(timeline.dataloader_kinds),
         timeline_strip=_strip(segments, steps[median_index], STRIP_BINS) if median_index is not None else None,
         kernels_by_name=kernels_by_name,
+        untraced_device=untraced_device[0] if untraced_device is not None else None,
     )
+
+
+def _untraced_device(timeline: Timeline) -> tuple[str, str] | None:
+    """The device whose work the trace does not show, and the note that says so: another
+    accelerator's events (HTA's MTIA traces), or CUDA runtime calls without a single kernel, copy
+    or memset (CUPTI's range profiler, which counts kernels instead of tracing them). Its steps
+    then read as host time, not as a CPU-only run's."""
+    if timeline.has_gpu or timeline.memsets:
+        return None
+    other = timeline.meta.other_device_events
+    if other:
+        events = ", ".join(f"{cat} ({count})" for cat, count in sorted(other.items()))
+        return "an accelerator", (
+            f"the trace holds another accelerator's events this version does not analyse ({events}): "
+            "its device time is in no category, and the step reads as host time"
+        )
+    if timeline.launches:
+        return "the GPU", (
+            f"the trace records {len(timeline.launches)} CUDA runtime call(s) but no GPU kernel, copy or memset "
+            "(was the GPU's activity traced?): the step reads as host time, the GPU's side is not analysed"
+        )
+    return None
 
 
 def _hidden(phase_share: dict[str, float], exposed_share: dict[str, float]) -> dict[str, float]:
@@ -1104,6 +1133,7 @@ def one_step(bd: Breakdown, index: int) -> Breakdown:
         phase_share=phase_share,
         hidden_share=_hidden(phase_share, exposed_share),
         dataloader_kinds=bd.dataloader_kinds,
+        untraced_device=bd.untraced_device,
     )
 
 

@@ -46,6 +46,19 @@ COLLECTIVE_CALL_PREFIX = "c10d::"
 #: the data-parallel wrappers' own annotations; a sync inside one waits for their communication
 #: (DDP's forward blocks until the previous step's gradient all-reduce has finished)
 DATA_PARALLEL_PREFIXES = ("DistributedDataParallel.", "FullyShardedDataParallel.")
+#: Before torch 1.10 every host event, ``record_function`` annotations included, was written in the
+#: category "Operator" (tb_plugin's resnet50 samples, torch 1.8): these names are annotations
+#: there, as they are in category user_annotation today (the step marks, the DataLoader's fetch,
+#: the optimizer's step and zero_grad, CPU collectives, the wrappers' and diagnose's own marks).
+LEGACY_ANNOTATION_PREFIXES = (
+    PROFILER_STEP_PREFIX,
+    DATALOADER_PREFIX,
+    OPTIMIZER_STEP_PREFIX,
+    OPTIMIZER_ZERO_GRAD_PREFIX,
+    "diagnose#",
+    *CPU_COLLECTIVE_PREFIXES,
+    *DATA_PARALLEL_PREFIXES,
+)
 
 # --- CUDA runtime / driver calls ------------------------------------------------------------------
 
@@ -61,6 +74,13 @@ SYNC_CALLS = frozenset(
         "cuEventSynchronize",
         "cuMemcpyDtoH_v2",
         "cuMemcpyHtoD_v2",
+        # ROCm (HIP) under the same category, cuda_runtime: torch's blocking copies there are
+        # hipMemcpyWithStream (HTA's MI250 trace)
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
     }
 )
 
@@ -99,7 +119,9 @@ GPU_KERNEL_CATEGORIES = frozenset({"kernel"})
 GPU_MEMCPY_CATEGORIES = frozenset({"gpu_memcpy"})
 GPU_MEMSET_CATEGORIES = frozenset({"gpu_memset"})
 
-#: Older torch versions (< 1.10) used other category names; map them onto today's.
+#: Older torch versions (< 1.10) used other category names; map them onto today's. Their host
+#: events ("Operator") are operators or annotations by name (``LEGACY_ANNOTATION_PREFIXES``).
+LEGACY_HOST_CATEGORIES = frozenset({"Operator", "operator"})
 LEGACY_CATEGORIES: dict[str, str] = {
     "Operator": "cpu_op",
     "operator": "cpu_op",
@@ -112,6 +134,20 @@ LEGACY_CATEGORIES: dict[str, str] = {
     "User Annotation": "user_annotation",
     "gpu_user_annotation": "gpu_user_annotation",
 }
+
+#: Another accelerator's runtime calls and activity (MTIA, Intel XPU, a PrivateUse1 backend):
+#: counted, not analysed (HTA's MTIA traces); a step on such a device is not a CPU-only run's.
+OTHER_DEVICE_CATEGORIES = frozenset(
+    {
+        "privateuse1_runtime",
+        "privateuse1_driver",
+        "mtia_runtime",
+        "Mtia_runtime",
+        "mtia_ccp_events",
+        "xpu_runtime",
+        "xpu_driver",
+    }
+)
 
 #: Categories the analysis reads or knowingly skips; anything else is counted as unknown.
 KNOWN_CATEGORIES = frozenset(
@@ -131,12 +167,13 @@ KNOWN_CATEGORIES = frozenset(
         "python_function",
         "Trace",
         "cuda_profiler_range",
-        "privateuse1_runtime",
-        "privateuse1_driver",
-        "mtia_runtime",
-        "xpu_runtime",
-        "xpu_driver",
-        "Mtia_runtime",
+        # Kineto's CUDA sync events on the GPU's rows (the host's waits are its cuda_runtime calls)
+        "cuda_sync",
+        # launch flows of older Kineto versions (today's ac2g): torch 1.8 wrote "async"
+        "async",
+        "async_gpu",
+        "async_cpu_to_gpu",
+        *OTHER_DEVICE_CATEGORIES,
     }
 )
 
@@ -180,12 +217,13 @@ def _p(name: str, pattern: str, why: str) -> KernelPattern:
 #: Communication kernels (NCCL collectives): time spent here is communication, not compute.
 COMMUNICATION = _p("communication", r"nccl|ncclDevKernel|ncclKernel", "NCCL collective kernels")
 
-#: Matrix-multiply and convolution kernels (cuBLAS, cuBLASLt nvjet, CUTLASS, cuDNN, attention).
+#: Matrix-multiply and convolution kernels (cuBLAS, cuBLASLt nvjet, CUTLASS, cuDNN, attention; on
+#: ROCm Tensile's and hipBLASLt's ``Cijk_...`` kernels, which name no gemm).
 MATMUL = _p(
     "matmul",
     r"gemm|gemv|xmma|nvjet|cutlass|sgemm|hgemm|Gemm|wgrad|dgrad|fprop|implicit_gemm|fmha|flash|sdpa"
-    r"|conv2d|convolve|wgrad_alg|winograd|cudnn_generated",
-    "cuBLAS/cuBLASLt/CUTLASS/cuDNN matrix and convolution kernels",
+    r"|conv2d|convolve|wgrad_alg|winograd|cudnn_generated|^Cijk_",
+    "cuBLAS/cuBLASLt/CUTLASS/cuDNN (rocBLAS/hipBLASLt Tensile) matrix and convolution kernels",
 )
 
 #: The convolution subset of MATMUL.

@@ -134,6 +134,9 @@ class TraceMeta:
     cuda_driver_version: int | None = None
     cuda_runtime_version: int | None = None
     unknown_categories: dict[str, int] = field(default_factory=dict)
+    #: events of another accelerator (``patterns.OTHER_DEVICE_CATEGORIES``), by category:
+    #: counted, not analysed
+    other_device_events: dict[str, int] = field(default_factory=dict)
     event_count: int = 0
     # What the trace itself says about the loop (a bare trace has nothing else):
     #: optimizer classes the trace names (``Optimizer.step#Adam.step`` -> "Adam"), per step call
@@ -531,8 +534,11 @@ def build_timeline(data: dict[str, Any]) -> Timeline:
 
 
 # what each category is to the reader (one dict lookup per event)
-# (the last three, which the hot loop tests at once with ``kind >= _FLOW``, come last)
-_CPU_OP, _ANNOTATION, _RUNTIME, _KERNEL, _MEMCPY, _MEMSET, _FLOW, _IGNORED, _UNKNOWN = range(9)
+# (the last three, which the hot loop tests at once with ``kind >= _FLOW``, come last; the two
+# kinds of operator first, tested at once with ``kind <= _LEGACY_OP``)
+_CPU_OP, _LEGACY_OP, _ANNOTATION, _RUNTIME, _KERNEL, _MEMCPY, _MEMSET, _FLOW, _IGNORED, _UNKNOWN, _OTHER_DEVICE = range(
+    11
+)
 
 
 def _category_kinds() -> dict[Any, int]:
@@ -552,6 +558,10 @@ def _category_kinds() -> dict[Any, int]:
     kinds[UNSET] = _IGNORED
     for cat, mapped in P.LEGACY_CATEGORIES.items():
         kinds.setdefault(cat, kinds.get(mapped, _IGNORED))
+    for cat in P.LEGACY_HOST_CATEGORIES:
+        kinds[cat] = _LEGACY_OP
+    for cat in P.OTHER_DEVICE_CATEGORIES:
+        kinds[cat] = _OTHER_DEVICE
     return kinds
 
 
@@ -638,6 +648,7 @@ class _Columns:
         self.memsets: list[C.Column] = [C.float_column(), C.float_column(), C.int_column(), C.int_column()]
         self.memset_devices: list[Any] = []
         self.unknown: Counter[str] = Counter()
+        self.other_device: Counter[str] = Counter()
         self.names: dict[str, str] = {}
         #: start of every CUDA runtime/driver call, per thread
         self.runtime_starts: dict[Any, array[float]] = {}
@@ -654,6 +665,7 @@ class _Columns:
         kind_of = _KINDS.get
         names = self.names
         bw_prefix = P.BACKWARD_OP_PREFIX
+        legacy_annotations = P.LEGACY_ANNOTATION_PREFIXES
         sync_names = P.SYNC_CALLS
         long_call = LONG_RUNTIME_CALL_US
         thread_ops: dict[Any, list[tuple[float, float, str]]] = {}
@@ -691,6 +703,8 @@ class _Columns:
                         self.thread_names[_key(e.tid, e, events, first, "tid")] = e.args.name
                 elif kind == _UNKNOWN:
                     self.unknown[str(e.cat)] += 1
+                elif kind == _OTHER_DEVICE:
+                    self.other_device[e.cat] += 1
                 elif e.ph == "s":  # a forward flow's start (one per forward operator): inline where plain
                     tid = e.tid
                     if type(tid) is not int:
@@ -718,7 +732,10 @@ class _Columns:
             if type(dur) is not float or dur - dur != 0.0 or dur < 0.0:
                 dur = _num(dur, e, events, first, "dur", minimum=0.0)
             end = ts + dur
-            if kind == _CPU_OP:
+            if kind <= _LEGACY_OP:
+                if kind and name.startswith(legacy_annotations):  # torch < 1.10 wrote annotations as operators
+                    self.annotations.append((name, _key(e.tid, e, events, first, "tid"), ts, end))
+                    continue
                 tid = e.tid
                 if type(tid) is not int:
                     tid = _key(tid, e, events, first, "tid")
@@ -837,6 +854,7 @@ class _Columns:
         _extend_columns(self.memsets, other.memsets)
         self.memset_devices.extend(other.memset_devices)
         self.unknown.update(other.unknown)
+        self.other_device.update(other.other_device)
         for tid, starts in other.runtime_starts.items():
             self.runtime_starts.setdefault(tid, C.float_column()).extend(starts)
         self.thread_names.update(other.thread_names)
@@ -844,6 +862,7 @@ class _Columns:
     def finish(self, meta: TraceMeta) -> Timeline:
         meta.event_count = self.event_count
         meta.unknown_categories = dict(self.unknown)
+        meta.other_device_events = dict(self.other_device)
         duplicates = _Duplicates()
         self.annotations = duplicates.unique(sorted(self.annotations, key=itemgetter(2)), start=itemgetter(2))
         main_tid = self._main_thread()
