@@ -95,6 +95,9 @@ def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
             hint="give a runs/<name>/ folder or a .pt.trace.json(.gz) file",
         )
     record = run_dir.load_record()
+    by_rank = user_rank_traces(run_dir) if record is None else {}
+    if by_rank:
+        return _combine_user_ranks(run_dir, by_rank, options, source)
     trace, warnings = run_dir.trace_for(record)
     if record is None and trace is None:
         raise UsageError(f"{run_dir.path} holds neither run.json nor a trace", hint="is it a diagnose run directory?")
@@ -105,6 +108,48 @@ def analyze_run(run_dir: RunDir, options: AnalysisOptions) -> Report:
 
     report = analyze(record, trace, replace(options, measured=measurements(checked)), source, warnings)
     _record_check(report, checked)
+    return report
+
+
+def user_rank_traces(run_dir: RunDir) -> dict[int, list[Path]]:
+    """A folder of the user's own traces (no run record) that holds several ranks of one job
+    (torch.profiler's ``tensorboard_trace_handler`` names them ``<host>_<pid>.<ms>.pt.trace.json``,
+    the rank in each file's ``distributedInfo``; or ``rank<R>_...``): each rank's traces, by
+    rank, oldest first. Empty where the folder is a run directory, holds one rank, or a trace
+    whose rank cannot be told."""
+    import re
+
+    from diagnose.analysis.trace.tracefile import trace_rank
+
+    if run_dir.holds_run():
+        return {}
+    by_rank: dict[int, list[Path]] = {}
+    for path in run_dir.traces():
+        prefixed = re.match(r"rank(\d+)_", path.name)
+        rank = int(prefixed.group(1)) if prefixed else trace_rank(path)
+        if rank is None:
+            return {}
+        by_rank.setdefault(rank, []).append(path)
+    return by_rank if len(by_rank) > 1 else {}
+
+
+def _combine_user_ranks(
+    run_dir: RunDir, by_rank: dict[int, list[Path]], options: AnalysisOptions, source: dict[str, Any]
+) -> Report:
+    """The job's report from a folder of the user's own rank traces, each rank's latest trace
+    analysed with no record (what the trace shows alone), as a run's ranks are combined."""
+    from diagnose.analysis.pipeline import analyse_rank, combine_from_traces
+
+    chosen = {rank: paths[-1] for rank, paths in by_rank.items()}
+    earlier = sum(len(paths) - 1 for paths in by_rank.values())
+    warnings = (
+        [f"{earlier} earlier trace(s) of the same ranks not analysed: each rank's latest by name"] if earlier else []
+    )
+    report = combine_from_traces(
+        sorted(chosen), lambda rank: analyse_rank(rank, None, chosen[rank], options, warnings), {}, options, source
+    )
+    if report.distributed is not None:
+        report.distributed.gathered = "traces"
     return report
 
 

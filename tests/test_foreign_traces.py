@@ -149,3 +149,64 @@ def test_a_bound_near_infinity_is_shown_as_over_100x() -> None:
     assert gain_words(None, 100.0) == "up to 100.00x"
     assert gain_words(1.31, 7578461.37) == "predicted 1.31x, at most >100x"
     assert gain_words(300.0, 120.0) == "predicted 300.00x (its share alone: >100x)"
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def _user_named(folder: Path, fixture: str) -> list[Path]:
+    """A recorded run's rank traces copied under the names ``tensorboard_trace_handler`` gives
+    (``<host>_<pid>.<ms>.pt.trace.json.gz``: no rank in the name, only in ``distributedInfo``)."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for i, trace in enumerate(sorted((DATA / fixture).glob("rank*_*.pt.trace.json.gz"))):
+        copied.append(Path(shutil.copy(trace, folder / f"host_{100 + i}.17000000000{i}.pt.trace.json.gz")))
+    return copied
+
+
+def test_a_folder_of_a_users_rank_traces_is_diagnosed_as_one_job(tmp_path: Path) -> None:
+    """A DDP job profiled by the user's own torch.profiler code, each rank's trace in one folder:
+    before, the last file alone was analysed ("2 traces in the run directory"); now each rank's
+    trace is analysed without a record and the ranks combined, as a run's are: the straggling
+    rank (rank 1 of examples/ddp_straggler.py, recorded on the CPU) is named."""
+    from diagnose.analysis.trace.tracefile import trace_rank
+    from diagnose.session import user_rank_traces
+
+    folder = tmp_path / "log"
+    traces = _user_named(folder, "ddp_straggler_cpu")
+    assert [trace_rank(p) for p in traces] == [0, 1]
+    assert user_rank_traces(RunDir(folder)) == {0: [traces[0]], 1: [traces[1]]}
+    report = analyze_run(RunDir(folder), AnalysisOptions.load()).to_dict()
+    dist = report["distributed"]
+    assert dist["world_size"] == 2 and dist["gathered"] == "traces"
+    assert [r["rank"] for r in dist["ranks"]] == [0, 1]
+    assert {r["status"] for r in dist["ranks"]} == {"trace"} and {r["backend"] for r in dist["ranks"]} == {"gloo"}
+    assert dist["straggler"]["rank"] == 1
+    assert "DIST003" in [f["rule"] for f in report["findings"]]
+
+
+def test_traces_of_one_rank_or_of_unknown_ranks_stay_one_trace(tmp_path: Path) -> None:
+    """Two cycles of one process's profiler (the same rank twice), or a trace that names no
+    rank beside one that does: no job to combine; the latest trace is analysed as before."""
+    import shutil
+
+    from diagnose.analysis.trace.tracefile import trace_rank
+    from diagnose.session import user_rank_traces
+
+    rank0 = sorted((DATA / "ddp_straggler_cpu").glob("rank0_*.pt.trace.json.gz"))[0]
+    same = tmp_path / "same"
+    same.mkdir()
+    for cycle in (1, 2):
+        shutil.copy(rank0, same / f"host_100.{cycle}.pt.trace.json.gz")
+    assert user_rank_traces(RunDir(same)) == {}
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(rank0, mixed / "host_100.1.pt.trace.json.gz")
+    bare = Path(shutil.copy(DATA / "bare" / "launch_bound.pt.trace.json.gz", mixed / "other.pt.trace.json.gz"))
+    assert trace_rank(bare) is None
+    assert user_rank_traces(RunDir(mixed)) == {}
+    report = analyze_run(RunDir(mixed), AnalysisOptions.load()).to_dict()
+    assert report["distributed"] is None
+    assert "2 traces in the run directory; analysed other.pt.trace.json.gz" in report["warnings"]

@@ -122,7 +122,8 @@ class RankAnalysis:
     and its summary are built from (the breakdown stays in memory, never the timeline)."""
 
     rank: int
-    record: RunRecord
+    #: None: a trace of the user's own, no run record (``analyze`` of a folder of rank traces)
+    record: RunRecord | None
     trace: Path | None
     breakdown: Breakdown | None
     meta: TraceMeta | None
@@ -133,13 +134,14 @@ class RankAnalysis:
 
 
 def analyse_rank(
-    rank: int, record: RunRecord, trace: Path | None, options: AnalysisOptions, warnings: Sequence[str] = ()
+    rank: int, record: RunRecord | None, trace: Path | None, options: AnalysisOptions, warnings: Sequence[str] = ()
 ) -> RankAnalysis:
-    """One rank's trace, analysed on its own: its breakdown and its summary."""
+    """One rank's trace, analysed on its own: its breakdown and its summary (with no record, a
+    trace of the user's own: what it shows alone)."""
     window = _window(record, trace, options, collectives=True)
-    rank_record = window.record
-    assert rank_record is not None  # the record given (its sync time attributed): a window keeps it
-    summary = summarize_rank(rank, rank_record, window.breakdown, dict(window.collectives))
+    rank_record = window.record  # the record given, its sync time attributed (None: none given)
+    backend = window.meta.backend if window.meta is not None else None
+    summary = summarize_rank(rank, rank_record, window.breakdown, dict(window.collectives), backend)
     summary.trace = trace.name if trace is not None else None
     predictors = [window.predictor] if window.predictor is not None else []
     return RankAnalysis(

@@ -32,10 +32,20 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+#: a rank's status where only its trace was read (no run record says how it ended)
+TRACE_ONLY_STATUS = "trace"
+
+
 def summarize_rank(
-    rank: int, record: RunRecord, bd: Breakdown | None, collectives: dict[str, CollectiveTime] | None = None
+    rank: int,
+    record: RunRecord | None,
+    bd: Breakdown | None,
+    collectives: dict[str, CollectiveTime] | None = None,
+    backend: str | None = None,
 ) -> RankSummary:
-    """One rank's summary: its row of the side-by-side table and what the job's view needs."""
+    """One rank's summary: its row of the side-by-side table and what the job's view needs.
+    Without a record (a folder of the user's own traces, one a rank), what the trace shows
+    alone: no steady step, no samples, the ``backend`` its ``distributedInfo`` names."""
     steps = bd.steps if bd is not None else []
     median_step = _median([s.duration_us for s in steps])
     top = max(bd.exposed_share, key=bd.exposed_share.get) if bd is not None else None  # type: ignore[arg-type]
@@ -53,11 +63,11 @@ def summarize_rank(
         communication_ms = round(sum(c["ms"] for c in by_kind.values()), 4)
     elif exposed_comm is not None and median_step:
         exposed_ms = round(exposed_comm * median_step / 1000, 4)
-    mean_s = record.steady_mean_s()
+    mean_s = record.steady_mean_s() if record is not None else None
     steady = mean_s * 1000 if mean_s else None
     return RankSummary(
         rank=rank,
-        status=record.status,
+        status=record.status if record is not None else TRACE_ONLY_STATUS,
         median_step_ms=median_step / 1000 if median_step is not None else None,
         data_wait_ms=(data_wait_share * median_step / 1000) if data_wait_share is not None and median_step else None,
         data_wait_share=data_wait_share,
@@ -66,12 +76,12 @@ def summarize_rank(
         gpu_busy=(sum(s.gpu_busy_us for s in steps) / bd.total_us)
         if bd is not None and bd.has_gpu and bd.total_us
         else None,
-        samples_per_step=record.batch_size(),
+        samples_per_step=record.batch_size() if record is not None else None,
         top_exposed=top,
-        backend=(record.distributed or {}).get("backend"),
+        backend=(record.distributed or {}).get("backend") if record is not None else backend,
         steady_samples_per_s=(
             round(record.timed_samples / record.timed_seconds, 3)
-            if record.timed_samples and record.timed_seconds
+            if record is not None and record.timed_samples and record.timed_seconds
             else None
         ),
         steady_step_ms=round(steady, 4) if steady is not None else None,

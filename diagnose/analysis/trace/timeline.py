@@ -148,6 +148,11 @@ class TraceMeta:
     thread_names: dict[str, str] = field(default_factory=dict)
     #: events identical to another one (same category, name, thread and times), counted once
     duplicate_events: int = 0
+    #: the process group the trace's ``distributedInfo`` names (torch.profiler writes it in a
+    #: distributed run): this process's rank, the world's size and the backend; None elsewhere
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None
     #: a trace larger than one analysis takes (``DETAIL_MAX_JSON_BYTES``): its steps, the first
     #: ones analysed, and the events after them left out; None when the whole trace was read
     detail: DetailWindow | None = None
@@ -1290,6 +1295,12 @@ def _read_meta(data: dict[str, Any]) -> TraceMeta:
             )
         sms = first.get("numSms")
         meta.num_sms = None if sms is None else _meta_int(sms, "deviceProperties.numSms")
+    dist = data.get("distributedInfo")
+    if isinstance(dist, dict):
+        rank, world, backend = dist.get("rank"), dist.get("world_size"), dist.get("backend")
+        meta.rank = rank if type(rank) is int and rank >= 0 else None
+        meta.world_size = world if type(world) is int and world > 0 else None
+        meta.backend = backend if isinstance(backend, str) else None
     driver, runtime = data.get("cuda_driver_version"), data.get("cuda_runtime_version")
     meta.cuda_driver_version = None if driver is None else _meta_int(driver, "cuda_driver_version")
     meta.cuda_runtime_version = None if runtime is None else _meta_int(runtime, "cuda_runtime_version")

@@ -284,6 +284,36 @@ def is_gzip(path: Path) -> bool:
         return fh.read(2) == b"\x1f\x8b"
 
 
+#: how much of a trace's JSON ``trace_rank`` reads: torch.profiler writes ``distributedInfo``
+#: among the few metadata keys before ``traceEvents``
+_HEAD_BYTES = 256 * 1024
+
+
+def trace_rank(path: Path) -> int | None:
+    """The rank the trace's ``distributedInfo`` names, read from its first bytes alone (a folder
+    of the user's own traces is grouped by rank before any is analysed); None where it names
+    none there, or the head cannot be read."""
+    try:
+        if is_gzip(path):
+            with path.open("rb") as fh:
+                head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(fh.read(_HEAD_BYTES), _HEAD_BYTES)
+        else:
+            head = read_span(path, 0, _HEAD_BYTES)
+    except (OSError, zlib.error):
+        return None
+    events = head.find(b'"traceEvents"')
+    at = head.find(b'"distributedInfo"', 0, events if events >= 0 else len(head))
+    if at < 0:
+        return None
+    found = re.match(rb'"distributedInfo"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})', head[at:])
+    try:
+        info = orjson.loads(found.group(1)) if found else None
+    except orjson.JSONDecodeError:
+        return None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if type(rank) is int and rank >= 0 else None
+
+
 #: deflate packs at most this many bytes into one
 _MAX_DEFLATE_RATIO = 1032
 #: compressed bytes inflated to learn a gzipped trace's ratio
