@@ -210,3 +210,24 @@ def test_traces_of_one_rank_or_of_unknown_ranks_stay_one_trace(tmp_path: Path) -
     report = analyze_run(RunDir(mixed), AnalysisOptions.load()).to_dict()
     assert report["distributed"] is None
     assert "2 traces in the run directory; analysed other.pt.trace.json.gz" in report["warnings"]
+
+
+def test_a_window_with_no_backward_and_no_optimizer_step_is_said_to_be_no_training(tmp_path: Path) -> None:
+    """HTA's inference and benchmark traces were read as training loops ("CPU work in the
+    training loop"): a window with neither a backward nor an optimizer step now says what it is."""
+    from diagnose.analysis.pipeline import NO_TRAINING, analyze_trace
+
+    b = TraceBuilder()
+    for number, start in ((1, 0), (2, 100)):
+        b.step(number, start, 100)
+        b.op("aten::mm", start, 60)
+    inference = analyze_trace(b.write(tmp_path / "inference.pt.trace.json"), AnalysisOptions.load()).to_dict()
+    assert NO_TRAINING in inference["warnings"]
+    b = TraceBuilder()
+    for number, start in ((1, 0), (2, 100)):
+        b.step(number, start, 100)
+        b.op("aten::mm", start, 40, forward=True)
+        b.backward_op(start + 40, 30)
+        b.optimizer(start + 70, 20)
+    training = analyze_trace(b.write(tmp_path / "training.pt.trace.json"), AnalysisOptions.load()).to_dict()
+    assert NO_TRAINING not in training["warnings"]

@@ -335,8 +335,28 @@ def _window(
         if record is not None and record.sync_sites:
             record = replace(record, sync_sites=attribute_sync_time(record, timeline))
         return Window(
-            breakdown, timeline.meta, record, (), predictor, collective_times(timeline) if collectives else {}
+            breakdown,
+            timeline.meta,
+            record,
+            no_training_note(breakdown),
+            predictor,
+            collective_times(timeline) if collectives else {},
         )
+
+
+#: what a window with no backward pass and no optimizer step is said to be
+NO_TRAINING = (
+    "the profiled window holds no backward pass and no optimizer step: an inference, evaluation or benchmark loop, "
+    "not a training step; the findings speak of a training loop and apply to the loop that was profiled"
+)
+
+
+def no_training_note(breakdown: Breakdown) -> tuple[str, ...]:
+    """``NO_TRAINING`` where neither a backward nor an optimizer step ran in the window (public
+    inference and benchmark traces read as training loops), else nothing."""
+    phases = breakdown.phase_share
+    trained = phases.get("backward", 0.0) > 0 or phases.get("optimizer", 0.0) > 0
+    return () if trained or not breakdown.steps else (NO_TRAINING,)
 
 
 def recorded_steps(marks: Sequence[StepMark], record: RunRecord) -> list[StepMark]:
