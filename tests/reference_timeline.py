@@ -263,6 +263,8 @@ def _read_meta(data: dict[str, Any]) -> TraceMeta:
         meta.num_sms = first.get("numSms")
     meta.cuda_driver_version = data.get("cuda_driver_version")
     meta.cuda_runtime_version = data.get("cuda_runtime_version")
+    dist = data.get("distributedInfo") or {}
+    meta.rank, meta.world_size, meta.backend = dist.get("rank"), dist.get("world_size"), dist.get("backend")
     trim_format = data.get(TRIM_FORMAT_KEY)
     meta.trim_format = trim_format if isinstance(trim_format, int) else None
     return meta
