@@ -201,8 +201,8 @@ class StepModel:
     #: steady step says it
     host_events: int = 0
     profiler_cost_us: float = 0.0
-    #: where that cost came from: "read off the trace" or "calibrated constant"
-    #: (``profcost.ProfilerCost.source``)
+    #: where that cost came from: "read off the trace", "calibrated constant" or the recorded
+    #: operators' median length where shorter (``profcost.ProfilerCost.source``)
     profiler_cost_source: str = ""
     #: the data waits are the main thread's own loading (a DataLoader without workers): traced
     #: code that the profiler slows as it slows the model's, scaled with it (``replay``)
