@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from diagnose.runtime.patching import wrap_attribute
+
 #: the most spans kept (a window of a few dozen steps holds a few dozen)
 MAX_SPANS = 4096
 
@@ -41,11 +43,7 @@ class EvalSpans:
             return
         from torch import nn
 
-        owner = nn.Module
-        own = "train" in vars(owner)
-        original = vars(owner)["train"] if own else owner.train
-        owner.train = self._wrap(original)  # type: ignore[method-assign]
-        self._undo = lambda: setattr(owner, "train", original) if own else delattr(owner, "train")
+        self._undo = wrap_attribute(nn.Module, "train", self._wrap)
 
     def stop(self) -> list[tuple[float, float]]:
         """Undo the patch; the spans closed while it was in place."""

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from diagnose.record import DataLoaderInfo, ModelInfo, OptimizerInfo
+from diagnose.runtime.patching import wrap_attribute
 from diagnose.runtime.usercode import first_user_frame, is_generated, library_prefixes, user_frame
 
 MODES = ("forward", "dataloader", "optimizer")  # weakest to strongest
@@ -345,10 +346,7 @@ class Instrumentation:
         self._forward_hook = None
 
     def _patch(self, owner: Any, name: str, wrapper_factory: Callable[[Any], Any]) -> None:
-        own = name in owner.__dict__
-        original = owner.__dict__[name] if own else getattr(owner, name)
-        setattr(owner, name, wrapper_factory(original))
-        self._undo.append(lambda: setattr(owner, name, original) if own else delattr(owner, name))
+        self._undo.append(wrap_attribute(owner, name, wrapper_factory))
 
     # --- hooks ----------------------------------------------------------------------------------
 

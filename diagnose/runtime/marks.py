@@ -31,6 +31,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from diagnose.runtime.patching import wrap_attribute
+
 CLOSURE = "diagnose#optimizer_closure"
 BACKWARD = "diagnose#backward"
 
@@ -106,7 +108,4 @@ class PhaseMarks:
             self._undo.pop()()
 
     def _wrap(self, owner: Any, name: str, label: str) -> None:
-        own = name in vars(owner)
-        original = vars(owner)[name] if own else getattr(owner, name)
-        setattr(owner, name, _annotated(label, original))
-        self._undo.append(lambda: setattr(owner, name, original) if own else delattr(owner, name))
+        self._undo.append(wrap_attribute(owner, name, functools.partial(_annotated, label)))

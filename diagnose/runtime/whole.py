@@ -55,6 +55,7 @@ from functools import partial
 from typing import Any, TextIO
 
 from diagnose.rundir import RunDir
+from diagnose.runtime.patching import wrap_attribute
 from diagnose.runtime.procfs import ProcReader, RunDelays, host_rss_bytes
 
 #: the layout version of ``record.whole``
@@ -481,10 +482,7 @@ class WholeRun:
     # --- patches --------------------------------------------------------------------------------
 
     def _patch_attr(self, owner: Any, name: str, factory: Callable[[Any], Any]) -> None:
-        own = name in vars(owner)
-        original = vars(owner)[name] if own else getattr(owner, name)
-        setattr(owner, name, factory(original))
-        self._undo.append(lambda: setattr(owner, name, original) if own else delattr(owner, name))
+        self._undo.append(wrap_attribute(owner, name, factory))
 
     def _hook_module(self, module: Any, hooked: list[Hooked]) -> None:
         for h in hooked:
