@@ -7,17 +7,14 @@ from diagnose.analysis.symptoms.registry import symptom
 from diagnose.record import RunRecord
 
 
-def _window(record: RunRecord) -> tuple[float, float, list[tuple[float, float]]] | None:
-    """The profiled window's start and end and its steps, as ``perf_counter`` seconds (None:
-    the record has no window, or it holds no evaluation pass)."""
+def _profiled_steps(record: RunRecord) -> list[tuple[float, float]]:
+    """The profiled steps' (start, end), as ``perf_counter`` seconds; empty where the record has
+    no window, or holds no evaluation pass."""
     if not record.eval_spans_s or not record.plan or record.profiled_steps <= 0:
-        return None
+        return []
     first = record.window_plan().warmup
     b = record.boundaries_s
-    last = min(first + record.profiled_steps, len(b) - 1)
-    if last <= first:
-        return None
-    return b[first], b[last], [(b[i], b[i + 1]) for i in range(first, last)]
+    return [(b[i], b[i + 1]) for i in range(first, min(first + record.profiled_steps, len(b) - 1))]
 
 
 def _overlap(start: float, end: float, lo: float, hi: float) -> float:
@@ -31,10 +28,10 @@ def _overlap(start: float, end: float, lo: float, hi: float) -> float:
     "until it trains again)",
 )
 def eval_share(record: RunRecord) -> float | None:
-    window = _window(record)
-    if window is None:
+    steps = _profiled_steps(record)
+    if not steps:
         return None
-    lo, hi, _ = window
+    lo, hi = steps[0][0], steps[-1][1]
     inside = sum(_overlap(start, end, lo, hi) for start, end in record.eval_spans_s)
     return min(1.0, inside / (hi - lo)) if hi > lo else None
 
@@ -45,18 +42,17 @@ def eval_share(record: RunRecord) -> float | None:
     "share of the profiled steps that hold an evaluation pass (1: the script evaluates inside every training step)",
 )
 def eval_steps(record: RunRecord) -> float | None:
-    window = _window(record)
-    if window is None:
+    steps = _profiled_steps(record)
+    if not steps:
         return None
-    _, _, steps = window
     held = sum(1 for lo, hi in steps if any(_overlap(s, e, lo, hi) > 0 for s, e in record.eval_spans_s))
     return held / len(steps)
 
 
 @symptom("step.eval_passes", "count", "evaluation passes that began inside the profiled window")
 def eval_passes(record: RunRecord) -> int | None:
-    window = _window(record)
-    if window is None:
+    steps = _profiled_steps(record)
+    if not steps:
         return None
-    lo, hi, _ = window
+    lo, hi = steps[0][0], steps[-1][1]
     return sum(1 for start, _ in record.eval_spans_s if lo <= start < hi)
