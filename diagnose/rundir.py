@@ -110,6 +110,15 @@ def _rank_prefix(rank: int) -> str:
     return f"rank{rank}"
 
 
+_RANK_TRACE = re.compile(r"^rank(\d+)_")
+
+
+def rank_of_trace(name: str) -> int | None:
+    """The rank a trace's name gives it (``rank<R>_<host>_<pid>...``: ``new_trace_path``), or None."""
+    found = _RANK_TRACE.match(name)
+    return int(found.group(1)) if found else None
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path

@@ -65,7 +65,7 @@ from diagnose.distributed import PARENT_MERGES, RankInfo, SummaryExchange
 from diagnose.errors import DiagnoseError, OutputError, TraceError, UsageError
 from diagnose.record import RunRecord, WindowPlan
 from diagnose.report import Experiments, Ranking, RankSummary, Report, RunInfo, Source, Status, Whole, convert
-from diagnose.rundir import RunDir, shared_location
+from diagnose.rundir import RunDir, rank_of_trace, shared_location
 from diagnose.signals import SignalHold
 
 if TYPE_CHECKING:
@@ -117,16 +117,14 @@ def user_rank_traces(run_dir: RunDir) -> dict[int, list[Path]]:
     the rank in each file's ``distributedInfo``; or ``rank<R>_...``): each rank's traces, by
     rank, oldest first. Empty where the folder is a run directory, holds one rank, or a trace
     whose rank cannot be told."""
-    import re
-
     from diagnose.analysis.trace.tracefile import trace_rank
 
     if run_dir.holds_run():
         return {}
     by_rank: dict[int, list[Path]] = {}
     for path in run_dir.traces():
-        prefixed = re.match(r"rank(\d+)_", path.name)
-        rank = int(prefixed.group(1)) if prefixed else trace_rank(path)
+        rank = rank_of_trace(path.name)
+        rank = rank if rank is not None else trace_rank(path)
         if rank is None:
             return {}
         by_rank.setdefault(rank, []).append(path)
@@ -907,7 +905,8 @@ def keep_notable_traces(run_dir: RunDir, report: Report, keep: str) -> list[int]
     notable = {int(r) for r in distributed.notable_ranks} if distributed else set()
     rows = distributed.ranks if distributed else []
     dropped = [] if keep == "all" else sorted(row.rank for row in rows if row.rank not in notable)
-    removed = {int(p.name[4:].split("_", 1)[0]) for p in run_dir.remove_traces(dropped)}
+    # each removed trace is one of those ranks', named rank<R>_...: never None
+    removed = {r for p in run_dir.remove_traces(dropped) if (r := rank_of_trace(p.name)) is not None}
     for row in rows:
         if row.rank in removed:
             row.trace = None

@@ -289,23 +289,24 @@ def is_gzip(path: Path) -> bool:
 _HEAD_BYTES = 256 * 1024
 
 
+#: ``"distributedInfo": {...}``, its object holding objects one level deep (``pg_config``)
+_DISTRIBUTED_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})')
+
+
 def trace_rank(path: Path) -> int | None:
     """The rank the trace's ``distributedInfo`` names, read from its first bytes alone (a folder
     of the user's own traces is grouped by rank before any is analysed); None where it names
     none there, or the head cannot be read."""
     try:
         if is_gzip(path):
-            with path.open("rb") as fh:
-                head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(fh.read(_HEAD_BYTES), _HEAD_BYTES)
+            head = _inflating.decompressobj(31).decompress(read_span(path, 0, _HEAD_BYTES), _HEAD_BYTES)
         else:
             head = read_span(path, 0, _HEAD_BYTES)
-    except (OSError, zlib.error):
+    except _READ_ERRORS:
         return None
     events = head.find(b'"traceEvents"')
     at = head.find(b'"distributedInfo"', 0, events if events >= 0 else len(head))
-    if at < 0:
-        return None
-    found = re.match(rb'"distributedInfo"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})', head[at:])
+    found = _DISTRIBUTED_INFO.match(head, at) if at >= 0 else None
     try:
         info = orjson.loads(found.group(1)) if found else None
     except orjson.JSONDecodeError:
